@@ -1,0 +1,5 @@
+import sys
+
+from kvmtune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The auditor: rules over the read-only models, producing findings."""

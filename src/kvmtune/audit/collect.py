@@ -1,0 +1,104 @@
+"""Gathering what to audit: files, directories, command lines, libvirt, /proc."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from kvmtune.audit.engine import AuditResult
+from kvmtune.domain.xml import load_guest_file
+from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
+from kvmtune.qemu.cmdline import guest_from_text, split_proc_cmdline, guest_from_argv
+
+MAX_CMDLINE_BYTES = 4 * 1024 * 1024
+
+
+def _expand(paths: Iterable[str], result: AuditResult) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*.xml") if q.is_file())
+            if not found:
+                result.errors.append(f"{p}: directory has no .xml files")
+            files.extend(found)
+        else:
+            files.append(p)
+    return files
+
+
+def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
+    files = _expand(paths, result)
+    ok = 0
+    for f in files:
+        try:
+            result.guests.append(load_guest_file(f))
+            ok += 1
+        except InputError as exc:
+            result.errors.append(str(exc))
+    if files:
+        result.looked_at.append(f"{ok} of {len(files)} domain XML file(s)")
+
+
+def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
+    n = 0
+    for raw in paths:
+        p = Path(raw)
+        try:
+            if p.is_dir():
+                raise InputError(str(p), "is a directory (give a file holding one QEMU command line)")
+            data = p.read_bytes()[: MAX_CMDLINE_BYTES + 1]
+        except FileNotFoundError:
+            result.errors.append(f"{p}: no such file")
+            continue
+        except PermissionError:
+            result.errors.append(f"{p}: not readable (permission denied)")
+            continue
+        except InputError as exc:
+            result.errors.append(str(exc))
+            continue
+        try:
+            if not data.strip():
+                raise InputError(str(p), "empty file")
+            if len(data) > MAX_CMDLINE_BYTES:
+                raise InputError(str(p), "larger than 4 MiB, refused")
+            if b"\0" in data:
+                guest = guest_from_argv(split_proc_cmdline(data), str(p))
+            else:
+                guest = guest_from_text(data.decode("utf-8", "replace"), str(p))
+            if guest.name == "?":
+                guest.name = p.stem
+            result.guests.append(guest)
+            n += 1
+        except InputError as exc:
+            result.errors.append(str(exc))
+    result.looked_at.append(f"{n} QEMU command line file(s)")
+
+
+def add_running(host: HostRoot, result: AuditResult) -> int:
+    from kvmtune.qemu.process import running_qemu_guests
+
+    guests, errors = running_qemu_guests(host)
+    result.guests.extend(guests)
+    result.errors.extend(errors)
+    result.looked_at.append(f"{len(guests)} running QEMU process(es) from {host.path.rstrip('/') or ''}/proc")
+    return len(guests)
+
+
+def add_libvirt(uri: str, result: AuditResult, *, required: bool = True) -> int:
+    from kvmtune.domain.connection import read_domains
+
+    try:
+        guests, errors = read_domains(uri)
+    except InputError as exc:
+        if required:
+            result.errors.append(str(exc))
+        else:
+            result.looked_at.append(f"libvirt {uri}: not answering")
+        return 0
+    result.guests.extend(guests)
+    result.errors.extend(errors)
+    active = sum(1 for g in guests if g.active)
+    result.looked_at.append(f"libvirt {uri}: {len(guests)} domain(s), {active} active")
+    return len(guests)

@@ -1,0 +1,95 @@
+"""The finding: one problem on one target (schema in DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Severity(enum.IntEnum):
+    INFO = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.name.lower() for s in cls)
+            raise ValueError(f"unknown severity {text!r} (one of: {names})") from None
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+TOPICS = frozenset(
+    {
+        # storage
+        "disk-bus", "disk-cache", "disk-io-mode", "image-format", "image-preallocation",
+        "storage-overcommit", "partition-alignment", "block-vs-file", "nfs-storage",
+        "io-scheduler", "iothreads", "discard", "qcow2-cache", "backing-chain",
+        # network
+        "nic-model", "vhost-net", "net-backend", "mac-address", "mtu", "txqueuelen",
+        "tcp-sysctl", "rps", "net-multiqueue",
+        # cpu and memory
+        "vcpu-overcommit", "cpu-utilization", "cpu-model", "vcpu-pinning", "halt-polling",
+        "ksm", "ksm-per-guest", "balloon", "swap", "hugepages", "thp", "numa",
+        # security
+        "entropy", "rng-device",
+        # host
+        "kvm-acceleration", "tuned-profile", "host-devices", "dirty-writeback",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str = "localhost"
+    domain: str | None = None
+    device: str | None = None
+
+    def label(self) -> str:
+        parts = [p for p in (self.domain, self.device) if p]
+        return " ".join(parts) if parts else self.host
+
+
+@dataclass(frozen=True)
+class FixHint:
+    kind: str  # xml | sysctl | udev | modprobe | image | manual
+    description: str
+    safe: bool
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    slug: str
+    topic: str
+    severity: Severity
+    confidence: str  # certain | likely | possible
+    target: Target
+    actual: str
+    expected: str
+    evidence: str
+    summary: str
+    why: str
+    fix: FixHint
+    references: tuple[str, ...] = ()
+    source: str = ""  # file, URI or process the evidence was read from
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def sort_key(self) -> tuple[str, str, str, int, str]:
+        t = self.target
+        return (t.host, t.domain or "", t.device or "", -int(self.severity), self.rule)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = str(self.severity)
+        data["references"] = list(self.references)
+        if not self.extra:
+            del data["extra"]
+        return data

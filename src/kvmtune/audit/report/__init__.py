@@ -1,0 +1,18 @@
+"""Reporters: text, JSON, SARIF."""
+
+from __future__ import annotations
+
+from kvmtune.audit.engine import AuditResult
+from kvmtune.audit.report.json_report import render_json
+from kvmtune.audit.report.sarif import render_sarif
+from kvmtune.audit.report.text import render_text
+
+FORMATS = ("text", "json", "sarif")
+
+
+def render(result: AuditResult, fmt: str, color: bool = False) -> str:
+    if fmt == "json":
+        return render_json(result)
+    if fmt == "sarif":
+        return render_sarif(result)
+    return render_text(result, color=color)

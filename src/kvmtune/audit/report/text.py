@@ -1,0 +1,58 @@
+"""The terminal report: grouped by host/domain and device, worst first."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import groupby
+
+from kvmtune.audit.engine import AuditResult
+from kvmtune.audit.finding import Finding, Severity
+
+_COLOR = {
+    Severity.CRITICAL: "\033[1;41;97m",
+    Severity.HIGH: "\033[1;31m",
+    Severity.MEDIUM: "\033[33m",
+    Severity.LOW: "\033[36m",
+    Severity.INFO: "\033[2m",
+}
+_RESET = "\033[0m"
+
+
+def _sev(s: Severity, color: bool) -> str:
+    label = f"{str(s).upper():8}"
+    return f"{_COLOR[s]}{label}{_RESET}" if color else label
+
+
+def render_text(result: AuditResult, color: bool = False) -> str:
+    out: list[str] = []
+    if result.looked_at:
+        out.append("Looked at: " + "; ".join(result.looked_at))
+        out.append("")
+    key = lambda f: (f.target.host, f.target.domain or "")  # noqa: E731
+    for (host, domain), group in groupby(sorted(result.findings, key=Finding.sort_key), key=key):
+        out.append(f"== {domain or 'host ' + host}" + (f"  ({host})" if domain and host != "localhost" else ""))
+        for device, items in groupby(group, key=lambda f: f.target.device or ""):
+            if device:
+                out.append(f"  {device}")
+            for f in items:
+                out.append(f"    {_sev(f.severity, color)} {f.rule} {f.summary}")
+                out.append(f"             actual: {f.actual}   expected: {f.expected}")
+                out.append(f"             at: {f.evidence}" + (f"  in {f.source}" if f.source else ""))
+                if f.fix.description:
+                    out.append(f"             fix: {f.fix.description}")
+        out.append("")
+    for err in result.errors:
+        out.append(f"error: {err}")
+    counts = Counter(f.severity for f in result.findings)
+    parts = [f"{counts[s]} {str(s)}" for s in sorted(Severity, reverse=True) if counts[s]]
+    targets = len({(f.target.host, f.target.domain) for f in result.findings})
+    summary = f"{len(result.findings)} findings" + (f" ({', '.join(parts)})" if parts else "")
+    summary += f" on {targets} target(s); {len(result.guests)} guest(s) audited"
+    if result.host_audited:
+        summary += ", host audited"
+    if result.images:
+        summary += f", {len(result.images)} image(s) audited"
+    if result.errors:
+        summary += f"; {len(result.errors)} input error(s)"
+    out.append(summary)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,154 @@
+"""Rule base classes and discovery (one rule = one file + a sibling .md doc)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from kvmtune.audit.finding import TOPICS, Finding, FixHint, Severity, Target
+
+if TYPE_CHECKING:
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.model.guest import Guest
+
+
+class Rule:
+    """Common metadata. Subclasses pick a scope by subclassing one of the four below."""
+
+    id: ClassVar[str] = ""
+    slug: ClassVar[str] = ""
+    topic: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.MEDIUM
+    title: ClassVar[str] = ""
+    why: ClassVar[str] = ""
+    fix_kind: ClassVar[str] = "manual"
+    fix_description: ClassVar[str] = ""
+    fix_safe: ClassVar[bool] = False
+    references: ClassVar[tuple[str, ...]] = ()
+    scope: ClassVar[str] = ""
+
+    @classmethod
+    def doc_path(cls) -> Path:
+        return Path(inspect.getfile(cls)).with_suffix(".md")
+
+    @classmethod
+    def doc(cls) -> str:
+        return cls.doc_path().read_text(encoding="utf-8")
+
+    def finding(
+        self,
+        *,
+        target: Target,
+        actual: str,
+        expected: str,
+        evidence: str,
+        summary: str | None = None,
+        why: str | None = None,
+        severity: Severity | None = None,
+        confidence: str = "certain",
+        source: str = "",
+        fix_description: str | None = None,
+        fix_safe: bool | None = None,
+        fix_kind: str | None = None,
+    ) -> Finding:
+        return Finding(
+            rule=self.id,
+            slug=self.slug,
+            topic=self.topic,
+            severity=self.severity if severity is None else severity,
+            confidence=confidence,
+            target=target,
+            actual=actual,
+            expected=expected,
+            evidence=evidence,
+            summary=summary or self.title,
+            why=why or self.why,
+            fix=FixHint(
+                kind=fix_kind or self.fix_kind,
+                description=fix_description or self.fix_description,
+                safe=self.fix_safe if fix_safe is None else fix_safe,
+            ),
+            references=self.references,
+            source=source,
+        )
+
+
+class GuestRule(Rule):
+    """Checks one guest (from domain XML, libvirt or a QEMU command line)."""
+
+    scope = "guest"
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    @staticmethod
+    def target(guest: Guest, device: str | None = None) -> Target:
+        return Target(host="localhost", domain=guest.name, device=device)
+
+
+class RunRule(Rule):
+    """Checks everything audited in one run together (e.g. duplicate MACs)."""
+
+    scope = "run"
+
+    def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterable[Finding]:
+        raise NotImplementedError
+
+
+class HostRule(Rule):
+    """Checks the host through ``ctx.host`` (a HostRoot and its parsed facts)."""
+
+    scope = "host"
+
+    def check_host(self, ctx: AuditContext) -> Iterable[Finding]:
+        raise NotImplementedError
+
+
+class ImageRule(Rule):
+    """Checks one disk image (``qemu-img info`` model)."""
+
+    scope = "image"
+
+    def check_image(self, image: object, ctx: AuditContext) -> Iterable[Finding]:
+        raise NotImplementedError
+
+
+SCOPES = (GuestRule, RunRule, HostRule, ImageRule)
+
+
+@cache
+def all_rules() -> tuple[type[Rule], ...]:
+    """Import every module below ``kvmtune.rules`` and return the rule classes, by id."""
+    import kvmtune.rules as pkg
+
+    found: dict[str, type[Rule]] = {}
+    for info in pkgutil.walk_packages(pkg.__path__, prefix="kvmtune.rules."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, Rule)
+                and obj not in SCOPES
+                and obj is not Rule
+                and obj.id
+                and obj.__module__ == module.__name__
+            ):
+                if obj.id in found:
+                    raise RuntimeError(f"duplicate rule id {obj.id}: {found[obj.id]} and {obj}")
+                if obj.topic not in TOPICS:
+                    raise RuntimeError(f"rule {obj.id} has unknown topic {obj.topic!r}")
+                found[obj.id] = obj
+    return tuple(found[k] for k in sorted(found))
+
+
+def rule_by_id(rule_id: str) -> type[Rule] | None:
+    key = rule_id.strip().upper()
+    for r in all_rules():
+        if r.id == key or r.slug == rule_id.strip().lower():
+            return r
+    return None

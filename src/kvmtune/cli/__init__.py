@@ -1,0 +1,58 @@
+"""Command-line entry point. Each subcommand lives in its own module with
+``register(subparsers)``; the module sets ``func`` on its parser, and
+``func(args) -> int`` returns the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from kvmtune import __version__
+from kvmtune.errors import KvmtuneError
+
+# Subcommand modules, in the order `kvmtune --help` lists them.
+COMMAND_MODULES = [
+    "kvmtune.cli.audit",
+    "kvmtune.cli.rules",
+]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"kvmtune: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvmtune", description="Audit, fix and benchmark KVM guests and hosts.")
+    parser.add_argument("--version", action="version", version=f"kvmtune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = args.func(args)
+        return code
+    except KvmtuneError as exc:
+        print(f"kvmtune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvmtune: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

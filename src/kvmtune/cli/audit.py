@@ -1,0 +1,114 @@
+"""``kvmtune audit``: domain XML, libvirt, QEMU command lines (and the host)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvmtune.audit import collect
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import AuditResult, run_rules, select_rules
+from kvmtune.audit.finding import Severity
+from kvmtune.audit.report import FORMATS, render
+from kvmtune.host.root import HostRoot
+
+DEFAULT_URI = "qemu:///system"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("audit", help="audit libvirt domains, QEMU command lines and the host",
+                       description="Audit KVM guests against today's best practice. With no input, "
+                       "audits what this host runs.")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files or directories of them")
+    p.add_argument("-c", "--connect", action="append", default=[], metavar="URI",
+                   help="libvirt URI whose domains to audit (repeatable), e.g. qemu:///system, qemu+ssh://host/system")
+    p.add_argument("--qemu-cmdline", action="append", default=[], metavar="FILE",
+                   help="a file holding one QEMU command line (repeatable)")
+    p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
+    p.add_argument("--root", default="/", metavar="DIR", help="read /proc, /sys, /etc below DIR (a captured host)")
+    p.add_argument("--examples", action="store_true", help="audit the example domains shipped with kvmtune")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically)")
+    p.add_argument("--fail-on", metavar="SEVERITY", default=None,
+                   help="exit 1 if any finding is at or above SEVERITY (info|low|medium|high|critical)")
+    p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+    p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.set_defaults(func=run)
+    for hook in EXTRA_OPTIONS:
+        hook(p)
+
+
+# Other modules (host and image auditing) add options and input collectors here.
+EXTRA_OPTIONS: list[Any] = []
+EXTRA_COLLECTORS: list[Any] = []
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
+    result = AuditResult()
+    explicit = bool(args.paths or args.connect or args.qemu_cmdline or args.running or args.examples)
+    explicit = explicit or any(c.explicit(args) for c in EXTRA_COLLECTORS)
+    if args.paths:
+        collect.add_domain_files(args.paths, result)
+    for uri in args.connect:
+        collect.add_libvirt(uri, result)
+    if args.qemu_cmdline:
+        collect.add_cmdline_files(args.qemu_cmdline, result)
+    if args.running:
+        collect.add_running(ctx.host, result)
+    if args.examples:
+        collect.add_domain_files([str(EXAMPLES)], result)
+    for collector in EXTRA_COLLECTORS:
+        collector.collect(args, ctx, result, explicit)
+    if not explicit:
+        found = collect.add_libvirt(DEFAULT_URI, result, required=False)
+        found += collect.add_running(ctx.host, result)
+        if not found and not result.host_audited:
+            result.looked_at.append("this host has no guests: auditing the bundled examples instead")
+            collect.add_domain_files([str(EXAMPLES)], result)
+        elif not found:
+            result.looked_at.append("this host has no guests")
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        fail_on = Severity.parse(args.fail_on) if args.fail_on else None
+    except ValueError as exc:
+        print(f"kvmtune: error: --fail-on: {exc}", file=sys.stderr)
+        return 2
+    if not os.path.isdir(args.root):
+        print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
+        return 2
+    ctx = AuditContext(host=HostRoot(args.root))
+    result = gather(args, ctx)
+    rules = select_rules(_split(args.only), _split(args.skip))
+    result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
+    result.errors.extend(ctx.errors)
+    color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
+    text = render(result, args.format, color=color)
+    if args.output:
+        write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    for err in result.errors:
+        print(f"kvmtune: {err}", file=sys.stderr)
+    if result.errors:
+        return 2
+    if fail_on is not None and any(f.severity >= fail_on for f in result.findings):
+        return 1
+    return 0
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,38 @@
+"""``kvmtune rules list`` / ``kvmtune rules explain ID``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kvmtune.audit.rule import all_rules, rule_by_id
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("rules", help="list the audit rules or explain one")
+    rs = p.add_subparsers(dest="rules_cmd", metavar="ACTION", parser_class=type(p))
+    ls = rs.add_parser("list", help="one line per rule")
+    ls.add_argument("--topic", help="only rules of this topic")
+    ls.set_defaults(func=run_list)
+    ex = rs.add_parser("explain", help="print a rule's documentation")
+    ex.add_argument("rule", metavar="ID", help="rule id (KVM-STO-002) or slug (disk-cache-writethrough)")
+    ex.set_defaults(func=run_explain)
+    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+
+
+def run_list(args: argparse.Namespace) -> int:
+    for r in all_rules():
+        if args.topic and r.topic != args.topic:
+            continue
+        print(f"{r.id:12} {str(r.severity):8} {r.scope:6} {r.topic:20} {r.slug:32} {r.title}")
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    rule = rule_by_id(args.rule)
+    if rule is None:
+        print(f"kvmtune: error: no rule {args.rule!r} (see 'kvmtune rules list')", file=sys.stderr)
+        return 2
+    sys.stdout.write(rule.doc())
+    return 0

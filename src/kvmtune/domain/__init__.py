@@ -1,0 +1,1 @@
+"""libvirt domain XML: safe parsing and the Guest view."""

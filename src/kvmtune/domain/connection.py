@@ -1,0 +1,74 @@
+"""Reading domains from a libvirt connection (any URI, read-only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
+from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.model.guest import Guest
+
+
+def _libvirt() -> Any:
+    try:
+        import libvirt
+    except ImportError:
+        raise KvmtuneError("libvirt-python is not installed (Debian: python3-libvirt)") from None
+    # libvirt prints every error to stderr by default; we report them ourselves
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    return libvirt
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else exc.__class__.__name__
+
+
+def open_readonly(uri: str) -> Any:
+    libvirt = _libvirt()
+    try:
+        conn = libvirt.openReadOnly(uri)
+    except libvirt.libvirtError as exc:
+        raise InputError(uri, f"cannot connect to libvirt: {_first_line(exc)}") from None
+    if conn is None:
+        raise InputError(uri, "cannot connect to libvirt")
+    return conn
+
+
+def read_domains(uri: str) -> tuple[list[Guest], list[str]]:
+    """Every domain of ``uri``, active and inactive. Returns (guests, per-domain errors)."""
+    libvirt = _libvirt()
+    conn = open_readonly(uri)
+    guests: list[Guest] = []
+    errors: list[str] = []
+    try:
+        try:
+            domains = conn.listAllDomains(0)
+        except libvirt.libvirtError as exc:
+            raise InputError(uri, f"cannot list domains: {_first_line(exc)}") from None
+        for dom in domains:
+            name = "?"
+            try:
+                name = dom.name()
+                active = bool(dom.isActive())
+                flags = 0 if active else libvirt.VIR_DOMAIN_XML_INACTIVE
+                xml = dom.XMLDesc(flags)
+                origin = f"{uri}#{name}"
+                guest = guest_from_tree(parse_xml_bytes(xml.encode(), origin), origin, "libvirt")
+                guest.active = active
+                guests.append(guest)
+            except libvirt.libvirtError as exc:
+                errors.append(f"{uri}#{name}: {_first_line(exc)}")
+            except InputError as exc:
+                errors.append(str(exc))
+    finally:
+        conn.close()
+    return guests, errors
+
+
+def libvirt_answers(uri: str) -> bool:
+    try:
+        open_readonly(uri).close()
+    except KvmtuneError:
+        return False
+    return True

@@ -1,0 +1,102 @@
+"""``HostRoot``: the only way kvmtune reads /proc, /sys, /etc and /dev.
+
+Tests point it at a fixture tree (``HostRoot("tests/fixtures/hosts/nvme")``);
+production uses ``HostRoot("/")``. Paths given to it are absolute host paths
+("/proc/meminfo"); it maps them below its root. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class HostReadError(Exception):
+    """A host file that is absent, unreadable or not text. ``str()`` names it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass
+class HostRoot:
+    path: str = "/"
+    reads: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._root = Path(self.path)
+
+    @property
+    def is_live(self) -> bool:
+        return self._root.resolve() == Path("/")
+
+    def _map(self, host_path: str) -> Path:
+        if not host_path.startswith("/"):
+            raise ValueError(f"host paths are absolute, got {host_path!r}")
+        return self._root / host_path.lstrip("/")
+
+    def read_text(self, host_path: str, limit: int = 4 * 1024 * 1024) -> str:
+        """Return the file's text; raise :class:`HostReadError` with the reason."""
+        self.reads.append(host_path)
+        try:
+            with open(self._map(host_path), "rb") as fh:
+                data = fh.read(limit)
+        except FileNotFoundError:
+            raise HostReadError(host_path, "absent") from None
+        except PermissionError:
+            raise HostReadError(host_path, "not readable (permission denied)") from None
+        except IsADirectoryError:
+            raise HostReadError(host_path, "is a directory") from None
+        except OSError as exc:
+            raise HostReadError(host_path, exc.strerror or str(exc)) from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode("latin-1")
+
+    def read_optional(self, host_path: str) -> str | None:
+        """Like :meth:`read_text` but ``None`` when absent or unreadable."""
+        try:
+            return self.read_text(host_path)
+        except HostReadError:
+            return None
+
+    def read_bytes(self, host_path: str, limit: int = 1024 * 1024) -> bytes | None:
+        self.reads.append(host_path)
+        try:
+            with open(self._map(host_path), "rb") as fh:
+                return fh.read(limit)
+        except OSError:
+            return None
+
+    def exists(self, host_path: str) -> bool:
+        return os.path.lexists(self._map(host_path))
+
+    def is_dir(self, host_path: str) -> bool:
+        return self._map(host_path).is_dir()
+
+    def access(self, host_path: str, mode: int) -> bool:
+        """``os.access`` on the mapped path (meaningful mostly on a live root)."""
+        return os.access(self._map(host_path), mode)
+
+    def listdir(self, host_path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self._map(host_path)))
+        except OSError:
+            return []
+
+    def readlink(self, host_path: str) -> str | None:
+        try:
+            return os.readlink(self._map(host_path))
+        except OSError:
+            return None
+
+    def glob(self, pattern: str) -> Iterator[str]:
+        """Yield host paths matching ``pattern`` (an absolute glob)."""
+        base = self._root
+        for p in sorted(base.glob(pattern.lstrip("/"))):
+            yield "/" + str(p.relative_to(base))

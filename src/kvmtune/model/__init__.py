@@ -1,0 +1,1 @@
+"""Read-only models the rules look at."""

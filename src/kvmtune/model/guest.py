@@ -1,0 +1,114 @@
+"""One guest as the auditor sees it, whichever way it was read.
+
+A libvirt domain XML and a QEMU command line both become a :class:`Guest`,
+so one rule checks both. Every value keeps where it came from
+(``evidence``): an XPath into the domain XML or the command-line option.
+``None`` means "not set", i.e. the hypervisor's default applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Disk:
+    target: str  # vda, hdc, or the QEMU drive/node id
+    device: str = "disk"  # disk | cdrom | floppy | lun
+    bus: str | None = None  # virtio | scsi | ide | sata | fdc | usb | sd | nvme | xen
+    scsi_controller_model: str | None = None  # for bus=scsi: virtio-scsi, lsilogic, …
+    cache: str | None = None  # none | writethrough | writeback | directsync | unsafe | default
+    io: str | None = None  # native | threads | io_uring
+    format: str | None = None  # raw | qcow2 | …
+    discard: str | None = None  # unmap | ignore
+    detect_zeroes: str | None = None
+    iothread: str | None = None
+    queues: int | None = None
+    source_type: str | None = None  # file | block | network | volume | nvme | vhostuser | dir
+    source: str | None = None  # path, device or URL
+    readonly: bool = False
+    shareable: bool = False
+    locator: str = ""  # where this disk is described (XPath or command-line option)
+    evidence: dict[str, str] = field(default_factory=dict)
+    element: Any = None  # the lxml <disk> element when read from XML
+
+    def where(self, attr: str) -> str:
+        return self.evidence.get(attr, self.locator)
+
+    @property
+    def label(self) -> str:
+        return f"disk:{self.target}"
+
+    @property
+    def is_data_disk(self) -> bool:
+        return self.device in ("disk", "lun")
+
+
+@dataclass
+class Nic:
+    index: int
+    type: str | None = None  # user | network | bridge | direct | ethernet | vhostuser | …
+    model: str | None = None  # virtio | e1000 | e1000e | rtl8139 | …
+    source: str | None = None  # network name, bridge name, or lower device
+    source_mode: str | None = None  # macvtap: vepa | bridge | private | passthrough
+    virtualport: str | None = None  # openvswitch | 802.1Qbh | …
+    driver_name: str | None = None  # vhost | qemu (XML); None = default
+    vhost: bool | None = None  # effective, when a command line tells it
+    queues: int | None = None
+    mac: str | None = None
+    mtu: int | None = None
+    target_dev: str | None = None
+    locator: str = ""
+    evidence: dict[str, str] = field(default_factory=dict)
+    element: Any = None
+
+    def where(self, attr: str) -> str:
+        return self.evidence.get(attr, self.locator)
+
+    @property
+    def label(self) -> str:
+        return f"net:{self.target_dev or self.mac or self.index}"
+
+
+@dataclass
+class Rng:
+    model: str | None
+    backend_model: str | None  # random | builtin | egd
+    backend_source: str | None  # /dev/random, /dev/urandom
+    locator: str = ""
+
+
+@dataclass
+class Guest:
+    name: str
+    origin: str  # the file, URI or process this guest was read from
+    origin_kind: str  # xml | libvirt | cmdline
+    virt_type: str | None = None  # kvm | qemu (TCG) | …
+    arch: str | None = None
+    machine: str | None = None
+    vcpus: int | None = None
+    memory_kib: int | None = None
+    cpu_mode: str | None = None  # host-passthrough | host-model | custom | maximum
+    cpu_model: str | None = None
+    vcpu_pinned: bool = False
+    numatune: bool = False
+    nosharepages: bool = False
+    hugepages: bool = False
+    memballoon: str | None = None  # virtio | none | … ; None = not stated
+    balloon_autodeflate: bool = False
+    balloon_free_page_reporting: bool = False
+    iothreads: int = 0
+    active: bool | None = None
+    disks: list[Disk] = field(default_factory=list)
+    nics: list[Nic] = field(default_factory=list)
+    rngs: list[Rng] = field(default_factory=list)
+    evidence: dict[str, str] = field(default_factory=dict)
+    tree: Any = None  # the lxml document when read from XML
+
+    def where(self, attr: str) -> str:
+        return self.evidence.get(attr, "")
+
+    @property
+    def is_x86(self) -> bool:
+        return self.arch in (None, "x86_64", "i686")

@@ -1,0 +1,1 @@
+"""QEMU: command lines, qemu-img, partition tables."""

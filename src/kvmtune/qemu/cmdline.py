@@ -1,0 +1,496 @@
+"""Parse a QEMU command line into options and into a :class:`Guest`.
+
+Accepts what users have: a ``.args`` file as libvirt writes it (environment
+assignments, backslash continuations, shell quoting, JSON ``-device`` and
+``-blockdev``), a plain one-line command, or ``/proc/PID/cmdline`` (NUL
+separated). The effective settings are derived the way QEMU derives them,
+e.g. a tap netdev has vhost off unless asked, so the rules see what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from kvmtune.errors import InputError
+from kvmtune.model.guest import Disk, Guest, Nic, Rng
+
+_ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+# options that take no argument (all others take exactly one)
+_FLAGS = {
+    "-S", "-nodefaults", "-no-user-config", "-no-shutdown", "-no-reboot", "-enable-kvm",
+    "-nographic", "-snapshot", "-no-hpet", "-no-acpi", "-daemonize", "-no-fd-bootchk",
+    "-enable-fips", "-full-screen", "-win2k-hack", "-old-param", "-no-kvm", "-s", "-preconfig",
+    "-version", "-help", "-h", "-no-quit", "-usb", "-disable-ssp",
+}
+
+# the first bare word of these options is the value of this key
+_IMPLIED_KEY = {
+    "-device": "driver", "-netdev": "type", "-machine": "type", "-M": "type", "-cpu": "model",
+    "-smp": "cpus", "-m": "size", "-object": "qom-type", "-accel": "accel", "-chardev": "backend",
+    "-name": "guest", "-nic": "type", "-net": "type", "-blockdev": "driver",
+}
+
+BUS_OF_DEVICE = {
+    "virtio-blk-pci": "virtio", "virtio-blk-ccw": "virtio", "virtio-blk-device": "virtio",
+    "virtio-blk": "virtio", "virtio-blk-pci-non-transitional": "virtio",
+    "virtio-blk-pci-transitional": "virtio", "vhost-user-blk-pci": "virtio",
+    "ide-hd": "ide", "ide-cd": "ide", "ide-drive": "ide",
+    "scsi-hd": "scsi", "scsi-cd": "scsi", "scsi-block": "scsi", "scsi-generic": "scsi", "scsi-disk": "scsi",
+    "usb-storage": "usb", "usb-bot": "usb", "floppy": "fdc", "isa-fdc": "fdc", "sd-card": "sd",
+    "nvme": "nvme", "nvme-ns": "nvme",
+}
+
+NIC_MODEL_OF_DEVICE = {
+    "virtio-net-pci": "virtio", "virtio-net-ccw": "virtio", "virtio-net-device": "virtio",
+    "virtio-net-pci-non-transitional": "virtio", "virtio-net-pci-transitional": "virtio", "virtio-net": "virtio",
+    "e1000": "e1000", "e1000-82540em": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139",
+    "ne2k_pci": "ne2k_pci", "ne2k_isa": "ne2k_isa", "pcnet": "pcnet", "vmxnet3": "vmxnet3",
+    "i82551": "i82551", "i82557b": "i82557b", "i82559er": "i82559er", "usb-net": "usb-net",
+    "spapr-vlan": "spapr-vlan",
+}
+
+PROTOCOL_SOURCE_TYPE = {"file": "file", "host_device": "block", "host_cdrom": "block", "nvme": "nvme"}
+FORMAT_DRIVERS = {"raw", "qcow2", "qcow", "qed", "vmdk", "vdi", "vpc", "vhdx", "luks", "parallels", "bochs", "dmg"}
+
+
+@dataclass
+class Option:
+    name: str  # "-device"
+    value: str | None
+    index: int  # position among the options, for evidence
+    props: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} #{self.index}"
+
+
+def split_args_text(text: str) -> list[str]:
+    """Split a command line written as text (``.args`` file or a shell line)."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    try:
+        words = shlex.split(joined, comments=False, posix=True)
+    except ValueError as exc:
+        raise ValueError(f"cannot split the command line: {exc}") from None
+    while words and _ENV_ASSIGN.match(words[0]) and not words[0].startswith("-"):
+        words.pop(0)
+    return words
+
+
+def split_proc_cmdline(data: bytes) -> list[str]:
+    return [w.decode("utf-8", "replace") for w in data.split(b"\0") if w]
+
+
+def parse_keyval(text: str, implied: str | None = None) -> dict[str, Any]:
+    """QEMU's ``key=value,key2=value2`` with ``,,`` as an escaped comma.
+
+    A JSON object (``{...}``) is returned decoded. Dotted keys are kept flat
+    (``cache.direct``), JSON objects are flattened the same way.
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"invalid JSON option value: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise ValueError("JSON option value is not an object")
+        return _flatten(data)
+    parts: list[str] = []
+    buf: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == ",":
+            if i + 1 < len(text) and text[i + 1] == ",":
+                buf.append(",")
+                i += 2
+                continue
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    parts.append("".join(buf))
+    out: dict[str, Any] = {}
+    for n, part in enumerate(parts):
+        if not part:
+            continue
+        if "=" in part:
+            key, val = part.split("=", 1)
+            out[key] = val
+        elif n == 0 and implied:
+            out[implied] = part
+        else:
+            out[part] = "on"
+    return out
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, val in data.items():
+        full = f"{prefix}{key}"
+        if isinstance(val, dict):
+            out[full] = val  # keep the nested form too (blockdev "file" children)
+            out.update(_flatten(val, full + "."))
+        else:
+            out[full] = val
+    return out
+
+
+def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
+    """Return (binary, options). Raises ValueError when this is no QEMU command line."""
+    if not argv:
+        raise ValueError("empty command line")
+    binary = argv[0]
+    base = binary.rsplit("/", 1)[-1]
+    if not (base.startswith("qemu-system-") or base in ("qemu-kvm", "kvm") or base.startswith("qemu-kvm")):
+        raise ValueError(f"not a QEMU system emulator command line (starts with {base!r})")
+    options: list[Option] = []
+    i = 1
+    index = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-"):
+            # a bare word is the disk image (qemu-system-x86_64 disk.img)
+            options.append(Option("-hda", word, index, {"file": word}))
+            i += 1
+            index += 1
+            continue
+        name = "-" + word.lstrip("-")  # --device == -device
+        if name in _FLAGS or i + 1 >= len(argv):
+            options.append(Option(name, None, index, {}))
+            i += 1
+        else:
+            value = argv[i + 1]
+            props = parse_keyval(value, _IMPLIED_KEY.get(name)) if name in _IMPLIED_KEY or name in (
+                "-drive", "-blockdev", "-overcommit", "-mem-prealloc", "-numa", "-global"
+            ) else {}
+            options.append(Option(name, value, index, props))
+            i += 2
+        index += 1
+    return binary, options
+
+
+def _on(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("on", "true", "yes", "1")
+
+
+def _size_kib(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
+    if not m:
+        return None
+    num = float(m.group(1))
+    unit = m.group(2).lower() or "m"  # QEMU: a bare -m number is MiB
+    return int(num * {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}[unit])
+
+
+def effective_cache(direct: bool | None, no_flush: bool | None, write_cache: bool | None) -> str | None:
+    """Map QEMU's cache.direct / cache.no-flush / write-cache to libvirt's cache names."""
+    if direct is None and no_flush is None and write_cache is None:
+        return None
+    if no_flush:
+        return "unsafe"
+    wce = True if write_cache is None else write_cache
+    if direct:
+        return "none" if wce else "directsync"
+    return "writeback" if wce else "writethrough"
+
+
+@dataclass
+class _Node:
+    name: str
+    props: dict[str, Any]
+    option: Option
+
+
+def guest_from_argv(argv: list[str], origin: str) -> Guest:
+    try:
+        binary, options = parse_options(argv)
+    except ValueError as exc:
+        raise InputError(origin, str(exc)) from None
+    arch = binary.rsplit("qemu-system-", 1)[-1] if "qemu-system-" in binary else "x86_64"
+    guest = Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch)
+    guest.vcpus = 1
+    accel: str | None = None
+    nodes: dict[str, _Node] = {}
+    drives: dict[str, Option] = {}
+    devices: list[Option] = []
+    netdevs: dict[str, Option] = {}
+    objects: dict[str, Option] = {}
+    cpu_seen = False
+    legacy_disks: list[Option] = []
+
+    for opt in options:
+        p = opt.props
+        if opt.name == "-name":
+            guest.name = str(p.get("guest") or opt.value or "?")
+        elif opt.name in ("-machine", "-M"):
+            guest.machine = str(p.get("type", "")).lower() or guest.machine
+            if "accel" in p:
+                accel = str(p["accel"]).split(":")[0]
+            if _on(p.get("mem-merge")) is False:
+                guest.nosharepages = True
+                guest.evidence["memoryBacking"] = f"{opt.label} mem-merge=off"
+            guest.evidence["machine"] = opt.label
+        elif opt.name == "-accel":
+            accel = accel or str(p.get("accel", ""))
+        elif opt.name == "-enable-kvm":
+            accel = "kvm"
+        elif opt.name == "-cpu":
+            cpu_seen = True
+            model = str(p.get("model", "")).lower()
+            guest.cpu_mode = {"host": "host-passthrough", "max": "maximum"}.get(model, "custom")
+            guest.cpu_model = None if model in ("host", "max") else model
+            guest.evidence["cpu"] = opt.label
+        elif opt.name == "-smp":
+            cpus = p.get("cpus")
+            if cpus is None and "maxcpus" in p:
+                cpus = p["maxcpus"]
+            try:
+                guest.vcpus = int(str(cpus)) if cpus is not None else guest.vcpus
+            except ValueError:
+                pass
+            guest.evidence["vcpus"] = opt.label
+        elif opt.name == "-m":
+            size = p.get("size")
+            if size is not None:
+                guest.memory_kib = _size_kib(str(size))
+            guest.evidence["memory"] = opt.label
+        elif opt.name == "-mem-path":
+            if opt.value and "huge" in opt.value:
+                guest.hugepages = True
+        elif opt.name == "-object":
+            oid = str(p.get("id", ""))
+            objects[oid] = opt
+            qom = str(p.get("qom-type", ""))
+            if qom == "iothread":
+                guest.iothreads += 1
+            if qom in ("memory-backend-file", "memory-backend-memfd"):
+                if "huge" in str(p.get("mem-path", "")) or _on(p.get("hugetlb")):
+                    guest.hugepages = True
+                    guest.evidence["memoryBacking"] = opt.label
+            if qom.startswith("memory-backend") and _on(p.get("merge")) is False:
+                guest.nosharepages = True
+        elif opt.name == "-blockdev":
+            name = str(p.get("node-name", f"#{opt.index}"))
+            nodes[name] = _Node(name, p, opt)
+        elif opt.name == "-drive":
+            if "id" in p:
+                drives[str(p["id"])] = opt
+            if str(p.get("if", "ide" if arch in ("x86_64", "i386") else "none")) != "none" or "id" not in p:
+                legacy_disks.append(opt)
+        elif opt.name in ("-hda", "-hdb", "-hdc", "-hdd"):
+            legacy_disks.append(Option("-drive", opt.value, opt.index, {"file": opt.value, "if": "ide"}))
+        elif opt.name == "-device":
+            devices.append(opt)
+        elif opt.name == "-netdev":
+            netdevs[str(p.get("id", ""))] = opt
+        elif opt.name == "-nic":
+            nic = _nic_from_backend(len(guest.nics), opt, str(p.get("model", "e1000")))
+            guest.nics.append(nic)
+
+    guest.virt_type = "kvm" if accel in ("kvm",) else ("qemu" if accel in ("tcg", None) else accel)
+    guest.evidence["virt_type"] = "-accel" if accel else "(no -accel/-enable-kvm: QEMU uses TCG)"
+    if not cpu_seen and guest.is_x86:
+        guest.cpu_mode = "custom"
+        guest.cpu_model = "qemu64"
+        guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
+
+    scsi_controllers = {
+        str(d.props.get("id")): str(d.props.get("driver", "")) for d in devices if "id" in d.props
+    }
+    balloon = False
+    for dev in devices:
+        p = dev.props
+        drv = str(p.get("driver", "")).lower()
+        if "drive" in p and drv in BUS_OF_DEVICE:
+            guest.disks.append(_disk_from_device(dev, str(p["drive"]), nodes, drives, scsi_controllers, guest))
+        elif drv in NIC_MODEL_OF_DEVICE or "netdev" in p:
+            backend = netdevs.get(str(p.get("netdev", "")))
+            nic = _nic_from_backend(len(guest.nics), backend, drv, dev)
+            guest.nics.append(nic)
+        elif drv.startswith("virtio-balloon"):
+            balloon = True
+            guest.balloon_free_page_reporting = _on(p.get("free-page-reporting")) is True
+            guest.balloon_autodeflate = _on(p.get("deflate-on-oom")) is True
+            guest.evidence["memballoon"] = dev.label
+        elif drv.startswith("virtio-rng"):
+            obj = objects.get(str(p.get("rng", "")))
+            qom = str(obj.props.get("qom-type", "")) if obj else ""
+            guest.rngs.append(
+                Rng(
+                    model="virtio",
+                    backend_model={"rng-random": "random", "rng-builtin": "builtin", "rng-egd": "egd"}.get(qom, qom),
+                    backend_source=str(obj.props.get("filename", "/dev/random")) if qom == "rng-random" and obj else None,
+                    locator=dev.label,
+                )
+            )
+    for opt in legacy_disks:
+        guest.disks.append(_disk_from_drive(opt, guest))
+    guest.memballoon = "virtio" if balloon else "none"
+    return guest
+
+
+def _protocol_and_format(node_name: str, nodes: dict[str, _Node]) -> tuple[_Node | None, _Node | None]:
+    """Walk from the node a device uses down to its protocol node."""
+    fmt: _Node | None = None
+    seen: set[str] = set()
+    node = nodes.get(node_name)
+    while node is not None and node.name not in seen:
+        seen.add(node.name)
+        drv = str(node.props.get("driver", ""))
+        if drv in FORMAT_DRIVERS and fmt is None:
+            fmt = node
+        child = node.props.get("file")
+        if isinstance(child, str) and child in nodes:
+            node = nodes[child]
+            continue
+        return node, fmt
+    return node, fmt
+
+
+def _disk_from_device(
+    dev: Option,
+    drive_ref: str,
+    nodes: dict[str, _Node],
+    drives: dict[str, Option],
+    controllers: dict[str, str],
+    guest: Guest,
+) -> Disk:
+    p = dev.props
+    drv = str(p.get("driver", "")).lower()
+    bus = BUS_OF_DEVICE[drv]
+    if bus == "ide" and guest.machine and "q35" in guest.machine:
+        bus = "sata"
+    disk = Disk(
+        target=str(p.get("id", drive_ref)),
+        device="cdrom" if drv in ("ide-cd", "scsi-cd") else "disk",
+        bus=bus,
+        iothread=str(p["iothread"]) if "iothread" in p else None,
+        locator=dev.label,
+    )
+    if "num-queues" in p:
+        try:
+            disk.queues = int(str(p["num-queues"]))
+        except ValueError:
+            pass
+    if bus == "scsi":
+        ctrl_id = str(p.get("bus", "scsi0.0")).split(".")[0]
+        disk.scsi_controller_model = controllers.get(ctrl_id, "default")
+    wce = _on(p.get("write-cache")) if "write-cache" in p else None
+    if drive_ref in drives:
+        d = _disk_from_drive(drives[drive_ref], guest)
+        disk.cache = d.cache if wce is None else effective_cache(d.cache in ("none", "directsync"), d.cache == "unsafe", wce)
+        disk.io, disk.format, disk.source, disk.source_type = d.io, d.format, d.source, d.source_type
+        disk.discard, disk.detect_zeroes, disk.readonly = d.discard, d.detect_zeroes, d.readonly
+        disk.evidence = {k: f"{drives[drive_ref].label} (used by {dev.label})" for k in ("cache", "io", "format")}
+    else:
+        proto, fmt = _protocol_and_format(drive_ref, nodes)
+        top = nodes.get(drive_ref)
+        props: dict[str, Any] = {}
+        for n in (proto, fmt, top):
+            if n is not None:
+                props.update({k: v for k, v in n.props.items() if k.startswith("cache.") or k in ("discard", "detect-zeroes", "read-only")})
+        if proto is not None:
+            disk.io = str(proto.props["aio"]) if "aio" in proto.props else None
+            pdrv = str(proto.props.get("driver", ""))
+            disk.source_type = PROTOCOL_SOURCE_TYPE.get(pdrv, "network")
+            disk.source = str(proto.props.get("filename") or proto.props.get("path") or proto.props.get("server.host") or pdrv)
+        disk.format = str(fmt.props["driver"]) if fmt is not None else ("raw" if proto is not None else None)
+        direct = _on(props.get("cache.direct"))
+        no_flush = _on(props.get("cache.no-flush"))
+        disk.cache = effective_cache(direct, no_flush, wce)
+        disk.discard = "unmap" if str(props.get("discard", "")) in ("unmap", "on") else None
+        disk.detect_zeroes = str(props["detect-zeroes"]) if "detect-zeroes" in props else None
+        disk.readonly = _on(props.get("read-only")) is True
+        where = (proto or top).option.label if (proto or top) else dev.label
+        disk.evidence = {"cache": f"{where} cache.* + {dev.label} write-cache", "io": f"{where} aio", "format": where}
+    disk.evidence["bus"] = f"{dev.label} driver={drv}"
+    return disk
+
+
+def _disk_from_drive(opt: Option, guest: Guest) -> Disk:
+    p = opt.props
+    iface = str(p.get("if", "ide"))
+    bus = {"none": None, "mtd": "mtd", "pflash": "pflash", "floppy": "fdc"}.get(iface, iface)
+    if bus == "ide" and guest.machine and "q35" in guest.machine:
+        bus = "sata"
+    fmt = str(p["format"]) if "format" in p else None
+    cache = str(p["cache"]) if "cache" in p else None
+    if cache is None and ("cache.direct" in p or "cache.no-flush" in p):
+        cache = effective_cache(_on(p.get("cache.direct")), _on(p.get("cache.no-flush")), None)
+    source = str(p.get("file")) if "file" in p else None
+    disk = Disk(
+        target=str(p.get("id", f"drive{opt.index}")),
+        device="cdrom" if str(p.get("media", "")) == "cdrom" else ("floppy" if bus == "fdc" else "disk"),
+        bus=bus,
+        cache=cache,
+        io=str(p["aio"]) if "aio" in p else None,
+        format=fmt,
+        discard="unmap" if str(p.get("discard", "")) in ("unmap", "on") else None,
+        detect_zeroes=str(p["detect-zeroes"]) if "detect-zeroes" in p else None,
+        source=source,
+        source_type="block" if source and source.startswith("/dev/") else ("file" if source else None),
+        readonly=_on(p.get("readonly")) is True,
+        locator=opt.label,
+    )
+    disk.evidence = {k: f"{opt.label} {k}=" for k in ("cache", "io", "format")}
+    disk.evidence["bus"] = f"{opt.label} if={iface}"
+    return disk
+
+
+def _nic_from_backend(index: int, backend: Option | None, driver: str, device: Option | None = None) -> Nic:
+    bp = backend.props if backend else {}
+    dp = device.props if device else {}
+    btype = str(bp.get("type", "")).lower() or None
+    nic = Nic(index=index, model=NIC_MODEL_OF_DEVICE.get(driver.lower(), driver.lower()))
+    nic.type = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuser", "bridge": "bridge",
+                "vhost-vdpa": "vdpa", "socket": "socket", "stream": "stream", "passt": "user"}.get(btype or "", btype)
+    if btype == "tap" or btype == "bridge":
+        vhost = _on(bp.get("vhost"))
+        nic.vhost = bool(vhost) or "vhostfd" in bp or "vhostfds" in bp
+        nic.driver_name = "vhost" if nic.vhost else "qemu"
+    elif btype == "vhost-user":
+        nic.vhost = True
+    if "queues" in bp:
+        try:
+            nic.queues = int(str(bp["queues"]))
+        except ValueError:
+            pass
+    elif "fds" in bp:
+        nic.queues = len(str(bp["fds"]).split(":"))
+    nic.source = str(bp["br"]) if "br" in bp else (str(bp["ifname"]) if "ifname" in bp else None)
+    mac = dp.get("mac", bp.get("mac"))
+    nic.mac = str(mac).lower() if mac else None
+    mtu = dp.get("host_mtu")
+    nic.mtu = int(str(mtu)) if mtu is not None and str(mtu).isdigit() else None
+    where_dev = device.label if device else (backend.label if backend else "")
+    where_back = backend.label if backend else where_dev
+    nic.locator = where_dev
+    nic.evidence = {
+        "model": f"{where_dev} driver={driver}",
+        "driver_name": f"{where_back} vhost=",
+        "type": f"{where_back} type={btype}",
+        "mac": f"{where_dev} mac=",
+        "queues": f"{where_back} queues=",
+        "mtu": f"{where_dev} host_mtu=",
+    }
+    return nic
+
+
+def guest_from_text(text: str, origin: str) -> Guest:
+    try:
+        argv = split_args_text(text)
+    except ValueError as exc:
+        raise InputError(origin, str(exc)) from None
+    return guest_from_argv(argv, origin)

@@ -1,0 +1,32 @@
+"""Running QEMU processes, read from /proc through the host root."""
+
+from __future__ import annotations
+
+from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.cmdline import guest_from_argv, split_proc_cmdline
+
+
+def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
+    guests: list[Guest] = []
+    errors: list[str] = []
+    for entry in host.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        data = host.read_bytes(f"/proc/{entry}/cmdline")
+        if not data:
+            continue
+        argv = split_proc_cmdline(data)
+        if not argv or "qemu-system-" not in argv[0].rsplit("/", 1)[-1]:
+            continue
+        try:
+            guest = guest_from_argv(argv, f"/proc/{entry}/cmdline")
+        except InputError as exc:
+            errors.append(str(exc))
+            continue
+        guest.active = True
+        if guest.name == "?":
+            guest.name = f"qemu-pid-{entry}"
+        guests.append(guest)
+    return guests, errors

@@ -1,0 +1,1 @@
+"""Audit rules: one rule per file, with its doc beside it."""

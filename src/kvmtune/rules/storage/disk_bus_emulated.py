@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+EMULATED_BUSES = {"ide", "sata", "fdc", "usb", "sd"}
+
+
+class DiskBusEmulated(GuestRule):
+    id = "KVM-STO-001"
+    slug = "disk-bus-emulated"
+    topic = "disk-bus"
+    severity = Severity.HIGH
+    title = "Data disk on an emulated bus instead of virtio"
+    why = (
+        "Every request to an emulated IDE/SATA/USB/floppy controller traps into QEMU's device model; "
+        "seed 000 measured 85.8 MB/s with virtio_blk against 19.0 MB/s with IDE for 8-thread random "
+        "writes (4.5x)."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Set <target bus='virtio'/> (virtio-blk) or bus='scsi' on a virtio-scsi controller; the guest "
+        "needs virtio drivers and the device name changes (hda -> vda)."
+    )
+    fix_safe = False
+    references = (
+        "seed:000 (FFSB random writes, 8 threads: virtio_blk 85.8 MB/s vs IDE 19.0 MB/s)",
+        "libvirt formatdomain: disk target bus",
+        "nova blockinfo.get_disk_bus_for_device_type (virtio for KVM disks)",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        for disk in guest.disks:
+            if disk.is_data_disk and disk.bus in EMULATED_BUSES:
+                yield self.finding(
+                    target=self.target(guest, disk.label),
+                    actual=disk.bus,
+                    expected="virtio (virtio-blk) or scsi on a virtio-scsi controller",
+                    evidence=disk.where("bus"),
+                    source=guest.origin,
+                )

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+
+class DiskCacheWritethrough(GuestRule):
+    id = "KVM-STO-002"
+    slug = "disk-cache-writethrough"
+    topic = "disk-cache"
+    severity = Severity.HIGH
+    title = "Disk uses cache='writethrough': every write waits for the host disk"
+    why = (
+        "writethrough turns every guest write into a synchronous write through the host page cache; "
+        "seed 003 measured qcow2 without preallocation 5x slower than raw under it."
+    )
+    fix_kind = "xml"
+    fix_description = "Set <driver cache='none' io='native'/> (or io='io_uring')."
+    fix_safe = True
+    references = (
+        "seed:003 (qcow2 without preallocation + write-through = 5x slower than raw)",
+        "libvirt formatdomain: disk driver cache",
+        "QEMU docs: block device cache modes",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        for disk in guest.disks:
+            if disk.is_data_disk and not disk.readonly and disk.cache == "writethrough":
+                yield self.finding(
+                    target=self.target(guest, disk.label),
+                    actual="writethrough",
+                    expected="none (O_DIRECT) with io=native or io_uring",
+                    evidence=disk.where("cache"),
+                    source=guest.origin,
+                )

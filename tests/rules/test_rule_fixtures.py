@@ -1,0 +1,66 @@
+"""Every guest rule fires on each of its bad fixtures and stays silent on its good ones.
+
+Fixtures live in ``tests/rules/<RULE-ID>/{bad,good}/``: domain XML (``*.xml``) or
+QEMU command lines (``*.args``). A directory holding several files is audited as
+one run (for rules that compare guests, e.g. duplicate MACs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import run_rules
+from kvmtune.audit.rule import GuestRule, RunRule, all_rules, rule_by_id
+from kvmtune.domain.xml import load_guest_file
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.cmdline import guest_from_text
+
+HERE = Path(__file__).parent
+FIXTURE_HOST = HERE.parent / "fixtures" / "hosts" / "rules-default"
+
+
+def load(path: Path) -> list[Guest]:
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    guests = []
+    for f in files:
+        if f.suffix == ".xml":
+            guests.append(load_guest_file(f))
+        elif f.suffix == ".args":
+            guests.append(guest_from_text(f.read_text(), str(f)))
+    return guests
+
+
+def cases(kind: str) -> list[tuple[str, Path]]:
+    out = []
+    for rule_dir in sorted(HERE.iterdir()):
+        if rule_dir.is_dir() and (rule_dir / kind).is_dir():
+            out.extend((rule_dir.name, case) for case in sorted((rule_dir / kind).iterdir()))
+    return out
+
+
+def audit(rule_id: str, case: Path) -> list[str]:
+    rule = rule_by_id(rule_id)
+    assert rule is not None, f"fixture directory for unknown rule {rule_id}"
+    ctx = AuditContext(host=HostRoot(str(FIXTURE_HOST)))
+    return [f.rule for f in run_rules(ctx, load(case), rules=[rule])]
+
+
+@pytest.mark.parametrize(("rule_id", "case"), cases("bad"), ids=lambda v: v if isinstance(v, str) else v.name)
+def test_rule_fires_on_bad(rule_id: str, case: Path) -> None:
+    assert rule_id in audit(rule_id, case)
+
+
+@pytest.mark.parametrize(("rule_id", "case"), cases("good"), ids=lambda v: v if isinstance(v, str) else v.name)
+def test_rule_silent_on_good(rule_id: str, case: Path) -> None:
+    assert audit(rule_id, case) == []
+
+
+@pytest.mark.parametrize("rule", [r for r in all_rules() if issubclass(r, (GuestRule, RunRule))], ids=lambda r: r.id)
+def test_guest_rule_has_fixtures(rule: type) -> None:
+    d = HERE / rule.id
+    assert any((d / "bad").glob("*")), f"{rule.id} needs at least one bad fixture in {d}/bad"
+    assert any((d / "good").glob("*")), f"{rule.id} needs at least one good fixture in {d}/good"
