@@ -14,12 +14,30 @@ from kvmtune.qemu.cmdline import guest_from_text, split_proc_cmdline, guest_from
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
 
 
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:
+        return False  # unreadable: reading it as a file reports why
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except OSError:
+        return True
+
+
 def _expand(paths: Iterable[str], result: AuditResult) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*.xml") if q.is_file())
+        if _is_dir(p):
+            try:
+                found = sorted(q for q in p.rglob("*.xml") if _is_file(q))
+            except OSError as exc:
+                result.errors.append(f"{p}: cannot list the directory ({exc.strerror})")
+                continue
             if not found:
                 result.errors.append(f"{p}: directory has no .xml files")
             files.extend(found)
@@ -46,7 +64,7 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
     for raw in paths:
         p = Path(raw)
         try:
-            if p.is_dir():
+            if _is_dir(p):
                 raise InputError(str(p), "is a directory (give a file holding one QEMU command line)")
             data = p.read_bytes()[: MAX_CMDLINE_BYTES + 1]
         except FileNotFoundError:

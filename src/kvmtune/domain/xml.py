@@ -57,14 +57,14 @@ def parse_xml_bytes(data: bytes, where: str) -> etree._ElementTree:
 def read_xml_file(path: str | Path) -> etree._ElementTree:
     p = Path(path)
     try:
-        if p.is_dir():
-            raise InputError(str(p), "is a directory")
         with open(p, "rb") as fh:
             data = fh.read(MAX_XML_BYTES + 1)
     except FileNotFoundError:
         raise InputError(str(p), "no such file") from None
     except PermissionError:
         raise InputError(str(p), "not readable (permission denied)") from None
+    except IsADirectoryError:
+        raise InputError(str(p), "is a directory") from None
     except OSError as exc:
         raise InputError(str(p), exc.strerror or str(exc)) from None
     return parse_xml_bytes(data, str(p))
@@ -72,10 +72,6 @@ def read_xml_file(path: str | Path) -> etree._ElementTree:
 
 def _low(value: str | None) -> str | None:
     return value.strip().lower() if value is not None else None
-
-
-def _path(el: etree._Element) -> str:
-    return str(el.getroottree().getpath(el))
 
 
 def _int(text: str | None) -> int | None:
@@ -97,14 +93,21 @@ def memory_kib(el: etree._Element | None) -> int | None:
     return int(value * _UNIT_KIB.get(unit, 1))
 
 
-def _attr_ev(el: etree._Element | None, attr: str) -> str:
-    return f"{_path(el)}/@{attr}" if el is not None else ""
+def _children(el: etree._Element) -> dict[str, etree._Element]:
+    """First child per tag; one pass instead of many ElementPath look-ups."""
+    out: dict[str, etree._Element] = {}
+    for child in el:
+        tag = child.tag
+        if isinstance(tag, str) and tag not in out:
+            out[tag] = child
+    return out
 
 
-def _disk(el: etree._Element, controllers: dict[str, str]) -> Disk:
-    driver = el.find("driver")
-    target = el.find("target")
-    source = el.find("source")
+def _disk(el: etree._Element, locator: str) -> Disk:
+    kids = _children(el)
+    driver = kids.get("driver")
+    target = kids.get("target")
+    source = kids.get("source")
     src_type = _low(el.get("type"))
     src = None
     if source is not None:
@@ -112,49 +115,47 @@ def _disk(el: etree._Element, controllers: dict[str, str]) -> Disk:
         if src_type == "network" and source.get("protocol"):
             src = f"{source.get('protocol')}:{src or ''}"
     bus = _low(target.get("bus")) if target is not None else None
+    d = driver.get if driver is not None else (lambda _k, _d=None: None)
     disk = Disk(
         target=(target.get("dev") if target is not None else None) or "?",
         device=_low(el.get("device")) or "disk",
         bus=bus,
-        cache=_low(driver.get("cache")) if driver is not None else None,
-        io=_low(driver.get("io")) if driver is not None else None,
-        format=_low(driver.get("type")) if driver is not None else None,
-        discard=_low(driver.get("discard")) if driver is not None else None,
-        detect_zeroes=_low(driver.get("detect_zeroes")) if driver is not None else None,
-        iothread=driver.get("iothread") if driver is not None else None,
-        queues=_int(driver.get("queues")) if driver is not None else None,
+        cache=_low(d("cache")),
+        io=_low(d("io")),
+        format=_low(d("type")),
+        discard=_low(d("discard")),
+        detect_zeroes=_low(d("detect_zeroes")),
+        iothread=d("iothread"),
+        queues=_int(d("queues")),
         source_type=src_type,
         source=src,
-        readonly=el.find("readonly") is not None,
-        shareable=el.find("shareable") is not None,
-        locator=_path(el),
+        readonly="readonly" in kids,
+        shareable="shareable" in kids,
+        locator=locator,
         element=el,
     )
-    if driver is not None and driver.find("iothreads") is not None and disk.iothread is None:
+    if driver is not None and disk.iothread is None and driver.find("iothreads") is not None:
         disk.iothread = "mapped"
-    if bus == "scsi":
-        address = el.find("address")
-        ctrl = address.get("controller", "0") if address is not None else "0"
-        disk.scsi_controller_model = controllers.get(ctrl, "default")
     disk.evidence = {
-        "bus": _attr_ev(target, "bus"),
-        "cache": _attr_ev(driver, "cache") if driver is not None else f"{disk.locator}/driver/@cache",
-        "io": _attr_ev(driver, "io") if driver is not None else f"{disk.locator}/driver/@io",
-        "format": _attr_ev(driver, "type") if driver is not None else f"{disk.locator}/driver/@type",
-        "discard": f"{disk.locator}/driver/@discard",
-        "iothread": f"{disk.locator}/driver/@iothread",
+        "bus": f"{locator}/target/@bus",
+        "cache": f"{locator}/driver/@cache",
+        "io": f"{locator}/driver/@io",
+        "format": f"{locator}/driver/@type",
+        "discard": f"{locator}/driver/@discard",
+        "iothread": f"{locator}/driver/@iothread",
     }
     return disk
 
 
-def _nic(el: etree._Element, index: int) -> Nic:
-    model = el.find("model")
-    source = el.find("source")
-    driver = el.find("driver")
-    mac = el.find("mac")
-    mtu = el.find("mtu")
-    target = el.find("target")
-    vport = el.find("virtualport")
+def _nic(el: etree._Element, index: int, locator: str) -> Nic:
+    kids = _children(el)
+    model = kids.get("model")
+    source = kids.get("source")
+    driver = kids.get("driver")
+    mac = kids.get("mac")
+    mtu = kids.get("mtu")
+    target = kids.get("target")
+    vport = kids.get("virtualport")
     nic = Nic(
         index=index,
         type=_low(el.get("type")),
@@ -167,17 +168,17 @@ def _nic(el: etree._Element, index: int) -> Nic:
         mac=_low(mac.get("address")) if mac is not None else None,
         mtu=_int(mtu.get("size")) if mtu is not None else None,
         target_dev=target.get("dev") if target is not None else None,
-        locator=_path(el),
+        locator=locator,
         element=el,
     )
     nic.evidence = {
-        "model": _attr_ev(model, "type") if model is not None else f"{nic.locator}/model/@type",
-        "driver_name": _attr_ev(driver, "name") if driver is not None else f"{nic.locator}/driver/@name",
-        "queues": f"{nic.locator}/driver/@queues",
-        "mac": _attr_ev(mac, "address") if mac is not None else f"{nic.locator}/mac",
-        "mtu": _attr_ev(mtu, "size") if mtu is not None else f"{nic.locator}/mtu",
-        "type": f"{nic.locator}/@type",
-        "source_mode": f"{nic.locator}/source/@mode",
+        "model": f"{locator}/model/@type",
+        "driver_name": f"{locator}/driver/@name",
+        "queues": f"{locator}/driver/@queues",
+        "mac": f"{locator}/mac/@address",
+        "mtu": f"{locator}/mtu/@size",
+        "type": f"{locator}/@type",
+        "source_mode": f"{locator}/source/@mode",
     }
     return nic
 
@@ -191,34 +192,40 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
             tag, f"<{tag}>"
         )
         raise InputError(origin, f"not a libvirt domain: the root element is {what}", root.sourceline)
-    name_el = root.find("name")
+    top = _children(root)
+    name_el = top.get("name")
     if name_el is None or not (name_el.text or "").strip():
         raise InputError(origin, "domain has no <name>", root.sourceline)
-    os_type = root.find("os/type")
-    vcpu = root.find("vcpu")
-    cpu = root.find("cpu")
-    cpu_model = root.find("cpu/model")
-    mem = root.find("memory")
+    os_el = top.get("os")
+    os_type = os_el.find("type") if os_el is not None else None
+    vcpu = top.get("vcpu")
+    cpu = top.get("cpu")
+    cpu_model = cpu.find("model") if cpu is not None else None
+    cputune = top.get("cputune")
+    backing = top.get("memoryBacking")
+    backing_kids = _children(backing) if backing is not None else {}
+    iothreadids = top.get("iothreadids")
     guest = Guest(
-        name=name_el.text.strip(),
+        name=(name_el.text or "").strip(),
         origin=origin,
         origin_kind=origin_kind,
         virt_type=_low(root.get("type")),
         arch=_low(os_type.get("arch")) if os_type is not None else None,
         machine=_low(os_type.get("machine")) if os_type is not None else None,
-        vcpus=_int(vcpu.text) if vcpu is not None else None,
-        memory_kib=memory_kib(mem),
+        vcpus=_int(vcpu.text) if vcpu is not None else 1,
+        memory_kib=memory_kib(top.get("memory")),
         cpu_mode=_low(cpu.get("mode")) if cpu is not None else None,
-        cpu_model=(cpu_model.text or "").strip().lower() or None if cpu_model is not None else None,
-        vcpu_pinned=root.find("cputune/vcpupin") is not None or (vcpu is not None and vcpu.get("cpuset") is not None),
-        numatune=root.find("numatune") is not None,
-        nosharepages=root.find("memoryBacking/nosharepages") is not None,
-        hugepages=root.find("memoryBacking/hugepages") is not None,
-        iothreads=_int(root.findtext("iothreads")) or len(root.findall("iothreadids/iothread")),
+        cpu_model=((cpu_model.text or "").strip().lower() or None) if cpu_model is not None else None,
+        vcpu_pinned=(cputune is not None and cputune.find("vcpupin") is not None)
+        or (vcpu is not None and vcpu.get("cpuset") is not None),
+        numatune="numatune" in top,
+        nosharepages="nosharepages" in backing_kids,
+        hugepages="hugepages" in backing_kids,
+        iothreads=_int(top["iothreads"].text) if "iothreads" in top else 0,
         tree=tree,
     )
-    if guest.vcpus is None and root.find("vcpu") is None:
-        guest.vcpus = 1
+    if not guest.iothreads and iothreadids is not None:
+        guest.iothreads = len(iothreadids)
     guest.evidence = {
         "virt_type": "/domain/@type",
         "vcpus": "/domain/vcpu",
@@ -229,30 +236,44 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         "memoryBacking": "/domain/memoryBacking",
         "iothreads": "/domain/iothreads",
     }
+    devices = top.get("devices")
+    if devices is None:
+        return guest
     controllers: dict[str, str] = {}
-    for c in root.findall("devices/controller"):
-        if _low(c.get("type")) == "scsi":
-            controllers[c.get("index", "0")] = _low(c.get("model")) or "default"
-    for el in root.findall("devices/disk"):
-        guest.disks.append(_disk(el, controllers))
-    for i, el in enumerate(root.findall("devices/interface")):
-        guest.nics.append(_nic(el, i))
-    balloon = root.find("devices/memballoon")
-    if balloon is not None:
-        guest.memballoon = _low(balloon.get("model"))
-        guest.balloon_autodeflate = _low(balloon.get("autodeflate")) == "on"
-        guest.balloon_free_page_reporting = _low(balloon.get("freePageReporting")) == "on"
-        guest.evidence["memballoon"] = _path(balloon)
-    for el in root.findall("devices/rng"):
-        backend = el.find("backend")
-        guest.rngs.append(
-            Rng(
-                model=_low(el.get("model")),
-                backend_model=_low(backend.get("model")) if backend is not None else None,
-                backend_source=(backend.text or "").strip() or None if backend is not None else None,
-                locator=_path(el),
+    counts: dict[str, int] = {}
+    for el in devices:
+        dtag = el.tag
+        if not isinstance(dtag, str):
+            continue
+        n = counts[dtag] = counts.get(dtag, 0) + 1
+        locator = f"/domain/devices/{dtag}[{n}]"
+        if dtag == "disk":
+            guest.disks.append(_disk(el, locator))
+        elif dtag == "interface":
+            guest.nics.append(_nic(el, len(guest.nics), locator))
+        elif dtag == "controller" and _low(el.get("type")) == "scsi":
+            controllers[el.get("index", "0")] = _low(el.get("model")) or "default"
+        elif dtag == "memballoon":
+            guest.memballoon = _low(el.get("model"))
+            guest.balloon_autodeflate = _low(el.get("autodeflate")) == "on"
+            guest.balloon_free_page_reporting = _low(el.get("freePageReporting")) == "on"
+            guest.evidence["memballoon"] = locator
+        elif dtag == "rng":
+            backend = el.find("backend")
+            guest.rngs.append(
+                Rng(
+                    model=_low(el.get("model")),
+                    backend_model=_low(backend.get("model")) if backend is not None else None,
+                    backend_source=((backend.text or "").strip() or None) if backend is not None else None,
+                    locator=locator,
+                )
             )
-        )
+    # controllers may follow the disks that use them: resolve SCSI controller models at the end
+    for disk in guest.disks:
+        if disk.bus == "scsi" and disk.element is not None:
+            address = disk.element.find("address")
+            ctrl = address.get("controller", "0") if address is not None else "0"
+            disk.scsi_controller_model = controllers.get(ctrl, "default")
     return guest
 
 

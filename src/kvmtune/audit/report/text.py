@@ -28,9 +28,13 @@ def render_text(result: AuditResult, color: bool = False) -> str:
     if result.looked_at:
         out.append("Looked at: " + "; ".join(result.looked_at))
         out.append("")
-    key = lambda f: (f.target.host, f.target.domain or "")  # noqa: E731
-    for (host, domain), group in groupby(sorted(result.findings, key=Finding.sort_key), key=key):
-        out.append(f"== {domain or 'host ' + host}" + (f"  ({host})" if domain and host != "localhost" else ""))
+    def key(f: Finding) -> tuple[str, str, str]:
+        return (f.target.host, f.target.domain or "", f.source if f.target.domain else "")
+
+    ordered = sorted(result.findings, key=lambda f: (*key(f), *f.sort_key()))
+    for (host, domain, source), group in groupby(ordered, key=key):
+        head = f"== {domain}  [{source}]" if domain else f"== host {host}"
+        out.append(head)
         for device, items in groupby(group, key=lambda f: f.target.device or ""):
             if device:
                 out.append(f"  {device}")

@@ -1,0 +1,77 @@
+"""Against a real libvirtd: domains defined from fixtures give the same findings through
+``--connect`` as from their files."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from kvmtune.cli import main
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "src" / "kvmtune" / "examples").glob("*.xml"))
+
+
+def _key(f: dict[str, object]) -> tuple[str, str, str, str]:
+    target = f["target"]
+    assert isinstance(target, dict)
+    return (str(target["domain"]), str(f["rule"]), str(target["device"]), str(f["actual"]))
+
+
+@pytest.fixture
+def defined(libvirt_uri: str, tmp_path: Path) -> Iterator[tuple[list[Path], list[str]]]:
+    """Define every example under a unique name; undefine afterwards."""
+    import libvirt
+
+    conn = libvirt.open(libvirt_uri)
+    tag = uuid.uuid4().hex[:8]
+    files: list[Path] = []
+    names: list[str] = []
+    doms = []
+    try:
+        for src in EXAMPLES:
+            tree = etree.parse(str(src))
+            name_el = tree.getroot().find("name")
+            assert name_el is not None
+            name_el.text = f"kvmtune-test-{tag}-{name_el.text}"
+            out = tmp_path / src.name
+            tree.write(str(out))
+            doms.append(conn.defineXML(out.read_text()))
+            files.append(out)
+            names.append(name_el.text)
+        yield files, names
+    finally:
+        for d in doms:
+            d.undefine()
+        conn.close()
+
+
+def test_connect_and_files_give_the_same_findings(
+    libvirt_uri: str, defined: tuple[list[Path], list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files, names = defined
+    assert main(["audit", "--format", "json", *map(str, files)]) == 0
+    from_files = {_key(f) for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert main(["audit", "--format", "json", "--connect", libvirt_uri]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    from_libvirt = {_key(f) for f in doc["findings"] if f["target"]["domain"] in names}
+    assert from_files, "the examples should produce findings"
+    assert from_libvirt == from_files
+    assert any(f"libvirt {libvirt_uri}:" in line for line in doc["looked_at"])
+
+
+def test_default_audit_uses_libvirt_when_it_answers(
+    libvirt_uri: str, defined: tuple[list[Path], list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["audit", "--format", "json"]) in (0, 2)
+    doc = json.loads(capsys.readouterr().out)
+    assert any(line.startswith(f"libvirt {libvirt_uri}:") for line in doc["looked_at"])
+    domains = {f["target"]["domain"] for f in doc["findings"]}
+    assert set(defined[1]) & domains
