@@ -49,9 +49,9 @@ def parse_xml_bytes(data: bytes, where: str) -> etree._ElementTree:
     try:
         return etree.ElementTree(etree.fromstring(data, _parser()))
     except etree.XMLSyntaxError as exc:
-        line = exc.lineno if exc.lineno else None
+        err_line: int | None = exc.lineno or None
         msg = (exc.msg or "not well-formed XML").split(", line ")[0]
-        raise InputError(where, f"malformed XML: {msg}", line) from None
+        raise InputError(where, f"malformed XML: {msg}", err_line) from None
 
 
 def read_xml_file(path: str | Path) -> etree._ElementTree:
@@ -91,6 +91,11 @@ def memory_kib(el: etree._Element | None) -> int | None:
         return None
     unit = (el.get("unit") or "KiB").lower()
     return int(value * _UNIT_KIB.get(unit, 1))
+
+
+def _line(el: etree._Element) -> int | None:
+    line = el.sourceline
+    return line if isinstance(line, int) and line > 0 else None
 
 
 def _children(el: etree._Element) -> dict[str, etree._Element]:
@@ -191,11 +196,11 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         what = {"network": "a libvirt network", "pool": "a storage pool", "volume": "a storage volume"}.get(
             tag, f"<{tag}>"
         )
-        raise InputError(origin, f"not a libvirt domain: the root element is {what}", root.sourceline)
+        raise InputError(origin, f"not a libvirt domain: the root element is {what}", _line(root))
     top = _children(root)
     name_el = top.get("name")
     if name_el is None or not (name_el.text or "").strip():
-        raise InputError(origin, "domain has no <name>", root.sourceline)
+        raise InputError(origin, "domain has no <name>", _line(root))
     os_el = top.get("os")
     os_type = os_el.find("type") if os_el is not None else None
     vcpu = top.get("vcpu")
@@ -221,7 +226,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         numatune="numatune" in top,
         nosharepages="nosharepages" in backing_kids,
         hugepages="hugepages" in backing_kids,
-        iothreads=_int(top["iothreads"].text) if "iothreads" in top else 0,
+        iothreads=(_int(top["iothreads"].text) or 0) if "iothreads" in top else 0,
         tree=tree,
     )
     if not guest.iothreads and iothreadids is not None:

@@ -275,10 +275,10 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             qom = str(p.get("qom-type", ""))
             if qom == "iothread":
                 guest.iothreads += 1
-            if qom in ("memory-backend-file", "memory-backend-memfd"):
-                if "huge" in str(p.get("mem-path", "")) or _on(p.get("hugetlb")):
-                    guest.hugepages = True
-                    guest.evidence["memoryBacking"] = opt.label
+            is_file_backend = qom in ("memory-backend-file", "memory-backend-memfd")
+            if is_file_backend and ("huge" in str(p.get("mem-path", "")) or _on(p.get("hugetlb"))):
+                guest.hugepages = True
+                guest.evidence["memoryBacking"] = opt.label
             if qom.startswith("memory-backend") and _on(p.get("merge")) is False:
                 guest.nosharepages = True
         elif opt.name == "-blockdev":
@@ -400,7 +400,9 @@ def _disk_from_device(
         props: dict[str, Any] = {}
         for n in (proto, fmt, top):
             if n is not None:
-                props.update({k: v for k, v in n.props.items() if k.startswith("cache.") or k in ("discard", "detect-zeroes", "read-only")})
+                props.update(
+                    {k: v for k, v in n.props.items() if k.startswith("cache.") or k in ("discard", "detect-zeroes", "read-only")}
+                )
         if proto is not None:
             disk.io = str(proto.props["aio"]) if "aio" in proto.props else None
             pdrv = str(proto.props.get("driver", ""))
@@ -413,7 +415,8 @@ def _disk_from_device(
         disk.discard = "unmap" if str(props.get("discard", "")) in ("unmap", "on") else None
         disk.detect_zeroes = str(props["detect-zeroes"]) if "detect-zeroes" in props else None
         disk.readonly = _on(props.get("read-only")) is True
-        where = (proto or top).option.label if (proto or top) else dev.label
+        anchor = proto or top
+        where = anchor.option.label if anchor is not None else dev.label
         disk.evidence = {"cache": f"{where} cache.* + {dev.label} write-cache", "io": f"{where} aio", "format": where}
     disk.evidence["bus"] = f"{dev.label} driver={drv}"
     return disk
