@@ -1,0 +1,3 @@
+module kvmtune/netload
+
+go 1.22

@@ -1,0 +1,361 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/profile"
+	"kvmtune/netload/internal/sysstat"
+	"kvmtune/netload/internal/wire"
+)
+
+// Server is `netload serve`: it accepts control connections and runs the
+// opposite side of each client's profile.
+type Server struct {
+	PeerTimeout time.Duration        // silence after which the client is dead (default 10s)
+	StepGrace   time.Duration        // how long stragglers may take to reach the client's count (default 10s)
+	Logf        func(string, ...any) // nil = quiet
+	Once        bool                 // return after the first session
+
+	ln       net.Listener
+	mu       sync.Mutex
+	sessions map[*session]bool
+	wg       sync.WaitGroup
+}
+
+// Listen opens the control listener.
+func Listen(addr string) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, flowop.Explain(err))
+	}
+	return &Server{ln: ln, sessions: map[*session]bool{}}, nil
+}
+
+// Addr is the control listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *Server) logf(format string, a ...any) {
+	if s.Logf != nil {
+		s.Logf(format, a...)
+	}
+}
+
+// Serve accepts clients until ctx ends (or after one session with Once).
+func (s *Server) Serve(ctx context.Context) error {
+	if s.PeerTimeout <= 0 {
+		s.PeerTimeout = 10 * time.Second
+	}
+	if s.StepGrace <= 0 {
+		s.StepGrace = 10 * time.Second
+	}
+	go func() {
+		<-ctx.Done()
+		s.ln.Close()
+	}()
+	defer s.shutdown()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.logf("accept: %v", flowop.Explain(err))
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		ss := &session{srv: s, wc: wire.NewConn(nc)}
+		s.mu.Lock()
+		s.sessions[ss] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		run := func() {
+			defer s.wg.Done()
+			ss.run()
+			s.mu.Lock()
+			delete(s.sessions, ss)
+			s.mu.Unlock()
+		}
+		if s.Once {
+			s.ln.Close()
+			run()
+			return ss.err
+		}
+		go run()
+	}
+}
+
+// Close stops the server and every session.
+func (s *Server) Close() {
+	s.ln.Close()
+	s.shutdown()
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	for ss := range s.sessions {
+		ss.wc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// session is one client's run on the server.
+type session struct {
+	srv *Server
+	wc  *wire.Conn
+	sd  *side
+	err error
+}
+
+func (ss *session) refuse(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	ss.err = errors.New(msg)
+	ss.srv.logf("%s: refused: %s", ss.wc.Net().RemoteAddr(), msg)
+	_ = ss.wc.Send(&wire.Msg{Type: wire.TError, Error: msg, ErrorClass: ClassSetup})
+}
+
+// checkProfile re-validates what a client sent (it did not come from our
+// parser, so limits are checked again).
+func checkProfile(p *profile.Profile) error {
+	if p == nil || len(p.Groups) == 0 {
+		return errors.New("the profile is empty")
+	}
+	total := 0
+	for _, g := range p.Groups {
+		if g.Strands < 1 || len(g.Transactions) == 0 {
+			return fmt.Errorf("group %q is empty", g.Name)
+		}
+		total += g.Strands
+		for _, t := range g.Transactions {
+			if len(t.Flowops) == 0 || t.Iterations < 0 || t.Duration < 0 || (t.Iterations == 0 && t.Duration == 0) {
+				return fmt.Errorf("group %q has a malformed transaction", g.Name)
+			}
+			for _, f := range t.Flowops {
+				if f.Size < 0 || f.Size > profile.MaxSize || f.RSize < 0 || f.RSize > profile.MaxSize || f.Count < 1 || f.Count > profile.MaxCount {
+					return fmt.Errorf("group %q has a flowop out of range", g.Name)
+				}
+				if f.Type.Moves() && f.Size < 1 {
+					return fmt.Errorf("group %q has a %s without size", g.Name, f.Type)
+				}
+				switch f.Type {
+				case profile.OpAccept, profile.OpConnect, profile.OpRead, profile.OpWrite, profile.OpDisconnect, profile.OpThink, profile.OpNop:
+				default:
+					return fmt.Errorf("unknown flowop %q", f.Type)
+				}
+			}
+		}
+	}
+	if total > profile.MaxStrands {
+		return fmt.Errorf("%d strands is more than %d", total, profile.MaxStrands)
+	}
+	return nil
+}
+
+func (ss *session) run() {
+	defer ss.wc.Close()
+	peer := ss.wc.Net().RemoteAddr()
+	m, err := ss.wc.Recv(10 * time.Second)
+	if err != nil {
+		ss.err = fmt.Errorf("no hello from %v: %w", peer, err)
+		ss.srv.logf("%v: %v", peer, ss.err)
+		return
+	}
+	if m.Type != wire.THello || m.Magic != wire.Magic {
+		ss.refuse("expected a netload hello, got %q", m.Type)
+		return
+	}
+	if m.Version != wire.Version {
+		ss.refuse("control protocol version %d, this server speaks %d (use the same netload on both sides)", m.Version, wire.Version)
+		return
+	}
+	if err := checkProfile(m.Profile); err != nil {
+		ss.refuse("bad profile: %v", err)
+		return
+	}
+	sprof := m.Profile.Opposite()
+	listeners := 2
+	if err := flowop.CheckFDs(needFDs(sprof)+listeners, fmt.Sprintf("the server (%d users)", sprof.Strands())); err != nil {
+		ss.refuse("%v", err)
+		return
+	}
+	local := ss.wc.Net().LocalAddr().(*net.TCPAddr).IP.String()
+	remote := peer.(*net.TCPAddr).IP.String()
+	sd := newSide("server", sprof, m.RunID)
+	ss.sd = sd
+	defer sd.close()
+	if err := sd.setupListeners(local); err != nil {
+		ss.refuse("%v", err)
+		return
+	}
+	sd.setPeer(remote, m.TCPPort, m.UDPPorts)
+	if err := ss.wc.Send(&wire.Msg{Type: wire.THelloOK, Version: wire.Version, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: hostInfo()}); err != nil {
+		ss.err = err
+		return
+	}
+	ss.srv.logf("%v: running profile %q with %d users", peer, sprof.Name, sprof.Strands())
+
+	msgs := make(chan *wire.Msg, 16)
+	readErr := make(chan error, 1)
+	stopBG := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		for {
+			m, err := ss.wc.Recv(ss.srv.PeerTimeout)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if m.Type == wire.THB {
+				continue
+			}
+			select {
+			case msgs <- m:
+			case <-stopBG:
+				return
+			}
+		}
+	}()
+	go func() {
+		defer bg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = ss.wc.Send(&wire.Msg{Type: wire.THB})
+			case <-stopBG:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stopBG)
+		ss.wc.Close()
+		bg.Wait()
+	}()
+
+	var rs *runningStep
+	abortStep := func() {
+		if rs == nil {
+			return
+		}
+		sd.abort(rs)
+		select {
+		case <-rs.done:
+		case <-time.After(5 * time.Second):
+			ss.srv.logf("%v: strands did not stop within 5s of an abort", peer)
+		}
+		rs = nil
+	}
+	finished := false // the running step's strands are all done
+	for {
+		var done chan struct{}
+		if rs != nil && !finished {
+			done = rs.done
+		}
+		select {
+		case m := <-msgs:
+			switch m.Type {
+			case wire.TBegin:
+				if rs != nil {
+					ss.refuse("protocol error: begin %d while step %d runs", m.Step, rs.k)
+					abortStep()
+					return
+				}
+				rs = sd.startStep(m.Step, false)
+				finished = false
+			case wire.TEnd:
+				if rs == nil || rs.k != m.Step {
+					ss.refuse("protocol error: end of step %d, which is not running", m.Step)
+					abortStep()
+					return
+				}
+				note := ss.endStep(rs, m.Targets, readErr)
+				if note == errPeerGone {
+					abortStep()
+					ss.err = errors.New("client went away")
+					return
+				}
+				st, _ := sd.collect(rs)
+				if note != nil {
+					for i := range st.Txns {
+						if st.Txns[i].FirstError == "" {
+							st.Txns[i].FirstError = note.Error()
+						}
+						st.Txns[i].Errors++
+					}
+				}
+				if err := ss.wc.Send(&wire.Msg{Type: wire.TEnded, Step: rs.k, Stats: st}); err != nil {
+					abortStep()
+					ss.err = err
+					return
+				}
+				rs = nil
+				sd.resumeAll()
+			case wire.TAbort:
+				abortStep()
+				return
+			case wire.TBye:
+				abortStep()
+				_ = ss.wc.Send(&wire.Msg{Type: wire.TBye, Stats: &wire.SideStats{PeakRSS: sysstat.PeakRSS()}})
+				ss.srv.logf("%v: run finished", peer)
+				return
+			}
+		case <-done:
+			// strands of an iterations step finished before the client's end: wait for it
+			finished = true
+		case err := <-sd.failCh:
+			_ = ss.wc.Send(&wire.Msg{Type: wire.TError, Error: err.Error(), ErrorClass: ClassRun})
+		case err := <-sd.fatalCh:
+			_ = ss.wc.Send(&wire.Msg{Type: wire.TError, Error: err.Error(), ErrorClass: ClassSetup})
+			abortStep()
+			ss.err = err
+			ss.srv.logf("%v: %v", peer, err)
+			return
+		case err := <-readErr:
+			abortStep()
+			ss.err = fmt.Errorf("client %v lost: %w", peer, err)
+			ss.srv.logf("%v", ss.err)
+			return
+		}
+	}
+}
+
+var errPeerGone = errors.New("peer gone")
+
+// endStep stops the step at the client's pass counts and waits for the
+// strands. It returns a note when stragglers had to be cut off.
+func (ss *session) endStep(rs *runningStep, targets []int64, readErr chan error) error {
+	sd := ss.sd
+	sd.stop(rs, targets)
+	grace := time.NewTimer(ss.srv.StepGrace)
+	defer grace.Stop()
+	select {
+	case <-rs.done:
+		return nil
+	case <-grace.C:
+	case err := <-readErr:
+		readErr <- err
+		return errPeerGone
+	}
+	short := 0
+	for _, s := range sd.strands {
+		if s.stepPasses.Load() < rs.ctl.targets[s.id] {
+			short++
+		}
+	}
+	sd.interruptAll()
+	select {
+	case <-rs.done:
+	case <-time.After(5 * time.Second):
+	}
+	return fmt.Errorf("%d server strands had not reached the client's transaction count %v after the client stopped", short, ss.srv.StepGrace)
+}

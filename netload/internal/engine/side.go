@@ -1,0 +1,329 @@
+// Package engine runs a profile: the controller side ("run") and the
+// serving side ("serve") each run every strand of every group as a
+// goroutine; transaction steps are started and stopped together over the
+// control connection (package wire), like uperf's per-transaction barrier.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/histogram"
+	"kvmtune/netload/internal/profile"
+	"kvmtune/netload/internal/sysstat"
+	"kvmtune/netload/internal/wire"
+)
+
+// side is one end of a run: its strands, listeners and peer addresses.
+type side struct {
+	role    string // "client" or "server"
+	prof    *profile.Profile
+	runID   uint32
+	strands []*strand
+
+	localHost string
+	acceptors map[int]*flowop.Acceptor // by port; 0 = the default listener
+	udp       map[flowop.Key]*flowop.UDPEndpoint
+
+	peerHost    string
+	peerTCPPort int
+	peerUDP     map[flowop.Key]int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// failures reported by strands and acceptors
+	failMu   sync.Mutex
+	failed   error
+	failCh   chan error // first strand failure of a step (buffered 1)
+	fatalCh  chan error // acceptor failures (buffered 1)
+}
+
+func newSide(role string, p *profile.Profile, runID uint32) *side {
+	ctx, cancel := context.WithCancel(context.Background())
+	sd := &side{role: role, prof: p, runID: runID, acceptors: map[int]*flowop.Acceptor{},
+		udp: map[flowop.Key]*flowop.UDPEndpoint{}, peerUDP: map[flowop.Key]int{},
+		ctx: ctx, cancel: cancel, failCh: make(chan error, 1), fatalCh: make(chan error, 1)}
+	id := 0
+	for gi := range p.Groups {
+		g := &p.Groups[gi]
+		for i := 0; i < g.Strands; i++ {
+			sd.strands = append(sd.strands, newStrand(sd, id, gi, g))
+			id++
+		}
+	}
+	return sd
+}
+
+// needFDs is how many descriptors this side will hold at most.
+func needFDs(p *profile.Profile) int {
+	n := 0
+	for gi := range p.Groups {
+		n += p.Groups[gi].Strands * p.Groups[gi].ConnsPerStrand()
+	}
+	return n
+}
+
+// setupListeners opens what this side's accept flowops need.
+func (sd *side) setupListeners(host string) error {
+	sd.localHost = host
+	tcpW := map[int]int{}
+	id := 0
+	for gi := range sd.prof.Groups {
+		g := &sd.prof.Groups[gi]
+		for ti := range g.Transactions {
+			for _, f := range g.Transactions[ti].Flowops {
+				if f.Type != profile.OpAccept {
+					continue
+				}
+				if f.Protocol == "udp" {
+					for i := 0; i < g.Strands; i++ {
+						k := flowop.Key{Strand: uint32(id + i), Conn: uint32(f.Conn)}
+						if sd.udp[k] != nil {
+							continue
+						}
+						ep, err := flowop.ListenUDP(host, int(f.WndSz))
+						if err != nil {
+							return err
+						}
+						sd.udp[k] = ep
+					}
+					continue
+				}
+				if w, ok := tcpW[f.Port]; !ok || int(f.WndSz) > w {
+					tcpW[f.Port] = int(f.WndSz)
+				}
+			}
+		}
+		id += g.Strands
+	}
+	ports := make([]int, 0, len(tcpW))
+	for p := range tcpW {
+		ports = append(ports, p)
+	}
+	sort.Ints(ports)
+	for _, p := range ports {
+		a, err := flowop.Listen(host, p, tcpW[p], sd.runID, sd.fatal)
+		if err != nil {
+			return err
+		}
+		sd.acceptors[p] = a
+	}
+	return nil
+}
+
+func (sd *side) tcpPort() int {
+	if a := sd.acceptors[0]; a != nil {
+		return a.Port()
+	}
+	return 0
+}
+
+func (sd *side) udpPorts() []wire.UDPPort {
+	var out []wire.UDPPort
+	for k, ep := range sd.udp {
+		out = append(out, wire.UDPPort{Strand: int(k.Strand), Conn: int(k.Conn), Port: ep.Port()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Strand != out[j].Strand {
+			return out[i].Strand < out[j].Strand
+		}
+		return out[i].Conn < out[j].Conn
+	})
+	return out
+}
+
+func (sd *side) setPeer(host string, tcpPort int, udp []wire.UDPPort) {
+	sd.peerHost, sd.peerTCPPort = host, tcpPort
+	for _, u := range udp {
+		sd.peerUDP[flowop.Key{Strand: uint32(u.Strand), Conn: uint32(u.Conn)}] = u.Port
+	}
+}
+
+// fatal records an acceptor failure; the run cannot go on.
+func (sd *side) fatal(err error) {
+	select {
+	case sd.fatalCh <- err:
+	default:
+	}
+}
+
+// strandFailed records the first failing strand of a step.
+func (sd *side) strandFailed(s *strand, err error) {
+	sd.failMu.Lock()
+	first := sd.failed == nil
+	if first {
+		sd.failed = fmt.Errorf("%s strand %d: %w", sd.role, s.id, err)
+	}
+	e := sd.failed
+	sd.failMu.Unlock()
+	if first {
+		select {
+		case sd.failCh <- e:
+		default:
+		}
+	}
+}
+
+// runningStep is a step in progress on this side.
+type runningStep struct {
+	k     int
+	ctl   *stepCtl
+	start time.Time
+	cpu0  sysstat.Sample
+	done  chan struct{}
+}
+
+// startStep starts step k on every strand. durations (controller side
+// only) ends every group's timed transaction at start + its duration.
+func (sd *side) startStep(k int, timed bool) *runningStep {
+	ctl := &stepCtl{deadlines: make([]time.Time, len(sd.prof.Groups))}
+	rs := &runningStep{k: k, ctl: ctl, done: make(chan struct{})}
+	rs.cpu0 = sysstat.Take()
+	rs.start = rs.cpu0.At
+	if timed {
+		for gi := range sd.prof.Groups {
+			g := &sd.prof.Groups[gi]
+			if k < len(g.Transactions) && g.Transactions[k].Timed() {
+				ctl.deadlines[gi] = rs.start.Add(g.Transactions[k].Duration)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, s := range sd.strands {
+		s := s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.runStep(k, ctl)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(rs.done)
+	}()
+	return rs
+}
+
+// stop asks strands to end once they have completed targets[i] passes,
+// and interrupts the ones already there.
+func (sd *side) stop(rs *runningStep, targets []int64) {
+	t := make([]int64, len(sd.strands))
+	copy(t, targets)
+	rs.ctl.targets = t
+	rs.ctl.stop.Store(true)
+	for _, s := range sd.strands {
+		if s.stepPasses.Load() >= t[s.id] {
+			s.interrupt()
+		}
+	}
+}
+
+// abort interrupts every strand now.
+func (sd *side) abort(rs *runningStep) {
+	if rs != nil {
+		rs.ctl.aborted.Store(true)
+	}
+	sd.cancel()
+	for _, s := range sd.strands {
+		s.interrupt()
+	}
+}
+
+// interruptAll interrupts every strand without marking an abort; used when
+// stragglers do not reach their target in time.
+func (sd *side) interruptAll() {
+	for _, s := range sd.strands {
+		s.interrupt()
+	}
+}
+
+// passes returns the passes each strand completed in the step.
+func (sd *side) passes() []int64 {
+	out := make([]int64, len(sd.strands))
+	for i, s := range sd.strands {
+		out[i] = s.res.passes
+	}
+	return out
+}
+
+// collect builds this side's statistics of the finished step, and the
+// merged transaction-time histogram of each group.
+func (sd *side) collect(rs *runningStep) (*wire.SideStats, []*histogram.Histogram) {
+	cpu1 := sysstat.Take()
+	st := &wire.SideStats{Step: rs.k, CPU: sysstat.Delta(rs.cpu0, cpu1), PeakRSS: sysstat.PeakRSS()}
+	hists := make([]*histogram.Histogram, len(sd.prof.Groups))
+	byGroup := map[int]*wire.TxnStats{}
+	var order []int
+	for _, s := range sd.strands {
+		r := &s.res
+		if !r.ran {
+			continue
+		}
+		ts := byGroup[s.group]
+		if ts == nil {
+			ts = &wire.TxnStats{Group: s.group, Flowops: make([]wire.FlowopStats, len(r.flow))}
+			byGroup[s.group] = ts
+			order = append(order, s.group)
+			hists[s.group] = &histogram.Histogram{}
+		}
+		ts.Strands++
+		if el := r.end.Sub(rs.start).Nanoseconds(); el > ts.ElapsedNs {
+			ts.ElapsedNs = el
+		}
+		ts.BytesRead += r.bytesRead
+		ts.BytesWritten += r.bytesWritten
+		ts.Ops += r.ops
+		ts.Passes += r.passes
+		ts.Errors += r.errors
+		if ts.FirstError == "" && r.firstErr != nil {
+			ts.FirstError = fmt.Sprintf("strand %d: %v", s.id, r.firstErr)
+		}
+		for i := range r.flow {
+			if i < len(ts.Flowops) {
+				ts.Flowops[i].Add(r.flow[i])
+				if ts.Flowops[i].Type == "" {
+					ts.Flowops[i].Type = r.flow[i].Type
+				}
+			}
+		}
+		hists[s.group].Merge(&r.hist)
+	}
+	sort.Ints(order)
+	for _, g := range order {
+		st.Txns = append(st.Txns, *byGroup[g])
+	}
+	return st, hists
+}
+
+// resumeAll clears interrupts between steps.
+func (sd *side) resumeAll() {
+	sd.failMu.Lock()
+	sd.failed = nil
+	sd.failMu.Unlock()
+	select {
+	case <-sd.failCh:
+	default:
+	}
+	for _, s := range sd.strands {
+		s.resume()
+	}
+}
+
+// close releases every socket of the side.
+func (sd *side) close() {
+	sd.cancel()
+	for _, s := range sd.strands {
+		s.closeAll()
+	}
+	for _, a := range sd.acceptors {
+		a.Close()
+	}
+	for _, u := range sd.udp {
+		u.Close()
+	}
+}

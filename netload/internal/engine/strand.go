@@ -1,0 +1,375 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/histogram"
+	"kvmtune/netload/internal/profile"
+	"kvmtune/netload/internal/wire"
+)
+
+// stepCtl is shared by the strands of one side during one step.
+type stepCtl struct {
+	deadlines []time.Time // per group; timed transactions on the controller stop there
+	stop     atomic.Bool
+	targets  []int64 // serving side: passes to complete before stopping
+	aborted  atomic.Bool
+}
+
+// op is a flowop prepared for execution.
+type op struct {
+	typ     profile.Op
+	size    int
+	count   int64
+	ci      int // dense connection index in the strand
+	connID  int
+	port    int
+	opts    flowop.Options
+	dur     time.Duration
+	busy    bool
+	canFail bool
+	timeout time.Duration
+}
+
+// ptxn is a transaction prepared for execution.
+type ptxn struct {
+	t   *profile.Transaction
+	ops []op
+}
+
+// strand is one user: it runs its group's transactions in order.
+type strand struct {
+	id    int // global index across groups, identical on both sides
+	group int
+	sd    *side
+	txns  []ptxn
+	buf   []byte
+	conns []*flowop.Conn
+
+	mu          sync.Mutex
+	interrupted bool
+	cancel      chan struct{}
+
+	// live counters, read by the interval sampler
+	bytes  atomic.Int64
+	ops    atomic.Int64
+	passes atomic.Int64
+	// passes done in the current step (read by the waker)
+	stepPasses atomic.Int64
+
+	res stepResult
+}
+
+type stepResult struct {
+	ran          bool
+	bytesRead    int64
+	bytesWritten int64
+	ops          int64
+	passes       int64
+	errors       int64
+	firstErr     error
+	flow         []wire.FlowopStats
+	hist         histogram.Histogram
+	end          time.Time
+}
+
+func newStrand(sd *side, id, group int, g *profile.Group) *strand {
+	s := &strand{id: id, group: group, sd: sd, cancel: make(chan struct{})}
+	dense := map[int]int{}
+	maxBuf := 0
+	for ti := range g.Transactions {
+		t := &g.Transactions[ti]
+		pt := ptxn{t: t}
+		for _, f := range t.Flowops {
+			ci, ok := dense[f.Conn]
+			if !ok {
+				ci = len(dense)
+				dense[f.Conn] = ci
+			}
+			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
+				opts:    flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
+				dur:     f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
+			if o.count < 1 {
+				o.count = 1
+			}
+			if o.size > maxBuf {
+				maxBuf = o.size
+			}
+			pt.ops = append(pt.ops, o)
+		}
+		s.txns = append(s.txns, pt)
+	}
+	s.conns = make([]*flowop.Conn, len(dense))
+	s.buf = make([]byte, maxBuf)
+	for i := range s.buf {
+		s.buf[i] = byte('a' + i%26)
+	}
+	return s
+}
+
+// interrupt unblocks whatever the strand is waiting for.
+func (s *strand) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.interrupted {
+		return
+	}
+	s.interrupted = true
+	close(s.cancel)
+	for _, c := range s.conns {
+		if c != nil {
+			c.Interrupt()
+		}
+	}
+}
+
+// resume clears an interrupt between steps.
+func (s *strand) resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.interrupted {
+		return
+	}
+	s.interrupted = false
+	s.cancel = make(chan struct{})
+	for _, c := range s.conns {
+		if c != nil {
+			c.Resume()
+		}
+	}
+}
+
+func (s *strand) cancelCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancel
+}
+
+func (s *strand) setConn(ci int, c *flowop.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns[ci] = c
+	if c != nil && s.interrupted {
+		c.Interrupt()
+	}
+}
+
+// closeAll closes every connection (end of run or abort).
+func (s *strand) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, c := range s.conns {
+		if c != nil {
+			c.Close()
+			s.conns[i] = nil
+		}
+	}
+}
+
+// runStep runs transaction k of the strand's group, if it has one.
+func (s *strand) runStep(k int, ctl *stepCtl) {
+	r := &s.res
+	*r = stepResult{hist: r.hist}
+	r.hist.Reset()
+	s.stepPasses.Store(0)
+	if k >= len(s.txns) {
+		r.end = time.Now()
+		return
+	}
+	r.ran = true
+	pt := &s.txns[k]
+	t := pt.t
+	r.flow = make([]wire.FlowopStats, len(pt.ops))
+	for i := range pt.ops {
+		r.flow[i].Type = string(pt.ops[i].typ)
+	}
+	var pace time.Duration
+	if t.Rate > 0 {
+		pace = time.Duration(float64(time.Second) / t.Rate)
+	}
+	var deadline time.Time
+	if s.group < len(ctl.deadlines) {
+		deadline = ctl.deadlines[s.group]
+	}
+	hasDeadline := !deadline.IsZero() && t.Timed()
+	start := time.Now()
+	next := start
+	for pass := int64(0); ; pass++ {
+		if t.Iterations > 0 && pass >= t.Iterations {
+			break
+		}
+		now := time.Now()
+		if hasDeadline && !now.Before(deadline) {
+			break
+		}
+		if ctl.stop.Load() && pass >= ctl.targets[s.id] {
+			break
+		}
+		if ctl.aborted.Load() {
+			break
+		}
+		if pace > 0 {
+			if wait := next.Sub(now); wait > 0 {
+				if hasDeadline && next.After(deadline) {
+					break
+				}
+				if err := flowop.Think(wait, false, s.cancelCh()); err != nil {
+					break
+				}
+				now = time.Now()
+			}
+			next = next.Add(pace)
+		}
+		end, err := s.pass(pt, r, now)
+		if err != nil {
+			if errors.Is(err, flowop.ErrInterrupted) && (ctl.aborted.Load() || ctl.stop.Load()) {
+				break // stopped by the controller: not an error
+			}
+			r.errors++
+			if r.firstErr == nil {
+				r.firstErr = err
+			}
+			s.sd.strandFailed(s, err)
+			break
+		}
+		r.hist.Record(uint64(end.Sub(now)))
+		r.passes++
+		s.stepPasses.Store(r.passes)
+		s.passes.Add(1)
+	}
+	r.end = time.Now()
+}
+
+// pass runs every flowop of the transaction once (each count times).
+func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) {
+	prev := t0
+	for i := range pt.ops {
+		o := &pt.ops[i]
+		for c := int64(0); c < o.count; c++ {
+			var err error
+			switch o.typ {
+			case profile.OpRead:
+				conn := s.conns[o.ci]
+				if conn == nil {
+					err = fmt.Errorf("read: connection %d is not open", o.connID)
+					break
+				}
+				var n int
+				n, err = conn.Read(s.buf[:o.size])
+				r.bytesRead += int64(n)
+				s.bytes.Add(int64(n))
+			case profile.OpWrite:
+				conn := s.conns[o.ci]
+				if conn == nil {
+					err = fmt.Errorf("write: connection %d is not open", o.connID)
+					break
+				}
+				var n int
+				n, err = conn.Write(s.buf[:o.size])
+				r.bytesWritten += int64(n)
+				s.bytes.Add(int64(n))
+			case profile.OpConnect:
+				err = s.connect(o)
+			case profile.OpAccept:
+				err = s.accept(o)
+			case profile.OpDisconnect:
+				if conn := s.conns[o.ci]; conn != nil {
+					s.setConn(o.ci, nil)
+					conn.Close()
+				}
+			case profile.OpThink:
+				err = flowop.Think(o.dur, o.busy, s.cancelCh())
+			case profile.OpNop:
+			}
+			now := time.Now()
+			fs := &r.flow[i]
+			d := uint64(now.Sub(prev))
+			if fs.Count == 0 || d < fs.MinNs {
+				fs.MinNs = d
+			}
+			if d > fs.MaxNs {
+				fs.MaxNs = d
+			}
+			fs.Count++
+			fs.SumNs += float64(d)
+			prev = now
+			r.ops++
+			s.ops.Add(1)
+			if err != nil {
+				if o.canFail && !errors.Is(err, flowop.ErrInterrupted) {
+					r.errors++
+					if r.firstErr == nil {
+						r.firstErr = err
+					}
+					continue
+				}
+				return now, err
+			}
+		}
+	}
+	return prev, nil
+}
+
+func (s *strand) connect(o *op) error {
+	if old := s.conns[o.ci]; old != nil {
+		s.setConn(o.ci, nil)
+		old.Close()
+	}
+	port := o.port
+	if o.opts.Protocol == "udp" {
+		if port == 0 {
+			port = s.sd.peerUDP[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
+		}
+	} else if port == 0 {
+		port = s.sd.peerTCPPort
+	}
+	if port == 0 {
+		return fmt.Errorf("connect: the peer announced no port for connection %d", o.connID)
+	}
+	addr := net.JoinHostPort(s.sd.peerHost, strconv.Itoa(port))
+	h := flowop.Header{RunID: s.sd.runID, Strand: uint32(s.id), Conn: uint32(o.connID)}
+	c, err := flowop.Dial(s.sd.ctx, addr, h, o.opts)
+	if err != nil {
+		if s.sd.ctx.Err() != nil {
+			return flowop.ErrInterrupted
+		}
+		return err
+	}
+	s.setConn(o.ci, c)
+	return nil
+}
+
+func (s *strand) accept(o *op) error {
+	if old := s.conns[o.ci]; old != nil {
+		s.setConn(o.ci, nil)
+		old.Close()
+	}
+	key := flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}
+	var c *flowop.Conn
+	var err error
+	if o.opts.Protocol == "udp" {
+		ep := s.sd.udp[key]
+		if ep == nil {
+			return fmt.Errorf("accept: no UDP endpoint for connection %d", o.connID)
+		}
+		c, err = ep.Accept(flowop.Header{RunID: s.sd.runID, Strand: key.Strand, Conn: key.Conn}, o.opts, s.cancelCh(), o.timeout)
+	} else {
+		a := s.sd.acceptors[o.port]
+		if a == nil {
+			return fmt.Errorf("accept: no listener on port %d", o.port)
+		}
+		c, err = a.Accept(key, o.opts, s.cancelCh(), o.timeout)
+	}
+	if err != nil {
+		return err
+	}
+	s.setConn(o.ci, c)
+	return nil
+}

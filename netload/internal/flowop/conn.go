@@ -1,0 +1,295 @@
+// Package flowop holds the data-path side of netload: connections (TCP
+// and UDP) with uperf's socket options, the acceptor that routes incoming
+// data connections to the strand waiting for them, and the operations a
+// flowop performs on them (read, write, think).
+package flowop
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// HeaderSize is the size of the hello a connecting side sends first on
+// every data connection (TCP) or as its first datagram (UDP). It is not
+// counted as payload.
+const HeaderSize = 16
+
+var headerMagic = [4]byte{'n', 'l', 'd', '1'}
+
+// Header names the strand and connection a data connection belongs to.
+type Header struct {
+	RunID  uint32
+	Strand uint32
+	Conn   uint32
+}
+
+// Encode writes h into a HeaderSize buffer.
+func (h Header) Encode() []byte {
+	b := make([]byte, HeaderSize)
+	copy(b, headerMagic[:])
+	binary.BigEndian.PutUint32(b[4:], h.RunID)
+	binary.BigEndian.PutUint32(b[8:], h.Strand)
+	binary.BigEndian.PutUint32(b[12:], h.Conn)
+	return b
+}
+
+// DecodeHeader parses a header.
+func DecodeHeader(b []byte) (Header, error) {
+	if len(b) != HeaderSize || [4]byte(b[:4]) != headerMagic {
+		return Header{}, errors.New("not a netload data connection")
+	}
+	return Header{
+		RunID:  binary.BigEndian.Uint32(b[4:]),
+		Strand: binary.BigEndian.Uint32(b[8:]),
+		Conn:   binary.BigEndian.Uint32(b[12:]),
+	}, nil
+}
+
+// Options are the socket options of a connect/accept flowop.
+type Options struct {
+	Protocol string // "tcp" or "udp"
+	NoDelay  bool
+	WndSz    int
+	Timeout  time.Duration // per-operation timeout (0 = none)
+}
+
+// Conn is one data connection.
+type Conn struct {
+	nc      net.Conn
+	udp     bool
+	timeout time.Duration
+
+	mu          sync.Mutex
+	interrupted bool
+}
+
+// NewConn wraps an established connection.
+func NewConn(nc net.Conn, o Options) *Conn {
+	return &Conn{nc: nc, udp: o.Protocol == "udp", timeout: o.Timeout}
+}
+
+// Net returns the underlying connection.
+func (c *Conn) Net() net.Conn { return c.nc }
+
+// ErrInterrupted marks an operation stopped by Interrupt.
+var ErrInterrupted = errors.New("interrupted")
+
+// Interrupt unblocks any pending or future I/O on c until Resume.
+func (c *Conn) Interrupt() {
+	c.mu.Lock()
+	c.interrupted = true
+	c.mu.Unlock()
+	_ = c.nc.SetDeadline(time.Unix(1, 0))
+}
+
+// Resume clears an Interrupt.
+func (c *Conn) Resume() {
+	c.mu.Lock()
+	c.interrupted = false
+	_ = c.nc.SetDeadline(time.Time{})
+	c.mu.Unlock()
+}
+
+func (c *Conn) isInterrupted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupted
+}
+
+// armTimeout sets the per-operation deadline, without undoing an interrupt.
+func (c *Conn) armTimeout() {
+	if c.timeout <= 0 {
+		return
+	}
+	_ = c.nc.SetDeadline(time.Now().Add(c.timeout))
+	if c.isInterrupted() {
+		_ = c.nc.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// classify turns a deadline error into ErrInterrupted or a timeout error.
+func (c *Conn) classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if c.isInterrupted() {
+			return ErrInterrupted
+		}
+		return fmt.Errorf("%s: timed out after %v", op, c.timeout)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%s: peer closed the connection", op)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Read reads one message of len(buf) bytes: for TCP until the buffer is
+// full, for UDP one datagram. It returns the bytes received even when it
+// fails part way.
+func (c *Conn) Read(buf []byte) (int, error) {
+	c.armTimeout()
+	if c.udp {
+		n, err := c.nc.Read(buf)
+		return n, c.classify("read", err)
+	}
+	got := 0
+	for got < len(buf) {
+		n, err := c.nc.Read(buf[got:])
+		got += n
+		if err != nil {
+			if err == io.EOF && got == 0 {
+				err = io.EOF
+			}
+			return got, c.classify("read", err)
+		}
+	}
+	return got, nil
+}
+
+// Write sends one message (TCP: all of buf; UDP: one datagram).
+func (c *Conn) Write(buf []byte) (int, error) {
+	c.armTimeout()
+	n, err := c.nc.Write(buf)
+	return n, c.classify("write", err)
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+// sockopts returns a Control function applying wndsz before connect/listen.
+func sockopts(wndsz int) func(network, address string, rc syscall.RawConn) error {
+	if wndsz <= 0 {
+		return nil
+	}
+	return func(network, address string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			if e := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, wndsz); e != nil {
+				serr = fmt.Errorf("SO_SNDBUF %d: %w", wndsz, e)
+				return
+			}
+			if e := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, wndsz); e != nil {
+				serr = fmt.Errorf("SO_RCVBUF %d: %w", wndsz, e)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+// applyTCP sets TCP_NODELAY the way uperf does: on only when asked (Go
+// turns it on by default, so it is switched off otherwise).
+func applyTCP(nc net.Conn, o Options) error {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	if err := tc.SetNoDelay(o.NoDelay); err != nil {
+		return fmt.Errorf("TCP_NODELAY: %w", err)
+	}
+	if o.WndSz > 0 {
+		_ = tc.SetReadBuffer(o.WndSz)
+		_ = tc.SetWriteBuffer(o.WndSz)
+	}
+	return nil
+}
+
+// DefaultConnectTimeout bounds a connect when the flowop gives no timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// Dial opens a data connection to addr and introduces it with h.
+func Dial(ctx context.Context, addr string, h Header, o Options) (*Conn, error) {
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	d := net.Dialer{Timeout: timeout, Control: sockopts(o.WndSz)}
+	if o.Protocol == "udp" {
+		return dialUDP(ctx, d, addr, h, o)
+	}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", addr, Explain(err))
+	}
+	if err := applyTCP(nc, o); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := nc.Write(h.Encode()); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect %s: sending hello: %w", addr, Explain(err))
+	}
+	_ = nc.SetWriteDeadline(time.Time{})
+	return NewConn(nc, o), nil
+}
+
+// Explain adds a hint to errors a user can act on.
+func Explain(err error) error {
+	switch {
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return fmt.Errorf("%w (out of file descriptors: raise the limit with ulimit -n, now %s)", err, FDLimitString())
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w (nothing listens there: is `netload serve` running?)", err)
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return fmt.Errorf("%w (no route to that address)", err)
+	}
+	return err
+}
+
+// FDLimit returns the soft and hard RLIMIT_NOFILE.
+func FDLimit() (soft, hard uint64, err error) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0, 0, err
+	}
+	return r.Cur, r.Max, nil
+}
+
+// FDLimitString describes the current limit for messages.
+func FDLimitString() string {
+	s, h, err := FDLimit()
+	if err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("soft %d, hard %d", s, h)
+}
+
+// OpenFDs counts this process's open file descriptors (-1 if unknown).
+func OpenFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// CheckFDs returns an error when opening need more descriptors would
+// exceed the soft limit (with a small margin for the runtime).
+func CheckFDs(need int, who string) error {
+	soft, _, err := FDLimit()
+	if err != nil {
+		return nil
+	}
+	open := OpenFDs()
+	if open < 0 {
+		open = 16
+	}
+	const margin = 16
+	if uint64(open+need+margin) > soft {
+		return fmt.Errorf("%s needs about %d more file descriptors (%d open now), but RLIMIT_NOFILE allows %d: raise it with `ulimit -n %d` (or more) before starting netload",
+			who, need, open, soft, open+need+margin)
+	}
+	return nil
+}
