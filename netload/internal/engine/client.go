@@ -603,7 +603,7 @@ func startSampler(sd *side, cfg RunConfig, start time.Time, step func() int) *sa
 		defer sp.wg.Done()
 		t := time.NewTicker(cfg.Interval)
 		defer t.Stop()
-		lb, lo, lp := totals()
+		var lb, lo, lp int64 // counters start at zero with the run
 		last := start
 		emit := func(now time.Time) {
 			b, o, p := totals()
@@ -629,7 +629,8 @@ func startSampler(sd *side, cfg RunConfig, start time.Time, step func() int) *sa
 			case now := <-t.C:
 				emit(now)
 			case <-sp.done:
-				if now := time.Now(); now.Sub(last) > cfg.Interval/10 {
+				b, o, _ := totals()
+				if now := time.Now(); b != lb || o != lo || now.Sub(last) > cfg.Interval/10 {
 					emit(now)
 				}
 				return

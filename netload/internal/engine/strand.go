@@ -289,6 +289,9 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			case profile.OpNop:
 			}
 			now := time.Now()
+			if err != nil && errors.Is(err, flowop.ErrInterrupted) {
+				return now, err // stopped from outside: not an operation
+			}
 			fs := &r.flow[i]
 			d := uint64(now.Sub(prev))
 			if fs.Count == 0 || d < fs.MinNs {
