@@ -1,0 +1,90 @@
+"""Which accelerator really works here: KVM only if a probe guest boots under it.
+
+``/dev/kvm`` existing proves little (a nested, paravirtual KVM can accept the
+ioctl and then never run a guest), so the probe boots the real probe guest
+with ``-accel kvm`` and a short timeout, and asks QEMU over QMP whether KVM is
+enabled. Anything else means TCG, with the reason kept for the warning. The
+answer is cached in the work directory per (probe guest, QEMU, host kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.qemu import GuestRun, VmSpec, qemu_version
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+CACHE_TTL_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class AccelChoice:
+    accel: str  # "kvm" | "tcg"
+    reason: str
+    probe_s: float
+    cached: bool = False
+
+    @property
+    def warning(self) -> str | None:
+        if self.accel == "kvm":
+            return None
+        return (
+            f"KVM is not usable here ({self.reason}); running under TCG emulation: "
+            "numbers are emulation numbers and are never compared with KVM runs"
+        )
+
+
+def kvm_probe(guest: ProbeGuest, workdir: Path, runner: Runner, timeout: float = 8.0) -> AccelChoice:
+    """Boot the probe guest under KVM; return kvm only if it booted and QMP says KVM is on."""
+    start = time.monotonic()
+    spec = VmSpec(guest=guest, accel="kvm", memory_mb=256)
+    with GuestRun(spec, workdir / "run", runner, name="kvm-probe") as vm:
+        vm.start()
+        out = vm.follow(timeout)
+    took = time.monotonic() - start
+    booted = any(ln.startswith("KVMTUNE-POWEROFF") for ln in out.lines)
+    if out.timed_out:
+        return AccelChoice("tcg", f"a probe guest did not boot under KVM within {timeout:.0f}s", took)
+    if not booted:
+        err = out.error() or "no output"
+        return AccelChoice("tcg", f"the probe guest failed under KVM: {err}", took)
+    if out.accel_confirmed == "tcg":
+        return AccelChoice("tcg", "QEMU reports KVM disabled for the probe guest", took)
+    return AccelChoice("kvm", f"probe guest booted under KVM in {took:.1f}s", took)
+
+
+def detect_accel(
+    guest: ProbeGuest,
+    workdir: Path,
+    runner: Runner,
+    host: HostRoot | None = None,
+    timeout: float = 8.0,
+    use_cache: bool = True,
+) -> AccelChoice:
+    host = host or HostRoot()
+    if not host.exists("/dev/kvm"):
+        return AccelChoice("tcg", "/dev/kvm is absent", 0.0)
+    if not host.access("/dev/kvm", 6):  # R_OK | W_OK
+        return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
+    osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
+    key = f"{guest.key}|{qemu_version(runner)}|{osrel}"
+    cache = workdir / "accel.json"
+    if use_cache:
+        try:
+            data = json.loads(cache.read_text())
+            if data.get("key") == key and time.time() - float(data.get("at", 0)) < CACHE_TTL_S:
+                c = data["choice"]
+                return AccelChoice(c["accel"], c["reason"], float(c["probe_s"]), cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    choice = kvm_probe(guest, workdir, runner, timeout)
+    try:
+        cache.write_text(json.dumps({"key": key, "at": time.time(), "choice": asdict(choice)}))
+    except OSError:
+        pass
+    return choice

@@ -1,0 +1,310 @@
+"""Launch the probe guest under QEMU and follow its serial console.
+
+The guest prints ``KVMTUNE-…`` marker lines on ttyS0; QEMU writes the serial
+port to a file that :class:`GuestRun` polls, calling ``on_line`` for every
+new line so callers can sample host counters at the moments the guest
+announces. QMP (plain JSON over a unix socket, no extra dependency) is used
+to ask which accelerator is really active and to quit politely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.workdir import stop_process
+from kvmtune.errors import KvmtuneError
+from kvmtune.runner import Runner
+
+QEMU = "qemu-system-x86_64"
+# Kernel arguments that shorten a TCG boot without changing the storage path under test.
+FAST_BOOT_ARGS = "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check mitigations=off i8042.noaux i8042.nokbd"
+
+BUS_DEVICE = {
+    "virtio-blk": ["-device", "virtio-blk-pci,drive={drive},serial=kvmtune0"],
+    "virtio-scsi": ["-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,drive={drive},bus=scsi0.0,serial=kvmtune0"],
+    "ide": ["-device", "ide-hd,drive={drive},bus=ide.0,serial=kvmtune0"],
+    "nvme": ["-device", "nvme,drive={drive},serial=kvmtune0"],
+}
+# The guest device name for the first disk on each bus, and the modules that bring it up.
+BUS_GUEST_DEV = {"virtio-blk": "vda", "virtio-scsi": "sda", "ide": "sda", "nvme": "nvme0n1"}
+BUS_MODULES = {
+    "virtio-blk": ("virtio_pci", "virtio_blk"),
+    "virtio-scsi": ("virtio_pci", "virtio_scsi", "sd_mod"),
+    "ide": ("ata_piix", "sd_mod"),
+    "nvme": ("nvme",),
+}
+
+
+@dataclass(frozen=True)
+class Disk:
+    path: str
+    fmt: str
+    bus: str
+    cache: str
+    aio: str
+
+
+@dataclass
+class VmSpec:
+    guest: ProbeGuest
+    accel: str
+    memory_mb: int = 512
+    smp: int = 1
+    disks: Sequence[Disk] = ()
+    job: str | None = None
+    extra_append: str = ""
+
+
+def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu: str = QEMU) -> list[str]:
+    accel = {"kvm": "kvm", "tcg": "tcg,thread=single" if spec.smp == 1 else "tcg"}[spec.accel]
+    argv = [
+        qemu,
+        "-machine",
+        "pc",
+        "-accel",
+        accel,
+        "-m",
+        str(spec.memory_mb),
+        "-smp",
+        str(spec.smp),
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        f"file:{serial}",
+        "-qmp",
+        f"unix:{qmp},server=on,wait=off",
+        "-kernel",
+        str(spec.guest.vmlinux or spec.guest.kernel),
+        "-initrd",
+        str(spec.guest.initrd),
+        "-append",
+        (FAST_BOOT_ARGS + " " + spec.extra_append).strip(),
+    ]
+    if spec.accel == "kvm":
+        argv += ["-cpu", "host"]
+    if job_file is not None:
+        argv += ["-fw_cfg", f"name=opt/kvmtune/job,file={job_file}"]
+    for i, d in enumerate(spec.disks):
+        drive = f"d{i}"
+        opts = f"file={d.path},format={d.fmt},if=none,id={drive},cache={d.cache},aio={d.aio}"
+        argv += ["-drive", opts]
+        argv += [a.replace("{drive}", drive) for a in BUS_DEVICE[d.bus]]
+    return argv
+
+
+class Qmp:
+    """A minimal synchronous QMP client."""
+
+    def __init__(self, path: Path, timeout: float = 5.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.sock.connect(str(path))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    self.sock.close()
+                    raise
+                time.sleep(0.02)
+        self._buf = b""
+        self._read()  # greeting
+        self.execute("qmp_capabilities")
+
+    def _read(self) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("QMP socket closed")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg: dict[str, Any] = json.loads(line)
+        return msg
+
+    def execute(self, cmd: str, **args: Any) -> Any:
+        req: dict[str, Any] = {"execute": cmd}
+        if args:
+            req["arguments"] = args
+        self.sock.sendall(json.dumps(req).encode() + b"\n")
+        while True:
+            msg = self._read()
+            if "event" in msg:
+                continue
+            if "error" in msg:
+                raise KvmtuneError(f"QMP {cmd}: {msg['error'].get('desc', msg['error'])}")
+            return msg.get("return")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+@dataclass
+class RunOutcome:
+    lines: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    stderr_tail: str
+    pid: int
+    accel_confirmed: str | None = None
+    line_times: list[float] = field(default_factory=list)
+
+    def error(self) -> str | None:
+        """One line describing why the guest run failed, or None."""
+        if self.timed_out:
+            last = next((ln for ln in reversed(self.lines) if ln.strip()), "no console output")
+            return f"guest did not finish within {self.duration_s:.0f}s (last console line: {last[:120]!r})"
+        if self.exit_code not in (0, None):
+            err = self.stderr_tail.strip().splitlines()
+            return f"QEMU exited {self.exit_code}: {err[-1] if err else 'no error output'}"
+        if not any(ln.startswith("KVMTUNE-POWEROFF") for ln in self.lines):
+            if not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
+                panic = next((ln for ln in self.lines if "Kernel panic" in ln), None)
+                return "kernel did not boot" + (f": {panic.strip()[:140]}" if panic else " (no init output)")
+            return "guest stopped before its job finished"
+        return None
+
+
+class GuestRun:
+    """One QEMU process running the probe guest; use as a context manager."""
+
+    def __init__(self, spec: VmSpec, rundir: Path, runner: Runner, name: str = "vm") -> None:
+        self.spec = spec
+        self.runner = runner
+        rundir.mkdir(parents=True, exist_ok=True)
+        self.serial = rundir / f"{name}.serial"
+        self.qmp_path = rundir / f"{name}.qmp"
+        self.stderr_path = rundir / f"{name}.stderr"
+        self.job_path = rundir / f"{name}.job.sh" if spec.job is not None else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr_fh: Any = None
+        self._created = [self.serial, self.qmp_path, self.stderr_path] + ([self.job_path] if self.job_path else [])
+
+    def __enter__(self) -> GuestRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> subprocess.Popen[bytes]:
+        for p in (self.serial, self.qmp_path):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        if self.job_path is not None and self.spec.job is not None:
+            self.job_path.write_text(self.spec.job)
+        self.serial.write_bytes(b"")
+        argv = qemu_argv(self.spec, self.serial, self.qmp_path, self.job_path)
+        self._stderr_fh = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
+        self.proc = self.runner.popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr_fh, start_new_session=True
+        )
+        return self.proc
+
+    def query_accel(self) -> str | None:
+        """Ask QEMU over QMP whether KVM is really enabled."""
+        try:
+            q = Qmp(self.qmp_path, timeout=3.0)
+        except OSError:
+            return None
+        try:
+            kvm = q.execute("query-kvm")
+            return "kvm" if kvm and kvm.get("enabled") else "tcg"
+        except (OSError, KvmtuneError, ValueError):
+            return None
+        finally:
+            q.close()
+
+    def follow(
+        self,
+        timeout: float,
+        on_line: Callable[[str, float], None] | None = None,
+        poll: float = 0.02,
+    ) -> RunOutcome:
+        """Poll the console until QEMU exits or ``timeout`` seconds pass (then kill it)."""
+        if self.proc is None:
+            self.start()
+        assert self.proc is not None
+        start = time.monotonic()
+        lines: list[str] = []
+        times: list[float] = []
+        pending = b""
+        pos = 0
+        accel: str | None = None
+        timed_out = False
+        with open(self.serial, "rb") as fh:
+            while True:
+                fh.seek(pos)
+                chunk = fh.read()
+                if chunk:
+                    pos += len(chunk)
+                    pending += chunk
+                    *complete, pending = pending.split(b"\n")
+                    now = time.monotonic()
+                    for raw in complete:
+                        line = raw.decode("utf-8", "replace").rstrip("\r")
+                        lines.append(line)
+                        times.append(now - start)
+                        if on_line is not None:
+                            on_line(line, now)
+                        if accel is None and line.startswith("KVMTUNE-BOOTED"):
+                            accel = self.query_accel()
+                if self.proc.poll() is not None:
+                    rest = fh.read()
+                    if rest or pending:
+                        for raw in (pending + rest).split(b"\n"):
+                            if raw:
+                                line = raw.decode("utf-8", "replace").rstrip("\r")
+                                lines.append(line)
+                                times.append(time.monotonic() - start)
+                                if on_line is not None:
+                                    on_line(line, time.monotonic())
+                    break
+                if time.monotonic() - start > timeout:
+                    timed_out = True
+                    stop_process(self.proc, grace=1.0)
+                    break
+                time.sleep(poll)
+        duration = time.monotonic() - start
+        code = self.proc.returncode
+        if self._stderr_fh is not None:
+            self._stderr_fh.close()
+            self._stderr_fh = None
+        try:
+            tail = self.stderr_path.read_bytes()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            tail = ""
+        return RunOutcome(lines, code, timed_out, duration, tail, self.proc.pid, accel, times)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, grace=1.0)
+        if self._stderr_fh is not None:
+            self._stderr_fh.close()
+            self._stderr_fh = None
+        if not os.environ.get("KVMTUNE_KEEP_CONSOLE"):
+            for p in self._created:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+
+
+def qemu_version(runner: Runner, qemu: str = QEMU) -> str:
+    res = runner.run([qemu, "--version"], timeout=20)
+    if not res.ok:
+        raise KvmtuneError(f"{qemu}: not usable ({res.describe_failure()}); install qemu-system-x86")
+    first = res.stdout.splitlines()[0] if res.stdout else ""
+    return first.replace("QEMU emulator version ", "").strip()

@@ -1,0 +1,466 @@
+"""Run the storage matrix: one probe-guest boot per configuration (a boot-write-
+shutdown cycle gets a boot of its own), fio inside, host counters beside it,
+every cell stored as it completes.
+
+A cell that cannot run (impossible combination, QEMU refusing an option, fio
+failing, a full scratch disk, a kernel that does not boot) is stored with its
+one-line error and the matrix goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench import fio as fiomod
+from kvmtune.bench.accel import AccelChoice
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.hostio import HostSampler, Snapshot, device_of_path, tps, write_kBps
+from kvmtune.bench.matrix import StorageConfig
+from kvmtune.bench.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
+from kvmtune.bench.store import Store
+from kvmtune.bench.workdir import Scratch, check_free_space
+from kvmtune.errors import KvmtuneError
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+
+@dataclass
+class CellResult:
+    config: StorageConfig
+    workload: str
+    status: str  # ok | error | interrupted
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    raw: str | None = None
+    samples: list[tuple[float, str, float]] = field(default_factory=list)
+    duration_s: float | None = None
+
+
+@dataclass
+class BenchContext:
+    runner: Runner
+    host: HostRoot
+    scratch: Scratch
+    guest: ProbeGuest | None
+    accel: AccelChoice
+    store: Store | None
+    run_id: int | None
+    runtime_s: float = 5.0
+    disk_mib: int = 1024
+    memory_mb: int = 512
+    smp: int = 1
+    repeat: int = 1
+    progress: Callable[[CellResult], None] | None = None
+    boot_timeout_s: float = 60.0
+    results: list[CellResult] = field(default_factory=list)
+    first_result_s: float | None = None
+
+
+def _record(ctx: BenchContext, res: CellResult, rep: int) -> None:
+    ctx.results.append(res)
+    if ctx.store is not None and ctx.run_id is not None:
+        ctx.store.add_cell(
+            ctx.run_id,
+            res.config.key + "|" + res.workload,
+            res.config.as_dict(),
+            res.workload,
+            res.status,
+            res.metrics,
+            rep=rep,
+            error=res.error,
+            accel=ctx.accel.accel,
+            started=time.time(),
+            duration_s=res.duration_s,
+            raw=res.raw,
+            samples=res.samples,
+        )
+    if ctx.progress is not None:
+        ctx.progress(res)
+
+
+# --------------------------------------------------------------------------- images
+
+
+def create_image(ctx: BenchContext, cfg: StorageConfig, tag: str) -> tuple[str, str]:
+    """Create the scratch image (or loop device) for ``cfg``; return (path for QEMU, format)."""
+    need = ctx.disk_mib << 20 if cfg.prealloc in ("full", "falloc") or cfg.target == "block" else 64 << 20
+    check_free_space(ctx.scratch.root, need + (64 << 20), f"a {ctx.disk_mib} MiB {cfg.fmt} image")
+    path = ctx.scratch.path(f"disk-{tag}.{cfg.fmt}")
+    ctx.scratch.add_file(path)
+    if cfg.target == "block":
+        res = ctx.runner.run(["fallocate", "-l", f"{ctx.disk_mib}M", str(path)], timeout=120)
+        if not res.ok:
+            raise KvmtuneError(f"{path}: cannot allocate the loop device's backing file ({res.describe_failure()})")
+        res = ctx.runner.run(["losetup", "--find", "--show", "--direct-io=on", str(path)], timeout=30)
+        if not res.ok:
+            raise KvmtuneError(f"loop device for {path}: {res.describe_failure()}")
+        dev = res.stdout.strip()
+        if not re.fullmatch(r"/dev/loop\d+", dev):
+            raise KvmtuneError(f"losetup returned {dev!r}, not a loop device")
+        ctx.scratch.add_loop(dev)
+        return dev, "raw"
+    argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
+    if cfg.prealloc != "off":
+        argv += ["-o", f"preallocation={cfg.prealloc}"]
+    argv += [str(path), f"{ctx.disk_mib}M"]
+    res = ctx.runner.run(argv, timeout=300)
+    if not res.ok:
+        raise KvmtuneError(f"{path.name}: qemu-img create failed: {res.describe_failure()}")
+    return str(path), cfg.fmt
+
+
+# --------------------------------------------------------------------------- guest runs
+
+
+@dataclass
+class _Marks:
+    begin: dict[str, Snapshot] = field(default_factory=dict)
+    done: dict[str, Snapshot] = field(default_factory=dict)
+    first_json_at: float | None = None
+
+
+def parse_console(lines: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per workload: rc, json text, cpu samples a/b, error; plus '' for guest-wide fatal errors."""
+    out: dict[str, dict[str, Any]] = {}
+    collecting: str | None = None
+    buf: list[str] = []
+    for line in lines:
+        if collecting is not None:
+            if line.startswith(f"KVMTUNE-JSON-END {collecting}"):
+                out.setdefault(collecting, {})["json"] = "\n".join(buf)
+                collecting, buf = None, []
+            else:
+                buf.append(line)
+            continue
+        parts = line.split(" ", 3)
+        tag = parts[0]
+        if tag == "KVMTUNE-JSON-BEGIN" and len(parts) > 1:
+            collecting, buf = parts[1], []
+        elif tag == "KVMTUNE-W-DONE" and len(parts) > 2:
+            out.setdefault(parts[1], {})["rc"] = int(parts[2]) if parts[2].lstrip("-").isdigit() else -1
+        elif tag == "KVMTUNE-CPU" and len(parts) > 3:
+            out.setdefault(parts[1], {})[f"cpu_{parts[2]}"] = parts[3]
+        elif tag == "KVMTUNE-ERR" and len(parts) > 1:
+            out.setdefault(parts[1], {})["error"] = line.split(" ", 2)[2].strip() if len(parts) > 2 else "failed"
+        elif tag == "KVMTUNE-FATAL":
+            out.setdefault("", {})["error"] = line.split(" ", 1)[1].strip() if len(parts) > 1 else "guest job failed"
+        elif tag == "KVMTUNE-WARN":
+            out.setdefault("", {}).setdefault("warnings", []).append(line)
+    return out
+
+
+def _boot_group(
+    ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], image: str, fmt: str, host_dev: str | None
+) -> list[CellResult]:
+    assert ctx.guest is not None
+    modules = _modules_for(ctx.guest, cfg.bus, any(w.fs for w in workloads), cfg.sched)
+    job = fiomod.job_script(fiomod.GuestJob(BUS_GUEST_DEV[cfg.bus], modules, workloads, ctx.runtime_s, ctx.disk_mib, cfg.sched))
+    spec = VmSpec(
+        guest=ctx.guest,
+        accel=ctx.accel.accel,
+        memory_mb=ctx.memory_mb,
+        smp=ctx.smp,
+        disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)],
+        job=job,
+    )
+    marks = _Marks()
+    budget = ctx.boot_timeout_s + sum(
+        (w.cycle_idle_s + 30 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 30) for w in workloads
+    )
+    started = time.monotonic()
+    with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
+        proc = vm.start()
+        sampler = HostSampler(ctx.host, host_dev, proc.pid, interval=0.5)
+        sampler.start()
+
+        def on_line(line: str, now: float) -> None:
+            if line.startswith("KVMTUNE-W-BEGIN "):
+                marks.begin[line.split()[1]] = sampler.snap()
+            elif line.startswith("KVMTUNE-W-DONE "):
+                marks.done[line.split()[1]] = sampler.snap()
+            elif line.startswith("KVMTUNE-JSON-END") and marks.first_json_at is None:
+                marks.first_json_at = now - started
+
+        try:
+            outcome = vm.follow(budget, on_line)
+        finally:
+            sampler.stop()
+    if marks.first_json_at is not None and ctx.first_result_s is None:
+        ctx.first_result_s = marks.first_json_at
+    parsed = parse_console(outcome.lines)
+    vm_error = outcome.error()
+    fatal = parsed.get("", {}).get("error")
+    life = sampler.series[0], sampler.series[-1]
+    results: list[CellResult] = []
+    for w in workloads:
+        info = parsed.get(w.name, {})
+        res = CellResult(cfg, w.name, "ok", duration_s=outcome.duration_s)
+        if "rc" not in info:
+            res.status = "error"
+            res.error = fatal or vm_error or "guest never ran this workload"
+            results.append(res)
+            continue
+        if info["rc"] != 0:
+            res.status = "error"
+            tool = "dd" if w.is_cycle else "fio"
+            res.error = f"{tool} failed in the guest (exit {info['rc']}): {info.get('error', '')}".strip()
+            results.append(res)
+            continue
+        m: dict[str, float] = {}
+        if not w.is_cycle:
+            try:
+                m.update(fiomod.parse_fio_json(info.get("json", "")))
+            except ValueError as exc:
+                res.status, res.error = "error", f"fio output unusable: {exc}"
+                results.append(res)
+                continue
+            res.raw = info.get("json")
+        try:
+            busy = fiomod.cpu_busy_pct(
+                fiomod.parse_proc_stat_cpu(info.get("cpu_a", "")), fiomod.parse_proc_stat_cpu(info.get("cpu_b", ""))
+            )
+            if busy is not None:
+                m["guest_cpu_busy_pct"] = busy
+        except ValueError:
+            pass
+        a, b = marks.begin.get(w.name), marks.done.get(w.name)
+        if a is not None and b is not None:
+            t = tps(a, b)
+            if t is not None:
+                m["host_tps"] = t
+                kbps = write_kBps(a, b)
+                if kbps is not None:
+                    m["host_write_kBps"] = kbps
+            if a.cpu_s is not None and b.cpu_s is not None and b.t > a.t:
+                m["qemu_cpu_s"] = b.cpu_s - a.cpu_s
+                m["qemu_cpu_pct"] = 100.0 * (b.cpu_s - a.cpu_s) / (b.t - a.t)
+            m["window_s"] = b.t - a.t
+        if w.is_cycle:
+            # seed 001: transactions/s on the host disk over the whole VM life (boot to exit)
+            lt = tps(life[0], life[1])
+            if lt is not None:
+                m["host_tps_per_vm"] = lt
+            m["vm_lifetime_s"] = life[1].t - life[0].t
+            m["write_mib"] = float(w.cycle_mib)
+            res.samples = [(s.t - life[0].t, "host_ios", float(s.disk.ios)) for s in sampler.series if s.disk is not None]
+        res.metrics = m
+        results.append(res)
+    return results
+
+
+def _modules_for(guest: ProbeGuest, bus: str, fs: bool, sched: str) -> list[str]:
+    wanted = list(BUS_MODULES[bus])
+    if sched in ("bfq", "kyber"):
+        wanted.append("bfq" if sched == "bfq" else "kyber_iosched")
+    order = [m for m in guest.module_paths if _short(m) in _closure(guest, wanted)]
+    return order
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_")
+
+
+def _closure(guest: ProbeGuest, names: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    todo = [n.replace("-", "_") for n in names]
+    while todo:
+        n = todo.pop()
+        if n in out:
+            continue
+        out.add(n)
+        todo.extend(guest.module_deps.get(n, ()))
+    return out
+
+
+# --------------------------------------------------------------------------- host (bare metal)
+
+
+def _host_fio(ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], tag: str) -> list[CellResult]:
+    check_free_space(ctx.scratch.root, (ctx.disk_mib + 64) << 20, f"a {ctx.disk_mib} MiB bare-metal test file")
+    path = ctx.scratch.path(f"host-{tag}.dat")
+    ctx.scratch.add_file(path)
+    res = ctx.runner.run(["fallocate", "-l", f"{ctx.disk_mib}M", str(path)], timeout=120)
+    if not res.ok:
+        raise KvmtuneError(f"{path}: cannot allocate ({res.describe_failure()})")
+    dev = device_of_path(ctx.host, str(path))
+    sampler = HostSampler(ctx.host, dev, None)
+    out = []
+    for w in workloads:
+        if w.is_cycle or w.fs:
+            out.append(CellResult(cfg, w.name, "error", error="workload needs a guest (not run on bare metal)"))
+            continue
+        args = fiomod.fio_args(w, str(path), ctx.runtime_s, ctx.disk_mib, False)
+        a = sampler.snap()
+        r = ctx.runner.run(["fio", *args, "--output-format=json"], timeout=ctx.runtime_s * 3 + 60)
+        b = sampler.snap()
+        cell = CellResult(cfg, w.name, "ok", duration_s=r.duration_s)
+        if not r.ok:
+            cell.status, cell.error = "error", f"fio on the host failed: {r.describe_failure()}"
+        else:
+            try:
+                cell.metrics = fiomod.parse_fio_json(r.stdout)
+                cell.raw = r.stdout
+                t = tps(a, b)
+                if t is not None:
+                    cell.metrics["host_tps"] = t
+            except ValueError as exc:
+                cell.status, cell.error = "error", f"fio output unusable: {exc}"
+        out.append(cell)
+    return out
+
+
+def host_disk_capacity(ctx: BenchContext, seconds: float = 3.0) -> dict[str, float]:
+    """Transactions/s the work directory's disk sustains (4 KiB random writes, O_DIRECT, QD 1):
+    the denominator of seed 001's 'VMs per disk'."""
+    path = ctx.scratch.path("capacity.dat")
+    ctx.scratch.add_file(path)
+    check_free_space(ctx.scratch.root, 320 << 20, "the disk capacity probe")
+    dev = device_of_path(ctx.host, str(ctx.scratch.root))
+    sampler = HostSampler(ctx.host, dev, None)
+    a = sampler.snap()
+    r = ctx.runner.run(
+        [
+            "fio",
+            "--name=capacity",
+            f"--filename={path}",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--direct=1",
+            "--iodepth=1",
+            "--ioengine=psync",
+            "--size=256m",
+            f"--runtime={seconds:g}",
+            "--time_based",
+            "--fdatasync=1",
+            "--output-format=json",
+        ],
+        timeout=seconds * 4 + 60,
+    )
+    b = sampler.snap()
+    out: dict[str, float] = {}
+    if r.ok:
+        try:
+            out.update({f"capacity_{k}": v for k, v in fiomod.parse_fio_json(r.stdout).items() if k in ("iops",)})
+        except ValueError:
+            pass
+    t = tps(a, b)
+    if t is not None:
+        out["capacity_host_tps"] = t
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return out
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def run_matrix(ctx: BenchContext, configs: Sequence[StorageConfig], workloads: Sequence[fiomod.Workload]) -> int:
+    """Run every configuration; return the number of failed cells. Raises KeyboardInterrupt through."""
+    failed = 0
+    n = 0
+    for rep in range(ctx.repeat):
+        for cfg in configs:
+            n += 1
+            tag = f"{os.getpid()}-{n}"
+            cells: list[CellResult]
+            problem = cfg.problem()
+            if problem is None and cfg.target != "host" and ctx.guest is None:
+                problem = "no probe guest"
+            if problem is not None:
+                cells = [CellResult(cfg, w.name, "error", error=problem) for w in workloads]
+            else:
+                cells = []
+                try:
+                    if cfg.target == "host":
+                        cells = _host_fio(ctx, cfg, workloads, tag)
+                    else:
+                        image, fmt = create_image(ctx, cfg, tag)
+                        host_dev = image.rsplit("/", 1)[1] if cfg.target == "block" else device_of_path(ctx.host, image)
+                        plain = [w for w in workloads if not w.is_cycle]
+                        groups = ([plain] if plain else []) + [[w] for w in workloads if w.is_cycle]
+                        for gi, group in enumerate(groups):
+                            if gi > 0 and cfg.target != "block":
+                                # a fresh image per boot so every cycle starts from the same state
+                                image, fmt = create_image(ctx, cfg, f"{tag}-{gi}")
+                            cells.extend(_boot_group(ctx, cfg, group, image, fmt, host_dev))
+                except KvmtuneError as exc:
+                    done = {c.workload for c in cells}
+                    cells.extend(CellResult(cfg, w.name, "error", error=str(exc)) for w in workloads if w.name not in done)
+                finally:
+                    ctx.scratch.cleanup()
+            for c in cells:
+                if c.status != "ok":
+                    failed += 1
+                _record(ctx, c, rep)
+    return failed
+
+
+def progress_printer(total: int, stream: Any = None) -> Callable[[CellResult], None]:
+    stream = stream or sys.stderr
+    count = [0]
+    tty = hasattr(stream, "isatty") and stream.isatty()
+
+    def show(res: CellResult) -> None:
+        count[0] += 1
+        width = 24
+        filled = int(width * count[0] / max(1, total))
+        bar = "#" * filled + "-" * (width - filled)
+        if res.status == "ok":
+            m = res.metrics
+            what = (
+                f"{m['host_tps_per_vm']:.1f} host tps/VM"
+                if "host_tps_per_vm" in m
+                else f"{m.get('iops', 0):,.0f} IOPS {m.get('bw_Bps', 0) / 1e6:.1f} MB/s"
+            )
+        else:
+            what = f"ERROR: {res.error}"
+        line = f"[{bar}] {count[0]}/{total} {res.config.key} {res.workload}: {what}"
+        stream.write(("\r\033[K" if tty else "") + line + ("" if tty and count[0] < total else "\n"))
+        if tty and res.status != "ok":
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: ProbeGuest | None, workdir: Path) -> dict[str, Any]:
+    """What a result depends on besides its configuration."""
+    from kvmtune import __version__
+    from kvmtune.bench.hostio import scheduler_of
+    from kvmtune.bench.qemu import qemu_version
+
+    cpu = ""
+    for line in (host.read_optional("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    fio_v = runner.run(["fio", "--version"], timeout=20)
+    dev = device_of_path(host, str(workdir))
+    return {
+        "kvmtune": __version__,
+        "accel": accel.accel,
+        "accel_reason": accel.reason,
+        "host_kernel": (host.read_optional("/proc/sys/kernel/osrelease") or "").strip(),
+        "qemu": qemu_version(runner),
+        "fio": fio_v.stdout.strip() if fio_v.ok else None,
+        "cpu_model": cpu,
+        "ncpu": os.cpu_count(),
+        "guest_kernel": guest.release if guest else None,
+        "guest_key": guest.key if guest else None,
+        "workdir_device": dev,
+        "host_io_scheduler": scheduler_of(host, dev),
+    }
+
+
+def config_json(configs: Sequence[StorageConfig]) -> str:
+    return json.dumps([c.as_dict() for c in configs])

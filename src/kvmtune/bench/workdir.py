@@ -1,0 +1,118 @@
+"""The work directory and the scratch objects kvmtune creates in it.
+
+``Scratch`` remembers every image, loop device and process it was told about
+and releases them in reverse order in :meth:`Scratch.cleanup`, which the
+benchmark drivers call from ``finally`` blocks (so Ctrl-C cleans up too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.errors import KvmtuneError
+from kvmtune.runner import Runner
+
+
+def default_workdir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kvmtune"
+
+
+def default_db() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kvmtune" / "results.db"
+
+
+def ensure_dir(path: Path, what: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: cannot create {what} ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise KvmtuneError(f"{path}: {what} is not writable")
+    return path
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(path: Path, needed: int, what: str) -> None:
+    """Raise a one-line error when ``path``'s filesystem has less than ``needed`` bytes free."""
+    free = free_bytes(path)
+    if free < needed:
+        raise KvmtuneError(f"{path}: scratch disk full: {what} needs {needed // (1 << 20)} MiB, {free // (1 << 20)} MiB free")
+
+
+@dataclass
+class Scratch:
+    """Things to remove when a benchmark ends, however it ends."""
+
+    root: Path
+    runner: Runner
+    _undo: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root = ensure_dir(self.root, "work directory")
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def add_file(self, path: Path) -> Path:
+        resolved = path.resolve()
+        if self.root.resolve() not in resolved.parents:
+            raise KvmtuneError(f"{path}: refusing to create a scratch file outside the work directory {self.root}")
+
+        def rm() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                resolved.unlink()
+
+        self._undo.append((f"file {resolved}", rm))
+        return path
+
+    def add_dir(self, path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        self._undo.append((f"dir {path}", lambda: shutil.rmtree(path, ignore_errors=True)))
+        return path
+
+    def add_loop(self, device: str) -> None:
+        def detach() -> None:
+            self.runner.run(["losetup", "-d", device], timeout=30)
+
+        self._undo.append((f"loop {device}", detach))
+
+    def add_process(self, proc: subprocess.Popen[bytes]) -> None:
+        self._undo.append((f"process {proc.pid}", lambda: stop_process(proc)))
+
+    def cleanup(self) -> list[str]:
+        """Undo everything, newest first; return descriptions of what failed."""
+        problems: list[str] = []
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as exc:  # cleanup must go on
+                problems.append(f"{what}: {exc}")
+        return problems
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Terminate ``proc`` (and nothing else); SIGKILL after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(timeout=10)
