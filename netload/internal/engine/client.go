@@ -184,11 +184,11 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 	if err := wc.Send(hello); err != nil {
 		return fail(classed(ClassConnect, "server at %s: %v", cfg.Remote, err))
 	}
-	m, err := wc.Recv(cfg.ConnectTimeout + 5*time.Second)
+	m, err := wc.Recv(2 * cfg.ConnectTimeout)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fail(classed(ClassConnect, "the server at %s accepted the connection but did not answer within %v (is it `netload serve`?)", cfg.Remote, cfg.ConnectTimeout+5*time.Second))
+			return fail(classed(ClassConnect, "the server at %s accepted the connection but did not answer within %v (is it `netload serve`?)", cfg.Remote, 2*cfg.ConnectTimeout))
 		}
 		return fail(classed(ClassConnect, "the server at %s closed the control connection during setup: %v", cfg.Remote, err))
 	}

@@ -72,9 +72,9 @@ func (d *Document) WriteText(w io.Writer) error {
 			tps = float64(passes) / st.ElapsedS
 			ops2 = float64(ops) / st.ElapsedS
 		}
-		mark := ""
+		name := fmt.Sprintf("Txn%d", st.Index)
 		if st.Measured {
-			mark = " *"
+			name += "*"
 		}
 		desc := ""
 		if len(st.Txns) > 0 {
@@ -83,8 +83,8 @@ func (d *Document) WriteText(w io.Writer) error {
 				desc += fmt.Sprintf(" (+%d groups)", len(st.Txns)-1)
 			}
 		}
-		fmt.Fprintf(&b, "Txn%-3d%s %10s / %7.2f(s) = %12s %11.0f txn/s %11.0f op/s  [%s]\n",
-			st.Index, pad(mark, 2), Bytes(float64(bytes)), st.ElapsedS, Bits(bps), tps, ops2, desc)
+		fmt.Fprintf(&b, "%-8s %10s / %7.2f(s) = %12s %11.0f txn/s %11.0f op/s  [%s]\n",
+			name, Bytes(float64(bytes)), st.ElapsedS, Bits(bps), tps, ops2, desc)
 	}
 	s := d.Summary
 	fmt.Fprintln(&b, rule)
@@ -176,13 +176,6 @@ func histRow(name string, h histogram.Summary) string {
 	}
 	return fmt.Sprintf("%-8s %10d %10s %10s %10s %10s %10s %10s %10s\n", name, h.Count, Time(h.Avg), Time(float64(h.Min)),
 		Time(float64(h.P50)), Time(float64(h.P90)), Time(float64(h.P99)), Time(float64(h.P999)), Time(float64(h.Max)))
-}
-
-func pad(s string, n int) string {
-	for len(s) < n {
-		s += " "
-	}
-	return s
 }
 
 func clipName(s string, n int) string {
