@@ -173,6 +173,8 @@ def _nic(el: etree._Element, index: int, locator: str) -> Nic:
         mac=_low(mac.get("address")) if mac is not None else None,
         mtu=_int(mtu.get("size")) if mtu is not None else None,
         target_dev=target.get("dev") if target is not None else None,
+        backend=_low(kids["backend"].get("type")) if "backend" in kids else None,
+        teaming=_low(kids["teaming"].get("type")) if "teaming" in kids else None,
         locator=locator,
         element=el,
     )
@@ -226,6 +228,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         numatune="numatune" in top,
         nosharepages="nosharepages" in backing_kids,
         hugepages="hugepages" in backing_kids,
+        memory_locked="locked" in backing_kids,
         iothreads=(_int(top["iothreads"].text) or 0) if "iothreads" in top else 0,
         tree=tree,
     )
@@ -254,7 +257,11 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         locator = f"/domain/devices/{dtag}[{n}]"
         if dtag == "disk":
             guest.disks.append(_disk(el, locator))
+        elif dtag == "hostdev":
+            guest.hostdevs += 1
         elif dtag == "interface":
+            if _low(el.get("type")) == "hostdev":
+                guest.hostdevs += 1
             guest.nics.append(_nic(el, len(guest.nics), locator))
         elif dtag == "controller" and _low(el.get("type")) == "scsi":
             controllers[el.get("index", "0")] = _low(el.get("model")) or "default"

@@ -59,6 +59,8 @@ class Nic:
     mac: str | None = None
     mtu: int | None = None
     target_dev: str | None = None
+    backend: str | None = None  # user-mode backend: passt; None = QEMU's own (SLIRP for type user)
+    teaming: str | None = None  # failover pair member (persistent | transient): shares its MAC by design
     locator: str = ""
     evidence: dict[str, str] = field(default_factory=dict)
     element: Any = None
@@ -99,6 +101,8 @@ class Guest:
     balloon_autodeflate: bool = False
     balloon_free_page_reporting: bool = False
     iothreads: int = 0
+    hostdevs: int = 0  # devices passed through (VFIO/hostdev), including type='hostdev' NICs
+    memory_locked: bool = False  # <memoryBacking><locked/> or -overcommit mem-lock=on
     active: bool | None = None
     disks: list[Disk] = field(default_factory=list)
     nics: list[Nic] = field(default_factory=list)

@@ -266,6 +266,9 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             if size is not None:
                 guest.memory_kib = _size_kib(str(size))
             guest.evidence["memory"] = opt.label
+        elif opt.name in ("-overcommit", "-realtime"):
+            if _on(opt.props.get("mem-lock")) or _on(parse_keyval(opt.value or "").get("mlock")):
+                guest.memory_locked = True
         elif opt.name == "-mem-path":
             if opt.value and "huge" in opt.value:
                 guest.hugepages = True
@@ -299,8 +302,12 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             nic = _nic_from_backend(len(guest.nics), opt, str(p.get("model", "e1000")))
             guest.nics.append(nic)
 
+    base = binary.rsplit("/", 1)[-1]
+    if accel is None and (base in ("kvm", "qemu-kvm") or base.startswith("qemu-kvm")):
+        accel = "kvm"  # RHEL's qemu-kvm and Debian's kvm wrapper default to KVM
+        guest.evidence["virt_type"] = f"({base} defaults to KVM)"
     guest.virt_type = "kvm" if accel in ("kvm",) else ("qemu" if accel in ("tcg", None) else accel)
-    guest.evidence["virt_type"] = "-accel" if accel else "(no -accel/-enable-kvm: QEMU uses TCG)"
+    guest.evidence.setdefault("virt_type", "-accel" if accel else "(no -accel/-enable-kvm: QEMU uses TCG)")
     if not cpu_seen and guest.is_x86:
         guest.cpu_mode = "custom"
         guest.cpu_model = "qemu64"
@@ -319,6 +326,8 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             backend = netdevs.get(str(p.get("netdev", "")))
             nic = _nic_from_backend(len(guest.nics), backend, drv, dev)
             guest.nics.append(nic)
+        elif drv.startswith("vfio-") or drv in ("pci-assign", "kvm-pci-assign"):
+            guest.hostdevs += 1
         elif drv.startswith("virtio-balloon"):
             balloon = True
             guest.balloon_free_page_reporting = _on(p.get("free-page-reporting")) is True
@@ -376,7 +385,7 @@ def _disk_from_device(
         target=str(p.get("id", drive_ref)),
         device="cdrom" if drv in ("ide-cd", "scsi-cd") else "disk",
         bus=bus,
-        iothread=str(p["iothread"]) if "iothread" in p else None,
+        iothread=str(p["iothread"]) if "iothread" in p else ("mapped" if "iothread-vq-mapping" in p else None),
         locator=dev.label,
     )
     if "num-queues" in p:
@@ -412,8 +421,11 @@ def _disk_from_device(
         direct = _on(props.get("cache.direct"))
         no_flush = _on(props.get("cache.no-flush"))
         disk.cache = effective_cache(direct, no_flush, wce)
-        disk.discard = "unmap" if str(props.get("discard", "")) in ("unmap", "on") else None
-        disk.detect_zeroes = str(props["detect-zeroes"]) if "detect-zeroes" in props else None
+        # guest discards are governed by the format node; libvirt sets discard=unmap on every
+        # protocol node below a format node so that the format driver's own discards get through
+        upper = fmt.props if fmt is not None else props
+        disk.discard = "unmap" if str(upper.get("discard", "")) in ("unmap", "on") else None
+        disk.detect_zeroes = str(upper["detect-zeroes"]) if "detect-zeroes" in upper else None
         disk.readonly = _on(props.get("read-only")) is True
         anchor = proto or top
         where = anchor.option.label if anchor is not None else dev.label
@@ -459,6 +471,8 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     nic = Nic(index=index, model=NIC_MODEL_OF_DEVICE.get(driver.lower(), driver.lower()))
     nic.type = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuser", "bridge": "bridge",
                 "vhost-vdpa": "vdpa", "socket": "socket", "stream": "stream", "passt": "user"}.get(btype or "", btype)
+    if btype == "passt" or (btype == "stream" and "passt" in str(bp.get("addr.path", ""))):
+        nic.type, nic.backend = "user", "passt"
     if btype == "tap" or btype == "bridge":
         vhost = _on(bp.get("vhost"))
         nic.vhost = bool(vhost) or "vhostfd" in bp or "vhostfds" in bp
@@ -473,6 +487,8 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     elif "fds" in bp:
         nic.queues = len(str(bp["fds"]).split(":"))
     nic.source = str(bp["br"]) if "br" in bp else (str(bp["ifname"]) if "ifname" in bp else None)
+    if _on(dp.get("failover")):
+        nic.teaming = "persistent"
     mac = dp.get("mac", bp.get("mac"))
     nic.mac = str(mac).lower() if mac else None
     mtu = dp.get("host_mtu")
