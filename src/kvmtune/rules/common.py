@@ -1,0 +1,77 @@
+"""Small helpers the guest rules share (no rules in here).
+
+They only interpret the :mod:`kvmtune.model.guest` model: which disks carry
+data, which NICs sit on a tap-like backend, how libvirt fills a default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from kvmtune.model.guest import Disk, Guest, Nic
+
+# disks whose I/O goes through QEMU's file-posix driver (host page cache, O_DIRECT, linux-aio/io_uring)
+LOCAL_SOURCES = frozenset({"file", "block", "volume"})
+# disks QEMU's block layer does not serve at all (an external process does)
+NO_BLOCK_LAYER = frozenset({"vhostuser", "vhostvdpa"})
+# NIC types whose backend is a tap or macvtap device (where vhost-net and multiqueue apply)
+TAP_TYPES = frozenset({"network", "bridge", "direct", "ethernet"})
+
+
+def low(value: str | None) -> str | None:
+    return value.strip().lower() if isinstance(value, str) else None
+
+
+def data_disks(guest: Guest, *, writable: bool = False) -> Iterator[Disk]:
+    """Disks that hold data (not CD-ROMs or floppies); with ``writable``, not read-only ones either."""
+    for disk in guest.disks:
+        if not disk.is_data_disk:
+            continue
+        if writable and disk.readonly:
+            continue
+        yield disk
+
+
+def is_local(disk: Disk) -> bool:
+    return low(disk.source_type) in LOCAL_SOURCES
+
+
+def is_virtio_model(model: str | None) -> bool:
+    m = low(model)
+    return m is not None and m.startswith("virtio")
+
+
+def on_tap(nic: Nic) -> bool:
+    return low(nic.type) in TAP_TYPES
+
+
+def vhost_off(nic: Nic) -> bool:
+    """True when the NIC's data path is known to run in QEMU's userspace (no vhost-net)."""
+    return nic.vhost is False or low(nic.driver_name) == "qemu"
+
+
+def default_nic_model(guest: Guest) -> str | None:
+    """The model libvirt picks when ``<model>`` is absent (qemuDomainDefaultNetModel)."""
+    if guest.is_x86:
+        return "rtl8139"
+    if (guest.arch or "").startswith("s390"):
+        return "virtio"
+    if guest.arch in ("aarch64", "armv7l", "riscv64", "loongarch64") and (guest.machine or "").startswith("virt"):
+        return "virtio"
+    return None
+
+
+_VERSIONED_MACHINE = re.compile(r"^(pc-i440fx|pc-q35|pc|virt|pseries|s390-ccw-virtio)-(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+def machine_version(machine: str | None) -> tuple[str, int, int] | None:
+    """``pc-q35-5.1`` -> ("pc-q35", 5, 1); None for aliases (pc, q35) and vendor types (pc-q35-rhel8.6.0)."""
+    m = _VERSIONED_MACHINE.match(low(machine) or "")
+    if not m:
+        return None
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def many_vcpus(guest: Guest, threshold: int = 4) -> bool:
+    return (guest.vcpus or 1) >= threshold

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low
+
+
+class DiskCacheUnsafe(GuestRule):
+    id = "KVM-STO-004"
+    slug = "disk-cache-unsafe"
+    topic = "disk-cache"
+    severity = Severity.CRITICAL
+    title = "Disk uses cache='unsafe': guest flushes are ignored, a host crash loses acknowledged data"
+    why = (
+        "cache='unsafe' (cache.no-flush=on) throws away every flush the guest sends, so data a database or "
+        "filesystem journal was told is durable may still sit only in host RAM. A host crash or power loss "
+        "can lose it and leave the guest filesystem inconsistent. It exists for throw-away installs and CI."
+    )
+    fix_kind = "xml"
+    fix_description = "Set <driver cache='none' io='native'/> (or cache='writeback' where O_DIRECT is unavailable)."
+    fix_safe = True
+    references = (
+        "seed:000 (unsafe ignores flushes; for temporary data only, never in production)",
+        "libvirt formatdomain: disk driver cache='unsafe'",
+        "QEMU docs: cache.no-flush",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        for disk in data_disks(guest, writable=True):
+            if low(disk.cache) != "unsafe" or low(disk.source_type) in NO_BLOCK_LAYER:
+                continue
+            yield self.finding(
+                target=self.target(guest, disk.label),
+                actual="unsafe (guest flushes dropped)",
+                expected="none, or writeback where O_DIRECT is unavailable",
+                evidence=disk.where("cache"),
+                source=guest.origin,
+            )

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+from kvmtune.rules.common import is_local, low
+
+
+class DiskIoNativeCached(GuestRule):
+    id = "KVM-STO-007"
+    slug = "disk-io-native-cached"
+    topic = "disk-io-mode"
+    severity = Severity.CRITICAL
+    title = "io='native' on a disk without O_DIRECT: QEMU refuses to open it"
+    why = (
+        "Linux native AIO only works on files opened with O_DIRECT, i.e. cache none or directsync. With any "
+        "other cache mode (including no cache attribute: QEMU's writeback) current QEMU stops with 'aio=native "
+        "was specified, but it requires cache.direct=on' and the guest does not start; very old QEMU silently "
+        "fell back to threads."
+    )
+    fix_kind = "xml"
+    fix_description = "Set cache='none' next to io='native' (or drop io='native' if host caching is really wanted)."
+    fix_safe = True
+    references = (
+        "QEMU block/file-posix.c raw_open_common: aio=native requires cache.direct=on",
+        "nova driver._set_cache_mode: io=native downgraded to threads for non-O_DIRECT modes (LP#1841363)",
+        "libvirt formatdomain: disk driver io",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        for disk in guest.disks:
+            cache = low(disk.cache)
+            # any local disk, CD-ROMs included: QEMU refuses to open the image whatever the guest uses it for
+            if low(disk.io) != "native" or cache in ("none", "directsync") or not is_local(disk):
+                continue
+            yield self.finding(
+                target=self.target(guest, disk.label),
+                actual=f"io=native with cache={cache or 'unset (writeback)'}",
+                expected="io=native only with cache=none or directsync",
+                evidence=disk.where("io"),
+                source=guest.origin,
+            )

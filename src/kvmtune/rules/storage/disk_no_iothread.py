@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low, many_vcpus
+
+
+class DiskNoIothread(GuestRule):
+    id = "KVM-STO-009"
+    slug = "disk-no-iothread"
+    topic = "iothreads"
+    severity = Severity.LOW
+    title = "virtio disk without an IOThread on a multi-vCPU guest: its I/O runs in QEMU's main loop"
+    why = (
+        "Without an IOThread a virtio-blk disk is served by QEMU's main event loop, which it shares with "
+        "every other device, the monitor and timers, under the big QEMU lock. On a guest with several vCPUs "
+        "issuing I/O in parallel that single thread becomes the limit; a dedicated IOThread per busy disk "
+        "removes it."
+    )
+    fix_kind = "xml"
+    fix_description = "Add <iothreads>N</iothreads> to the domain and <driver iothread='k'/> to each busy virtio disk."
+    fix_safe = True
+    references = (
+        "libvirt formatdomain: IOThreads allocation, disk driver iothread (since 1.2.8)",
+        "Red Hat Developer 2024-09-05: scaling virtio-blk with IOThread virtqueue mapping",
+        "Proxmox qm.adoc: IO Thread recommended with VirtIO SCSI single / VirtIO Block",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if (guest.vcpus or 1) < 2:
+            return
+        for disk in data_disks(guest):
+            if low(disk.bus) != "virtio" or disk.iothread or low(disk.source_type) in NO_BLOCK_LAYER:
+                continue
+            yield self.finding(
+                target=self.target(guest, disk.label),
+                actual=f"no iothread ({guest.vcpus} vCPUs)",
+                expected="driver iothread='N' (one IOThread per busy disk)",
+                evidence=disk.where("iothread"),
+                source=guest.origin,
+                severity=Severity.MEDIUM if many_vcpus(guest) else Severity.LOW,
+            )

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+from kvmtune.rules.common import data_disks, low
+
+# libvirt model names and QEMU device names of HBAs QEMU emulates register by register
+EMULATED_HBAS = {
+    "lsilogic", "lsisas1068", "lsisas1078", "buslogic", "ncr53c90", "am53c974", "dc390",
+    "lsi", "lsi53c895a", "lsi53c810", "mptsas1068", "megasas", "megasas-gen2", "esp",
+}
+
+
+class ScsiControllerEmulated(GuestRule):
+    id = "KVM-STO-012"
+    slug = "scsi-controller-emulated"
+    topic = "disk-bus"
+    severity = Severity.HIGH
+    title = "SCSI disk on an emulated HBA (LSI, MegaRAID, ...) instead of virtio-scsi"
+    why = (
+        "An LSI or MegaRAID controller is emulated like the IDE controller of KVM-STO-001: each register access "
+        "traps into QEMU, one request at a time. virtio-scsi keeps SCSI semantics (many disks, hot-plug, "
+        "passthrough LUNs) on paravirtual queues. Seed 000 lists SCSI among the emulated block devices and "
+        "measured emulation (IDE) at 19.0 MB/s against 85.8 MB/s for virtio (4.5x)."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Set <controller type='scsi' model='virtio-scsi'/>; the guest needs the virtio_scsi driver (Windows: vioscsi)."
+    )
+    fix_safe = False
+    references = (
+        "seed:000 (emulated block devices; FFSB random writes 8 threads: virtio 85.8 MB/s vs emulated IDE 19.0 MB/s)",
+        "libvirt formatdomain: controller type='scsi' models",
+        "Proxmox qm.adoc: VirtIO SCSI single recommended (default for new Linux VMs since PVE 7.3)",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        for disk in data_disks(guest):
+            if low(disk.bus) != "scsi":
+                continue
+            model = low(disk.scsi_controller_model) or "default"
+            confidence = "certain"
+            if model in ("default", "auto"):
+                if not guest.is_x86:
+                    continue  # pseries: ibmvscsi; virt/s390: virtio-scsi
+                confidence = "likely"
+                actual = "no model (libvirt picks lsilogic on x86)"
+            elif model in EMULATED_HBAS:
+                actual = model
+            else:
+                continue
+            yield self.finding(
+                target=self.target(guest, disk.label),
+                actual=actual,
+                expected="virtio-scsi",
+                evidence=disk.where("bus"),
+                source=guest.origin,
+                confidence=confidence,
+            )
