@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule, RunRule
+from kvmtune.model.guest import Guest, Nic
+
+_HEX = re.compile(r"[^0-9a-f]")
+
+
+def normalise_mac(mac: str | None) -> str | None:
+    """52-54-00-AB-cd-01 and 52:54:00:ab:cd:01 are the same address; anything not 48 bits is ignored."""
+    if not mac:
+        return None
+    digits = _HEX.sub("", mac.strip().lower())
+    if len(digits) != 12:
+        return None
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+
+
+class DuplicateMac(RunRule):
+    id = "KVM-NET-006"
+    slug = "duplicate-mac"
+    topic = "mac-address"
+    severity = Severity.CRITICAL
+    title = "The same MAC address is used by more than one NIC"
+    why = (
+        "Two NICs with one MAC on the same layer-2 segment confuse every bridge and switch forwarding table: "
+        "frames go to whichever port announced the address last, so both guests lose packets, connections "
+        "reset and DHCP hands out the same lease twice. It typically comes from cloning a domain XML and "
+        "keeping the <mac> line."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Give each NIC its own address: delete the copied <mac> so libvirt generates one (52:54:00:xx:xx:xx), "
+        "then update any DHCP reservation or guest config bound to the old MAC."
+    )
+    fix_safe = False
+    references = (
+        "libvirt formatdomain: interface mac address (generated when omitted)",
+        "IEEE 802.1D: a MAC address identifies one station on a bridged LAN",
+    )
+
+    def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterator[Finding]:
+        # who uses each MAC: {mac: {guest name: [(guest, nic), ...]}}; one guest read from two sources
+        # (its XML and its running process) has one name, so it is not its own duplicate
+        users: dict[str, dict[str, list[tuple[Guest, Nic]]]] = defaultdict(lambda: defaultdict(list))
+        for guest in guests:
+            for nic in guest.nics:
+                mac = normalise_mac(nic.mac)
+                if mac is not None and not nic.teaming:  # a failover pair shares its MAC by design
+                    users[mac][guest.name].append((guest, nic))
+        seen: set[tuple[str, str, int]] = set()
+        for mac, by_name in users.items():
+            names = sorted(by_name)
+            within = {name for name, pairs in by_name.items() if self._same_guest_twice(pairs)}
+            if len(names) < 2 and not within:
+                continue
+            for name in names:
+                others = [n for n in names if n != name]
+                pairs = by_name[name]
+                if not others and name not in within:
+                    continue
+                for guest, nic in pairs:
+                    key = (name, mac, nic.index)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    what = []
+                    if others:
+                        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                        what.append(f"also used by {shown}")
+                    if name in within:
+                        what.append("used by another NIC of this guest")
+                    yield self.finding(
+                        target=GuestRule.target(guest, nic.label),
+                        actual=f"{mac} ({'; '.join(what)})",
+                        expected="a MAC address unique to this NIC",
+                        evidence=nic.where("mac"),
+                        source=guest.origin,
+                        summary=f"MAC {mac} is not unique: {'; '.join(what)}",
+                    )
+
+    @staticmethod
+    def _same_guest_twice(pairs: list[tuple[Guest, Nic]]) -> bool:
+        """Two NICs of one guest (as read from one source) carry the same MAC."""
+        per_origin: dict[str, int] = defaultdict(int)
+        for guest, _nic in pairs:
+            per_origin[guest.origin] += 1
+        return any(n > 1 for n in per_origin.values())

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+from kvmtune.rules.common import is_virtio_model, on_tap, vhost_off
+
+
+class NetMultiqueueMissing(GuestRule):
+    id = "KVM-NET-008"
+    slug = "net-multiqueue-missing"
+    topic = "net-multiqueue"
+    severity = Severity.LOW
+    title = "virtio NIC queues do not match the vCPUs (single queue on a multi-vCPU guest, or more queues than vCPUs)"
+    why = (
+        "A single-queue virtio-net NIC handles all receive and transmit work of the guest on one vCPU and one "
+        "vhost thread; with queues = vCPUs each vCPU gets its own queue pair and interrupt. Queues beyond the "
+        "vCPU count cannot be used and cost memory and interrupt vectors. Today's practice (nova, Proxmox) is "
+        "queues = vCPUs; seed 002's era relied on RPS and bigger txqueuelen instead."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Set <driver name='vhost' queues='N'/> with N = vCPUs (tap devices allow up to 256); guests with "
+        "Linux >= 4.x enable all queues themselves, older ones need 'ethtool -L eth0 combined N'."
+    )
+    fix_safe = True
+    references = (
+        "libvirt formatdomain: interface driver queues (virtio-net multiqueue since 1.0.6)",
+        "nova vif._get_virtio_mq_settings (queues = min(vCPUs, max tap queues))",
+        "Proxmox qm.adoc: queues = vCPUs",
+        "seed:002 (RPS and txqueuelen tuning for single-queue devices)",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        vcpus = guest.vcpus or 1
+        for nic in guest.nics:
+            if not is_virtio_model(nic.model) or not on_tap(nic) or vhost_off(nic):
+                continue
+            queues = nic.queues
+            if queues is not None and queues < 1:
+                continue  # invalid; libvirt rejects it
+            if vcpus >= 2 and (queues or 1) == 1:
+                actual = f"1 queue, {vcpus} vCPUs"
+            elif queues is not None and queues > vcpus:
+                actual = f"{queues} queues, only {vcpus} vCPU(s)"
+            else:
+                continue
+            yield self.finding(
+                target=self.target(guest, nic.label),
+                actual=actual,
+                expected=f"queues={vcpus} (one per vCPU)",
+                evidence=nic.where("queues"),
+                source=guest.origin,
+            )
