@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+LARGE_KIB = 16 * 1024 * 1024  # 16 GiB
+
+
+class HugepagesLargeGuest(GuestRule):
+    id = "KVM-MEM-004"
+    slug = "hugepages-large-guest"
+    topic = "hugepages"
+    severity = Severity.LOW
+    title = "Large guest (>= 16 GiB) without static hugepages"
+    why = (
+        "With 4 KiB pages a guest's memory needs millions of second-level (EPT/NPT) translations, and every "
+        "TLB miss walks two page tables. Transparent hugepages recover much of this when the host can find "
+        "free 2 MiB blocks, but not guaranteed and not for the whole guest; static hugepages (2 MiB or 1 GiB) "
+        "make it deterministic and keep the memory out of KSM and swap."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Reserve hugepages on the host (vm.nr_hugepages or hugepagesz=1G at boot) and add "
+        "<memoryBacking><hugepages/></memoryBacking>; the memory is then dedicated to the guest."
+    )
+    fix_safe = False
+    references = (
+        "libvirt formatdomain: memoryBacking hugepages",
+        "Linux Documentation/admin-guide/mm/hugetlbpage.rst",
+        "tuned: network-latency sets transparent_hugepages=never (latency guests rely on static pages)",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if guest.hugepages or not guest.memory_kib or guest.memory_kib < LARGE_KIB:
+            return
+        gib = guest.memory_kib / (1024 * 1024)
+        yield self.finding(
+            target=self.target(guest, "memory"),
+            actual=f"{gib:.0f} GiB on 4 KiB pages (THP at best)",
+            expected="<memoryBacking><hugepages/>",
+            evidence=guest.where("memory") or "/domain/memory",
+            source=guest.origin,
+        )

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+
+def _host_ksm_moot(ctx: AuditContext) -> bool:
+    """KSM off, or told to keep merges within a NUMA node, on the audited host."""
+
+    def compute() -> bool:
+        run = (ctx.host.read_optional("/sys/kernel/mm/ksm/run") or "").strip()
+        across = (ctx.host.read_optional("/sys/kernel/mm/ksm/merge_across_nodes") or "").strip()
+        return run == "0" or across == "0"
+
+    result: bool = ctx.cached("ksm_numa_moot", compute)
+    return result
+
+
+class PinnedWithoutNosharepages(GuestRule):
+    id = "KVM-MEM-001"
+    slug = "pinned-without-nosharepages"
+    topic = "ksm-per-guest"
+    severity = Severity.MEDIUM
+    title = "Pinned/NUMA-placed guest still lets KSM merge its memory across NUMA nodes"
+    why = (
+        "Pinning vCPUs or binding memory to a NUMA node is done for locality. KSM then merges identical pages "
+        "of this guest with pages of guests on other nodes into one shared copy, which may live on the far "
+        "node: the guest's memory accesses become remote again. Seed 000 gives exactly this reason to exclude "
+        "performance-critical pinned guests from KSM with <nosharepages/>."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Add <memoryBacking><nosharepages/></memoryBacking> (needs a guest restart). The host then needs the "
+        "memory KSM was saving; alternatively set /sys/kernel/mm/ksm/merge_across_nodes=0 host-wide."
+    )
+    fix_safe = False
+    references = (
+        "seed:000 (controlling KSM per guest: pinned guests and remote shared pages; <nosharepages/>)",
+        "libvirt formatdomain: memoryBacking nosharepages",
+        "Linux Documentation/admin-guide/mm/ksm.rst: merge_across_nodes",
+        "RHEL 7 Virtualization Tuning Guide 9.4: KSM and NUMA",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if not (guest.vcpu_pinned or guest.numatune) or guest.nosharepages or guest.hugepages:
+            return  # hugetlbfs pages are never scanned by KSM
+        what = " and ".join(w for w, on in (("vCPUs pinned", guest.vcpu_pinned), ("numatune", guest.numatune)) if on)
+        yield self.finding(
+            target=self.target(guest, "memory"),
+            actual=f"{what}, memory shareable by KSM",
+            expected="<memoryBacking><nosharepages/>",
+            evidence=guest.where("memoryBacking") or "/domain/memoryBacking",
+            source=guest.origin,
+            confidence="possible" if _host_ksm_moot(ctx) else "likely",
+        )
