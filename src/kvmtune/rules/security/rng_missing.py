@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+
+class RngMissing(GuestRule):
+    id = "KVM-SEC-001"
+    slug = "rng-missing"
+    topic = "rng-device"
+    severity = Severity.LOW
+    title = "No virtio-rng device: the guest must gather its own entropy at boot"
+    why = (
+        "A fresh guest has few sources of randomness (no keyboard, no disk timings worth the name), so early "
+        "in boot its kernel RNG may not be initialised when sshd, TLS or key generation first need it: boots "
+        "stall or, on old kernels, keys get weak. virtio-rng feeds it from the host's RNG. Seed 000 warns of "
+        "cloned and weak keys on virtual machines for this reason."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "Add <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng> (or <backend model='builtin'/>)."
+    )
+    fix_safe = True
+    references = (
+        "seed:000 (security key strength: entropy on virtual machines, keys or entropy must not be cloned)",
+        "libvirt formatdomain: random number generator device",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if guest.rngs:
+            return
+        yield self.finding(
+            target=self.target(guest, "rng"),
+            actual="no <rng> device",
+            expected="<rng model='virtio'> with /dev/urandom or builtin",
+            evidence="/domain/devices/rng" if guest.origin_kind != "cmdline" else "-device virtio-rng-*",
+            source=guest.origin,
+        )
