@@ -51,6 +51,6 @@ class CpuModelGeneric(GuestRule):
             target=self.target(guest, "cpu"),
             actual=actual,
             expected="host-passthrough, host-model or a named modern model",
-            evidence=guest.where("cpu") or "/domain/cpu",
+            evidence=("/domain/cpu/model" if model and guest.origin_kind != "cmdline" else guest.where("cpu")) or "/domain/cpu",
             source=guest.origin,
         )

@@ -78,7 +78,7 @@ class DuplicateMac(RunRule):
                         what.append("used by another NIC of this guest")
                     yield self.finding(
                         target=GuestRule.target(guest, nic.label),
-                        actual=f"{mac} ({'; '.join(what)})",
+                        actual=f"{mac} (not unique)",
                         expected="a MAC address unique to this NIC",
                         evidence=nic.where("mac"),
                         source=guest.origin,

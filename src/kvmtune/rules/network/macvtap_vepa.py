@@ -8,6 +8,8 @@ from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
+DEFAULT_SUMMARY = "macvtap without a mode: libvirt's default (VEPA) sends guest-to-guest traffic to the switch"
+
 
 class MacvtapVepa(GuestRule):
     id = "KVM-NET-005"
@@ -40,7 +42,8 @@ class MacvtapVepa(GuestRule):
                 continue
             yield self.finding(
                 target=self.target(guest, nic.label),
-                actual="vepa" if mode else "no mode (libvirt default: vepa)",
+                actual="vepa",
+                summary=None if mode else DEFAULT_SUMMARY,
                 expected="bridge (or passthrough for a dedicated VF)",
                 evidence=nic.where("source_mode"),
                 source=guest.origin,

@@ -32,7 +32,7 @@ class NicModelEmulated(GuestRule):
     fix_kind = "xml"
     fix_description = (
         "Set <model type='virtio'/>; every Linux since 2.6.25 has virtio_net, Windows needs the netkvm driver "
-        "installed first. The interface name inside the guest may change (e.g. ens3 keeps, eth0 order may not)."
+        "installed first. Guest network settings tied to the old driver (Windows adapters, eth0 ordering) may need redoing."
     )
     fix_safe = False
     references = (
@@ -47,20 +47,20 @@ class NicModelEmulated(GuestRule):
             if low(nic.type) in NOT_MODELLED:
                 continue
             model = low(nic.model)
-            confidence = "certain"
+            confidence, summary = "certain", None
             if model is None:
                 model = default_nic_model(guest)
                 if model is None or model not in EMULATED_NICS:
                     continue
-                actual = f"no model (libvirt picks {model})"
+                # actual names the effective model, as libvirt writes it back into the definition
                 confidence = "likely"
-            elif model in EMULATED_NICS:
-                actual = model
-            else:
+                summary = f"NIC has no model: libvirt gives this guest an emulated {model}"
+            elif model not in EMULATED_NICS:
                 continue
             yield self.finding(
                 target=self.target(guest, nic.label),
-                actual=actual,
+                actual=model,
+                summary=summary,
                 expected="virtio",
                 evidence=nic.where("model"),
                 source=guest.origin,

@@ -14,12 +14,12 @@ class DiskIoNativeCached(GuestRule):
     slug = "disk-io-native-cached"
     topic = "disk-io-mode"
     severity = Severity.CRITICAL
-    title = "io='native' on a disk without O_DIRECT: QEMU refuses to open it"
+    title = "io='native' on a disk without O_DIRECT: libvirt and QEMU refuse it"
     why = (
         "Linux native AIO only works on files opened with O_DIRECT, i.e. cache none or directsync. With any "
-        "other cache mode (including no cache attribute: QEMU's writeback) current QEMU stops with 'aio=native "
-        "was specified, but it requires cache.direct=on' and the guest does not start; very old QEMU silently "
-        "fell back to threads."
+        "other cache mode, including none written (QEMU's writeback), libvirt refuses the definition and QEMU "
+        "refuses to open the image ('aio=native was specified, but it requires cache.direct=on'): the guest "
+        "cannot start."
     )
     fix_kind = "xml"
     fix_description = "Set cache='none' next to io='native' (or drop io='native' if host caching is really wanted)."
@@ -27,7 +27,7 @@ class DiskIoNativeCached(GuestRule):
     references = (
         "QEMU block/file-posix.c raw_open_common: aio=native requires cache.direct=on",
         "nova driver._set_cache_mode: io=native downgraded to threads for non-O_DIRECT modes (LP#1841363)",
-        "libvirt formatdomain: disk driver io",
+        "libvirt qemu_validate.c: io='native' needs either no disk cache or directsync cache mode",
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:

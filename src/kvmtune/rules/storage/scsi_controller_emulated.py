@@ -43,19 +43,19 @@ class ScsiControllerEmulated(GuestRule):
             if low(disk.bus) != "scsi":
                 continue
             model = low(disk.scsi_controller_model) or "default"
-            confidence = "certain"
+            confidence, summary = "certain", None
             if model in ("default", "auto"):
                 if not guest.is_x86:
                     continue  # pseries: ibmvscsi; virt/s390: virtio-scsi
-                confidence = "likely"
-                actual = "no model (libvirt picks lsilogic on x86)"
-            elif model in EMULATED_HBAS:
-                actual = model
-            else:
+                # actual names the effective model, as libvirt writes it back into the definition
+                model, confidence = "lsilogic", "likely"
+                summary = "SCSI controller without a model: libvirt gives x86 guests the emulated lsilogic"
+            elif model not in EMULATED_HBAS:
                 continue
             yield self.finding(
                 target=self.target(guest, disk.label),
-                actual=actual,
+                actual=model,
+                summary=summary,
                 expected="virtio-scsi",
                 evidence=disk.where("bus"),
                 source=guest.origin,
