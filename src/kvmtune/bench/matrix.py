@@ -15,8 +15,9 @@ AIOS = ("threads", "native", "io_uring")
 FORMATS = ("raw", "qcow2")
 PREALLOCS = ("off", "metadata", "falloc", "full")
 # file: an image file in the work dir; block: a loop device kvmtune creates over a
-# scratch file; host: fio on the host itself (the bare-metal baseline, no guest)
-TARGETS = ("file", "block", "host")
+# scratch file; host: fio on the host itself (the bare-metal baseline, no guest);
+# device: a block device the user named with the destructive-test flag
+TARGETS = ("file", "block", "host", "device")
 SCHEDS = ("default", "none", "mq-deadline", "bfq", "kyber")
 
 
@@ -50,7 +51,7 @@ class StorageConfig:
             return f"impossible combination: aio=native needs O_DIRECT (cache=none or directsync), not cache={self.cache}"
         if self.fmt == "raw" and self.prealloc == "metadata":
             return "impossible combination: preallocation=metadata exists only for qcow2, not raw"
-        if self.target == "block" and (self.fmt != "raw" or self.prealloc != "off"):
+        if self.target in ("block", "device") and (self.fmt != "raw" or self.prealloc != "off"):
             return "impossible combination: the block target is a whole device, use format=raw prealloc=off"
         return None
 
@@ -88,7 +89,7 @@ def build_matrix(
             # several formats at once: metadata is qcow2's preallocation, falloc/full are raw's;
             # a single explicit format with a preallocation it lacks is still reported as an error
             continue
-        if t == "block" and len(formats) > 1 and f != "raw":
+        if t in ("block", "device") and len(formats) > 1 and f != "raw":
             continue
         if cfg.key in seen:
             continue
@@ -106,7 +107,7 @@ class Preset:
     dims: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int = 64) -> Preset:
+def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int = 64, cycle_idle_s: float = 3.0) -> Preset:
     if name == "seed-003":
         dims = {
             "bus": ("ide", "virtio-blk"),
@@ -134,7 +135,7 @@ def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int =
             name,
             "bus comparison and the boot-write-shutdown cycle: transactions/s per VM, VMs per disk (seed:001)",
             [],
-            [*lookup(["randwrite-4k", "seqwrite-1m"]), cycle_workload(cycle_mib)],
+            [*lookup(["randwrite-4k", "seqwrite-1m"]), cycle_workload(cycle_mib, cycle_idle_s)],
             dims,
         )
     if name == "ffsb":

@@ -60,6 +60,7 @@ class BenchContext:
     repeat: int = 1
     progress: Callable[[CellResult], None] | None = None
     boot_timeout_s: float = 60.0
+    user_device: str | None = None  # a block device named with --device and --destroy-data
     results: list[CellResult] = field(default_factory=list)
     first_result_s: float | None = None
 
@@ -91,6 +92,10 @@ def _record(ctx: BenchContext, res: CellResult, rep: int) -> None:
 
 def create_image(ctx: BenchContext, cfg: StorageConfig, tag: str) -> tuple[str, str]:
     """Create the scratch image (or loop device) for ``cfg``; return (path for QEMU, format)."""
+    if cfg.target == "device":
+        if not ctx.user_device:
+            raise KvmtuneError("target=device needs --device PATH and --destroy-data")
+        return ctx.user_device, "raw"
     need = ctx.disk_mib << 20 if cfg.prealloc in ("full", "falloc") or cfg.target == "block" else 64 << 20
     check_free_space(ctx.scratch.root, need + (64 << 20), f"a {ctx.disk_mib} MiB {cfg.fmt} image")
     path = ctx.scratch.path(f"disk-{tag}.{cfg.fmt}")
@@ -115,6 +120,34 @@ def create_image(ctx: BenchContext, cfg: StorageConfig, tag: str) -> tuple[str, 
     if not res.ok:
         raise KvmtuneError(f"{path.name}: qemu-img create failed: {res.describe_failure()}")
     return str(path), cfg.fmt
+
+
+def check_user_device(host: HostRoot, path: str) -> str:
+    """Refuse a block device that is mounted, swapped on, held by another device or busy; return its name."""
+    import stat as _stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: {exc.strerror}") from None
+    if not _stat.S_ISBLK(st.st_mode):
+        raise KvmtuneError(f"{path}: not a block device")
+    name = device_of_path(host, path) or Path(path).name
+    names = {name, *(p for p in host.listdir(f"/sys/class/block/{name}") if p.startswith(name))}
+    for mounts in ("/proc/mounts", "/proc/swaps"):
+        for line in (host.read_optional(mounts) or "").splitlines():
+            dev = line.split(" ", 1)[0]
+            if dev.startswith("/dev/") and dev[5:] in names:
+                raise KvmtuneError(f"{path}: in use ({dev} is listed in {mounts}); refusing to write to it")
+    for n in names:
+        if host.listdir(f"/sys/class/block/{n}/holders"):
+            raise KvmtuneError(f"{path}: in use (held by {', '.join(host.listdir(f'/sys/class/block/{n}/holders'))})")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_EXCL)
+        os.close(fd)
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: busy ({exc.strerror}); refusing to write to it") from None
+    return name
 
 
 # --------------------------------------------------------------------------- guest runs

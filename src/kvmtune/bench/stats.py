@@ -1,0 +1,118 @@
+"""Statistics for comparing runs: means, standard deviations and a Welch
+confidence interval on the difference, expressed relative to run A.
+
+A difference is called significant only when the 95 % interval excludes zero
+and the change exceeds ``threshold`` (5 % by default), the asv/pyperf rule of
+"statistically and practically different".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvmtune.bench.store import CellRow
+
+# two-sided 95 % Student t quantiles for 1..30 degrees of freedom
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+# metrics where a smaller number is better
+LOWER_IS_BETTER = ("lat", "clat", "cpu", "host_tps", "elapsed")
+DEFAULT_METRICS = ("iops", "bw_Bps", "clat_p99_us", "guest_cpu_busy_pct", "qemu_cpu_pct", "host_tps", "host_tps_per_vm")
+
+
+def t95(df: float) -> float:
+    if df < 1:
+        return float("inf")
+    if df <= 30:
+        return _T95[int(df) - 1]
+    return 1.960 + 2.4 / df  # close to the table beyond 30
+
+
+def mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def stdev(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+@dataclass(frozen=True)
+class Diff:
+    key: str
+    metric: str
+    n_a: int
+    n_b: int
+    mean_a: float
+    mean_b: float
+    sd_a: float
+    sd_b: float
+    diff_pct: float | None  # (B - A) / A in %
+    ci_pct: tuple[float, float] | None  # 95 % interval of diff_pct
+    better: str  # "A", "B", "same", "unknown"
+
+    def describe(self) -> str:
+        if self.diff_pct is None:
+            return "n/a"
+        s = f"{self.diff_pct:+.1f}%"
+        if self.ci_pct is not None:
+            s += f" (95% CI {self.ci_pct[0]:+.1f}% … {self.ci_pct[1]:+.1f}%)"
+        else:
+            s += " (one sample each side: no uncertainty; use --repeat)"
+        return s
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(metric.startswith(p) or f"_{p}" in metric for p in LOWER_IS_BETTER)
+
+
+def welch_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key: str = "", threshold: float = 5.0) -> Diff:
+    ma, mb = mean(a), mean(b)
+    sa, sb = stdev(a), stdev(b)
+    if ma == 0:
+        return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, None, None, "unknown")
+    diff = 100.0 * (mb - ma) / abs(ma)
+    ci: tuple[float, float] | None = None
+    significant = abs(diff) > threshold
+    if len(a) >= 2 and len(b) >= 2:
+        va, vb = sa**2 / len(a), sb**2 / len(b)
+        se = math.sqrt(va + vb)
+        df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2
+        half = t95(df) * se
+        ci = (100.0 * (mb - ma - half) / abs(ma), 100.0 * (mb - ma + half) / abs(ma))
+        significant = significant and (ci[0] > 0 or ci[1] < 0)
+    if ci is None:
+        better = "unknown" if significant else "same"
+    elif not significant:
+        better = "same"
+    else:
+        b_higher = diff > 0
+        better = "A" if b_higher == lower_is_better(metric) else "B"
+    return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, ci, better)
+
+
+def group_metric(cells: Iterable[CellRow], metric: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in cells:
+        if c.status == "ok" and metric in c.metrics:
+            out.setdefault(c.key, []).append(c.metrics[metric])
+    return out
+
+
+def compare_cells(
+    a: Sequence[CellRow], b: Sequence[CellRow], metrics: Sequence[str] = DEFAULT_METRICS, threshold: float = 5.0
+) -> list[Diff]:
+    out = []
+    for metric in metrics:
+        ga, gb = group_metric(a, metric), group_metric(b, metric)
+        for key in sorted(set(ga) & set(gb)):
+            out.append(welch_diff(ga[key], gb[key], metric, key, threshold))
+    return out

@@ -1,0 +1,209 @@
+"""``kvmtune bench storage``: measure the storage matrix on this host."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kvmtune.bench import fio as fiomod
+from kvmtune.bench.accel import AccelChoice, detect_accel
+from kvmtune.bench.matrix import AIOS, BUSES, CACHES, FORMATS, PREALLOCS, PRESETS, SCHEDS, TARGETS, build_matrix, preset
+from kvmtune.bench.quick import QuickPlan, quick_configs, run_quick
+from kvmtune.bench.storage import (
+    BenchContext,
+    CellResult,
+    check_user_device,
+    environment,
+    host_disk_capacity,
+    progress_printer,
+    run_matrix,
+)
+from kvmtune.bench.store import Store
+from kvmtune.bench.workdir import Scratch, default_db, default_workdir
+from kvmtune.cli.guest import add_guest_options, build_guest
+from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def _csv(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    out: list[str] = []
+    for v in values:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="measure storage on this host (probe guest + fio, or qemu-img bench)")
+    bs = p.add_subparsers(dest="bench_cmd", metavar="BENCH", parser_class=type(p))
+    s = bs.add_parser("storage", help="the storage matrix: bus × cache × aio × format × preallocation × workload")
+    add_guest_options(s)
+    s.add_argument("--quick", action="store_true", help="qemu-img bench only (no guest): format × prealloc × cache × aio")
+    s.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
+    s.add_argument("--bus", action="append", help=f"comma list of {', '.join(BUSES)}")
+    s.add_argument("--cache", action="append", help=f"comma list of {', '.join(CACHES)}")
+    s.add_argument("--aio", action="append", help=f"comma list of {', '.join(AIOS)}")
+    s.add_argument("--format", action="append", help=f"comma list of {', '.join(FORMATS)}")
+    s.add_argument("--prealloc", action="append", help=f"comma list of {', '.join(PREALLOCS)}")
+    s.add_argument("--target", action="append", help=f"comma list of {', '.join(TARGETS)} (default file)")
+    s.add_argument("--sched", action="append", help=f"guest I/O scheduler: comma list of {', '.join(SCHEDS)}")
+    s.add_argument(
+        "--workload", action="append",
+        help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
+        "that filter a preset's workloads",
+    )  # fmt: skip
+    s.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
+    s.add_argument("--cycle-mib", type=int, default=64, help="MiB written by the boot-write-shutdown cycle (default 64)")
+    s.add_argument("--cycle-idle", type=float, default=3.0, help="seconds the cycle waits for flushes (default 3)")
+    s.add_argument("--boot-timeout", type=float, default=60.0, help="seconds a guest may take beyond its workloads")
+    s.add_argument("--runtime", type=float, default=5.0, help="seconds per fio workload (default 5)")
+    s.add_argument("--disk-size", type=int, default=1024, help="MiB of the disk under test (default 1024)")
+    s.add_argument("--repeat", type=int, default=1, help="run the matrix N times (for uncertainty in compare)")
+    s.add_argument("--memory", type=int, default=512, help="guest memory in MiB (default 512)")
+    s.add_argument("--smp", type=int, default=1, help="guest vCPUs (default 1)")
+    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto: use KVM only if a probe boots")
+    s.add_argument("--device", help="test this block device (with --destroy-data); it must not be mounted or in use")
+    s.add_argument("--destroy-data", action="store_true", help="allow writing over --device")
+    s.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
+    s.add_argument("--note", help="free text stored with the run")
+    s.set_defaults(func=run_storage)
+    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+
+
+def _sigterm(_signo: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str]) -> list[fiomod.Workload]:
+    import fnmatch
+
+    out = [w for w in workloads if any(fnmatch.fnmatchcase(w.name, p) for p in patterns)]
+    if not out:
+        raise InputError("--workload", f"{', '.join(patterns)} matches none of the preset's workloads")
+    return out
+
+
+def run_storage(args: argparse.Namespace) -> int:
+    if args.runtime <= 0 or args.disk_size < 16 or args.repeat < 1:
+        raise InputError("--runtime/--disk-size/--repeat", "runtime must be > 0, disk size ≥ 16 MiB, repeat ≥ 1")
+    if args.device and not args.destroy_data:
+        raise InputError("--device", f"{args.device}: writing to a block device needs --destroy-data as well")
+    runner = Runner()
+    host = HostRoot()
+    workdir = args.workdir or default_workdir()
+    scratch = Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner)
+    threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
+    kind = "quick" if args.quick else "storage"
+    guest = None
+    if args.quick:
+        configs = quick_configs(_csv(args.cache), _csv(args.aio), _csv(args.format), _csv(args.prealloc))
+        accel = AccelChoice("none", "qemu-img bench runs no guest", 0.0)
+        n_cells = len(configs) * 2 * args.repeat
+    else:
+        if args.preset:
+            pr = preset(args.preset, threads, args.cycle_mib, args.cycle_idle)
+            dims = dict(pr.dims)
+            workloads = pr.workloads
+            if args.workload:
+                workloads = _filter_workloads(workloads, _csv(args.workload) or [])
+        else:
+            dims = {}
+            workloads = fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"])
+        for name in ("bus", "cache", "aio", "format", "prealloc", "target", "sched"):
+            given = _csv(getattr(args, name))
+            if given:
+                dims[name] = tuple(given)
+        if args.device:
+            dims.setdefault("target", ("device",))
+        configs = build_matrix(
+            dims.get("bus", ("virtio-blk",)), dims.get("cache", ("none",)), dims.get("aio", ("threads",)),
+            dims.get("format", ("raw",)), dims.get("prealloc", ("off",)), dims.get("target", ("file",)),
+            dims.get("sched", ("default",)),
+        )  # fmt: skip
+        if any(c.target == "device" for c in configs) and not args.device:
+            raise InputError("--target", "target=device needs --device PATH --destroy-data")
+        n_cells = len(configs) * len(workloads) * args.repeat
+        guest = build_guest(args, runner)
+        if args.accel == "auto":
+            accel = detect_accel(guest, workdir, runner, host)
+        else:
+            accel = AccelChoice(args.accel, "forced with --accel", 0.0)
+        if accel.warning:
+            print(f"kvmtune: warning: {accel.warning}", file=sys.stderr)
+    user_device = None
+    if args.device:
+        check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy
+        user_device = args.device
+    env = environment(runner, host, accel, guest, workdir)
+    store = Store(args.db or default_db())
+    run_args = {k: v for k, v in vars(args).items() if k != "func"}
+    run_id = store.begin_run(kind, env, run_args, preset=args.preset)
+    ctx = BenchContext(
+        runner, host, scratch, guest, accel, store, run_id, runtime_s=args.runtime, disk_mib=args.disk_size,
+        memory_mb=args.memory, smp=args.smp, repeat=args.repeat, user_device=user_device,
+        boot_timeout_s=args.boot_timeout,
+    )  # fmt: skip
+    ctx.progress = progress_printer(n_cells)
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    started = time.monotonic()
+    print(f"kvmtune: run {run_id}: {n_cells} cells, accelerator {accel.accel}, results in {store.path}", file=sys.stderr)
+    try:
+        if args.quick:
+            failed = run_quick(ctx, QuickPlan(configs, count=4096))
+        else:
+            failed = run_matrix(ctx, configs, workloads)
+            if any(w.is_cycle for w in workloads):
+                cap = host_disk_capacity(ctx, seconds=min(5.0, args.runtime))
+                ctx.scratch.cleanup()
+                if cap:
+                    from kvmtune.bench.matrix import StorageConfig
+
+                    store.add_cell(
+                        run_id, "host/capacity|disk-capacity", StorageConfig(target="host").as_dict(), "disk-capacity",
+                        "ok", cap, accel=accel.accel,
+                    )  # fmt: skip
+    except KeyboardInterrupt:
+        problems = scratch.cleanup()
+        store.add_cell(run_id, "interrupted", {}, "interrupted", "interrupted", error="stopped by the user")
+        store.finish_run(run_id, "partial", note="interrupted")
+        store.close()
+        print(
+            f"\nkvmtune: interrupted: run {run_id} marked partial ({len(ctx.results)} cells stored); "
+            f"scratch removed{'; problems: ' + '; '.join(problems) if problems else ''}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        scratch.cleanup()
+        _rmdir_quiet(scratch.root)
+    took = time.monotonic() - started
+    status = "complete" if failed == 0 else "errors"
+    store.finish_run(run_id, status, note=args.note)
+    store.close()
+    _summary(ctx.results, run_id, took, ctx.first_result_s)
+    return EXIT_OK if failed == 0 else EXIT_CELLS_FAILED
+
+
+def _rmdir_quiet(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _summary(results: list[CellResult], run_id: int, took: float, first: float | None) -> None:
+    bad = [r for r in results if r.status != "ok"]
+    print(f"run {run_id}: {len(results) - len(bad)} cells ok, {len(bad)} failed, {took:.1f}s"
+          + (f"; boot to first fio result {first:.1f}s" if first else ""))  # fmt: skip
+    for r in bad:
+        print(f"  FAILED {r.config.key} {r.workload}: {r.error}")

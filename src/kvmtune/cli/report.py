@@ -1,0 +1,42 @@
+"""``kvmtune report RUN… --html out.html``: charts and seed verdicts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.report import render
+from kvmtune.bench.store import Store
+from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.workdir import default_db
+from kvmtune.errors import KvmtuneError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="HTML report (charts, seed verdicts) of benchmark runs")
+    p.add_argument("runs", type=int, nargs="+", metavar="RUN")
+    p.add_argument("--html", type=Path, help="write the HTML report here")
+    p.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    with Store(args.db or default_db()) as st:
+        by_accel: dict[str, list[Any]] = {}
+        for rid in args.runs:
+            run = st.run(rid)
+            for c in st.cells(run.id):
+                by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
+        for accel, cells in sorted(by_accel.items()):
+            print(f"[{accel}]")
+            for v in verdicts(cells):
+                print("  " + v.line())
+        if args.html:
+            text = render(st, args.runs)
+            try:
+                args.html.write_text(text)
+            except OSError as exc:
+                raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+            print(f"wrote {args.html}")
+    return 0

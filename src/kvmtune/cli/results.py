@@ -1,0 +1,67 @@
+"""``kvmtune results list|show``: what the results database holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.store import Store
+from kvmtune.bench.workdir import default_db
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("results", help="list stored benchmark runs or show one")
+    rs = p.add_subparsers(dest="results_cmd", metavar="ACTION", parser_class=type(p))
+    ls = rs.add_parser("list", help="one line per run")
+    ls.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
+    ls.set_defaults(func=run_list)
+    sh = rs.add_parser("show", help="the cells of one run")
+    sh.add_argument("run", type=int, metavar="RUN")
+    sh.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
+    sh.add_argument("--json", action="store_true", help="machine-readable output")
+    sh.set_defaults(func=run_show)
+    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with Store(args.db or default_db()) as st:
+        runs = st.runs()
+        if not runs:
+            print(f"no runs in {st.path}")
+            return 0
+        print(f"{'run':>4} {'started':19} {'kind':8} {'preset':14} {'accel':5} {'status':9} {'cells':>5} {'failed':>6}")
+        for r in runs:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
+            print(
+                f"{r.id:>4} {when:19} {r.kind:8} {r.preset or '-':14} {r.accel or '-':5} {r.status:9} {r.cells:>5} {r.failed:>6}"
+            )
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    with Store(args.db or default_db()) as st:
+        run = st.run(args.run)
+        cells = st.cells(run.id)
+        if args.json:
+            print(json.dumps({
+                "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status,
+                        "accel": run.accel, "env": run.env},
+                "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
+                           "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
+            }, indent=1))  # fmt: skip
+            return 0
+        print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, {run.env.get('fio')}")
+        for c in cells:
+            m = c.metrics
+            if c.status != "ok":
+                print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {c.error}")
+                continue
+            extra = f" {m['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in m else ""
+            print(
+                f"  {c.key.split('|')[0]:45} {c.workload:28} {m.get('iops', 0):>10,.0f} IOPS "
+                f"{m.get('bw_Bps', 0) / 1e6:>8.1f} MB/s p99 {m.get('clat_p99_us', 0):>8,.0f} µs{extra}"
+            )
+    return 0
