@@ -16,6 +16,11 @@ from kvmtune.errors import KvmtuneError
 COMMAND_MODULES = [
     "kvmtune.cli.audit",
     "kvmtune.cli.rules",
+    "kvmtune.cli.guest",
+    "kvmtune.cli.bench",
+    "kvmtune.cli.results",
+    "kvmtune.cli.compare",
+    "kvmtune.cli.report",
 ]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
