@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.results",
     "kvmtune.cli.compare",
     "kvmtune.cli.report",
+    "kvmtune.cli.net",
 ]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2

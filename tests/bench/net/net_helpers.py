@@ -1,0 +1,63 @@
+"""Helpers for the network topology tests: what is left of a run, and is the root namespace untouched."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from kvmtune.bench.net.netns import ADDRESS_SPACE
+
+OUR_LINK_PREFIXES = ("kvbr", "kvtap-", "kvsw", "kvmvt-", "kvlow", "kvnat", "kvlan")
+
+
+def namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and text.encode() in raw:
+            cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry} {cmd[:120]}")
+    return found
+
+
+def root_namespace_leftovers() -> list[str]:
+    """Anything of ours in the root namespace: links by our names, 198.18/15 addresses or routes, our nft table."""
+    bad = []
+    links = json.loads(subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True).stdout)
+    for link in links:
+        if str(link["ifname"]).startswith(OUR_LINK_PREFIXES):
+            bad.append(f"link {link['ifname']}")
+        for a in link.get("addr_info", []):
+            if a.get("family") == "inet" and ipaddress.ip_address(a["local"]) in ADDRESS_SPACE:
+                bad.append(f"address {a['local']} on {link['ifname']}")
+    routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True, check=False).stdout
+    bad += [f"route {r}" for r in routes.splitlines() if r.startswith(("198.18.", "198.19."))]
+    if shutil.which("nft"):
+        rules = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False).stdout
+        bad += [f"nft {t}" for t in rules.splitlines() if "kvmtune" in t]
+    return bad
+
+
+def assert_nothing_left(runid: str, rundir: Path) -> None:
+    left_ns = [n for n in namespaces() if n.startswith(f"kvmtune-{runid}-")]
+    assert not left_ns, f"namespaces left: {left_ns}"
+    procs = processes_mentioning(str(rundir)) + processes_mentioning(f"kvmtune-{runid}-")
+    assert not procs, f"processes left: {procs}"
+    assert not rundir.exists(), f"run directory left: {rundir}"
+    root = root_namespace_leftovers()
+    assert not root, f"root namespace touched: {root}"
