@@ -83,6 +83,19 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _numa_memory_kib(cpu: etree._Element | None) -> int | None:
+    """With guest NUMA cells libvirt sizes the guest by their sum and ignores <memory>."""
+    if cpu is None:
+        return None
+    total = 0
+    for cell in cpu.iterfind("numa/cell"):
+        size = _int(cell.get("memory"))
+        if size is None:
+            return None
+        total += int(size * _UNIT_KIB.get((cell.get("unit") or "KiB").lower(), 1))
+    return total or None
+
+
 def memory_kib(el: etree._Element | None) -> int | None:
     if el is None or el.text is None:
         return None
@@ -113,7 +126,7 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     driver = kids.get("driver")
     target = kids.get("target")
     source = kids.get("source")
-    src_type = _low(el.get("type"))
+    src_type = _low(el.get("type")) or "file"  # libvirt: a disk without type is a file
     src = None
     if source is not None:
         src = source.get("file") or source.get("dev") or source.get("name") or source.get("dir") or source.get("volume")
@@ -219,8 +232,9 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         virt_type=_low(root.get("type")),
         arch=_low(os_type.get("arch")) if os_type is not None else None,
         machine=_low(os_type.get("machine")) if os_type is not None else None,
-        vcpus=_int(vcpu.text) if vcpu is not None else 1,
-        memory_kib=memory_kib(top.get("memory")),
+        # vCPUs online at boot (current=), as on the command line's -smp; the maximum only matters for hot-plug
+        vcpus=(_int(vcpu.get("current")) or _int(vcpu.text)) if vcpu is not None else 1,
+        memory_kib=_numa_memory_kib(cpu) or memory_kib(top.get("memory")),
         cpu_mode=_low(cpu.get("mode")) if cpu is not None else None,
         cpu_model=((cpu_model.text or "").strip().lower() or None) if cpu_model is not None else None,
         vcpu_pinned=(cputune is not None and cputune.find("vcpupin") is not None)
@@ -258,7 +272,8 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         if dtag == "disk":
             guest.disks.append(_disk(el, locator))
         elif dtag == "hostdev":
-            guest.hostdevs += 1
+            if _low(el.get("type")) in ("pci", "mdev"):  # VFIO: pins all guest memory
+                guest.hostdevs += 1
         elif dtag == "interface":
             if _low(el.get("type")) == "hostdev":
                 guest.hostdevs += 1

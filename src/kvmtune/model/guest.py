@@ -101,7 +101,7 @@ class Guest:
     balloon_autodeflate: bool = False
     balloon_free_page_reporting: bool = False
     iothreads: int = 0
-    hostdevs: int = 0  # devices passed through (VFIO/hostdev), including type='hostdev' NICs
+    hostdevs: int = 0  # PCI/mdev devices passed through with VFIO (they pin guest memory), type='hostdev' NICs too
     memory_locked: bool = False  # <memoryBacking><locked/> or -overcommit mem-lock=on
     active: bool | None = None
     disks: list[Disk] = field(default_factory=list)

@@ -320,6 +320,8 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
     for dev in devices:
         p = dev.props
         drv = str(p.get("driver", "")).lower()
+        if drv == "scsi-generic":
+            continue  # SCSI host device passthrough (<hostdev type='scsi'>), not a disk
         if "drive" in p and drv in BUS_OF_DEVICE:
             guest.disks.append(_disk_from_device(dev, str(p["drive"]), nodes, drives, scsi_controllers, guest))
         elif drv in NIC_MODEL_OF_DEVICE or "netdev" in p:
@@ -383,7 +385,7 @@ def _disk_from_device(
         bus = "sata"
     disk = Disk(
         target=str(p.get("id", drive_ref)),
-        device="cdrom" if drv in ("ide-cd", "scsi-cd") else "disk",
+        device="cdrom" if drv in ("ide-cd", "scsi-cd") else ("floppy" if bus == "fdc" else "disk"),
         bus=bus,
         iothread=str(p["iothread"]) if "iothread" in p else ("mapped" if "iothread-vq-mapping" in p else None),
         locator=dev.label,
