@@ -37,6 +37,22 @@ def is_local(disk: Disk) -> bool:
     return low(disk.source_type) in LOCAL_SOURCES
 
 
+def local_confidence(disk: Disk) -> str:
+    """A pool volume may turn out to be an iSCSI or RBD disk once libvirt resolves it."""
+    return "likely" if low(disk.source_type) == "volume" else "certain"
+
+
+def cache_mode(disk: Disk) -> str | None:
+    """The cache mode in effect; None = QEMU's default (writeback).
+
+    libvirt opens a writable shared disk with cache=none when no mode is written.
+    """
+    cache = low(disk.cache)
+    if cache in (None, "default") and disk.shareable and not disk.readonly:
+        return "none"
+    return cache
+
+
 def is_virtio_model(model: str | None) -> bool:
     m = low(model)
     return m is not None and m.startswith("virtio")

@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import data_disks, is_local, low
+from kvmtune.rules.common import cache_mode, data_disks, is_local, local_confidence, low
 
 
 class DiskCacheDefault(GuestRule):
@@ -37,7 +37,7 @@ class DiskCacheDefault(GuestRule):
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):
             cache = low(disk.cache)
-            if cache not in (None, "default") or not is_local(disk):
+            if cache_mode(disk) not in (None, "default") or not is_local(disk):
                 continue
             yield self.finding(
                 target=self.target(guest, disk.label),
@@ -45,9 +45,5 @@ class DiskCacheDefault(GuestRule):
                 expected="an explicit mode: none (O_DIRECT) for local storage",
                 evidence=disk.where("cache"),
                 source=guest.origin,
-                summary=(
-                    "Shared disk without a cache mode: host-cached writeback on a disk other guests also open"
-                    if disk.shareable
-                    else None
-                ),
+                confidence=local_confidence(disk),
             )

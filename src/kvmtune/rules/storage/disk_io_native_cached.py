@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import is_local, low
+from kvmtune.rules.common import cache_mode, is_local, local_confidence
 
 
 class DiskIoNativeCached(GuestRule):
@@ -32,9 +32,9 @@ class DiskIoNativeCached(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:
-            cache = low(disk.cache)
+            cache = cache_mode(disk)
             # any local disk, CD-ROMs included: QEMU refuses to open the image whatever the guest uses it for
-            if low(disk.io) != "native" or cache in ("none", "directsync") or not is_local(disk):
+            if (disk.io or "").strip().lower() != "native" or cache in ("none", "directsync") or not is_local(disk):
                 continue
             yield self.finding(
                 target=self.target(guest, disk.label),
@@ -42,4 +42,5 @@ class DiskIoNativeCached(GuestRule):
                 expected="io=native only with cache=none or directsync",
                 evidence=disk.where("io"),
                 source=guest.origin,
+                confidence=local_confidence(disk),
             )

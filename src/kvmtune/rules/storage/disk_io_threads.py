@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import data_disks, is_local, low
+from kvmtune.rules.common import cache_mode, data_disks, is_local, local_confidence, low
 
 
 class DiskIoThreads(GuestRule):
@@ -32,7 +32,7 @@ class DiskIoThreads(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest):
-            if low(disk.cache) not in ("none", "directsync") or not is_local(disk):
+            if cache_mode(disk) not in ("none", "directsync") or not is_local(disk):
                 continue
             io = low(disk.io)
             if io not in (None, "threads", "default"):
@@ -43,4 +43,5 @@ class DiskIoThreads(GuestRule):
                 expected="io=native or io=io_uring",
                 evidence=disk.where("io"),
                 source=guest.origin,
+                confidence=local_confidence(disk),
             )
