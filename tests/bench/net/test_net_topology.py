@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from net_helpers import assert_nothing_left, namespaces, processes_mentioning
 
 from kvmtune.bench.net import TOPOLOGIES, TopologySpec, make_topology
 from kvmtune.bench.net.standin import check_topology
+from kvmtune.runner import CommandResult, Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
 
@@ -59,4 +62,22 @@ def test_exception_inside_tears_down(workdir: Path) -> None:
     with pytest.raises(RuntimeError), topo:
         assert topo.namespaces
         raise RuntimeError("boom")
+    assert_nothing_left(topo.runid, topo.rundir)
+
+
+class _InterruptingRunner(Runner):
+    """Ctrl-C arrives while the topology is half built (a tap is being enslaved)."""
+
+    def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
+        if "master" in argv:
+            raise KeyboardInterrupt
+        return super().run(argv, **kw)
+
+
+@pytest.mark.parametrize("kind", ["bridge", "nat"])
+def test_ctrl_c_during_bring_up(kind: str, workdir: Path) -> None:
+    topo = make_topology(TopologySpec(kind, hosts=2), runner=_InterruptingRunner(), workdir=workdir)
+    with pytest.raises(KeyboardInterrupt), topo:
+        pytest.fail("the body must not run")
+    assert topo.namespaces  # it got as far as creating them
     assert_nothing_left(topo.runid, topo.rundir)
