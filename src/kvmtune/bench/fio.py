@@ -164,7 +164,8 @@ def fio_args(w: Workload, target: str, runtime_s: float, disk_mib: int, on_fs: b
     else:
         args.append(f"--filename={target}")
         args.append(f"--size={_mib(disk_mib)}")
-    args += [f"--runtime={runtime_s:g}", "--time_based", "--clocksource=clock_gettime", *w.extra]
+    # fio reads a bare "0.2" as 0 seconds: give milliseconds explicitly
+    args += [f"--runtime={max(1, round(runtime_s * 1000))}ms", "--time_based", "--clocksource=clock_gettime", *w.extra]
     return args
 
 

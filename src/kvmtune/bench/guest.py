@@ -230,7 +230,9 @@ def extract_vmlinux(runner: Runner, bzimage: Path, out: Path) -> bool:
         return False
     if raw is None or not has_pvh_note(raw):
         return False
-    out.write_bytes(raw)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    tmp.write_bytes(raw)
+    tmp.replace(out)  # atomic: another kvmtune may be booting the cached copy right now
     return True
 
 
@@ -540,7 +542,7 @@ class GuestBuilder:
         tools = tuple(sorted(d for d in files if not d.startswith(("/lib", "/usr/lib"))))
         cached = out.is_file() and meta.is_file() and not force
         if not cached:
-            tmp = out.with_suffix(".tmp")
+            tmp = out.with_suffix(f".tmp{os.getpid()}")
             with open(tmp, "wb") as fh:
                 w = CpioWriter(fh)
                 for d in ("dev", "proc", "sys", "tmp", "mnt", "etc/kvmtune", "bin", "sbin", "usr/bin", "usr/sbin"):
@@ -560,11 +562,7 @@ class GuestBuilder:
                 w.file("etc/kvmtune/modules", ("\n".join(boot) + "\n").encode())
                 w.trailer()
             tmp.replace(out)
-            for old in cache_dir.glob("initrd-*"):
-                if not old.name.startswith(f"initrd-{key}"):
-                    old.unlink(missing_ok=True)
-            for old in cache_dir.glob("vmlinux-*"):
-                old.unlink(missing_ok=True)
+            _prune(cache_dir, keep=f"initrd-{key}")
             meta.write_text(
                 json.dumps({"kernel": str(kinfo.path), "release": kinfo.release, "modules": modules, "tools": tools}, indent=1)
             )
@@ -589,6 +587,24 @@ class GuestBuilder:
             module_paths=tuple(_guest_mod(m) for m in modules),
             module_deps={_mod_name(m): deps.get(_mod_name(m), ()) for m in modules},
         )
+
+
+PRUNE_AGE_S = 24 * 3600
+
+
+def _prune(cache_dir: Path, keep: str) -> None:
+    """Drop cached builds unused for a day (other kvmtune processes may be using recent ones)."""
+    import time
+
+    now = time.time()
+    for old in cache_dir.glob("initrd-*"):
+        if old.name.startswith(keep):
+            continue
+        try:
+            if now - old.stat().st_atime > PRUNE_AGE_S and now - old.stat().st_mtime > PRUNE_AGE_S:
+                old.unlink()
+        except OSError:
+            pass
 
 
 def _guest_mod(relpath: str) -> str:

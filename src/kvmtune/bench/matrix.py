@@ -85,9 +85,13 @@ def build_matrix(
     seen: set[str] = set()
     for t, b, f, p, c, a, s in itertools.product(targets, buses, formats, preallocs, caches, aios, scheds):
         cfg = StorageConfig(b, c, a, f, p, t, s)
-        if len(formats) > 1 and ((f == "raw" and p == "metadata") or (f == "qcow2" and p in ("falloc", "full"))):
-            # several formats at once: metadata is qcow2's preallocation, falloc/full are raw's;
-            # a single explicit format with a preallocation it lacks is still reported as an error
+        # a preallocation list naming both formats' kinds (metadata is qcow2's, falloc/full are raw's)
+        # pairs each with its own format; an explicit impossible request (--format raw --prealloc
+        # metadata, or off,metadata) still reaches the matrix and is reported as an error
+        per_format = "metadata" in preallocs and any(x in ("falloc", "full") for x in preallocs)
+        if (f == "raw" and p == "metadata" and (per_format or "qcow2" in formats)) or (
+            f == "qcow2" and p in ("falloc", "full") and per_format
+        ):
             continue
         if t in ("block", "device") and len(formats) > 1 and f != "raw":
             continue

@@ -1,0 +1,61 @@
+"""``bench storage --quick`` with the real qemu-img (no guest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kvmtune.cli as cli
+from kvmtune.bench.quick import default_quick_configs, parse_bench_output
+from kvmtune.bench.store import Store
+
+MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
+
+
+@pytest.fixture(autouse=True)
+def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
+
+
+def test_default_quick_matrix_is_24_valid_cells() -> None:
+    cfgs = default_quick_configs()
+    assert len(cfgs) == 24 and len({c.key for c in cfgs}) == 24
+    assert all(c.problem() is None for c in cfgs)
+
+
+def test_parse_bench_output() -> None:
+    assert parse_bench_output("Sending 100 requests...\nRun completed in 0.250 seconds.\n") == 0.25
+    with pytest.raises(ValueError, match="Run completed"):
+        parse_bench_output("qemu-img: error")
+
+
+def test_quick_runs_valid_cells_and_reports_impossible_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = cli.main(["bench", "storage", "--quick", "--format", "qcow2", "--prealloc", "off,metadata",
+                     "--cache", "none,writeback", "--aio", "native", "--disk-size", "64", "--db", str(db),
+                     "--workdir", str(wd)])  # fmt: skip
+    assert code == 1  # the writeback+native cells cannot run
+    out = capsys.readouterr().out
+    assert out.count("FAILED") == 4 and "aio=native needs O_DIRECT" in out
+    with Store(db) as st:
+        (run,) = st.runs()
+        assert run.kind == "quick" and run.accel == "none" and run.status == "errors"
+        ok = [c for c in st.cells(run.id) if c.status == "ok"]
+        assert len(ok) == 4
+        assert all(c.metrics["iops"] > 0 and c.metrics["bw_Bps"] == pytest.approx(c.metrics["iops"] * 4096) for c in ok)
+    assert list(wd.iterdir()) == [] or all(not p.name.startswith("scratch-") for p in wd.iterdir())
+
+
+def test_full_scratch_disk_is_one_line_and_the_rest_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = cli.main(["bench", "storage", "--quick", "--format", "raw", "--prealloc", "off,falloc", "--cache", "none",
+                     "--aio", "threads", "--disk-size", str(1 << 30), "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "scratch disk full" in out
+    with Store(db) as st:
+        cells = st.cells(st.runs()[0].id)
+        full = [c for c in cells if c.config["prealloc"] == "falloc"]
+        assert full and all(c.status == "error" and "scratch disk full" in (c.error or "") for c in full)
+    assert not any(p.name.startswith("scratch-") for p in wd.iterdir())

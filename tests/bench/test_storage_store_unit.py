@@ -1,0 +1,53 @@
+"""The SQLite results store."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from kvmtune.bench.store import SCHEMA_VERSION, Store
+from kvmtune.errors import KvmtuneError
+
+
+def test_roundtrip_runs_cells_metrics_samples(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        rid = st.begin_run("storage", {"accel": "tcg", "qemu": "7.2"}, {"runtime": 1}, preset="seed-003")
+        cid = st.add_cell(rid, "k|w", {"bus": "ide"}, "w", "ok", {"iops": 10.0, "bw_Bps": 40960.0},
+                          accel="tcg", samples=[(0.0, "host_ios", 1.0), (0.5, "host_ios", 9.0)])  # fmt: skip
+        st.add_cell(rid, "k2|w", {"bus": "ide"}, "w", "error", error="impossible combination: x", accel="tcg")
+        st.finish_run(rid, "errors")
+    with Store(db) as st:
+        (run,) = st.runs()
+        assert (run.kind, run.preset, run.status, run.accel, run.cells, run.failed) == (
+            "storage", "seed-003", "errors", "tcg", 2, 1,
+        )  # fmt: skip
+        assert run.env["qemu"] == "7.2"
+        cells = st.cells(rid)
+        assert cells[0].metrics == {"iops": 10.0, "bw_Bps": 40960.0} and cells[0].config == {"bus": "ide"}
+        assert cells[1].error == "impossible combination: x"
+        assert st.samples(cid) == [(0.0, "host_ios", 1.0), (0.5, "host_ios", 9.0)]
+        assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        with pytest.raises(KvmtuneError, match="no run 99"):
+            st.run(99)
+
+
+def test_refuses_a_newer_schema_and_foreign_databases(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.db"
+    con = sqlite3.connect(newer)
+    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    con.close()
+    with pytest.raises(KvmtuneError, match="newer than this kvmtune"):
+        Store(newer)
+    foreign = tmp_path / "foreign.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE x (a)")
+    con.close()
+    with pytest.raises(KvmtuneError, match="not a kvmtune results database"):
+        Store(foreign)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(KvmtuneError, match=r"junk\.db"):
+        Store(junk)
