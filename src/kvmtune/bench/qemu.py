@@ -63,6 +63,12 @@ class VmSpec:
     disks: Sequence[Disk] = ()
     job: str | None = None
     extra_append: str = ""
+    # network benchmarks: extra QEMU arguments (-netdev/-device), a command prefix
+    # (``ip netns exec NS``: QEMU must open its tap inside a namespace) and fds
+    # QEMU inherits (macvtap's /dev/tapN passed as ``-netdev tap,fd=N``)
+    extra_args: Sequence[str] = ()
+    wrapper: Sequence[str] = ()
+    pass_fds: Sequence[int] = ()
 
 
 def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu: str = QEMU) -> list[str]:
@@ -102,6 +108,7 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
         opts = f"file={d.path},format={d.fmt},if=none,id={drive},cache={d.cache},aio={d.aio}"
         argv += ["-drive", opts]
         argv += [a.replace("{drive}", drive) for a in BUS_DEVICE[d.bus]]
+    argv += list(spec.extra_args)
     return argv
 
 
@@ -208,10 +215,11 @@ class GuestRun:
         if self.job_path is not None and self.spec.job is not None:
             self.job_path.write_text(self.spec.job)
         self.serial.write_bytes(b"")
-        argv = qemu_argv(self.spec, self.serial, self.qmp_path, self.job_path)
+        argv = [*self.spec.wrapper, *qemu_argv(self.spec, self.serial, self.qmp_path, self.job_path)]
         self._stderr_fh = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = self.runner.popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr_fh, start_new_session=True
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr_fh, start_new_session=True,
+            pass_fds=tuple(self.spec.pass_fds),
         )
         return self.proc
 
