@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,17 @@ const (
 const DefaultPort = 20000
 
 func main() {
+	// NETLOAD_CPUPROFILE=FILE writes a Go CPU profile (for netload's own tuning)
+	if path := os.Getenv("NETLOAD_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				code := realMain(os.Args[1:], os.Stdout, os.Stderr)
+				pprof.StopCPUProfile()
+				f.Close()
+				os.Exit(code)
+			}
+		}
+	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -319,6 +331,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	connectTimeout := fs.Duration("connect-timeout", 5*time.Second, "control connection timeout")
 	stallTimeout := fs.Duration("stall-timeout", 60*time.Second, "end the run when no operation completes for this long")
 	quiet := fs.Bool("q", false, "no progress lines")
+	ioMode := fs.String("io", engine.IOAuto, "data I/O: blocking (a thread per user, lowest latency), poll (Go's poller, many users) or auto")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitUsage
@@ -370,7 +383,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		streamFile = f
 	}
 	cfg := engine.RunConfig{Remote: addr, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
-		Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}
+		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}
 	cfg.OnInterval = func(iv report.Interval) {
 		if !*quiet && !*asJSON {
 			fmt.Fprintln(stderr, report.IntervalLine(iv))

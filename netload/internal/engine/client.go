@@ -58,6 +58,7 @@ type RunConfig struct {
 	XML     string // profile text, kept in the report
 	Vars    map[string]string
 
+	IOMode     string                    // auto, blocking or poll (both sides)
 	Interval   time.Duration             // 0 = no time series
 	OnInterval func(report.Interval)     // called for every interval row
 	OnStep     func(report.Step)         // called after every step
@@ -176,11 +177,16 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 
 	sd := newSide("client", cfg.Profile, newRunID())
 	defer sd.close()
+	blocking, err := chooseIO(cfg.IOMode, cfg.Profile.Strands())
+	if err != nil {
+		return fail(&RunError{ClassUsage, err})
+	}
+	sd.blocking = blocking
 	if err := sd.setupListeners(localHost); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}
 	hello := &wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: wire.Version, RunID: sd.runID,
-		Profile: cfg.Profile, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: doc.Client}
+		Profile: cfg.Profile, IOMode: cfg.IOMode, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: doc.Client}
 	if err := wc.Send(hello); err != nil {
 		return fail(classed(ClassConnect, "server at %s: %v", cfg.Remote, err))
 	}

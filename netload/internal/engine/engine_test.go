@@ -93,50 +93,52 @@ func TestBuiltinWorkloadsMoveExactBytes(t *testing.T) {
 		{"str-readx30k", 3, 200, 30720, 0},
 		{"str-writex30k", 3, 200, 0, 30720},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p := withIterations(builtin(t, c.name, c.users, nil), c.iters)
-			d, err := run(t, addr, p, nil)
-			if err != nil {
-				t.Fatalf("run: %v", err)
-			}
-			passes := int64(c.users) * c.iters
-			s := d.Summary
-			if s.Transactions != passes {
-				t.Fatalf("transactions %d, want %d", s.Transactions, passes)
-			}
-			if s.BytesRead != passes*c.read || s.BytesWritten != passes*c.write {
-				t.Fatalf("client read %d written %d, want %d and %d", s.BytesRead, s.BytesWritten, passes*c.read, passes*c.write)
-			}
-			st := d.Steps[1].Txns[0]
-			if st.Server == nil {
-				t.Fatal("no server statistics")
-			}
-			if st.Server.BytesRead != s.BytesWritten || st.Server.BytesWritten != s.BytesRead {
-				t.Fatalf("server read %d written %d, client wrote %d read %d", st.Server.BytesRead, st.Server.BytesWritten, s.BytesWritten, s.BytesRead)
-			}
-			if st.Server.Passes != passes {
-				t.Fatalf("server passes %d, want %d", st.Server.Passes, passes)
-			}
-			if s.Errors != 0 || s.ServerErrors != 0 || d.Error != nil {
-				t.Fatalf("errors: %d client, %d server, %v", s.Errors, s.ServerErrors, d.Error)
-			}
-			if s.TxnTimeNs.Count != uint64(passes) || s.TxnTimeNs.Min == 0 || s.TxnTimeNs.P50 < s.TxnTimeNs.Min || s.TxnTimeNs.P999 > s.TxnTimeNs.Max {
-				t.Fatalf("transaction time summary %+v", s.TxnTimeNs)
-			}
-			if s.BytesDifferencePct != 0 {
-				t.Fatalf("difference %v%%", s.BytesDifferencePct)
-			}
-			if len(d.Steps) != 3 || d.Steps[0].Txns[0].Client.Passes != int64(c.users) || d.Steps[2].Txns[0].Client.Passes != int64(c.users) {
-				t.Fatalf("connect/disconnect steps wrong: %+v", d.Steps)
-			}
-			if d.CPU.Client.ProcS <= 0 || d.CPU.Client.ProcessCPUSPerMB <= 0 || d.CPU.Client.ProcessCPUUsPerTx <= 0 {
-				t.Fatalf("client CPU not measured: %+v", d.CPU.Client)
-			}
-			if d.CPU.Server.WallS <= 0 {
-				t.Fatalf("server CPU not measured: %+v", d.CPU.Server)
-			}
-		})
+	for _, mode := range []string{IOBlocking, IOPoll} {
+		for _, c := range cases {
+			t.Run(mode+"/"+c.name, func(t *testing.T) {
+				p := withIterations(builtin(t, c.name, c.users, nil), c.iters)
+				d, err := run(t, addr, p, func(c *RunConfig) { c.IOMode = mode })
+				if err != nil {
+					t.Fatalf("run: %v", err)
+				}
+				passes := int64(c.users) * c.iters
+				s := d.Summary
+				if s.Transactions != passes {
+					t.Fatalf("transactions %d, want %d", s.Transactions, passes)
+				}
+				if s.BytesRead != passes*c.read || s.BytesWritten != passes*c.write {
+					t.Fatalf("client read %d written %d, want %d and %d", s.BytesRead, s.BytesWritten, passes*c.read, passes*c.write)
+				}
+				st := d.Steps[1].Txns[0]
+				if st.Server == nil {
+					t.Fatal("no server statistics")
+				}
+				if st.Server.BytesRead != s.BytesWritten || st.Server.BytesWritten != s.BytesRead {
+					t.Fatalf("server read %d written %d, client wrote %d read %d", st.Server.BytesRead, st.Server.BytesWritten, s.BytesWritten, s.BytesRead)
+				}
+				if st.Server.Passes != passes {
+					t.Fatalf("server passes %d, want %d", st.Server.Passes, passes)
+				}
+				if s.Errors != 0 || s.ServerErrors != 0 || d.Error != nil {
+					t.Fatalf("errors: %d client, %d server, %v", s.Errors, s.ServerErrors, d.Error)
+				}
+				if s.TxnTimeNs.Count != uint64(passes) || s.TxnTimeNs.Min == 0 || s.TxnTimeNs.P50 < s.TxnTimeNs.Min || s.TxnTimeNs.P999 > s.TxnTimeNs.Max {
+					t.Fatalf("transaction time summary %+v", s.TxnTimeNs)
+				}
+				if s.BytesDifferencePct != 0 {
+					t.Fatalf("difference %v%%", s.BytesDifferencePct)
+				}
+				if len(d.Steps) != 3 || d.Steps[0].Txns[0].Client.Passes != int64(c.users) || d.Steps[2].Txns[0].Client.Passes != int64(c.users) {
+					t.Fatalf("connect/disconnect steps wrong: %+v", d.Steps)
+				}
+				if d.CPU.Client.ProcS <= 0 || d.CPU.Client.ProcessCPUSPerMB <= 0 || d.CPU.Client.ProcessCPUUsPerTx <= 0 {
+					t.Fatalf("client CPU not measured: %+v", d.CPU.Client)
+				}
+				if d.CPU.Server.WallS <= 0 {
+					t.Fatalf("server CPU not measured: %+v", d.CPU.Server)
+				}
+			})
+		}
 	}
 }
 
@@ -144,46 +146,48 @@ func TestBuiltinWorkloadsMoveExactBytes(t *testing.T) {
 // a pass, and the server agrees for request/response and for writes.
 func TestTimedRuns(t *testing.T) {
 	_, addr := startServer(t)
-	for _, name := range []string{"rr1c-200x1000", "str-writex30k", "str-readx30k"} {
-		t.Run(name, func(t *testing.T) {
-			p := builtin(t, name, 2, map[string]string{"duration": "400m"})
-			start := time.Now()
-			d, err := run(t, addr, p, func(c *RunConfig) { c.Interval = 100 * time.Millisecond })
-			if err != nil {
-				t.Fatal(err)
-			}
-			if el := time.Since(start); el > 5*time.Second {
-				t.Fatalf("a 400 ms run took %v", el)
-			}
-			s := d.Summary
-			if s.DurationS < 0.4 || s.DurationS > 1.5 {
-				t.Fatalf("timed phase %.3fs, want about 0.4s", s.DurationS)
-			}
-			r, w := p.Groups[0].Transactions[1].BytesPerPass()
-			if s.Transactions == 0 || s.BytesRead != s.Transactions*r || s.BytesWritten != s.Transactions*w {
-				t.Fatalf("%d passes moved %d/%d bytes; want %d/%d", s.Transactions, s.BytesRead, s.BytesWritten, s.Transactions*r, s.Transactions*w)
-			}
-			switch name {
-			case "str-readx30k":
-				if s.ServerBytes < s.Bytes {
-					t.Fatalf("server wrote %d, client read %d", s.ServerBytes, s.Bytes)
+	for _, mode := range []string{IOBlocking, IOPoll} {
+		for _, name := range []string{"rr1c-200x1000", "str-writex30k", "str-readx30k"} {
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				p := builtin(t, name, 2, map[string]string{"duration": "400m"})
+				start := time.Now()
+				d, err := run(t, addr, p, func(c *RunConfig) { c.Interval = 100 * time.Millisecond; c.IOMode = mode })
+				if err != nil {
+					t.Fatal(err)
 				}
-			default:
-				if s.ServerBytes != s.Bytes {
-					t.Fatalf("server moved %d bytes, client %d", s.ServerBytes, s.Bytes)
+				if el := time.Since(start); el > 5*time.Second {
+					t.Fatalf("a 400 ms run took %v", el)
 				}
-			}
-			if len(d.Intervals) < 3 {
-				t.Fatalf("%d interval rows, want about 5", len(d.Intervals))
-			}
-			var ib int64
-			for _, iv := range d.Intervals {
-				ib += iv.Bytes
-			}
-			if ib < s.Bytes {
-				t.Fatalf("interval rows add up to %d bytes, measured phase %d", ib, s.Bytes)
-			}
-		})
+				s := d.Summary
+				if s.DurationS < 0.4 || s.DurationS > 1.5 {
+					t.Fatalf("timed phase %.3fs, want about 0.4s", s.DurationS)
+				}
+				r, w := p.Groups[0].Transactions[1].BytesPerPass()
+				if s.Transactions == 0 || s.BytesRead != s.Transactions*r || s.BytesWritten != s.Transactions*w {
+					t.Fatalf("%d passes moved %d/%d bytes; want %d/%d", s.Transactions, s.BytesRead, s.BytesWritten, s.Transactions*r, s.Transactions*w)
+				}
+				switch name {
+				case "str-readx30k":
+					if s.ServerBytes < s.Bytes {
+						t.Fatalf("server wrote %d, client read %d", s.ServerBytes, s.Bytes)
+					}
+				default:
+					if s.ServerBytes != s.Bytes {
+						t.Fatalf("server moved %d bytes, client %d", s.ServerBytes, s.Bytes)
+					}
+				}
+				if len(d.Intervals) < 3 {
+					t.Fatalf("%d interval rows, want about 5", len(d.Intervals))
+				}
+				var ib int64
+				for _, iv := range d.Intervals {
+					ib += iv.Bytes
+				}
+				if ib < s.Bytes {
+					t.Fatalf("interval rows add up to %d bytes, measured phase %d", ib, s.Bytes)
+				}
+			})
+		}
 	}
 }
 
@@ -442,4 +446,3 @@ func TestServerSurvivesClientDeath(t *testing.T) {
 		t.Fatalf("next run: %v, %d transactions", err, d.Summary.Transactions)
 	}
 }
-

@@ -82,9 +82,14 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.mu.Unlock()
 		}
 		if s.Once {
-			s.ln.Close()
+			// serve clients one at a time until one really ran (a port
+			// probe or a refused hello does not count)
 			run()
-			return ss.err
+			if ss.started {
+				s.ln.Close()
+				return ss.err
+			}
+			continue
 		}
 		go run()
 	}
@@ -109,8 +114,9 @@ func (s *Server) shutdown() {
 type session struct {
 	srv *Server
 	wc  *wire.Conn
-	sd  *side
-	err error
+	sd      *side
+	err     error
+	started bool // the hello was accepted
 }
 
 func (ss *session) refuse(format string, a ...any) {
@@ -189,6 +195,12 @@ func (ss *session) run() {
 	sd := newSide("server", sprof, m.RunID)
 	ss.sd = sd
 	defer sd.close()
+	blocking, err := chooseIO(m.IOMode, sprof.Strands())
+	if err != nil {
+		ss.refuse("%v", err)
+		return
+	}
+	sd.blocking = blocking
 	if err := sd.setupListeners(local); err != nil {
 		ss.refuse("%v", err)
 		return
@@ -198,6 +210,7 @@ func (ss *session) run() {
 		ss.err = err
 		return
 	}
+	ss.started = true
 	ss.srv.logf("%v: running profile %q with %d users", peer, sprof.Name, sprof.Strands())
 
 	msgs := make(chan *wire.Msg, 16)

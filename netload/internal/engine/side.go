@@ -7,6 +7,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -36,6 +38,9 @@ type side struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	blocking  bool // TCP data connections use blocking I/O (flowop.Conn)
+	closeOnce sync.Once
+
 	// failures reported by strands and acceptors
 	failMu   sync.Mutex
 	failed   error
@@ -48,6 +53,7 @@ func newSide(role string, p *profile.Profile, runID uint32) *side {
 	sd := &side{role: role, prof: p, runID: runID, acceptors: map[int]*flowop.Acceptor{},
 		udp: map[flowop.Key]*flowop.UDPEndpoint{}, peerUDP: map[flowop.Key]int{},
 		ctx: ctx, cancel: cancel, failCh: make(chan error, 1), fatalCh: make(chan error, 1)}
+	adjustProcs(p.Strands())
 	id := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
@@ -57,6 +63,54 @@ func newSide(role string, p *profile.Profile, runID uint32) *side {
 		}
 	}
 	return sd
+}
+
+// IO modes (RunConfig.IOMode, `--io`).
+const (
+	IOAuto     = "auto"
+	IOBlocking = "blocking"
+	IOPoll     = "poll"
+)
+
+// AutoBlockingMax is the most strands per CPU for which "auto" picks
+// blocking I/O; above it, Go's poller scales better.
+const AutoBlockingMax = 2
+
+// chooseIO resolves an I/O mode for a side running n strands.
+func chooseIO(mode string, n int) (bool, error) {
+	switch mode {
+	case "", IOAuto:
+		return n <= AutoBlockingMax*runtime.NumCPU(), nil
+	case IOBlocking:
+		return true, nil
+	case IOPoll:
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown I/O mode %q (auto, blocking or poll)", mode)
+}
+
+// procs tracks the strands of every active side in this process, so
+// GOMAXPROCS can follow them: with fewer strands than CPUs, extra Ps only
+// add scheduler wake-ups to every message (measured: 1 strand runs
+// request/response 20-40 % faster with GOMAXPROCS=1). An explicit
+// GOMAXPROCS in the environment is left alone.
+var procs struct {
+	sync.Mutex
+	strands int
+}
+
+func adjustProcs(delta int) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	procs.Lock()
+	defer procs.Unlock()
+	procs.strands += delta
+	n := procs.strands
+	if n < 1 || n > runtime.NumCPU() {
+		n = runtime.NumCPU()
+	}
+	runtime.GOMAXPROCS(n)
 }
 
 // needFDs is how many descriptors this side will hold at most.
@@ -316,6 +370,7 @@ func (sd *side) resumeAll() {
 
 // close releases every socket of the side.
 func (sd *side) close() {
+	sd.closeOnce.Do(func() { adjustProcs(-sd.prof.Strands()) })
 	sd.cancel()
 	for _, s := range sd.strands {
 		s.closeAll()

@@ -345,6 +345,12 @@ func (s *strand) connect(o *op) error {
 		}
 		return err
 	}
+	if s.sd.blocking {
+		if err := c.SetBlocking(); err != nil {
+			c.Close()
+			return err
+		}
+	}
 	s.setConn(o.ci, c)
 	return nil
 }
@@ -372,6 +378,12 @@ func (s *strand) accept(o *op) error {
 	}
 	if err != nil {
 		return err
+	}
+	if s.sd.blocking {
+		if err := c.SetBlocking(); err != nil {
+			c.Close()
+			return err
+		}
 	}
 	s.setConn(o.ci, c)
 	return nil

@@ -48,6 +48,7 @@ type Msg struct {
 	RunID      uint32           `json:"run_id,omitempty"`
 	Profile    *profile.Profile `json:"profile,omitempty"`
 	NeedFDs    int              `json:"need_fds,omitempty"`
+	IOMode     string           `json:"io_mode,omitempty"`
 	TCPPort    int              `json:"tcp_port,omitempty"`  // sender's default data listener
 	UDPPorts   []UDPPort        `json:"udp_ports,omitempty"` // sender's UDP endpoints
 	Host       *HostInfo        `json:"host,omitempty"`
