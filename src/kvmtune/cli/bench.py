@@ -26,6 +26,7 @@ from kvmtune.bench.storage import (
 )
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
+from kvmtune.cli.bench_net import register_net
 from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
@@ -44,7 +45,7 @@ def _csv(values: list[str] | None) -> list[str] | None:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("bench", help="measure storage on this host (probe guest + fio, or qemu-img bench)")
+    p = sub.add_parser("bench", help="measure storage or the network on this host (probe guests + fio / netload)")
     bs = p.add_subparsers(dest="bench_cmd", metavar="BENCH", parser_class=type(p))
     s = bs.add_parser("storage", help="the storage matrix: bus × cache × aio × format × preallocation × workload")
     add_guest_options(s)
@@ -77,6 +78,7 @@ def register(sub: Any) -> None:
     s.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     s.add_argument("--note", help="free text stored with the run")
     s.set_defaults(func=run_storage)
+    register_net(bs)  # kvmtune bench net (issue 7)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 

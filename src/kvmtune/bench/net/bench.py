@@ -1,0 +1,429 @@
+"""``kvmtune bench net``: netload between probe-guest pairs over a topology.
+
+For every pair a server guest runs ``netload serve`` and a client guest runs
+the tests one after another (``netload run --json``), printing each JSON
+document between ``KVMTUNE-JSON-BEGIN/END`` markers on its console, the way
+the storage benchmark's fio jobs do. All pairs run at once, as in seed 002.
+While a test runs the host samples the CPU time of both QEMU processes (and
+their ``vhost-PID`` threads when vhost-net is on) at the client's
+``KVMTUNE-W-BEGIN``/``W-DONE`` markers. Each (pair, test) becomes one cell in
+the results store: key ``CONFIG|TEST``, ``rep`` = pair index.
+
+The guests boot from the storage benchmark's probe guest with ``netload``
+added (:class:`~kvmtune.bench.guest.ExtraFile`), launched by
+:class:`~kvmtune.bench.qemu.GuestRun` inside the endpoint's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.accel import AccelChoice
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.net.catalog import NetTest, Tunings
+from kvmtune.bench.net.netns import NetError
+from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
+from kvmtune.bench.qemu import GuestRun, RunOutcome, VmSpec
+from kvmtune.bench.store import Store
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+NETLOAD_PORT = 20000
+NET_MODULES = ("virtio_pci", "virtio_net")
+TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
+REPO_NETLOAD = Path(__file__).resolve().parents[4] / "netload" / "bin" / "netload"
+
+
+def find_netload(given: str | None, runner: Runner) -> str:
+    """The netload binary for the guest: ``--netload``, ``netload`` on PATH, or the repository's build."""
+    if given:
+        if not os.path.isfile(given):
+            raise NetError(f"{given}: netload binary not found")
+        return given
+    found = runner.which("netload") or (str(REPO_NETLOAD) if REPO_NETLOAD.is_file() else None)
+    if not found:
+        raise NetError("netload binary not found: build it (make -C netload) or pass --netload PATH")
+    return found
+
+
+@dataclass
+class NetCell:
+    pair: int
+    test: NetTest
+    status: str  # ok | error
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    raw: str | None = None
+    duration_s: float | None = None
+
+
+@dataclass
+class NetBenchContext:
+    runner: Runner
+    host: HostRoot
+    workdir: Path
+    guest: ProbeGuest
+    accel: AccelChoice
+    spec: TopologySpec
+    tests: Sequence[NetTest]
+    tunings: Tunings = field(default_factory=Tunings)
+    duration_s: float = 30.0
+    memory_mb: int = 512
+    smp: int = 1
+    boot_timeout_s: float = 120.0
+    store: Store | None = None
+    run_id: int | None = None
+    progress: Callable[[NetCell], None] | None = None
+    results: list[NetCell] = field(default_factory=list)
+    topology_facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config_key(self) -> str:
+        s = self.spec
+        key = f"{s.kind}-mtu{s.mtu}-h{s.hosts}-p{s.pairs}"
+        return key + (f"-{self.tunings.tag()}" if self.tunings.tag() else "")
+
+
+# --------------------------------------------------------------------------- guest jobs
+
+
+def _module_lines(guest: ProbeGuest) -> list[str]:
+    need: set[str] = set()
+    todo = list(NET_MODULES)
+    while todo:
+        n = todo.pop()
+        if n not in need:
+            need.add(n)
+            todo.extend(guest.module_deps.get(n, ()))
+    short = [(p, p.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_")) for p in guest.module_paths]
+    if "virtio_net" not in {s for _, s in short} and "virtio_net" not in guest.modules:
+        raise NetError(f"the probe guest kernel {guest.release} has no virtio_net module")
+    return [f"insmod /lib/modules/{p} 2>/dev/null" for p, s in short if s in need]
+
+
+def _net_setup(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> list[str]:
+    lines = _module_lines(guest)
+    lines += [
+        "ip link set lo up",
+        '[ -d /sys/class/net/eth0 ] || { echo "KVMTUNE-FATAL no eth0 in the guest (virtio-net did not appear)"; exit 1; }',
+        *ep.guest_commands(),
+    ]
+    lines += [f"echo {v} > /proc/sys/{k.replace('.', '/')}" for k, v in tunings.guest_sysctls]
+    lines.append('echo "KVMTUNE-NET-UP $(cat /sys/class/net/eth0/mtu) $(cat /sys/class/net/eth0/address)"')
+    return lines
+
+
+def _port(ep: Endpoint) -> int:
+    return ep.ports[0] if ep.ports else NETLOAD_PORT
+
+
+def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> str:
+    return "\n".join([*_net_setup(guest, ep, tunings), f"exec netload serve -q --listen :{_port(ep)}", ""])
+
+
+def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, duration: str, extra: str = "") -> str:
+    remote = f"{server.connect_address}:{_port(server)}"
+    if server.backend == "user":
+        # slirp forwards fixed ports only: pin netload's data connections to the server's second port
+        prof = f"/tmp/{workload}.xml"
+        return (
+            f"netload profile --workload {workload} --xml | sed 's/protocol=tcp/port={server.ports[1]} protocol=tcp/' > {prof}"
+            f" && netload run {prof} --var h={server.connect_address} --var nprocs={users} --var duration={duration}"
+            f" --remote {remote} -q {extra}"
+        )
+    return f"netload run --workload {workload} --users {users} --duration {duration} --remote {remote} -q {extra}"
+
+
+def client_job(guest: ProbeGuest, client: Endpoint, server: Endpoint, tests: Sequence[NetTest], tunings: Tunings,
+               duration_s: float) -> str:
+    warm = _run_cmd(client, server, "rr1c-1x1", 1, "1s")
+    lines = [
+        *_net_setup(guest, client, tunings),
+        "u() { cut -d' ' -f1 /proc/uptime; }",
+        "i=0",
+        f"until {warm} >/dev/null 2>/tmp/warm.err; do",
+        "  rc=$?; i=$((i+1))",
+        '  if [ $rc -ne 3 ] || [ $i -ge 120 ]; then',
+        '    echo "KVMTUNE-FATAL server not usable: $(tail -n 1 /tmp/warm.err)"; exit 1',
+        "  fi",
+        "  sleep 1",
+        "done",
+        'echo "KVMTUNE-SERVER-UP $i"',
+    ]
+    dur = f"{duration_s:g}s"
+    for t in tests:
+        lines += [
+            f'echo "KVMTUNE-W-BEGIN {t.name} $(u)"',
+            f"{_run_cmd(client, server, t.workload, t.users, dur, '--json')} > /tmp/{t.name}.json 2>/tmp/{t.name}.err",
+            "rc=$?",
+            f'echo "KVMTUNE-W-DONE {t.name} $rc $(u)"',
+            f"[ $rc -ne 0 ] && echo \"KVMTUNE-ERR {t.name} $(grep -v '^$' /tmp/{t.name}.err | tail -n 2 | tr '\\n' ' ')\"",
+            f'echo "KVMTUNE-JSON-BEGIN {t.name}"; cat /tmp/{t.name}.json 2>/dev/null; echo; echo "KVMTUNE-JSON-END {t.name}"',
+        ]
+    return "\n".join([*lines, ""])
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_console(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str], dict[str, int], str | None]:
+    """(JSON text per test, error line per test, exit code per test, fatal error)."""
+    docs: dict[str, str] = {}
+    errs: dict[str, str] = {}
+    codes: dict[str, int] = {}
+    fatal: str | None = None
+    collecting: str | None = None
+    buf: list[str] = []
+    for line in lines:
+        if collecting is not None:
+            if line.startswith(f"KVMTUNE-JSON-END {collecting}"):
+                docs[collecting] = "\n".join(buf).strip()
+                collecting, buf = None, []
+            else:
+                buf.append(line)
+            continue
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "KVMTUNE-JSON-BEGIN" and len(parts) > 1:
+            collecting = parts[1]
+        elif parts[0] == "KVMTUNE-W-DONE" and len(parts) > 2 and parts[2].lstrip("-").isdigit():
+            codes[parts[1]] = int(parts[2])
+        elif parts[0] == "KVMTUNE-ERR" and len(parts) > 1:
+            errs[parts[1]] = " ".join(parts[2:])
+        elif parts[0] == "KVMTUNE-FATAL" and fatal is None:
+            fatal = " ".join(parts[1:])
+    return docs, errs, codes, fatal
+
+
+def netload_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    """The stored numbers of one netload JSON document (lower-is-better metrics contain lat/cpu)."""
+    s = doc["summary"]
+    txn = s.get("txn_time_ns") or {}
+    cpu = doc.get("cpu") or {}
+    m: dict[str, float] = {
+        "throughput_Bps": float(s["throughput_bytes_per_s"]),
+        "tps": float(s["transactions_per_s"]),
+        "bytes": float(s["bytes"]),
+        "transactions": float(s["transactions"]),
+        "errors": float(s.get("errors", 0) + s.get("server_errors", 0)),
+        "measured_s": float(s.get("duration_s", 0.0)),
+    }
+    for name, q in (("avg", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99_9", "p99_9")):
+        if txn.get(q) is not None and txn.get("count"):
+            m[f"lat_{name}_us"] = float(txn[q]) / 1000.0
+    for side in ("client", "server"):
+        c = cpu.get(side) or {}
+        if c.get("system_cpu_s_per_mb") is not None and s["bytes"]:
+            m[f"{side}_cpu_s_per_mb"] = float(c["system_cpu_s_per_mb"])
+        if c.get("system_cpu_us_per_txn") is not None and s["transactions"]:
+            m[f"{side}_cpu_us_per_txn"] = float(c["system_cpu_us_per_txn"])
+        if c.get("system_busy_share") is not None:
+            m[f"{side}_cpu_busy_pct"] = 100.0 * float(c["system_busy_share"])
+    return m
+
+
+# --------------------------------------------------------------------------- host CPU of QEMU
+
+
+def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
+    """CPU seconds of QEMU ``pid`` plus its ``vhost-PID`` kernel threads; None once it is gone."""
+    tck = os.sysconf("SC_CLK_TCK")
+
+    def stat_s(p: str) -> float | None:
+        text = host.read_optional(f"/proc/{p}/stat")
+        if not text:
+            return None
+        f = text.rsplit(")", 1)[-1].split()
+        return (int(f[11]) + int(f[12])) / tck  # utime, stime
+
+    own = stat_s(str(pid))
+    if own is None:
+        return None
+    total = own
+    for entry in host.listdir("/proc"):
+        if entry.isdigit() and (host.read_optional(f"/proc/{entry}/comm") or "").strip() == f"vhost-{pid}":
+            total += stat_s(entry) or 0.0
+    return total
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _vm_spec(ctx: NetBenchContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
+    fd = None
+    if ep.backend == "macvtap":
+        assert ep.chardev is not None
+        try:
+            fd = os.open(ep.chardev, os.O_RDWR)
+        except OSError as exc:
+            raise NetError(f"{ep.chardev}: cannot open the macvtap device ({exc.strerror})") from None
+    spec = VmSpec(
+        guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp, job=job,
+        extra_args=ep.qemu_args(fd=fd), wrapper=ep.exec_prefix, pass_fds=(fd,) if fd is not None else (),
+    )
+    return spec, fd
+
+
+def _start(ctx: NetBenchContext, topo: Topology, ep: Endpoint, job: str) -> GuestRun:
+    spec, fd = _vm_spec(ctx, ep, job)
+    vm = GuestRun(spec, topo.rundir / "vm", ctx.runner, name=ep.name)
+    try:
+        proc = vm.start()
+    finally:
+        if fd is not None:
+            os.close(fd)
+    topo.add_process(proc, f"QEMU {ep.name}")
+    return vm
+
+
+def _record(ctx: NetBenchContext, cell: NetCell) -> None:
+    ctx.results.append(cell)
+    if ctx.store is not None and ctx.run_id is not None:
+        config = {
+            "topology": ctx.spec.kind, "mtu": ctx.spec.mtu, "hosts": ctx.spec.hosts, "pairs": ctx.spec.pairs,
+            "pair": cell.pair, "tunings": ctx.tunings.as_dict(), "duration_s": ctx.duration_s,
+            "vhost_net": ctx.topology_facts.get("vhost_net"), "ovs_datapath": ctx.topology_facts.get("ovs_datapath"),
+        }
+        ctx.store.add_cell(
+            ctx.run_id, f"{ctx.config_key}|{cell.test.name}", config, cell.test.name, cell.status, cell.metrics,
+            rep=cell.pair, error=cell.error, accel=ctx.accel.accel, duration_s=cell.duration_s, raw=cell.raw,
+        )
+    if ctx.progress is not None:
+        ctx.progress(cell)
+
+
+def _pair_cells(ctx: NetBenchContext, pair: int, out: RunOutcome, cpu: dict[str, dict[str, float]],
+                server_out: str | None) -> list[NetCell]:
+    docs, errs, codes, fatal = parse_console(out.lines)
+    run_error = out.error()
+    cells = []
+    for t in ctx.tests:
+        cell = NetCell(pair, t, "error", raw=docs.get(t.name))
+        try:
+            doc = json.loads(docs[t.name]) if docs.get(t.name) else None
+        except ValueError:
+            doc = None
+        if doc is not None and doc.get("error") is None and codes.get(t.name) == 0:
+            cell.status = "ok"
+            cell.metrics = netload_metrics(doc)
+            c = cpu.get(t.name, {})
+            wall = c.get("wall_s") or 0.0
+            mb = cell.metrics.get("bytes", 0.0) / 1e6
+            for side in ("client", "server"):
+                if side in c and wall > 0:
+                    cell.metrics[f"qemu_{side}_cpu_pct"] = 100.0 * c[side] / wall
+                    if mb > 0:
+                        cell.metrics[f"qemu_{side}_cpu_s_per_mb"] = c[side] / mb
+            cell.duration_s = wall or None
+        else:
+            why = (doc or {}).get("error") or {}
+            cell.error = (
+                (why.get("message") if isinstance(why, dict) else None)
+                or errs.get(t.name)
+                or fatal
+                or (server_out and f"server guest: {server_out}")
+                or run_error
+                or (f"netload exited {codes[t.name]}" if t.name in codes else "the test did not run")
+            )
+        cells.append(cell)
+    return cells
+
+
+def run_net(ctx: NetBenchContext) -> int:
+    """Bring the topology up, boot the pairs, run the tests, store every cell; returns failed cells."""
+    spec = ctx.spec
+    if ctx.tunings.txqueuelen is not None:
+        spec = TopologySpec(spec.kind, spec.pairs, spec.hosts, spec.mtu, ctx.tunings.txqueuelen, spec.ovs_datapath, spec.vhost)
+    timeout = ctx.boot_timeout_s + len(ctx.tests) * (ctx.duration_s + TEST_OVERHEAD_S)
+    with make_topology(spec, runner=ctx.runner, host=ctx.host, workdir=ctx.workdir) as topo:
+        ctx.topology_facts = topo.facts
+        servers: dict[int, GuestRun] = {}
+        clients: dict[int, GuestRun] = {}
+        for _client, server in topo.pairs():
+            servers[server.pair] = _start(ctx, topo, server, server_job(ctx.guest, server, ctx.tunings))
+        for client, server in topo.pairs():
+            job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s)
+            clients[client.pair] = _start(ctx, topo, client, job)
+        outcomes: dict[int, RunOutcome] = {}
+        cpu: dict[int, dict[str, dict[str, float]]] = {p: {} for p in clients}
+        failures: list[BaseException] = []
+
+        def follow(pair: int) -> None:
+            vm, srv = clients[pair], servers[pair]
+            assert vm.proc is not None and srv.proc is not None
+            marks: dict[str, tuple[float, float | None, float | None]] = {}
+
+            def on_line(line: str, now: float) -> None:
+                parts = line.split()
+                if len(parts) < 2 or parts[0] not in ("KVMTUNE-W-BEGIN", "KVMTUNE-W-DONE"):
+                    return
+                assert vm.proc is not None and srv.proc is not None
+                c, s = qemu_cpu_s(ctx.host, vm.proc.pid), qemu_cpu_s(ctx.host, srv.proc.pid)
+                if parts[0] == "KVMTUNE-W-BEGIN":
+                    marks[parts[1]] = (now, c, s)
+                elif parts[1] in marks:
+                    t0, c0, s0 = marks.pop(parts[1])
+                    row = {"wall_s": now - t0}
+                    if c is not None and c0 is not None:
+                        row["client"] = c - c0
+                    if s is not None and s0 is not None:
+                        row["server"] = s - s0
+                    cpu[pair][parts[1]] = row
+
+            try:
+                outcomes[pair] = vm.follow(timeout, on_line=on_line)
+            except BaseException as exc:  # reported after the join
+                failures.append(exc)
+
+        threads = [threading.Thread(target=follow, args=(p,), daemon=True) for p in clients]
+        for th in threads:
+            th.start()
+        for th in threads:
+            while th.is_alive():
+                th.join(0.5)  # wakes up for Ctrl-C
+        if failures:
+            raise failures[0]
+        failed = 0
+        for pair in sorted(clients):
+            srv = servers[pair]
+            server_err = None
+            if srv.proc is not None and srv.proc.poll() is not None:
+                server_err = _server_error(srv)
+            for cell in _pair_cells(ctx, pair, outcomes[pair], cpu[pair], server_err):
+                failed += cell.status != "ok"
+                _record(ctx, cell)
+        for vm in [*clients.values(), *servers.values()]:
+            vm.close()
+    return failed
+
+
+def _server_error(vm: GuestRun) -> str:
+    try:
+        text = vm.serial.read_text(errors="replace")
+    except OSError:
+        return "stopped early"
+    for line in text.splitlines():
+        if line.startswith("KVMTUNE-FATAL"):
+            return line.removeprefix("KVMTUNE-FATAL").strip()
+    return "stopped before the client finished"
+
+
+def environment(ctx: NetBenchContext, netload: str) -> dict[str, Any]:
+    from kvmtune.bench.storage import environment as storage_environment
+
+    env = storage_environment(ctx.runner, ctx.host, ctx.accel, ctx.guest, ctx.workdir)
+    env.pop("fio", None)
+    env.pop("workdir_device", None)
+    env.pop("host_io_scheduler", None)
+    res = ctx.runner.run([netload, "version"], timeout=20)
+    env["netload"] = res.stdout.strip() if res.ok else None
+    env["ovs"] = shutil.which("ovs-vswitchd") is not None
+    return env
