@@ -58,11 +58,11 @@ type RunConfig struct {
 	XML     string // profile text, kept in the report
 	Vars    map[string]string
 
-	IOMode     string                    // auto, blocking or poll (both sides)
-	Interval   time.Duration             // 0 = no time series
-	OnInterval func(report.Interval)     // called for every interval row
-	OnStep     func(report.Step)         // called after every step
-	Logf       func(string, ...any)      // progress messages (nil = quiet)
+	IOMode     string                // auto, blocking or poll (both sides)
+	Interval   time.Duration         // 0 = no time series
+	OnInterval func(report.Interval) // called for every interval row
+	OnStep     func(report.Step)     // called after every step
+	Logf       func(string, ...any)  // progress messages (nil = quiet)
 
 	ConnectTimeout time.Duration // control connect and hello (default 5s)
 	PeerTimeout    time.Duration // silence after which the peer is dead (default 10s)

@@ -112,8 +112,8 @@ func (s *Server) shutdown() {
 
 // session is one client's run on the server.
 type session struct {
-	srv *Server
-	wc  *wire.Conn
+	srv     *Server
+	wc      *wire.Conn
 	sd      *side
 	err     error
 	started bool // the hello was accepted

@@ -42,10 +42,10 @@ type side struct {
 	closeOnce sync.Once
 
 	// failures reported by strands and acceptors
-	failMu   sync.Mutex
-	failed   error
-	failCh   chan error // first strand failure of a step (buffered 1)
-	fatalCh  chan error // acceptor failures (buffered 1)
+	failMu  sync.Mutex
+	failed  error
+	failCh  chan error // first strand failure of a step (buffered 1)
+	fatalCh chan error // acceptor failures (buffered 1)
 }
 
 func newSide(role string, p *profile.Profile, runID uint32) *side {

@@ -18,9 +18,9 @@ import (
 // stepCtl is shared by the strands of one side during one step.
 type stepCtl struct {
 	deadlines []time.Time // per group; timed transactions on the controller stop there
-	stop     atomic.Bool
-	targets  []int64 // serving side: passes to complete before stopping
-	aborted  atomic.Bool
+	stop      atomic.Bool
+	targets   []int64 // serving side: passes to complete before stopping
+	aborted   atomic.Bool
 }
 
 // op is a flowop prepared for execution.
@@ -94,8 +94,8 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 				dense[f.Conn] = ci
 			}
 			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
-				opts:    flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
-				dur:     f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
+				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
+				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			if o.count < 1 {
 				o.count = 1
 			}

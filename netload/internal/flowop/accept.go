@@ -244,7 +244,7 @@ type connectedUDP struct {
 }
 
 func (c *connectedUDP) Write(b []byte) (int, error) { return c.UDPConn.WriteToUDP(b, c.peer) }
-func (c *connectedUDP) RemoteAddr() net.Addr       { return c.peer }
+func (c *connectedUDP) RemoteAddr() net.Addr        { return c.peer }
 
 func sockaddr(a *net.UDPAddr) syscall.Sockaddr {
 	if ip4 := a.IP.To4(); ip4 != nil {

@@ -22,9 +22,9 @@ import (
 const SubBits = 7
 
 const (
-	subCount  = 1 << SubBits     // buckets per page
-	exactMax  = 2 * subCount     // values below this are exact
-	pageCount = 64 - SubBits     // pages: 0 holds [0,256), page p>=1 holds [128<<p, 256<<p)
+	subCount  = 1 << SubBits // buckets per page
+	exactMax  = 2 * subCount // values below this are exact
+	pageCount = 64 - SubBits // pages: 0 holds [0,256), page p>=1 holds [128<<p, 256<<p)
 	// RelativeError is the largest relative error of a reported quantile.
 	RelativeError = 1.0 / (2 * subCount)
 )

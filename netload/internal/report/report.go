@@ -45,10 +45,10 @@ type Tool struct {
 
 // ProfileInfo says where the profile came from.
 type ProfileInfo struct {
-	Name   string `json:"name"`
-	Source string `json:"source"` // file path or "builtin:NAME"
-	Users  int    `json:"users"`  // strands in all groups
-	XML    string `json:"xml,omitempty"`
+	Name   string            `json:"name"`
+	Source string            `json:"source"` // file path or "builtin:NAME"
+	Users  int               `json:"users"`  // strands in all groups
+	XML    string            `json:"xml,omitempty"`
 	Vars   map[string]string `json:"vars,omitempty"`
 }
 

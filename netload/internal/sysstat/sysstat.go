@@ -119,11 +119,9 @@ func (c CPU) Add(o CPU) CPU {
 	r := CPU{WallS: c.WallS + o.WallS, UserS: c.UserS + o.UserS, SysS: c.SysS + o.SysS,
 		ProcS: c.ProcS + o.ProcS, NCPU: max(c.NCPU, o.NCPU), SystemBusyS: c.SystemBusyS + o.SystemBusyS,
 		SystemMeasure: (c.SystemMeasure || c.WallS == 0) && o.SystemMeasure}
-	if r.WallS > 0 && r.NCPU > 0 {
-		r.SystemBusy = r.SystemBusyS / (r.WallS * float64(r.NCPU))
-		if r.SystemBusy > 1 {
-			r.SystemBusy = 1
-		}
+	if r.WallS > 0 {
+		// the busy share of the whole span, weighting each part by its length
+		r.SystemBusy = (c.SystemBusy*c.WallS + o.SystemBusy*o.WallS) / r.WallS
 	}
 	return r
 }

@@ -1,0 +1,163 @@
+package flowop
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestHeader(t *testing.T) {
+	h := Header{RunID: 7, Strand: 249, Conn: 65536}
+	got, err := DecodeHeader(h.Encode())
+	if err != nil || got != h {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := DecodeHeader([]byte("GET / HTTP/1.1\r\n")); err == nil {
+		t.Fatal("foreign bytes accepted as a header")
+	}
+}
+
+func TestThink(t *testing.T) {
+	start := time.Now()
+	if err := Think(30*time.Millisecond, false, nil); err != nil || time.Since(start) < 30*time.Millisecond {
+		t.Fatalf("idle think: %v after %v", err, time.Since(start))
+	}
+	start = time.Now()
+	if err := Think(20*time.Millisecond, true, nil); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("busy think: %v after %v", err, time.Since(start))
+	}
+	cancel := make(chan struct{})
+	close(cancel)
+	for _, busy := range []bool{false, true} {
+		start = time.Now()
+		if err := Think(time.Hour, busy, cancel); !errors.Is(err, ErrInterrupted) || time.Since(start) > time.Second {
+			t.Fatalf("cancelled think (busy %v): %v", busy, err)
+		}
+	}
+}
+
+// Interrupt unblocks a read in both I/O modes, and Resume makes the
+// connection usable again.
+func TestInterruptAndResume(t *testing.T) {
+	for _, blocking := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); peer <- c }()
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := <-peer
+		c := NewConn(nc, Options{Protocol: "tcp"})
+		if blocking {
+			if err := c.SetBlocking(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() { time.Sleep(50 * time.Millisecond); c.Interrupt() }()
+		start := time.Now()
+		buf := make([]byte, 10)
+		if _, err := c.Read(buf); !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("blocking=%v: read returned %v", blocking, err)
+		}
+		if el := time.Since(start); el > 50*time.Millisecond+2*BlockingTick {
+			t.Fatalf("blocking=%v: interrupt took %v", blocking, el)
+		}
+		c.Resume()
+		go p.Write([]byte("0123456789"))
+		if n, err := c.Read(buf); err != nil || n != 10 {
+			t.Fatalf("blocking=%v: after resume: %d %v", blocking, n, err)
+		}
+		if n, err := c.Write(buf[:4]); err != nil || n != 4 {
+			t.Fatalf("write: %d %v", n, err)
+		}
+		p.Close()
+		if _, err := c.Read(buf); err == nil || errors.Is(err, ErrInterrupted) {
+			t.Fatalf("blocking=%v: read from a closed peer: %v", blocking, err)
+		}
+		c.Close()
+		ln.Close()
+	}
+}
+
+func TestPerOperationTimeout(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go func() { c, _ := ln.Accept(); time.Sleep(2 * time.Second); c.Close() }()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blocking := range []bool{false, true} {
+		c := NewConn(nc, Options{Protocol: "tcp", Timeout: 150 * time.Millisecond})
+		if blocking {
+			c.SetBlocking()
+		}
+		start := time.Now()
+		_, err := c.Read(make([]byte, 1))
+		if err == nil || errors.Is(err, ErrInterrupted) || time.Since(start) > time.Second {
+			t.Fatalf("blocking=%v: %v after %v", blocking, err, time.Since(start))
+		}
+	}
+	nc.Close()
+}
+
+func TestAcceptorRoutesByHeader(t *testing.T) {
+	var fatal error
+	a, err := Listen("127.0.0.1", 0, 0, 42, func(e error) { fatal = e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port()))
+	// a stranger and a wrong run id are dropped
+	s, _ := net.Dial("tcp", addr)
+	s.Write([]byte("hello there, not netload"))
+	defer s.Close()
+	if _, err := Dial(context.Background(), addr, Header{RunID: 41, Strand: 1, Conn: 0}, Options{Protocol: "tcp"}); err != nil {
+		t.Fatal(err)
+	}
+	// two strands connect in the opposite order to the accepts
+	c2, err := Dial(context.Background(), addr, Header{RunID: 42, Strand: 2, Conn: 0}, Options{Protocol: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := Dial(context.Background(), addr, Header{RunID: 42, Strand: 1, Conn: 0}, Options{Protocol: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got1, err := a.Accept(Key{1, 0}, Options{Protocol: "tcp"}, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got2, err := a.Accept(Key{2, 0}, Options{Protocol: "tcp"}, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Write([]byte("1"))
+	c2.Write([]byte("2"))
+	b := make([]byte, 1)
+	if got1.Read(b); b[0] != '1' {
+		t.Fatal("strand 1 got strand 2's connection")
+	}
+	if got2.Read(b); b[0] != '2' {
+		t.Fatal("strand 2 got strand 1's connection")
+	}
+	if _, err := a.Accept(Key{1, 0}, Options{Protocol: "tcp"}, nil, 100*time.Millisecond); err == nil {
+		t.Fatal("the wrong run id's connection was handed out")
+	}
+	cancel := make(chan struct{})
+	close(cancel)
+	if _, err := a.Accept(Key{9, 9}, Options{Protocol: "tcp"}, cancel, 0); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("cancelled accept: %v", err)
+	}
+	if fatal != nil {
+		t.Fatal(fatal)
+	}
+}
