@@ -1,0 +1,178 @@
+"""Planning fixes for domain definitions: XML files and libvirt domains.
+
+For one guest: audit it, call the fixer of every finding that has one, audit the
+edited tree again (a fix can reveal the next finding: ``cache`` unset → ``none``
+then asks for ``io``) until nothing new turns up, and check that every finding a
+fixer handled is gone. The result is one change per guest with the whole diff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import run_rules
+from kvmtune.audit.finding import Finding
+from kvmtune.audit.rule import GuestRule, Rule
+from kvmtune.domain.xml import MAX_XML_BYTES, guest_from_tree, parse_xml_bytes
+from kvmtune.errors import InputError
+from kvmtune.fix.diff import Reason
+from kvmtune.fix.files import read_state
+from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
+from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, all_fixers
+from kvmtune.fix.xmldoc import XmlDoc, XmlEditError
+from kvmtune.model.guest import Guest
+
+MAX_ROUNDS = 5
+
+
+@dataclass
+class GuestFix:
+    after: bytes | None = None
+    reasons: list[Reason] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    manual: list[Finding] = field(default_factory=list)
+
+
+def _key(f: Finding) -> tuple[str, str]:
+    return (f.rule, f.evidence)
+
+
+def fix_guest(
+    data: bytes, where: str, origin_kind: str, rules: Sequence[type[Rule]], options: FixOptions
+) -> tuple[Guest, GuestFix]:
+    """Fix the guest whose definition is ``data``; nothing is written here."""
+    fixers = all_fixers()
+    guest_rules = [r for r in rules if issubclass(r, GuestRule)]
+    ctx = AuditContext(host=options.host)
+    guest = guest_from_tree(parse_xml_bytes(data, where), where, origin_kind)
+    name = guest.name
+    doc = XmlDoc(data, guest.tree, where)
+    result = GuestFix()
+    attempted: set[tuple[str, str]] = set()
+    fixed: set[tuple[str, str]] = set()
+    current = guest
+    for _round in range(MAX_ROUNDS):
+        findings = [f for f in run_rules(ctx, [current], rules=guest_rules) if _key(f) not in attempted]
+        if not findings:
+            break
+        for f in findings:
+            attempted.add(_key(f))
+            fixer = fixers.get(f.rule)
+            label = f"{f.rule} {f.target.device or name}"
+            if fixer is None:
+                result.manual.append(f)
+                continue
+            if fixer.bus_change and not options.allow_bus_change:
+                result.skipped.append(
+                    f"{name}: {label}: {fixer.summary}: changes the guest's hardware (drivers, device names); "
+                    "only with --allow-bus-change"
+                )
+                continue
+            try:
+                what = fixer.func(FixCall(f, current, doc, options))
+            except NotFixable as exc:
+                doc.take_touched()
+                result.skipped.append(f"{name}: {label}: not fixed automatically: {exc}")
+                continue
+            result.reasons.append(Reason(f"{label}: {what}", tuple(doc.take_touched())))
+            fixed.add(_key(f))
+        current = guest_from_tree(doc.tree, where, origin_kind)
+    if not doc.changed:
+        return guest, result
+    after = doc.render()
+    final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
+    left = {_key(f) for f in run_rules(ctx, [final], rules=guest_rules)} & fixed
+    if left:
+        rules_left = ", ".join(sorted({r for r, _ in left}))
+        raise XmlEditError(f"{where}: the fix for {rules_left} did not remove the finding (a kvmtune bug); nothing planned")
+    result.after = after
+    return guest, result
+
+
+def _merge(plan: Plan, result: GuestFix) -> None:
+    plan.skipped.extend(result.skipped)
+    plan.manual += len(result.manual)
+
+
+def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOptions, plan: Plan) -> None:
+    """Plan an atomic rewrite of each domain XML file; raises InputError on the first bad file."""
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        try:
+            real = path.resolve()
+        except OSError as exc:
+            raise InputError(raw, exc.strerror or str(exc)) from None
+        if real in seen:
+            continue
+        seen.add(real)
+        if path.is_dir():
+            raise InputError(raw, "is a directory (give domain XML files)")
+        try:
+            state = read_state(real, limit=MAX_XML_BYTES)
+        except PermissionError:
+            raise InputError(raw, "not readable (permission denied)") from None
+        except OSError as exc:
+            raise InputError(raw, str(exc)) from None
+        if state.data is None:
+            raise InputError(raw, "no such file")
+        guest, result = fix_guest(state.data, raw, "xml", rules, options)
+        _merge(plan, result)
+        if result.after is None:
+            continue
+        change: Change = XmlFileEdit(
+            path=real,
+            shown=raw,
+            before=state,
+            after=result.after,
+            reasons=result.reasons,
+            notes=["takes effect when the domain is defined from this file and (re)started"],
+            domain=guest.name,
+        )
+        plan.changes.append(change)
+
+
+def plan_libvirt(
+    uri: str, names: Sequence[str], rules: Sequence[type[Rule]], options: FixOptions, plan: Plan
+) -> None:
+    """Plan ``defineXML`` of each named (or every persistent) domain of ``uri``."""
+    from kvmtune.fix.libvirt_rw import all_domains, inactive_xml, lookup_name, open_rw
+
+    conn = open_rw(uri)
+    try:
+        doms = [lookup_name(conn, n, uri) for n in names] if names else all_domains(conn, uri)
+        for dom in doms:
+            name = dom.name()
+            if not dom.isPersistent():
+                plan.skipped.append(f"{name}: transient domain (no persistent definition to change); left alone")
+                continue
+            xml = inactive_xml(dom)
+            where = f"{uri}#{name}"
+            _guest, result = fix_guest(xml.encode("utf-8"), where, "libvirt", rules, options)
+            _merge(plan, result)
+            if result.after is None:
+                continue
+            active = bool(dom.isActive())
+            notes = ["the persistent definition changes; the guest picks it up when it is next started"]
+            if active:
+                notes = [
+                    "running: not changed live; the new definition applies after the guest is shut down and "
+                    "started again (a reboot inside the guest is not enough)"
+                ]
+            plan.changes.append(
+                XmlEdit(
+                    uri=uri,
+                    name=name,
+                    uuid=dom.UUIDString(),
+                    before=xml,
+                    after=result.after.decode("utf-8"),
+                    active=active,
+                    reasons=result.reasons,
+                    notes=notes,
+                )
+            )
+    finally:
+        conn.close()

@@ -1,0 +1,110 @@
+"""Reading and atomically replacing files: temp file in the same directory, fsync, rename, fsync the directory.
+
+A reader sees the old content or the new one, never a mix; a failed write (full
+disk, permission) leaves the old file untouched and no temp file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a path holds: its bytes (``None`` = absent) and, when present, mode and owner."""
+
+    data: bytes | None
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+    @property
+    def sha256(self) -> str | None:
+        return None if self.data is None else hashlib.sha256(self.data).hexdigest()
+
+
+def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return FileState(None)
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(f"{path} is a symbolic link; kvmtune does not replace links")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path} is not a regular file")
+    if st.st_size > limit:
+        raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return FileState(data, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+
+
+def temp_name(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.kvmtune-{tag}.tmp")
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new"
+) -> None:
+    """Replace ``path`` with ``data`` atomically; on any error the old file is untouched."""
+    tmp = temp_name(path, tag)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fchmod(fd, mode)
+            if uid is not None and gid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(PermissionError):
+                    os.fchown(fd, uid, gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_file(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fsync_dir(path.parent)
+
+
+def make_dirs(path: Path) -> list[str]:
+    """Create ``path`` and missing parents; return the directories created, outermost first."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    created: list[str] = []
+    for d in reversed(missing):
+        os.mkdir(d, 0o755)
+        created.append(str(d))
+    return created

@@ -1,0 +1,1 @@
+"""Fixers by topic group; each function is attached to one rule id with ``@xml_fixer``."""

@@ -1,0 +1,320 @@
+"""Preallocating disk images: the fix for KVM-IMG-002 (qcow2 without preallocation) and
+KVM-IMG-003 (sparse raw image).
+
+The image is converted into a temporary file next to it (``qemu-img convert`` with
+``preallocation=metadata`` for qcow2, ``falloc`` for raw, keeping the qcow2 options
+it had), the copy is checked with ``qemu-img compare``, then swapped in with one
+``rename``: the path always names a whole image, old or new. The original stays as
+a hard link ``IMAGE.kvmtune-orig-ID`` until ``kvmtune undo ID`` puts it back or
+``--purge-backups`` deletes it. An image a QEMU process has open is refused
+(``/proc/*/fd`` through the host root, and QEMU's image lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.diff import Reason
+from kvmtune.fix.files import fsync_dir, temp_name
+from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+CONVERT_TIMEOUT = 7 * 24 * 3600.0
+LOCK_MARKERS = ('Failed to get "write" lock', 'Failed to get shared "write" lock', "Is another process using the image")
+QCOW2_KEEP = (("cluster-size", "cluster_size"),)
+QCOW2_DATA_KEEP = (
+    ("compat", "compat"),
+    ("lazy-refcounts", "lazy_refcounts"),
+    ("refcount-bits", "refcount_bits"),
+    ("extended-l2", "extended_l2"),
+    ("compression-type", "compression_type"),
+)
+SLACK = 64 * 1024 * 1024  # free space kept beyond the estimate
+
+
+class ImageInUse(KvmtuneError):
+    """A QEMU process (or another writer) has the image open."""
+
+
+def _opener(image: Path, host: HostRoot) -> str | None:
+    """``pid N (comm)`` of a process with ``image`` open, from /proc/*/fd below the host root."""
+    try:
+        target = os.path.realpath(image)
+    except OSError:
+        return None
+    for pid in host.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        for fd in host.listdir(f"/proc/{pid}/fd"):
+            link = host.readlink(f"/proc/{pid}/fd/{fd}")
+            if link and (link == target or link == str(image)):
+                comm = (host.read_optional(f"/proc/{pid}/comm") or "?").strip()
+                return f"pid {pid} ({comm})"
+    return None
+
+
+def refuse_if_in_use(image: Path, runner: Runner, host: HostRoot | None = None) -> None:
+    who = _opener(image, host or HostRoot("/"))
+    if who:
+        raise ImageInUse(f"{image}: open by {who}; shut the guest down first")
+    res = runner.run(["qemu-img", "info", "--output=json", str(image)], timeout=60)
+    if not res.ok and any(m in res.stderr for m in LOCK_MARKERS):
+        raise ImageInUse(f"{image}: locked by a running QEMU; shut the guest down first")
+
+
+def _info(image: Path, runner: Runner) -> dict[str, Any]:
+    res = runner.run(["qemu-img", "info", "--output=json", str(image)], timeout=60)
+    if res.returncode == 127:
+        raise KvmtuneError("qemu-img: not found on PATH (install qemu-utils)")
+    if not res.ok:
+        if any(m in res.stderr for m in LOCK_MARKERS):
+            raise ImageInUse(f"{image}: locked by a running QEMU; shut the guest down first")
+        raise KvmtuneError(f"{image}: {res.describe_failure()}")
+    try:
+        data = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise KvmtuneError(f"{image}: qemu-img info printed no JSON") from None
+    if not isinstance(data, dict):
+        raise KvmtuneError(f"{image}: unexpected qemu-img info output")
+    return data
+
+
+def _unallocated(image: Path, fmt: str, runner: Runner) -> int:
+    """Bytes of the image (top layer) with no cluster allocated, from ``qemu-img map``."""
+    res = runner.run(["qemu-img", "map", "--output=json", "-f", fmt, str(image)], timeout=600)
+    if not res.ok:
+        raise KvmtuneError(f"{image}: {res.describe_failure()}")
+    try:
+        extents = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise KvmtuneError(f"{image}: qemu-img map printed no JSON") from None
+    return sum(int(e.get("length", 0)) for e in extents if e.get("depth", 0) == 0 and "offset" not in e)
+
+
+@dataclass
+class ImageConvert(Change):
+    kind: ClassVar[str] = "image"
+    path: Path
+    fmt: str
+    options: dict[str, str]
+    virtual_size: int
+    need_bytes: int
+    host: HostRoot
+    ino: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns when planned
+    reasons: list[Reason] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def opt_string(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.options.items())
+
+    def title(self) -> str:
+        return f"image {self.path}: {self.fmt}, preallocation={self.options.get('preallocation')}"
+
+    def render(self) -> str:
+        tmp = temp_name(self.path, "ID")
+        lines = [f"# {r.text}" for r in self.reasons]
+        lines += [
+            f"qemu-img convert -f {self.fmt} -O {self.fmt} -o {self.opt_string} {self.path} {tmp}",
+            f"qemu-img compare -f {self.fmt} -F {self.fmt} {self.path} {tmp}",
+            f"keep the original as {self.path}.kvmtune-orig-ID (hard link) until 'kvmtune undo ID' or --purge-backups",
+            f"rename {tmp} -> {self.path}  (atomic)",
+            f"needs about {self.need_bytes // (1024 * 1024)} MiB free in {self.path.parent}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _check_unchanged(self) -> os.stat_result:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise ApplyError(f"{self.path}: {exc.strerror}") from None
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ino:
+            raise ApplyError(f"{self.path} changed since the plan was made; run kvmtune fix again")
+        return st
+
+    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+        self._check_unchanged()
+        try:
+            refuse_if_in_use(self.path, ctx.runner, self.host)
+        except ImageInUse as exc:
+            raise ApplyError(str(exc)) from None
+        free = _free(self.path.parent)
+        if free is not None and free < self.need_bytes:
+            raise ApplyError(
+                f"{self.path}: needs about {self.need_bytes // 2**20} MiB free in {self.path.parent}, "
+                f"{free // 2**20} MiB available"
+            )
+        return {
+            "kind": "image",
+            "what": self.title(),
+            "path": str(self.path),
+            "format": self.fmt,
+            "options": self.opt_string,
+            "backup": f"{self.path}.kvmtune-orig-{ctx.journal.id}",
+            "temp": str(temp_name(self.path, ctx.journal.id)),
+            "prior_ino": self.ino[1],
+            "prior_size": self.ino[2],
+            "after_ino": None,
+            "purged": False,
+            "status": "planned",
+        }
+
+    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
+        src, tmp, backup = self.path, Path(entry["temp"]), Path(entry["backup"])
+        st = self._check_unchanged()
+        run = ctx.runner.run
+        try:
+            res = run(
+                ["qemu-img", "convert", "-f", self.fmt, "-O", self.fmt, "-o", self.opt_string, str(src), str(tmp)],
+                timeout=CONVERT_TIMEOUT,
+            )
+            if not res.ok:
+                raise ApplyError(f"{src}: conversion failed: {res.describe_failure()}")
+            res = run(["qemu-img", "compare", "-f", self.fmt, "-F", self.fmt, str(src), str(tmp)], timeout=CONVERT_TIMEOUT)
+            if res.returncode != 0:
+                why = "the copy differs from the original" if res.returncode == 1 else res.describe_failure()
+                raise ApplyError(f"{src}: verification failed: {why}; original left in place")
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            with contextlib.suppress(PermissionError):
+                os.chown(tmp, st.st_uid, st.st_gid)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._check_unchanged()
+            try:
+                refuse_if_in_use(src, ctx.runner, self.host)
+            except ImageInUse as exc:
+                raise ApplyError(str(exc)) from None
+            os.link(src, backup)
+            fsync_dir(src.parent)
+            os.replace(tmp, src)
+            fsync_dir(src.parent)
+        except OSError as exc:
+            raise ApplyError(f"{src}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        entry["after_ino"] = os.stat(src).st_ino
+        if ctx.purge_backups:
+            os.unlink(backup)
+            fsync_dir(src.parent)
+            entry["purged"] = True
+
+
+def _free(directory: Path) -> int | None:
+    try:
+        vfs = os.statvfs(directory)
+    except OSError:
+        return None
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def _rule_label(rule_id: str, fallback: str) -> str:
+    from kvmtune.audit.rule import rule_by_id
+
+    rule = rule_by_id(rule_id)
+    return f"{rule.id} {rule.slug}" if rule is not None else fallback
+
+
+def plan_image(path: Path, runner: Runner, host: HostRoot) -> tuple[ImageConvert | None, str | None]:
+    """The conversion ``path`` needs, or (None, why not / None when nothing to do)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise KvmtuneError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"{path}: not a regular file (block devices are not converted)"
+    who = _opener(path, host)
+    if who:
+        return None, f"{path}: open by {who}; shut the guest down first"
+    try:
+        info = _info(path, runner)
+    except ImageInUse as exc:
+        return None, str(exc)
+    fmt = str(info.get("format") or "")
+    vsize = int(info.get("virtual-size") or 0)
+    data = (info.get("format-specific") or {}).get("data") or {}
+    if info.get("backing-filename") or info.get("full-backing-filename"):
+        return None, f"{path}: has a backing file; converting it would flatten or rebase the chain (left alone)"
+    if fmt == "qcow2":
+        if info.get("snapshots"):
+            return None, f"{path}: has internal snapshots, which qemu-img convert does not copy (left alone)"
+        if data.get("encrypt") or info.get("encrypted"):
+            return None, f"{path}: encrypted (left alone)"
+        if data.get("data-file"):
+            return None, f"{path}: uses an external data file (left alone)"
+        if data.get("bitmaps"):
+            return None, f"{path}: has persistent dirty bitmaps (left alone)"
+        if data.get("corrupt"):
+            return None, f"{path}: marked corrupt; run qemu-img check first (left alone)"
+        missing = _unallocated(path, fmt, runner)
+        if missing == 0:
+            return None, None
+        opts: dict[str, str] = {}
+        for key, opt in QCOW2_KEEP:
+            if info.get(key):
+                opts[opt] = str(info[key])
+        for key, opt in QCOW2_DATA_KEEP:
+            if key in data and data[key] is not None:
+                value = data[key]
+                opts[opt] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        opts["preallocation"] = "metadata"
+        need = st.st_blocks * 512 + vsize // max(1, int(info.get("cluster-size") or 65536)) * 16 + SLACK
+        why = (
+            f"{_rule_label('KVM-IMG-002', 'qcow2 without preallocation')}: {missing // 2**20} MiB of "
+            f"{vsize // 2**20} MiB unallocated; every first write allocates a cluster"
+        )
+    elif fmt == "raw":
+        allocated = st.st_blocks * 512
+        if vsize == 0 or allocated >= 0.9 * vsize:
+            return None, None
+        opts = {"preallocation": "falloc"}
+        need = vsize + SLACK
+        why = (
+            f"{_rule_label('KVM-IMG-003', 'sparse raw image')}: {allocated // 2**20} MiB allocated of "
+            f"{vsize // 2**20} MiB; space is allocated on first write"
+        )
+    else:
+        return None, f"{path}: format {fmt or '?'} is not converted (qcow2 and raw only)"
+    change = ImageConvert(
+        path=path.resolve(),
+        fmt=fmt,
+        options=opts,
+        virtual_size=vsize,
+        need_bytes=need,
+        host=host,
+        ino=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
+        reasons=[Reason(why)],
+        notes=["the guest using it must be shut down while this runs; it sees the same data afterwards"],
+    )
+    free = _free(path.parent)
+    if free is not None and free < need:
+        return None, f"{path}: needs about {need // 2**20} MiB free in {path.parent}, {free // 2**20} MiB available"
+    return change, None
+
+
+def plan_images(paths: list[str], runner: Runner, host: HostRoot, plan: Plan) -> None:
+    seen: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        key = p.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        change, why = plan_image(p, runner, host)
+        if change is not None:
+            plan.changes.append(change)
+        elif why:
+            plan.skipped.append(why)

@@ -1,0 +1,189 @@
+"""The journal: what was there before kvmtune changed it, written before the first change.
+
+One JSON file per ``fix --apply`` in the journal directory (``/var/lib/kvmtune/journal``,
+``$KVMTUNE_JOURNAL_DIR`` or ``--journal-dir``). It holds, per change, the prior state
+(file bytes or their absence, runtime values, domain XML, image backup name), the
+state after, and whether the change was carried out. It is rewritten atomically
+after every change, so a crash leaves a journal ``undo`` can use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.files import write_atomic
+
+DEFAULT_DIR = "/var/lib/kvmtune/journal"
+ENV_DIR = "KVMTUNE_JOURNAL_DIR"
+FORMAT = 1
+ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+KINDS = ("file", "runtime", "domain", "image")
+STATES = ("applying", "applied", "failed", "undoing", "undone", "undo-incomplete")
+
+
+class JournalError(KvmtuneError):
+    """A journal that is absent, unreadable or corrupt."""
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """One ``fix --apply`` or ``undo`` at a time per journal directory (an flock, released on exit or crash)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise JournalError(f"cannot write the journal in {directory}: {exc.strerror or exc}; nothing changed") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JournalError(f"another kvmtune fix --apply or undo is running (lock {directory / '.lock'})") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def journal_dir(explicit: str | None = None) -> Path:
+    return Path(explicit or os.environ.get(ENV_DIR) or DEFAULT_DIR)
+
+
+def new_id() -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class Journal:
+    id: str
+    directory: Path
+    argv: list[str] = field(default_factory=list)
+    root: str = "/"
+    created: str = ""
+    state: str = "applying"
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"{self.id}.json"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kvmtune_journal": FORMAT,
+            "id": self.id,
+            "created": self.created,
+            "argv": self.argv,
+            "root": self.root,
+            "state": self.state,
+            "error": self.error,
+            "history": self.history,
+            "changes": self.entries,
+        }
+
+    def save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = (json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n").encode()
+        write_atomic(self.path, data, mode=0o600, tag="journal")
+
+    def log(self, text: str) -> None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.history.append(f"{stamp} {text}")
+
+    @classmethod
+    def create(cls, directory: Path, argv: list[str], root: str) -> Journal:
+        j = cls(id=new_id(), directory=directory, argv=list(argv), root=root)
+        while j.path.exists():
+            j.id = new_id()
+        j.created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return j
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for e in self.entries:
+            counts[e.get("kind", "?")] = counts.get(e.get("kind", "?"), 0) + 1
+        names = {"file": "file(s)", "runtime": "runtime value(s)", "domain": "domain(s)", "image": "image(s)"}
+        return ", ".join(f"{n} {names.get(k, k)}" for k, n in counts.items()) or "nothing"
+
+
+def _check_entry(e: Any, n: int) -> None:
+    if not isinstance(e, dict):
+        raise ValueError(f"change {n} is not an object")
+    kind = e.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"change {n} has unknown kind {kind!r}")
+    need = {
+        "file": ("path", "prior_b64", "status"),
+        "runtime": ("path", "real_path", "prior", "new", "restore", "status"),
+        "domain": ("uri", "name", "uuid", "prior_xml", "status"),
+        "image": ("path", "backup", "temp", "status"),
+    }[kind]
+    for key in need:
+        if key not in e:
+            raise ValueError(f"change {n} ({kind}) lacks {key!r}")
+
+
+def load(journal_id: str, directory: Path) -> Journal:
+    if not ID_RE.match(journal_id):
+        raise JournalError(f"{journal_id!r} is not a journal id (see 'kvmtune undo --list')")
+    path = directory / f"{journal_id}.json"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')") from None
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read the journal ({exc.strerror})") from None
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict) or doc.get("kvmtune_journal") != FORMAT:
+            raise ValueError("not a kvmtune journal (format 1)")
+        if doc.get("id") != journal_id:
+            raise ValueError(f"its id is {doc.get('id')!r}")
+        if doc.get("state") not in STATES:
+            raise ValueError(f"unknown state {doc.get('state')!r}")
+        changes = doc.get("changes")
+        if not isinstance(changes, list):
+            raise ValueError("no list of changes")
+        for n, e in enumerate(changes, 1):
+            _check_entry(e, n)
+        root = doc.get("root")
+        if not isinstance(root, str) or not root.startswith("/"):
+            raise ValueError("no absolute root")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JournalError(f"{path}: corrupt journal: {exc}") from None
+    return Journal(
+        id=journal_id,
+        directory=directory,
+        argv=list(doc.get("argv") or []),
+        root=root,
+        created=str(doc.get("created") or ""),
+        state=doc["state"],
+        entries=changes,
+        error=doc.get("error"),
+        history=list(doc.get("history") or []),
+    )
+
+
+def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:
+    """Every journal in ``directory``, oldest first: (id, journal or None, problem)."""
+    out: list[tuple[str, Journal | None, str]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for p in sorted(directory.iterdir()):
+            if p.suffix != ".json" or not ID_RE.match(p.stem):
+                continue
+            try:
+                out.append((p.stem, load(p.stem, directory), ""))
+            except JournalError as exc:
+                out.append((p.stem, None, str(exc)))
+    return out

@@ -1,0 +1,72 @@
+"""The read-write libvirt calls fix and undo need: the persistent definition (with secrets,
+so redefining it loses nothing) and ``defineXML``. Never touches a running guest live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvmtune.domain.connection import _first_line, _libvirt
+from kvmtune.errors import InputError, KvmtuneError
+
+
+class LibvirtError(KvmtuneError):
+    """libvirt refused an operation; one line."""
+
+
+def open_rw(uri: str) -> Any:
+    libvirt = _libvirt()
+    try:
+        conn = libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise InputError(uri, f"cannot connect to libvirt read-write: {_first_line(exc)}") from None
+    if conn is None:
+        raise InputError(uri, "cannot connect to libvirt read-write")
+    return conn
+
+
+def inactive_xml(dom: Any) -> str:
+    """The persistent definition (what the next start uses), secrets included."""
+    libvirt = _libvirt()
+    flags = libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE
+    try:
+        return str(dom.XMLDesc(flags))
+    except libvirt.libvirtError as exc:
+        raise LibvirtError(f"{dom.name()}: cannot read its definition: {_first_line(exc)}") from None
+
+
+def lookup_name(conn: Any, name: str, uri: str) -> Any:
+    libvirt = _libvirt()
+    try:
+        return conn.lookupByName(name)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            raise InputError(uri, f"no domain named {name!r}") from None
+        raise InputError(uri, f"{name}: {_first_line(exc)}") from None
+
+
+def lookup_uuid(conn: Any, uuid: str, uri: str) -> Any:
+    libvirt = _libvirt()
+    try:
+        return conn.lookupByUUIDString(uuid)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            raise LibvirtError(f"{uri}: no domain with UUID {uuid} any more") from None
+        raise LibvirtError(f"{uri}: {uuid}: {_first_line(exc)}") from None
+
+
+def all_domains(conn: Any, uri: str) -> list[Any]:
+    libvirt = _libvirt()
+    try:
+        return list(conn.listAllDomains(0))
+    except libvirt.libvirtError as exc:
+        raise InputError(uri, f"cannot list domains: {_first_line(exc)}") from None
+
+
+def define(conn: Any, xml: str, what: str) -> Any:
+    """``defineXML`` with schema validation; only the persistent definition changes."""
+    libvirt = _libvirt()
+    try:
+        flags = getattr(libvirt, "VIR_DOMAIN_DEFINE_VALIDATE", 0)
+        return conn.defineXMLFlags(xml, flags)
+    except libvirt.libvirtError as exc:
+        raise LibvirtError(f"{what}: libvirt rejected the new definition: {_first_line(exc)}") from None

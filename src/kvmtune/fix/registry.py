@@ -1,0 +1,132 @@
+"""Fixers, attached to rules by id; rules stay pure checks.
+
+A fixer is a function decorated with :func:`xml_fixer`. It gets the finding, the
+guest it was found on and the :class:`~kvmtune.fix.xmldoc.XmlDoc` of the guest's
+definition, edits the document through the ``XmlDoc`` (never the file) and
+returns one line saying what it changed. It raises :class:`NotFixable` when this
+instance cannot be fixed automatically (the plan then says why).
+
+The finding says where to edit: its ``evidence`` is an XPath into the domain XML
+(``/domain/devices/disk[2]/driver/@cache``) whose device part matches the
+``locator`` of a :class:`~kvmtune.model.guest.Disk` or ``Nic``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+
+from lxml import etree
+
+from kvmtune.audit.finding import Finding
+from kvmtune.fix.xmldoc import XmlDoc
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Disk, Guest, Nic
+
+
+class NotFixable(Exception):
+    """This finding cannot be fixed automatically here; ``str()`` says why (one line)."""
+
+
+@dataclass
+class FixOptions:
+    allow_bus_change: bool = False
+    host: HostRoot = field(default_factory=HostRoot)
+
+
+@dataclass
+class FixCall:
+    finding: Finding
+    guest: Guest
+    doc: XmlDoc
+    options: FixOptions
+
+    @property
+    def root(self) -> etree._Element:
+        return self.doc.tree.getroot()
+
+    def _device(self, items: list[Disk] | list[Nic]) -> Disk | Nic:
+        ev = self.finding.evidence
+        for item in items:
+            if item.locator and (ev == item.locator or ev.startswith(item.locator + "/")):
+                return item
+        for item in items:
+            if item.label == self.finding.target.device:
+                return item
+        raise NotFixable(f"cannot find {self.finding.target.device or 'the device'} in the definition")
+
+    def disk(self) -> Disk:
+        d = self._device(self.guest.disks)
+        assert isinstance(d, Disk)
+        if d.element is None:
+            raise NotFixable("the disk was not read from domain XML")
+        return d
+
+    def nic(self) -> Nic:
+        n = self._device(self.guest.nics)
+        assert isinstance(n, Nic)
+        if n.element is None:
+            raise NotFixable("the interface was not read from domain XML")
+        return n
+
+    def child(self, parent: etree._Element, tag: str) -> etree._Element | None:
+        for c in parent:
+            if c.tag == tag:
+                return c
+        return None
+
+    def set_child_attrs(self, parent: etree._Element, tag: str, **attrs: str) -> etree._Element:
+        """Set attributes on ``parent``'s first ``<tag>``, adding the child if it is absent."""
+        el = self.child(parent, tag)
+        if el is None:
+            new = etree.Element(tag)
+            for k, v in attrs.items():
+                new.set(k, v)
+            return self.doc.append(parent, new)
+        for k, v in attrs.items():
+            if el.get(k) != v:
+                self.doc.set_attr(el, k, v)
+        return el
+
+    def devices(self) -> etree._Element:
+        el = self.child(self.root, "devices")
+        if el is None:
+            raise NotFixable("the domain has no <devices>")
+        return el
+
+
+FixFunc = Callable[[FixCall], str]
+
+
+@dataclass(frozen=True)
+class XmlFixer:
+    rule: str
+    func: FixFunc
+    summary: str
+    bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
+
+
+FIXERS: dict[str, XmlFixer] = {}
+
+
+def xml_fixer(rule: str, summary: str, *, bus_change: bool = False) -> Callable[[FixFunc], FixFunc]:
+    def register(func: FixFunc) -> FixFunc:
+        if rule in FIXERS:
+            raise RuntimeError(f"two fixers for {rule}")
+        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change)
+        return func
+
+    return register
+
+
+@cache
+def all_fixers() -> dict[str, XmlFixer]:
+    """Import every module under ``kvmtune.fix.fixers`` and return the registry."""
+    import kvmtune.fix.fixers as pkg
+
+    for info in pkgutil.walk_packages(pkg.__path__, prefix="kvmtune.fix.fixers."):
+        importlib.import_module(info.name)
+    return dict(FIXERS)

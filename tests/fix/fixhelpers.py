@@ -1,0 +1,68 @@
+"""Helpers shared by the fix tests (imported as a plain module: tests/ is no package)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden"
+REPO = HERE.parent.parent
+FIXTURE_HOST = REPO / "tests" / "fixtures" / "hosts" / "rules-default"
+
+
+def write(root: Path, host_path: str, text: str) -> None:
+    p = root / host_path.lstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+SEED_ERA_HOST = {
+    "/proc/sys/vm/swappiness": "60\n",
+    "/proc/sys/vm/dirty_ratio": "20\n",
+    "/proc/sys/vm/dirty_bytes": "0\n",
+    "/proc/sys/vm/dirty_background_ratio": "10\n",
+    "/proc/sys/vm/dirty_background_bytes": "0\n",
+    "/proc/sys/net/core/somaxconn": "4096\n",
+    "/proc/sys/net/core/netdev_max_backlog": "1000\n",
+    "/proc/sys/net/ipv4/tcp_tw_reuse": "1\n",
+    "/proc/sys/net/ipv4/tcp_rmem": "4096\t87380\t6291456\n",
+    "/proc/sys/net/ipv4/tcp_wmem": "4096\t16384\t4194304\n",
+    "/proc/sys/net/ipv4/tcp_notsent_lowat": "4294967295\n",
+    "/proc/sys/net/ipv4/tcp_slow_start_after_idle": "1\n",
+    "/proc/sys/net/ipv4/tcp_fastopen": "1\n",
+    "/proc/sys/net/core/busy_read": "0\n",
+    "/proc/sys/net/core/busy_poll": "0\n",
+    "/proc/sys/kernel/numa_balancing": "1\n",
+    "/proc/sys/kernel/timer_migration": "1\n",
+    "/proc/sys/vm/stat_interval": "1\n",
+    "/proc/sys/kernel/osrelease": "6.1.0-test\n",
+    "/proc/net/softnet_stat": "00000010 00000003 00000000 00000000 00000000 00000000 00000000 00000000 "
+    "00000000 00000000 00000000 00000000 00000000\n",
+    "/sys/devices/system/cpu/online": "0-3\n",
+    "/sys/module/kvm/parameters/halt_poll_ns": "400000\n",
+    "/sys/block/nvme0n1/queue/scheduler": "[mq-deadline] kyber none\n",
+    "/sys/block/nvme0n1/queue/rotational": "0\n",
+    "/sys/block/sda/queue/scheduler": "[none] mq-deadline kyber bfq\n",
+    "/sys/block/sda/queue/rotational": "1\n",
+    "/sys/block/sdb/queue/scheduler": "mq-deadline kyber [bfq] none\n",
+    "/sys/block/sdb/queue/rotational": "1\n",
+    "/sys/class/net/vnet0/mtu": "1500\n",
+    "/sys/class/net/vnet0/tx_queue_len": "500\n",
+    "/sys/class/net/vnet0/tun_flags": "0x1002\n",
+    "/sys/class/net/vnet0/operstate": "unknown\n",
+    "/sys/class/net/vnet0/statistics/tx_dropped": "12\n",
+    "/sys/class/net/vnet1/mtu": "1500\n",
+    "/sys/class/net/vnet1/tx_queue_len": "1000\n",
+    "/sys/class/net/vnet1/tun_flags": "0x1002\n",
+    "/sys/class/net/vnet1/statistics/tx_dropped": "0\n",
+    "/etc/sysctl.d/99-local.conf": "# the admin's own file, read after ours\nvm.swappiness = 30\n",
+    "/etc/hostname": "fixture\n",
+}
+
+
+def snapshot_tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def tree_dirs(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
