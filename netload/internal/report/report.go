@@ -3,6 +3,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -162,9 +163,12 @@ type ErrorInfo struct {
 
 // JSON renders the document, indented.
 func (d *Document) JSON() ([]byte, error) {
-	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // keep the profile XML readable
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(d); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	return b.Bytes(), nil
 }
