@@ -136,11 +136,11 @@ def test_seed001_cycle_gives_tps_per_vm_and_vms_per_disk(workdir: Path, tmp_path
 def test_ffsb_subset_with_two_schedulers(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--preset", "ffsb", "--bus", "virtio-blk", "--sched", "mq-deadline,bfq",
-                 "--threads", "1,8", "--workload", "ffsb-randwrite-t*-direct,ffsb-mail-t8-buffered")  # fmt: skip
+                 "--threads", "8", "--workload", "ffsb-randwrite-t8-direct,ffsb-mail-t8-buffered")  # fmt: skip
     assert code == 0, capsys.readouterr()
     with Store(db) as st:
         cells = st.cells(1)
-        assert len(cells) == 2 * 3 and all(c.status == "ok" for c in cells)
+        assert len(cells) == 2 * 2 and all(c.status == "ok" for c in cells)
         assert {c.config["sched"] for c in cells} == {"mq-deadline", "bfq"}
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "f.html")]) == 0
     assert "mq-deadline is" in capsys.readouterr().out
@@ -178,9 +178,10 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
     from kvmtune.bench.accel import AccelChoice
 
     runner = Runner()
-    ctx = BenchContext(runner, HostRoot(), Scratch(workdir / "scratch-t", runner), guest,
+    scratch_root = tmp_path / "scratch"
+    ctx = BenchContext(runner, HostRoot(), Scratch(scratch_root, runner), guest,
                        AccelChoice("tcg", "test", 0.0), None, None, runtime_s=1, disk_mib=64,
-                       boot_timeout_s=20)  # fmt: skip
+                       boot_timeout_s=40)  # fmt: skip
     broken = fiomod.Workload("broken", "randwrite", extra=("--ioengine=doesnotexist",))
     failed = run_matrix(ctx, [StorageConfig()], [broken, fiomod.BASIC["randread-4k"]])
     assert failed == 1
@@ -194,14 +195,15 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
     junk.write_bytes(bytes(data))
     broken_guest = ProbeGuest(junk, guest.initrd, "junk", guest.release, guest.modules, (), guest.tools, guest.size,
                               True, None, guest.module_paths, guest.module_deps)  # fmt: skip
-    ctx.guest, ctx.results = broken_guest, []
+    ctx.guest, ctx.results, ctx.boot_timeout_s = broken_guest, [], 12
+
     start = time.monotonic()
     assert run_matrix(ctx, [StorageConfig()], [fiomod.BASIC["randread-4k"]]) == 1
     (cell,) = ctx.results
     assert cell.status == "error"
-    assert "did not finish" in (cell.error or "") or "did not boot" in (cell.error or "")
-    assert time.monotonic() - start < 60
-    assert leftovers(workdir) == []
+    assert "kernel did not boot" in (cell.error or "")
+    assert time.monotonic() - start < 30
+    assert leftovers(workdir) == [] and list(scratch_root.iterdir()) == []
 
 
 def test_ctrl_c_stops_cleanly_and_marks_the_run_partial(workdir: Path, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def kvm_probe(guest: ProbeGuest, workdir: Path, runner: Runner, timeout: float =
     spec = VmSpec(guest=guest, accel="kvm", memory_mb=256)
     with GuestRun(spec, workdir / "run", runner, name="kvm-probe") as vm:
         vm.start()
-        out = vm.follow(timeout)
+        out = vm.follow(timeout, boot_timeout=timeout)
     took = time.monotonic() - start
     booted = any(ln.startswith("KVMTUNE-POWEROFF") for ln in out.lines)
     if out.timed_out:

@@ -175,6 +175,8 @@ class RunOutcome:
         """One line describing why the guest run failed, or None."""
         if self.timed_out:
             last = next((ln for ln in reversed(self.lines) if ln.strip()), "no console output")
+            if not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
+                return f"kernel did not boot within {self.duration_s:.0f}s (last console line: {last[:120]!r})"
             return f"guest did not finish within {self.duration_s:.0f}s (last console line: {last[:120]!r})"
         if self.exit_code not in (0, None):
             err = self.stderr_tail.strip().splitlines()
@@ -193,6 +195,7 @@ class GuestRun:
     def __init__(self, spec: VmSpec, rundir: Path, runner: Runner, name: str = "vm") -> None:
         self.spec = spec
         self.runner = runner
+        self.rundir = rundir
         rundir.mkdir(parents=True, exist_ok=True)
         self.serial = rundir / f"{name}.serial"
         self.qmp_path = rundir / f"{name}.qmp"
@@ -218,7 +221,11 @@ class GuestRun:
         argv = [*self.spec.wrapper, *qemu_argv(self.spec, self.serial, self.qmp_path, self.job_path)]
         self._stderr_fh = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = self.runner.popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr_fh, start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr_fh,
+            start_new_session=True,
             pass_fds=tuple(self.spec.pass_fds),
         )
         return self.proc
@@ -242,8 +249,13 @@ class GuestRun:
         timeout: float,
         on_line: Callable[[str, float], None] | None = None,
         poll: float = 0.02,
+        boot_timeout: float | None = None,
     ) -> RunOutcome:
-        """Poll the console until QEMU exits or ``timeout`` seconds pass (then kill it)."""
+        """Poll the console until QEMU exits or ``timeout`` seconds pass (then kill it).
+
+        With ``boot_timeout``, a guest whose init has not announced itself by then is
+        killed early: a kernel that does not boot should not cost the whole budget.
+        """
         if self.proc is None:
             self.start()
         assert self.proc is not None
@@ -254,6 +266,7 @@ class GuestRun:
         pos = 0
         accel: str | None = None
         timed_out = False
+        booted = False
         with open(self.serial, "rb") as fh:
             while True:
                 fh.seek(pos)
@@ -270,6 +283,7 @@ class GuestRun:
                         if on_line is not None:
                             on_line(line, now)
                         if accel is None and line.startswith("KVMTUNE-BOOTED"):
+                            booted = True
                             accel = self.query_accel()
                 if self.proc.poll() is not None:
                     rest = fh.read()
@@ -282,7 +296,8 @@ class GuestRun:
                                 if on_line is not None:
                                     on_line(line, time.monotonic())
                     break
-                if time.monotonic() - start > timeout:
+                elapsed = time.monotonic() - start
+                if elapsed > timeout or (boot_timeout is not None and not booted and elapsed > boot_timeout):
                     timed_out = True
                     stop_process(self.proc, grace=1.0)
                     break
@@ -308,6 +323,8 @@ class GuestRun:
             for p in self._created:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
+            with contextlib.suppress(OSError):
+                self.rundir.rmdir()  # only when empty: a concurrent run may share it
 
 
 def qemu_version(runner: Runner, qemu: str = QEMU) -> str:

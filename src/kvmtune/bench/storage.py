@@ -205,8 +205,10 @@ def _boot_group(
         job=job,
     )
     marks = _Marks()
-    budget = ctx.boot_timeout_s + sum(
-        (w.cycle_idle_s + 30 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 30) for w in workloads
+    budget = (
+        ctx.boot_timeout_s
+        + 30
+        + sum((w.cycle_idle_s + 10 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 20) for w in workloads)
     )
     started = time.monotonic()
     with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
@@ -223,7 +225,7 @@ def _boot_group(
                 marks.first_json_at = now - started
 
         try:
-            outcome = vm.follow(budget, on_line)
+            outcome = vm.follow(budget, on_line, boot_timeout=ctx.boot_timeout_s)
         finally:
             sampler.stop()
     if marks.first_json_at is not None and ctx.first_result_s is None:

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Speed goals of `kvmtune bench storage` (issue 5), measured on this host.
+
+    .venv/bin/python bench/storage/speed.py            # all three, 3 boots for the boot figure
+    .venv/bin/python bench/storage/speed.py --check    # exit 1 when a goal is missed
+
+Goals: probe guest boot to first fio result <= 6 s under TCG; --quick over 24 cells
+<= 90 s; the harness's own overhead (build, boot, parse, store) <= 15 % of a
+configuration whose fio runtime is 10 s. Results go to stdout and to a JSON file
+(bench/storage/results/latest.json). The machine is shared: other jobs on the same
+cores make these numbers noisy, so the load average is recorded beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
+
+
+def cli(args: list[str]) -> tuple[int, float, str]:
+    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    return res.returncode, time.monotonic() - start, res.stdout + res.stderr
+
+
+def boot_to_first_result(workdir: Path, rounds: int) -> dict[str, object]:
+    from kvmtune.bench import fio as fiomod
+    from kvmtune.bench.accel import AccelChoice
+    from kvmtune.bench.guest import GuestBuilder
+    from kvmtune.bench.matrix import StorageConfig
+    from kvmtune.bench.storage import BenchContext, run_matrix
+    from kvmtune.bench.workdir import Scratch
+    from kvmtune.host.root import HostRoot
+    from kvmtune.runner import Runner
+
+    runner = Runner()
+    guest = GuestBuilder(workdir, runner).build()
+    times = []
+    for _ in range(rounds):
+        ctx = BenchContext(runner, HostRoot(), Scratch(workdir / "scratch-speed", runner), guest,
+                           AccelChoice("tcg", "speed benchmark", 0.0), None, None, runtime_s=1, disk_mib=256)  # fmt: skip
+        run_matrix(ctx, [StorageConfig(cache="none", aio="native")], [fiomod.BASIC["randread-4k"]])
+        assert ctx.first_result_s is not None, ctx.results
+        times.append(ctx.first_result_s)
+    return {"seconds": times, "median_s": statistics.median(times), "goal_s": 6.0, "fio_runtime_s": 1.0}
+
+
+def quick(workdir: Path, db: Path) -> dict[str, object]:
+    code, took, out = cli(["bench", "storage", "--quick", "--workdir", str(workdir), "--db", str(db)])
+    assert code == 0, out
+    cells = out.count("qemu-img-write-4k")
+    return {"seconds": took, "cells": cells, "goal_s": 90.0}
+
+
+def overhead(workdir: Path, db: Path) -> dict[str, object]:
+    # warm the guest cache and the accelerator answer first, as a user's second run would find them
+    cli(["guest", "build", "--workdir", str(workdir)])
+    cli(["guest", "accel", "--workdir", str(workdir)])
+    code, took, out = cli(["bench", "storage", "--workdir", str(workdir), "--db", str(db), "--workload", "randread-4k",
+                           "--runtime", "10", "--disk-size", "256", "--cache", "none", "--aio", "native"])  # fmt: skip
+    assert code == 0, out
+    over = took - 10.0
+    return {"wall_s": took, "fio_runtime_s": 10.0, "overhead_s": over, "overhead_pct_of_runtime": 100 * over / 10.0,
+            "goal_pct": 15.0}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "latest.json")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kvmtune-speed-") as tmp:
+        wd, db = Path(tmp) / "work", Path(tmp) / "r.db"
+        res = {
+            "load_before": os.getloadavg(),
+            "boot_to_first_fio_result": boot_to_first_result(wd, args.rounds),
+            "quick_24_cells": quick(wd, db),
+            "overhead_10s_config": overhead(wd, db),
+            "load_after": os.getloadavg(),
+        }
+    b, q, o = res["boot_to_first_fio_result"], res["quick_24_cells"], res["overhead_10s_config"]
+    assert isinstance(b, dict) and isinstance(q, dict) and isinstance(o, dict)
+    print(f"boot to first fio result (TCG, 1 s fio): median {b['median_s']:.2f} s of {b['seconds']} (goal <= 6 s)")
+    print(f"--quick, {q['cells']} cells: {q['seconds']:.1f} s (goal <= 90 s)")
+    print(f"10 s configuration: wall {o['wall_s']:.1f} s, harness overhead {o['overhead_s']:.1f} s "
+          f"= {o['overhead_pct_of_runtime']:.0f} % of the runtime (goal <= 15 %)")  # fmt: skip
+    print(f"load average before/after: {res['load_before']} / {res['load_after']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    missed = [
+        name
+        for name, ok in (
+            ("boot", float(b["median_s"]) <= 6.0),  # type: ignore[arg-type]
+            ("quick", float(q["seconds"]) <= 90.0),  # type: ignore[arg-type]
+            ("overhead", float(o["overhead_pct_of_runtime"]) <= 15.0),  # type: ignore[arg-type]
+        )
+        if not ok
+    ]
+    if missed:
+        print(f"goals missed: {', '.join(missed)}")
+    return 1 if (missed and args.check) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
