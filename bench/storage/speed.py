@@ -102,9 +102,9 @@ def main() -> int:
     missed = [
         name
         for name, ok in (
-            ("boot", float(b["median_s"]) <= 6.0),  # type: ignore[arg-type]
-            ("quick", float(q["seconds"]) <= 90.0),  # type: ignore[arg-type]
-            ("overhead", float(o["overhead_pct_of_runtime"]) <= 15.0),  # type: ignore[arg-type]
+            ("boot", float(b["median_s"]) <= 6.0),
+            ("quick", float(q["seconds"]) <= 90.0),
+            ("overhead", float(o["overhead_pct_of_runtime"]) <= 15.0),
         )
         if not ok
     ]

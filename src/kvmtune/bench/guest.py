@@ -230,9 +230,9 @@ def extract_vmlinux(runner: Runner, bzimage: Path, out: Path) -> bool:
         return False
     if raw is None or not has_pvh_note(raw):
         return False
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    tmp.write_bytes(raw)
-    tmp.replace(out)  # atomic: another kvmtune may be booting the cached copy right now
+    part = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    part.write_bytes(raw)
+    part.replace(out)  # atomic: another kvmtune may be booting the cached copy right now
     return True
 
 
