@@ -16,6 +16,8 @@ from kvmtune.errors import KvmtuneError
 COMMAND_MODULES = [
     "kvmtune.cli.audit",
     "kvmtune.cli.rules",
+    "kvmtune.cli.fix",
+    "kvmtune.cli.undo",
     "kvmtune.cli.guest",
     "kvmtune.cli.bench",
     "kvmtune.cli.results",

@@ -244,10 +244,10 @@ class XmlDoc:
         line_start = self.data.rfind(b"\n", 0, start) + 1
         if not self.data[line_start:start].strip():
             nl = self.data.find(b"\n", end)
-            rest = self.data[end : nl if nl >= 0 else len(self.data)]
-            if not rest.strip():
-                start = line_start - 1 if line_start > 0 else line_start
-                end = end + len(rest)
+            rest_end = nl if nl >= 0 else len(self.data)
+            if not self.data[end:rest_end].strip():
+                # alone on its line: take the whole line with its line end
+                start, end = line_start, (rest_end + 1 if nl >= 0 else rest_end)
         self._deletes.append((start, end))
         tail = el.tail
         prev = el.getprevious()
@@ -369,11 +369,20 @@ class XmlDoc:
             ops.append((a, b, 0, b""))
         for i, text in self._texts.items():
             ops.append((self._spans[i].tag_end, self._spans[i].tag_end, 0, self._esc_text(text)))
+        root = self.tree.getroot()
         for ins in self._inserts:
-            if ins.el.getparent() is None or any(a < ins.pos < b for a, b in gone):
-                continue
+            if not self._attached(ins.el, root):
+                continue  # removed again, or inside something removed
+            pos = ins.pos
+            moved = True
+            while moved:  # its anchor line was removed: go to the end of the line before it
+                moved = False
+                for a, b in gone:
+                    if a < pos < b:
+                        pos = a - 2 if self.data[a - 2 : a] == b"\r\n" else a - 1 if self.data[a - 1 : a] == b"\n" else a
+                        moved = True
             body = self.nl + ins.indent + self._serialize(ins.el, ins.indent, unit) + ins.trail
-            ops.append((ins.pos, ins.pos, ins.seq, body))
+            ops.append((pos, pos, ins.seq, body))
         ops.sort(key=lambda o: (o[0], 0 if o[1] == o[0] else 1, o[2]))
         out = bytearray()
         pos = 0
@@ -389,6 +398,15 @@ class XmlDoc:
         result = bytes(out)
         self._check(result)
         return result
+
+    @staticmethod
+    def _attached(el: etree._Element, root: etree._Element) -> bool:
+        node: etree._Element | None = el
+        while node is not None:
+            if node is root:
+                return True
+            node = node.getparent()
+        return False
 
     def _check(self, result: bytes) -> None:
         try:

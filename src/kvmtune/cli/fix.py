@@ -1,0 +1,152 @@
+"""``kvmtune fix``: show the changes that fix the findings; ``--apply`` makes them, journaled."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from kvmtune.audit.engine import select_rules
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.apply import ApplyFailed, apply_plan
+from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
+from kvmtune.fix.plan import Plan
+from kvmtune.fix.registry import FixOptions
+from kvmtune.host.root import HostRoot
+
+EXIT_APPLY_FAILED = 3
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "fix",
+        help="show (and with --apply make) the changes that fix the findings; reversible with 'kvmtune undo'",
+        description="Plan fixes for what 'kvmtune audit' finds and print them as a diff. Nothing changes "
+        "without --apply; every --apply writes a journal first, so 'kvmtune undo ID' restores exactly.",
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files to fix in place")
+    p.add_argument("-c", "--connect", action="append", default=[], metavar="URI",
+                   help="libvirt URI whose persistent domain definitions to fix (repeatable)")
+    p.add_argument("--domain", action="append", default=[], metavar="NAME",
+                   help="only this domain of --connect (repeatable)")
+    p.add_argument("--images", nargs="+", default=[], metavar="IMAGE",
+                   help="preallocate these disk images (qcow2 → preallocation=metadata, raw → falloc)")
+    p.add_argument("--root", default="/", metavar="DIR", help="host root for /proc and /sys (a captured or fixture tree)")
+    p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
+    p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
+    p.add_argument("--allow-bus-change", action="store_true",
+                   help="also change guest-visible hardware (disk bus ide/sata → virtio, hda → vda; NIC model; "
+                   "SCSI controller): the guest needs the virtio drivers")
+    p.add_argument("--purge-backups", action="store_true",
+                   help="with --images --apply: delete each original image once its copy is verified (not undoable)")
+    p.add_argument("--journal-dir", default=None, metavar="DIR",
+                   help=f"where journals go (default ${ENV_DIR} or {DEFAULT_DIR})")
+    p.set_defaults(func=run)
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    out = ["kvmtune", "fix", *args.paths]
+    for uri in args.connect:
+        out += ["--connect", uri]
+    for d in args.domain:
+        out += ["--domain", d]
+    if args.images:
+        out += ["--images", *args.images]
+    if args.root != "/":
+        out += ["--root", args.root]
+    for flag in ("only", "skip"):
+        if getattr(args, flag):
+            out += [f"--{flag}", getattr(args, flag)]
+    if args.allow_bus_change:
+        out.append("--allow-bus-change")
+    return out
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    from kvmtune.fix.domains import plan_files, plan_libvirt
+    from kvmtune.fix.images import plan_images
+    from kvmtune.runner import default_runner
+
+    if not os.path.isdir(args.root):
+        raise KvmtuneError(f"--root {args.root}: not a directory")
+    rules = select_rules(_split(args.only), _split(args.skip))
+    options = FixOptions(allow_bus_change=args.allow_bus_change, host=HostRoot(args.root))
+    plan = Plan()
+    if args.paths:
+        plan_files(args.paths, rules, options, plan)
+    for uri in args.connect:
+        plan_libvirt(uri, args.domain, rules, options, plan)
+    if args.images:
+        plan_images(args.images, default_runner(), HostRoot(args.root), plan)
+    return plan
+
+
+def _confirm(n: int) -> bool:
+    if not sys.stdin.isatty():
+        raise KvmtuneError("--apply needs a confirmation and standard input is not a terminal; add --yes")
+    sys.stderr.write(f"Apply these {n} change(s)? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.domain and not args.connect:
+        print("kvmtune: error: --domain needs --connect URI", file=sys.stderr)
+        return 2
+    if args.purge_backups and not args.images:
+        print("kvmtune: error: --purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')",
+              file=sys.stderr)
+        return 2
+    if not (args.paths or args.connect or args.images):
+        print("kvmtune: error: nothing to fix: give domain XML files, --connect URI or --images",
+              file=sys.stderr)
+        return 2
+    plan = build_plan(args)
+    out = sys.stdout
+    if plan.changes:
+        out.write(plan.render())
+    for line in plan.skipped:
+        out.write(f"skipped: {line}\n")
+    for line in plan.notes:
+        out.write(f"note: {line}\n")
+    if plan.manual:
+        out.write(f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n")
+    if not plan.changes:
+        out.write("Nothing to change.\n")
+        return 0
+    restarts = sum(1 for c in plan.changes if c.kind == "domain" and getattr(c, "active", False))
+    if not args.apply:
+        out.write(f"{len(plan.changes)} change(s) planned; nothing changed (run again with --apply).\n")
+        return 0
+    if not args.yes and not _confirm(len(plan.changes)):
+        out.write("Aborted; nothing changed.\n")
+        return 1
+    out.flush()
+    directory = journal_dir(args.journal_dir)
+    try:
+        with locked(directory):
+            journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
+    except ApplyFailed as exc:
+        j = exc.journal
+        made = sum(1 for e in j.entries if e["status"] == "done")
+        print(f"kvmtune: apply stopped: {exc}", file=sys.stderr)
+        print(
+            f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
+            f"({j.path}); 'kvmtune undo {j.id}' restores them",
+            file=sys.stderr,
+        )
+        return EXIT_APPLY_FAILED
+    out.write(f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({journal.path}).\n")
+    out.write(f"Undo with: kvmtune undo {journal.id}\n")
+    if restarts:
+        out.write(f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n")
+    return 0
+

@@ -1,0 +1,79 @@
+"""``kvmtune undo ID`` / ``kvmtune undo --list``: restore what a ``fix --apply`` changed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, list_journals, load, locked
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "undo",
+        help="restore exactly what a 'kvmtune fix --apply' changed (or list the journals)",
+        description="Restore the files, runtime values, domain definitions and images a 'kvmtune fix --apply' "
+        "changed, from its journal. Works on a partly applied journal too.",
+    )
+    p.add_argument("id", nargs="?", metavar="ID", help="journal id printed by 'kvmtune fix --apply'")
+    p.add_argument("--list", action="store_true", help="list the journals, oldest first")
+    p.add_argument("--force", action="store_true",
+                   help="restore even what was changed again after kvmtune changed it")
+    p.add_argument("--purge-backups", action="store_true",
+                   help="delete the original images journal ID keeps (its image changes can no longer be undone)")
+    p.add_argument("--journal-dir", default=None, metavar="DIR",
+                   help=f"where journals are (default ${ENV_DIR} or {DEFAULT_DIR})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    directory = journal_dir(args.journal_dir)
+    if args.list:
+        if args.id or args.purge_backups:
+            print("kvmtune: error: --list takes no ID", file=sys.stderr)
+            return 2
+        found = list_journals(directory)
+        if not found:
+            print(f"no journals in {directory}")
+        for jid, journal, problem in found:
+            if journal is None:
+                print(f"{jid}  corrupt   {problem}")
+                continue
+            cmd = " ".join(journal.argv[1:]) if journal.argv else ""
+            print(f"{jid}  {journal.state:<15} {len(journal.entries):>3} change(s): {journal.summary()}  [{cmd}]")
+        return 0
+    if not args.id:
+        print("kvmtune: error: give a journal ID (see 'kvmtune undo --list')", file=sys.stderr)
+        return 2
+    load(args.id, directory)  # a bad id or a corrupt journal: one line, before anything else
+    with locked(directory):
+        return _undo(args, directory)
+
+
+def _undo(args: argparse.Namespace, directory: Path) -> int:
+    journal = load(args.id, directory)
+    if args.purge_backups:
+        from kvmtune.fix.undo import purge_backups
+
+        for line in purge_backups(journal) or ["no image backups to delete"]:
+            print(line)
+        return 0
+    if journal.state == "undone":
+        print(f"journal {journal.id} was undone already; nothing to do")
+        return 0
+    if journal.state == "applying":
+        print(f"journal {journal.id} was interrupted while applying; restoring what it may have changed")
+    from kvmtune.fix.undo import undo_journal
+
+    done, problems = undo_journal(journal, force=args.force)
+    for line in done:
+        print(line)
+    for line in problems:
+        print(f"kvmtune: {line}", file=sys.stderr)
+    if problems:
+        print(f"kvmtune: journal {journal.id}: {len(problems)} change(s) not restored", file=sys.stderr)
+        return 1
+    print(f"Undone: journal {journal.id}.")
+    return 0
