@@ -60,13 +60,27 @@ nl_run() { # name args... -> JSON document in $work/name.json
 }
 
 echo "== round-robin: ${ROUNDS} rounds of ${DURATION}s each (netload and the reference take turns)"
+# The machine may be shared: every round runs netload and the reference
+# back to back (alternating which goes first), and the summary uses the
+# ratio within each round as well as medians over rounds.
+sp_run() { sockperf pp --tcp -i "$HOST" -p "$SP_PORT" -m "$SP_SIZE" -t "$DURATION" >"$work/sp-$1.txt" 2>&1; }
+ip_run() { iperf3 -c "$HOST" -p "$IP_PORT" -l 30720 -t "$DURATION" -J >"$work/ip-$1.json"; }
 for r in $(seq "$ROUNDS"); do
-  nl_run "rr1x1-$r" --workload rr1c-1x1--1 --duration "${DURATION}s"
-  nl_run "rr14-$r" --workload rr1c-14x14--1 --duration "${DURATION}s"
-  sockperf pp --tcp -i "$HOST" -p "$SP_PORT" -m "$SP_SIZE" -t "$DURATION" >"$work/sp-$r.txt" 2>&1
-  nl_run "strw-$r" --workload str-writex30k--1 --duration "${DURATION}s"
-  iperf3 -c "$HOST" -p "$IP_PORT" -l 30720 -t "$DURATION" -J >"$work/ip-$r.json"
-  echo "   round $r done"
+  cut -d' ' -f1 /proc/loadavg >"$work/load-$r.txt"
+  if ((r % 2)); then
+    nl_run "rr1x1-$r" --workload rr1c-1x1--1 --duration "${DURATION}s"
+    nl_run "rr14-$r" --workload rr1c-14x14--1 --duration "${DURATION}s"
+    sp_run "$r"
+    nl_run "strw-$r" --workload str-writex30k--1 --duration "${DURATION}s"
+    ip_run "$r"
+  else
+    sp_run "$r"
+    nl_run "rr14-$r" --workload rr1c-14x14--1 --duration "${DURATION}s"
+    nl_run "rr1x1-$r" --workload rr1c-1x1--1 --duration "${DURATION}s"
+    ip_run "$r"
+    nl_run "strw-$r" --workload str-writex30k--1 --duration "${DURATION}s"
+  fi
+  echo "   round $r done (load average $(cat "$work/load-$r.txt"))"
 done
 
 echo "== 250 users (peak memory of each side)"
@@ -108,13 +122,18 @@ for r in range(1, rounds + 1):
 def lat_med(rows, key, scale):
     return med([row[key] * scale for row in rows])
 keys = ["avg", "min", "p50", "p90", "p99", "p99_9", "max"]
+loads = [float(open(os.path.join(work, f"load-{r}.txt")).read()) for r in range(1, rounds + 1)]
+res["load_average_1m"] = loads
+pair = lambda a, b: [x / y for x, y in zip(a, b)]
 res["rr"] = {
     "netload_rr1c-1x1_tps": nl_tps, "netload_rr1c-14x14_tps": nl14_tps, "sockperf_pp_14B_tps": sp_tps,
     "ratio_1x1_vs_sockperf": med(nl_tps) / med(sp_tps), "ratio_14x14_vs_sockperf": med(nl14_tps) / med(sp_tps),
+    "round_ratios_1x1": pair(nl_tps, sp_tps), "round_ratios_14x14": pair(nl14_tps, sp_tps),
     "netload_txn_time_us": {k: lat_med(nl_lat, k, 1e-3) for k in keys},
     "sockperf_rtt_us": {k: lat_med(sp_lat, k, 1) for k in keys},
 }
-res["stream"] = {"netload_str-writex30k_bps": nl_bps, "iperf3_l30720_bps": ip_bps, "ratio": med(nl_bps) / med(ip_bps)}
+res["stream"] = {"netload_str-writex30k_bps": nl_bps, "iperf3_l30720_bps": ip_bps, "ratio": med(nl_bps) / med(ip_bps),
+                 "round_ratios": pair(nl_bps, ip_bps)}
 def hwm(path):
     t = open(path).read()
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
@@ -136,16 +155,20 @@ for w in ["rr1c-1x1--250", "str-readx30k--250"]:
 os.makedirs(os.path.dirname(out), exist_ok=True)
 json.dump(res, open(out, "w"), indent=2)
 rr, st = res["rr"], res["stream"]
+rr1 = res["rr"]["round_ratios_1x1"]; r14 = res["rr"]["round_ratios_14x14"]; sr = res["stream"]["round_ratios"]
+print(f"\nload average during the rounds: {' '.join(f'{l:.1f}' for l in loads)}")
 print(f"\nRequest/response, 1 user, loopback (median of {rounds} runs)")
 print(f"  netload rr1c-1x1--1    {med(nl_tps):10.0f} txn/s   ({rr['ratio_1x1_vs_sockperf']:.2f}x sockperf)")
 print(f"  netload rr1c-14x14--1  {med(nl14_tps):10.0f} txn/s   ({rr['ratio_14x14_vs_sockperf']:.2f}x sockperf)")
 print(f"  sockperf pp --tcp -m14 {med(sp_tps):10.0f} txn/s")
+print(f"  per-round ratio 1x1/sockperf: median {med(rr1):.2f} (min {min(rr1):.2f}, max {max(rr1):.2f}); 14x14: median {med(r14):.2f} (min {min(r14):.2f}, max {max(r14):.2f})")
 print("  transaction time / round trip (us):   " + "  ".join(f"{k:>6}" for k in keys))
 print("    netload rr1c-1x1                    " + "  ".join(f"{rr['netload_txn_time_us'][k]:6.1f}" for k in keys))
 print("    sockperf (2 x its one-way figure)   " + "  ".join(f"{rr['sockperf_rtt_us'][k]:6.1f}" for k in keys))
 print(f"\nStream, 30 KiB writes, 1 connection")
 print(f"  netload str-writex30k--1 {med(nl_bps)/1e9:8.2f} Gb/s   ({st['ratio']:.2f}x iperf3)")
 print(f"  iperf3 -l 30720          {med(ip_bps)/1e9:8.2f} Gb/s (receiver)")
+print(f"  per-round ratio: median {med(sr):.2f} (min {min(sr):.2f}, max {max(sr):.2f})")
 print("\n250 users")
 for w, v in res["users250"].items():
     if "client_vmhwm_bytes" not in v:
