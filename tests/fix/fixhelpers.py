@@ -7,7 +7,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
 REPO = HERE.parent.parent
-FIXTURE_HOST = REPO / "tests" / "fixtures" / "hosts" / "rules-default"
+FIXTURE_HOST = HERE / "hostroot"
 
 
 def write(root: Path, host_path: str, text: str) -> None:

@@ -30,3 +30,33 @@ def balloon(call: FixCall) -> str:
     if call.child(el, "stats") is None:
         call.doc.append(el, new("stats", period="10"))
     return "memballoon model none → virtio, stats every 10 s"
+
+
+@xml_fixer("KVM-CPU-001", "cpu mode='host-model' instead of a generic CPU model", bus_change=True)
+def cpu_host_model(call: FixCall) -> str:
+    cpu = call.child(call.root, "cpu")
+    if cpu is None:
+        insert_top_level(call, new("cpu", mode="host-model"), ("features", "os"))
+        return "add <cpu mode='host-model'/>; the guest sees the host's CPU features (AVX, AES-NI, …)"
+    old = cpu.get("mode") or "custom"
+    model = call.child(cpu, "model")
+    was = (model.text or "").strip() if model is not None else ""
+    call.doc.set_attr(cpu, "mode", "host-model")
+    if cpu.get("match") is not None:
+        call.doc.del_attr(cpu, "match")
+    for tag in ("model", "vendor"):
+        child = call.child(cpu, tag)
+        if child is not None:
+            call.doc.remove(child)
+    return (
+        f"cpu mode {old}{' ' + was if was else ''} → host-model; the guest sees the host's CPU features, "
+        "migration needs a compatible destination"
+    )
+
+
+@xml_fixer("KVM-CPU-003", "domain type='kvm' instead of TCG emulation", bus_change=True)
+def kvm_accel(call: FixCall) -> str:
+    if not call.options.host.exists("/dev/kvm"):
+        raise NotFixable("this host has no /dev/kvm; enable virtualization in the firmware and load kvm first")
+    call.doc.set_attr(call.root, "type", "kvm")
+    return "domain type qemu → kvm (hardware virtualization; /dev/kvm is there)"
