@@ -35,7 +35,8 @@ class StorageConfig:
     def key(self) -> str:
         if self.target == "host":
             return "host/bare-metal"
-        k = f"{self.bus}/{self.fmt}-{self.prealloc}/{self.cache}/{self.aio}"
+        bus = "qemu-img" if self.bus == "none" else self.bus  # --quick: the block layer alone
+        k = f"{bus}/{self.fmt}-{self.prealloc}/{self.cache}/{self.aio}"
         if self.target != "file":
             k += f"/{self.target}"
         if self.sched != "default":
