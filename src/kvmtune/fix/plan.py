@@ -108,6 +108,8 @@ class _FileChange(Change):
         while not p.exists():
             missing.append(str(p))
             p = p.parent
+        if not os.access(p, os.W_OK):
+            raise ApplyError(f"{self.shown}: {p} is not writable (run as root?); nothing changed")
         return {
             "kind": "file",
             "what": self.title(),
@@ -239,6 +241,8 @@ class SysfsWrite(Change):
             raise ApplyError(f"{self.path}: cannot read it")
         if now != self.prior:
             raise ApplyError(f"{self.path} changed since the plan was made ({self.prior} → {now}); run kvmtune fix again")
+        if not os.access(self.real, os.W_OK):
+            raise ApplyError(f"{self.path}: not writable (run as root?); nothing changed")
         return {
             "kind": "runtime",
             "what": self.title(),
@@ -256,6 +260,9 @@ class SysfsWrite(Change):
             write_value(self.real, self.new)
         except OSError as exc:
             raise ApplyError(f"{self.path}: cannot write {self.new!r} ({exc.strerror or exc})") from None
+        now = read_value(self.real, self.parse)  # verify, as tuned does: the kernel may clamp or ignore
+        if now != normalise(self.new):
+            raise ApplyError(f"{self.path}: wrote {self.new!r} but it reads {now!r}")
 
 
 def normalise(text: str) -> str:
