@@ -156,8 +156,12 @@ def test_bad_arguments(argv: list[str], needle: str, journal_dir: Path, capsys: 
 @pytest.mark.parametrize(
     "content",
     [b"{not json", b"[]", b'{"kvmtune_journal": 1, "id": "X"}', b"", b"\xff\xfe\x00",
-     b'{"kvmtune_journal": 1, "id": "ID", "state": "applied", "root": "/", "changes": [{"kind": "rm -rf"}]}'],
-    ids=["garbage", "list", "wrong-id", "empty", "binary", "unknown-kind"],
+     b'{"kvmtune_journal": 1, "id": "ID", "state": "applied", "root": "/", "changes": [{"kind": "rm -rf"}]}',
+     b'{"kvmtune_journal": 1, "id": "ID", "state": "applied", "root": "/", "changes": [{"kind": "file", '
+     b'"path": "/etc/x", "temp": "/etc/.x", "status": "done", "prior_b64": "***"}]}',
+     b'{"kvmtune_journal": 1, "id": "ID", "state": "applied", "root": "/", "changes": [{"kind": "runtime", '
+     b'"path": "/proc/sys/x", "real_path": "/proc/sys/x", "prior": "1", "new": "2", "status": "done", "restore": 5}]}'],
+    ids=["garbage", "list", "wrong-id", "empty", "binary", "unknown-kind", "bad-base64", "bad-restore"],
 )
 def test_corrupt_journal(content: bytes, tmp_path: Path, journal_dir: Path,
                          capsys: pytest.CaptureFixture[str]) -> None:

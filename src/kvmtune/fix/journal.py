@@ -9,6 +9,7 @@ after every change, so a crash leaves a journal ``undo`` can use.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import fcntl
@@ -124,14 +125,33 @@ def _check_entry(e: Any, n: int) -> None:
     if kind not in KINDS:
         raise ValueError(f"change {n} has unknown kind {kind!r}")
     need = {
-        "file": ("path", "prior_b64", "status"),
-        "runtime": ("path", "real_path", "prior", "new", "restore", "status"),
+        "file": ("path", "temp", "status"),
+        "runtime": ("path", "real_path", "prior", "new", "status"),
         "domain": ("uri", "name", "uuid", "prior_xml", "status"),
         "image": ("path", "backup", "temp", "status"),
     }[kind]
     for key in need:
-        if key not in e:
-            raise ValueError(f"change {n} ({kind}) lacks {key!r}")
+        if not isinstance(e.get(key), str):
+            raise ValueError(f"change {n} ({kind}) has no {key!r} string")
+    if e["status"] not in ("planned", "done", "failed", "undone"):
+        raise ValueError(f"change {n} has unknown status {e['status']!r}")
+    if kind == "file":
+        prior = e.get("prior_b64", "missing")
+        if prior is not None:
+            if not isinstance(prior, str):
+                raise ValueError(f"change {n} (file) has no prior content")
+            try:
+                base64.b64decode(prior.encode("ascii"), validate=True)
+            except (ValueError, UnicodeEncodeError):
+                raise ValueError(f"change {n} (file) has undecodable prior content") from None
+        if not isinstance(e.get("created_dirs", []), list):
+            raise ValueError(f"change {n} (file) has a bad created_dirs")
+    if kind == "runtime":
+        restore = e.get("restore")
+        if not isinstance(restore, list) or not all(
+            isinstance(r, list) and len(r) == 3 and all(isinstance(x, str) for x in r) for r in restore
+        ):
+            raise ValueError(f"change {n} (runtime) has a bad restore list")
 
 
 def load(journal_id: str, directory: Path) -> Journal:
