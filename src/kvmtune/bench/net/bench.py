@@ -36,6 +36,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
 NETLOAD_PORT = 20000
+SERVER_WAIT_TRIES = 40  # × (2 s connect timeout + 1 s): how long a client waits for its server to boot
 NET_MODULES = ("virtio_pci", "virtio_net")
 TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
 REPO_NETLOAD = Path(__file__).resolve().parents[4] / "netload" / "bin" / "netload"
@@ -143,14 +144,14 @@ def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, dura
 
 def client_job(guest: ProbeGuest, client: Endpoint, server: Endpoint, tests: Sequence[NetTest], tunings: Tunings,
                duration_s: float) -> str:
-    warm = _run_cmd(client, server, "rr1c-1x1", 1, "1s")
+    warm = _run_cmd(client, server, "rr1c-1x1", 1, "1s", "--connect-timeout 2s --peer-timeout 5s")
     lines = [
         *_net_setup(guest, client, tunings),
         "u() { cut -d' ' -f1 /proc/uptime; }",
         "i=0",
         f"until {warm} >/dev/null 2>/tmp/warm.err; do",
         "  rc=$?; i=$((i+1))",
-        '  if [ $rc -ne 3 ] || [ $i -ge 120 ]; then',
+        f'  if [ $rc -ne 3 ] || [ $i -ge {SERVER_WAIT_TRIES} ]; then',
         '    echo "KVMTUNE-FATAL server not usable: $(tail -n 1 /tmp/warm.err)"; exit 1',
         "  fi",
         "  sleep 1",

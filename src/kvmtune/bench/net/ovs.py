@@ -134,7 +134,13 @@ class OvsInstance:
             ],
             self.db_socket,
         )
-        res = self.runner.run(["ovs-vsctl", f"--db=unix:{self.db_socket}", "--no-wait", "init"], timeout=30, env=self._env())
+        init = ["init"]
+        if self.datapath == "netdev":
+            # QEMU's taps carry checksum/segmentation offload metadata (virtio-net headers); the userspace
+            # datapath keeps it only with userspace TSO on, otherwise guests' TCP segments arrive with
+            # unfilled checksums and only ping works
+            init += ["--", "set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true"]
+        res = self.runner.run(["ovs-vsctl", f"--db=unix:{self.db_socket}", "--no-wait", *init], timeout=30, env=self._env())
         if not res.ok:
             raise NetError(f"ovs-vsctl init: {res.describe_failure()}")
         self._start(

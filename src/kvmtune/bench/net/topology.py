@@ -418,6 +418,7 @@ class OvsTopology(Topology):
             raise NetError(why)
         self.datapath = pick_datapath(self.host, self.spec.ovs_datapath)
         self.facts["ovs_datapath"] = self.datapath
+        self.facts["ovs_userspace_tso"] = self.datapath == "netdev"
         self.facts["ovs_kernel_module"] = self.host.exists("/sys/module/openvswitch")
 
     def _build(self) -> None:
