@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,15 +341,23 @@ func hungServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
 	var held []net.Conn
+	hold := func(c net.Conn) {
+		mu.Lock()
+		held = append(held, c)
+		mu.Unlock()
+	}
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		ln.Close()
 		data.Close()
 		<-done
+		mu.Lock()
 		for _, c := range held {
 			c.Close()
 		}
+		mu.Unlock()
 	})
 	go func() {
 		for {
@@ -356,7 +365,7 @@ func hungServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			held = append(held, c)
+			hold(c)
 		}
 	}()
 	go func() {
@@ -365,7 +374,7 @@ func hungServer(t *testing.T) string {
 		if err != nil {
 			return
 		}
-		held = append(held, c)
+		hold(c)
 		wc := wire.NewConn(c)
 		if _, err := wc.Recv(5 * time.Second); err != nil {
 			return

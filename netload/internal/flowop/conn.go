@@ -77,6 +77,8 @@ type Conn struct {
 	udp     bool
 	timeout time.Duration
 	rc      syscall.RawConn // set in blocking mode
+	io      ioState
+	ioFn    func(fd uintptr) bool
 
 	mu          sync.Mutex
 	interrupted bool
@@ -122,68 +124,81 @@ func (c *Conn) SetBlocking() error {
 		return fmt.Errorf("blocking I/O: %w", err)
 	}
 	c.rc = rc
+	c.ioFn = c.ioStep
 	return nil
 }
 
 // blockingIO runs read(2) or write(2) on buf until it is done, the
 // connection is interrupted, the per-operation timeout passes or an error
-// occurs. It returns the bytes moved.
+// occurs. It returns the bytes moved. The state lives in the Conn and the
+// callback is bound once, so a message costs no allocation.
 func (c *Conn) blockingIO(op string, buf []byte, write bool) (int, error) {
-	done := 0
-	var start time.Time
+	c.io = ioState{op: op, buf: buf, write: write}
 	if c.timeout > 0 {
-		start = time.Now()
-	}
-	var ioErr error
-	fn := func(fd uintptr) bool {
-		for done < len(buf) {
-			var n int
-			var err error
-			if write {
-				n, err = syscall.Write(int(fd), buf[done:])
-			} else {
-				n, err = syscall.Read(int(fd), buf[done:])
-			}
-			if n > 0 {
-				done += n
-			}
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				if c.intr.Load() {
-					ioErr = ErrInterrupted
-					return true
-				}
-				if c.timeout > 0 && time.Since(start) >= c.timeout {
-					ioErr = fmt.Errorf("%s: timed out after %v", op, c.timeout)
-					return true
-				}
-				continue
-			case err != nil:
-				ioErr = c.classify(op, err)
-				return true
-			case n == 0 && !write:
-				ioErr = c.classify(op, io.EOF)
-				return true
-			}
-		}
-		return true
+		c.io.start = time.Now()
 	}
 	var err error
 	if write {
-		err = c.rc.Write(fn)
+		err = c.rc.Write(c.ioFn)
 	} else {
-		err = c.rc.Read(fn)
+		err = c.rc.Read(c.ioFn)
 	}
-	if ioErr == nil && err != nil {
-		ioErr = c.classify(op, err)
+	st := &c.io
+	if st.err == nil && err != nil {
+		st.err = c.classify(op, err)
 	}
+	done, ioErr := st.done, st.err
+	c.io = ioState{}
 	return done, ioErr
 }
 
-// Net returns the underlying connection.
-func (c *Conn) Net() net.Conn { return c.nc }
+// ioState is the state of one blocking operation.
+type ioState struct {
+	op    string
+	buf   []byte
+	write bool
+	done  int
+	start time.Time
+	err   error
+}
+
+// ioStep is the raw-connection callback of blockingIO.
+func (c *Conn) ioStep(fd uintptr) bool {
+	st := &c.io
+	for st.done < len(st.buf) {
+		var n int
+		var err error
+		if st.write {
+			n, err = syscall.Write(int(fd), st.buf[st.done:])
+		} else {
+			n, err = syscall.Read(int(fd), st.buf[st.done:])
+		}
+		if n > 0 {
+			st.done += n
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			if c.intr.Load() {
+				st.err = ErrInterrupted
+				return true
+			}
+			if c.timeout > 0 && time.Since(st.start) >= c.timeout {
+				st.err = fmt.Errorf("%s: timed out after %v", st.op, c.timeout)
+				return true
+			}
+			continue
+		case err != nil:
+			st.err = c.classify(st.op, err)
+			return true
+		case n == 0 && !st.write:
+			st.err = c.classify(st.op, io.EOF)
+			return true
+		}
+	}
+	return true
+}
 
 // ErrInterrupted marks an operation stopped by Interrupt.
 var ErrInterrupted = errors.New("interrupted")
