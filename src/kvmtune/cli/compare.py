@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
         "--across-accelerators", action="store_true",
         help="allow comparing runs made with different accelerators (the output says so loudly)",
     )  # fmt: skip
+    p.add_argument("--html", type=Path, help="network runs: write seed 002's chart (%% difference per test, B against A) here")
     p.set_defaults(func=run_compare)
 
 
@@ -38,6 +39,10 @@ def run_compare(args: argparse.Namespace) -> int:
                 )
             print(f"WARNING: comparing {a.accel} (run {a.id}) with {b.accel} (run {b.id}): "
                   "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
+        if "net" in (a.kind, b.kind):
+            return _compare_net(st, a, b, args)
+        if args.html:
+            raise KvmtuneError("--html draws seed 002's network chart; for storage runs use 'kvmtune report RUN… --html FILE'")
         metrics = [m for v in (args.metric or []) for m in v.split(",")] or list(DEFAULT_METRICS)
         diffs = compare_cells(st.cells(a.id), st.cells(b.id), metrics, args.threshold)
         if not diffs:
@@ -49,4 +54,26 @@ def run_compare(args: argparse.Namespace) -> int:
                        "unknown": "direction unknown (1 sample)"}[d.better]  # fmt: skip
             print(f"{d.key.split('|')[0]:45} {d.key.split('|')[-1]:24} {d.metric:20} "
                   f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  {d.describe()}  {verdict}")  # fmt: skip
+    return 0
+
+
+def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
+    """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
+    from kvmtune.bench.net.chart import compare_net, seed002_html
+
+    if a.kind != b.kind:
+        raise KvmtuneError(f"run {a.id} is a {a.kind} run and run {b.id} a {b.kind} run: nothing to compare")
+    rows, table = compare_net(st, a, b)
+    if not rows:
+        print(f"runs {a.id} and {b.id} have no successful test in common")
+        return 1
+    print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
+          "(time and CPU per MB compared as rates)")  # fmt: skip
+    print(table)
+    if args.html:
+        try:
+            args.html.write_text(seed002_html(a, b, rows))
+        except OSError as exc:
+            raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+        print(f"wrote {args.html}")
     return 0

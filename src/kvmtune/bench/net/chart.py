@@ -1,0 +1,156 @@
+"""Seed 002's comparison: run B against run A, test by test.
+
+Seed 002 (seed:002, figures 10-18) draws one group of bars per test, 20 on
+the x axis, four bars each — throughput, transaction time, client CPU
+efficiency, server CPU efficiency — as the % difference of B against A with
+positive meaning B is better. The two runs normally differ in configuration
+(bridge vs OVS, MTU 1500 vs 9000), so tests are matched by name, not by the
+store's configuration key. A run with several pairs is summed over pairs for
+throughput and averaged for the per-transaction and per-MB figures.
+
+For a higher-is-better metric the difference is ``B/A - 1``; for transaction
+time and CPU per MB it is ``A/B - 1``, i.e. computed on the rate (transactions
+per second of latency budget, MB per CPU second), which is how the seed
+speaks of "CPU efficiency".
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvmtune.bench.net.catalog import SEED_USERS, SEED_WORKLOADS
+from kvmtune.bench.store import CellRow, RunRow, Store
+
+# (label, metric, higher is better)
+BARS = (
+    ("throughput", "throughput_Bps", True),
+    ("transaction time", "lat_avg_us", False),
+    ("client CPU efficiency", "client_cpu_s_per_mb", False),
+    ("server CPU efficiency", "server_cpu_s_per_mb", False),
+)
+COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44")
+SUMMED = ("throughput_Bps", "tps", "bytes", "transactions")
+
+
+def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
+    """Per test: pairs summed (throughput, tx/s) or averaged (everything else)."""
+    acc: dict[str, dict[str, list[float]]] = {}
+    for c in cells:
+        if c.status != "ok":
+            continue
+        for name, value in c.metrics.items():
+            acc.setdefault(c.workload, {}).setdefault(name, []).append(value)
+    return {
+        test: {n: (sum(v) if n in SUMMED else sum(v) / len(v)) for n, v in metrics.items()}
+        for test, metrics in acc.items()
+    }
+
+
+def _order(test: str) -> tuple[int, int, str]:
+    base, _, users = test.partition("--")
+    w = SEED_WORKLOADS.index(base) if base in SEED_WORKLOADS else len(SEED_WORKLOADS)
+    u = int(users) if users.isdigit() else 0
+    return (w, SEED_USERS.index(u) if u in SEED_USERS else u, test)
+
+
+@dataclass(frozen=True)
+class Row:
+    test: str
+    a: dict[str, float]
+    b: dict[str, float]
+    pct: dict[str, float | None]  # per BARS label: + means B better
+
+
+def pct_better(a: float | None, b: float | None, higher_better: bool) -> float | None:
+    if a is None or b is None or a <= 0 or b <= 0:
+        return None
+    return 100.0 * ((b / a) if higher_better else (a / b)) - 100.0
+
+
+def seed002_rows(cells_a: Sequence[CellRow], cells_b: Sequence[CellRow]) -> list[Row]:
+    ga, gb = aggregate(cells_a), aggregate(cells_b)
+    rows = []
+    for test in sorted(set(ga) & set(gb), key=_order):
+        pct = {label: pct_better(ga[test].get(m), gb[test].get(m), hi) for label, m, hi in BARS}
+        rows.append(Row(test, ga[test], gb[test], pct))
+    return rows
+
+
+def _describe(run: RunRow) -> str:
+    a = run.args
+    bits = [str(a.get("topology", run.kind)), f"MTU {a.get('mtu', '?')}", f"{a.get('hosts', '?')} host(s)",
+            f"{a.get('pairs', '?')} pair(s)"]  # fmt: skip
+    if a.get("tune"):
+        bits.append(str(a["tune"]))
+    return f"run {run.id}: " + ", ".join(bits) + f" [{run.accel}]"
+
+
+def text_table(rows: Sequence[Row]) -> str:
+    head = f"{'test':24}" + "".join(f"{label:>24}" for label, _, _ in BARS)
+    lines = [head]
+    for r in rows:
+        cells = "".join(f"{'n/a' if r.pct[label] is None else f'{r.pct[label]:+.1f}%':>24}" for label, _, _ in BARS)
+        lines.append(f"{r.test:24}{cells}")
+    return "\n".join(lines)
+
+
+def chart_png(rows: Sequence[Row], title: str) -> str:
+    from kvmtune.bench.report import _plt, _png
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.62 * len(rows) + 2), 4.2))
+    width = 0.2
+    for i, (label, _m, _hi) in enumerate(BARS):
+        xs = [j + (i - 1.5) * width for j in range(len(rows))]
+        ys = [r.pct[label] or 0.0 for r in rows]
+        ax.bar(xs, ys, width, label=label, color=COLORS[i])
+    ax.axhline(0, color="#333", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.test for r in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("% difference, positive = B better")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.32))
+    return str(_png(fig))
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "" if v is None else f"{v / scale:,.{digits}f}"
+
+
+def seed002_html(run_a: RunRow, run_b: RunRow, rows: Sequence[Row]) -> str:
+    from kvmtune.bench.report import CSS
+
+    title = f"B = {_describe(run_b)} against A = {_describe(run_a)}"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kvmtune compare {run_a.id} {run_b.id}</title>"
+             f"<style>{CSS}</style></head><body>",
+             f"<h1>Network: run {run_b.id} against run {run_a.id}</h1>",
+             f"<p>{html.escape(title)}<br>generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"]  # fmt: skip
+    if run_a.accel == "tcg" or run_b.accel == "tcg":
+        parts.append("<p class='warn'>Measured under TCG (software emulation): the guests' CPU cost dominates; the "
+                     "differences show how the host-side path behaves under emulation, not what KVM guests get.</p>")  # fmt: skip
+    if rows:
+        png = chart_png(rows, title)
+        parts.append(f"<img alt='seed 002 style comparison' src='data:image/png;base64,{png}'>")
+    head = ["test"] + [f"{label} %" for label, _, _ in BARS] + [
+        "A MB/s", "B MB/s", "A tx/s", "B tx/s", "A avg µs", "B avg µs", "A p99 µs", "B p99 µs",
+        "A client CPU s/MB", "B client CPU s/MB", "A server CPU s/MB", "B server CPU s/MB",
+    ]  # fmt: skip
+    parts.append("<h2>The numbers behind it</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
+    for r in rows:
+        vals: list[Any] = [r.test] + [_fmt(r.pct[label]) for label, _, _ in BARS]
+        for metric, scale, digits in (("throughput_Bps", 1e6, 2), ("tps", 1, 0), ("lat_avg_us", 1, 0), ("lat_p99_us", 1, 0),
+                                      ("client_cpu_s_per_mb", 1, 4), ("server_cpu_s_per_mb", 1, 4)):  # fmt: skip
+            vals += [_fmt(r.a.get(metric), scale, digits), _fmt(r.b.get(metric), scale, digits)]
+        parts.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def compare_net(store: Store, run_a: RunRow, run_b: RunRow) -> tuple[list[Row], str]:
+    """Rows and the text table for two network runs."""
+    rows = seed002_rows(store.cells(run_a.id), store.cells(run_b.id))
+    return rows, text_table(rows)
