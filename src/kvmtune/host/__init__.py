@@ -1,5 +1,5 @@
 """Reading the host: one root object, pure parsers."""
 
-from kvmtune.host.root import HostRoot, HostReadError
+from kvmtune.host.root import HostReadError, HostRoot
 
-__all__ = ["HostRoot", "HostReadError"]
+__all__ = ["HostReadError", "HostRoot"]

@@ -11,6 +11,26 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+CHUNK = 64 * 1024
+
+
+def _read_limited(fh: BinaryIO, limit: int) -> bytes:
+    """Read up to ``limit`` bytes in modest chunks.
+
+    One huge read() fails on /proc/sys files with ENOMEM (the kernel allocates a
+    buffer of the requested size), so read the way ``cat`` does.
+    """
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = fh.read(min(CHUNK, left))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
 
 
 class HostReadError(Exception):
@@ -44,7 +64,7 @@ class HostRoot:
         self.reads.append(host_path)
         try:
             with open(self._map(host_path), "rb") as fh:
-                data = fh.read(limit)
+                data = _read_limited(fh, limit)
         except FileNotFoundError:
             raise HostReadError(host_path, "absent") from None
         except PermissionError:
@@ -69,7 +89,7 @@ class HostRoot:
         self.reads.append(host_path)
         try:
             with open(self._map(host_path), "rb") as fh:
-                return fh.read(limit)
+                return _read_limited(fh, limit)
         except OSError:
             return None
 

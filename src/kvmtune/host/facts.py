@@ -1,0 +1,538 @@
+"""The host as the host rules see it: facts read lazily through a :class:`HostRoot`.
+
+Each fact is read once, on first use, and cached. A file that is absent is
+simply "not there" (``None`` or an empty list): kernels differ, and the rule
+decides what absence means. A file that exists but cannot be read, or holds
+something the kernel would never write, becomes one line in ``errors``
+naming the file and the problem; the fact is then ``None`` and the rest of
+the audit goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from kvmtune.audit.finding import Target
+from kvmtune.host.parsers import (
+    LEGACY_SCHEDULERS,
+    Choice,
+    CpuTimes,
+    KsmStats,
+    Mount,
+    PidStat,
+    SoftnetCpu,
+    SwapArea,
+    SysctlSetting,
+    parse_bracket_choice,
+    parse_cpu_list,
+    parse_cpu_mask,
+    parse_cpuinfo_flags,
+    parse_int,
+    parse_int_list,
+    parse_kernel_cmdline,
+    parse_ksm,
+    parse_meminfo,
+    parse_mounts,
+    parse_pid_stat,
+    parse_proc_stat,
+    parse_softnet_stat,
+    parse_swaps,
+    parse_sysctl_conf,
+    parse_uevent,
+    parse_uptime,
+    sysctl_key,
+)
+from kvmtune.host.root import HostReadError, HostRoot
+
+if TYPE_CHECKING:
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.host.probe import KvmProbe
+    from kvmtune.model.guest import Guest
+
+T = TypeVar("T")
+
+QEMU_DEFAULT_MEMORY_KIB = 128 * 1024  # QEMU's -m default
+SKIP_BLOCK_PREFIXES = ("loop", "ram", "zram", "dm-", "md", "sr", "fd", "nbd", "rbd", "drbd", "bcache", "mmcblk")
+SYSCTL_CONF_DIRS = ("/usr/lib/sysctl.d", "/lib/sysctl.d", "/run/sysctl.d", "/etc/sysctl.d")
+
+
+@dataclass(frozen=True)
+class BlockDevice:
+    name: str
+    kind: str  # nvme | ssd | hdd | virtual
+    rotational: bool | None
+    scheduler: str
+    available: tuple[str, ...]
+    path: str  # the scheduler file
+
+    @property
+    def legacy(self) -> bool:
+        """A single-queue (pre-blk-mq) elevator list: noop/deadline/cfq."""
+        return any(s in LEGACY_SCHEDULERS for s in self.available)
+
+
+@dataclass
+class NetDevice:
+    name: str
+    kind: str  # loopback | bridge | tap | macvtap | vlan | bond | physical | virtual
+    mtu: int | None = None
+    tx_queue_len: int | None = None
+    operstate: str | None = None
+    master: str | None = None
+    lower: list[str] = field(default_factory=list)
+    ports: list[str] = field(default_factory=list)
+    rx_queues: list[str] = field(default_factory=list)
+    speed_mbps: int | None = None
+    tx_dropped: int | None = None
+    numa_node: int | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/sys/class/net/{self.name}"
+
+    @property
+    def is_up(self) -> bool:
+        return self.operstate in ("up", "unknown")
+
+
+@dataclass(frozen=True)
+class ThpState:
+    enabled: Choice | None
+    defrag: Choice | None
+    base: str  # /sys/kernel/mm/transparent_hugepage or the RHEL 6 redhat_ variant
+
+
+class HostFacts:
+    """Lazily read, cached facts about one host root."""
+
+    def __init__(self, host: HostRoot, errors: list[str] | None = None, *, probe: bool | None = None) -> None:
+        self.host = host
+        self.errors: list[str] = errors if errors is not None else []
+        self._reported: set[str] = set()
+        self.probe_enabled = host.is_live if probe is None else probe
+
+    # -- reading helpers -------------------------------------------------------------------
+
+    def where(self, path: str) -> str:
+        """The file as the user can find it: the host path, or the path inside a captured tree."""
+        if self.host.is_live:
+            return path
+        return str(Path(self.host.path) / path.lstrip("/"))
+
+    def problem(self, path: str, reason: str) -> None:
+        msg = f"{self.where(path)}: {reason}"
+        if msg not in self._reported:
+            self._reported.add(msg)
+            self.errors.append(msg)
+
+    def text(self, path: str, *, quiet: bool = False) -> str | None:
+        """The file's text; ``None`` if absent. Unreadable → one error line (unless ``quiet``)."""
+        try:
+            return self.host.read_text(path)
+        except HostReadError as exc:
+            if exc.problem != "absent" and not quiet:
+                self.problem(path, exc.problem)
+            return None
+
+    def parsed(self, path: str, parser: Callable[[str], T], *, quiet: bool = False) -> T | None:
+        text = self.text(path, quiet=quiet)
+        if text is None:
+            return None
+        try:
+            return parser(text)
+        except ValueError as exc:
+            if not quiet:
+                self.problem(path, str(exc))
+            return None
+
+    def integer(self, path: str, *, quiet: bool = False) -> int | None:
+        return self.parsed(path, parse_int, quiet=quiet)
+
+    # -- kernel and CPU -------------------------------------------------------------------
+
+    @cached_property
+    def kernel_release(self) -> str | None:
+        text = self.text("/proc/sys/kernel/osrelease")
+        return text.strip() if text else None
+
+    @cached_property
+    def kernel_version(self) -> tuple[int, int] | None:
+        m = re.match(r"(\d+)\.(\d+)", self.kernel_release or "")
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    @cached_property
+    def online_cpus(self) -> set[int] | None:
+        cpus = self.parsed("/sys/devices/system/cpu/online", parse_cpu_list)
+        if cpus:
+            return cpus
+        info = self.text("/proc/cpuinfo")
+        if info:
+            n = sum(1 for line in info.splitlines() if re.match(r"processor\s*:", line))
+            return set(range(n)) if n else None
+        return None
+
+    @property
+    def cpu_count(self) -> int | None:
+        return len(self.online_cpus) if self.online_cpus else None
+
+    @cached_property
+    def cpu_flags(self) -> set[str] | None:
+        text = self.text("/proc/cpuinfo")
+        return parse_cpuinfo_flags(text) if text is not None else None
+
+    @cached_property
+    def cpu_vendor_virt_flag(self) -> str | None:
+        """``vmx`` (Intel VT-x), ``svm`` (AMD-V) or ``sie`` (s390), if the CPU shows one."""
+        flags = self.cpu_flags or set()
+        for f in ("vmx", "svm", "sie"):
+            if f in flags:
+                return f
+        return None
+
+    @cached_property
+    def numa_nodes(self) -> dict[int, set[int]]:
+        nodes: dict[int, set[int]] = {}
+        for entry in self.host.listdir("/sys/devices/system/node"):
+            m = re.fullmatch(r"node(\d+)", entry)
+            if m:
+                cpus = self.parsed(f"/sys/devices/system/node/{entry}/cpulist", parse_cpu_list)
+                nodes[int(m.group(1))] = cpus or set()
+        return nodes
+
+    @cached_property
+    def cpu_times(self) -> CpuTimes | None:
+        return self.parsed("/proc/stat", parse_proc_stat)
+
+    @cached_property
+    def uptime(self) -> float | None:
+        return self.parsed("/proc/uptime", parse_uptime)
+
+    @cached_property
+    def kernel_cmdline(self) -> dict[str, str]:
+        text = self.text("/proc/cmdline")
+        return parse_kernel_cmdline(text) if text else {}
+
+    @cached_property
+    def page_size(self) -> int:
+        if self.host.is_live:
+            try:
+                return int(os.sysconf("SC_PAGE_SIZE"))
+            except (ValueError, OSError):
+                pass
+        return 4096
+
+    @cached_property
+    def clock_ticks(self) -> int:
+        if self.host.is_live:
+            try:
+                return int(os.sysconf("SC_CLK_TCK"))
+            except (ValueError, OSError):
+                pass
+        return 100
+
+    # -- memory ---------------------------------------------------------------------------
+
+    @cached_property
+    def meminfo(self) -> dict[str, int] | None:
+        return self.parsed("/proc/meminfo", parse_meminfo)
+
+    @property
+    def mem_total_kib(self) -> int | None:
+        return self.meminfo.get("MemTotal") if self.meminfo else None
+
+    @cached_property
+    def swaps(self) -> list[SwapArea] | None:
+        return self.parsed("/proc/swaps", parse_swaps)
+
+    @cached_property
+    def ksm(self) -> KsmStats | None:
+        base = "/sys/kernel/mm/ksm"
+        if not self.host.is_dir(base):
+            return None
+        files: dict[str, str] = {}
+        for name in KsmStats.FIELDS:
+            text = self.text(f"{base}/{name}")
+            if text is not None:
+                files[name] = text
+        stats = parse_ksm(files)
+        for p in stats.problems:
+            name, _, reason = p.partition(": ")
+            self.problem(f"{base}/{name}", reason)
+        return stats
+
+    @cached_property
+    def thp(self) -> ThpState | None:
+        for base in ("/sys/kernel/mm/transparent_hugepage", "/sys/kernel/mm/redhat_transparent_hugepage"):
+            if self.host.is_dir(base):
+                enabled = self.parsed(f"{base}/enabled", parse_bracket_choice)
+                defrag = self.parsed(f"{base}/defrag", parse_bracket_choice)
+                return ThpState(enabled, defrag, base)
+        return None
+
+    # -- sysctl and module parameters -----------------------------------------------------------
+
+    @staticmethod
+    def sysctl_path(key: str) -> str:
+        return "/proc/sys/" + sysctl_key(key).replace(".", "/")
+
+    def sysctl(self, key: str) -> str | None:
+        text = self.text(self.sysctl_path(key))
+        return " ".join(text.split()) if text is not None else None
+
+    def sysctl_int(self, key: str) -> int | None:
+        return self.integer(self.sysctl_path(key))
+
+    def sysctl_ints(self, key: str, count: int | None = None) -> list[int] | None:
+        return self.parsed(self.sysctl_path(key), lambda t: parse_int_list(t, count))
+
+    @cached_property
+    def sysctl_settings(self) -> list[SysctlSetting]:
+        """Every ``key = value`` in /etc/sysctl.conf and the sysctl.d directories, in load order."""
+        by_name: dict[str, str] = {}
+        for d in SYSCTL_CONF_DIRS:  # a later directory's file of the same name wins, like systemd-sysctl
+            for name in self.host.listdir(d):
+                if name.endswith(".conf"):
+                    by_name[name] = f"{d}/{name}"
+        out: list[SysctlSetting] = []
+        for name in sorted(by_name):
+            text = self.text(by_name[name])
+            if text:
+                out.extend(parse_sysctl_conf(text, by_name[name]))
+        text = self.text("/etc/sysctl.conf")
+        if text:
+            out.extend(parse_sysctl_conf(text, "/etc/sysctl.conf"))
+        return out
+
+    def sysctl_origin(self, key: str) -> str:
+        """Where a sysctl is set persistently: ``/etc/sysctl.conf:14`` (the last one wins), or ``""``."""
+        k = sysctl_key(key)
+        hits = [s for s in self.sysctl_settings if s.key == k]
+        return f"{hits[-1].file}:{hits[-1].line}" if hits else ""
+
+    def sysctl_evidence(self, key: str) -> str:
+        origin = self.sysctl_origin(key)
+        return self.sysctl_path(key) + (f" (set in {origin})" if origin else "")
+
+    @cached_property
+    def kvm_loaded(self) -> bool:
+        return self.host.is_dir("/sys/module/kvm")
+
+    def module_param(self, module: str, name: str) -> str | None:
+        text = self.text(f"/sys/module/{module}/parameters/{name}")
+        return text.strip() if text is not None else None
+
+    # -- devices ---------------------------------------------------------------------------
+
+    def device_exists(self, path: str) -> bool:
+        return self.host.exists(path)
+
+    def device_accessible(self, path: str) -> bool | None:
+        """Read-write access for this user; ``None`` on a captured tree (not meaningful there)."""
+        if not self.host.is_live:
+            return None
+        return self.host.access(path, os.R_OK | os.W_OK)
+
+    @cached_property
+    def kvm_probe(self) -> KvmProbe | None:
+        if not self.probe_enabled or not self.host.exists("/dev/kvm"):
+            return None
+        from kvmtune.host.probe import probe_kvm
+
+        return probe_kvm("/dev/kvm")
+
+    @cached_property
+    def entropy_avail(self) -> int | None:
+        return self.integer("/proc/sys/kernel/random/entropy_avail")
+
+    @cached_property
+    def entropy_poolsize(self) -> int | None:
+        return self.integer("/proc/sys/kernel/random/poolsize")
+
+    # -- storage ---------------------------------------------------------------------------
+
+    @cached_property
+    def block_devices(self) -> list[BlockDevice]:
+        out: list[BlockDevice] = []
+        for name in self.host.listdir("/sys/block"):
+            if name.startswith(SKIP_BLOCK_PREFIXES):
+                continue
+            path = f"/sys/block/{name}/queue/scheduler"
+            choice = self.parsed(path, parse_bracket_choice)
+            if choice is None:
+                continue
+            rot = self.integer(f"/sys/block/{name}/queue/rotational")
+            rotational = None if rot is None else rot == 1
+            if name.startswith("nvme"):
+                kind = "nvme"
+            elif name.startswith(("vd", "xvd")):
+                kind = "virtual"
+            elif rotational:
+                kind = "hdd"
+            else:
+                kind = "ssd"
+            out.append(BlockDevice(name, kind, rotational, choice.current, choice.options, path))
+        return out
+
+    @cached_property
+    def mounts(self) -> list[Mount]:
+        text = self.text("/proc/mounts")
+        if text is None:
+            text = self.text("/proc/self/mounts")
+        return parse_mounts(text) if text else []
+
+    # -- network ---------------------------------------------------------------------------
+
+    @cached_property
+    def net_devices(self) -> dict[str, NetDevice]:
+        out: dict[str, NetDevice] = {}
+        for name in self.host.listdir("/sys/class/net"):
+            base = f"/sys/class/net/{name}"
+            if not self.host.exists(f"{base}/mtu"):
+                continue  # bonding_masters and other plain files
+            uevent = parse_uevent(self.text(f"{base}/uevent", quiet=True) or "")
+            devtype = uevent.get("DEVTYPE", "")
+            entries = self.host.listdir(base)
+            if name == "lo":
+                kind = "loopback"
+            elif "bridge" in entries or devtype == "bridge":
+                kind = "bridge"
+            elif "tun_flags" in entries:
+                kind = "tap"
+            elif "macvtap" in entries:
+                kind = "macvtap"
+            elif devtype in ("vlan", "bond"):
+                kind = devtype
+            elif "device" in entries:
+                kind = "physical"
+            else:
+                kind = "virtual"
+            dev = NetDevice(name, kind)
+            dev.mtu = self.integer(f"{base}/mtu")
+            dev.tx_queue_len = self.integer(f"{base}/tx_queue_len")
+            oper = self.text(f"{base}/operstate", quiet=True)
+            dev.operstate = oper.strip() if oper else None
+            master = self.host.readlink(f"{base}/master")
+            dev.master = master.rsplit("/", 1)[-1] if master else None
+            dev.lower = [e[len("lower_"):] for e in entries if e.startswith("lower_")]
+            if kind == "bridge":
+                dev.ports = self.host.listdir(f"{base}/brif")
+            dev.rx_queues = [q for q in self.host.listdir(f"{base}/queues") if q.startswith("rx-")]
+            if kind == "physical":
+                speed = self.integer(f"{base}/speed", quiet=True)  # EINVAL while the link is down
+                dev.speed_mbps = speed if speed and speed > 0 else None
+                node = self.integer(f"{base}/device/numa_node", quiet=True)
+                dev.numa_node = node if node is not None and node >= 0 else None
+            dev.tx_dropped = self.integer(f"{base}/statistics/tx_dropped", quiet=True)
+            out[name] = dev
+        return out
+
+    def rps_mask(self, dev: str, queue: str) -> set[int] | None:
+        return self.parsed(f"/sys/class/net/{dev}/queues/{queue}/rps_cpus", parse_cpu_mask)
+
+    @cached_property
+    def softnet(self) -> list[SoftnetCpu] | None:
+        return self.parsed("/proc/net/softnet_stat", parse_softnet_stat)
+
+    # -- processes --------------------------------------------------------------------------
+
+    @cached_property
+    def guests(self) -> list[Guest]:
+        """Guests running on this host, from the QEMU processes under /proc."""
+        from kvmtune.qemu.process import running_qemu_guests
+
+        guests, errors = running_qemu_guests(self.host)
+        for err in errors:
+            if err not in self._reported:
+                self._reported.add(err)
+                self.errors.append(err)
+        return guests
+
+    @property
+    def kvm_guests(self) -> list[Guest]:
+        """Running guests accelerated by KVM (TCG guests never halt-poll in the kernel)."""
+        return [g for g in self.guests if g.virt_type == "kvm"]
+
+    @property
+    def guest_vcpus(self) -> int:
+        return sum(g.vcpus or 1 for g in self.guests)
+
+    @property
+    def guest_memory_kib(self) -> int:
+        return sum(g.memory_kib or QEMU_DEFAULT_MEMORY_KIB for g in self.guests)
+
+    @property
+    def vcpu_ratio(self) -> float | None:
+        return self.guest_vcpus / self.cpu_count if self.cpu_count else None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        total = self.mem_total_kib
+        return self.guest_memory_kib / total if total else None
+
+    @cached_property
+    def ksmd(self) -> PidStat | None:
+        """The ``ksmd`` kernel thread (its CPU time shows what KSM costs)."""
+        if self.ksm is None:
+            return None
+        pids = sorted(int(p) for p in self.host.listdir("/proc") if p.isdigit())
+        for pid in pids:
+            comm = self.host.read_optional(f"/proc/{pid}/comm")
+            if comm is not None and comm.strip() == "ksmd":
+                return self.parsed(f"/proc/{pid}/stat", parse_pid_stat, quiet=True)
+        return None
+
+    def ksmd_cpu_percent(self) -> float | None:
+        """ksmd's share of one CPU since it started, in percent."""
+        stat, uptime = self.ksmd, self.uptime
+        if stat is None or uptime is None:
+            return None
+        alive = uptime - stat.starttime / self.clock_ticks
+        if alive <= 0:
+            return None
+        return 100.0 * (stat.utime + stat.stime) / self.clock_ticks / alive
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @cached_property
+    def tuned_profile(self) -> str | None:
+        text = self.text("/etc/tuned/active_profile", quiet=True)
+        return text.strip() or None if text is not None else None
+
+    def load_all(self) -> None:
+        """Read every fact (used by ``kvmtune capture-host``)."""
+        for name in (
+            "kernel_release", "online_cpus", "cpu_flags", "numa_nodes", "cpu_times", "uptime", "kernel_cmdline",
+            "meminfo", "swaps", "ksm", "thp", "sysctl_settings", "kvm_loaded", "entropy_avail",
+            "entropy_poolsize", "block_devices", "mounts", "net_devices", "softnet", "guests", "ksmd",
+            "tuned_profile",
+        ):
+            getattr(self, name)
+        for dev in self.net_devices.values():
+            for q in dev.rx_queues:
+                self.rps_mask(dev.name, q)
+        for dev_path in ("/dev/kvm", "/dev/vhost-net", "/dev/net/tun"):
+            self.device_exists(dev_path)
+        self.module_param("kvm", "halt_poll_ns")
+
+
+def host_facts(ctx: AuditContext) -> HostFacts:
+    """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
+    facts: HostFacts = ctx.cached("host.facts", lambda: HostFacts(ctx.host, errors=ctx.errors))
+    return facts
+
+
+def host_label(ctx: AuditContext) -> str:
+    """How findings name the host: its hostname, or the captured tree's directory name."""
+    if ctx.host.is_live:
+        return ctx.host_name
+    return Path(ctx.host.path).resolve().name or ctx.host.path
+
+
+def host_target(ctx: AuditContext, device: str | None = None) -> Target:
+    return Target(host=host_label(ctx), device=device)
