@@ -38,6 +38,8 @@ TOPICS = frozenset(
         # cpu and memory
         "vcpu-overcommit", "cpu-utilization", "cpu-model", "vcpu-pinning", "halt-polling",
         "ksm", "ksm-per-guest", "balloon", "swap", "hugepages", "thp", "numa",
+        # host-wide memory promised to running guests vs RAM: neither KSM, balloon nor swap names it
+        "memory-overcommit",
         # security
         "entropy", "rng-device",
         # host

@@ -8,6 +8,12 @@ from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_argv, split_proc_cmdline
 
 
+def is_qemu_binary(path: str) -> bool:
+    """qemu-system-*, and RHEL's /usr/libexec/qemu-kvm (RHEL 6-9 run guests with it)."""
+    base = path.rsplit("/", 1)[-1]
+    return "qemu-system-" in base or base == "qemu-kvm"
+
+
 def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
     guests: list[Guest] = []
     errors: list[str] = []
@@ -18,7 +24,7 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
         if not data:
             continue
         argv = split_proc_cmdline(data)
-        if not argv or "qemu-system-" not in argv[0].rsplit("/", 1)[-1]:
+        if not argv or not is_qemu_binary(argv[0]):
             continue
         try:
             guest = guest_from_argv(argv, f"/proc/{entry}/cmdline")

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.host.facts import HostFacts
+from kvmtune.rules.host import HostFactsRule
+
+TARGET = 0.80
+
+
+class CpuUtilizationHigh(HostFactsRule):
+    id = "KVM-HST-018"
+    slug = "cpu-utilization-high"
+    topic = "cpu-utilization"
+    severity = Severity.MEDIUM
+    title = "Host CPU utilization above the 80 % target"
+    why = (
+        "Seed 000 targets overall system use at 80 % or lower: the remaining 20 % absorbs bursts, and as use "
+        "rises so does the cost of every context switch between vCPU threads, until guests' responsiveness "
+        "suffers."
+    )
+    fix_kind = "manual"
+    fix_description = "Move guests to another host, give guests fewer vCPUs, or add CPUs."
+    references = (
+        "seed:000 (Best practice: target system use at 80 % or lower)",
+        "proc(5): /proc/stat cpu line",
+    )
+
+    def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
+        times = facts.cpu_times
+        if times is None:
+            return
+        busy = times.busy_fraction()
+        if busy is None or busy < TARGET:
+            return
+        steal = times.steal / times.total * 100 if times.total else 0.0
+        yield self.finding(
+            target=self.at(ctx, "cpu"),
+            severity=Severity.HIGH if busy >= 0.95 else Severity.MEDIUM,
+            actual=f"{busy * 100:.0f} % busy on average since boot"
+            + (f" (of which steal {steal:.0f} %)" if steal >= 1 else ""),
+            expected="≤ 80 %",
+            evidence="/proc/stat cpu line (user+nice+system+irq+softirq+steal over all counters)",
+        )

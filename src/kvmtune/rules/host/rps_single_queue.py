@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.host.facts import HostFacts
+from kvmtune.host.parsers import format_cpu_mask
+from kvmtune.rules.host import HostFactsRule
+
+
+class RpsSingleQueue(HostFactsRule):
+    id = "KVM-HST-016"
+    slug = "rps-off-single-queue"
+    topic = "rps"
+    severity = Severity.LOW
+    title = "Single-queue NIC without Receive Packet Steering"
+    why = (
+        "A NIC with one receive queue raises its interrupts on one CPU, which then does all protocol and "
+        "bridging work for every guest. RPS spreads that work; seed 002 got its best results with the mask "
+        "covering the host's CPUs, and the kernel's scaling.rst suggests the CPUs of the NIC's NUMA node."
+    )
+    fix_kind = "udev"
+    fix_description = (
+        "echo MASK > /sys/class/net/DEV/queues/rx-0/rps_cpus (persist with a udev rule), MASK = CPUs of "
+        "the NIC's NUMA node."
+    )
+    fix_safe = True
+    references = (
+        "seed:002 (RPS bitmap of all host CPUs gave the best overall improvement)",
+        "Linux Documentation/networking/scaling.rst: RPS configuration",
+    )
+
+    def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
+        cpus = facts.online_cpus or set()
+        if len(cpus) < 2:
+            return
+        for dev in sorted(facts.net_devices.values(), key=lambda d: d.name):
+            if dev.kind != "physical" or not dev.is_up or dev.rx_queues != ["rx-0"]:
+                continue
+            mask = facts.rps_mask(dev.name, "rx-0")
+            if mask is None or mask:
+                continue
+            node_cpus = facts.numa_nodes.get(dev.numa_node, set()) if dev.numa_node is not None else set()
+            want = (node_cpus & cpus) or cpus
+            yield self.finding(
+                target=self.at(ctx, f"net:{dev.name}"),
+                actual=f"1 receive queue, rps_cpus 0 ({len(cpus)} CPUs online)",
+                expected=f"rps_cpus {format_cpu_mask(want)} (CPUs {min(want)}-{max(want)})",
+                evidence=f"{dev.path}/queues/rx-0/rps_cpus",
+            )
