@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "kvmtune.cli.rules",
     "kvmtune.cli.fix",
     "kvmtune.cli.undo",
+    "kvmtune.cli.ksm",
+    "kvmtune.cli.capture_host",
     "kvmtune.cli.guest",
     "kvmtune.cli.bench",
     "kvmtune.cli.results",

@@ -76,6 +76,10 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             collect.add_domain_files([str(EXAMPLES)], result)
         elif not found:
             result.looked_at.append("this host has no guests")
+    for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
+        after = getattr(collector, "after_guests", None)
+        if after is not None:
+            after(args, ctx, result)
     return result
 
 
@@ -112,3 +116,7 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+# host and image inputs register themselves in EXTRA_OPTIONS / EXTRA_COLLECTORS
+import kvmtune.cli.audit_host  # noqa: E402, F401

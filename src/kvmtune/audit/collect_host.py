@@ -1,0 +1,146 @@
+"""Gathering the host and disk images to audit (the inputs of the host and image rules)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import AuditResult
+from kvmtune.host.facts import host_facts, host_label
+from kvmtune.host.parsers import Mount, parse_mounts
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.image import DiskImage, ImageError, ImageUse, read_image, registered_images
+
+IMAGE_SUFFIXES = (".qcow2", ".qcow", ".img", ".raw", ".vmdk", ".vdi", ".vhd", ".vhdx", ".qed")
+
+
+def add_host(ctx: AuditContext, result: AuditResult) -> None:
+    """Mark the host for auditing and say what it is."""
+    facts = host_facts(ctx)
+    ctx.audit_host = True
+    result.host_audited = True
+    where = "this machine" if ctx.host.is_live else f"captured tree {ctx.host.path}"
+    mem = facts.mem_total_kib
+    parts = [
+        f"host {host_label(ctx)} ({where})",
+        f"kernel {facts.kernel_release or '?'}",
+        f"{facts.cpu_count or '?'} CPUs",
+        f"{mem / 1048576:.1f} GiB RAM" if mem else "RAM ?",
+        f"{len(facts.guests)} running guest(s)",
+    ]
+    result.looked_at.append(", ".join(parts))
+
+
+def local_mounts() -> list[Mount]:
+    """Mounts of this machine (images are always local files, whatever --root says)."""
+    live = HostRoot("/")
+    text = live.read_optional("/proc/self/mounts") or live.read_optional("/proc/mounts") or ""
+    return parse_mounts(text)
+
+
+@dataclass
+class _Wanted:
+    path: str
+    uses: list[ImageUse] = field(default_factory=list)
+    in_use: bool = False
+
+
+def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
+    out: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(str(q) for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                result.errors.append(f"{p}: directory holds no disk images ({', '.join(IMAGE_SUFFIXES)})")
+            out.extend(found)
+        else:
+            out.append(raw)
+    return out
+
+
+def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, quiet_unreadable: bool) -> int:
+    mounts = local_mounts()
+    images = registered_images(ctx)
+    skipped: list[str] = []
+    header_only = 0
+    n = 0
+    for w in wanted:
+        try:
+            img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use)
+        except ImageError as exc:
+            if quiet_unreadable and exc.problem.startswith("not readable"):
+                skipped.append(w.path)
+            else:
+                result.errors.append(str(exc))
+            continue
+        img.used_by.extend(w.uses)
+        if img.info_source == "header":
+            header_only += 1
+        images.append(img)
+        result.images.append(img)
+        n += 1
+    if header_only:
+        result.errors.append(
+            f"qemu-img: not found on PATH (install qemu-utils): {header_only} image(s) read from their headers only"
+        )
+    if skipped:
+        result.looked_at.append(f"{len(skipped)} guest image(s) not readable by this user (skipped): {', '.join(skipped)}")
+    return n
+
+
+def add_images(paths: Iterable[str], ctx: AuditContext, result: AuditResult) -> int:
+    """Audit the images named on the command line (files, block devices, directories of images)."""
+    seen = {i.realpath for i in registered_images(ctx)}
+    wanted: list[_Wanted] = []
+    for p in _expand(paths, result):
+        real = os.path.realpath(p)
+        if real in seen:
+            continue
+        seen.add(real)
+        wanted.append(_Wanted(p))
+    n = _read_all(wanted, ctx, result, quiet_unreadable=False)
+    result.looked_at.append(f"{n} of {len(wanted)} disk image(s) given")
+    return n
+
+
+def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
+    """Local images the guests' data disks use, with who uses them; and how many paths are not here."""
+    by_real: dict[str, _Wanted] = {}
+    missing = 0
+    for g in guests:
+        for d in g.disks:
+            if d.device not in ("disk", "lun") or d.source_type not in ("file", "block") or not d.source:
+                continue
+            if not os.path.exists(d.source):
+                missing += 1
+                continue
+            real = os.path.realpath(d.source)
+            w = by_real.setdefault(real, _Wanted(d.source))
+            w.uses.append(ImageUse(g.name, d.target, d.cache, d.source_type, d.format, g.origin, g.active))
+            w.in_use = w.in_use or bool(g.active)
+    return list(by_real.values()), missing
+
+
+def add_guest_images(ctx: AuditContext, result: AuditResult) -> int:
+    """Audit every local image used by the guests already gathered in ``result``."""
+    wanted, missing = guest_images(result.guests)
+    known = {i.realpath: i for i in registered_images(ctx)}
+    fresh: list[_Wanted] = []
+    for w in wanted:
+        img: DiskImage | None = known.get(os.path.realpath(w.path))
+        if img is not None:  # also given with --images: just record the users
+            img.used_by.extend(w.uses)
+        else:
+            fresh.append(w)
+    n = _read_all(fresh, ctx, result, quiet_unreadable=True) if fresh else 0
+    if wanted or missing:
+        note = f"{n} disk image(s) of audited guests"
+        if missing:
+            note += f" ({missing} disk path(s) not present on this machine)"
+        result.looked_at.append(note)
+    return n
