@@ -103,3 +103,16 @@ def test_cpu_busy_from_proc_stat_lines() -> None:
     assert fiomod.cpu_busy_pct(a, a) is None
     with pytest.raises(ValueError):
         fiomod.parse_proc_stat_cpu("intr 1 2 3")
+
+
+def test_saved_guest_jobs_have_one_size_and_wait_for_the_real_job() -> None:
+    job = fiomod.GuestJob("sda", ["kernel/drivers/ata/ata_piix.ko"], fiomod.lookup(["randread-4k"]), 1.0, 64)
+    wait = fiomod.wait_job(fiomod.GuestJob("sda", job.modules, [], 0.0, 64))
+    real = fiomod.job_script(job)
+    pw, pr = fiomod.pad_job(wait), fiomod.pad_job(real)
+    assert pw is not None and pr is not None and len(pw.encode()) == len(pr.encode()) == fiomod.PADDED_JOB_SIZE
+    assert pw.startswith(fiomod.WAIT_MARK) and not pr.startswith(fiomod.WAIT_MARK)
+    assert "KVMTUNE-READY" in wait and "sh /tmp/job-restored.sh" in wait and "randread" not in wait
+    assert fiomod.pad_job("x" * (fiomod.PADDED_JOB_SIZE + 1)) is None
+    for text in (pw, pr):
+        assert subprocess.run(["sh", "-n"], input=text, capture_output=True, text=True).returncode == 0

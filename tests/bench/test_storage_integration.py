@@ -160,6 +160,23 @@ def test_file_vs_block_vs_bare_metal(workdir: Path, tmp_path: Path, capsys: pyte
     assert leftovers(workdir) == []
 
 
+def test_saved_guest_is_restored_and_booting_still_works(workdir: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    db = tmp_path / "r.db"
+    args = ["--bus", "ide", "--cache", "none", "--workload", "randread-4k"]
+    assert bench(workdir, db, *args) == 0
+    assert bench(workdir, db, *args) == 0
+    assert bench(workdir, db, *args, "--no-snapshot") == 0
+    out = capsys.readouterr().out
+    assert "1 cells ran in a restored (saved, already booted) guest" in out
+    with Store(db) as st:
+        flags = [c.metrics["guest_restored"] for r in st.runs() for c in st.cells(r.id)]
+        assert flags == [1.0, 1.0, 0.0]
+        assert all(c.metrics["iops_read"] > 0 for r in st.runs() for c in st.cells(r.id))
+    assert any(p.suffix == ".state" for p in (workdir / "snapshots").iterdir())
+    assert leftovers(workdir) == []
+
+
 def test_bad_cells_are_reported_and_the_rest_goes_on(workdir: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     db = tmp_path / "r.db"

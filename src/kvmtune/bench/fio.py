@@ -180,16 +180,50 @@ class GuestJob:
     mkfs: str = "mke2fs"
 
 
+def _preamble(job: GuestJob) -> list[str]:
+    """Load the bus's modules and wait for the disk."""
+    return [
+        "u() { cut -d' ' -f1 /proc/uptime; }",
+        *(f"insmod /lib/modules/{shlex.quote(m)} 2>/dev/null" for m in job.modules),
+        f"DEV=/dev/{job.dev}",
+        "i=0; while [ ! -b $DEV ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done",
+        '[ -b $DEV ] || { echo "KVMTUNE-FATAL disk $DEV did not appear in the guest"; exit 1; }',
+    ]
+
+
+# A saved guest's fw_cfg file must keep its size across save and restore: both the
+# waiting job and the real one are padded to this many bytes.
+PADDED_JOB_SIZE = 64 * 1024
+WAIT_MARK = "#KVMTUNE-WAIT"
+
+
+def pad_job(text: str) -> str | None:
+    """``text`` padded with newlines to PADDED_JOB_SIZE, or None when it is longer."""
+    return text.ljust(PADDED_JOB_SIZE, "\n") if len(text.encode()) <= PADDED_JOB_SIZE else None
+
+
+def wait_job(job: GuestJob) -> str:
+    """The job a guest runs before it is saved: bring the disk up, announce READY, then poll
+    fw_cfg until the restored QEMU serves the real job, and run that."""
+    lines = [
+        WAIT_MARK,
+        *_preamble(job),
+        "J=/sys/firmware/qemu_fw_cfg/by_name/opt/kvmtune/job/raw",
+        'echo "KVMTUNE-READY $(u)"',
+        f"while head -c {len(WAIT_MARK)} $J | grep -q '^{WAIT_MARK}'; do sleep 0.01; done",
+        "cat $J > /tmp/job-restored.sh",
+        'echo "KVMTUNE-RESTORED $(u)"',
+        "sh /tmp/job-restored.sh",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def job_script(job: GuestJob) -> str:
     """The shell script the probe guest runs (delivered through fw_cfg)."""
     dev = job.dev
     q = shlex.quote
     lines = [
-        "u() { cut -d' ' -f1 /proc/uptime; }",
-        *(f"insmod /lib/modules/{q(m)} 2>/dev/null" for m in job.modules),
-        f"DEV=/dev/{dev}",
-        "i=0; while [ ! -b $DEV ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done",
-        '[ -b $DEV ] || { echo "KVMTUNE-FATAL disk $DEV did not appear in the guest"; exit 1; }',
+        *_preamble(job),
         f'echo "KVMTUNE-DISK $DEV $(cat /sys/block/{dev}/size) $(cat /sys/block/{dev}/queue/scheduler)"',
     ]
     if job.sched != "default":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -69,6 +70,8 @@ class VmSpec:
     extra_args: Sequence[str] = ()
     wrapper: Sequence[str] = ()
     pass_fds: Sequence[int] = ()
+    # restore a saved, already booted guest instead of booting (see bench/snapshot.py)
+    incoming: Path | None = None
 
 
 def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu: str = QEMU) -> list[str]:
@@ -109,6 +112,8 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
         argv += ["-drive", opts]
         argv += [a.replace("{drive}", drive) for a in BUS_DEVICE[d.bus]]
     argv += list(spec.extra_args)
+    if spec.incoming is not None:
+        argv += ["-incoming", "exec:cat " + shlex.quote(str(spec.incoming))]
     return argv
 
 
@@ -170,19 +175,20 @@ class RunOutcome:
     pid: int
     accel_confirmed: str | None = None
     line_times: list[float] = field(default_factory=list)
+    restored: bool = False
 
     def error(self) -> str | None:
         """One line describing why the guest run failed, or None."""
         if self.timed_out:
             last = next((ln for ln in reversed(self.lines) if ln.strip()), "no console output")
-            if not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
+            if not self.restored and not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
                 return f"kernel did not boot within {self.duration_s:.0f}s (last console line: {last[:120]!r})"
             return f"guest did not finish within {self.duration_s:.0f}s (last console line: {last[:120]!r})"
         if self.exit_code not in (0, None):
             err = self.stderr_tail.strip().splitlines()
             return f"QEMU exited {self.exit_code}: {err[-1] if err else 'no error output'}"
         if not any(ln.startswith("KVMTUNE-POWEROFF") for ln in self.lines):
-            if not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
+            if not self.restored and not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
                 panic = next((ln for ln in self.lines if "Kernel panic" in ln), None)
                 return "kernel did not boot" + (f": {panic.strip()[:140]}" if panic else " (no init output)")
             return "guest stopped before its job finished"
@@ -228,7 +234,53 @@ class GuestRun:
             start_new_session=True,
             pass_fds=tuple(self.spec.pass_fds),
         )
+        if self.spec.incoming is not None:
+            self._resume_incoming()
         return self.proc
+
+    def _resume_incoming(self, timeout: float = 60.0) -> None:
+        """Wait for the saved state to load, then let the guest run (it was saved paused)."""
+        assert self.proc is not None
+        try:
+            q = Qmp(self.qmp_path, timeout=10.0)
+        except OSError as exc:
+            raise KvmtuneError(f"QMP of the restoring guest: {exc}") from None
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                status = (q.execute("query-status") or {}).get("status")
+                if status != "inmigrate":
+                    break
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise KvmtuneError("restoring the saved probe guest failed")
+                time.sleep(0.01)
+            if status != "running":
+                q.execute("cont")
+        except (OSError, ValueError) as exc:
+            raise KvmtuneError(f"restoring the saved probe guest: {exc}") from None
+        finally:
+            q.close()
+
+    def save_state(self, path: Path, timeout: float = 120.0) -> None:
+        """Pause the guest and write its whole state to ``path`` (atomically), then stop QEMU."""
+        part = path.with_name(path.name + f".part{os.getpid()}")
+        q = Qmp(self.qmp_path, timeout=10.0)
+        try:
+            q.execute("stop")
+            q.execute("migrate", uri="exec:cat > " + shlex.quote(str(part)))
+            deadline = time.monotonic() + timeout
+            while True:
+                info = q.execute("query-migrate") or {}
+                status = info.get("status")
+                if status == "completed":
+                    break
+                if status in ("failed", "cancelled") or time.monotonic() > deadline:
+                    raise KvmtuneError(f"saving the probe guest failed ({info.get('error-desc', status)})")
+                time.sleep(0.02)
+            q.execute("quit")
+        finally:
+            q.close()
+        part.replace(path)
 
     def query_accel(self) -> str | None:
         """Ask QEMU over QMP whether KVM is really enabled."""
@@ -266,7 +318,7 @@ class GuestRun:
         pos = 0
         accel: str | None = None
         timed_out = False
-        booted = False
+        booted = self.spec.incoming is not None  # a restored guest booted long ago
         with open(self.serial, "rb") as fh:
             while True:
                 fh.seek(pos)
@@ -311,7 +363,8 @@ class GuestRun:
             tail = self.stderr_path.read_bytes()[-2000:].decode("utf-8", "replace")
         except OSError:
             tail = ""
-        return RunOutcome(lines, code, timed_out, duration, tail, self.proc.pid, accel, times)
+        return RunOutcome(lines, code, timed_out, duration, tail, self.proc.pid, accel, times,
+                          restored=self.spec.incoming is not None)  # fmt: skip
 
     def close(self) -> None:
         if self.proc is not None:

@@ -25,6 +25,7 @@ from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.hostio import HostSampler, Snapshot, device_of_path, tps, write_kBps
 from kvmtune.bench.matrix import StorageConfig
 from kvmtune.bench.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
+from kvmtune.bench.snapshot import SnapshotCache
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
@@ -61,6 +62,8 @@ class BenchContext:
     progress: Callable[[CellResult], None] | None = None
     boot_timeout_s: float = 60.0
     user_device: str | None = None  # a block device named with --device and --destroy-data
+    snapshots: SnapshotCache | None = None  # restore a saved booted guest instead of booting (None: always boot)
+    restored_cells: int = 0
     results: list[CellResult] = field(default_factory=list)
     first_result_s: float | None = None
 
@@ -197,13 +200,18 @@ def _boot_group(
     modules = _modules_for(ctx.guest, cfg.bus, any(w.fs for w in workloads), cfg.sched)
     job = fiomod.job_script(fiomod.GuestJob(BUS_GUEST_DEV[cfg.bus], modules, workloads, ctx.runtime_s, ctx.disk_mib, cfg.sched))
     spec = VmSpec(
-        guest=ctx.guest,
-        accel=ctx.accel.accel,
-        memory_mb=ctx.memory_mb,
-        smp=ctx.smp,
-        disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)],
-        job=job,
-    )
+        guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp,
+        disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)], job=job,
+    )  # fmt: skip
+    # a cycle's figure is per VM lifetime, boot included: it always boots
+    if ctx.snapshots is not None and cfg.target != "device" and not any(w.is_cycle for w in workloads):
+        boot_mods = _modules_for(ctx.guest, cfg.bus, False, "default")
+        state = ctx.snapshots.ensure(ctx.guest, ctx.accel.accel, ctx.memory_mb, ctx.smp, cfg.bus, ctx.disk_mib,
+                                     cfg.cache, boot_mods, ctx.boot_timeout_s)  # fmt: skip
+        padded = fiomod.pad_job(job)
+        if state is not None and padded is not None:
+            spec.incoming, spec.job = state, padded
+            ctx.restored_cells += len(workloads)
     marks = _Marks()
     budget = (
         ctx.boot_timeout_s
@@ -211,23 +219,19 @@ def _boot_group(
         + sum((w.cycle_idle_s + 10 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 20) for w in workloads)
     )
     started = time.monotonic()
-    with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
-        proc = vm.start()
-        sampler = HostSampler(ctx.host, host_dev, proc.pid, interval=0.5)
-        sampler.start()
-
-        def on_line(line: str, now: float) -> None:
-            if line.startswith("KVMTUNE-W-BEGIN "):
-                marks.begin[line.split()[1]] = sampler.snap()
-            elif line.startswith("KVMTUNE-W-DONE "):
-                marks.done[line.split()[1]] = sampler.snap()
-            elif line.startswith("KVMTUNE-JSON-END") and marks.first_json_at is None:
-                marks.first_json_at = now - started
-
-        try:
-            outcome = vm.follow(budget, on_line, boot_timeout=ctx.boot_timeout_s)
-        finally:
-            sampler.stop()
+    try:
+        outcome, sampler = _run_vm(ctx, spec, host_dev, marks, budget, started)
+    except KvmtuneError:
+        if spec.incoming is None:
+            raise
+        # the saved guest would not load (QEMU changed under us?): boot instead, and stop restoring
+        if ctx.snapshots is not None:
+            ctx.snapshots.failures[str(spec.incoming)] = "restore failed"
+            spec.incoming.unlink(missing_ok=True)
+        ctx.restored_cells -= len(workloads)
+        spec.incoming, spec.job, marks = None, job, _Marks()
+        started = time.monotonic()
+        outcome, sampler = _run_vm(ctx, spec, host_dev, marks, budget, started)
     if marks.first_json_at is not None and ctx.first_result_s is None:
         ctx.first_result_s = marks.first_json_at
     parsed = parse_console(outcome.lines)
@@ -286,9 +290,34 @@ def _boot_group(
             m["vm_lifetime_s"] = life[1].t - life[0].t
             m["write_mib"] = float(w.cycle_mib)
             res.samples = [(s.t - life[0].t, "host_ios", float(s.disk.ios)) for s in sampler.series if s.disk is not None]
+        m["guest_restored"] = 1.0 if spec.incoming is not None else 0.0
         res.metrics = m
         results.append(res)
     return results
+
+
+def _run_vm(
+    ctx: BenchContext, spec: VmSpec, host_dev: str | None, marks: _Marks, budget: float, started: float
+) -> tuple[Any, HostSampler]:
+    """Start (or restore) the guest and follow it, snapshotting host counters at the guest's markers."""
+    with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
+        proc = vm.start()
+        sampler = HostSampler(ctx.host, host_dev, proc.pid, interval=0.5)
+        sampler.start()
+
+        def on_line(line: str, now: float) -> None:
+            if line.startswith("KVMTUNE-W-BEGIN "):
+                marks.begin[line.split()[1]] = sampler.snap()
+            elif line.startswith("KVMTUNE-W-DONE "):
+                marks.done[line.split()[1]] = sampler.snap()
+            elif line.startswith("KVMTUNE-JSON-END") and marks.first_json_at is None:
+                marks.first_json_at = now - started
+
+        try:
+            outcome = vm.follow(budget, on_line, boot_timeout=ctx.boot_timeout_s)
+        finally:
+            sampler.stop()
+    return outcome, sampler
 
 
 def _modules_for(guest: ProbeGuest, bus: str, fs: bool, sched: str) -> list[str]:
@@ -472,7 +501,6 @@ def environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: Probe
     """What a result depends on besides its configuration."""
     from kvmtune import __version__
     from kvmtune.bench.hostio import scheduler_of
-    from kvmtune.bench.qemu import qemu_version
 
     cpu = ""
     for line in (host.read_optional("/proc/cpuinfo") or "").splitlines():
@@ -486,7 +514,7 @@ def environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: Probe
         "accel": accel.accel,
         "accel_reason": accel.reason,
         "host_kernel": (host.read_optional("/proc/sys/kernel/osrelease") or "").strip(),
-        "qemu": qemu_version(runner),
+        "qemu": _quiet_version(runner),
         "fio": fio_v.stdout.strip() if fio_v.ok else None,
         "cpu_model": cpu,
         "ncpu": os.cpu_count(),
@@ -495,6 +523,15 @@ def environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: Probe
         "workdir_device": dev,
         "host_io_scheduler": scheduler_of(host, dev),
     }
+
+
+def _quiet_version(runner: Runner) -> str | None:
+    from kvmtune.bench.qemu import qemu_version
+
+    try:
+        return qemu_version(runner)
+    except KvmtuneError:
+        return None  # --quick needs only qemu-img
 
 
 def config_json(configs: Sequence[StorageConfig]) -> str:

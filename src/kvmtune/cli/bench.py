@@ -15,6 +15,7 @@ from kvmtune.bench import fio as fiomod
 from kvmtune.bench.accel import AccelChoice, detect_accel
 from kvmtune.bench.matrix import AIOS, BUSES, CACHES, FORMATS, PREALLOCS, PRESETS, SCHEDS, TARGETS, build_matrix, preset
 from kvmtune.bench.quick import QuickPlan, quick_configs, run_quick
+from kvmtune.bench.snapshot import SnapshotCache
 from kvmtune.bench.storage import (
     BenchContext,
     CellResult,
@@ -75,6 +76,10 @@ def register(sub: Any) -> None:
     s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto: use KVM only if a probe boots")
     s.add_argument("--device", help="test this block device (with --destroy-data); it must not be mounted or in use")
     s.add_argument("--destroy-data", action="store_true", help="allow writing over --device")
+    s.add_argument(
+        "--no-snapshot", action="store_true",
+        help="boot the probe guest for every configuration instead of restoring a saved booted one",
+    )  # fmt: skip
     s.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     s.add_argument("--note", help="free text stored with the run")
     s.set_defaults(func=run_storage)
@@ -151,10 +156,23 @@ def run_storage(args: argparse.Namespace) -> int:
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
     run_id = store.begin_run(kind, env, run_args, preset=args.preset)
     ctx = BenchContext(
-        runner, host, scratch, guest, accel, store, run_id, runtime_s=args.runtime, disk_mib=args.disk_size,
-        memory_mb=args.memory, smp=args.smp, repeat=args.repeat, user_device=user_device,
+        runner,
+        host,
+        scratch,
+        guest,
+        accel,
+        store,
+        run_id,
+        runtime_s=args.runtime,
+        disk_mib=args.disk_size,
+        memory_mb=args.memory,
+        smp=args.smp,
+        repeat=args.repeat,
+        user_device=user_device,
         boot_timeout_s=args.boot_timeout,
-    )  # fmt: skip
+    )
+    if not args.quick and not args.no_snapshot:
+        ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
     ctx.progress = progress_printer(n_cells)
     old = signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
@@ -194,6 +212,11 @@ def run_storage(args: argparse.Namespace) -> int:
     store.finish_run(run_id, status, note=args.note)
     store.close()
     _summary(ctx.results, run_id, took, ctx.first_result_s)
+    if ctx.snapshots is not None:
+        print(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
+              f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
+        for reason in sorted(set(ctx.snapshots.failures.values())):
+            print(f"  could not save or restore a booted guest (booted instead): {reason}")
     return EXIT_OK if failed == 0 else EXIT_CELLS_FAILED
 
 

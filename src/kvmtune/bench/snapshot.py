@@ -1,0 +1,124 @@
+"""Saved, already-booted probe guests: boot once, restore for every configuration.
+
+Under TCG a boot costs 3-5 s, more than the workloads of a short configuration.
+So the probe guest is booted once per guest-visible disk shape (bus, size,
+whether the disk reports a volatile write cache, memory, vCPUs) with a sparse
+placeholder image, brought to the point where the disk is probed, paused and
+saved with QMP ``migrate`` to a file. A configuration then starts QEMU with
+``-incoming`` from that file and *its own* ``-drive`` (format, cache, aio and
+image are host-side properties the migration does not carry), and the guest
+runs the job the new QEMU serves through fw_cfg (both jobs are padded to one
+size, since the guest cached the fw_cfg file size when it booted).
+
+What the guest sees is the same as after a cold boot with that disk: the same
+device, the same capacity, the same write-cache flag, a disk that reads as zeros
+(the placeholder and a fresh image both do). Snapshots live in the work
+directory, keyed by everything above plus the probe guest and the QEMU version,
+and the least recently used beyond ``MAX_SNAPSHOTS`` are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.bench import fio as fiomod
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.qemu import BUS_GUEST_DEV, FAST_BOOT_ARGS, Disk, GuestRun, VmSpec, qemu_version
+from kvmtune.bench.workdir import free_bytes
+from kvmtune.errors import KvmtuneError
+from kvmtune.runner import Runner
+
+SNAPSHOT_VERSION = "1"
+MAX_SNAPSHOTS = 6
+
+
+def reports_write_cache(cache: str) -> bool:
+    """Whether QEMU tells the guest the disk has a volatile write cache for this cache mode."""
+    return cache not in ("writethrough", "directsync")
+
+
+@dataclass
+class SnapshotCache:
+    dir: Path
+    runner: Runner
+    failures: dict[str, str] = field(default_factory=dict)
+    made: int = 0
+    _qemu: str | None = None
+
+    def key(self, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int, wce: bool,
+            modules: list[str]) -> str:  # fmt: skip
+        if self._qemu is None:
+            self._qemu = qemu_version(self.runner)
+        h = hashlib.sha256()
+        for part in (SNAPSHOT_VERSION, guest.key, accel, memory_mb, smp, bus, disk_mib, wce, FAST_BOOT_ARGS,
+                     self._qemu, *modules):  # fmt: skip
+            h.update(f"{part}\n".encode())
+        return h.hexdigest()[:24]
+
+    def ensure(
+        self, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int, cache: str,
+        modules: list[str], boot_timeout: float = 60.0,
+    ) -> Path | None:  # fmt: skip
+        """The saved guest for this disk shape, making it if needed; None when that is not possible."""
+        wce = reports_write_cache(cache)
+        key = self.key(guest, accel, memory_mb, smp, bus, disk_mib, wce, modules)
+        if key in self.failures:
+            return None
+        state = self.dir / f"{key}.state"
+        if state.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(state)
+            return state
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if free_bytes(self.dir) < (memory_mb + 256) << 20:
+                raise KvmtuneError(f"{self.dir}: not enough free space to save a {memory_mb} MiB guest")
+            self._make(state, guest, accel, memory_mb, smp, bus, disk_mib, wce, modules, boot_timeout)
+        except (KvmtuneError, OSError) as exc:
+            self.failures[key] = str(exc)
+            return None
+        self.made += 1
+        self._prune(keep=state)
+        return state
+
+    def _make(
+        self, state: Path, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int,
+        wce: bool, modules: list[str], boot_timeout: float,
+    ) -> None:  # fmt: skip
+        placeholder = state.with_suffix(f".placeholder{os.getpid()}.raw")
+        with open(placeholder, "wb") as fh:
+            fh.truncate(disk_mib << 20)
+        try:
+            job = fiomod.pad_job(fiomod.wait_job(fiomod.GuestJob(BUS_GUEST_DEV[bus], modules, [], 0.0, disk_mib)))
+            assert job is not None
+            spec = VmSpec(
+                guest=guest, accel=accel, memory_mb=memory_mb, smp=smp, job=job,
+                disks=[Disk(str(placeholder), "raw", bus, "writeback" if wce else "writethrough", "threads")],
+            )  # fmt: skip
+            with GuestRun(spec, self.dir / "run", self.runner, name=f"snap{os.getpid()}") as vm:
+                vm.start()
+                deadline = time.monotonic() + boot_timeout
+                while True:
+                    text = vm.serial.read_text(errors="replace")
+                    if "KVMTUNE-READY" in text:
+                        break
+                    fatal = next((ln for ln in text.splitlines() if ln.startswith("KVMTUNE-FATAL")), None)
+                    if fatal or (vm.proc is not None and vm.proc.poll() is not None):
+                        raise KvmtuneError(f"the guest to be saved stopped: {fatal or 'QEMU exited'}")
+                    if time.monotonic() > deadline:
+                        raise KvmtuneError(f"the guest to be saved did not come up within {boot_timeout:.0f}s")
+                    time.sleep(0.02)
+                vm.save_state(state)
+        finally:
+            placeholder.unlink(missing_ok=True)
+
+    def _prune(self, keep: Path) -> None:
+        states = sorted(self.dir.glob("*.state"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in states[MAX_SNAPSHOTS:]:
+            if old != keep:
+                old.unlink(missing_ok=True)
