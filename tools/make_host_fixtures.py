@@ -132,7 +132,7 @@ class Tree:
         elif kind == "tap":
             self.w(f"{base}/tun_flags", "0x1002")
         elif kind == "macvtap":
-            self.mkdir(f"{base}/macvtap/tap{sum(map(ord, name)) % 100 + 10}")
+            self.w(f"{base}/macvtap/tap{sum(map(ord, name)) % 100 + 10}/dev", "239:1")
         elif kind == "physical":
             self.mkdir(f"{base}/device")
             self.w(f"{base}/device/numa_node", str(numa))

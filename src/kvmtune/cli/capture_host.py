@@ -32,6 +32,7 @@ from kvmtune.qemu.process import is_qemu_binary
 PID_PATH = re.compile(r"^/proc/(\d+)/")
 SECRET_KEYS = re.compile(r"((?:password|passwd|secret|data|key|iv|token)=)([^,]*)", re.I)
 MANIFEST = "CAPTURE.json"
+PLACEHOLDER = ".captured-directory"
 
 
 @dataclass
@@ -163,6 +164,7 @@ def _placeholder(rec: HostRoot, path: str, dest: Path) -> int:
         os.symlink(os.readlink(real), target)
     elif real.is_dir():
         target.mkdir(exist_ok=True)
+        (target / PLACEHOLDER).touch()  # git keeps no empty directories; kind detection needs e.g. bridge/
     else:
         target.touch()  # device nodes and files only tested for existence
     return 1
@@ -180,6 +182,8 @@ def _recreate_listing(rec: HostRoot, path: str, dest: Path, keep_pids: set[str])
         child = f"{path.rstrip('/')}/{name}"
         if not os.path.lexists(dest / child.lstrip("/")):
             n += _placeholder(rec, child, dest)
+    if not any(base.iterdir()):
+        (base / PLACEHOLDER).touch()
     return n
 
 
