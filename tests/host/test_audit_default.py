@@ -1,0 +1,46 @@
+"""The audit command with the host: --host, and the default audit (no input named) including it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvmtune.cli import main
+
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:  # type: ignore[type-arg]
+    code = main(["audit", "--format", "json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_default_audit_of_a_captured_root_includes_host_and_its_guests(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = run(["--root", str(HOSTS / "ksm-overcommit")], capsys)
+    rules = {f["rule"] for f in doc["findings"]}
+    assert "KVM-HST-020" in rules  # host
+    assert any(f["target"]["domain"] == "web03" for f in doc["findings"])  # a running guest from its /proc
+    assert doc["looked_at"][0].startswith("host ksm-overcommit (captured tree")
+    assert code == 0
+
+
+def test_host_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = run(["--host", "--root", str(HOSTS / "rhel6-old"), "--fail-on", "critical"], capsys)
+    assert code == 1  # nobarrier is critical
+    assert {f["rule"][:7] for f in doc["findings"]} == {"KVM-HST"}
+    assert all(f["target"]["host"] == "rhel6-old" for f in doc["findings"])
+
+
+def test_domain_files_do_not_pull_in_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
+    assert not any(f["rule"].startswith("KVM-HST") for f in doc["findings"])
+    code, doc = run(["--examples", "--host", "--root", str(HOSTS / "rhel6-old")], capsys)
+    assert any(f["rule"].startswith("KVM-HST") for f in doc["findings"])
+
+
+def test_text_report_names_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "--host", "--root", str(HOSTS / "nvme-modern")]) == 0
+    out = capsys.readouterr().out
+    assert "host nvme-modern" in out and "0 findings" in out and "host audited" in out
