@@ -34,9 +34,9 @@ def test_host_only(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_domain_files_do_not_pull_in_the_host(capsys: pytest.CaptureFixture[str]) -> None:
-    code, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
+    _, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
     assert not any(f["rule"].startswith("KVM-HST") for f in doc["findings"])
-    code, doc = run(["--examples", "--host", "--root", str(HOSTS / "rhel6-old")], capsys)
+    _, doc = run(["--examples", "--host", "--root", str(HOSTS / "rhel6-old")], capsys)
     assert any(f["rule"].startswith("KVM-HST") for f in doc["findings"])
 
 
