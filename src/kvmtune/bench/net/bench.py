@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.net.catalog import NetTest, Tunings
 from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
-from kvmtune.bench.qemu import GuestRun, RunOutcome, VmSpec
+from kvmtune.bench.qemu import GuestRun, VmSpec
 from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -175,7 +176,10 @@ def client_job(guest: ProbeGuest, client: Endpoint, server: Endpoint, tests: Seq
 
 
 def parse_console(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str], dict[str, int], str | None]:
-    """(JSON text per test, error line per test, exit code per test, fatal error)."""
+    """(JSON text per test, error line per test, exit code per test, fatal error).
+
+    The guest's MTU as it reported it (``KVMTUNE-NET-UP MTU MAC``) is under the code key ``@mtu``.
+    """
     docs: dict[str, str] = {}
     errs: dict[str, str] = {}
     codes: dict[str, int] = {}
@@ -201,6 +205,8 @@ def parse_console(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str],
             errs[parts[1]] = " ".join(parts[2:])
         elif parts[0] == "KVMTUNE-FATAL" and fatal is None:
             fatal = " ".join(parts[1:])
+        elif parts[0] == "KVMTUNE-NET-UP" and len(parts) > 1 and parts[1].isdigit():
+            codes["@mtu"] = int(parts[1])
     return docs, errs, codes, fatal
 
 
@@ -301,49 +307,47 @@ def _record(ctx: NetBenchContext, cell: NetCell) -> None:
         ctx.progress(cell)
 
 
-def _pair_cells(ctx: NetBenchContext, pair: int, out: RunOutcome, cpu: dict[str, dict[str, float]],
-                server_out: str | None) -> list[NetCell]:
-    docs, errs, codes, fatal = parse_console(out.lines)
-    run_error = out.error()
-    cells = []
-    for t in ctx.tests:
-        cell = NetCell(pair, t, "error", raw=docs.get(t.name))
-        try:
-            doc = json.loads(docs[t.name]) if docs.get(t.name) else None
-        except ValueError:
-            doc = None
-        if doc is not None and doc.get("error") is None and codes.get(t.name) == 0:
-            cell.status = "ok"
-            cell.metrics = netload_metrics(doc)
-            c = cpu.get(t.name, {})
-            wall = c.get("wall_s") or 0.0
-            mb = cell.metrics.get("bytes", 0.0) / 1e6
-            for side in ("client", "server"):
-                if side in c and wall > 0:
-                    cell.metrics[f"qemu_{side}_cpu_pct"] = 100.0 * c[side] / wall
-                    if mb > 0:
-                        cell.metrics[f"qemu_{side}_cpu_s_per_mb"] = c[side] / mb
-            cell.duration_s = wall or None
-        else:
-            why = (doc or {}).get("error") or {}
-            cell.error = (
-                (why.get("message") if isinstance(why, dict) else None)
-                or errs.get(t.name)
-                or fatal
-                or (server_out and f"server guest: {server_out}")
-                or run_error
-                or (f"netload exited {codes[t.name]}" if t.name in codes else "the test did not run")
-            )
-        cells.append(cell)
-    return cells
+def _cell(ctx: NetBenchContext, pair: int, t: NetTest, lines: Sequence[str], cpu: dict[str, float],
+          why_not: str | None = None) -> NetCell:
+    """The cell of test ``t`` from the client console so far; ``why_not`` explains a test that never reported."""
+    docs, errs, codes, fatal = parse_console(lines)
+    cell = NetCell(pair, t, "error", raw=docs.get(t.name))
+    try:
+        doc = json.loads(docs[t.name]) if docs.get(t.name) else None
+    except ValueError:
+        doc = None
+    if doc is not None and doc.get("error") is None and codes.get(t.name) == 0:
+        cell.status = "ok"
+        cell.metrics = netload_metrics(doc)
+        if "@mtu" in codes:
+            cell.metrics["guest_mtu"] = float(codes["@mtu"])
+        wall = cpu.get("wall_s") or 0.0
+        mb = cell.metrics.get("bytes", 0.0) / 1e6
+        for side in ("client", "server"):
+            if side in cpu and wall > 0:
+                cell.metrics[f"qemu_{side}_cpu_pct"] = 100.0 * cpu[side] / wall
+                if mb > 0:
+                    cell.metrics[f"qemu_{side}_cpu_s_per_mb"] = cpu[side] / mb
+        cell.duration_s = wall or None
+        return cell
+    reason = (doc or {}).get("error") or {}
+    cell.error = (
+        (reason.get("message") if isinstance(reason, dict) else None)
+        or errs.get(t.name)
+        or fatal
+        or why_not
+        or (f"netload exited {codes[t.name]}" if t.name in codes else "the test did not run")
+    )
+    return cell
 
 
 def run_net(ctx: NetBenchContext) -> int:
-    """Bring the topology up, boot the pairs, run the tests, store every cell; returns failed cells."""
+    """Bring the topology up, boot the pairs, run the tests, store every cell as it completes; returns failed cells."""
     spec = ctx.spec
     if ctx.tunings.txqueuelen is not None:
         spec = TopologySpec(spec.kind, spec.pairs, spec.hosts, spec.mtu, ctx.tunings.txqueuelen, spec.ovs_datapath, spec.vhost)
     timeout = ctx.boot_timeout_s + len(ctx.tests) * (ctx.duration_s + TEST_OVERHEAD_S)
+    tests = {t.name: t for t in ctx.tests}
     with make_topology(spec, runner=ctx.runner, host=ctx.host, workdir=ctx.workdir) as topo:
         ctx.topology_facts = topo.facts
         servers: dict[int, GuestRun] = {}
@@ -353,18 +357,27 @@ def run_net(ctx: NetBenchContext) -> int:
         for client, server in topo.pairs():
             job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s)
             clients[client.pair] = _start(ctx, topo, client, job)
-        outcomes: dict[int, RunOutcome] = {}
-        cpu: dict[int, dict[str, dict[str, float]]] = {p: {} for p in clients}
+        done: queue.Queue[NetCell] = queue.Queue()  # cells go to the store from this thread only (sqlite)
         failures: list[BaseException] = []
 
         def follow(pair: int) -> None:
             vm, srv = clients[pair], servers[pair]
             assert vm.proc is not None and srv.proc is not None
+            lines: list[str] = []
             marks: dict[str, tuple[float, float | None, float | None]] = {}
+            cpu: dict[str, dict[str, float]] = {}
+            reported: set[str] = set()
 
             def on_line(line: str, now: float) -> None:
+                lines.append(line)
                 parts = line.split()
-                if len(parts) < 2 or parts[0] not in ("KVMTUNE-W-BEGIN", "KVMTUNE-W-DONE"):
+                if len(parts) < 2:
+                    return
+                if parts[0] == "KVMTUNE-JSON-END" and parts[1] in tests and parts[1] not in reported:
+                    reported.add(parts[1])
+                    done.put(_cell(ctx, pair, tests[parts[1]], lines, cpu.get(parts[1], {})))
+                    return
+                if parts[0] not in ("KVMTUNE-W-BEGIN", "KVMTUNE-W-DONE"):
                     return
                 assert vm.proc is not None and srv.proc is not None
                 c, s = qemu_cpu_s(ctx.host, vm.proc.pid), qemu_cpu_s(ctx.host, srv.proc.pid)
@@ -377,30 +390,33 @@ def run_net(ctx: NetBenchContext) -> int:
                         row["client"] = c - c0
                     if s is not None and s0 is not None:
                         row["server"] = s - s0
-                    cpu[pair][parts[1]] = row
+                    cpu[parts[1]] = row
 
             try:
-                outcomes[pair] = vm.follow(timeout, on_line=on_line)
-            except BaseException as exc:  # reported after the join
+                out = vm.follow(timeout, on_line=on_line)
+            except BaseException as exc:  # reported by the main thread
                 failures.append(exc)
+                return
+            why = out.error()
+            if srv.proc.poll() is not None:
+                why = f"server guest: {_server_error(srv)}"
+            for t in ctx.tests:
+                if t.name not in reported:
+                    done.put(_cell(ctx, pair, t, out.lines, cpu.get(t.name, {}), why))
 
         threads = [threading.Thread(target=follow, args=(p,), daemon=True) for p in clients]
         for th in threads:
             th.start()
-        for th in threads:
-            while th.is_alive():
-                th.join(0.5)  # wakes up for Ctrl-C
+        failed = 0
+        while any(th.is_alive() for th in threads) or not done.empty():
+            try:
+                cell = done.get(timeout=0.5)  # wakes up for Ctrl-C
+            except queue.Empty:
+                continue
+            failed += cell.status != "ok"
+            _record(ctx, cell)
         if failures:
             raise failures[0]
-        failed = 0
-        for pair in sorted(clients):
-            srv = servers[pair]
-            server_err = None
-            if srv.proc is not None and srv.proc.poll() is not None:
-                server_err = _server_error(srv)
-            for cell in _pair_cells(ctx, pair, outcomes[pair], cpu[pair], server_err):
-                failed += cell.status != "ok"
-                _record(ctx, cell)
         for vm in [*clients.values(), *servers.values()]:
             vm.close()
     return failed

@@ -1,0 +1,105 @@
+"""bench net with real probe guests (TCG): every topology moves data both ways; killed runs leave nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from net_helpers import assert_nothing_left, namespaces, processes_mentioning
+
+from kvmtune.bench.accel import AccelChoice
+from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
+from kvmtune.bench.net import TopologySpec
+from kvmtune.bench.net.bench import NetBenchContext, find_netload, run_net
+from kvmtune.bench.net.catalog import select_tests
+from kvmtune.bench.store import Store
+from kvmtune.errors import KvmtuneError
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
+TCG = AccelChoice("tcg", "tests run under TCG", 0.0)
+
+
+@pytest.fixture(scope="module")
+def guest_env() -> Iterator[tuple[Path, ProbeGuest, str]]:
+    if os.geteuid() != 0 or shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("needs root and qemu-system-x86_64")
+    runner = Runner()
+    try:
+        netload = find_netload(None, runner)
+    except KvmtuneError as exc:
+        pytest.skip(str(exc))
+    work = Path(tempfile.mkdtemp(prefix="kvtg-"))
+    try:
+        guest = GuestBuilder(work, runner, extra=[ExtraFile(netload, "/usr/bin/netload")]).build()
+    except KvmtuneError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        pytest.skip(f"no probe guest here: {exc}")
+    yield work, guest, netload
+    shutil.rmtree(work, ignore_errors=True)
+
+
+CASES = [("bridge", 2, 9000), ("ovs", 1, 1500), ("macvtap", 1, 9000), ("nat", 1, 1500), ("user", 1, 1500)]
+
+
+@pytest.mark.parametrize("kind, hosts, mtu", CASES, ids=[f"{k}-h{h}-mtu{m}" for k, h, m in CASES])
+def test_one_pair_both_directions(guest_env: tuple[Path, ProbeGuest, str], kind: str, hosts: int, mtu: int,
+                                  tmp_path: Path) -> None:
+    work, guest, _ = guest_env
+    store = Store(tmp_path / "r.db")
+    run_id = store.begin_run("net", {"accel": "tcg"}, {"topology": kind})
+    ctx = NetBenchContext(
+        Runner(), HostRoot(), work, guest, TCG, TopologySpec(kind, hosts=hosts, mtu=mtu),
+        select_tests(["str-readx30k--1", "str-writex30k--1"], None), duration_s=2, store=store, run_id=run_id,
+    )  # fmt: skip
+    failed = run_net(ctx)
+    assert failed == 0, [(c.test.name, c.error) for c in ctx.results]
+    for cell in ctx.results:
+        m = cell.metrics
+        assert m["throughput_Bps"] > 0 and m["bytes"] > 0, cell.test.name
+        assert m["guest_mtu"] == mtu
+        assert m["qemu_client_cpu_pct"] > 0 and m["qemu_server_cpu_pct"] > 0
+    cells = store.cells(run_id)
+    assert {c.workload for c in cells} == {"str-readx30k--1", "str-writex30k--1"}
+    assert all(c.status == "ok" and c.config["topology"] == kind for c in cells)
+    store.close()
+    runid = ctx.topology_facts["runid"]
+    assert_nothing_left(runid, work / "net" / runid)  # QEMU's command line names the run directory
+
+
+def test_killed_bench_then_cleanup(guest_env: tuple[Path, ProbeGuest, str], tmp_path: Path) -> None:
+    work, _, netload = guest_env
+    before = set(namespaces())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvmtune", "bench", "net", "--topology", "ovs", "--tests", "str-readx30k--1",
+         "--duration", "60", "--accel", "tcg", "--workdir", str(work), "--netload", netload, "--db", str(tmp_path / "r.db")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    ours: list[str] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # wait until both QEMUs run in the run's namespaces
+        ours = [n for n in namespaces() if n not in before and n.startswith("kvmtune-")]
+        if ours and len(processes_mentioning(str(work / "net"))) >= 4:  # 2 OVS daemons + 2 QEMU
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"bench net did not get its guests running: {proc.stderr.read() if proc.stderr else ''}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    runid = ours[0].split("-")[1]
+    assert processes_mentioning(f"{work}/net/{runid}")  # QEMU and OVS outlived the killed run
+    res = subprocess.run([sys.executable, "-m", "kvmtune", "net", "cleanup", "--workdir", str(work)],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "qemu-system" in res.stdout and "ovs-vswitchd" in res.stdout
+    assert_nothing_left(runid, work / "net" / runid)

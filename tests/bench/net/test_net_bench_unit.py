@@ -1,0 +1,155 @@
+"""bench net without a system: test names, tunings, guest jobs, console parsing, netload metrics, the seed-002 chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.net import Endpoint, NetError
+from kvmtune.bench.net.bench import client_job, netload_metrics, parse_console, server_job
+from kvmtune.bench.net.catalog import MATRICES, parse_test, parse_tunings, select_tests
+from kvmtune.bench.net.chart import aggregate, pct_better, seed002_rows, text_table
+from kvmtune.bench.store import CellRow, Store
+
+
+def test_seed_002_matrix_is_twenty_tests_in_seed_order() -> None:
+    tests = select_tests(None, "seed-002")
+    assert len(tests) == 20 == len(MATRICES["seed-002"])
+    assert tests[0].name == "rr1c-1x1--1" and tests[-1].name == "str-writex30k--250"
+    assert {t.users for t in tests} == {1, 10, 50, 250}
+
+
+def test_test_names() -> None:
+    t = parse_test("rr1c-200x1000--10")
+    assert (t.workload, t.users, t.kind) == ("rr1c-200x1000", 10, "rr")
+    assert parse_test("str-readx64k--3").kind == "str"
+    for bad in ("rr1c-1x1", "tcp_rr--1", "str-readx30k--0", "str-readx30k--5000", "rr2c-1x1--1"):
+        with pytest.raises(NetError, match="test"):
+            parse_test(bad)
+    with pytest.raises(NetError, match="unknown matrix 'seed-003'"):
+        select_tests(None, "seed-003")
+    assert [t.name for t in select_tests(["rr1c-1x1--1", "rr1c-1x1--1"], None)] == ["rr1c-1x1--1"]
+
+
+def test_tunings() -> None:
+    t = parse_tunings("txqueuelen=2500, guest.net.ipv4.tcp_timestamps=0,guest.net.core.rmem_max=4194304")
+    assert t.txqueuelen == 2500
+    assert t.guest_sysctls == (("net.ipv4.tcp_timestamps", "0"), ("net.core.rmem_max", "4194304"))
+    assert t.tag() == "txqueuelen=2500,guest.net.ipv4.tcp_timestamps=0,guest.net.core.rmem_max=4194304"
+    for bad, msg in [
+        ("halt_poll_ns=80000", "host-wide KVM parameter"),
+        ("txqueuelen=lots", "a number"),
+        ("guest.kernel.panic=1", "net.core"),
+        ("guest.net.ipv4.tcp_rmem=1;reboot", "numeric"),
+        ("mtu=9000", "unknown tuning"),
+        ("txqueuelen", "KEY=VALUE"),
+    ]:
+        with pytest.raises(NetError, match=msg):
+            parse_tunings(bad)
+
+
+def _guest() -> ProbeGuest:
+    return ProbeGuest(
+        vmlinux=None, kernel=Path("/boot/vmlinuz"), initrd=Path("/x.cpio"), key="k", release="6.1", modules=("virtio_net",),
+        missing_optional=(), tools=(), size=1, cached=True,
+        module_paths=("kernel/net/core/failover.ko", "kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko",
+                      "kernel/drivers/block/virtio_blk.ko"),
+        module_deps={"virtio_net": ("net_failover",), "net_failover": ("failover",)},
+    )  # fmt: skip
+
+
+def _ep(name: str, backend: str = "tap", **kw: object) -> Endpoint:
+    role = "client" if name.startswith("c") else "server"
+    ip = "198.18.0.10" if role == "client" else "198.18.0.110"
+    base: dict[str, object] = dict(name=name, role=role, pair=0, host=0, netns="kvmtune-ab12-h0", backend=backend,
+                                   mac="52:54:00:4b:00:00", address=f"{ip}/24", gateway=None, mtu=9000, vhost=False,
+                                   connect_address=ip)  # fmt: skip
+    base.update(kw)
+    return Endpoint(**base)  # type: ignore[arg-type]
+
+
+def test_guest_jobs() -> None:
+    g = _guest()
+    tun = parse_tunings("guest.net.ipv4.tcp_timestamps=0")
+    srv = server_job(g, _ep("s0"), tun)
+    assert "insmod /lib/modules/kernel/drivers/net/virtio_net.ko" in srv and "virtio_blk" not in srv
+    assert srv.index("failover.ko") < srv.index("net_failover.ko") < srv.index("virtio_net.ko")
+    assert "ip link set dev eth0 mtu 9000" in srv and "echo 0 > /proc/sys/net/ipv4/tcp_timestamps" in srv
+    assert srv.rstrip().endswith("exec netload serve -q --listen :20000")
+    cli = client_job(g, _ep("c0"), _ep("s0"), select_tests(["rr1c-1x1--1", "str-readx30k--10"], None), tun, 5)
+    assert "netload run --workload str-readx30k --users 10 --duration 5s --remote 198.18.0.110:20000 -q --json" in cli
+    assert 'echo "KVMTUNE-JSON-BEGIN rr1c-1x1--1"' in cli
+    user_srv = _ep("s0", "user", ports=(7200, 7201), connect_address="198.18.200.2", hostfwd_address="127.0.0.1")
+    ucli = client_job(g, _ep("c0", "user"), user_srv, select_tests(["rr1c-1x1--1"], None), tun, 5)
+    assert "sed 's/protocol=tcp/port=7201 protocol=tcp/'" in ucli and "--remote 198.18.200.2:7200" in ucli
+    assert server_job(g, user_srv, tun).rstrip().endswith("--listen :7200")
+
+
+def test_parse_console() -> None:
+    lines = [
+        "KVMTUNE-NET-UP 9000 52:54:00:4b:00:00", "KVMTUNE-W-BEGIN rr1c-1x1--1 7.1", "KVMTUNE-W-DONE rr1c-1x1--1 0 9.0",
+        "KVMTUNE-JSON-BEGIN rr1c-1x1--1", '{"a":', "1}", "KVMTUNE-JSON-END rr1c-1x1--1",
+        "KVMTUNE-W-DONE str-readx30k--1 3 12.0", "KVMTUNE-ERR str-readx30k--1 cannot reach the server",
+    ]  # fmt: skip
+    docs, errs, codes, fatal = parse_console(lines)
+    assert json.loads(docs["rr1c-1x1--1"]) == {"a": 1}
+    assert codes == {"@mtu": 9000, "rr1c-1x1--1": 0, "str-readx30k--1": 3}
+    assert errs["str-readx30k--1"] == "cannot reach the server" and fatal is None
+
+
+def test_netload_metrics() -> None:
+    doc = {
+        "summary": {"throughput_bytes_per_s": 2e6, "transactions_per_s": 1000.0, "bytes": 6e6, "transactions": 3000,
+                    "errors": 0, "server_errors": 1, "duration_s": 3.0,
+                    "txn_time_ns": {"count": 3000, "avg": 2500.0, "p50": 2000, "p90": 3000, "p99": 9000, "p99_9": 20000}},
+        "cpu": {"client": {"system_cpu_s_per_mb": 0.5, "system_cpu_us_per_txn": 40.0, "system_busy_share": 0.25},
+                "server": {"system_cpu_s_per_mb": 0.25, "system_cpu_us_per_txn": 20.0, "system_busy_share": 0.5}},
+    }  # fmt: skip
+    m = netload_metrics(doc)
+    assert m["throughput_Bps"] == 2e6 and m["tps"] == 1000 and m["errors"] == 1
+    assert m["lat_avg_us"] == 2.5 and m["lat_p99_us"] == 9.0 and m["lat_p99_9_us"] == 20.0
+    assert m["client_cpu_s_per_mb"] == 0.5 and m["server_cpu_us_per_txn"] == 20.0 and m["server_cpu_busy_pct"] == 50.0
+
+
+def _cell(test: str, pair: int, **metrics: float) -> CellRow:
+    return CellRow(1, 1, f"x|{test}", {}, test, pair, "ok", None, "tcg", 1.0, dict(metrics))
+
+
+def test_seed002_rows_sum_pairs_and_signs() -> None:
+    a = [_cell("rr1c-1x1--1", 0, throughput_Bps=100, lat_avg_us=10, client_cpu_s_per_mb=2, server_cpu_s_per_mb=2),
+         _cell("rr1c-1x1--1", 1, throughput_Bps=100, lat_avg_us=10, client_cpu_s_per_mb=2, server_cpu_s_per_mb=2),
+         _cell("str-readx30k--10", 0, throughput_Bps=50, lat_avg_us=5, client_cpu_s_per_mb=1, server_cpu_s_per_mb=1)]
+    b = [_cell("str-readx30k--10", 0, throughput_Bps=25, lat_avg_us=10, client_cpu_s_per_mb=2, server_cpu_s_per_mb=0.5),
+         _cell("rr1c-1x1--1", 0, throughput_Bps=300, lat_avg_us=5, client_cpu_s_per_mb=1, server_cpu_s_per_mb=2)]  # fmt: skip
+    assert aggregate(a)["rr1c-1x1--1"]["throughput_Bps"] == 200 and aggregate(a)["rr1c-1x1--1"]["lat_avg_us"] == 10
+    rows = seed002_rows(a, b)
+    assert [r.test for r in rows] == ["rr1c-1x1--1", "str-readx30k--10"]  # seed order
+    assert rows[0].pct == {"throughput": 50.0, "transaction time": 100.0, "client CPU efficiency": 100.0,
+                           "server CPU efficiency": 0.0}  # fmt: skip
+    assert rows[1].pct["throughput"] == -50.0 and rows[1].pct["server CPU efficiency"] == 100.0
+    assert pct_better(None, 1, True) is None and pct_better(0, 1, True) is None
+    assert "+50.0%" in text_table(rows)
+
+
+def test_compare_cli_draws_the_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    from kvmtune.cli import main
+
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        ids = []
+        for topo, tput in (("bridge", 100.0), ("ovs", 150.0)):
+            rid = st.begin_run("net", {"accel": "tcg"}, {"topology": topo, "mtu": 1500, "hosts": 1, "pairs": 1})
+            st.add_cell(rid, f"{topo}-mtu1500-h1-p1|rr1c-1x1--1", {}, "rr1c-1x1--1", "ok",
+                        {"throughput_Bps": tput, "lat_avg_us": 10, "client_cpu_s_per_mb": 1, "server_cpu_s_per_mb": 1})
+            st.finish_run(rid, "complete")
+            ids.append(rid)
+    out = tmp_path / "c.html"
+    assert main(["compare", str(ids[0]), str(ids[1]), "--db", str(db), "--html", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rr1c-1x1--1" in text and "+50.0%" in text
+    page = out.read_text()
+    assert "data:image/png;base64," in page and "run 2: ovs, MTU 1500" in page
