@@ -191,6 +191,7 @@ def rhel6(t: Tree) -> None:
         "kernel.sched_migration_cost": "500000",
         "net.ipv4.tcp_tw_reuse": "1", "net.ipv4.tcp_tw_recycle": "1", "net.ipv4.tcp_fin_timeout": "1",
         "net.ipv4.tcp_low_latency": "0", "net.ipv4.tcp_congestion_control": "cubic",
+        "net.ipv4.tcp_limit_output_bytes": "131072", "net.ipv4.tcp_max_tw_buckets": "450000",
         "net.ipv4.tcp_rmem": "4096\t87380\t4136960", "net.ipv4.tcp_wmem": "4096\t16384\t4136960",
         "net.core.rmem_max": "4136960", "net.core.wmem_max": "4136960", "net.core.netdev_max_backlog": "25000",
         "kernel.random.entropy_avail": "140", "kernel.random.poolsize": "4096",
@@ -208,6 +209,8 @@ net.core.netdev_max_backlog = 25000
 net.core.rmem_max = 4136960
 net.core.wmem_max = 4136960
 net.ipv4.tcp_fin_timeout = 1
+net.ipv4.tcp_limit_output_bytes = 131072
+net.ipv4.tcp_max_tw_buckets = 450000
 net.ipv4.tcp_rmem = 4096 87380 4136960
 net.ipv4.tcp_tw_reuse = 1
 net.ipv4.tcp_tw_recycle = 1
@@ -268,6 +271,8 @@ def nvme_modern(t: Tree) -> None:
         "net.ipv4.tcp_tw_reuse": "2", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_low_latency": "0",
         "net.ipv4.tcp_congestion_control": "cubic",
         "net.ipv4.tcp_rmem": "4096\t131072\t16777216", "net.ipv4.tcp_wmem": "4096\t16384\t16777216",
+        "net.ipv4.tcp_limit_output_bytes": "1048576", "net.ipv4.tcp_slow_start_after_idle": "1",
+        "net.ipv4.tcp_notsent_lowat": "4294967295",
         "net.core.rmem_max": "212992", "net.core.wmem_max": "212992", "net.core.netdev_max_backlog": "1000",
         "kernel.random.entropy_avail": "256", "kernel.random.poolsize": "256",
     })

@@ -42,7 +42,8 @@ CASES: dict[str, tuple[list[Case], list[Case]]] = {
                      ("nvme-modern", {"/sys/module/kvm/parameters/halt_poll_ns": "0\n"})],
                     [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-012": ([("rhel6-old", {})], [("nvme-modern", {}), ("ksm-overcommit", {})]),
-    "KVM-HST-013": ([("ksm-overcommit", {})], [("nvme-modern", {}), ("rhel6-old", {})]),
+    "KVM-HST-013": ([("ksm-overcommit", {}), ("nvme-modern", {"/sys/class/net/ens1f0/speed": "40000\n"})],
+                    [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-014": ([("rhel6-old", {}), ("nvme-modern", {"/sys/class/net/macvtap0/mtu": "9216\n",
                                                          "/sys/class/net/ens1f1/mtu": "1500\n"})],
                     [("nvme-modern", {}), ("ksm-overcommit", {})]),
@@ -115,6 +116,8 @@ def test_rhel6_findings_and_where_values_are_set() -> None:
     by = {(f.rule, f.target.device): f for f in found}
     reuse = by[("KVM-HST-012", "sysctl:net.ipv4.tcp_tw_reuse")]
     assert "set in /etc/sysctl.conf:" in reuse.evidence
+    assert ("KVM-HST-012", "sysctl:net.ipv4.tcp_limit_output_bytes") in by
+    assert ("KVM-HST-012", "sysctl:net.ipv4.tcp_fin_timeout") not in by  # judged harmless by ip-sysctl.rst
     sched = by[("KVM-HST-004", "block:sda")]
     assert "cfq" in sched.actual and "mq-deadline" in sched.expected and "cfq → bfq" in sched.expected
     assert ("KVM-HST-004", "block:sdb") not in by  # deadline on a single-queue kernel is what the seed advised
@@ -141,3 +144,11 @@ def test_halt_polling_ignores_tcg_guests(make_variant) -> None:  # type: ignore[
         edits[f"/proc/{pid}/cmdline"] = edits[f"/proc/{pid}/cmdline"].replace(b"-accel\0kvm", b"-accel\0tcg")  # type: ignore[union-attr]
     found, _ = audit(make_variant("ksm-overcommit", edits), ["KVM-HST-011"])
     assert found == []
+
+
+def test_forty_gig_host_gets_tuned_network_throughput_notes(make_variant) -> None:  # type: ignore[no-untyped-def]
+    found, _ = audit(make_variant("nvme-modern", {"/sys/class/net/ens1f0/speed": "40000\n"}), ["KVM-HST-013"])
+    assert {(f.target.device, f.severity) for f in found} == {
+        ("sysctl:net.ipv4.tcp_slow_start_after_idle", Severity.INFO),
+        ("sysctl:net.ipv4.tcp_notsent_lowat", Severity.INFO),
+    }

@@ -42,6 +42,28 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
         if not fast:
             return
         nics = ", ".join(f"{d.name} {d.speed_mbps // 1000 if d.speed_mbps else '?'}G" for d in fast)
+        if any((d.speed_mbps or 0) >= 40_000 for d in fast):
+            # tuned network-throughput: "generally only necessary on older CPUs or 40G+ networks"
+            idle = facts.sysctl_int("net.ipv4.tcp_slow_start_after_idle")
+            if idle == 1:
+                yield self.finding(
+                    target=self.at(ctx, "sysctl:net.ipv4.tcp_slow_start_after_idle"),
+                    severity=Severity.INFO,
+                    actual=f"1 with {nics}",
+                    expected="0 (tuned network-throughput)",
+                    evidence=facts.sysctl_evidence("net.ipv4.tcp_slow_start_after_idle"),
+                    summary="Idle TCP connections restart from a small window on a 40G+ host",
+                )
+            lowat = facts.sysctl_int("net.ipv4.tcp_notsent_lowat")
+            if lowat is not None and lowat > 131_072:
+                yield self.finding(
+                    target=self.at(ctx, "sysctl:net.ipv4.tcp_notsent_lowat"),
+                    severity=Severity.INFO,
+                    actual=f"{lowat} with {nics}",
+                    expected="131072 (tuned network-throughput)",
+                    evidence=facts.sysctl_evidence("net.ipv4.tcp_notsent_lowat"),
+                    summary="Unsent data per socket unbounded on a 40G+ host",
+                )
         for key in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
             values = facts.sysctl_ints(key, 3)
             if values is None or values[2] >= TUNED_MAX:

@@ -57,6 +57,13 @@ class TcpSysctlSeedEra(HostFactsRule):
                 "net.ipv4.tcp_low_latency", "1", "unset (no effect since Linux 4.14)",
                 "tcp_low_latency is set but does nothing on this kernel", Severity.INFO,
             )
+        tsq = facts.sysctl_int("net.ipv4.tcp_limit_output_bytes")
+        if tsq is not None and tsq < 262_144:
+            yield hit(
+                "net.ipv4.tcp_limit_output_bytes", f"{tsq} (seed 002 used 131072)",
+                "the kernel default (1 MiB or more on current kernels)",
+                "TCP Small Queues limit lowered: fast flows cannot keep the link busy", Severity.LOW,
+            )
         cc = facts.sysctl("net.ipv4.tcp_congestion_control")
         if cc == "reno":
             yield hit(
