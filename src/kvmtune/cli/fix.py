@@ -9,6 +9,7 @@ from typing import Any
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
@@ -30,16 +31,20 @@ def register(sub: Any) -> None:
                    help="libvirt URI whose persistent domain definitions to fix (repeatable)")
     p.add_argument("--domain", action="append", default=[], metavar="NAME",
                    help="only this domain of --connect (repeatable)")
+    p.add_argument("--host", action="store_true", help="plan host drop-ins and runtime values for --profile")
+    p.add_argument("--profile", choices=HOST_PROFILES, default=None,
+                   help="host profile (default virtual-host); implies --host")
     p.add_argument("--images", nargs="+", default=[], metavar="IMAGE",
                    help="preallocate these disk images (qcow2 → preallocation=metadata, raw → falloc)")
-    p.add_argument("--root", default="/", metavar="DIR", help="host root for /proc and /sys (a captured or fixture tree)")
+    p.add_argument("--root", default="/", metavar="DIR",
+                   help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
     p.add_argument("--allow-bus-change", action="store_true",
-                   help="also change guest-visible hardware (disk bus ide/sata → virtio, hda → vda; NIC model; "
-                   "SCSI controller): the guest needs the virtio drivers")
+                   help="also change what the guest sees (disk bus ide/sata → virtio and hda → vda, NIC model, SCSI "
+                   "controller, CPU model, TCG → KVM): the guest needs virtio drivers, device names change")
     p.add_argument("--purge-backups", action="store_true",
                    help="with --images --apply: delete each original image once its copy is verified (not undoable)")
     p.add_argument("--journal-dir", default=None, metavar="DIR",
@@ -57,6 +62,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--connect", uri]
     for d in args.domain:
         out += ["--domain", d]
+    if args.host or args.profile:
+        out += ["--host", "--profile", args.profile or "virtual-host"]
     if args.images:
         out += ["--images", *args.images]
     if args.root != "/":
@@ -71,6 +78,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
 
 def build_plan(args: argparse.Namespace) -> Plan:
     from kvmtune.fix.domains import plan_files, plan_libvirt
+    from kvmtune.fix.host import plan_host
     from kvmtune.fix.images import plan_images
     from kvmtune.runner import default_runner
 
@@ -83,6 +91,11 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan_files(args.paths, rules, options, plan)
     for uri in args.connect:
         plan_libvirt(uri, args.domain, rules, options, plan)
+    if args.host or args.profile:
+        host_plan = plan_host(args.root, args.profile or "virtual-host")
+        plan.changes.extend(host_plan.changes)
+        plan.skipped.extend(host_plan.skipped)
+        plan.notes.extend(host_plan.notes)
     if args.images:
         plan_images(args.images, default_runner(), HostRoot(args.root), plan)
     return plan
@@ -105,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: --purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')",
               file=sys.stderr)
         return 2
-    if not (args.paths or args.connect or args.images):
-        print("kvmtune: error: nothing to fix: give domain XML files, --connect URI or --images",
+    if not (args.paths or args.connect or args.host or args.profile or args.images):
+        print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
     plan = build_plan(args)
