@@ -115,3 +115,15 @@ def test_own_work_is_fast(images: dict[str, Path]) -> None:
         read_image(str(images[name]), runner, [])
         own = time.perf_counter() - t0 - sum(r.duration_s for r in runner.history)
         assert own < 0.1, (name, own)
+
+
+def test_qemu_img_refused_access_is_an_error_not_damage(images: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin" / "qemu-img"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho \"qemu-img: Could not open '$4': Permission denied\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    with pytest.raises(ImageError) as exc:
+        read_image(str(images["sparse.raw"]), Runner(), [])
+    assert str(exc.value) == f"{images['sparse.raw']}: qemu-img cannot open it (permission denied)"

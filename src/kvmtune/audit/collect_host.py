@@ -73,7 +73,8 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
         try:
             img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use)
         except ImageError as exc:
-            if quiet_unreadable and exc.problem.startswith("not readable"):
+            if quiet_unreadable and any(m in exc.problem for m in ("not readable", "permission denied",
+                                                                   "operation not permitted")):
                 skipped.append(w.path)
             else:
                 result.errors.append(str(exc))

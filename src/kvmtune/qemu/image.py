@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kvmtune.audit.context import AuditContext
 
 LOCK_MARKERS = ('get shared "write" lock', "get \"write\" lock", "Is another process using the image")
+ACCESS_MARKERS = ("Permission denied", "Operation not permitted", "timed out")
 NATIVE_FORMATS = ("raw", "qcow2")
 NFS_TYPES = ("nfs", "nfs4")
 
@@ -106,6 +107,13 @@ class DiskImage:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "no error output"
+
+
+def _access_reason(err: str) -> str:
+    for m in ACCESS_MARKERS:
+        if m in err:
+            return m.lower()
+    return err
 
 
 def _is_lock_error(stderr: str) -> bool:
@@ -187,6 +195,8 @@ def read_image(
     if info is None and err and err.startswith("qemu-img: not found"):
         img.info_source = "header"
         _fill_from_header(img, err)
+    elif info is None and err and any(m in err for m in ACCESS_MARKERS):
+        raise ImageError(path, f"qemu-img cannot open it ({_access_reason(err)})")
     elif info is None:
         img.broken = f"qemu-img cannot open it: {err}"
         img.format = _safe_probe(path)
