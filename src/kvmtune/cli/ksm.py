@@ -164,6 +164,7 @@ def render_text(rep: KsmReport, where: str) -> str:
             lines.append(
                 f"  scan rate        {rep.scan_pages_per_s:>14,.0f}   pages/s ({c.get('pages_to_scan')} every "
                 f"{c.get('sleep_millisecs')} ms = {_bytes(rep.scan_pages_per_s * ps)}/s)"
+                + ("" if rep.run == 1 else " when running")
             )
         if rep.ksmd_cpu_percent is not None:
             lines.append(f"  ksmd CPU         {rep.ksmd_cpu_percent:>13.2f}%   of one CPU since ksmd started")
