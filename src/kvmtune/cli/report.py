@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from kvmtune.bench.net.chart import winners, winners_html
 from kvmtune.bench.report import render
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import verdicts
@@ -28,12 +29,21 @@ def run_report(args: argparse.Namespace) -> int:
             run = st.run(rid)
             for c in st.cells(run.id):
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
+        net_html = []
         for accel, cells in sorted(by_accel.items()):
             print(f"[{accel}]")
-            for v in verdicts(cells):
-                print("  " + v.line())
+            net_cells = [c for c in cells if "topology" in c.config]
+            if len(net_cells) < len(cells):
+                for v in verdicts([c for c in cells if "topology" not in c.config]):
+                    print("  " + v.line())
+            if net_cells:  # kvmtune bench net runs: seed 002's summary table
+                for line in winners(net_cells):
+                    print("  seed:002: " + line)
+                net_html.append(f"<h2>Accelerator: {accel}</h2>" + winners_html(net_cells))
         if args.html:
             text = render(st, args.runs)
+            if net_html:
+                text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
                 args.html.write_text(text)
             except OSError as exc:

@@ -153,3 +153,22 @@ def test_compare_cli_draws_the_chart(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "rr1c-1x1--1" in text and "+50.0%" in text
     page = out.read_text()
     assert "data:image/png;base64," in page and "run 2: ovs, MTU 1500" in page
+
+
+def test_winners_table() -> None:
+    from kvmtune.bench.net.chart import winners
+
+    def cell(run: int, topo: str, test: str, pair: int, tps: float, bps: float, mtu: int = 1500) -> CellRow:
+        cfg = {"topology": topo, "mtu": mtu, "hosts": 1, "pairs": 2, "pair": pair, "tunings": {}}
+        return CellRow(run * 100 + pair, run, f"{topo}|{test}", cfg, test, pair, "ok", None, "tcg", 1.0,
+                       {"tps": tps, "throughput_Bps": bps})  # fmt: skip
+
+    cells = []
+    for run, topo, tps, bps in ((1, "bridge", 100.0, 1e6), (2, "ovs", 150.0, 4e6), (3, "ovs", 150.0, 4e6)):
+        for pair in (0, 1):
+            cells += [cell(run, topo, "rr1c-1x1--1", pair, tps, bps), cell(run, topo, "str-readx30k--1", pair, tps, bps)]
+    cells.append(cell(4, "macvtap", "rr1c-1x1--1", 0, 1.0, 1.0, mtu=9000))
+    lines = winners(cells)
+    assert lines[0] == ("MTU 1500, 1 host, 2 pairs: small transactions: ovs (+50% over bridge, 1 test); "
+                        "large transactions: no test in common; streaming: ovs (+300% over bridge, 1 test)")  # fmt: skip
+    assert lines[1].startswith("MTU 9000, 1 host, 2 pairs: small transactions: only macvtap measured")

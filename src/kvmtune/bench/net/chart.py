@@ -17,6 +17,7 @@ speaks of "CPU efficiency".
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,17 +38,18 @@ SUMMED = ("throughput_Bps", "tps", "bytes", "transactions")
 
 
 def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
-    """Per test: pairs summed (throughput, tx/s) or averaged (everything else)."""
-    acc: dict[str, dict[str, list[float]]] = {}
+    """Per test: within a run, pairs summed (throughput, tx/s) or averaged (the rest); then the mean over runs."""
+    per_run: dict[tuple[int, str], dict[str, list[float]]] = {}
     for c in cells:
         if c.status != "ok":
             continue
         for name, value in c.metrics.items():
-            acc.setdefault(c.workload, {}).setdefault(name, []).append(value)
-    return {
-        test: {n: (sum(v) if n in SUMMED else sum(v) / len(v)) for n, v in metrics.items()}
-        for test, metrics in acc.items()
-    }
+            per_run.setdefault((c.run_id, c.workload), {}).setdefault(name, []).append(value)
+    acc: dict[str, dict[str, list[float]]] = {}
+    for (_run, test), metrics in per_run.items():
+        for n, v in metrics.items():
+            acc.setdefault(test, {}).setdefault(n, []).append(sum(v) if n in SUMMED else sum(v) / len(v))
+    return {test: {n: sum(v) / len(v) for n, v in metrics.items()} for test, metrics in acc.items()}
 
 
 def _order(test: str) -> tuple[int, int, str]:
@@ -154,3 +156,64 @@ def compare_net(store: Store, run_a: RunRow, run_b: RunRow) -> tuple[list[Row], 
     """Rows and the text table for two network runs."""
     rows = seed002_rows(store.cells(run_a.id), store.cells(run_b.id))
     return rows, text_table(rows)
+
+
+# --------------------------------------------------------------------------- seed 002's summary table
+
+CATEGORIES = (
+    ("small transactions", ("rr1c-1x1", "rr1c-200x1000"), "tps"),
+    ("large transactions", ("rr1c-1000x30k",), "tps"),
+    ("streaming", ("str-readx30k", "str-writex30k"), "throughput_Bps"),
+)
+
+
+def _label(config: dict[str, Any]) -> str:
+    tune = config.get("tunings") or {}
+    return str(config.get("topology", "?")) + (" " + ",".join(f"{k}={v}" for k, v in tune.items()) if tune else "")
+
+
+def winners(cells: Sequence[CellRow]) -> list[str]:
+    """Seed 002's final table from stored network cells (one accelerator): per MTU, host count and pairs,
+    which topology moved the most small transactions, large transactions and streaming data.
+
+    Scores are geometric means over the tests every compared topology ran (transactions/s for the
+    request/response workloads, bytes/s for streaming), pairs summed.
+    """
+    groups: dict[tuple[int, int, int], dict[str, list[CellRow]]] = {}
+    for c in cells:
+        if c.status != "ok" or "topology" not in c.config:
+            continue
+        g = (int(c.config.get("mtu", 0)), int(c.config.get("hosts", 0)), int(c.config.get("pairs", 0)))
+        groups.setdefault(g, {}).setdefault(_label(c.config), []).append(c)
+    out = []
+    for (mtu, hosts, pairs), by_topo in sorted(groups.items()):
+        agg = {topo: aggregate(cs) for topo, cs in by_topo.items()}
+        parts = []
+        for name, workloads, metric in CATEGORIES:
+            tests = [t for t in set.intersection(*(set(a) for a in agg.values())) if t.partition("--")[0] in workloads]
+            scores = {}
+            for topo, a in agg.items():
+                vals = [a[t].get(metric, 0.0) for t in tests]
+                if vals and all(v > 0 for v in vals):
+                    scores[topo] = math.exp(sum(math.log(v) for v in vals) / len(vals))
+            if not scores:
+                parts.append(f"{name}: {'no test in common' if len(agg) > 1 else 'not measured'}")
+                continue
+            ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+            if len(ranked) == 1:
+                parts.append(f"{name}: only {ranked[0][0]} measured")
+            else:
+                (best, s1), (second, s2) = ranked[0], ranked[1]
+                n = f"{len(tests)} test{'s' if len(tests) > 1 else ''}"
+                parts.append(f"{name}: {best} (+{100 * (s1 / s2 - 1):.0f}% over {second}, {n})")
+        out.append(f"MTU {mtu}, {hosts} host{'s' if hosts > 1 else ''}, {pairs} pair{'s' if pairs > 1 else ''}: "
+                   + "; ".join(parts))  # fmt: skip
+    return out
+
+
+def winners_html(cells: Sequence[CellRow]) -> str:
+    lines = winners(cells)
+    if not lines:
+        return ""
+    return ("<h3>Network: which topology won (seed 002's summary)</h3>"
+            + "".join(f"<p class='verdict'>{html.escape(line)}</p>" for line in lines))  # fmt: skip
