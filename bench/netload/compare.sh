@@ -48,6 +48,7 @@ wait_port() { # wait until something listens on $1
 "$NETLOAD" serve --listen "$HOST:$NL_PORT" -q >"$work/nl-serve.log" 2>&1 &
 pids+=($!)
 sockperf sr --tcp -i "$HOST" -p "$SP_PORT" >"$work/sp-serve.log" 2>&1 &
+sp_pid=$!
 pids+=($!)
 iperf3 -s -p "$IP_PORT" -B "$HOST" >"$work/ip-serve.log" 2>&1 &
 pids+=($!)
@@ -63,7 +64,13 @@ echo "== round-robin: ${ROUNDS} rounds of ${DURATION}s each (netload and the ref
 # The machine may be shared: every round runs netload and the reference
 # back to back (alternating which goes first), and the summary uses the
 # ratio within each round as well as medians over rounds.
-sp_run() { sockperf pp --tcp -i "$HOST" -p "$SP_PORT" -m "$SP_SIZE" -t "$DURATION" >"$work/sp-$1.txt" 2>&1; }
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+sp_run() {
+  local t0; t0=$(proc_ticks "$sp_pid")
+  /usr/bin/time -f "CPU %U %S" -o "$work/sp-time-$1.txt" \
+    sockperf pp --tcp -i "$HOST" -p "$SP_PORT" -m "$SP_SIZE" -t "$DURATION" >"$work/sp-$1.txt" 2>&1
+  echo "$(( $(proc_ticks "$sp_pid") - t0 ))" >"$work/sp-srvticks-$1.txt"
+}
 ip_run() { iperf3 -c "$HOST" -p "$IP_PORT" -l 30720 -t "$DURATION" -J >"$work/ip-$1.json"; }
 for r in $(seq "$ROUNDS"); do
   cut -d' ' -f1 /proc/loadavg >"$work/load-$r.txt"
@@ -103,6 +110,7 @@ def med(v): return statistics.median(v) if v else float("nan")
 res = {"rounds": rounds, "host": platform.node(), "kernel": platform.release(), "ncpu": os.cpu_count()}
 nl_tps, nl14_tps, sp_tps, nl_bps, ip_bps = [], [], [], [], []
 nl_lat, sp_lat = [], []
+nl_cpu_txn, sp_cpu_txn, nl_cpu_gb, ip_cpu_gb = [], [], [], []
 for r in range(1, rounds + 1):
     d = load(f"rr1x1-{r}.json"); s = d["summary"]
     nl_tps.append(s["transactions_per_s"]); nl_lat.append(s["txn_time_ns"])
@@ -116,9 +124,21 @@ for r in range(1, rounds + 1):
     avg = float(re.search(r"avg-latency=([\d.]+)", txt).group(1))
     # sockperf prints half the round trip by default: double it to compare with a transaction
     sp_lat.append({"avg": 2*avg, "min": 2*mn, "p50": 2*pct["50.000"], "p90": 2*pct["90.000"], "p99": 2*pct["99.000"], "p99_9": 2*pct["99.900"], "max": 2*mx})
-    nl_bps.append(load(f"strw-{r}.json")["summary"]["throughput_bits_per_s"])
+    nl_cpu_txn.append((d["cpu"]["client"]["process_cpu_us_per_txn"], d["cpu"]["server"]["process_cpu_us_per_txn"]))
+    total = re.search(r"\[Total Run\].*SentMessages=(\d+)", txt)
+    u, s_ = map(float, re.search(r"CPU ([\d.]+) ([\d.]+)", open(os.path.join(work, f"sp-time-{r}.txt")).read()).groups())
+    srv_s = int(open(os.path.join(work, f"sp-srvticks-{r}.txt")).read()) / 100
+    n = int(total.group(1)) if total else int(m.group(2))
+    sp_cpu_txn.append(((u + s_) * 1e6 / n, srv_s * 1e6 / n))
+    dw = load(f"strw-{r}.json")
+    nl_bps.append(dw["summary"]["throughput_bits_per_s"])
+    gb = dw["summary"]["bytes"] / 1e9
+    nl_cpu_gb.append((dw["cpu"]["client"]["process_cpu_s"] / gb, dw["cpu"]["server"]["process_cpu_s"] / gb))
     ip = load(f"ip-{r}.json")
     ip_bps.append(ip["end"]["sum_received"]["bits_per_second"])
+    secs = ip["end"]["sum_received"]["seconds"]; igb = ip["end"]["sum_received"]["bytes"] / 1e9
+    cu = ip["end"]["cpu_utilization_percent"]
+    ip_cpu_gb.append((cu["host_total"] / 100 * secs / igb, cu["remote_total"] / 100 * secs / igb))
 def lat_med(rows, key, scale):
     return med([row[key] * scale for row in rows])
 keys = ["avg", "min", "p50", "p90", "p99", "p99_9", "max"]
@@ -132,6 +152,11 @@ res["rr"] = {
     "netload_txn_time_us": {k: lat_med(nl_lat, k, 1e-3) for k in keys},
     "sockperf_rtt_us": {k: lat_med(sp_lat, k, 1) for k in keys},
 }
+pm = lambda rows, i: med([row[i] for row in rows])
+res["rr"]["cpu_us_per_txn"] = {"netload_client": pm(nl_cpu_txn, 0), "netload_server": pm(nl_cpu_txn, 1),
+                               "sockperf_client": pm(sp_cpu_txn, 0), "sockperf_server": pm(sp_cpu_txn, 1)}
+res["stream_cpu_s_per_gb"] = {"netload_client": pm(nl_cpu_gb, 0), "netload_server": pm(nl_cpu_gb, 1),
+                              "iperf3_client": pm(ip_cpu_gb, 0), "iperf3_server": pm(ip_cpu_gb, 1)}
 res["stream"] = {"netload_str-writex30k_bps": nl_bps, "iperf3_l30720_bps": ip_bps, "ratio": med(nl_bps) / med(ip_bps),
                  "round_ratios": pair(nl_bps, ip_bps)}
 def hwm(path):
@@ -165,10 +190,16 @@ print(f"  per-round ratio 1x1/sockperf: median {med(rr1):.2f} (min {min(rr1):.2f
 print("  transaction time / round trip (us):   " + "  ".join(f"{k:>6}" for k in keys))
 print("    netload rr1c-1x1                    " + "  ".join(f"{rr['netload_txn_time_us'][k]:6.1f}" for k in keys))
 print("    sockperf (2 x its one-way figure)   " + "  ".join(f"{rr['sockperf_rtt_us'][k]:6.1f}" for k in keys))
+c = res["rr"]["cpu_us_per_txn"]
+print(f"  CPU per transaction (us): netload client {c['netload_client']:.1f} server {c['netload_server']:.1f};"
+      f" sockperf client {c['sockperf_client']:.1f} server {c['sockperf_server']:.1f}")
 print(f"\nStream, 30 KiB writes, 1 connection")
 print(f"  netload str-writex30k--1 {med(nl_bps)/1e9:8.2f} Gb/s   ({st['ratio']:.2f}x iperf3)")
 print(f"  iperf3 -l 30720          {med(ip_bps)/1e9:8.2f} Gb/s (receiver)")
 print(f"  per-round ratio: median {med(sr):.2f} (min {min(sr):.2f}, max {max(sr):.2f})")
+c = res["stream_cpu_s_per_gb"]
+print(f"  CPU-s per GB: netload client {c['netload_client']:.3f} server {c['netload_server']:.3f};"
+      f" iperf3 client {c['iperf3_client']:.3f} server {c['iperf3_server']:.3f}")
 print("\n250 users")
 for w, v in res["users250"].items():
     if "client_vmhwm_bytes" not in v:

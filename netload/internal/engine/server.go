@@ -370,5 +370,8 @@ func (ss *session) endStep(rs *runningStep, targets []int64, readErr chan error)
 	case <-rs.done:
 	case <-time.After(5 * time.Second):
 	}
+	if short == 0 {
+		return fmt.Errorf("server strands did not stop within %v after the client stopped", ss.srv.StepGrace)
+	}
 	return fmt.Errorf("%d server strands had not reached the client's transaction count %v after the client stopped", short, ss.srv.StepGrace)
 }
