@@ -76,30 +76,46 @@ def test_one_pair_both_directions(guest_env: tuple[Path, ProbeGuest, str], kind:
     assert_nothing_left(runid, work / "net" / runid)  # QEMU's command line names the run directory
 
 
-def test_killed_bench_then_cleanup(guest_env: tuple[Path, ProbeGuest, str], tmp_path: Path) -> None:
-    work, _, netload = guest_env
+def _bench_with_guests_running(work: Path, netload: str, db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``kvmtune bench net`` over OVS; return once both QEMUs and both OVS daemons run."""
     before = set(namespaces())
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvmtune", "bench", "net", "--topology", "ovs", "--tests", "str-readx30k--1",
-         "--duration", "60", "--accel", "tcg", "--workdir", str(work), "--netload", netload, "--db", str(tmp_path / "r.db")],
+         "--duration", "60", "--accel", "tcg", "--workdir", str(work), "--netload", netload, "--db", str(db)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     ours: list[str] = []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # wait until both QEMUs run in the run's namespaces
-        ours = [n for n in namespaces() if n not in before and n.startswith("kvmtune-")]
+        ours = [n for n in namespaces() if n not in before and n.startswith("kvmtune-")
+                and (work / "net" / n.split("-")[1]).is_dir()]  # fmt: skip
         if ours and len(processes_mentioning(str(work / "net"))) >= 4:  # 2 OVS daemons + 2 QEMU
             break
         time.sleep(0.5)
     else:
         proc.kill()
         pytest.fail(f"bench net did not get its guests running: {proc.stderr.read() if proc.stderr else ''}")
+    return proc, ours[0].split("-")[1]
+
+
+def test_killed_bench_then_cleanup(guest_env: tuple[Path, ProbeGuest, str], tmp_path: Path) -> None:
+    work, _, netload = guest_env
+    proc, runid = _bench_with_guests_running(work, netload, tmp_path / "r.db")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    runid = ours[0].split("-")[1]
     assert processes_mentioning(f"{work}/net/{runid}")  # QEMU and OVS outlived the killed run
     res = subprocess.run([sys.executable, "-m", "kvmtune", "net", "cleanup", "--workdir", str(work)],
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "qemu-system" in res.stdout and "ovs-vswitchd" in res.stdout
     assert_nothing_left(runid, work / "net" / runid)
+
+
+def test_ctrl_c_bench_leaves_nothing(guest_env: tuple[Path, ProbeGuest, str], tmp_path: Path) -> None:
+    work, _, netload = guest_env
+    proc, runid = _bench_with_guests_running(work, netload, tmp_path / "r.db")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert_nothing_left(runid, work / "net" / runid)
+    with Store(tmp_path / "r.db") as st:
+        assert st.runs()[-1].status == "partial"

@@ -112,7 +112,7 @@ def chart_png(rows: Sequence[Row], title: str) -> str:
         ax.bar(xs, ys, width, label=label, color=COLORS[i])
     ax.axhline(0, color="#333", linewidth=0.8)
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.test for r in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([r.test.replace("--", "-\u200b-") for r in rows], rotation=60, ha="right", fontsize=7)  # no en dash
     ax.set_ylabel("% difference, positive = B better")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.32))
