@@ -59,8 +59,9 @@ def run_net_cli(args: argparse.Namespace) -> int:
     from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.net.bench import NetBenchContext, environment, find_netload, run_net
 
-    if args.duration <= 0 or args.memory < 128 or args.smp < 1:
-        raise InputError("--duration/--memory/--smp", "duration must be > 0, memory ≥ 128 MiB, smp ≥ 1")
+    if args.duration <= 0 or args.memory < 384 or args.smp < 1:
+        # the probe guest's initramfs (fio, netload, modules) unpacks to ~100 MB in guest RAM
+        raise InputError("--duration/--memory/--smp", "duration must be > 0, memory ≥ 384 MiB, smp ≥ 1")
     spec = TopologySpec(args.topology, pairs=args.pairs, hosts=args.hosts, mtu=args.mtu,
                         ovs_datapath=args.ovs_datapath, vhost=args.vhost)  # fmt: skip
     spec.validate()
