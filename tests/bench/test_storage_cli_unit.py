@@ -96,7 +96,7 @@ def test_report_keeps_accelerators_apart(tmp_path: Path, capsys: pytest.CaptureF
     out_html = tmp_path / "r.html"
     assert cli.main(["report", "1", "2", "--db", str(db), "--html", str(out_html)]) == 0
     out = capsys.readouterr().out
-    assert out.count("3.00× slower than with metadata preallocation") == 2  # once per accelerator
+    assert out.count("3.00× slower (fs-randwrite-4k, bus ide: 100 vs 300 IOPS) than with metadata") == 2  # once per accelerator
     text = out_html.read_text()
     assert "Accelerator: kvm" in text and "Accelerator: tcg" in text
     assert "no number is compared across them" in text

@@ -143,7 +143,7 @@ def test_ffsb_subset_with_two_schedulers(workdir: Path, tmp_path: Path, capsys: 
         assert len(cells) == 2 * 2 and all(c.status == "ok" for c in cells)
         assert {c.config["sched"] for c in cells} == {"mq-deadline", "bfq"}
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "f.html")]) == 0
-    assert "mq-deadline is" in capsys.readouterr().out
+    assert "mq-deadline in the guest delivers" in capsys.readouterr().out
     assert "FFSB operations: throughput against threads" in (tmp_path / "f.html").read_text()
 
 

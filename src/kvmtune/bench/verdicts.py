@@ -42,30 +42,40 @@ def _pick(cells: Sequence[CellRow], metric: str, workloads: Sequence[str], **cfg
 WRITE_WORKLOADS = ("fs-randwrite-4k", "randwrite-4k", "qemu-img-write-4k")
 
 
+def _slower(r: float) -> str:
+    """'2.50× slower' for r ≥ 1, '2.50× faster' for r < 1 (r = reference / subject)."""
+    return f"{r:.2f}× slower" if r >= 1 else f"{1 / r:.2f}× faster"
+
+
+BUS_ORDER = ("ide", "virtio-blk", "virtio-scsi", "nvme", "none")
+
+
 def seed003_prealloc(cells: Sequence[CellRow]) -> Verdict:
     claim = "qcow2 without preallocation under write-through is about 5× slower than with metadata preallocation"
-    for bus in ("ide", "virtio-blk", "virtio-scsi", "nvme", "none"):
+    parts: list[str] = []
+    first: float | None = None
+    for bus in BUS_ORDER:
         off = _pick(cells, "iops", WRITE_WORKLOADS, fmt="qcow2", prealloc="off", cache="writethrough", bus=bus)
         if off is None:
             continue
         meta = _pick(cells, "iops", [off[0]], fmt="qcow2", prealloc="metadata", cache="writethrough", bus=bus)
-        if meta is None or off[1] <= 0:
+        if meta is None or off[1] <= 0 or meta[1] <= 0:
             continue
         r = meta[1] / off[1]
+        first = r if first is None else first
         where = "qemu-img bench" if bus == "none" else f"bus {bus}"
-        return Verdict(
-            "seed:003",
-            claim,
-            f"on this host qcow2+write-through without preallocation is {r:.2f}× slower than with metadata "
-            f"preallocation ({off[0]}, {where}: {off[1]:,.0f} vs {meta[1]:,.0f} IOPS)",
-            r,
-        )
-    return Verdict("seed:003", claim, None, hint="run --preset seed-003 or --quick")
+        parts.append(f"{_slower(r)} ({off[0]}, {where}: {off[1]:,.0f} vs {meta[1]:,.0f} IOPS)")
+    if not parts:
+        return Verdict("seed:003", claim, None, hint="run --preset seed-003 or --quick")
+    text = "on this host qcow2+write-through without preallocation is " + "; ".join(parts)
+    return Verdict("seed:003", claim, text + " than with metadata preallocation", first)
 
 
 def seed003_raw_vs_qcow2(cells: Sequence[CellRow]) -> Verdict:
     claim = "with cache=none, qcow2 without metadata preallocation is 5× slower than raw; with it the two tie"
-    for bus in ("ide", "virtio-blk", "virtio-scsi", "nvme", "none"):
+    parts: list[str] = []
+    first: float | None = None
+    for bus in BUS_ORDER:
         raw = _pick(cells, "iops", WRITE_WORKLOADS, fmt="raw", prealloc="off", cache="none", bus=bus)
         if raw is None:
             continue
@@ -73,12 +83,16 @@ def seed003_raw_vs_qcow2(cells: Sequence[CellRow]) -> Verdict:
         q_meta = _pick(cells, "iops", [raw[0]], fmt="qcow2", prealloc="metadata", cache="none", bus=bus)
         if q_off is None or q_off[1] <= 0:
             continue
-        text = f"raw is {raw[1] / q_off[1]:.2f}× qcow2 without preallocation"
+        r = raw[1] / q_off[1]
+        first = r if first is None else first
+        text = f"qcow2 without preallocation is {_slower(r)} than raw"
         if q_meta is not None and q_meta[1] > 0:
-            text += f" and {raw[1] / q_meta[1]:.2f}× qcow2 with metadata preallocation"
+            text += f", with metadata preallocation {_slower(raw[1] / q_meta[1])}"
         where = "qemu-img bench" if bus == "none" else f"bus {bus}"
-        return Verdict("seed:003", claim, f"on this host, cache=none, {raw[0]}, {where}: {text}", raw[1] / q_off[1])
-    return Verdict("seed:003", claim, None, hint="run --preset seed-003 or --quick")
+        parts.append(f"{where}, {raw[0]}: {text}")
+    if not parts:
+        return Verdict("seed:003", claim, None, hint="run --preset seed-003 or --quick")
+    return Verdict("seed:003", claim, "on this host, cache=none: " + "; ".join(parts), first)
 
 
 def seed000_virtio_vs_ide(cells: Sequence[CellRow]) -> Verdict:
@@ -91,7 +105,8 @@ def seed000_virtio_vs_ide(cells: Sequence[CellRow]) -> Verdict:
             return Verdict(
                 "seed:000",
                 claim,
-                f"on this host virtio-blk is {r:.2f}× IDE on {w} ({v[1] / 1e6:.1f} vs {i[1] / 1e6:.1f} MB/s)",
+                f"on this host virtio-blk delivers {r:.2f}× the throughput of IDE on {w} "
+                f"({v[1] / 1e6:.1f} vs {i[1] / 1e6:.1f} MB/s)",
                 r,
             )
     return Verdict("seed:000", claim, None, hint="run --preset ffsb (or any matrix with --bus virtio-blk,ide)")
@@ -110,7 +125,8 @@ def seed000_deadline_vs_cfq(cells: Sequence[CellRow]) -> Verdict:
             return Verdict(
                 "seed:000",
                 claim,
-                f"on this host mq-deadline is {r:.2f}× BFQ in the guest on {w} ({d[1] / 1e6:.1f} vs {b[1] / 1e6:.1f} MB/s)",
+                f"on this host mq-deadline in the guest delivers {r:.2f}× the throughput of BFQ on {w} "
+                f"({d[1] / 1e6:.1f} vs {b[1] / 1e6:.1f} MB/s)",
                 r,
             )
     return Verdict("seed:000", claim, None, hint="run --preset ffsb --sched mq-deadline,bfq")
