@@ -190,6 +190,9 @@ func remoteAddr(s string) (string, error) {
 	if strings.ContainsAny(h, " /") {
 		return "", fmt.Errorf("bad remote %q", s)
 	}
+	if strings.Count(h, ":") > 1 && net.ParseIP(h) == nil {
+		return "", fmt.Errorf("bad remote %q: write an IPv6 address with a port as [ADDR]:PORT", s)
+	}
 	return net.JoinHostPort(h, strconv.Itoa(DefaultPort)), nil
 }
 

@@ -147,6 +147,7 @@ func TestBadInput(t *testing.T) {
 		{"bad flag", []string{"run", "--nosuchflag"}, exitUsage, "flag provided but not defined"},
 		{"no profile at all", []string{"run", "--remote", "127.0.0.1"}, exitUsage, "give a profile file or --workload"},
 		{"bad remote", []string{"run", "--workload", "rr1c-1x1", "--remote", "127.0.0.1:99999"}, exitUsage, "bad remote"},
+		{"ambiguous ipv6 remote", []string{"run", "--workload", "rr1c-1x1", "--remote", "::1:20591"}, exitUsage, "[ADDR]:PORT"},
 		{"unset variable", []string{"run", writeFile(t, "v.xml", strings.Replace(good, "127.0.0.1", "$netload_test_unset", 1))}, exitUsage, "variable $netload_test_unset is not set"},
 	}
 	for _, c := range cases {
