@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,3 +17,45 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(f"corpus not found at {CORPUS}")
     return CORPUS
+HOSTS = REPO / "tests" / "fixtures" / "hosts"
+
+
+def variant(base: str, tmp: Path, edits: dict[str, str | bytes | None]) -> Path:
+    """Copy a fixture host tree and change files in it (None deletes; a str or bytes replaces)."""
+    root = tmp / f"{base}-variant"
+    shutil.copytree(HOSTS / base, root, symlinks=True)
+    for path, content in edits.items():
+        p = root / path.lstrip("/")
+        if content is None:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+    return root
+
+
+@pytest.fixture
+def make_variant(tmp_path: Path) -> Callable[[str, dict[str, str | bytes | None]], Path]:
+    def make(base: str, edits: dict[str, str | bytes | None]) -> Path:
+        return variant(base, tmp_path, edits)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def libvirt_uri() -> Iterator[str]:
+    """A real libvirtd on qemu:///system, started by the project's own script if needed."""
+    libvirt = pytest.importorskip("libvirt")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "services.sh"), "libvirtd-start"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    yield "qemu:///system"

@@ -35,18 +35,3 @@ def in_tmp(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         os.chdir(old)
-
-
-@pytest.fixture(scope="session")
-def libvirt_uri() -> str:
-    """A real libvirtd on qemu:///system, started by the project's own script if needed."""
-    import subprocess
-
-    from fixhelpers import REPO
-
-    libvirt = pytest.importorskip("libvirt")
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "services.sh"), "libvirtd-start"],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    libvirt.registerErrorHandler(lambda _c, _e: None, None)
-    return "qemu:///system"

@@ -3,6 +3,8 @@ so redefining it loses nothing) and ``defineXML``. Never touches a running guest
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.domain.connection import _first_line, _libvirt
@@ -70,3 +72,21 @@ def define(conn: Any, xml: str, what: str) -> Any:
         return conn.defineXMLFlags(xml, flags)
     except libvirt.libvirtError as exc:
         raise LibvirtError(f"{what}: libvirt rejected the new definition: {_first_line(exc)}") from None
+
+
+@dataclass
+class Connections:
+    """Read-write libvirt connections opened on first use, one per URI, closed together."""
+
+    _conns: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+
+    def libvirt(self, uri: str) -> Any:
+        if uri not in self._conns:
+            self._conns[uri] = open_rw(uri)
+        return self._conns[uri]
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._conns.clear()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
 from kvmtune.fix.files import FileState, make_dirs, read_state, temp_name, write_atomic
+from kvmtune.fix.libvirt_rw import Connections
 
 if TYPE_CHECKING:
     from kvmtune.fix.journal import Journal
@@ -28,26 +29,10 @@ class ApplyError(KvmtuneError):
 
 
 @dataclass
-class ApplyContext:
+class ApplyContext(Connections):
     journal: Journal
     runner: Runner
     purge_backups: bool = False
-    _conns: dict[str, Any] = field(default_factory=dict)
-
-    def libvirt(self, uri: str) -> Any:
-        if uri not in self._conns:
-            from kvmtune.fix.libvirt_rw import open_rw
-
-            self._conns[uri] = open_rw(uri)
-        return self._conns[uri]
-
-    def close(self) -> None:
-        for conn in self._conns.values():
-            try:
-                conn.close()
-            except Exception:
-                pass
-        self._conns.clear()
 
 
 def b64(data: bytes | None) -> str | None:

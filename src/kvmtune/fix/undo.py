@@ -18,6 +18,7 @@ from typing import Any
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import read_state, remove_file, write_atomic
 from kvmtune.fix.journal import Journal
+from kvmtune.fix.libvirt_rw import Connections
 from kvmtune.fix.plan import normalise, read_value, unb64, write_value
 from kvmtune.runner import Runner, default_runner
 
@@ -27,23 +28,10 @@ class UndoConflict(KvmtuneError):
 
 
 @dataclass
-class UndoContext:
+class UndoContext(Connections):
     runner: Runner
     force: bool = False
     done: list[str] = field(default_factory=list)
-    _conns: dict[str, Any] = field(default_factory=dict)
-
-    def libvirt(self, uri: str) -> Any:
-        if uri not in self._conns:
-            from kvmtune.fix.libvirt_rw import open_rw
-
-            self._conns[uri] = open_rw(uri)
-        return self._conns[uri]
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            with contextlib.suppress(Exception):
-                c.close()
 
 
 def _undo_file(e: dict[str, Any], ctx: UndoContext) -> None:
