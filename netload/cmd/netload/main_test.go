@@ -373,3 +373,51 @@ func TestWorkloadsAndProfileCommands(t *testing.T) {
 		t.Fatal(r.stdout)
 	}
 }
+
+// A client that hangs (stopped) is dropped by the server after its peer
+// timeout, and the server takes the next run.
+func TestServerDropsHungClient(t *testing.T) {
+	addr := freePort(t)
+	logPath := filepath.Join(t.TempDir(), "serve.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	srv := exec.Command(bin, "serve", "--listen", addr, "--peer-timeout", "1s")
+	srv.Stderr = logf
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := exec.Command(bin, "run", "--workload", "rr1c-1x1--2", "--duration", "60s", "--remote", addr, "-q")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Signal(syscall.SIGCONT); c.Process.Kill(); c.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+	c.Process.Signal(syscall.SIGSTOP)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(logPath)
+		if strings.Contains(string(b), "lost") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not drop the stopped client within 5 s:\n%s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := runBin(t, 30*time.Second, "run", "--workload", "rr1c-1x1--2", "--iterations", "200", "--remote", addr, "--json")
+	var d doc
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || r.code != exitOK || d.Summary.Transactions != 400 {
+		t.Fatalf("next run after a hung client: exit %d, %v, %+v, %s", r.code, err, d.Summary, r.stderr)
+	}
+}

@@ -39,10 +39,14 @@ func Listen(host string, port, wndsz int, runID uint32, fatal func(error)) (*Acc
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), Explain(err))
 	}
+	return newAcceptor(ln, runID, fatal), nil
+}
+
+func newAcceptor(ln net.Listener, runID uint32, fatal func(error)) *Acceptor {
 	a := &Acceptor{ln: ln, runID: runID, fatal: fatal, mailbox: map[Key]chan net.Conn{}}
 	a.wg.Add(1)
 	go a.loop()
-	return a, nil
+	return a
 }
 
 // Port is the listening port.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -159,5 +162,32 @@ func TestAcceptorRoutesByHeader(t *testing.T) {
 	}
 	if fatal != nil {
 		t.Fatal(fatal)
+	}
+}
+
+// emfileListener fails every Accept the way a process out of descriptors does.
+type emfileListener struct{ net.Listener }
+
+func (l emfileListener) Accept() (net.Conn, error) {
+	return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+}
+
+func TestAcceptorOutOfDescriptors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	a := newAcceptor(emfileListener{ln}, 1, func(e error) { got <- e })
+	defer a.Close()
+	select {
+	case e := <-got:
+		for _, want := range []string{"too many open files", "ulimit -n"} {
+			if !strings.Contains(e.Error(), want) {
+				t.Errorf("%q does not mention %q", e, want)
+			}
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("EMFILE on accept was not reported")
 	}
 }
