@@ -9,7 +9,7 @@ from kvmtune.audit.engine import AuditResult
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.cmdline import guest_from_text, split_proc_cmdline, guest_from_argv
+from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
 

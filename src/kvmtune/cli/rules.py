@@ -25,7 +25,7 @@ def run_list(args: argparse.Namespace) -> int:
     for r in all_rules():
         if args.topic and r.topic != args.topic:
             continue
-        print(f"{r.id:12} {str(r.severity):8} {r.scope:6} {r.topic:20} {r.slug:32} {r.title}")
+        print(f"{r.id:12} {r.severity!s:8} {r.scope:6} {r.topic:20} {r.slug:32} {r.title}")
     return 0
 
 

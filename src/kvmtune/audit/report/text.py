@@ -48,7 +48,7 @@ def render_text(result: AuditResult, color: bool = False) -> str:
     for err in result.errors:
         out.append(f"error: {err}")
     counts = Counter(f.severity for f in result.findings)
-    parts = [f"{counts[s]} {str(s)}" for s in sorted(Severity, reverse=True) if counts[s]]
+    parts = [f"{counts[s]} {s!s}" for s in sorted(Severity, reverse=True) if counts[s]]
     targets = len({(f.target.host, f.target.domain) for f in result.findings})
     summary = f"{len(result.findings)} findings" + (f" ({', '.join(parts)})" if parts else "")
     summary += f" on {targets} target(s); {len(result.guests)} guest(s) audited"
