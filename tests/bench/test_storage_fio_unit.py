@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,23 @@ def test_saved_guest_jobs_have_one_size_and_wait_for_the_real_job() -> None:
     assert pw is not None and pr is not None and len(pw.encode()) == len(pr.encode()) == fiomod.PADDED_JOB_SIZE
     assert pw.startswith(fiomod.WAIT_MARK) and not pr.startswith(fiomod.WAIT_MARK)
     assert "KVMTUNE-READY" in wait and "sh /tmp/job-restored.sh" in wait and "randread" not in wait
+    # pre-started fio processes wait on FIFOs; the real job feeds them an ini job and reads their exit code
+    assert wait.index("mkfifo /tmp/kvw/$n.ini") < wait.index("KVMTUNE-READY")
+    assert 'ini "$name" "$@" > /tmp/kvw/$slot.ini; read rc < /tmp/kvw/$slot.done' in real
     assert fiomod.pad_job("x" * (fiomod.PADDED_JOB_SIZE + 1)) is None
     for text in (pw, pr):
         assert subprocess.run(["sh", "-n"], input=text, capture_output=True, text=True).returncode == 0
+
+
+def test_ini_conversion_in_the_guest_shell_gives_a_job_fio_accepts(tmp_path: Path) -> None:
+    real = fiomod.job_script(fiomod.GuestJob("vda", [], [], 1.0, 64))
+    ini_fn = next(ln for ln in real.splitlines() if ln.startswith("ini()"))
+    args = fiomod.fio_args(fiomod.BASIC["randrw-8k"], str(tmp_path / "f.dat"), 0.2, 8, on_fs=False)
+    args = [a for a in args if not a.startswith(("--ioengine", "--direct"))] + ["--ioengine=psync"]
+    script = ini_fn + "\nini randrw-8k " + " ".join(args) + "\n"
+    ini = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert ini.startswith("[randrw-8k]\nname=randrw-8k\n") and "\ntime_based\n" in ini
+    (tmp_path / "job.ini").write_text(ini)
+    res = subprocess.run(["fio", "--output-format=json", str(tmp_path / "job.ini")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert fiomod.parse_fio_json(res.stdout)["iops"] > 0

@@ -46,6 +46,10 @@ OPTIONAL_MODULES = ("bfq", "kyber_iosched", "nvme", "virtio_net")
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 # busybox applets the init and the job scripts use
 APPLETS = (
+    "mkfifo",
+    "kill",
+    "mv",
+    "touch",
     "sh",
     "mount",
     "umount",
