@@ -88,6 +88,7 @@ def test_job_script_loads_modules_waits_for_disk_and_marks_each_workload() -> No
     )  # fmt: skip
     s = fiomod.job_script(job)
     assert s.index("virtio.ko") < s.index("virtio_blk.ko") < s.index("DEV=/dev/vda")
+    assert "[ -d /sys/module/virtio_blk ] || insmod /lib/modules/kernel/drivers/block/virtio_blk.ko" in s
     assert "echo mq-deadline > /sys/block/vda/queue/scheduler" in s
     assert "mke2fs -q -F -t ext4" in s and "mount $DEV /mnt" in s
     assert "run randwrite-4k --name=randwrite-4k" in s and "--filename=$DEV" in s

@@ -180,11 +180,16 @@ class GuestJob:
     mkfs: str = "mke2fs"
 
 
+def _modname(path: str) -> str:
+    return path.rsplit("/", 1)[-1].split(".ko", 1)[0].replace("-", "_")
+
+
 def _preamble(job: GuestJob) -> list[str]:
     """Load the bus's modules and wait for the disk."""
     return [
         "u() { cut -d' ' -f1 /proc/uptime; }",
-        *(f"insmod /lib/modules/{shlex.quote(m)} 2>/dev/null" for m in job.modules),
+        # skip modules already loaded (a restored guest has them): insmod reads the whole file first
+        *(f"[ -d /sys/module/{_modname(m)} ] || insmod /lib/modules/{shlex.quote(m)} 2>/dev/null" for m in job.modules),
         f"DEV=/dev/{job.dev}",
         "i=0; while [ ! -b $DEV ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done",
         '[ -b $DEV ] || { echo "KVMTUNE-FATAL disk $DEV did not appear in the guest"; exit 1; }',
