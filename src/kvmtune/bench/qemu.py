@@ -278,6 +278,9 @@ class GuestRun:
                     raise KvmtuneError(f"saving the probe guest failed ({info.get('error-desc', status)})")
                 time.sleep(0.02)
             q.execute("quit")
+        except BaseException:
+            part.unlink(missing_ok=True)  # Ctrl-C or failure half-way: no partial state left
+            raise
         finally:
             q.close()
         part.replace(path)
