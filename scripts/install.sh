@@ -21,7 +21,7 @@ PACKAGES=(
   qemu-system-x86 qemu-utils
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd kmod
-  openvswitch-switch iproute2 nftables fdisk iperf3 sockperf
+  openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
