@@ -44,3 +44,16 @@ def test_text_report_names_the_host(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--host", "--root", str(HOSTS / "nvme-modern")]) == 0
     out = capsys.readouterr().out
     assert "host nvme-modern" in out and "0 findings" in out and "host audited" in out
+
+
+def test_default_audit_without_guests_falls_back_to_the_examples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "host"
+    (root / "proc").mkdir(parents=True)  # no /proc/<pid>: no running guest
+    (root / "proc" / "meminfo").write_text("MemTotal:       16384000 kB\n")
+    code, doc = run(["--root", str(root)], capsys)
+    assert code == 0
+    assert "no guests on this host: auditing the bundled example domains instead" in doc["looked_at"]
+    assert not any(line.startswith("libvirt ") for line in doc["looked_at"])  # not this machine's libvirt
+    assert any(f["target"]["domain"] == "web01-legacy" for f in doc["findings"])

@@ -69,13 +69,13 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
     for collector in EXTRA_COLLECTORS:
         collector.collect(args, ctx, result, explicit)
     if not explicit:
-        found = collect.add_libvirt(DEFAULT_URI, result, required=False)
+        found = 0
+        if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
+            found += collect.add_libvirt(DEFAULT_URI, result, required=False)
         found += collect.add_running(ctx.host, result)
-        if not found and not result.host_audited:
-            result.looked_at.append("this host has no guests: auditing the bundled examples instead")
+        if not found:
+            result.looked_at.append("no guests on this host: auditing the bundled example domains instead")
             collect.add_domain_files([str(EXAMPLES)], result)
-        elif not found:
-            result.looked_at.append("this host has no guests")
     for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
         after = getattr(collector, "after_guests", None)
         if after is not None:
