@@ -7,10 +7,12 @@ Kept short for CI: 256 MiB disks, 1 s workloads, a subset of each preset's matri
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +35,12 @@ SMALL = ["--runtime", "1", "--disk-size", "256", "--boot-timeout", "40"]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kvmtune-work")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    wd = tmp_path_factory.mktemp("kvmtune-work")
+    yield wd
+    # saved guests are ~250 MB each; pytest keeps old temp dirs around, so drop them now
+    shutil.rmtree(wd / "snapshots", ignore_errors=True)
+    shutil.rmtree(wd / "guest", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
