@@ -84,6 +84,7 @@ def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: Probe
     other = GuestBuilder(tmp_path / "w2", Runner(), extra=[__import__("kvmtune.bench.guest").bench.guest.ExtraFile(
         str(extra), "/usr/bin/hello")]).build()  # fmt: skip
     assert not other.cached and other.key != guest.key and "/usr/bin/hello" in other.tools
+    shutil.rmtree(tmp_path / "w2")
 
 
 def test_accelerator_is_probed_and_missing_kvm_means_tcg(workdir: Path, guest: ProbeGuest, tmp_path: Path) -> None:
