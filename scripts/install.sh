@@ -20,7 +20,7 @@ fi
 PACKAGES=(
   qemu-system-x86 qemu-utils
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
-  fio linux-image-cloud-amd64 busybox-static cpio zstd kmod
+  fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
 )
 missing=()
