@@ -209,47 +209,9 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 	sd.setPeer(peerHost, m.TCPPort, m.UDPPorts)
 
 	// reader: every message from the server; silence means a dead peer
-	msgs := make(chan *wire.Msg, 16)
-	readErr := make(chan error, 1)
-	stopBG := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for {
-			m, err := wc.Recv(cfg.PeerTimeout)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if m.Type == wire.THB {
-				continue
-			}
-			select {
-			case msgs <- m:
-			case <-stopBG:
-				return
-			}
-		}
-	}()
-	go func() {
-		defer bg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = wc.Send(&wire.Msg{Type: wire.THB})
-			case <-stopBG:
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(stopBG)
-		wc.Close()
-		bg.Wait()
-	}()
+	link := startControlLink(wc, cfg.PeerTimeout)
+	defer link.close()
+	msgs, readErr := link.msgs, link.readErr
 
 	// interval sampler
 	runStart := time.Now()

@@ -213,47 +213,9 @@ func (ss *session) run() {
 	ss.started = true
 	ss.srv.logf("%v: running profile %q with %d users", peer, sprof.Name, sprof.Strands())
 
-	msgs := make(chan *wire.Msg, 16)
-	readErr := make(chan error, 1)
-	stopBG := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for {
-			m, err := ss.wc.Recv(ss.srv.PeerTimeout)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if m.Type == wire.THB {
-				continue
-			}
-			select {
-			case msgs <- m:
-			case <-stopBG:
-				return
-			}
-		}
-	}()
-	go func() {
-		defer bg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = ss.wc.Send(&wire.Msg{Type: wire.THB})
-			case <-stopBG:
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(stopBG)
-		ss.wc.Close()
-		bg.Wait()
-	}()
+	link := startControlLink(ss.wc, ss.srv.PeerTimeout)
+	defer link.close()
+	msgs, readErr := link.msgs, link.readErr
 
 	var rs *runningStep
 	abortStep := func() {

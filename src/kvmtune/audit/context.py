@@ -10,21 +10,6 @@ from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner, default_runner
 
 
-def parse_cpu_list(text: str) -> set[int]:
-    """Parse a kernel CPU list such as ``0-3,8,10-11``."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
-    return cpus
-
-
 @dataclass
 class AuditContext:
     host: HostRoot = field(default_factory=HostRoot)
@@ -41,19 +26,6 @@ class AuditContext:
 
     def host_cpu_count(self) -> int | None:
         """Online CPUs of the host being audited, or ``None`` if unreadable."""
+        from kvmtune.host.facts import host_facts  # facts builds on this module
 
-        def compute() -> int | None:
-            text = self.host.read_optional("/sys/devices/system/cpu/online")
-            if text:
-                try:
-                    return len(parse_cpu_list(text))
-                except ValueError:
-                    pass
-            info = self.host.read_optional("/proc/cpuinfo")
-            if info:
-                n = sum(1 for line in info.splitlines() if line.startswith("processor"))
-                return n or None
-            return None
-
-        result: int | None = self.cached("host_cpu_count", compute)
-        return result
+        return host_facts(self).cpu_count
