@@ -10,6 +10,7 @@ answer is cached in the work directory per (probe guest, QEMU, host kernel).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,4 +88,15 @@ def detect_accel(
         cache.write_text(json.dumps({"key": key, "at": time.time(), "choice": asdict(choice)}))
     except OSError:
         pass
+    return choice
+
+
+def choose_accel(requested: str, guest: ProbeGuest, workdir: Path, runner: Runner, host: HostRoot) -> AccelChoice:
+    """``--accel auto|kvm|tcg``: probe for ``auto``; say loudly on stderr when it is not KVM."""
+    if requested == "auto":
+        choice = detect_accel(guest, workdir, runner, host)
+    else:
+        choice = AccelChoice(requested, "forced with --accel", 0.0)
+    if choice.warning:
+        print(f"kvmtune: warning: {choice.warning}", file=sys.stderr)
     return choice

@@ -12,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from kvmtune.bench import fio as fiomod
-from kvmtune.bench.accel import AccelChoice, detect_accel
+from kvmtune.bench.accel import AccelChoice, choose_accel
 from kvmtune.bench.matrix import AIOS, BUSES, CACHES, FORMATS, PREALLOCS, PRESETS, SCHEDS, TARGETS, build_matrix, preset
 from kvmtune.bench.quick import QuickPlan, quick_configs, run_quick
 from kvmtune.bench.snapshot import SnapshotCache
@@ -141,12 +141,7 @@ def run_storage(args: argparse.Namespace) -> int:
             raise InputError("--target", "target=device needs --device PATH --destroy-data")
         n_cells = len(configs) * len(workloads) * args.repeat
         guest = build_guest(args, runner)
-        if args.accel == "auto":
-            accel = detect_accel(guest, workdir, runner, host)
-        else:
-            accel = AccelChoice(args.accel, "forced with --accel", 0.0)
-        if accel.warning:
-            print(f"kvmtune: warning: {accel.warning}", file=sys.stderr)
+        accel = choose_accel(args.accel, guest, workdir, runner, host)
     user_device = None
     if args.device:
         check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy

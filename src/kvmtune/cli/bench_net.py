@@ -55,7 +55,7 @@ def _sigterm(_signo: int, _frame: FrameType | None) -> None:
 
 
 def run_net_cli(args: argparse.Namespace) -> int:
-    from kvmtune.bench.accel import AccelChoice, detect_accel
+    from kvmtune.bench.accel import choose_accel
     from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.net.bench import NetBenchContext, environment, find_netload, run_net
 
@@ -74,12 +74,7 @@ def run_net_cli(args: argparse.Namespace) -> int:
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
-    if args.accel == "auto":
-        accel = detect_accel(guest, workdir, runner, host)
-    else:
-        accel = AccelChoice(args.accel, "forced with --accel", 0.0)
-    if accel.warning:
-        print(f"kvmtune: warning: {accel.warning}", file=sys.stderr)
+    accel = choose_accel(args.accel, guest, workdir, runner, host)
     ctx = NetBenchContext(
         runner, host, workdir, guest, accel, spec, tests, tunings=tunings, duration_s=args.duration,
         memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
