@@ -24,15 +24,21 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else exc.__class__.__name__
 
 
-def open_readonly(uri: str) -> Any:
+def open_connection(uri: str, *, read_only: bool = True) -> Any:
+    """A libvirt connection, or one :class:`InputError` line saying why there is none."""
     libvirt = _libvirt()
+    what = "cannot connect to libvirt" + ("" if read_only else " read-write")
     try:
-        conn = libvirt.openReadOnly(uri)
+        conn = libvirt.openReadOnly(uri) if read_only else libvirt.open(uri)
     except libvirt.libvirtError as exc:
-        raise InputError(uri, f"cannot connect to libvirt: {_first_line(exc)}") from None
+        raise InputError(uri, f"{what}: {_first_line(exc)}") from None
     if conn is None:
-        raise InputError(uri, "cannot connect to libvirt")
+        raise InputError(uri, what)
     return conn
+
+
+def open_readonly(uri: str) -> Any:
+    return open_connection(uri, read_only=True)
 
 
 def read_domains(uri: str) -> tuple[list[Guest], list[str]]:

@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmtune.domain.connection import _first_line, _libvirt
+from kvmtune.domain.connection import _first_line, _libvirt, open_connection
 from kvmtune.errors import InputError, KvmtuneError
 
 
@@ -16,14 +16,7 @@ class LibvirtError(KvmtuneError):
 
 
 def open_rw(uri: str) -> Any:
-    libvirt = _libvirt()
-    try:
-        conn = libvirt.open(uri)
-    except libvirt.libvirtError as exc:
-        raise InputError(uri, f"cannot connect to libvirt read-write: {_first_line(exc)}") from None
-    if conn is None:
-        raise InputError(uri, "cannot connect to libvirt read-write")
-    return conn
+    return open_connection(uri, read_only=False)
 
 
 def inactive_xml(dom: Any) -> str:
