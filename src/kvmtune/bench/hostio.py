@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
 
 SECTOR = 512
@@ -71,19 +72,6 @@ def device_of_path(host: HostRoot, path: str) -> str | None:
         if line.startswith("DEVNAME="):
             return line.split("=", 1)[1].strip()
     return None
-
-
-def process_cpu_s(host: HostRoot, pid: int) -> float | None:
-    """utime + stime of ``pid`` in seconds (fields 14 and 15 of /proc/PID/stat)."""
-    text = host.read_optional(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    rest = text.rsplit(")", 1)[-1].split()
-    try:
-        ticks = int(rest[11]) + int(rest[12])
-    except (IndexError, ValueError):
-        return None
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -33,6 +33,7 @@ from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
 from kvmtune.bench.qemu import GuestRun, VmSpec
 from kvmtune.bench.store import Store
+from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
@@ -242,22 +243,13 @@ def netload_metrics(doc: dict[str, Any]) -> dict[str, float]:
 
 def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
     """CPU seconds of QEMU ``pid`` plus its ``vhost-PID`` kernel threads; None once it is gone."""
-    tck = os.sysconf("SC_CLK_TCK")
-
-    def stat_s(p: str) -> float | None:
-        text = host.read_optional(f"/proc/{p}/stat")
-        if not text:
-            return None
-        f = text.rsplit(")", 1)[-1].split()
-        return (int(f[11]) + int(f[12])) / tck  # utime, stime
-
-    own = stat_s(str(pid))
+    own = process_cpu_s(host, pid)
     if own is None:
         return None
     total = own
     for entry in host.listdir("/proc"):
         if entry.isdigit() and (host.read_optional(f"/proc/{entry}/comm") or "").strip() == f"vhost-{pid}":
-            total += stat_s(entry) or 0.0
+            total += process_cpu_s(host, entry) or 0.0
     return total
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvmtune.bench.net.netns import PREFIX, list_namespaces, namespace_is_locked, namespace_pids
+from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
@@ -37,11 +38,8 @@ _RUN_RE = re.compile(rf"^{re.escape(PREFIX)}([a-z0-9]{{2,12}})-")
 
 def _state(host: HostRoot, pid: int) -> str | None:
     """The process state letter, or None when the pid is gone."""
-    stat = host.read_optional(f"/proc/{pid}/stat")
-    if not stat:
-        return None
-    rest = stat.rsplit(")", 1)[-1].split()
-    return rest[0] if rest else None
+    st = read_pid_stat(host, pid)
+    return st.state if st else None
 
 
 def _alive(host: HostRoot, pid: int) -> bool:
@@ -108,9 +106,8 @@ def _owner_alive(host: HostRoot, rundir: Path) -> int | None:
     pid = owner.get("pid")
     if not isinstance(pid, int) or not _alive(host, pid):
         return None
-    stat = host.read_optional(f"/proc/{pid}/stat") or ""
-    fields = stat.rsplit(")", 1)[-1].split()
-    if owner.get("starttime") is not None and (len(fields) <= 19 or fields[19] != owner["starttime"]):
+    st = read_pid_stat(host, pid)
+    if owner.get("starttime") is not None and (st is None or str(st.starttime) != str(owner["starttime"])):
         return None
     return pid
 

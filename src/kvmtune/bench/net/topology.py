@@ -65,6 +65,7 @@ from kvmtune.bench.net.netns import (
 )
 from kvmtune.bench.net.ovs import OvsInstance, ovs_available, pick_datapath
 from kvmtune.bench.workdir import default_workdir, stop_process
+from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner, default_runner
 
@@ -328,13 +329,12 @@ class Topology:
         return {"facts": dict(self.facts), "rundir": str(self.rundir), "endpoints": [e.to_dict() for e in self.endpoints]}
 
     def _write_owner(self) -> None:
-        stat = self.host.read_optional("/proc/self/stat") or ""
-        fields = stat.rsplit(")", 1)[-1].split()
+        me = read_pid_stat(self.host, "self")
         owner = {
             "runid": self.runid,
             "kind": self.kind,
             "pid": os.getpid(),
-            "starttime": fields[19] if len(fields) > 19 else None,
+            "starttime": str(me.starttime) if me else None,
             "namespaces": list(self.namespaces),
         }
         tmp = self.rundir / "owner.json.tmp"
