@@ -35,12 +35,24 @@ type Acceptor struct {
 // process runs out of file descriptors).
 func Listen(host string, port, wndsz int, runID uint32, fatal func(error)) (*Acceptor, error) {
 	lc := net.ListenConfig{Control: sockopts(wndsz)}
-	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	// A fixed port may still be held by the previous run's listener, which the
+	// server closes while the controller already starts the next run: wait a
+	// bounded time for it instead of failing the test.
+	for deadline := time.Now().Add(fixedPortWait); err != nil && port != 0 &&
+		errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		ln, err = lc.Listen(context.Background(), "tcp", addr)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), Explain(err))
+		return nil, fmt.Errorf("listen on %s: %w", addr, Explain(err))
 	}
 	return newAcceptor(ln, runID, fatal), nil
 }
+
+// fixedPortWait bounds how long Listen waits for a fixed port to be released.
+const fixedPortWait = 3 * time.Second
 
 func newAcceptor(ln net.Listener, runID uint32, fatal func(error)) *Acceptor {
 	a := &Acceptor{ln: ln, runID: runID, fatal: fatal, mailbox: map[Key]chan net.Conn{}}
