@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
 
 DEFAULT_URI = "qemu:///system"
@@ -74,8 +76,10 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             found += collect.add_libvirt(DEFAULT_URI, result, required=False)
         found += collect.add_running(ctx.host, result)
         if not found:
-            result.looked_at.append("no guests on this host: auditing the bundled example domains instead")
-            collect.add_domain_files([str(EXAMPLES)], result)
+            # Say so rather than audit something else: an operator reads this as the answer about this host.
+            result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
+            result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
+                                "shipped with kvmtune")
     for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
         after = getattr(collector, "after_guests", None)
         if after is not None:
@@ -92,17 +96,23 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
         return 2
+    rules = select_rules(_split(args.only), _split(args.skip))
+    moved = domain_files_among_images(args)
     ctx = AuditContext(host=HostRoot(args.root))
     result = gather(args, ctx)
-    rules = select_rules(_split(args.only), _split(args.skip))
+    result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)
     color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
-    text = render(result, args.format, color=color)
-    if args.output:
-        write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
+    audited = bool(result.guests or result.images or result.host_audited)
+    # Text mode: an input error is one line on stderr, not also in the report; a run in which every
+    # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
+    if args.format != "text" or audited or args.output:
+        text = render(result, args.format, color=color)
+        if args.output:
+            write_atomic(Path(args.output), text)
+        else:
+            sys.stdout.write(text)
     for err in result.errors:
         print(f"kvmtune: {err}", file=sys.stderr)
     if result.errors:
@@ -114,8 +124,24 @@ def run(args: argparse.Namespace) -> int:
 
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+
+
+def domain_files_among_images(args: argparse.Namespace) -> list[str]:
+    """``--images`` takes every path after it, so ``--images a.qcow2 vm.xml`` would read a domain
+    file as a disk image. A ``.xml`` name there is moved to the domain paths; returns those moved."""
+    images = list(getattr(args, "images", None) or [])
+    moved = [p for p in images if p.lower().endswith(".xml") and not os.path.isdir(p)]
+    if moved:
+        args.images = [p for p in images if p not in moved]
+        args.paths = [*args.paths, *moved]
+    return moved
 
 
 # host and image inputs register themselves in EXTRA_OPTIONS / EXTRA_COLLECTORS
