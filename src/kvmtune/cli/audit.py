@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -14,7 +13,9 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
+from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
 
 DEFAULT_URI = "qemu:///system"
@@ -41,13 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.set_defaults(func=run)
-    for hook in EXTRA_OPTIONS:
-        hook(p)
-
-
-# Other modules (host and image auditing) add options and input collectors here.
-EXTRA_OPTIONS: list[Any] = []
-EXTRA_COLLECTORS: list[Any] = []
+    audit_host.add_options(p)
 
 
 def _split(text: str) -> list[str]:
@@ -57,7 +52,7 @@ def _split(text: str) -> list[str]:
 def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
     result = AuditResult()
     explicit = bool(args.paths or args.connect or args.qemu_cmdline or args.running or args.examples)
-    explicit = explicit or any(c.explicit(args) for c in EXTRA_COLLECTORS)
+    explicit = explicit or audit_host.named(args)
     if args.paths:
         collect.add_domain_files(args.paths, result)
     for uri in args.connect:
@@ -68,8 +63,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
         collect.add_running(ctx.host, result)
     if args.examples:
         collect.add_domain_files([str(EXAMPLES)], result)
-    for collector in EXTRA_COLLECTORS:
-        collector.collect(args, ctx, result, explicit)
+    audit_host.collect(args, ctx, result, explicit)
     if not explicit:
         found = 0
         if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
@@ -80,10 +74,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
             result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
                                 "shipped with kvmtune")
-    for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
-        after = getattr(collector, "after_guests", None)
-        if after is not None:
-            after(args, ctx, result)
+    audit_host.after_guests(args, ctx, result)
     return result
 
 
@@ -110,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format != "text" or audited or args.output:
         text = render(result, args.format, color=color)
         if args.output:
-            write_atomic(Path(args.output), text)
+            write_report(Path(args.output), text)
         else:
             sys.stdout.write(text)
     for err in result.errors:
@@ -122,14 +113,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+def write_report(path: Path, text: str) -> None:
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"), tag=str(os.getpid()))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 
 
@@ -142,7 +130,3 @@ def domain_files_among_images(args: argparse.Namespace) -> list[str]:
         args.images = [p for p in images if p not in moved]
         args.paths = [*args.paths, *moved]
     return moved
-
-
-# host and image inputs register themselves in EXTRA_OPTIONS / EXTRA_COLLECTORS
-import kvmtune.cli.audit_host  # noqa: E402, F401

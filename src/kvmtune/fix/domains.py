@@ -22,7 +22,7 @@ from kvmtune.fix.diff import Reason
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
 from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, all_fixers
-from kvmtune.fix.xmldoc import XmlDoc, XmlEditError
+from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.model.guest import Guest
 
 MAX_ROUNDS = 5
