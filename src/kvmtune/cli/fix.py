@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     plan = build_plan(args)
     out = sys.stdout
+    if os.path.realpath(args.root) != "/":
+        out.write(f"host root: {args.root} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
         out.write(plan.render())
     for line in plan.skipped:
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         out.write("Aborted; nothing changed.\n")
         return 1
     out.flush()
-    directory = journal_dir(args.journal_dir)
+    directory = journal_dir(args.journal_dir, root=args.root)
     try:
         with locked(directory):
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
