@@ -51,7 +51,9 @@ def _did_you_mean(key: str, rules: Sequence[type[Rule]]) -> str:
 
     names = [r.id for r in rules] + [r.slug for r in rules] + sorted({r.id[:7] for r in rules})
     close = difflib.get_close_matches(key.upper() if key[:4].upper() == "KVM-" else key.lower(), names, n=3, cutoff=0.5)
-    return f"; did you mean {', '.join(close)}?" if close else "; 'kvmtune rules list' shows them"
+    if not close:  # nothing near: the groups, which are valid prefixes
+        close = sorted({r.id[:7] for r in rules})
+    return f"; did you mean {', '.join(close)}? ('kvmtune rules list' shows them all)"
 
 
 def guarded(rule: Rule, subject: str, check: Callable[[], Iterable[Finding]], ctx: AuditContext,

@@ -122,8 +122,13 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
+    from kvmtune.cli.audit import domain_files_among_images
+
+    moved = domain_files_among_images(args)
     plan = build_plan(args)
     out = sys.stdout
+    for m in moved:
+        out.write(f"note: {m}: named after --images but a .xml file, fixed as a domain definition\n")
     if os.path.realpath(args.root) != "/":
         out.write(f"host root: {args.root} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
