@@ -198,9 +198,9 @@ class BenchRunner(CellSink):
             bench.execute(self)
             status = "complete" if self.failed == 0 else "errors"
         except KeyboardInterrupt:
-            status, note = "partial", "interrupted"
+            status, note = "partial", _join(self.note, "interrupted")
         except BaseException as exc:
-            note = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            note = _join(self.note, f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
             raise
         finally:
             restore()
@@ -232,6 +232,11 @@ class BenchRunner(CellSink):
         line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {cell.config_key} {cell.workload}: {what}"
         self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
         self.stream.flush()
+
+
+def _join(*parts: str | None) -> str:
+    """The user's note, then what happened to the run."""
+    return "; ".join(p for p in parts if p)
 
 
 def _sigterm(_signo: int, _frame: FrameType | None) -> None:
