@@ -32,6 +32,7 @@ from kvmtune.host.parsers import (
     parse_cpu_list,
     parse_cpu_mask,
     parse_cpuinfo_flags,
+    parse_cpuinfo_model,
     parse_int,
     parse_int_list,
     parse_kernel_cmdline,
@@ -184,6 +185,11 @@ class HostFacts:
     def cpu_flags(self) -> set[str] | None:
         text = self.text("/proc/cpuinfo")
         return parse_cpuinfo_flags(text) if text is not None else None
+
+    @cached_property
+    def cpu_model(self) -> str | None:
+        text = self.text("/proc/cpuinfo")
+        return parse_cpuinfo_model(text) if text is not None else None
 
     @cached_property
     def cpu_vendor_virt_flag(self) -> str | None:
