@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import signal
 import sys
@@ -120,9 +119,10 @@ def _confirm() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvmtune.bench.runner import CellSink
     from kvmtune.cli.audit import gather
     from kvmtune.runner import default_runner
-    from kvmtune.verify.engine import render_text, run_verify, store_results, subjects
+    from kvmtune.verify.engine import VerifyBenchmark, plan_all, render_text, subjects
     from kvmtune.verify.experiments import VerifyContext
 
     if args.domain and not args.connect and not args.paths and not args.examples:
@@ -160,20 +160,26 @@ def run(args: argparse.Namespace) -> int:
         repeat=args.repeat, threshold=args.threshold, deadline=deadline, apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
     )
-    text_mode = args.format == "text"
-
-    def progress(r: Any) -> None:
-        if text_mode and sys.stderr.isatty():
-            print(f"  measured {r.finding.rule} {r.target} ({r.seconds:.0f}s)", file=sys.stderr)
-
-    with _terminate_as_interrupt():
-        results = run_verify(subjects(findings, result.guests, result.images), ctx, progress)
-    elapsed = time.monotonic() - started
+    planned = plan_all(subjects(findings, result.guests, result.images), ctx)
+    env = {"kvmtune_tiers": "block, netns, host", "accel": "none", "root": args.root}
+    bench = VerifyBenchmark(planned, ctx, env)
     run_id = None
-    if not args.no_store and any(r.tier for r in results):
-        env = {"kind": "verify", "kernel": platform.release(), "root": args.root, "accel": "none (block/netns tiers)"}
+    interrupted = False
+    if args.no_store or not bench.planned_cells():
+        with _terminate_as_interrupt():
+            bench.execute(CellSink())
+    else:
+        from kvmtune.bench.accel import AccelChoice
+        from kvmtune.bench.runner import BenchRunner, base_environment
+        from kvmtune.bench.store import Store
+
+        env.update(base_environment(ctx.runner, ctx.host, AccelChoice("none", "verify boots no guest", 0.0), None))
         argv = {k: v for k, v in vars(args).items() if k != "func"}
-        run_id = store_results(args.db or default_db(), results, env, argv)
+        with Store(args.db or default_db()) as store:
+            outcome = BenchRunner(store, args=argv).run(bench)
+        run_id, interrupted = outcome.run_id, outcome.status == "partial"
+    results = bench.results
+    elapsed = time.monotonic() - started
     if args.format == "json":
         doc = {"kvmtune_verify": 1, "elapsed_s": round(elapsed, 1), "run": run_id, "repeat": args.repeat,
                "threshold_pct": args.threshold, "seconds_per_sample": args.seconds, "notes": ctx.notes,
@@ -183,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(results, ctx, elapsed))
         if run_id is not None:
             sys.stdout.write(f"Stored as run {run_id}: 'kvmtune report {run_id}' lists it under verified fixes.\n")
+    if interrupted:
+        return 130
     if result.errors or actx.errors:
         return 2
     return 3 if any(r.error for r in results) else 0

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvmtune.bench.fio import parse_fio_json
+from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
 from kvmtune.model.guest import Disk

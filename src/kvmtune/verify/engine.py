@@ -12,11 +12,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvmtune.audit.finding import Finding
-from kvmtune.bench.store import Store
+from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
 from kvmtune.model.guest import Guest
@@ -125,84 +124,147 @@ def estimate(exp: Experiment, ctx: VerifyContext) -> float:
     return START_S.get(exp.tier, 0.5) + 2 * ctx.repeat * per
 
 
-def run_verify(
-    subs: Sequence[Subject], ctx: VerifyContext, progress: Callable[[VerifyResult], None] | None = None
-) -> list[VerifyResult]:
-    parents = {ctx.workdir}
-    for s in subs:
-        if s.disk is not None:
-            parents.add(scratch_parent(s.disk.source, ctx.workdir)[0])
-    for gone in sweep_leftovers(parents):
-        ctx.notes.append(f"removed {gone}, left by a verify run that was killed")
-    results: list[VerifyResult] = []
+@dataclass
+class Planned:
+    result: VerifyResult
+    subject: Subject
+    experiment: Experiment | None
+
+
+def plan_all(subs: Sequence[Subject], ctx: VerifyContext) -> list[Planned]:
+    """Every finding with its experiment, or with the reason it has none."""
+    out = []
     for s in subs:
         f = s.finding
         r = VerifyResult(f, seed=seed_figure(f.rule))
-        results.append(r)
+        exp: Experiment | None = None
         if not _has_fix(f) and f.rule not in NOT_MEASURABLE:
             r.reason = "no automatic fix to verify ('kvmtune audit' explains it)"
-            continue
-        try:
-            exp = plan_experiment(s, ctx)
-        except Unmeasurable as exc:
-            r.reason = str(exc)
-            continue
-        except KvmtuneError as exc:
-            r.reason = f"cannot plan the experiment: {exc}"
-            continue
-        r.tier, r.change, r.workload = exp.tier, exp.change, exp.workload
-        need = estimate(exp, ctx)
-        if ctx.deadline is not None and time.monotonic() + need > ctx.deadline:
-            r.reason = f"skipped: --budget left too little time (needs about {need:.0f}s)"
-            r.skipped_budget = True
-            continue
-        start = time.monotonic()
-        try:
-            out = exp.run(ctx)
-        except Unmeasurable as exc:
-            r.reason = str(exc)
-            continue
-        except OutOfTime:
-            r.reason = "skipped: --budget ran out"
-            r.skipped_budget = True
-            continue
-        except KvmtuneError as exc:
-            r.error = str(exc)
-            continue
-        finally:
-            r.seconds = time.monotonic() - start
-        r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
-        r.notes.extend(out.notes)
-        r.details = out.details
-        if out.cut_short:
-            r.notes.append(f"--budget: {out.judgement.n if out.judgement else 0} of {ctx.repeat} repeats")
-        if progress is not None:
-            progress(r)
-    return results
+        else:
+            try:
+                exp = plan_experiment(s, ctx)
+            except Unmeasurable as exc:
+                r.reason = str(exc)
+            except KvmtuneError as exc:
+                r.reason = f"cannot plan the experiment: {exc}"
+        if exp is not None:
+            r.tier, r.change, r.workload = exp.tier, exp.change, exp.workload
+        out.append(Planned(r, s, exp))
+    return out
 
 
-def store_results(db: Path, results: Sequence[VerifyResult], env: dict[str, Any], args: dict[str, Any]) -> int:
-    with Store(db) as st:
-        run_id = st.begin_run("verify", env, args)
-        for r in results:
-            if r.tier is None:
+def sweep(planned: Sequence[Planned], ctx: VerifyContext) -> None:
+    """Remove what a killed verify left in the places this run uses."""
+    parents = {ctx.workdir}
+    for p in planned:
+        disk = p.subject.disk
+        if disk is not None:
+            parents.add(scratch_parent(disk.source, ctx.workdir)[0])
+    for gone in sweep_leftovers(parents):
+        ctx.notes.append(f"removed {gone}, left by a verify run that was killed")
+
+
+def execute_one(p: Planned, ctx: VerifyContext) -> None:
+    """Run ``p``'s experiment (if it fits the budget) and fill in its result."""
+    r, exp = p.result, p.experiment
+    if exp is None:
+        return
+    need = estimate(exp, ctx)
+    if ctx.deadline is not None and time.monotonic() + need > ctx.deadline:
+        r.reason = f"skipped: --budget left too little time (needs about {need:.0f}s)"
+        r.skipped_budget = True
+        return
+    start = time.monotonic()
+    try:
+        out = exp.run(ctx)
+    except Unmeasurable as exc:
+        r.reason = str(exc)
+        return
+    except OutOfTime:
+        r.reason = "skipped: --budget ran out"
+        r.skipped_budget = True
+        return
+    except KvmtuneError as exc:
+        r.error = str(exc)
+        return
+    finally:
+        r.seconds = time.monotonic() - start
+    r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
+    r.notes.extend(out.notes)
+    r.details = out.details
+    if out.cut_short:
+        r.notes.append(f"--budget: {out.judgement.n if out.judgement else 0} of {ctx.repeat} repeats")
+
+
+def run_verify(
+    subs: Sequence[Subject], ctx: VerifyContext, progress: Callable[[VerifyResult], None] | None = None
+) -> list[VerifyResult]:
+    """Plan and run everything in-process (no results database)."""
+    planned = plan_all(subs, ctx)
+    sweep(planned, ctx)
+    for p in planned:
+        execute_one(p, ctx)
+        if progress is not None and p.experiment is not None:
+            progress(p.result)
+    return [p.result for p in planned]
+
+
+def to_cell(r: VerifyResult) -> Cell:
+    """The stored form of one measured (or failed) finding."""
+    j = r.judgement
+    metrics: dict[str, float] = {}
+    if j is not None:
+        metrics = {"before": j.before, "after": j.after, "n": float(j.n)}
+        if j.ratio is not None:
+            metrics["ratio"] = j.ratio
+        if j.interval is not None:
+            metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
+    config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
+              "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
+              "unit": j.metric.unit if j else None, "seed": r.seed}
+    return Cell(f"{r.finding.rule}|{r.target}", config, r.workload or "-", "ok" if j is not None else "error", metrics,
+                error=r.error or r.reason, raw=json.dumps(r.to_json(), default=str), duration_s=r.seconds)
+
+
+@dataclass
+class VerifyBenchmark:
+    """The verify run as a :class:`~kvmtune.bench.runner.Benchmark`: the shared runner owns the run row,
+    SIGTERM and the cleanup call; each measured finding becomes one cell."""
+
+    planned: list[Planned]
+    ctx: VerifyContext
+    env: dict[str, Any]
+    kind: str = "verify"
+
+    def plan(self) -> str:
+        n = self.planned_cells()
+        return f"verify: {n} experiment(s) for {len(self.planned)} finding(s)"
+
+    def planned_cells(self) -> int:
+        return sum(1 for p in self.planned if p.experiment is not None)
+
+    def environment(self) -> dict[str, Any]:
+        return self.env
+
+    def execute(self, sink: CellSink) -> None:
+        sweep(self.planned, self.ctx)
+        for p in self.planned:
+            if p.experiment is None:
                 continue
-            j = r.judgement
-            metrics: dict[str, float] = {}
-            if j is not None:
-                metrics = {"before": j.before, "after": j.after, "n": float(j.n)}
-                if j.ratio is not None:
-                    metrics["ratio"] = j.ratio
-                if j.interval is not None:
-                    metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
-            config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
-                      "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
-                      "unit": j.metric.unit if j else None, "seed": r.seed}
-            status = "ok" if j is not None else ("skipped" if r.skipped_budget or r.reason else "failed")
-            st.add_cell(run_id, f"{r.finding.rule}|{r.target}", config, r.workload or "-", status, metrics,
-                        error=r.error or r.reason, duration_s=r.seconds, raw=json.dumps(r.to_json(), default=str))
-        st.finish_run(run_id, "done")
-    return run_id
+            execute_one(p, self.ctx)
+            if not p.result.skipped_budget:
+                sink.record(to_cell(p.result))
+
+    def describe(self, cell: Cell) -> str:
+        cfg = cell.config
+        return f"{cfg.get('verdict')} (ratio {cell.metrics.get('ratio', float('nan')):.2f})"
+
+    def cleanup(self) -> list[str]:
+        return []  # every experiment cleans up after itself (context managers, journal undo)
+
+    @property
+    def results(self) -> list[VerifyResult]:
+        return [p.result for p in self.planned]
 
 
 def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: float) -> str:

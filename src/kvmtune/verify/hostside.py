@@ -23,16 +23,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.fio import parse_fio_json
 from kvmtune.bench.net.bench import find_netload, netload_metrics
 from kvmtune.bench.net.netns import NetError, Netns, require_net_admin
+from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import apply_plan
 from kvmtune.fix.host import plan_host
 from kvmtune.fix.journal import journal_dir, locked
 from kvmtune.fix.plan import Plan, SysfsWrite, read_value
 from kvmtune.fix.undo import undo_journal
+from kvmtune.host.root import HostRoot
 from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Metric, Samples, alternate, judge
@@ -50,11 +52,13 @@ NETLOAD_PORT = 20190
 
 
 def _matching_write(subject: Subject, ctx: VerifyContext) -> SysfsWrite:
-    plan = plan_host(ctx.root, ctx.profile)
+    """The runtime write of the host fix for this finding: from ``--profile``, else the first profile that has one
+    (the TCP buffer findings are fixed by network-throughput, not by virtual-host)."""
     evidence = subject.finding.evidence
-    for change in plan.changes:
-        if isinstance(change, SysfsWrite) and evidence.startswith(change.path):
-            return change
+    for profile in dict.fromkeys([ctx.profile, *HOST_PROFILES]):
+        for change in plan_host(ctx.root, profile).changes:
+            if isinstance(change, SysfsWrite) and evidence.startswith(change.path):
+                return change
     raise Unmeasurable("the host fix writes no runtime value for this finding (see kvmtune fix --host)")
 
 
@@ -101,7 +105,7 @@ class NamespaceExperiment:
         return f"netload {kind} over a veth pair between two kvmtune namespaces"
 
     def run(self, ctx: VerifyContext) -> Outcome:
-        require_net_admin(ctx.host)
+        require_net_admin(HostRoot())  # this process, whatever --root audits
         netload = find_netload(None, ctx.runner)
         with _NamespacePair(ctx, netload) as pair:
             probe = _NetProbe(pair, self, ctx.seconds)
