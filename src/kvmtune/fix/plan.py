@@ -239,9 +239,11 @@ class SysfsWrite(Change):
             "restore": [[str(self.root / p.lstrip("/")), v, p] for p, v in self.restore],
             "status": "planned",
         }
-        if self.root.resolve() != Path("/"):
+        live = self.real.resolve()
+        if self.root.resolve() != Path("/") and not (live.is_relative_to("/sys") or live.is_relative_to("/proc")):
             # In a tree these are plain files, not sysfs: undo puts back their bytes
             # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
+            # A tree entry that leads into the live /sys or /proc is the kernel's value, restored as such.
             entry["tree_prior_b64"] = b64(self.real.read_bytes())
         return entry
 
