@@ -27,6 +27,7 @@ from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
+ANSWERS = ("KVM-IMG-002", "KVM-IMG-003")  # the rules whose findings a conversion here answers
 CONVERT_TIMEOUT = 7 * 24 * 3600.0
 LOCK_MARKERS = ('Failed to get "write" lock', 'Failed to get shared "write" lock', "Is another process using the image")
 QCOW2_KEEP = (("cluster-size", "cluster_size"),)
