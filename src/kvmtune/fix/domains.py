@@ -54,9 +54,12 @@ def fix_guest(
     attempted: set[tuple[str, str]] = set()
     fixed: set[tuple[str, str]] = set()
     current = guest
+    settled: list[Finding] | None = None  # the findings of the edited tree, once a round turns up nothing new
     for _round in range(MAX_ROUNDS):
-        findings = [f for f in run_rules(ctx, [current], rules=guest_rules) if _key(f) not in attempted]
+        everything = run_rules(ctx, [current], rules=guest_rules)
+        findings = [f for f in everything if _key(f) not in attempted]
         if not findings:
+            settled = everything
             break
         for f in findings:
             attempted.add(_key(f))
@@ -82,9 +85,11 @@ def fix_guest(
         current = guest_from_tree(doc.tree, where, origin_kind)
     if not doc.changed:
         return guest, result
-    after = doc.render()
-    final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
-    left = {_key(f) for f in run_rules(ctx, [final], rules=guest_rules)} & fixed
+    after = doc.render()  # checked to parse to the same document as the edited tree
+    if settled is None:
+        final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
+        settled = run_rules(ctx, [final], rules=guest_rules)
+    left = {_key(f) for f in settled} & fixed
     if left:
         rules_left = ", ".join(sorted({r for r, _ in left}))
         raise XmlEditError(f"{where}: the fix for {rules_left} did not remove the finding (a kvmtune bug); nothing planned")
