@@ -37,7 +37,6 @@ from kvmtune.qemu.partitions import PartitionTable, parse_partition_table
 from kvmtune.runner import CommandResult, Runner
 
 if TYPE_CHECKING:
-    from kvmtune.audit.context import AuditContext
     from kvmtune.host.root import HostRoot
 
 LOCK_MARKERS = ('get shared "write" lock', 'get "write" lock', "Is another process using the image")
@@ -606,8 +605,3 @@ def _fill_without_qemu_img(img: DiskImage) -> None:
     finally:
         reader.close()
 
-
-def registered_images(ctx: AuditContext) -> list[DiskImage]:
-    """Every image of the current audit run (for rules that add up across images)."""
-    images: list[DiskImage] = ctx.cached("images.all", list)
-    return images
