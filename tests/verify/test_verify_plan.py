@@ -16,8 +16,8 @@ from kvmtune.fix.registry import all_fixers
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 from kvmtune.verify.block import Layout, layout_of, make_scratch_dir, scratch_parent, sweep_leftovers
-from kvmtune.verify.experiments import DISK_EXPERIMENTS, NOT_MEASURABLE, VerifyContext
 from kvmtune.verify.engine import plan_all, subjects
+from kvmtune.verify.experiments import DISK_EXPERIMENTS, NOT_MEASURABLE, VerifyContext
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
 

@@ -18,9 +18,9 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
+from kvmtune.host.settings import PROFILES as HOST_PROFILES
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)(i?B)?$", re.I)
 

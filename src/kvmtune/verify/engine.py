@@ -28,10 +28,10 @@ from kvmtune.verify.experiments import (
     Subject,
     Unmeasurable,
     VerifyContext,
-    plan_experiment,
     seed_figure,
 )
 from kvmtune.verify.measure import OutOfTime
+from kvmtune.verify.planner import plan_experiment
 
 TIER_LABELS = {
     "block": "block tier: qemu-storage-daemon + fio over NBD on scratch replicas, at host speed (no guest, no TCG)",

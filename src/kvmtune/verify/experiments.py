@@ -133,19 +133,3 @@ def seed_figure(rule_id: str) -> str | None:
                 if ref.startswith("seed:"):
                     return ref
     return None
-
-
-def plan_experiment(subject: Subject, ctx: VerifyContext) -> Experiment:
-    """The experiment for ``subject``'s finding; raises :class:`Unmeasurable` with the reason."""
-    rule = subject.finding.rule
-    if rule in DISK_EXPERIMENTS:
-        from kvmtune.verify.disk import plan_disk
-
-        return plan_disk(subject, ctx)
-    if rule.startswith("KVM-HST-") and rule not in NOT_MEASURABLE:
-        from kvmtune.verify.hostside import plan_host_finding
-
-        return plan_host_finding(subject, ctx)
-    if rule in NOT_MEASURABLE:
-        raise Unmeasurable(NOT_MEASURABLE[rule])
-    raise Unmeasurable("no experiment measures this rule's fix")

@@ -28,13 +28,13 @@ from kvmtune.bench.net.netns import NetError, Netns, require_net_admin
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import apply_plan
 from kvmtune.fix.host import plan_host
 from kvmtune.fix.journal import journal_dir, locked
 from kvmtune.fix.plan import Plan, SysfsWrite, read_value
 from kvmtune.fix.undo import undo_journal
 from kvmtune.host.root import HostRoot
+from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Metric, Samples, alternate, judge
