@@ -16,7 +16,7 @@ import select
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any
 
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError
@@ -37,8 +37,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--connect", action="append", default=None, metavar="URI",
                    help=f"libvirt URI to read (repeatable; default {DEFAULT_URI} when it answers)")
     p.add_argument("--no-libvirt", action="store_true", help="read QEMU processes only")
+    p.add_argument("--no-processes", action="store_true",
+                   help="read libvirt guests only, not the QEMU processes libvirt does not manage")
     p.add_argument("--root", default="/", metavar="DIR", help="read /proc and /sys below DIR")
     p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--pid", type=int, action="append", default=None, metavar="PID",
+                   help="only these QEMU processes (repeatable); libvirt guests are still read unless --no-libvirt")
 
 
 def register(sub: Any) -> None:
@@ -92,7 +96,7 @@ def _sampler(args: argparse.Namespace) -> Sampler:
             uris = [DEFAULT_URI]
         elif host.is_live:
             notes.append(f"libvirt: not available ({DEFAULT_URI} does not answer); reading QEMU processes only")
-    sampler = Sampler(host, uris)
+    sampler = Sampler(host, uris, processes=not args.no_processes, only_pids=set(args.pid) if args.pid else None)
     sampler.notes[:0] = notes
     return sampler
 
@@ -274,6 +278,6 @@ def run_capacity(args: argparse.Namespace) -> int:
         print(f"mean {mean:.1f} tps per guest: one {args.disk_tps:g}-tps disk carries about {per_disk} such guests")
     print(f"  ({out['seed']})")
     for what, key in (("KSM saves", "ksm_saved_mib"), ("ballooning frees", "balloon_freed_mib")):
-        value = freed[key]
-        print(f"{what}: {'not available' if value is None else f'{value:.0f} MiB'}")
+        mib = freed[key]
+        print(f"{what}: {'not available' if mib is None else f'{mib:.0f} MiB'}")
     return 0

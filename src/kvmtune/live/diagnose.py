@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvmtune.audit.context import AuditContext
 from kvmtune.audit.collect_host import add_guest_images
+from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import all_rules
@@ -88,7 +88,7 @@ class Diagnoser:
     def __init__(self, host: HostRoot) -> None:
         self.host = host
         self.facts = HostFacts(host, probe=False)
-        self.ctx = AuditContext(host=host, audit_host=True)
+        self.ctx = AuditContext(host=host, host_facts=self.facts)
         self.host_findings: list[Finding] = run_rules(self.ctx, (), (), audit_host=True)
         self._guest_findings: dict[str, list[Finding]] = {}
         self._media: dict[str, str] = {}
@@ -109,7 +109,7 @@ class Diagnoser:
         source = next((d.source for d in (g.guest.disks if g.guest else []) if d.target == disk or
                        disk.endswith(d.target)), None)
         if source and source.startswith("/"):
-            mount = mount_for(source, self.facts.mounts())
+            mount = mount_for(source, self.facts.mounts)
             if mount is not None and mount.fstype in ("nfs", "nfs4", "cifs", "ceph", "glusterfs"):
                 medium = "network"
             elif mount is not None and mount.device.startswith("/dev/"):
@@ -157,11 +157,11 @@ class Diagnoser:
         if delay is not None and delay >= t["vcpu-delay"].warn:
             rules, fix = self._explain("vcpu-delay", findings)
             shared = _shared_cpus(g, snap)
-            if shared:
+            if shared:  # the most specific cause seen live comes first
                 rule = _host_rule_for("vcpu-overcommit")
-                if rule and rule not in rules:
-                    rules.append(rule)
-                fix = fix or f"{shared}: give each busy guest its own host CPUs, or fewer vCPUs"
+                if rule:
+                    rules = [rule, *(x for x in rules if x != rule)]
+                fix = f"{shared}: give each busy guest its own host CPUs, or fewer vCPUs"
             out.append(Diagnosis(gr.key, "vcpu-delay", _level(delay, t["vcpu-delay"]), f"{delay:.0%} run delay",
                                  "5 % / 10 % per vCPU (CPU Ready)", rules, fix))
         for name, d in gr.disks.items():

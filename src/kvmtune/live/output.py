@@ -153,9 +153,9 @@ def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
             m.add("kvmtune_guest_balloon_ratio", "Balloon size over the guest's defined memory.", base,
                   g.balloon_fraction)
     names = {g.key: g for g in r.guests}
-    for d in diagnoses:
-        g = names.get(d.guest)
-        labels = {"guest": g.name if g else "", "source": g.source if g else "host", "signal": d.signal,
-                  "level": d.level, "rules": ",".join(d.rules) or "none"}
+    for diag in diagnoses:
+        who = names.get(diag.guest)
+        labels = {"guest": who.name if who else "", "source": who.source if who else "host", "signal": diag.signal,
+                  "level": diag.level, "rules": ",".join(diag.rules) or "none"}
         m.add("kvmtune_diagnosis", "A live signal past its threshold, with the rules that explain it.", labels, 1)
     return m.text()

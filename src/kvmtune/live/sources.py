@@ -93,12 +93,12 @@ def _cpu_list(text: str) -> frozenset[int] | None:
 
 def sample_host(host: HostRoot) -> HostSample:
     facts = HostFacts(host, probe=False)
-    out = HostSample(page_size=facts.page_size())
+    out = HostSample(page_size=facts.page_size)
     text = host.read_optional("/proc/stat")
     if text:
         with contextlib.suppress(ValueError):
             out.cpu = parse_proc_stat(text)
-    out.online_cpus = facts.cpu_count()
+    out.online_cpus = facts.cpu_count
     for resource in ("cpu", "io", "memory"):
         psi = host.read_optional(f"/proc/pressure/{resource}")
         if psi is not None:
@@ -109,9 +109,9 @@ def sample_host(host: HostRoot) -> HostSample:
         if key in ("pswpin", "pswpout") and value.strip().isdigit():
             setattr(out, key, int(value))
     for name, attr in (("pages_shared", "ksm_shared"), ("pages_sharing", "ksm_sharing")):
-        value = host.read_optional(f"/sys/kernel/mm/ksm/{name}")
-        if value and value.strip().isdigit():
-            setattr(out, attr, int(value))
+        ksm = host.read_optional(f"/sys/kernel/mm/ksm/{name}")
+        if ksm and ksm.strip().isdigit():
+            setattr(out, attr, int(ksm))
     out.halt_poll_success, out.halt_poll_attempted = _halt_poll(host, KVM_DEBUGFS)
     return out
 
@@ -132,11 +132,13 @@ class ProcQemuSource:
     the process's own user, and every QMP call has a 1 s time-out.
     """
 
-    def __init__(self, host: HostRoot, exclude_pids: set[int] | None = None) -> None:
+    def __init__(self, host: HostRoot, exclude_pids: set[int] | None = None, only_pids: set[int] | None = None) -> None:
         self.host = host
         self.exclude_pids = exclude_pids or set()
+        self.only_pids = only_pids  # None: every QEMU process
         self._qmp: dict[int, Qmp | None] = {}
         self._argv: dict[int, list[str]] = {}
+        self._threads: dict[int, dict[int, str]] = {}
 
     def _map(self, path: str) -> Path:
         return Path(self.host.path) / path.lstrip("/")
@@ -145,6 +147,8 @@ class ProcQemuSource:
         pids = []
         for entry in self.host.listdir("/proc"):
             if not entry.isdigit() or int(entry) in self.exclude_pids:
+                continue
+            if self.only_pids is not None and int(entry) not in self.only_pids:
                 continue
             exe = self.host.readlink(f"/proc/{entry}/exe") or ""
             base = exe.removesuffix(" (deleted)").rsplit("/", 1)[-1]
@@ -171,6 +175,7 @@ class ProcQemuSource:
         if qmp is not None:
             qmp.close()
         self._argv.pop(pid, None)
+        self._threads.pop(pid, None)
 
     def close(self) -> None:
         for pid in list(self._qmp):
@@ -188,13 +193,11 @@ class ProcQemuSource:
             model = guest_from_argv(argv, f"pid {pid}")
         except ValueError:
             return None
-        name = model.name or f"pid-{pid}"
+        name = model.name if model.name and model.name != "?" else f"pid-{pid}"
         g = GuestSample(key=f"pid:{pid}:{name}", name=name, source=f"pid {pid}", pid=pid, guest=model,
                         memory_kib=model.memory_kib)
-        for tid in self.host.listdir(f"/proc/{pid}/task"):
-            index = vcpu_index(self.host.read_optional(f"/proc/{pid}/task/{tid}/comm") or "")
-            if index is None:
-                continue
+        qmp = self._connect(pid, argv, g)
+        for index, tid in self._vcpu_threads(pid, qmp).items():
             counters = parse_schedstat(self.host.read_optional(f"/proc/{pid}/task/{tid}/schedstat") or "")
             if counters is None:
                 g.notes.append(f"vCPU {index}: schedstat not readable")
@@ -202,7 +205,9 @@ class ProcQemuSource:
             allowed = _status_field(self.host.read_optional(f"/proc/{pid}/task/{tid}/status") or "",
                                     "Cpus_allowed_list")
             g.vcpus[index] = VcpuCounters(counters[0], counters[1], _cpu_list(allowed) if allowed else None)
-        self._disks(pid, argv, g)
+        if not g.vcpus:
+            g.notes.append("vCPUs: threads not identified (no -name debug-threads=on and no QMP)")
+        self._disks(pid, qmp, g)
         self._taps(argv, g)
         return g
 
@@ -253,8 +258,25 @@ class ProcQemuSource:
             g.notes.append(f"disks: QMP did not answer ({exc.__class__.__name__})")
         return self._qmp[pid]
 
-    def _disks(self, pid: int, argv: list[str], g: GuestSample) -> None:
-        qmp = self._connect(pid, argv, g)
+    def _vcpu_threads(self, pid: int, qmp: Qmp | None) -> dict[int, str]:
+        """vCPU index -> thread id: from thread names (debug-threads=on), else QMP ``query-cpus-fast``."""
+        if pid in self._threads:
+            return self._threads[pid]
+        threads: dict[int, str] = {}
+        for tid in self.host.listdir(f"/proc/{pid}/task"):
+            index = vcpu_index(self.host.read_optional(f"/proc/{pid}/task/{tid}/comm") or "")
+            if index is not None:
+                threads[index] = tid
+        if not threads and qmp is not None:
+            with contextlib.suppress(OSError, ValueError, KvmtuneError):
+                for cpu in qmp.execute("query-cpus-fast") or []:
+                    if isinstance(cpu.get("thread-id"), int) and isinstance(cpu.get("cpu-index"), int):
+                        threads[cpu["cpu-index"]] = str(cpu["thread-id"])
+        if threads:
+            self._threads[pid] = threads
+        return threads
+
+    def _disks(self, pid: int, qmp: Qmp | None, g: GuestSample) -> None:
         if qmp is None:
             return
         try:
@@ -265,7 +287,7 @@ class ProcQemuSource:
             return
         for entry in stats if isinstance(stats, list) else []:
             s = entry.get("stats") or {}
-            name = str(entry.get("qdev") or entry.get("device") or entry.get("node-name") or "?")
+            name = str(entry.get("device") or entry.get("qdev") or entry.get("node-name") or "?")
             name = name.removeprefix("/machine/peripheral/").removesuffix("/virtio-backend")
             g.disks[name] = DiskCounters(
                 rd_ops=int(s.get("rd_operations", 0)), wr_ops=int(s.get("wr_operations", 0)),
@@ -341,6 +363,15 @@ def guest_from_libvirt_record(uri: str, name: str, record: dict[str, Any]) -> Gu
     return g
 
 
+def _vcpu_affinity(dom: Any) -> dict[int, frozenset[int]]:
+    """Which host CPUs each vCPU may run on (read once per domain: pinning seldom changes)."""
+    try:
+        _, cpumaps = dom.vcpus()
+    except Exception:  # libvirt raises its own error type; an inactive or vanished domain has none
+        return {}
+    return {i: frozenset(c for c, allowed in enumerate(m) if allowed) for i, m in enumerate(cpumaps)}
+
+
 class LibvirtSource:
     """libvirt's bulk stats for every running domain of one URI (read-only connection)."""
 
@@ -350,6 +381,7 @@ class LibvirtSource:
         self.uri = uri
         self.conn: Any = open_readonly(uri)
         self._models: dict[str, Any] = {}
+        self._affinity: dict[str, dict[int, frozenset[int]]] = {}
 
     def sample(self, snap: Snapshot) -> None:
         import libvirt
@@ -372,7 +404,11 @@ class LibvirtSource:
                     origin = f"{self.uri}#{name}"
                     self._models[uuid] = guest_from_tree(parse_xml_bytes(dom.XMLDesc(0).encode(), origin),
                                                          origin, "libvirt")
+                    self._affinity[uuid] = _vcpu_affinity(dom)
                 g.guest = self._models[uuid]
+                for index, cpus in self._affinity[uuid].items():
+                    if index in g.vcpus:
+                        g.vcpus[index].allowed_cpus = cpus
                 snap.guests[g.key] = g
             except (libvirt.libvirtError, KvmtuneError) as exc:  # a domain that went away mid-sample
                 snap.notes.append(f"{self.uri}: a domain was not sampled ({str(exc).splitlines()[0]})")
@@ -385,7 +421,8 @@ class LibvirtSource:
 class Sampler:
     """All available sources; ``snapshot()`` reads each once."""
 
-    def __init__(self, host: HostRoot, uris: list[str], *, processes: bool = True) -> None:
+    def __init__(self, host: HostRoot, uris: list[str], *, processes: bool = True,
+                 only_pids: set[int] | None = None) -> None:
         self.host = host
         self.notes: list[str] = []
         self.libvirt: list[LibvirtSource] = []
@@ -394,7 +431,7 @@ class Sampler:
                 self.libvirt.append(LibvirtSource(uri))
             except KvmtuneError as exc:
                 self.notes.append(f"libvirt: not available ({exc})")
-        self.procs = ProcQemuSource(host, libvirt_pids(host)) if processes else None
+        self.procs = ProcQemuSource(host, libvirt_pids(host), only_pids) if processes else None
         if host.read_optional(f"{KVM_DEBUGFS}/halt_attempted_poll") is None:
             self.notes.append("KVM halt-polling counters: not available (debugfs not mounted, or kernel lockdown)")
         if host.read_optional("/proc/pressure/cpu") is None:
