@@ -76,9 +76,12 @@ def _fix_guest_once(
     attempted: set[tuple[str, str, str]] = set()
     fixed: set[tuple[str, str, str]] = set()
     current = guest
+    settled: list[Finding] | None = None  # the findings of the edited tree, once a round turns up nothing new
     for _round in range(MAX_ROUNDS):
-        findings = [f for f in run_rules(ctx, [current], rules=guest_rules) if _key(f) not in attempted]
+        everything = run_rules(ctx, [current], rules=guest_rules)
+        findings = [f for f in everything if _key(f) not in attempted]
         if not findings:
+            settled = everything
             break
         for f in findings:
             attempted.add(_key(f))
@@ -108,12 +111,13 @@ def _fix_guest_once(
         current = guest_from_tree(doc.tree, where, origin_kind)
     if not doc.changed:
         return guest, result, set()
-    after = doc.render()
-    final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
-    final_findings = run_rules(ctx, [final], rules=guest_rules)
+    after = doc.render()  # checked to parse to the same document as the edited tree
+    if settled is None:
+        final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
+        settled = run_rules(ctx, [final], rules=guest_rules)
     # A finding a fixer handled that is still there at the same place means the fix did not work.
     fixed_at = {(rule, evidence) for rule, evidence, _actual in fixed}
-    left = {f.rule for f in final_findings if (f.rule, f.evidence) in fixed_at}
+    left = {f.rule for f in settled if (f.rule, f.evidence) in fixed_at}
     if left:
         return guest, result, left
     result.after = after
