@@ -101,7 +101,13 @@ class Scratch:
                 undo()
             except Exception as exc:  # cleanup must go on
                 problems.append(f"{what}: {exc}")
+        self.remove_if_empty()
         return problems
+
+    def remove_if_empty(self) -> None:
+        """The scratch directory itself, once nothing is left in it (a refused run leaves none behind)."""
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
