@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
                    help="host profile (default virtual-host); implies --host")
     p.add_argument("--images", nargs="+", default=[], metavar="IMAGE",
                    help="preallocate these disk images (qcow2 → preallocation=metadata, raw → falloc)")
+    p.add_argument("--format", dest="image_format", choices=("raw", "qcow2"), default=None,
+                   help="the declared format of the --images (default: from the domain XML files given that use "
+                   "them); an image whose format is not declared is left alone, never guessed from its contents")
     p.add_argument("--root", default="/", metavar="DIR",
                    help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
@@ -70,6 +73,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--host", "--profile", args.profile or "virtual-host"]
     if args.images:
         out += ["--images", *args.images]
+    if args.image_format:
+        out += ["--format", args.image_format]
     if args.root != "/":
         out += ["--root", args.root]
     for flag in ("only", "skip"):
@@ -83,7 +88,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
 def build_plan(args: argparse.Namespace) -> Plan:
     from kvmtune.fix.domains import plan_files, plan_libvirt
     from kvmtune.fix.host import plan_host
-    from kvmtune.fix.images import plan_images
+    from kvmtune.fix.images import declared_formats, plan_images
     from kvmtune.runner import default_runner
 
     if not os.path.isdir(args.root):
@@ -101,7 +106,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.skipped.extend(host_plan.skipped)
         plan.notes.extend(host_plan.notes)
     if args.images:
-        plan_images(args.images, default_runner(), HostRoot(args.root), plan)
+        given = args.image_format
+        formats = {p: given for p in args.images} if given else declared_formats(args.paths)
+        plan_images(args.images, default_runner(), HostRoot(args.root), plan, formats)
     return plan
 
 
