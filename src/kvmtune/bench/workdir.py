@@ -101,7 +101,6 @@ class Scratch:
                 undo()
             except Exception as exc:  # cleanup must go on
                 problems.append(f"{what}: {exc}")
-        self.remove_if_empty()
         return problems
 
     def remove_if_empty(self) -> None:
