@@ -363,6 +363,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netload: %v\n", err)
 		return exitUsage
 	}
+	for _, w := range l.prof.Warnings {
+		fmt.Fprintf(stderr, "netload: %s\n", w)
+	}
 	r := *remote
 	if r == "" {
 		if hosts := l.prof.RemoteHosts(); len(hosts) == 1 {
@@ -499,6 +502,9 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "netload: %v\n", err)
 		return exitUsage
+	}
+	for _, w := range l.prof.Warnings {
+		fmt.Fprintf(stderr, "netload: %s\n", w)
 	}
 	b, _ := json.MarshalIndent(l.prof, "", "  ")
 	fmt.Fprintf(stdout, "%s\n", b)

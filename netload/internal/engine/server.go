@@ -149,9 +149,7 @@ func checkProfile(p *profile.Profile) error {
 				if f.Type.Moves() && f.Size < 1 {
 					return fmt.Errorf("group %q has a %s without size", g.Name, f.Type)
 				}
-				switch f.Type {
-				case profile.OpAccept, profile.OpConnect, profile.OpRead, profile.OpWrite, profile.OpDisconnect, profile.OpThink, profile.OpNop:
-				default:
+				if !f.Type.Known() {
 					return fmt.Errorf("unknown flowop %q", f.Type)
 				}
 			}
