@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, Rule, RunRule, all_rules
 from kvmtune.model.guest import Guest
+from kvmtune.qemu.image import DiskImage
 
 
 @dataclass
@@ -17,7 +19,7 @@ class AuditResult:
     errors: list[str] = field(default_factory=list)  # one line each: "<where>: <problem>"
     looked_at: list[str] = field(default_factory=list)  # what the audit read, for the report header
     guests: list[Guest] = field(default_factory=list)
-    images: list[object] = field(default_factory=list)
+    images: list[DiskImage] = field(default_factory=list)
     host_audited: bool = False
 
 
@@ -33,29 +35,42 @@ def select_rules(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[typ
     return rules
 
 
+def guarded(rule: Rule, subject: str, check: Callable[[], Iterable[Finding]], ctx: AuditContext,
+            out: list[Finding]) -> None:
+    """Run one rule on one subject; a rule that raises costs one error line, not the audit.
+
+    Findings it yielded before it raised are kept: they were evaluated.
+    """
+    try:
+        for finding in check():
+            out.append(finding)
+    except Exception as exc:
+        ctx.errors.append(f"{rule.id}: could not be evaluated{subject} ({type(exc).__name__}: {exc})")
+
+
 def run_rules(
     ctx: AuditContext,
     guests: Sequence[Guest] = (),
-    images: Iterable[object] = (),
+    images: Iterable[DiskImage] = (),
     audit_host: bool = False,
     rules: Sequence[type[Rule]] | None = None,
 ) -> list[Finding]:
     chosen = list(rules) if rules is not None else list(all_rules())
     findings: list[Finding] = []
-    image_list = list(images)
+    ctx.images = list(images)
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
             for guest in guests:
-                findings.extend(rule.check(guest, ctx))
+                guarded(rule, f" for guest {guest.name}", partial(rule.check, guest, ctx), ctx, findings)
         elif isinstance(rule, RunRule):
             if guests:
-                findings.extend(rule.check_run(list(guests), ctx))
+                guarded(rule, "", partial(rule.check_run, list(guests), ctx), ctx, findings)
         elif isinstance(rule, HostRule):
             if audit_host:
-                findings.extend(rule.check_host(ctx))
+                guarded(rule, "", partial(rule.check_host, ctx), ctx, findings)
         elif isinstance(rule, ImageRule):
-            for image in image_list:
-                findings.extend(rule.check_image(image, ctx))
+            for image in ctx.images:
+                guarded(rule, f" for {image.path}", partial(rule.check_image, image, ctx), ctx, findings)
     findings.sort(key=Finding.sort_key)
     return findings

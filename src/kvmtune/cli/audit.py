@@ -13,6 +13,8 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.cli import audit_host
+from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
 
 DEFAULT_URI = "qemu:///system"
@@ -39,13 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.set_defaults(func=run)
-    for hook in EXTRA_OPTIONS:
-        hook(p)
-
-
-# Other modules (host and image auditing) add options and input collectors here.
-EXTRA_OPTIONS: list[Any] = []
-EXTRA_COLLECTORS: list[Any] = []
+    audit_host.add_options(p)
 
 
 def _split(text: str) -> list[str]:
@@ -55,7 +51,7 @@ def _split(text: str) -> list[str]:
 def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
     result = AuditResult()
     explicit = bool(args.paths or args.connect or args.qemu_cmdline or args.running or args.examples)
-    explicit = explicit or any(c.explicit(args) for c in EXTRA_COLLECTORS)
+    explicit = explicit or audit_host.named(args)
     if args.paths:
         collect.add_domain_files(args.paths, result)
     for uri in args.connect:
@@ -66,8 +62,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
         collect.add_running(ctx.host, result)
     if args.examples:
         collect.add_domain_files([str(EXAMPLES)], result)
-    for collector in EXTRA_COLLECTORS:
-        collector.collect(args, ctx, result, explicit)
+    audit_host.collect(args, ctx, result, explicit)
     if not explicit:
         found = 0
         if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
@@ -76,10 +71,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
         if not found:
             result.looked_at.append("no guests on this host: auditing the bundled example domains instead")
             collect.add_domain_files([str(EXAMPLES)], result)
-    for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
-        after = getattr(collector, "after_guests", None)
-        if after is not None:
-            after(args, ctx, result)
+    audit_host.after_guests(args, ctx, result)
     return result
 
 
@@ -100,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
     text = render(result, args.format, color=color)
     if args.output:
-        write_atomic(Path(args.output), text)
+        write_atomic(Path(args.output), text.encode("utf-8"), tag=str(os.getpid()))
     else:
         sys.stdout.write(text)
     for err in result.errors:
@@ -111,12 +103,3 @@ def run(args: argparse.Namespace) -> int:
         return 1
     return 0
 
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-# host and image inputs register themselves in EXTRA_OPTIONS / EXTRA_COLLECTORS
-import kvmtune.cli.audit_host  # noqa: E402, F401

@@ -18,7 +18,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from kvmtune.audit.finding import Target
 from kvmtune.host.parsers import (
     LEGACY_SCHEDULERS,
     Choice,
@@ -51,7 +50,6 @@ from kvmtune.host.parsers import (
 from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
-    from kvmtune.audit.context import AuditContext
     from kvmtune.host.probe import KvmProbe
     from kvmtune.model.guest import Guest
 
@@ -520,19 +518,3 @@ class HostFacts:
             self.device_exists(dev_path)
         self.module_param("kvm", "halt_poll_ns")
 
-
-def host_facts(ctx: AuditContext) -> HostFacts:
-    """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
-    facts: HostFacts = ctx.cached("host.facts", lambda: HostFacts(ctx.host, errors=ctx.errors))
-    return facts
-
-
-def host_label(ctx: AuditContext) -> str:
-    """How findings name the host: its hostname, or the captured tree's directory name."""
-    if ctx.host.is_live:
-        return ctx.host_name
-    return Path(ctx.host.path).resolve().name or ctx.host.path
-
-
-def host_target(ctx: AuditContext, device: str | None = None) -> Target:
-    return Target(host=host_label(ctx), device=device)
