@@ -160,6 +160,7 @@ class RunRow:
     args: dict[str, Any]
     cells: int
     failed: int
+    note: str | None = None  # --note, then what happened to the run ("interrupted")
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ class Store:
         rows = self.db.execute(
             "SELECT r.id, r.started, r.finished, r.kind, r.preset, r.status, r.accel, r.env, r.args,"
             " (SELECT count(*) FROM cells c WHERE c.run_id=r.id),"
-            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok'),"
+            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok'), r.note,"
             " r.owner_pid, r.owner_start, r.owner_boot"
             " FROM runs r ORDER BY r.id"
         ).fetchall()
@@ -344,9 +345,11 @@ class Store:
         out = []
         for r in rows:
             status = r[5]
-            if status == "running" and r[11] is not None and not Owner(r[11], r[12] or "", r[13] or "").alive(host):
+            if status == "running" and r[12] is not None and not Owner(r[12], r[13] or "", r[14] or "").alive(host):
                 status = "abandoned"  # its owner died without closing it (SIGKILL, power loss)
-            out.append(RunRow(r[0], r[1], r[2], r[3], r[4], status, r[6], json.loads(r[7]), json.loads(r[8]), r[9], r[10]))
+            out.append(
+                RunRow(r[0], r[1], r[2], r[3], r[4], status, r[6], json.loads(r[7]), json.loads(r[8]), r[9], r[10], r[11])
+            )
         return out
 
     def run(self, run_id: int) -> RunRow:

@@ -106,6 +106,13 @@ class Scratch:
                 problems.append(f"{what}: {exc}")
         return problems
 
+    def remove_if_empty(self) -> None:
+        """The scratch directory itself, once nothing but its owner mark is left (a refused run leaves none behind)."""
+        with contextlib.suppress(OSError):
+            if {p.name for p in self.root.iterdir()} <= {OWNER_FILE}:
+                (self.root / OWNER_FILE).unlink(missing_ok=True)
+                self.root.rmdir()
+
 
 OWNER_FILE = "owner.json"
 
