@@ -131,7 +131,7 @@ def test_fifo_disk_source_costs_no_time_out(tmp_path: Path, capsys: pytest.Captu
         x = tmp_path / f"g{i}.xml"
         x.write_text(DOMAIN.format(name=f"g{i}", source=f))
         xmls.append(str(x))
-    code, out, err, took = audit(xmls, capsys, timeout=5.0)
+    _, _, err, _ = audit(xmls, capsys, timeout=5.0)
     for f in fifos:
         assert f"{f}: not a regular file or block device (a FIFO); not opened" in err
 
@@ -163,7 +163,7 @@ def test_a_process_named_qemu_is_not_trusted(fake_qemu: tuple[subprocess.Popen[b
     assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"qemu-system-x86_64\0")
     guests, _ = running_qemu_guests(HostRoot("/"))
     assert all(g.origin != f"/proc/{proc.pid}/cmdline" for g in guests)
-    code, out, err, took = audit(["--running", "--format", "json"], capsys, timeout=20.0)
+    _, out, err, _ = audit(["--running", "--format", "json"], capsys, timeout=20.0)
     assert "trap" not in out and str(fifo) not in out + err
 
 
@@ -187,7 +187,7 @@ def test_terminal_control_characters_are_escaped(tmp_path: Path, capsys: pytest.
     xml = tmp_path / "dom.xml"
     xml.write_text(DOMAIN.format(name="db&#10;0 findings&#x202e;", source="/nonexistent.raw"))
     missing = tmp_path / f"gone{ESC}]2;x{chr(7)}.xml"
-    code, out, err, _ = audit(["--qemu-cmdline", str(args), str(xml), str(missing)], capsys)
+    _, out, err, _ = audit(["--qemu-cmdline", str(args), str(xml), str(missing)], capsys)
     for text in (out, err):
         assert ESC not in text and "\r" not in text and "\u202e" not in text and chr(7) not in text
     assert not any(line.strip() == "0 findings" for line in (out + err).splitlines())

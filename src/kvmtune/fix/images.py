@@ -25,7 +25,8 @@ from kvmtune.fix.diff import Reason
 from kvmtune.fix.files import fsync_dir, temp_name
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import ImageSpec, kind_of, open_by, qemu_img_json
+from kvmtune.inputs import kind_of
+from kvmtune.qemu.image import ImageSpec, open_by, qemu_img_json
 from kvmtune.runner import Runner
 
 CONVERT_TIMEOUT = 7 * 24 * 3600.0
