@@ -9,12 +9,12 @@ from typing import Any
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.textsafe import safe, safe_block
 
 EXIT_APPLY_FAILED = 3

@@ -29,6 +29,7 @@ from kvmtune.inputs import kind_of
 from kvmtune.qemu.image import ImageSpec, open_by, qemu_img_json
 from kvmtune.runner import Runner
 
+ANSWERS = ("KVM-IMG-002", "KVM-IMG-003")  # the rules whose findings a conversion here answers
 CONVERT_TIMEOUT = 7 * 24 * 3600.0
 QCOW2_KEEP = (("cluster-size", "cluster_size"),)
 QCOW2_DATA_KEEP = (
