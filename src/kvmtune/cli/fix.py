@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
     except ApplyFailed as exc:
         j = exc.journal
-        made = sum(1 for e in j.entries if e["status"] == "done")
+        made = sum(1 for e in j.entries if e.status == "done")
         print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
@@ -154,7 +155,7 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
         _merge(plan, result)
         if result.after is None:
             continue
-        change: Change = XmlFileEdit(
+        change: Change[Any] = XmlFileEdit(
             path=real,
             shown=raw,
             before=state,
