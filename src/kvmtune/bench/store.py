@@ -77,6 +77,7 @@ class RunRow:
     args: dict[str, Any]
     cells: int
     failed: int
+    note: str | None = None  # --note, then what happened to the run ("interrupted")
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,11 @@ class Store:
         rows = self.db.execute(
             "SELECT r.id, r.started, r.finished, r.kind, r.preset, r.status, r.accel, r.env, r.args,"
             " (SELECT count(*) FROM cells c WHERE c.run_id=r.id),"
-            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok')"
+            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok'), r.note"
             " FROM runs r ORDER BY r.id"
         ).fetchall()
-        return [RunRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), json.loads(r[8]), r[9], r[10]) for r in rows]
+        return [RunRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), json.loads(r[8]), r[9], r[10], r[11])
+                for r in rows]
 
     def run(self, run_id: int) -> RunRow:
         for r in self.runs():

@@ -103,6 +103,11 @@ class Scratch:
                 problems.append(f"{what}: {exc}")
         return problems
 
+    def remove_if_empty(self) -> None:
+        """The scratch directory itself, once nothing is left in it (a refused run leaves none behind)."""
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
     """Terminate ``proc`` (and nothing else); SIGKILL after ``grace`` seconds."""

@@ -152,8 +152,11 @@ def run_storage(args: argparse.Namespace) -> int:
         QuickBenchmark(ctx, QuickPlan(configs, count=4096)) if args.quick else MatrixBenchmark(ctx, configs, workloads)
     )
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
-    with Store(args.db or default_db()) as store:
-        outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note).run(bench)
+    try:
+        with Store(args.db or default_db()) as store:
+            outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note).run(bench)
+    finally:
+        ctx.scratch.remove_if_empty()  # a run refused before it started leaves no empty scratch-* behind
     if outcome.status != "partial":
         _summary(outcome, ctx.first_result_s)
         if ctx.snapshots is not None:

@@ -106,7 +106,8 @@ def _fix_guest_once(
                 doc.take_touched()
                 result.skipped.append(f"{name}: {label}: not fixed automatically: {exc}")
                 continue
-            result.reasons.append(Reason(f"{label}: {what}", tuple(doc.take_touched())))
+            # a fixer that says nothing still gets a reason line: its own summary
+            result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
         current = guest_from_tree(doc.tree, where, origin_kind)
     if not doc.changed:
