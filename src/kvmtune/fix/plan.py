@@ -263,7 +263,10 @@ class SysfsWrite(Change[RuntimeEntry]):
             raise ApplyError(f"{self.path}: not writable (run as root?); nothing changed")
         # In a tree these are plain files, not sysfs: undo puts back their bytes
         # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
-        tree_prior = self.real.read_bytes() if self.root.resolve() != Path("/") else None
+        # A tree entry that leads into the live /sys or /proc is the kernel's value, restored as such.
+        live = self.real.resolve()
+        in_tree = self.root.resolve() != Path("/") and not (live.is_relative_to("/sys") or live.is_relative_to("/proc"))
+        tree_prior = self.real.read_bytes() if in_tree else None
         return RuntimeEntry(
             what=self.title(), path=self.path, real_path=str(self.real), parse=self.parse, prior=now, new=self.new,
             restore=[Restore(str(self.root / p.lstrip("/")), v, p) for p, v in self.restore], tree_prior=tree_prior,
