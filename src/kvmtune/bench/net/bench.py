@@ -88,17 +88,10 @@ class NetContext(BenchContext):
 
 
 def _module_lines(guest: ProbeGuest) -> list[str]:
-    need: set[str] = set()
-    todo = list(NET_MODULES)
-    while todo:
-        n = todo.pop()
-        if n not in need:
-            need.add(n)
-            todo.extend(guest.module_deps.get(n, ()))
-    short = [(p, p.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_")) for p in guest.module_paths]
-    if "virtio_net" not in {s for _, s in short} and "virtio_net" not in guest.modules:
+    paths = guest.modules_for(NET_MODULES)
+    if not any(p.rsplit("/", 1)[-1].startswith("virtio_net.") for p in paths) and "virtio_net" not in guest.modules:
         raise NetError(f"the probe guest kernel {guest.release} has no virtio_net module")
-    return [f"insmod /lib/modules/{p} 2>/dev/null" for p, s in short if s in need]
+    return [f"insmod /lib/modules/{p} 2>/dev/null" for p in paths]
 
 
 def _net_setup(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> list[str]:
