@@ -82,7 +82,7 @@ def test_undo_on_a_full_journal_file_system_restores_first(
     capsys.readouterr()
     fill(journal)
     code = main(["undo", jid, "--yes", "--journal-dir", str(journal)])
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert xml.read_text() == DOMAIN, "undo restored nothing"
     assert code == 1 and "could not be updated" in err and "No space left" in err
     assert "Traceback" not in err
