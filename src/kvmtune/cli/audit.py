@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     moved = domain_files_among_images(args)
     ctx = AuditContext(host=HostRoot(args.root))
     result = gather(args, ctx)
+    result.host = ctx.host_label()
     result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)

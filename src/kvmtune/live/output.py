@@ -6,6 +6,7 @@ from typing import Any
 
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.signals import GuestRates, Rates
+from kvmtune.prometheus import Metrics
 
 
 def printable(text: str) -> str:
@@ -94,31 +95,9 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
             "host_diagnoses": [_diag_json(d) for d in diagnoses if d.guest == ""], "notes": r.notes}
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class _Metrics:
-    def __init__(self) -> None:
-        self.families: dict[str, tuple[str, list[str]]] = {}
-
-    def add(self, name: str, help_text: str, labels: dict[str, str], value: float) -> None:
-        _, samples = self.families.setdefault(name, (help_text, []))
-        inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        samples.append(f"{name}{{{inner}}} {value:.9g}" if inner else f"{name} {value:.9g}")
-
-    def text(self) -> str:
-        out = []
-        for name, (help_text, samples) in self.families.items():
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} gauge")
-            out.extend(samples)
-        return "\n".join(out) + "\n"
-
-
 def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
     """node_exporter textfile-collector output (gauges over the sampled interval)."""
-    m = _Metrics()
+    m = Metrics()
     m.add("kvmtune_sample_interval_seconds", "Length of the interval the rates were measured over.", {}, r.interval_s)
     if r.host.cpu_busy is not None:
         m.add("kvmtune_host_cpu_busy_ratio", "Host CPU use over the interval (seed:000 target: 0.8).", {},
