@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kvmtune.audit import collect
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.audit.report.json_report import write_json
 from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
-from kvmtune.fix.files import write_atomic
+from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
 
 DEFAULT_URI = "qemu:///system"
@@ -100,11 +102,12 @@ def run(args: argparse.Namespace) -> int:
     # Text mode: an input error is one line on stderr, not also in the report; a run in which every
     # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
     if args.format != "text" or audited or args.output:
-        text = render(result, args.format, color=color)
-        if args.output:
-            write_report(Path(args.output), text)
+        if args.output and args.format == "json":  # streamed: thousands of domains never sit in memory twice
+            write_report(Path(args.output), lambda fh: write_json(result, fh))
+        elif args.output:
+            write_report(Path(args.output), render(result, args.format, color=color))
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(render(result, args.format, color=color))
     for err in result.errors:
         print(f"kvmtune: {err}", file=sys.stderr)
     if result.errors:
@@ -115,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 
-def write_report(path: Path, text: str) -> None:
+def write_report(path: Path, text: str | Callable[[TextIO], object]) -> None:
+    writer = text if callable(text) else (lambda fh: fh.write(text))
     try:
-        write_atomic(path, text.encode("utf-8"), tag=str(os.getpid()))
+        write_output(path, writer, tag=str(os.getpid()))
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 

@@ -13,7 +13,7 @@ from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.files import write_atomic
+from kvmtune.fix.files import write_output
 from kvmtune.fleet.collect import read_collection
 from kvmtune.fleet.history import History
 from kvmtune.fleet.report import build, render_html, render_text
@@ -58,7 +58,7 @@ def run_report(args: argparse.Namespace) -> int:
             if net_html:
                 text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
-                write_atomic(args.html, text.encode("utf-8"), tag="report")
+                write_output(args.html, lambda fh: fh.write(text), tag="report")
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
             lines.append(f"wrote {args.html}")
@@ -78,7 +78,7 @@ def run_fleet_report(args: argparse.Namespace) -> int:
         view = build(hosts, previous, hist.trend(), cid)
     if args.html:
         try:
-            write_atomic(args.html, render_html(view).encode("utf-8"), tag="report")
+            write_output(args.html, lambda fh: fh.write(render_html(view)), tag="report")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
     sys.stdout.write(render_text(view) + (f"wrote {args.html}\n" if args.html else ""))

@@ -124,17 +124,21 @@ def _bars_svg(v: FleetView) -> str:
             hpx = n / top * height
             y -= hpx
             parts.append(f'<rect x="{x}" y="{y:.1f}" width="{bar_w}" height="{hpx:.1f}" fill="{COLOURS[s]}">'
-                         f'<title>{html.escape(h.host)}: {n} {s}</title></rect>')
+                         f'<title>{_e(h.host)}: {n} {s}</title></rect>')
         parts.append(f'<text x="{x + bar_w / 2}" y="{height + 34}" font-size="10" text-anchor="end" '
-                     f'transform="rotate(-40 {x + bar_w / 2} {height + 34})">{html.escape(h.host[:24])}</text>')
+                     f'transform="rotate(-40 {x + bar_w / 2} {height + 34})">{_e(h.host[:24])}</text>')
     parts.append("</svg>")
     legend = " ".join(f'<span style="background:{COLOURS[s]};color:#fff;padding:1px 6px">{s}</span>'
                       for s in SEVERITIES)
     return "".join(parts) + f"<p>{legend}</p>"
 
 
+def _e(text: str) -> str:
+    return html.escape(_safe(text))
+
+
 def render_html(v: FleetView) -> str:
-    e = html.escape
+    e = _e
     ok = [h for h in v.hosts if h.status == "ok"]
     failed = [h for h in v.hosts if h.status != "ok"]
     rows_hosts = "".join(
