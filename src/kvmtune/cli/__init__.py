@@ -12,12 +12,14 @@ from collections.abc import Sequence
 
 from kvmtune import __version__
 from kvmtune.errors import KvmtuneError
+from kvmtune.textsafe import safe
 
 # Subcommand modules, in the order `kvmtune --help` lists them.
 COMMAND_MODULES = [
     "kvmtune.cli.audit",
     "kvmtune.cli.rules",
     "kvmtune.cli.fix",
+    "kvmtune.cli.verify",
     "kvmtune.cli.undo",
     "kvmtune.cli.ksm",
     "kvmtune.cli.capture_host",
@@ -57,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except KvmtuneError as exc:
-        print(f"kvmtune: {exc}", file=sys.stderr)
+        print(f"kvmtune: {safe(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)

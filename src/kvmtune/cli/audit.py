@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
 from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
+from kvmtune.textsafe import safe
 
 DEFAULT_URI = "qemu:///system"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -102,14 +104,16 @@ def run(args: argparse.Namespace) -> int:
     # Text mode: an input error is one line on stderr, not also in the report; a run in which every
     # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
     if args.format != "text" or audited or args.output:
+        to_terminal = args.output is None and sys.stdout.isatty()
+        width = shutil.get_terminal_size().columns if to_terminal else None
         if args.output and args.format == "json":  # streamed: thousands of domains never sit in memory twice
             write_report(Path(args.output), lambda fh: write_json(result, fh))
         elif args.output:
-            write_report(Path(args.output), render(result, args.format, color=color))
+            write_report(Path(args.output), render(result, args.format, color=color, width=width))
         else:
-            sys.stdout.write(render(result, args.format, color=color))
+            sys.stdout.write(render(result, args.format, color=color, width=width))
     for err in result.errors:
-        print(f"kvmtune: {err}", file=sys.stderr)
+        print(f"kvmtune: {safe(err)}", file=sys.stderr)
     if result.errors:
         return 2
     if fail_on is not None and any(f.severity >= fail_on for f in result.findings):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kvmtune.audit.engine import select_rules
@@ -15,6 +16,7 @@ from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.textsafe import safe, safe_block
 
 EXIT_APPLY_FAILED = 3
 
@@ -43,6 +45,9 @@ def register(sub: Any) -> None:
                    help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--patch", action="store_true",
+                   help="print only the file changes, as a patch 'git apply' and 'patch -p1' accept (paths relative "
+                   "to the current directory, or to / for files outside it)")
     p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
     p.add_argument("--allow-bus-change", action="store_true",
@@ -129,21 +134,29 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
+    if args.patch and args.apply:
+        print("kvmtune: error: --patch prints a patch to apply elsewhere; it does not go with --apply", file=sys.stderr)
+        return 2
     from kvmtune.cli.audit import domain_files_among_images
 
     moved = domain_files_among_images(args)
     plan = build_plan(args)
     out = sys.stdout
+    if args.patch:
+        from kvmtune.fix.patch import render_patch
+
+        out.write(render_patch(plan, Path.cwd()))
+        return 0
     for m in moved:
-        out.write(f"note: {m}: named after --images but a .xml file, fixed as a domain definition\n")
+        out.write(f"note: {safe(m)}: named after --images but a .xml file, fixed as a domain definition\n")
     if os.path.realpath(args.root) != "/":
-        out.write(f"host root: {args.root} (a tree, not this host: every host path below is inside it)\n")
+        out.write(f"host root: {safe(args.root)} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
-        out.write(plan.render())
+        out.write(safe_block(plan.render()))
     for line in plan.skipped:
-        out.write(f"skipped: {line}\n")
+        out.write(f"skipped: {safe(line)}\n")
     for line in plan.notes:
-        out.write(f"note: {line}\n")
+        out.write(f"note: {safe(line)}\n")
     if plan.manual:
         out.write(f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n")
     if not plan.changes:
@@ -163,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
     except ApplyFailed as exc:
         j = exc.journal
-        made = sum(1 for e in j.entries if e["status"] == "done")
-        print(f"kvmtune: apply stopped: {exc}", file=sys.stderr)
+        made = sum(1 for e in j.entries if e.status == "done")
+        print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
             f"({j.path}); 'kvmtune undo {j.id}' restores them",

@@ -11,11 +11,11 @@ from kvmtune.audit.report.text import render_text
 FORMATS = ("text", "json", "sarif", "prometheus")
 
 
-def render(result: AuditResult, fmt: str, color: bool = False) -> str:
+def render(result: AuditResult, fmt: str, color: bool = False, width: int | None = None) -> str:
     if fmt == "json":
         return render_json(result)
     if fmt == "prometheus":
         return render_prometheus(result, result.host or "localhost")
     if fmt == "sarif":
         return render_sarif(result)
-    return render_text(result, color=color)
+    return render_text(result, color=color, width=width)
