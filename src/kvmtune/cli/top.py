@@ -25,9 +25,10 @@ from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import THRESHOLDS, Diagnoser, Diagnosis
 from kvmtune.live.model import Snapshot
-from kvmtune.live.output import printable, prometheus_text, rates_json, render_table
+from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import Rates, rates
 from kvmtune.live.sources import Sampler
+from kvmtune.textsafe import safe
 
 SORT_KEYS = ("guest", "delay", "disk", "net")
 DEFAULT_URI = "qemu:///system"
@@ -268,7 +269,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         return 0
     print(f"{len(tps)} running guest(s); {len(busy)} issued disk transactions while sampled")
     for name, value in sorted(tps.items()):
-        print(f"  {printable(name)}: {value:.1f} tps")
+        print(f"  {safe(name)}: {value:.1f} tps")
     if per_disk is None:
         print("no guest issued disk transactions: nothing to size from (sample while they work)")
     else:

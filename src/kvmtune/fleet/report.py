@@ -9,14 +9,10 @@ from dataclasses import dataclass, field
 
 from kvmtune.fleet.collect import SEVERITY_WEIGHT, FleetFinding, HostResult
 from kvmtune.fleet.history import Collection
+from kvmtune.textsafe import safe
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 COLOURS = {"critical": "#8b0000", "high": "#d9480f", "medium": "#f59f00", "low": "#74c0fc", "info": "#adb5bd"}
-
-
-def _safe(text: str) -> str:
-    """Host names and summaries come from other machines: never let them steer the terminal."""
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
 
 
 @dataclass
@@ -73,19 +69,19 @@ def render_text(v: FleetView) -> str:
     lines = [f"fleet: {len(v.hosts)} host(s), {len(ok)} audited, {len(failed)} failed"
              + (f"; stored as collection {v.collection}" if v.collection is not None else "")]
     for h in failed:
-        lines.append(f"  FAILED {_safe(h.host)}: {_safe(h.problem)}")
+        lines.append(f"  FAILED {safe(h.host)}: {safe(h.problem)}")
     lines.append("")
     lines.append("Worst hosts (critical=100, high=10, medium=3, low=1):")
     lines.append(f"  {'HOST':<28} {'SCORE':>6} " + " ".join(f"{s.upper():>8}" for s in SEVERITIES) + "  ERRORS")
     for h in sorted(ok, key=lambda h: (-h.score, h.host)):
         c = _counts(h)
-        lines.append(f"  {_safe(h.host)[:28]:<28} {h.score:>6} " + " ".join(f"{c.get(s, 0):>8}" for s in SEVERITIES)
+        lines.append(f"  {safe(h.host)[:28]:<28} {h.score:>6} " + " ".join(f"{c.get(s, 0):>8}" for s in SEVERITIES)
                      + f"  {len(h.errors)}")
     lines.append("")
     lines.append("Findings per rule across hosts:")
     lines.append(f"  {'RULE':<13} {'SEVERITY':<9} {'TOPIC':<20} {'HOSTS':>5} {'FINDINGS':>8}")
     for r in v.rules:
-        lines.append(f"  {r.rule:<13} {r.severity:<9} {_safe(r.topic)[:20]:<20} {len(r.hosts):>5} {r.findings:>8}")
+        lines.append(f"  {r.rule:<13} {r.severity:<9} {safe(r.topic)[:20]:<20} {len(r.hosts):>5} {r.findings:>8}")
     if v.previous is not None:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.previous.created))
         lines.append("")
@@ -93,7 +89,7 @@ def render_text(v: FleetView) -> str:
         for tag, items in (("+", v.new), ("-", v.resolved)):
             for f in sorted(items, key=lambda f: f.key):
                 where = "/".join(x for x in (f.domain, f.device) if x)
-                lines.append(f"  {tag} {_safe(f.host)} {f.rule} {f.severity} {_safe(where)}")
+                lines.append(f"  {tag} {safe(f.host)} {f.rule} {f.severity} {safe(where)}")
     if len(v.trend) > 1:
         lines.append("")
         lines.append("Trend (findings per collection): " + "  ".join(
@@ -134,7 +130,7 @@ def _bars_svg(v: FleetView) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(_safe(text))
+    return html.escape(safe(text))
 
 
 def render_html(v: FleetView) -> str:

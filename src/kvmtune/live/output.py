@@ -7,11 +7,7 @@ from typing import Any
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.signals import GuestRates, Rates
 from kvmtune.prometheus import Metrics
-
-
-def printable(text: str) -> str:
-    """Control characters (escape sequences, newlines) from guest or process names, made visible."""
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+from kvmtune.textsafe import safe
 
 
 def _pct(v: float | None) -> str:
@@ -63,13 +59,13 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
         pps = sum(n.pps for n in g.nics.values()) if g.nics else None
         drops = sum(n.drops for n in g.nics.values()) if g.nics else None
         diag = "; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, []))
-        row = (f"{printable(g.name)[:22]:<22} {printable(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
+        row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
         lines.append(row[:width] if width > 40 else row)
     if not r.guests:
         lines.append("(no running guest found)")
-    lines.extend(f"note: {printable(n)}" for n in r.notes)
+    lines.extend(f"note: {safe(n)}" for n in r.notes)
     return "\n".join(lines)
 
 
