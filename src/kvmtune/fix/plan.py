@@ -63,6 +63,10 @@ class Change(Generic[E]):
     def render(self) -> str:
         raise NotImplementedError
 
+    def lock_paths(self) -> list[Path]:
+        """Files this change replaces: locked for the whole apply (see :func:`files.lock_target`)."""
+        return []
+
     def snapshot(self, ctx: ApplyContext) -> E:
         """The journal entry: the prior state, read now and checked against the plan."""
         raise NotImplementedError
@@ -90,6 +94,9 @@ class FileChange(Change[FileEntry]):
         new = self.after.decode("utf-8", "replace")
         a = self.shown if self.before.data is not None else "/dev/null"
         return unified(old, new, a, self.shown, self.reasons)
+
+    def lock_paths(self) -> list[Path]:
+        return [self.path]
 
     def snapshot(self, ctx: ApplyContext) -> FileEntry:
         try:
