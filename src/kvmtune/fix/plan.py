@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
+from kvmtune.fix.encoding import decode_text
 from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
 from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
 from kvmtune.fix.libvirt_rw import Connections
+from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
     from kvmtune.fix.journal import Journal
@@ -90,8 +92,8 @@ class FileChange(Change[FileEntry]):
     mode: int = 0o644
 
     def render(self) -> str:
-        old = (self.before.data or b"").decode("utf-8", "replace")
-        new = self.after.decode("utf-8", "replace")
+        old = decode_text(self.before.data or b"")
+        new = decode_text(self.after)
         a = self.shown if self.before.data is not None else "/dev/null"
         return unified(old, new, a, self.shown, self.reasons)
 
@@ -141,7 +143,9 @@ class FileChange(Change[FileEntry]):
                 remove_file(path)
                 ctx.done.append(f"{e.shown}: removed (kvmtune created it)")
             else:
-                write_atomic(path, e.prior, mode=e.prior_mode or 0o644, uid=e.prior_uid, gid=e.prior_gid)
+                # mode 000 is a mode too: only a missing one falls back to 0644
+                mode = e.prior_mode if e.prior_mode is not None else 0o644
+                write_atomic(path, e.prior, mode=mode, uid=e.prior_uid, gid=e.prior_gid)
                 ctx.done.append(f"{e.shown}: restored")
         for d in reversed(e.created_dirs):
             with contextlib.suppress(OSError):
@@ -280,6 +284,10 @@ class SysfsWrite(Change[RuntimeEntry]):
         )
 
     def apply(self, entry: RuntimeEntry, ctx: ApplyContext) -> None:
+        try:
+            HostRoot(str(self.root)).beneath(self.path)  # again: the tree may have changed since the plan
+        except HostReadError as exc:
+            raise ApplyError(f"{exc}; nothing written") from None
         try:
             write_value(self.real, self.new)
         except OSError as exc:
