@@ -14,6 +14,9 @@ from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import InputError, KvmtuneError
 
+# a run's kind names its tier (storage runs before tiers existed were guest runs)
+TIER_OF_KIND = {"storage": "guest", "quick": "quick", "block": "block", "net": "network guest"}
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="compare two benchmark runs cell by cell")
@@ -42,6 +45,12 @@ def run_compare(args: argparse.Namespace) -> int:
                 )
             print(f"WARNING: comparing {a.accel} (run {a.id}) with {b.accel} (run {b.id}): "
                   "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
+        tier_a, tier_b = TIER_OF_KIND.get(a.kind, a.kind), TIER_OF_KIND.get(b.kind, b.kind)
+        if tier_a != tier_b:
+            raise KvmtuneError(
+                f"run {a.id} is a {tier_a}-tier run and run {b.id} a {tier_b}-tier run: tiers measure different "
+                "things (a guest, QEMU's block layer alone, qemu-img bench) and are never compared"
+            )
         if "net" in (a.kind, b.kind):
             if args.metric:
                 raise InputError("--metric", "network runs are compared on seed 002's four figures; --metric "

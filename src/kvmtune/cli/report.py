@@ -9,7 +9,7 @@ from typing import Any
 from kvmtune.bench.net.chart import winners, winners_html
 from kvmtune.bench.report import render
 from kvmtune.bench.store import Store
-from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
 
@@ -28,14 +28,20 @@ def run_report(args: argparse.Namespace) -> int:
         for rid in args.runs:
             run = st.run(rid)
             for c in st.cells(run.id):
+                if c.status == "interrupted":
+                    continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
         for accel, cells in sorted(by_accel.items()):
             print(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]
-            if len(net_cells) < len(cells):
-                for v in verdicts([c for c in cells if "topology" not in c.config]):
-                    print("  " + v.line())
+            by_tier: dict[str, list[Any]] = {}
+            for c in cells:
+                if "topology" not in c.config:
+                    by_tier.setdefault(cell_tier(c), []).append(c)
+            for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
+                for v in verdicts(tier_cells):
+                    print("  " + v.line(tier))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
                 for line in winners(net_cells):
                     print("  seed:002: " + line)

@@ -42,7 +42,11 @@ class QuickPlan:
 
 def default_quick_configs() -> list[StorageConfig]:
     """The 24 valid cells: 4 image kinds × 6 cache/aio modes."""
-    return [StorageConfig(bus="none", cache=c, aio=a, fmt=f, prealloc=p) for f, p in QUICK_IMAGES for c, a in QUICK_MODES]
+    return [
+        StorageConfig(bus="none", cache=c, aio=a, fmt=f, prealloc=p, tier="quick")
+        for f, p in QUICK_IMAGES
+        for c, a in QUICK_MODES
+    ]
 
 
 def quick_configs(
@@ -60,7 +64,7 @@ def quick_configs(
         formats or ["raw", "qcow2"],
         preallocs or (["off", "metadata"] if not formats or "qcow2" in formats else ["off"]),
     )
-    return [StorageConfig("none", c.cache, c.aio, c.fmt, c.prealloc) for c in cfgs]
+    return [StorageConfig("none", c.cache, c.aio, c.fmt, c.prealloc, tier="quick") for c in cfgs]
 
 
 _DONE = re.compile(r"Run completed in ([0-9.]+) seconds")
