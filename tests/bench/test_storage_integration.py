@@ -71,7 +71,7 @@ def leftovers(workdir: Path) -> list[str]:
 
 
 def bench(workdir: Path, db: Path, *args: str) -> int:
-    return cli.main(["bench", "storage", "--workdir", str(workdir), "--db", str(db), *SMALL, *args])
+    return cli.main(["bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db), *SMALL, *args])
 
 
 def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: ProbeGuest, tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_ctrl_c_stops_cleanly_and_marks_the_run_partial(workdir: Path, tmp_path:
     db = tmp_path / "r.db"
     code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "bench", "storage", "--workdir", str(workdir), "--db", str(db),
+        [sys.executable, "-c", code, "bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db),
          "--runtime", "20", "--disk-size", "128", "--workload", "randread-4k,randwrite-4k"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -288,7 +288,7 @@ def block_verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
     meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="writethrough", target="file")
     r = ratio(meta, off) if off and meta else None
     if r is None:
-        out.append(Verdict("seed:003", CLAIM_WT, None, hint=f"run --tier block --preset seed-003 ({tier})"))
+        out.append(Verdict("seed:003", CLAIM_WT, None, hint="run --tier block --preset seed-003"))
     else:
         verdict = _judge(r, "holds", "does not hold (it is faster)")
         out.append(Verdict("seed:003", CLAIM_WT, f"[{tier}, {w}] qcow2+write-through without preallocation is "
@@ -298,7 +298,7 @@ def block_verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
     q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", target="file")
     r1 = ratio(raw, q_off) if raw and q_off else None
     if r1 is None:
-        out.append(Verdict("seed:003", CLAIM_RAW, None, hint=f"run --tier block --preset seed-003 ({tier})"))
+        out.append(Verdict("seed:003", CLAIM_RAW, None, hint="run --tier block --preset seed-003"))
     else:
         text = f"[{tier}, {w}, cache=none] qcow2 without preallocation is {r1.text()} slower than raw: "
         text += _judge(r1, "holds", "does not hold (it is faster)")
@@ -334,5 +334,5 @@ def block_verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
     if parts:
         out.append(Verdict("seed:000", CLAIM_FILE, f"[{tier}] " + "; ".join(parts), first))
     else:
-        out.append(Verdict("seed:000", CLAIM_FILE, None, hint=f"run --tier block --preset file-vs-block ({tier})"))
+        out.append(Verdict("seed:000", CLAIM_FILE, None, hint="run --tier block --preset file-vs-block"))
     return out

@@ -182,12 +182,18 @@ def run_storage(args: argparse.Namespace) -> int:
     host = HostRoot()
     workdir = args.workdir or default_workdir()
     guest, accel = None, AccelChoice("none", "no guest in this tier", 0.0)
+    try:
+        threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
+    except ValueError:
+        raise InputError("--threads", f"{args.threads!r}: expected a comma list of thread counts, e.g. 1,8,16") from None
+    if any(t < 1 for t in threads) or (args.cycle_mib is not None and args.cycle_mib < 1):
+        raise InputError("--threads/--cycle-mib", "thread counts and MiB must be ≥ 1")
     if tier == "auto":
+        _guest_matrix(args, threads)  # bad values are errors before any guest is built or probed
         tier, guest, accel = _auto_tier(args, runner, host, workdir)
     args.tier = tier
     if args.repeat is None:
         args.repeat = 3 if tier == "block" else 1
-    threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
     configs: list[StorageConfig] = []
     workloads: list[fiomod.Workload] = []
     if tier == "quick":
