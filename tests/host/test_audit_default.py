@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,14 +47,41 @@ def test_text_report_names_the_host(capsys: pytest.CaptureFixture[str]) -> None:
     assert "host nvme-modern" in out and "0 findings" in out and "host audited" in out
 
 
-def test_default_audit_without_guests_falls_back_to_the_examples(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_default_audit_without_guests_audits_only_this_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty host is answered about itself: "0 guests", the host's findings, no example domains."""
     root = tmp_path / "host"
     (root / "proc").mkdir(parents=True)  # no /proc/<pid>: no running guest
     (root / "proc" / "meminfo").write_text("MemTotal:       16384000 kB\n")
     code, doc = run(["--root", str(root)], capsys)
-    assert code == 0
-    assert "no guests on this host: auditing the bundled example domains instead" in doc["looked_at"]
+    assert any(line.startswith("0 guests on ") for line in doc["looked_at"])
+    assert not any("example" in line for line in doc["looked_at"])
     assert not any(line.startswith("libvirt ") for line in doc["looked_at"])  # not this machine's libvirt
+    assert doc["findings"] and all(f["target"]["domain"] is None for f in doc["findings"])
+    assert code == 0
+
+    assert main(["audit", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "0 guest(s) audited, host audited" in out
+    assert "web01-legacy" not in out
+    assert "hint: no guests to audit; 'kvmtune audit --examples'" in out
+
+
+def test_examples_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
     assert any(f["target"]["domain"] == "web01-legacy" for f in doc["findings"])
+
+
+def test_audit_of_a_captured_host_without_guests_stays_about_that_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    captured = tmp_path / "captured"
+    assert main(["capture-host", str(captured), "--root", str(HOSTS / "nvme-modern")]) == 0
+    hint = capsys.readouterr().out
+    assert f"kvmtune audit --root {captured}" in hint
+    for pid_dir in (captured / "proc").iterdir():  # drop the captured QEMU processes: a host without guests
+        if pid_dir.name.isdigit():
+            shutil.rmtree(pid_dir)
+    code, doc = run(["--root", str(captured)], capsys)
+    assert any(line.startswith("0 guests on host ") for line in doc["looked_at"])
+    assert all(f["target"]["domain"] is None for f in doc["findings"])
+    assert code == 0

@@ -11,6 +11,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult
 from kvmtune.host.parsers import Mount, parse_mounts
 from kvmtune.host.root import HostRoot
+from kvmtune.inputs import walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.image import DiskImage, ImageError, ImageUse, read_image
 
@@ -45,6 +46,13 @@ class _Wanted:
     path: str
     uses: list[ImageUse] = field(default_factory=list)
     in_use: bool = False
+    owner: tuple[int, int] | None = None  # uid, gid of the QEMU process that names it
+
+    @property
+    def declared_format(self) -> str | None:
+        """The format its definitions declare; None (probe, report only) when none does or they disagree."""
+        declared = {u.declared_format for u in self.uses if u.declared_format}
+        return declared.pop() if len(declared) == 1 else None
 
 
 def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
@@ -52,10 +60,12 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(str(q) for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES)
-            if not found:
+            walk = walk_files(str(p), lambda name: os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES,
+                              allow_block=True)
+            result.errors.extend(walk.problems)
+            if not walk.files and not walk.problems:
                 result.errors.append(f"{p}: directory holds no disk images ({', '.join(IMAGE_SUFFIXES)})")
-            out.extend(found)
+            out.extend(walk.files)
         else:
             out.append(raw)
     return out
@@ -68,7 +78,8 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
     n = 0
     for w in wanted:
         try:
-            img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use)
+            img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use, declared_format=w.declared_format,
+                             owner=w.owner)
         except ImageError as exc:
             if quiet_unreadable and any(m in exc.problem for m in ("not readable", "permission denied",
                                                                    "operation not permitted")):
@@ -77,13 +88,14 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
                 result.errors.append(str(exc))
             continue
         img.used_by.extend(w.uses)
-        if img.info_source == "header":
+        if img.info_source == "stat":
             header_only += 1
         result.images.append(img)
         n += 1
     if header_only:
         result.errors.append(
-            f"qemu-img: not found on PATH (install qemu-utils): {header_only} image(s) read from their headers only"
+            f"qemu-img: not found on PATH (install qemu-utils): {header_only} image(s) read without it "
+            "(sizes, and partition tables of raw images)"
         )
     if skipped:
         result.looked_at.append(f"{len(skipped)} guest image(s) not readable by this user (skipped): {', '.join(skipped)}")
@@ -110,6 +122,8 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
     by_real: dict[str, _Wanted] = {}
     missing = 0
     for g in guests:
+        if not g.images_here:
+            continue
         for d in g.disks:
             if d.device not in ("disk", "lun") or d.source_type not in ("file", "block") or not d.source:
                 continue
@@ -120,6 +134,8 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
             w = by_real.setdefault(real, _Wanted(d.source))
             w.uses.append(ImageUse(g.name, d.target, d.cache, d.source_type, d.format, g.origin, g.active))
             w.in_use = w.in_use or bool(g.active)
+            if g.process_owner is not None:
+                w.owner = g.process_owner
     return list(by_real.values()), missing
 
 

@@ -9,6 +9,7 @@ from functools import partial
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, Rule, RunRule, all_rules
+from kvmtune.errors import UsageError
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.image import DiskImage
 
@@ -21,18 +22,38 @@ class AuditResult:
     guests: list[Guest] = field(default_factory=list)
     images: list[DiskImage] = field(default_factory=list)
     host_audited: bool = False
+    hints: list[str] = field(default_factory=list)  # what to try next, for people (never in JSON/SARIF)
+
+
+def rule_matches(rule: type[Rule], key: str) -> bool:
+    """An id (KVM-STO-002), an id prefix (KVM-STO, KVM-STO-00), a slug or a slug prefix (disk-cache)."""
+    upper, lower = key.upper(), key.lower()
+    return rule.id.startswith(upper) or rule.slug.startswith(lower)
 
 
 def select_rules(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Rule]]:
-    def match(rule: type[Rule], keys: Sequence[str]) -> bool:
-        return any(k.upper() == rule.id or k.lower() == rule.slug or rule.id.startswith(k.upper() + "-") for k in keys)
-
+    """The rules ``--only``/``--skip`` leave. A key that matches no rule is a usage error (a typo
+    in a CI gate would otherwise select nothing and pass)."""
     rules = list(all_rules())
+    for option, keys in (("--only", only), ("--skip", skip)):
+        for key in keys:
+            if not any(rule_matches(r, key) for r in rules):
+                raise UsageError(f"{option} {key}: no rule id, slug or prefix matches{_did_you_mean(key, rules)}")
     if only:
-        rules = [r for r in rules if match(r, only)]
+        rules = [r for r in rules if any(rule_matches(r, k) for k in only)]
     if skip:
-        rules = [r for r in rules if not match(r, skip)]
+        rules = [r for r in rules if not any(rule_matches(r, k) for k in skip)]
     return rules
+
+
+def _did_you_mean(key: str, rules: Sequence[type[Rule]]) -> str:
+    import difflib
+
+    names = [r.id for r in rules] + [r.slug for r in rules] + sorted({r.id[:7] for r in rules})
+    close = difflib.get_close_matches(key.upper() if key[:4].upper() == "KVM-" else key.lower(), names, n=3, cutoff=0.5)
+    if not close:  # nothing near: the groups, which are valid prefixes
+        close = sorted({r.id[:7] for r in rules})
+    return f"; did you mean {', '.join(close)}? ('kvmtune rules list' shows them all)"
 
 
 def guarded(rule: Rule, subject: str, check: Callable[[], Iterable[Finding]], ctx: AuditContext,

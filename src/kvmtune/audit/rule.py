@@ -25,6 +25,7 @@ class Rule:
     slug: ClassVar[str] = ""
     topic: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.MEDIUM
+    also_severities: ClassVar[tuple[Severity, ...]] = ()  # a finding may be raised or lowered to these
     title: ClassVar[str] = ""
     why: ClassVar[str] = ""
     fix_kind: ClassVar[str] = "manual"
@@ -32,6 +33,12 @@ class Rule:
     fix_safe: ClassVar[bool] = False
     references: ClassVar[tuple[str, ...]] = ()
     scope: ClassVar[str] = ""
+
+    @classmethod
+    def severity_label(cls) -> str:
+        """``low`` or, for a rule whose findings can differ, the span ``low–medium``."""
+        span = sorted({cls.severity, *cls.also_severities})
+        return str(span[0]) if len(span) == 1 else f"{span[0]}–{span[-1]}"
 
     @classmethod
     def doc_path(cls) -> Path:

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from kvmtune import __version__
 from kvmtune.errors import KvmtuneError
+from kvmtune.textsafe import safe
 
 # Subcommand modules, in the order `kvmtune --help` lists them.
 COMMAND_MODULES = [
     "kvmtune.cli.audit",
     "kvmtune.cli.rules",
     "kvmtune.cli.fix",
+    "kvmtune.cli.verify",
     "kvmtune.cli.undo",
     "kvmtune.cli.ksm",
     "kvmtune.cli.capture_host",
@@ -26,6 +29,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.compare",
     "kvmtune.cli.report",
     "kvmtune.cli.net",
+    "kvmtune.cli.top",
 ]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -55,13 +59,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except KvmtuneError as exc:
-        print(f"kvmtune: {exc}", file=sys.stderr)
+        print(f"kvmtune: {safe(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader went away (`| head`): files were written before stdout (see report); keep the
+        # interpreter from printing a second error while flushing the closed pipe at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:
+        # a file a command was told to read or write (--db, -o, a directory) that the system refused
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kvmtune: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.cli import audit_host
+from kvmtune.errors import UsageError
 from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
+from kvmtune.textsafe import safe
 
 DEFAULT_URI = "qemu:///system"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -69,8 +72,10 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             found += collect.add_libvirt(DEFAULT_URI, result, required=False)
         found += collect.add_running(ctx.host, result)
         if not found:
-            result.looked_at.append("no guests on this host: auditing the bundled example domains instead")
-            collect.add_domain_files([str(EXAMPLES)], result)
+            # Say so rather than audit something else: an operator reads this as the answer about this host.
+            result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
+            result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
+                                "shipped with kvmtune")
     audit_host.after_guests(args, ctx, result)
     return result
 
@@ -84,22 +89,48 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
         return 2
+    rules = select_rules(_split(args.only), _split(args.skip))
+    moved = domain_files_among_images(args)
     ctx = AuditContext(host=HostRoot(args.root))
     result = gather(args, ctx)
-    rules = select_rules(_split(args.only), _split(args.skip))
+    result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)
     color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
-    text = render(result, args.format, color=color)
-    if args.output:
-        write_atomic(Path(args.output), text.encode("utf-8"), tag=str(os.getpid()))
-    else:
-        sys.stdout.write(text)
+    audited = bool(result.guests or result.images or result.host_audited)
+    # Text mode: an input error is one line on stderr, not also in the report; a run in which every
+    # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
+    if args.format != "text" or audited or args.output:
+        to_terminal = args.output is None and sys.stdout.isatty()
+        width = shutil.get_terminal_size().columns if to_terminal else None
+        text = render(result, args.format, color=color, width=width)
+        if args.output:
+            write_report(Path(args.output), text)
+        else:
+            sys.stdout.write(text)
     for err in result.errors:
-        print(f"kvmtune: {err}", file=sys.stderr)
+        print(f"kvmtune: {safe(err)}", file=sys.stderr)
     if result.errors:
         return 2
     if fail_on is not None and any(f.severity >= fail_on for f in result.findings):
         return 1
     return 0
 
+
+
+def write_report(path: Path, text: str) -> None:
+    try:
+        write_atomic(path, text.encode("utf-8"), tag=str(os.getpid()))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+
+
+def domain_files_among_images(args: argparse.Namespace) -> list[str]:
+    """``--images`` takes every path after it, so ``--images a.qcow2 vm.xml`` would read a domain
+    file as a disk image. A ``.xml`` name there is moved to the domain paths; returns those moved."""
+    images = list(getattr(args, "images", None) or [])
+    moved = [p for p in images if p.lower().endswith(".xml") and not os.path.isdir(p)]
+    if moved:
+        args.images = [p for p in images if p not in moved]
+        args.paths = [*args.paths, *moved]
+    return moved

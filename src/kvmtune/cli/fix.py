@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.textsafe import safe, safe_block
 
 EXIT_APPLY_FAILED = 3
 
@@ -36,10 +38,16 @@ def register(sub: Any) -> None:
                    help="host profile (default virtual-host); implies --host")
     p.add_argument("--images", nargs="+", default=[], metavar="IMAGE",
                    help="preallocate these disk images (qcow2 → preallocation=metadata, raw → falloc)")
+    p.add_argument("--format", dest="image_format", choices=("raw", "qcow2"), default=None,
+                   help="the declared format of the --images (default: from the domain XML files given that use "
+                   "them); an image whose format is not declared is left alone, never guessed from its contents")
     p.add_argument("--root", default="/", metavar="DIR",
                    help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--patch", action="store_true",
+                   help="print only the file changes, as a patch 'git apply' and 'patch -p1' accept (paths relative "
+                   "to the current directory, or to / for files outside it)")
     p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
     p.add_argument("--allow-bus-change", action="store_true",
@@ -66,6 +74,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--host", "--profile", args.profile or "virtual-host"]
     if args.images:
         out += ["--images", *args.images]
+    if args.image_format:
+        out += ["--format", args.image_format]
     if args.root != "/":
         out += ["--root", args.root]
     for flag in ("only", "skip"):
@@ -79,7 +89,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
 def build_plan(args: argparse.Namespace) -> Plan:
     from kvmtune.fix.domains import plan_files, plan_libvirt
     from kvmtune.fix.host import plan_host
-    from kvmtune.fix.images import plan_images
+    from kvmtune.fix.images import declared_formats, plan_images
     from kvmtune.runner import default_runner
 
     if not os.path.isdir(args.root):
@@ -97,7 +107,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.skipped.extend(host_plan.skipped)
         plan.notes.extend(host_plan.notes)
     if args.images:
-        plan_images(args.images, default_runner(), HostRoot(args.root), plan)
+        given = args.image_format
+        formats = {p: given for p in args.images} if given else declared_formats(args.paths)
+        plan_images(args.images, default_runner(), HostRoot(args.root), plan, formats)
     return plan
 
 
@@ -122,14 +134,29 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
+    if args.patch and args.apply:
+        print("kvmtune: error: --patch prints a patch to apply elsewhere; it does not go with --apply", file=sys.stderr)
+        return 2
+    from kvmtune.cli.audit import domain_files_among_images
+
+    moved = domain_files_among_images(args)
     plan = build_plan(args)
     out = sys.stdout
+    if args.patch:
+        from kvmtune.fix.patch import render_patch
+
+        out.write(render_patch(plan, Path.cwd()))
+        return 0
+    for m in moved:
+        out.write(f"note: {safe(m)}: named after --images but a .xml file, fixed as a domain definition\n")
+    if os.path.realpath(args.root) != "/":
+        out.write(f"host root: {safe(args.root)} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
-        out.write(plan.render())
+        out.write(safe_block(plan.render()))
     for line in plan.skipped:
-        out.write(f"skipped: {line}\n")
+        out.write(f"skipped: {safe(line)}\n")
     for line in plan.notes:
-        out.write(f"note: {line}\n")
+        out.write(f"note: {safe(line)}\n")
     if plan.manual:
         out.write(f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n")
     if not plan.changes:
@@ -143,14 +170,14 @@ def run(args: argparse.Namespace) -> int:
         out.write("Aborted; nothing changed.\n")
         return 1
     out.flush()
-    directory = journal_dir(args.journal_dir)
+    directory = journal_dir(args.journal_dir, root=args.root)
     try:
         with locked(directory):
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
     except ApplyFailed as exc:
         j = exc.journal
-        made = sum(1 for e in j.entries if e["status"] == "done")
-        print(f"kvmtune: apply stopped: {exc}", file=sys.stderr)
+        made = sum(1 for e in j.entries if e.status == "done")
+        print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
             f"({j.path}); 'kvmtune undo {j.id}' restores them",

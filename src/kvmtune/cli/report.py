@@ -12,6 +12,7 @@ from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix.files import write_atomic
 
 
 def register(sub: Any) -> None:
@@ -23,36 +24,52 @@ def register(sub: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    lines: list[str] = []
+    with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
         for rid in args.runs:
             run = st.run(rid)
+            if run.kind == "verify":
+                continue
             for c in st.cells(run.id):
                 if c.status == "interrupted":
                     continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
+        verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
+        if verify_runs:
+            from html import escape
+
+            from kvmtune.verify.engine import verified_fix_lines
+
+            print("verified fixes:")
+            items = []
+            for run in verify_runs:
+                for line in verified_fix_lines(st.cells(run.id)):
+                    print(f"  run {run.id}: {line}")
+                    items.append(f"<li>run {run.id}: {escape(line)}</li>")
+            net_html.append("<h2>Verified fixes</h2><ul>" + "".join(items) + "</ul>")
         for accel, cells in sorted(by_accel.items()):
-            print(f"[{accel}]")
+            lines.append(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]
             by_tier: dict[str, list[Any]] = {}
             for c in cells:
                 if "topology" not in c.config:
                     by_tier.setdefault(cell_tier(c), []).append(c)
             for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
-                for v in verdicts(tier_cells):
-                    print("  " + v.line(tier))
+                lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
-                for line in winners(net_cells):
-                    print("  seed:002: " + line)
+                lines.extend("  seed:002: " + line for line in winners(net_cells))
                 net_html.append(f"<h2>Accelerator: {accel}</h2>" + winners_html(net_cells))
+        # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs)
             if net_html:
                 text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
-                args.html.write_text(text)
+                write_atomic(args.html, text.encode("utf-8"), tag="report")
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
-            print(f"wrote {args.html}")
+            lines.append(f"wrote {args.html}")
+    print("\n".join(lines))
     return 0

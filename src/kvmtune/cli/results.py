@@ -27,16 +27,20 @@ def register(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    if args.db is None and not default_db().exists():
+        print(f"no runs yet ({default_db()} does not exist; 'kvmtune bench' creates it)")
+        return 0
+    with Store(args.db or default_db(), must_exist=True) as st:
         runs = st.runs()
         if not runs:
             print(f"no runs in {st.path}")
             return 0
-        print(f"{'run':>4} {'started':19} {'kind':8} {'preset':14} {'accel':5} {'status':9} {'cells':>5} {'failed':>6}")
+        print(f"{'run':>4} {'started':19} {'kind':8} {'preset':14} {'accel':5} {'status':9} {'cells':>5} {'failed':>6} note")
         for r in runs:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             print(
                 f"{r.id:>4} {when:19} {r.kind:8} {r.preset or '-':14} {r.accel or '-':5} {r.status:9} {r.cells:>5} {r.failed:>6}"
+                f" {r.note or ''}".rstrip()
             )
     return 0
 
@@ -56,12 +60,12 @@ def _figure(metrics: dict[str, float], name: str, scale: float, width: int, digi
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    with Store(args.db or default_db(), must_exist=True) as st:
         run = st.run(args.run)
         cells = st.cells(run.id)
         if args.json:
             print(json.dumps({
-                "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status,
+                "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status, "note": run.note,
                         "accel": run.accel, "env": run.env},
                 "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
@@ -69,6 +73,8 @@ def run_show(args: argparse.Namespace) -> int:
             return 0
         print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, {run.env.get('fio')}")
         columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
+        if run.note:
+            print(f"note: {run.note}")
         for c in cells:
             if c.status != "ok":
                 print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {c.error}")

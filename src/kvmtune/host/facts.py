@@ -51,6 +51,7 @@ from kvmtune.host.parsers import (
 from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
+    from kvmtune.bench.accel_cache import CachedVerdict
     from kvmtune.host.probe import KvmProbe
     from kvmtune.model.guest import Guest
 
@@ -349,6 +350,18 @@ class HostFacts:
         from kvmtune.host.probe import probe_kvm
 
         return probe_kvm("/dev/kvm")
+
+    @cached_property
+    def accel_verdict(self) -> CachedVerdict | None:
+        """What ``kvmtune guest accel`` last found on this machine: live root only, since the
+        cache in the work directory is this machine's, not a captured tree's."""
+        if not self.probe_enabled:
+            return None
+        from kvmtune.bench.accel_cache import read_cached_verdict
+        from kvmtune.bench.workdir import default_workdir
+
+        osrelease = (self.text("/proc/sys/kernel/osrelease") or "").strip()
+        return read_cached_verdict(default_workdir(), osrelease)
 
     @cached_property
     def entropy_avail(self) -> int | None:

@@ -26,12 +26,23 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
         argv = split_proc_cmdline(data)
         if not argv or not is_qemu_binary(argv[0]):
             continue
+        owner: tuple[int, int] | None = None
+        if host.is_live:
+            # argv[0] is chosen by whoever started the process; the executable is not
+            exe = host.readlink(f"/proc/{entry}/exe")
+            if exe is None or not is_qemu_binary(exe.removesuffix(" (deleted)")):
+                continue
+            owner = host.owner(f"/proc/{entry}")
+            if owner is None:
+                continue
         try:
             guest = guest_from_argv(argv, f"/proc/{entry}/cmdline")
         except InputError as exc:
             errors.append(str(exc))
             continue
         guest.active = True
+        guest.process_owner = owner
+        guest.images_here = host.is_live
         if guest.name == "?":
             guest.name = f"qemu-pid-{entry}"
         guests.append(guest)

@@ -14,15 +14,17 @@ class KvmAccelerationUnavailable(HostFactsRule):
     slug = "kvm-acceleration-unavailable"
     topic = "kvm-acceleration"
     severity = Severity.CRITICAL
+    also_severities = (Severity.HIGH,)  # what some findings are raised or lowered to
     title = "KVM acceleration is not available: guests would run under TCG emulation"
     why = (
         "Without a usable /dev/kvm, QEMU falls back to TCG, translating every guest instruction in software; "
         "virt-host-validate fails this check because 'performance will be significantly limited'."
     )
-    fix_kind = "modprobe"
+    fix_kind = "manual"
     fix_description = (
         "Enable VT-x/AMD-V in the firmware, load kvm_intel or kvm_amd, and give the user running QEMU "
         "read-write access to /dev/kvm (group kvm)."
+        " Not automatic: firmware settings and module loading are outside what kvmtune fix changes."
     )
     references = (
         "libvirt tools/virt-host-validate-qemu.c: hardware virtualization, /dev/kvm exists, /dev/kvm accessible",
@@ -64,4 +66,25 @@ class KvmAccelerationUnavailable(HostFactsRule):
                 expected="KVM_CREATE_VM succeeds",
                 evidence="ioctl(/dev/kvm, KVM_GET_API_VERSION / KVM_CREATE_VM)",
                 summary="/dev/kvm is present but the kernel refuses to create a VM",
+            )
+            return
+        # /dev/kvm opens, but only a booted guest proves KVM works: the cached `kvmtune guest accel`
+        # verdict is the strongest evidence, then the CPU's virtualization flag.
+        verdict = facts.accel_verdict
+        if verdict is not None and verdict.accel == "tcg":
+            yield self.finding(
+                target=self.at(ctx, "/dev/kvm"),
+                actual=f"'kvmtune guest accel' found KVM unusable: {verdict.reason}",
+                expected="a guest boots under KVM",
+                evidence=f"{verdict.path} ({verdict.age_s / 3600:.1f} h old; 'kvmtune guest accel --no-cache' asks again)",
+                summary="KVM does not boot a guest on this host: guests run under TCG emulation",
+            )
+        elif verdict is None and flags_known and flag is None:
+            yield self.finding(
+                target=self.at(ctx, "/dev/kvm"),
+                actual="/dev/kvm present, but the CPU shows no vmx/svm flag (no hardware virtualization: "
+                "a guest without nested virtualization, or disabled in firmware)",
+                expected="vmx (Intel VT-x) or svm (AMD-V) in the CPU flags",
+                evidence=f"{facts.where('/proc/cpuinfo')} flags; 'kvmtune guest accel' boots a guest to confirm",
+                summary="No hardware virtualization: guests would run under TCG emulation",
             )

@@ -13,16 +13,18 @@ class ImageBroken(DiskImageRule):
     slug = "image-broken"
     topic = "image-format"
     severity = Severity.CRITICAL
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Disk image is damaged, truncated or missing its backing file"
     why = (
         "QEMU refuses to start a guest on a qcow2 image marked corrupt or missing its backing file; a "
         "truncated image loses whatever its metadata points past the end of the file. A dirty image (not "
         "closed cleanly, without lazy refcounts) needs a refcount repair before it is trusted."
     )
-    fix_kind = "image"
+    fix_kind = "manual"
     fix_description = (
         "Copy the image aside, then qemu-img check -r all IMAGE (guest stopped); restore from backup if the "
         "check cannot repair it; point the overlay at its backing file again with qemu-img rebase -u."
+        " Not automatic: repairs can lose data and need a backup first."
     )
     references = (
         "QEMU docs/interop/qcow2.txt (incompatible feature bits: dirty, corrupt)",

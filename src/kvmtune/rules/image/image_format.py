@@ -15,6 +15,7 @@ class ImageFormat(DiskImageRule):
     slug = "image-format-unsuited"
     topic = "image-format"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW, Severity.CRITICAL)  # what some findings are raised or lowered to
     title = "Image format is not raw or a current qcow2, or differs from what the guest declares"
     why = (
         "QEMU's fast, well-tested paths are raw and qcow2 (compat 1.1). Formats of other hypervisors are "
@@ -22,10 +23,11 @@ class ImageFormat(DiskImageRule):
         "declares a format other than the file's either fails to start or, declared raw over a qcow2 file, "
         "sees the qcow2 metadata as its disk."
     )
-    fix_kind = "image"
+    fix_kind = "manual"
     fix_description = (
         "qemu-img convert -O qcow2 (or raw) with the guest stopped; qemu-img amend -f qcow2 -o compat=1.1 for "
         "old qcow2; make the guest's <driver type=…> match the file."
+        " Not automatic: kvmtune fix --images only preallocates; which format to convert to is the administrator's choice."
     )
     references = (
         "QEMU docs/system/qemu-block-drivers.rst (formats; qcow2 compat=1.1)",

@@ -14,6 +14,7 @@ class NetBackendUser(GuestRule):
     slug = "net-backend-user"
     topic = "net-backend"
     severity = Severity.HIGH
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "NIC uses user-mode networking (SLIRP or passt): a TCP/IP stack in userspace, not a real link"
     why = (
         "User-mode networking re-terminates every guest connection in a userspace TCP/IP stack and replays it "
@@ -22,10 +23,11 @@ class NetBackendUser(GuestRule):
         "tap with vhost-net reaches tens of Gbit/s. passt is much faster than SLIRP but still translates "
         "every flow in userspace."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Attach the NIC to a bridge (<interface type='bridge'>), a libvirt network or macvtap; for unprivileged "
         "guests prefer passt over SLIRP, ideally with the vhost-user backend."
+        " Not automatic: which bridge or network the guest belongs on is a site decision."
     )
     fix_safe = False
     references = (
