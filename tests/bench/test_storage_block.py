@@ -136,7 +136,7 @@ def test_compare_refuses_to_mix_tiers_and_report_names_the_tier(tmp_path: Path,
         for kind, tier in (("quick", "quick"), ("block", "block")):
             rid = st.begin_run(kind, {"accel": "none"}, {})
             for rep, (pre, iops) in enumerate([("off", 100.0), ("metadata", 500.0)] * 3):
-                cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "target": "file", "tier": tier,
+                cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": tier,
                        "bus": "nbd" if tier == "block" else "none"}  # fmt: skip
                 st.add_cell(rid, f"{pre}|randwrite-4k", cfg, "randwrite-4k", "ok", {"iops": iops * (1 + rep / 100)},
                             rep=rep, accel="none")  # fmt: skip
@@ -155,7 +155,8 @@ def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureF
     from kvmtune.bench.verdicts import block_verdicts
 
     def cell(pre: str, iops: float, rep: int) -> CellRow:
-        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "target": "file", "tier": "block"}
+        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file",
+               "tier": "block"}
         return CellRow(rep, 1, "k", cfg, "randwrite-4k", rep, "ok", None, "none", 1.0, {"iops": iops})
 
     one = block_verdicts([cell("off", 100, 0), cell("metadata", 500, 0)])[0].line()

@@ -208,8 +208,9 @@ def cell_tier(cell: CellRow) -> str:
 
 def verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
     """The seed verdicts of one tier's cells (the block tier's carry intervals)."""
-    if cells and all(cell_tier(c) == "block" for c in cells):
-        return block_verdicts(cells)
+    tiers = {cell_tier(c) for c in cells}
+    if len(tiers) == 1 and tiers <= {"block", "quick"}:  # these tiers repeat: verdicts only with an interval
+        return block_verdicts(cells, tiers.pop())
     return [f(cells) for f in ALL]
 
 
@@ -279,26 +280,28 @@ def _judge(r: Ratio, above: str, below: str) -> str:
     return "inconclusive: the interval includes 1" + (f"; about {more} rounds would settle it" if more else "")
 
 
-def block_verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
-    """Seed 003's and seed 000's claims from block-tier cells, each with its interval and the tier named."""
-    tier = "block tier"
+def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdict]:
+    """Seed 003's and seed 000's claims from block-tier (or quick-tier) cells, each with its interval and tier."""
+    tier = f"{which} tier"
+    hint = "run --tier block --preset seed-003" if which == "block" else "run --quick (or --tier block --preset seed-003)"
     out: list[Verdict] = []
-    w = "randwrite-4k"
-    off = _values(cells, w, fmt="qcow2", prealloc="off", cache="writethrough", target="file")
-    meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="writethrough", target="file")
+    w = "randwrite-4k" if which == "block" else "qemu-img-write-4k"
+    none_aio = "native" if which == "block" else "threads"
+    off = _values(cells, w, fmt="qcow2", prealloc="off", cache="writethrough", aio="threads", target="file")
+    meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="writethrough", aio="threads", target="file")
     r = ratio(meta, off) if off and meta else None
     if r is None:
-        out.append(Verdict("seed:003", CLAIM_WT, None, hint="run --tier block --preset seed-003"))
+        out.append(Verdict("seed:003", CLAIM_WT, None, hint=hint))
     else:
         verdict = _judge(r, "holds", "does not hold (it is faster)")
         out.append(Verdict("seed:003", CLAIM_WT, f"[{tier}, {w}] qcow2+write-through without preallocation is "
                            f"{r.text()} slower than with metadata preallocation: {verdict}", r.value))  # fmt: skip
-    raw = _values(cells, w, fmt="raw", prealloc="off", cache="none", target="file")
-    q_off = _values(cells, w, fmt="qcow2", prealloc="off", cache="none", target="file")
-    q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", target="file")
+    raw = _values(cells, w, fmt="raw", prealloc="off", cache="none", aio=none_aio, target="file")
+    q_off = _values(cells, w, fmt="qcow2", prealloc="off", cache="none", aio=none_aio, target="file")
+    q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", aio=none_aio, target="file")
     r1 = ratio(raw, q_off) if raw and q_off else None
     if r1 is None:
-        out.append(Verdict("seed:003", CLAIM_RAW, None, hint="run --tier block --preset seed-003"))
+        out.append(Verdict("seed:003", CLAIM_RAW, None, hint=hint))
     else:
         text = f"[{tier}, {w}, cache=none] qcow2 without preallocation is {r1.text()} slower than raw: "
         text += _judge(r1, "holds", "does not hold (it is faster)")
@@ -333,6 +336,6 @@ def block_verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
         parts.append(f"{wl}: " + ", ".join(bits))
     if parts:
         out.append(Verdict("seed:000", CLAIM_FILE, f"[{tier}] " + "; ".join(parts), first))
-    else:
+    elif which == "block":
         out.append(Verdict("seed:000", CLAIM_FILE, None, hint="run --tier block --preset file-vs-block"))
     return out

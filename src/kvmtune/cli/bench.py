@@ -28,7 +28,7 @@ from kvmtune.bench.storage.matrix import (
     build_matrix,
     preset,
 )
-from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, quick_configs
+from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
@@ -174,6 +174,7 @@ def run_storage(args: argparse.Namespace) -> int:
     for dest, value in GUEST_DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
+    quick_cap = QUICK_CAP_S if args.runtime is None else args.runtime
     args.runtime = 5.0 if args.runtime is None else args.runtime
     args.disk_size = 1024 if args.disk_size is None else args.disk_size
     if args.runtime <= 0 or args.disk_size < 16 or (args.repeat is not None and args.repeat < 1):
@@ -222,7 +223,7 @@ def run_storage(args: argparse.Namespace) -> int:
     )  # fmt: skip
     bench: Benchmark
     if tier == "quick":
-        bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096))
+        bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=quick_cap))
     elif tier == "block":
         host_fs = _csv(args.host_fs) or ["workdir"]
         check_host_fs(ctx, host_fs)
