@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,6 @@ def run_report(args: argparse.Namespace) -> int:
         net_html = []
         verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
         if verify_runs:
-            from html import escape
 
             from kvmtune.verify.engine import verified_fix_lines
 
@@ -60,7 +60,7 @@ def run_report(args: argparse.Namespace) -> int:
                 lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
                 lines.extend("  seed:002: " + line for line in winners(net_cells))
-                net_html.append(f"<h2>Accelerator: {accel}</h2>" + winners_html(net_cells))
+                net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs)

@@ -110,6 +110,8 @@ def _fix_guest_once(
             result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
         current = guest_from_tree(doc.tree, where, origin_kind)
+    # a rule that raised (the engine's guard) or a host fact unreadable: said in the plan, not dropped
+    result.skipped.extend(f"{name}: {err}" for err in dict.fromkeys(ctx.errors))
     if not doc.changed:
         return guest, result, set()
     after = doc.render()  # checked to parse to the same document as the edited tree
