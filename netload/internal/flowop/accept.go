@@ -54,6 +54,12 @@ func Listen(host string, port, wndsz int, runID uint32, fatal func(error)) (*Acc
 // fixedPortWait bounds how long Listen waits for a fixed port to be released.
 const fixedPortWait = 3 * time.Second
 
+// mailboxDepth is how many connections may wait for one strand's accept. A
+// strand that connects and disconnects in a loop (uperf's connect.xml,
+// disconnect_iter.xml) can be several connections ahead of the accepting
+// strand; the bound keeps a hostile peer from queueing without limit.
+const mailboxDepth = 64
+
 func newAcceptor(ln net.Listener, runID uint32, fatal func(error)) *Acceptor {
 	a := &Acceptor{ln: ln, runID: runID, fatal: fatal, mailbox: map[Key]chan net.Conn{}}
 	a.wg.Add(1)
@@ -69,7 +75,7 @@ func (a *Acceptor) box(k Key) chan net.Conn {
 	defer a.mu.Unlock()
 	ch := a.mailbox[k]
 	if ch == nil {
-		ch = make(chan net.Conn, 1)
+		ch = make(chan net.Conn, mailboxDepth)
 		a.mailbox[k] = ch
 	}
 	return ch
@@ -123,7 +129,7 @@ func (a *Acceptor) route(nc net.Conn) {
 	select {
 	case ch <- nc:
 	default:
-		nc.Close() // a duplicate: the strand already has one waiting
+		nc.Close() // more than mailboxDepth waiting for one strand: not a profile's doing
 	}
 }
 
@@ -161,10 +167,14 @@ func (a *Acceptor) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, ch := range a.mailbox {
-		select {
-		case nc := <-ch:
-			nc.Close()
-		default:
+	drain:
+		for {
+			select {
+			case nc := <-ch:
+				nc.Close()
+			default:
+				break drain
+			}
 		}
 		delete(a.mailbox, k)
 	}

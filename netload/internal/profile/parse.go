@@ -830,6 +830,7 @@ func (ps *parser) validate(p *Profile) error {
 						}
 						continue
 					}
+					f.Protocol = proto
 					if proto == "udp" && (f.Size > MaxUDPSize || f.RSize > MaxUDPSize) {
 						return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP datagram holds at most %d bytes; size is %d", MaxUDPSize, max(f.Size, f.RSize))}
 					}
