@@ -242,8 +242,6 @@ func TestBadProfiles(t *testing.T) {
     ¦<flowop type="write" options="size=65508"/></transaction></group></profile>`, `UDP datagram holds at most`},
 		{"udp fixed port shared", `<profile name="x"><group nthreads="2"><transaction>
     ¦<flowop type="connect" options="protocol=udp port=3000"/></transaction></group></profile>`, `fixed port serves one strand`},
-		{"udp reopened", `<profile name="x"><group nthreads="1"><transaction iterations="2">
-    ¦<flowop type="connect" options="protocol=udp"/></transaction></group></profile>`, `UDP connection is opened once`},
 		{"think without duration", `<profile name="x"><group nthreads="1"><transaction>
     ¦<flowop type="think"/></transaction></group></profile>`, `think needs duration=`},
 		{"busy and idle", `<profile name="x"><group nthreads="1"><transaction>
