@@ -765,10 +765,6 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 // validate checks what needs the whole profile: connections used before
 // they are opened, UDP limits, one remote host.
 func (ps *parser) validate(p *Profile) error {
-	hosts := p.RemoteHosts()
-	if len(hosts) > 1 {
-		return &Error{File: ps.file, Pos: Pos{1, 1}, Msg: fmt.Sprintf("the profile names %d remote hosts (%s); netload drives one remote per run", len(hosts), strings.Join(hosts, ", "))}
-	}
 	total := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
