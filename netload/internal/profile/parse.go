@@ -803,7 +803,12 @@ func (ps *parser) validate(p *Profile) error {
 						if last < 0 {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("flowop %s comes before any connect or accept in group %q", f.Type, g.Name)}
 						}
+						// as uperf: a flowop without conn= uses the anonymous connection
+						// (a connect/accept without conn=) while it is open
 						f.Conn = last
+						if _, ok := open[0]; ok {
+							f.Conn = 0
+						}
 					}
 					proto, ok := open[f.Conn]
 					if !ok {

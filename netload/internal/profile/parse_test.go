@@ -476,3 +476,21 @@ func TestSplitByHost(t *testing.T) {
 		t.Fatalf("a group with two hosts: %v", err)
 	}
 }
+
+// A flowop without conn= uses the anonymous connection while it is open,
+// as in uperf (two-hosts.xml opens an anonymous and a conn=1 connection).
+func TestFlowopWithoutConnUsesTheAnonymousConnection(t *testing.T) {
+	src := `<profile name="a"><group nthreads="1">
+  <transaction><flowop type="connect" options="remotehost=h"/><flowop type="connect" options="conn=1 remotehost=h"/></transaction>
+  <transaction><flowop type="write" options="size=1"/><flowop type="read" options="conn=1 size=1"/></transaction>
+  <transaction><flowop type="disconnect"/><flowop type="disconnect" options="conn=1"/></transaction>
+</group></profile>`
+	p, err := Parse([]byte(src), "a.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := p.Groups[0].Transactions
+	if tx[1].Flowops[0].Conn != 0 || tx[1].Flowops[1].Conn != 1 || tx[2].Flowops[0].Conn != 0 || tx[2].Flowops[1].Conn != 1 {
+		t.Fatalf("connections: %+v %+v", tx[1].Flowops, tx[2].Flowops)
+	}
+}
