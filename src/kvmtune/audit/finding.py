@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -89,9 +89,15 @@ class Finding:
         return (t.host, t.domain or "", t.device or "", -int(self.severity), self.rule)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["severity"] = str(self.severity)
-        data["references"] = list(self.references)
-        if not self.extra:
-            del data["extra"]
+        # by hand, not dataclasses.asdict: its deep copy was most of a 1,000-domain audit's time
+        t, fix = self.target, self.fix
+        data: dict[str, Any] = {
+            "rule": self.rule, "slug": self.slug, "topic": self.topic, "severity": str(self.severity),
+            "confidence": self.confidence, "target": {"host": t.host, "domain": t.domain, "device": t.device},
+            "actual": self.actual, "expected": self.expected, "evidence": self.evidence, "summary": self.summary,
+            "why": self.why, "fix": {"kind": fix.kind, "description": fix.description, "safe": fix.safe},
+            "references": list(self.references), "source": self.source,
+        }
+        if self.extra:
+            data["extra"] = dict(self.extra)
         return data
