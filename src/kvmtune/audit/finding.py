@@ -44,6 +44,8 @@ TOPICS = frozenset(
         "entropy", "rng-device",
         # host
         "kvm-acceleration", "tuned-profile", "host-devices", "dirty-writeback",
+        # CPU frequency and idle states, interrupt placement, CPU isolation, DMA remapping
+        "cpu-power", "irq-affinity", "cpu-isolation", "iommu",
     }
 )
 
