@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
     result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)
-    color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
+    # NO_COLOR (no-color.org): any non-empty value turns automatic colour off; --color always still wins
+    no_color = bool(os.environ.get("NO_COLOR"))
+    color = args.color == "always" or (
+        args.color == "auto" and not no_color and args.output is None and sys.stdout.isatty())
     audited = bool(result.guests or result.images or result.host_audited)
     # Text mode: an input error is one line on stderr, not also in the report; a run in which every
     # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
