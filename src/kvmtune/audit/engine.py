@@ -43,14 +43,15 @@ def run_rules(
     chosen = list(rules) if rules is not None else list(all_rules())
     findings: list[Finding] = []
     image_list = list(images)
+    audited = [g for g in guests if g.is_kvm_or_qemu]  # other hypervisors' guests: see KVM-GST-001
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
-            for guest in guests:
+            for guest in guests if rule.any_hypervisor else audited:
                 findings.extend(rule.check(guest, ctx))
         elif isinstance(rule, RunRule):
-            if guests:
-                findings.extend(rule.check_run(list(guests), ctx))
+            if audited:
+                findings.extend(rule.check_run(audited, ctx))
         elif isinstance(rule, HostRule):
             if audit_host:
                 findings.extend(rule.check_host(ctx))
