@@ -29,7 +29,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import HostRule, ImageRule, all_rules
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import read_image, registered_images
+from kvmtune.qemu.image import read_image
 from kvmtune.runner import Runner
 
 HOST_RULES = [r for r in all_rules() if issubclass(r, HostRule)]
@@ -86,7 +86,6 @@ def images(runs: int) -> list[dict[str, object]]:
                 ctx = AuditContext(host=HostRoot("/"), runner=runner)
                 t0 = time.perf_counter()
                 img = read_image(str(path), runner, [])
-                registered_images(ctx).append(img)
                 run_rules(ctx, images=[img], rules=IMAGE_RULES)
                 total = time.perf_counter() - t0
                 q = sum(r.duration_s for r in runner.history)

@@ -35,12 +35,12 @@ def cli(args: list[str]) -> tuple[int, float, str]:
 
 
 def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str, object]:
-    from kvmtune.bench import fio as fiomod
     from kvmtune.bench.accel import AccelChoice
     from kvmtune.bench.guest import GuestBuilder
-    from kvmtune.bench.matrix import StorageConfig
-    from kvmtune.bench.snapshot import SnapshotCache
-    from kvmtune.bench.storage import BenchContext, run_matrix
+    from kvmtune.bench.storage import fio as fiomod
+    from kvmtune.bench.storage.bench import StorageContext, run_matrix
+    from kvmtune.bench.storage.matrix import StorageConfig
+    from kvmtune.bench.storage.snapshot import SnapshotCache
     from kvmtune.bench.workdir import Scratch
     from kvmtune.host.root import HostRoot
     from kvmtune.runner import Runner
@@ -50,8 +50,9 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
     times = []
     snapshots = SnapshotCache(workdir / "snapshots", runner) if restore else None
     for i in range(rounds + (1 if restore else 0)):
-        ctx = BenchContext(runner, HostRoot(), Scratch(workdir / "scratch-speed", runner), guest,
-                           AccelChoice("tcg", "speed benchmark", 0.0), None, None, runtime_s=1, disk_mib=256)  # fmt: skip
+        ctx = StorageContext(runner=runner, host=HostRoot(), scratch=Scratch(workdir / "scratch-speed", runner),
+                             guest=guest, accel=AccelChoice("tcg", "speed benchmark", 0.0), runtime_s=1,
+                             disk_mib=256)  # fmt: skip
         ctx.snapshots = snapshots
         run_matrix(ctx, [StorageConfig(cache="none", aio="native")], [fiomod.BASIC["randread-4k"]])
         assert all(r.status == "ok" for r in ctx.results), ctx.results

@@ -19,3 +19,7 @@ class InputError(KvmtuneError):
         self.line = line
         loc = f"{where}:{line}" if line else where
         super().__init__(f"{loc}: {problem}")
+
+
+class UsageError(KvmtuneError):
+    """A command-line option or argument that cannot be used (exit code 2)."""

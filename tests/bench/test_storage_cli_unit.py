@@ -46,7 +46,7 @@ def test_device_needs_the_destructive_flag(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_mounted_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmtune.bench.storage import check_user_device
+    from kvmtune.bench.storage.bench import check_user_device
     from kvmtune.errors import KvmtuneError
     from kvmtune.host.root import HostRoot
 
@@ -62,6 +62,9 @@ def test_mounted_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_results_list_empty_and_compare_refuses_across_accelerators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
+    assert cli.main(["results", "list", "--db", str(db)]) == 2  # a read-only command creates no database
+    assert "no such results database" in _one_line_error(capsys)
+    Store(db).close()
     assert cli.main(["results", "list", "--db", str(db)]) == 0
     assert "no runs" in capsys.readouterr().out
     with Store(db) as st:

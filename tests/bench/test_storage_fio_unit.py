@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench import fio as fiomod
+from kvmtune.bench.storage import fio as fiomod
 from kvmtune.errors import InputError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.hostio import (
+from kvmtune.bench.storage.hostio import (
     HostSampler,
     Snapshot,
     device_of_path,

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench import fio as fiomod
 from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import GuestBuilder, ProbeGuest
-from kvmtune.bench.matrix import StorageConfig
-from kvmtune.bench.storage import BenchContext, run_matrix
+from kvmtune.bench.runner import CellSink
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.bench import StorageContext, run_matrix
+from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch
 from kvmtune.host.root import HostRoot
@@ -203,9 +204,8 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
 
     runner = Runner()
     scratch_root = tmp_path / "scratch"
-    ctx = BenchContext(runner, HostRoot(), Scratch(scratch_root, runner), guest,
-                       AccelChoice("tcg", "test", 0.0), None, None, runtime_s=1, disk_mib=64,
-                       boot_timeout_s=40)  # fmt: skip
+    ctx = StorageContext(runner=runner, host=HostRoot(), scratch=Scratch(scratch_root, runner), guest=guest,
+                         accel=AccelChoice("tcg", "test", 0.0), runtime_s=1, disk_mib=64, boot_timeout_s=40)
     broken = fiomod.Workload("broken", "randwrite", extra=("--ioengine=doesnotexist",))
     failed = run_matrix(ctx, [StorageConfig()], [broken, fiomod.BASIC["randread-4k"]])
     assert failed == 1
@@ -219,7 +219,7 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
     junk.write_bytes(bytes(data))
     broken_guest = ProbeGuest(junk, guest.initrd, "junk", guest.release, guest.modules, (), guest.tools, guest.size,
                               True, None, guest.module_paths, guest.module_deps)  # fmt: skip
-    ctx.guest, ctx.results, ctx.boot_timeout_s = broken_guest, [], 12
+    ctx.guest, ctx.sink, ctx.boot_timeout_s = broken_guest, CellSink(), 12
 
     start = time.monotonic()
     assert run_matrix(ctx, [StorageConfig()], [fiomod.BASIC["randread-4k"]]) == 1

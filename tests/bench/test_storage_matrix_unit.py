@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmtune.bench.matrix import StorageConfig, build_matrix, preset
+from kvmtune.bench.storage.matrix import StorageConfig, build_matrix, preset
 from kvmtune.errors import InputError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.quick import default_quick_configs, parse_bench_output
+from kvmtune.bench.storage.quick import default_quick_configs, parse_bench_output
 from kvmtune.bench.store import Store
 
 MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]

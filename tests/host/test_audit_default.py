@@ -46,14 +46,25 @@ def test_text_report_names_the_host(capsys: pytest.CaptureFixture[str]) -> None:
     assert "host nvme-modern" in out and "0 findings" in out and "host audited" in out
 
 
-def test_default_audit_without_guests_falls_back_to_the_examples(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_default_audit_without_guests_audits_only_this_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty host is answered about itself: "0 guests", the host's findings, no example domains."""
     root = tmp_path / "host"
     (root / "proc").mkdir(parents=True)  # no /proc/<pid>: no running guest
     (root / "proc" / "meminfo").write_text("MemTotal:       16384000 kB\n")
     code, doc = run(["--root", str(root)], capsys)
-    assert code == 0
-    assert "no guests on this host: auditing the bundled example domains instead" in doc["looked_at"]
+    assert any(line.startswith("0 guests on ") for line in doc["looked_at"])
+    assert not any("example" in line for line in doc["looked_at"])
     assert not any(line.startswith("libvirt ") for line in doc["looked_at"])  # not this machine's libvirt
+    assert doc["findings"] and all(f["target"]["domain"] is None for f in doc["findings"])
+    assert code == 0
+
+    assert main(["audit", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "0 guest(s) audited, host audited" in out
+    assert "web01-legacy" not in out
+    assert "hint: no guests to audit; 'kvmtune audit --examples'" in out
+
+
+def test_examples_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
     assert any(f["target"]["domain"] == "web01-legacy" for f in doc["findings"])

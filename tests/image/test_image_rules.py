@@ -14,7 +14,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import ImageRule, all_rules, rule_by_id
 from kvmtune.host.parsers import Mount
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import DiskImage, ImageUse, read_image, registered_images
+from kvmtune.qemu.image import DiskImage, ImageUse, read_image
 from kvmtune.runner import Runner
 
 
@@ -22,7 +22,6 @@ def audit(rule_id: str, imgs: list[DiskImage]) -> list[Finding]:
     rule = rule_by_id(rule_id)
     assert rule is not None
     ctx = AuditContext(host=HostRoot("/"), runner=Runner())
-    registered_images(ctx).extend(imgs)
     found = run_rules(ctx, images=imgs, rules=[rule])
     assert ctx.errors == []
     return found

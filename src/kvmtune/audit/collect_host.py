@@ -9,24 +9,22 @@ from pathlib import Path
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult
-from kvmtune.host.facts import host_facts, host_label
 from kvmtune.host.parsers import Mount, parse_mounts
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
-from kvmtune.qemu.image import DiskImage, ImageError, ImageUse, read_image, registered_images
+from kvmtune.qemu.image import DiskImage, ImageError, ImageUse, read_image
 
 IMAGE_SUFFIXES = (".qcow2", ".qcow", ".img", ".raw", ".vmdk", ".vdi", ".vhd", ".vhdx", ".qed")
 
 
 def add_host(ctx: AuditContext, result: AuditResult) -> None:
     """Mark the host for auditing and say what it is."""
-    facts = host_facts(ctx)
-    ctx.audit_host = True
+    facts = ctx.facts
     result.host_audited = True
     where = "this machine" if ctx.host.is_live else f"captured tree {ctx.host.path}"
     mem = facts.mem_total_kib
     parts = [
-        f"host {host_label(ctx)} ({where})",
+        f"host {ctx.host_label()} ({where})",
         f"kernel {facts.kernel_release or '?'}",
         f"{facts.cpu_count or '?'} CPUs",
         f"{mem / 1048576:.1f} GiB RAM" if mem else "RAM ?",
@@ -65,7 +63,6 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
 
 def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, quiet_unreadable: bool) -> int:
     mounts = local_mounts()
-    images = registered_images(ctx)
     skipped: list[str] = []
     header_only = 0
     n = 0
@@ -82,7 +79,6 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
         img.used_by.extend(w.uses)
         if img.info_source == "header":
             header_only += 1
-        images.append(img)
         result.images.append(img)
         n += 1
     if header_only:
@@ -96,7 +92,7 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
 
 def add_images(paths: Iterable[str], ctx: AuditContext, result: AuditResult) -> int:
     """Audit the images named on the command line (files, block devices, directories of images)."""
-    seen = {i.realpath for i in registered_images(ctx)}
+    seen = {i.realpath for i in result.images}
     wanted: list[_Wanted] = []
     for p in _expand(paths, result):
         real = os.path.realpath(p)
@@ -130,7 +126,7 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
 def add_guest_images(ctx: AuditContext, result: AuditResult) -> int:
     """Audit every local image used by the guests already gathered in ``result``."""
     wanted, missing = guest_images(result.guests)
-    known = {i.realpath: i for i in registered_images(ctx)}
+    known = {i.realpath: i for i in result.images}
     fresh: list[_Wanted] = []
     for w in wanted:
         img: DiskImage | None = known.get(os.path.realpath(w.path))

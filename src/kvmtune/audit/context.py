@@ -1,12 +1,21 @@
-"""What a rule may look at besides its target: host facts, read lazily and cached."""
+"""What a rule may look at besides its target: the audited host's facts and every image of the run.
+
+Everything here is typed: the host as :class:`~kvmtune.host.facts.HostFacts` (read
+lazily, once per run), the run's disk images as :class:`~kvmtune.qemu.image.DiskImage`.
+The readers below (``host/``, ``qemu/``) know nothing of the auditor; this module
+joins them for the rules.
+"""
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
+from kvmtune.audit.finding import Target
+from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.image import DiskImage
 from kvmtune.runner import Runner, default_runner
 
 
@@ -15,17 +24,27 @@ class AuditContext:
     host: HostRoot = field(default_factory=HostRoot)
     runner: Runner = field(default_factory=default_runner)
     host_name: str = field(default_factory=socket.gethostname)
-    audit_host: bool = False
     errors: list[str] = field(default_factory=list)
-    _cache: dict[str, Any] = field(default_factory=dict)
+    # every image of this run, for rules that add up across images (set by the engine before the rules run)
+    images: list[DiskImage] = field(default_factory=list)
+    host_facts: HostFacts | None = None  # given (capture-host records its reads) or read on first use
 
-    def cached(self, key: str, compute: Any) -> Any:
-        if key not in self._cache:
-            self._cache[key] = compute()
-        return self._cache[key]
+    @property
+    def facts(self) -> HostFacts:
+        """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
+        if self.host_facts is None:
+            self.host_facts = HostFacts(self.host, errors=self.errors)
+        return self.host_facts
 
     def host_cpu_count(self) -> int | None:
         """Online CPUs of the host being audited, or ``None`` if unreadable."""
-        from kvmtune.host.facts import host_facts  # facts builds on this module
+        return self.facts.cpu_count
 
-        return host_facts(self).cpu_count
+    def host_label(self) -> str:
+        """How findings name the host: its hostname, or the captured tree's directory name."""
+        if self.host.is_live:
+            return self.host_name
+        return Path(self.host.path).resolve().name or self.host.path
+
+    def host_target(self, device: str | None = None) -> Target:
+        return Target(host=self.host_label(), device=device)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, Rule, RunRule, all_rules
+from kvmtune.errors import UsageError
 from kvmtune.model.guest import Guest
+from kvmtune.qemu.image import DiskImage
 
 
 @dataclass
@@ -17,46 +20,79 @@ class AuditResult:
     errors: list[str] = field(default_factory=list)  # one line each: "<where>: <problem>"
     looked_at: list[str] = field(default_factory=list)  # what the audit read, for the report header
     guests: list[Guest] = field(default_factory=list)
-    images: list[object] = field(default_factory=list)
+    images: list[DiskImage] = field(default_factory=list)
     host_audited: bool = False
+    hints: list[str] = field(default_factory=list)  # what to try next, for people (never in JSON/SARIF)
+
+
+def rule_matches(rule: type[Rule], key: str) -> bool:
+    """An id (KVM-STO-002), an id prefix (KVM-STO, KVM-STO-00), a slug or a slug prefix (disk-cache)."""
+    upper, lower = key.upper(), key.lower()
+    return rule.id.startswith(upper) or rule.slug.startswith(lower)
 
 
 def select_rules(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Rule]]:
-    def match(rule: type[Rule], keys: Sequence[str]) -> bool:
-        return any(k.upper() == rule.id or k.lower() == rule.slug or rule.id.startswith(k.upper() + "-") for k in keys)
-
+    """The rules ``--only``/``--skip`` leave. A key that matches no rule is a usage error (a typo
+    in a CI gate would otherwise select nothing and pass)."""
     rules = list(all_rules())
+    for option, keys in (("--only", only), ("--skip", skip)):
+        for key in keys:
+            if not any(rule_matches(r, key) for r in rules):
+                raise UsageError(f"{option} {key}: no rule id, slug or prefix matches{_did_you_mean(key, rules)}")
     if only:
-        rules = [r for r in rules if match(r, only)]
+        rules = [r for r in rules if any(rule_matches(r, k) for k in only)]
     if skip:
-        rules = [r for r in rules if not match(r, skip)]
+        rules = [r for r in rules if not any(rule_matches(r, k) for k in skip)]
     return rules
+
+
+def _did_you_mean(key: str, rules: Sequence[type[Rule]]) -> str:
+    import difflib
+
+    names = [r.id for r in rules] + [r.slug for r in rules] + sorted({r.id[:7] for r in rules})
+    close = difflib.get_close_matches(key.upper() if key[:4].upper() == "KVM-" else key.lower(), names, n=3, cutoff=0.5)
+    if not close:  # nothing near: the groups, which are valid prefixes
+        close = sorted({r.id[:7] for r in rules})
+    return f"; did you mean {', '.join(close)}? ('kvmtune rules list' shows them all)"
+
+
+def guarded(rule: Rule, subject: str, check: Callable[[], Iterable[Finding]], ctx: AuditContext,
+            out: list[Finding]) -> None:
+    """Run one rule on one subject; a rule that raises costs one error line, not the audit.
+
+    Findings it yielded before it raised are kept: they were evaluated.
+    """
+    try:
+        for finding in check():
+            out.append(finding)
+    except Exception as exc:
+        ctx.errors.append(f"{rule.id}: could not be evaluated{subject} ({type(exc).__name__}: {exc})")
 
 
 def run_rules(
     ctx: AuditContext,
     guests: Sequence[Guest] = (),
-    images: Iterable[object] = (),
+    images: Iterable[DiskImage] = (),
     audit_host: bool = False,
     rules: Sequence[type[Rule]] | None = None,
 ) -> list[Finding]:
     chosen = list(rules) if rules is not None else list(all_rules())
     findings: list[Finding] = []
-    image_list = list(images)
+    ctx.images = list(images)
     audited = [g for g in guests if g.is_kvm_or_qemu]  # other hypervisors' guests: see KVM-GST-001
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
             for guest in guests if rule.any_hypervisor else audited:
-                findings.extend(rule.check(guest, ctx))
+                guarded(rule, f" for guest {guest.name}", partial(rule.check, guest, ctx), ctx, findings)
         elif isinstance(rule, RunRule):
             if audited:
-                findings.extend(rule.check_run(audited, ctx))
+                guarded(rule, "", partial(rule.check_run, audited, ctx), ctx, findings)
         elif isinstance(rule, HostRule):
             if audit_host:
-                findings.extend(rule.check_host(ctx))
+                guarded(rule, "", partial(rule.check_host, ctx), ctx, findings)
         elif isinstance(rule, ImageRule):
-            for image in image_list:
-                findings.extend(rule.check_image(image, ctx))
+            for image in ctx.images:
+                guarded(rule, f" for {image.path}", partial(rule.check_image, image, ctx), ctx, findings)
     findings.sort(key=Finding.sort_key)
     return findings

@@ -15,6 +15,7 @@ from kvmtune.audit.finding import TOPICS, Finding, FixHint, Severity, Target
 if TYPE_CHECKING:
     from kvmtune.audit.context import AuditContext
     from kvmtune.model.guest import Guest
+    from kvmtune.qemu.image import DiskImage
 
 
 class Rule:
@@ -103,7 +104,7 @@ class RunRule(Rule):
 
 
 class HostRule(Rule):
-    """Checks the host through ``ctx.host`` (a HostRoot and its parsed facts)."""
+    """Checks the host through ``ctx.facts`` (:class:`~kvmtune.host.facts.HostFacts`)."""
 
     scope = "host"
 
@@ -112,11 +113,11 @@ class HostRule(Rule):
 
 
 class ImageRule(Rule):
-    """Checks one disk image (``qemu-img info`` model)."""
+    """Checks one disk image (:class:`~kvmtune.qemu.image.DiskImage`); ``ctx.images`` holds the whole run's."""
 
     scope = "image"
 
-    def check_image(self, image: object, ctx: AuditContext) -> Iterable[Finding]:
+    def check_image(self, image: DiskImage, ctx: AuditContext) -> Iterable[Finding]:
         raise NotImplementedError
 
 

@@ -15,12 +15,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kvmtune.bench.accel_cache import CACHE_NAME, CACHE_TTL_S
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.qemu import GuestRun, VmSpec, qemu_version
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
-
-CACHE_TTL_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def detect_accel(
         return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
     osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
     key = f"{guest.key}|{qemu_version(runner)}|{osrel}"
-    cache = workdir / "accel.json"
+    cache = workdir / CACHE_NAME
     if use_cache:
         try:
             data = json.loads(cache.read_text())

@@ -95,8 +95,13 @@ class CellRow:
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, must_exist: bool = False) -> None:
+        """``must_exist``: for commands that only read: a database that is not there is a typo to
+        report, not one to create (with its directories)."""
         self.path = path
+        if must_exist and not path.is_file():
+            what = "is not a file" if path.exists() else "no such results database"
+            raise KvmtuneError(f"{path}: {what} (benchmarks create it; --db names another)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(path), timeout=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,7 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("kvmtune: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader went away (`| head`): files were written before stdout (see report); keep the
+        # interpreter from printing a second error while flushing the closed pipe at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:
+        # a file a command was told to read or write (--db, -o, a directory) that the system refused
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kvmtune: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.cli import audit_host
+from kvmtune.errors import UsageError
+from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
 
 DEFAULT_URI = "qemu:///system"
@@ -39,13 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.set_defaults(func=run)
-    for hook in EXTRA_OPTIONS:
-        hook(p)
-
-
-# Other modules (host and image auditing) add options and input collectors here.
-EXTRA_OPTIONS: list[Any] = []
-EXTRA_COLLECTORS: list[Any] = []
+    audit_host.add_options(p)
 
 
 def _split(text: str) -> list[str]:
@@ -55,7 +52,7 @@ def _split(text: str) -> list[str]:
 def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
     result = AuditResult()
     explicit = bool(args.paths or args.connect or args.qemu_cmdline or args.running or args.examples)
-    explicit = explicit or any(c.explicit(args) for c in EXTRA_COLLECTORS)
+    explicit = explicit or audit_host.named(args)
     if args.paths:
         collect.add_domain_files(args.paths, result)
     for uri in args.connect:
@@ -66,20 +63,18 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
         collect.add_running(ctx.host, result)
     if args.examples:
         collect.add_domain_files([str(EXAMPLES)], result)
-    for collector in EXTRA_COLLECTORS:
-        collector.collect(args, ctx, result, explicit)
+    audit_host.collect(args, ctx, result, explicit)
     if not explicit:
         found = 0
         if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
             found += collect.add_libvirt(DEFAULT_URI, result, required=False)
         found += collect.add_running(ctx.host, result)
         if not found:
-            result.looked_at.append("no guests on this host: auditing the bundled example domains instead")
-            collect.add_domain_files([str(EXAMPLES)], result)
-    for collector in EXTRA_COLLECTORS:  # inputs that depend on the guests gathered above (their disk images)
-        after = getattr(collector, "after_guests", None)
-        if after is not None:
-            after(args, ctx, result)
+            # Say so rather than audit something else: an operator reads this as the answer about this host.
+            result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
+            result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
+                                "shipped with kvmtune")
+    audit_host.after_guests(args, ctx, result)
     return result
 
 
@@ -92,17 +87,23 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
         return 2
+    rules = select_rules(_split(args.only), _split(args.skip))
+    moved = domain_files_among_images(args)
     ctx = AuditContext(host=HostRoot(args.root))
     result = gather(args, ctx)
-    rules = select_rules(_split(args.only), _split(args.skip))
+    result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)
     color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
-    text = render(result, args.format, color=color)
-    if args.output:
-        write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
+    audited = bool(result.guests or result.images or result.host_audited)
+    # Text mode: an input error is one line on stderr, not also in the report; a run in which every
+    # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
+    if args.format != "text" or audited or args.output:
+        text = render(result, args.format, color=color)
+        if args.output:
+            write_report(Path(args.output), text)
+        else:
+            sys.stdout.write(text)
     for err in result.errors:
         print(f"kvmtune: {err}", file=sys.stderr)
     if result.errors:
@@ -112,11 +113,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+
+def write_report(path: Path, text: str) -> None:
+    try:
+        write_atomic(path, text.encode("utf-8"), tag=str(os.getpid()))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 
 
-# host and image inputs register themselves in EXTRA_OPTIONS / EXTRA_COLLECTORS
-import kvmtune.cli.audit_host  # noqa: E402, F401
+def domain_files_among_images(args: argparse.Namespace) -> list[str]:
+    """``--images`` takes every path after it, so ``--images a.qcow2 vm.xml`` would read a domain
+    file as a disk image. A ``.xml`` name there is moved to the domain paths; returns those moved."""
+    images = list(getattr(args, "images", None) or [])
+    moved = [p for p in images if p.lower().endswith(".xml") and not os.path.isdir(p)]
+    if moved:
+        args.images = [p for p in images if p not in moved]
+        args.paths = [*args.paths, *moved]
+    return moved

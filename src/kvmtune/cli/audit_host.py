@@ -1,8 +1,8 @@
 """The host and image inputs of ``kvmtune audit``: ``--host``, ``--images PATH…``, ``--no-images``.
 
-Registered into :mod:`kvmtune.cli.audit` through its ``EXTRA_OPTIONS`` and
-``EXTRA_COLLECTORS`` hooks. The default audit (no input named) includes the
-host; audited domains bring their local disk images along.
+:mod:`kvmtune.cli.audit` calls these (this module knows nothing of it). The
+default audit (no input named) includes the host; audited domains bring their
+local disk images along.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 from kvmtune.audit.collect_host import add_guest_images, add_host, add_images
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult
-from kvmtune.cli.audit import EXTRA_COLLECTORS, EXTRA_OPTIONS
 
 
 def add_options(p: Any) -> None:
@@ -27,22 +26,19 @@ def add_options(p: Any) -> None:
                    help="do not audit the local disk images that audited domains use")
 
 
-class HostImageCollector:
-    def explicit(self, args: argparse.Namespace) -> bool:
-        return bool(getattr(args, "host", False) or getattr(args, "images", None))
-
-    def collect(self, args: argparse.Namespace, ctx: AuditContext, result: AuditResult, explicit: bool) -> None:
-        if getattr(args, "host", False) or not explicit:
-            add_host(ctx, result)
-        if getattr(args, "images", None):
-            add_images(args.images, ctx, result)
-
-    def after_guests(self, args: argparse.Namespace, ctx: AuditContext, result: AuditResult) -> None:
-        if not getattr(args, "no_images", False) and result.guests:
-            add_guest_images(ctx, result)
+def named(args: argparse.Namespace) -> bool:
+    """The host or images were asked for by name (so the default inputs are not added)."""
+    return bool(args.host or args.images)
 
 
-if add_options not in EXTRA_OPTIONS:
-    EXTRA_OPTIONS.append(add_options)
-if not any(isinstance(c, HostImageCollector) for c in EXTRA_COLLECTORS):
-    EXTRA_COLLECTORS.append(HostImageCollector())
+def collect(args: argparse.Namespace, ctx: AuditContext, result: AuditResult, explicit: bool) -> None:
+    if args.host or not explicit:
+        add_host(ctx, result)
+    if args.images:
+        add_images(args.images, ctx, result)
+
+
+def after_guests(args: argparse.Namespace, ctx: AuditContext, result: AuditResult) -> None:
+    """Inputs that depend on the guests gathered: their local disk images."""
+    if not args.no_images and result.guests:
+        add_guest_images(ctx, result)

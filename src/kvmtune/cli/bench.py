@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from kvmtune.bench import fio as fiomod
 from kvmtune.bench.accel import AccelChoice, choose_accel
-from kvmtune.bench.matrix import AIOS, BUSES, CACHES, FORMATS, PREALLOCS, PRESETS, SCHEDS, TARGETS, build_matrix, preset
-from kvmtune.bench.quick import QuickPlan, quick_configs, run_quick
-from kvmtune.bench.snapshot import SnapshotCache
-from kvmtune.bench.storage import (
-    BenchContext,
-    CellResult,
-    check_user_device,
-    environment,
-    host_disk_capacity,
-    progress_printer,
-    run_matrix,
+from kvmtune.bench.runner import Benchmark, BenchRunner, RunOutcome
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext, check_user_device
+from kvmtune.bench.storage.matrix import (
+    AIOS,
+    BUSES,
+    CACHES,
+    FORMATS,
+    PREALLOCS,
+    PRESETS,
+    SCHEDS,
+    TARGETS,
+    StorageConfig,
+    build_matrix,
+    preset,
 )
+from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, quick_configs
+from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
 from kvmtune.cli.bench_net import register_net
@@ -32,8 +34,6 @@ from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
-
-EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def _csv(values: list[str] | None) -> list[str] | None:
@@ -87,10 +87,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
-def _sigterm(_signo: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str]) -> list[fiomod.Workload]:
     import fnmatch
 
@@ -101,6 +97,7 @@ def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str])
 
 
 def run_storage(args: argparse.Namespace) -> int:
+    """Turn the arguments into a storage benchmark and hand it to the benchmark runner."""
     if args.runtime <= 0 or args.disk_size < 16 or args.repeat < 1:
         raise InputError("--runtime/--disk-size/--repeat", "runtime must be > 0, disk size ≥ 16 MiB, repeat ≥ 1")
     if args.device and not args.destroy_data:
@@ -108,24 +105,23 @@ def run_storage(args: argparse.Namespace) -> int:
     runner = Runner()
     host = HostRoot()
     workdir = args.workdir or default_workdir()
-    scratch = Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner)
     threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
-    kind = "quick" if args.quick else "storage"
     guest = None
+    configs: list[StorageConfig]
+    workloads: list[fiomod.Workload] = []
     if args.quick:
         configs = quick_configs(_csv(args.cache), _csv(args.aio), _csv(args.format), _csv(args.prealloc))
         accel = AccelChoice("none", "qemu-img bench runs no guest", 0.0)
-        n_cells = len(configs) * 2 * args.repeat
     else:
         if args.preset:
             pr = preset(args.preset, threads, args.cycle_mib, args.cycle_idle)
             dims = dict(pr.dims)
-            workloads = pr.workloads
+            workloads = list(pr.workloads)
             if args.workload:
                 workloads = _filter_workloads(workloads, _csv(args.workload) or [])
         else:
             dims = {}
-            workloads = fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"])
+            workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
         for name in ("bus", "cache", "aio", "format", "prealloc", "target", "sched"):
             given = _csv(getattr(args, name))
             if given:
@@ -139,91 +135,38 @@ def run_storage(args: argparse.Namespace) -> int:
         )  # fmt: skip
         if any(c.target == "device" for c in configs) and not args.device:
             raise InputError("--target", "target=device needs --device PATH --destroy-data")
-        n_cells = len(configs) * len(workloads) * args.repeat
         guest = build_guest(args, runner)
         accel = choose_accel(args.accel, guest, workdir, runner, host)
     user_device = None
     if args.device:
         check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy
         user_device = args.device
-    env = environment(runner, host, accel, guest, workdir)
-    store = Store(args.db or default_db())
-    run_args = {k: v for k, v in vars(args).items() if k != "func"}
-    run_id = store.begin_run(kind, env, run_args, preset=args.preset)
-    ctx = BenchContext(
-        runner,
-        host,
-        scratch,
-        guest,
-        accel,
-        store,
-        run_id,
-        runtime_s=args.runtime,
-        disk_mib=args.disk_size,
-        memory_mb=args.memory,
-        smp=args.smp,
-        repeat=args.repeat,
-        user_device=user_device,
-        boot_timeout_s=args.boot_timeout,
-    )
+    ctx = StorageContext(
+        runner=runner, host=host, accel=accel, memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
+        scratch=Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner), guest=guest,
+        runtime_s=args.runtime, disk_mib=args.disk_size, repeat=args.repeat, user_device=user_device,
+    )  # fmt: skip
     if not args.quick and not args.no_snapshot:
         ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
-    ctx.progress = progress_printer(n_cells)
-    old = signal.signal(signal.SIGTERM, _sigterm)
-    started = time.monotonic()
-    print(f"kvmtune: run {run_id}: {n_cells} cells, accelerator {accel.accel}, results in {store.path}", file=sys.stderr)
-    try:
-        if args.quick:
-            failed = run_quick(ctx, QuickPlan(configs, count=4096))
-        else:
-            failed = run_matrix(ctx, configs, workloads)
-            if any(w.is_cycle for w in workloads):
-                cap = host_disk_capacity(ctx, seconds=min(5.0, args.runtime))
-                ctx.scratch.cleanup()
-                if cap:
-                    from kvmtune.bench.matrix import StorageConfig
-
-                    store.add_cell(
-                        run_id, "host/capacity|disk-capacity", StorageConfig(target="host").as_dict(), "disk-capacity",
-                        "ok", cap, accel=accel.accel,
-                    )  # fmt: skip
-    except KeyboardInterrupt:
-        problems = scratch.cleanup()
-        store.add_cell(run_id, "interrupted", {}, "interrupted", "interrupted", error="stopped by the user")
-        store.finish_run(run_id, "partial", note="interrupted")
-        store.close()
-        print(
-            f"\nkvmtune: interrupted: run {run_id} marked partial ({len(ctx.results)} cells stored); "
-            f"scratch removed{'; problems: ' + '; '.join(problems) if problems else ''}",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, old)
-        scratch.cleanup()
-        _rmdir_quiet(scratch.root)
-    took = time.monotonic() - started
-    status = "complete" if failed == 0 else "errors"
-    store.finish_run(run_id, status, note=args.note)
-    store.close()
-    _summary(ctx.results, run_id, took, ctx.first_result_s)
-    if ctx.snapshots is not None:
-        print(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
-              f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
-        for reason in sorted(set(ctx.snapshots.failures.values())):
-            print(f"  could not save or restore a booted guest (booted instead): {reason}")
-    return EXIT_OK if failed == 0 else EXIT_CELLS_FAILED
+    bench: Benchmark = (
+        QuickBenchmark(ctx, QuickPlan(configs, count=4096)) if args.quick else MatrixBenchmark(ctx, configs, workloads)
+    )
+    run_args = {k: v for k, v in vars(args).items() if k != "func"}
+    with Store(args.db or default_db()) as store:
+        outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note).run(bench)
+    if outcome.status != "partial":
+        _summary(outcome, ctx.first_result_s)
+        if ctx.snapshots is not None:
+            print(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
+                  f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
+            for reason in sorted(set(ctx.snapshots.failures.values())):
+                print(f"  could not save or restore a booted guest (booted instead): {reason}")
+    return outcome.exit_code
 
 
-def _rmdir_quiet(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _summary(results: list[CellResult], run_id: int, took: float, first: float | None) -> None:
-    bad = [r for r in results if r.status != "ok"]
-    print(f"run {run_id}: {len(results) - len(bad)} cells ok, {len(bad)} failed, {took:.1f}s"
+def _summary(outcome: RunOutcome, first: float | None) -> None:
+    bad = [c for c in outcome.cells if not c.ok]
+    print(f"run {outcome.run_id}: {len(outcome.cells) - len(bad)} cells ok, {len(bad)} failed, {outcome.took_s:.1f}s"
           + (f"; boot to first fio result {first:.1f}s" if first else ""))  # fmt: skip
-    for r in bad:
-        print(f"  FAILED {r.config.key} {r.workload}: {r.error}")
+    for c in bad:
+        print(f"  FAILED {c.config_key} {c.workload}: {c.error}")

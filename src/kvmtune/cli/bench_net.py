@@ -6,25 +6,20 @@ Registered under ``kvmtune bench`` by :mod:`kvmtune.cli.bench`.
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kvmtune.bench.guest import ExtraFile
 from kvmtune.bench.net.catalog import MATRICES, parse_tunings, select_tests
 from kvmtune.bench.net.netns import require_net_admin
 from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec
+from kvmtune.bench.runner import BenchRunner
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
 from kvmtune.cli.guest import add_guest_options, parse_extra
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
-
-EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def register_net(bs: Any) -> None:
@@ -50,14 +45,11 @@ def register_net(bs: Any) -> None:
     n.set_defaults(func=run_net_cli)
 
 
-def _sigterm(_signo: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run_net_cli(args: argparse.Namespace) -> int:
+    """Turn the arguments into a network benchmark and hand it to the benchmark runner."""
     from kvmtune.bench.accel import choose_accel
     from kvmtune.bench.guest import GuestBuilder
-    from kvmtune.bench.net.bench import NetBenchContext, environment, find_netload, run_net
+    from kvmtune.bench.net.bench import NetBenchmark, NetContext, find_netload
 
     if args.duration <= 0 or args.memory < 384 or args.smp < 1:
         # the probe guest's initramfs (fio, netload, modules) unpacks to ~100 MB in guest RAM
@@ -75,48 +67,18 @@ def run_net_cli(args: argparse.Namespace) -> int:
     extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
     accel = choose_accel(args.accel, guest, workdir, runner, host)
-    ctx = NetBenchContext(
-        runner, host, workdir, guest, accel, spec, tests, tunings=tunings, duration_s=args.duration,
-        memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
+    ctx = NetContext(
+        runner=runner, host=host, accel=accel, memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
+        workdir=workdir, guest=guest, spec=spec, tests=tests, tunings=tunings, duration_s=args.duration,
     )  # fmt: skip
-    store = Store(args.db or default_db())
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
-    ctx.store, ctx.run_id = store, store.begin_run("net", environment(ctx, netload), run_args, preset=args.matrix)
-    total = len(tests) * spec.pairs
-
-    def progress(cell: Any) -> None:
-        m = cell.metrics
-        what = (f"{m['throughput_Bps'] / 1e6:9.2f} MB/s {m['tps']:10,.0f} tx/s avg {m.get('lat_avg_us', 0):9.1f} µs"
-                if cell.status == "ok" else f"ERROR: {cell.error}")  # fmt: skip
-        print(f"[{len(ctx.results)}/{total}] pair {cell.pair} {cell.test.name:22} {what}", file=sys.stderr, flush=True)
-
-    ctx.progress = progress
-    print(f"kvmtune: run {ctx.run_id}: {spec.kind}, {len(tests)} tests × {spec.pairs} pair(s), {args.duration:g}s each, "
-          f"accelerator {accel.accel}, results in {store.path}", file=sys.stderr)  # fmt: skip
-    old = signal.signal(signal.SIGTERM, _sigterm)
-    started = time.monotonic()
-    try:
-        failed = run_net(ctx)
-    except KeyboardInterrupt:
-        store.add_cell(ctx.run_id, "interrupted", {}, "interrupted", "interrupted", error="stopped by the user")
-        store.finish_run(ctx.run_id, "partial", note="interrupted")
-        store.close()
-        print(f"\nkvmtune: interrupted: run {ctx.run_id} marked partial ({len(ctx.results)} cells stored); "
-              "namespaces and guests removed", file=sys.stderr)  # fmt: skip
-        return EXIT_INTERRUPTED
-    except BaseException:
-        store.finish_run(ctx.run_id, "failed")
-        store.close()
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    took = time.monotonic() - started
-    store.finish_run(ctx.run_id, "complete" if failed == 0 else "errors", note=args.note)
-    store.close()
-    f = ctx.topology_facts
-    print(f"run {ctx.run_id}: {len(ctx.results) - failed} cells ok, {failed} failed, {took:.1f}s "
-          f"(topology up {f.get('up_s', 0):.2f}s, down {f.get('down_s', 0):.2f}s)")  # fmt: skip
-    for c in ctx.results:
-        if c.status != "ok":
-            print(f"  FAILED pair {c.pair} {c.test.name}: {c.error}")
-    return EXIT_OK if failed == 0 else EXIT_CELLS_FAILED
+    with Store(args.db or default_db()) as store:
+        outcome = BenchRunner(store, args=run_args, preset=args.matrix, note=args.note).run(NetBenchmark(ctx, netload))
+    if outcome.status != "partial":
+        f = ctx.topology_facts
+        print(f"run {outcome.run_id}: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} failed, "
+              f"{outcome.took_s:.1f}s (topology up {f.get('up_s', 0):.2f}s, down {f.get('down_s', 0):.2f}s)")  # fmt: skip
+        for c in outcome.cells:
+            if not c.ok:
+                print(f"  FAILED pair {c.rep} {c.workload}: {c.error}")
+    return outcome.exit_code

@@ -87,8 +87,7 @@ def capture(src_root: str, dest: Path) -> dict[str, Any]:
     rec = RecordingHostRoot(src_root)
     facts = HostFacts(rec, probe=False)
     facts.load_all()
-    ctx = AuditContext(host=rec)
-    ctx.cached("host.facts", lambda: facts)
+    ctx = AuditContext(host=rec, host_facts=facts)
     host_rules = [r for r in all_rules() if issubclass(r, HostRule)]
     findings = run_rules(ctx, audit_host=True, rules=host_rules)
 

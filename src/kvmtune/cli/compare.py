@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    with Store(args.db or default_db(), must_exist=True) as st:
         a, b = st.run(args.run_a), st.run(args.run_b)
         if a.accel != b.accel:
             if not args.across_accelerators:
@@ -67,13 +67,14 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
     if not rows:
         print(f"runs {a.id} and {b.id} have no successful test in common")
         return 1
-    print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
-          "(time and CPU per MB compared as rates)")  # fmt: skip
-    print(table)
-    if args.html:
+    if args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
         try:
             args.html.write_text(seed002_html(a, b, rows))
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+    print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
+          "(time and CPU per MB compared as rates)")  # fmt: skip
+    print(table)
+    if args.html:
         print(f"wrote {args.html}")
     return 0

@@ -122,8 +122,15 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
+    from kvmtune.cli.audit import domain_files_among_images
+
+    moved = domain_files_among_images(args)
     plan = build_plan(args)
     out = sys.stdout
+    for m in moved:
+        out.write(f"note: {m}: named after --images but a .xml file, fixed as a domain definition\n")
+    if os.path.realpath(args.root) != "/":
+        out.write(f"host root: {args.root} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
         out.write(plan.render())
     for line in plan.skipped:
@@ -143,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         out.write("Aborted; nothing changed.\n")
         return 1
     out.flush()
-    directory = journal_dir(args.journal_dir)
+    directory = journal_dir(args.journal_dir, root=args.root)
     try:
         with locked(directory):
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)

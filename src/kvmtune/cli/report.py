@@ -12,6 +12,7 @@ from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix.files import write_atomic
 
 
 def register(sub: Any) -> None:
@@ -23,7 +24,8 @@ def register(sub: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    lines: list[str] = []
+    with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
         for rid in args.runs:
             run = st.run(rid)
@@ -31,22 +33,22 @@ def run_report(args: argparse.Namespace) -> int:
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
         for accel, cells in sorted(by_accel.items()):
-            print(f"[{accel}]")
+            lines.append(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]
             if len(net_cells) < len(cells):
-                for v in verdicts([c for c in cells if "topology" not in c.config]):
-                    print("  " + v.line())
+                lines.extend("  " + v.line() for v in verdicts([c for c in cells if "topology" not in c.config]))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
-                for line in winners(net_cells):
-                    print("  seed:002: " + line)
+                lines.extend("  seed:002: " + line for line in winners(net_cells))
                 net_html.append(f"<h2>Accelerator: {accel}</h2>" + winners_html(net_cells))
+        # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs)
             if net_html:
                 text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
-                args.html.write_text(text)
+                write_atomic(args.html, text.encode("utf-8"), tag="report")
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
-            print(f"wrote {args.html}")
+            lines.append(f"wrote {args.html}")
+    print("\n".join(lines))
     return 0

@@ -27,7 +27,10 @@ def register(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    if args.db is None and not default_db().exists():
+        print(f"no runs yet ({default_db()} does not exist; 'kvmtune bench' creates it)")
+        return 0
+    with Store(args.db or default_db(), must_exist=True) as st:
         runs = st.runs()
         if not runs:
             print(f"no runs in {st.path}")
@@ -42,7 +45,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with Store(args.db or default_db()) as st:
+    with Store(args.db or default_db(), must_exist=True) as st:
         run = st.run(args.run)
         cells = st.cells(run.id)
         if args.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,17 +20,23 @@ def register(sub: Any) -> None:
     )
     p.add_argument("id", nargs="?", metavar="ID", help="journal id printed by 'kvmtune fix --apply'")
     p.add_argument("--list", action="store_true", help="list the journals, oldest first")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation (asked only on a terminal)")
     p.add_argument("--force", action="store_true",
                    help="restore even what was changed again after kvmtune changed it")
     p.add_argument("--purge-backups", action="store_true",
                    help="delete the original images journal ID keeps (its image changes can no longer be undone)")
     p.add_argument("--journal-dir", default=None, metavar="DIR",
                    help=f"where journals are (default ${ENV_DIR} or {DEFAULT_DIR})")
+    p.add_argument("--root", default="/", metavar="DIR",
+                   help=f"the tree 'kvmtune fix --root DIR --apply' changed: its journals are in DIR{DEFAULT_DIR}")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    directory = journal_dir(args.journal_dir)
+    if not os.path.isdir(args.root):
+        print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
+        return 2
+    directory = journal_dir(args.journal_dir, root=args.root)
     if args.list:
         if args.id or args.purge_backups:
             print("kvmtune: error: --list takes no ID", file=sys.stderr)
@@ -42,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{jid}  corrupt   {problem}")
                 continue
             cmd = " ".join(journal.argv[1:]) if journal.argv else ""
-            print(f"{jid}  {journal.state:<15} {len(journal.entries):>3} change(s): {journal.summary()}  [{cmd}]")
+            where = f"  (in the tree {journal.root}, not this host)" if journal.root != "/" else ""
+            print(f"{jid}  {journal.state:<15} {len(journal.entries):>3} change(s): {journal.summary()}  [{cmd}]{where}")
         return 0
     if not args.id:
         print("kvmtune: error: give a journal ID (see 'kvmtune undo --list')", file=sys.stderr)
@@ -67,6 +75,13 @@ def _undo(args: argparse.Namespace, directory: Path) -> int:
         print(f"journal {journal.id} was interrupted while applying; restoring what it may have changed")
     from kvmtune.fix.undo import undo_journal
 
+    if not args.yes and sys.stdin.isatty():
+        sys.stderr.write(f"Undo the {len(journal.entries)} change(s) of journal {journal.id} "
+                         f"({journal.summary()})? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("Aborted; nothing restored.")
+            return 1
     done, problems = undo_journal(journal, force=args.force)
     for line in done:
         print(line)

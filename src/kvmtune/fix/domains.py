@@ -22,7 +22,7 @@ from kvmtune.fix.diff import Reason
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
 from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, all_fixers
-from kvmtune.fix.xmldoc import XmlDoc, XmlEditError
+from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.model.guest import Guest
 
 MAX_ROUNDS = 5
@@ -36,14 +36,36 @@ class GuestFix:
     manual: list[Finding] = field(default_factory=list)
 
 
-def _key(f: Finding) -> tuple[str, str]:
-    return (f.rule, f.evidence)
+def _key(f: Finding) -> tuple[str, str, str]:
+    # ``actual`` is part of the key: a finding that changed after a fix (KVM-STO-011 now naming the
+    # disk another fixer just moved to virtio) is a new finding to handle, not one already tried.
+    return (f.rule, f.evidence, f.actual)
 
 
 def fix_guest(
     data: bytes, where: str, origin_kind: str, rules: Sequence[type[Rule]], options: FixOptions
 ) -> tuple[Guest, GuestFix]:
-    """Fix the guest whose definition is ``data``; nothing is written here."""
+    """Fix the guest whose definition is ``data``; nothing is written here.
+
+    A fixer whose change does not remove its finding loses only its own change: the guest is
+    planned again without that fixer, and the plan says so."""
+    dropped: dict[str, str] = {}
+    while True:
+        guest, result, left = _fix_guest_once(data, where, origin_kind, rules, options, dropped)
+        if not left:
+            return guest, result
+        for rule_id in left:
+            dropped[rule_id] = "its change did not remove the finding (a kvmtune bug); left out, the rest goes ahead"
+
+
+def _fix_guest_once(
+    data: bytes,
+    where: str,
+    origin_kind: str,
+    rules: Sequence[type[Rule]],
+    options: FixOptions,
+    dropped: dict[str, str],
+) -> tuple[Guest, GuestFix, set[str]]:
     fixers = all_fixers()
     guest_rules = [r for r in rules if issubclass(r, GuestRule)]
     ctx = AuditContext(host=options.host)
@@ -51,8 +73,8 @@ def fix_guest(
     name = guest.name
     doc = XmlDoc(data, guest.tree, where)
     result = GuestFix()
-    attempted: set[tuple[str, str]] = set()
-    fixed: set[tuple[str, str]] = set()
+    attempted: set[tuple[str, str, str]] = set()
+    fixed: set[tuple[str, str, str]] = set()
     current = guest
     for _round in range(MAX_ROUNDS):
         findings = [f for f in run_rules(ctx, [current], rules=guest_rules) if _key(f) not in attempted]
@@ -64,6 +86,9 @@ def fix_guest(
             label = f"{f.rule} {f.target.device or name}"
             if fixer is None:
                 result.manual.append(f)
+                continue
+            if f.rule in dropped:
+                result.skipped.append(f"{name}: {label}: {fixer.summary}: not fixed: {dropped[f.rule]}")
                 continue
             if fixer.bus_change and not options.allow_bus_change:
                 result.skipped.append(
@@ -81,15 +106,17 @@ def fix_guest(
             fixed.add(_key(f))
         current = guest_from_tree(doc.tree, where, origin_kind)
     if not doc.changed:
-        return guest, result
+        return guest, result, set()
     after = doc.render()
     final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
-    left = {_key(f) for f in run_rules(ctx, [final], rules=guest_rules)} & fixed
+    final_findings = run_rules(ctx, [final], rules=guest_rules)
+    # A finding a fixer handled that is still there at the same place means the fix did not work.
+    fixed_at = {(rule, evidence) for rule, evidence, _actual in fixed}
+    left = {f.rule for f in final_findings if (f.rule, f.evidence) in fixed_at}
     if left:
-        rules_left = ", ".join(sorted({r for r, _ in left}))
-        raise XmlEditError(f"{where}: the fix for {rules_left} did not remove the finding (a kvmtune bug); nothing planned")
+        return guest, result, left
     result.after = after
-    return guest, result
+    return guest, result, set()
 
 
 def _merge(plan: Plan, result: GuestFix) -> None:

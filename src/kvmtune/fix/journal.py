@@ -55,8 +55,12 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def journal_dir(explicit: str | None = None) -> Path:
-    return Path(explicit or os.environ.get(ENV_DIR) or DEFAULT_DIR)
+def journal_dir(explicit: str | None = None, root: str = "/") -> Path:
+    """``--journal-dir``, else ``$KVMTUNE_JOURNAL_DIR``, else the default directory below ``root``:
+    a tree's journal stays in the tree, away from the real host's changes in ``undo --list``."""
+    if explicit or os.environ.get(ENV_DIR):
+        return Path(explicit or os.environ[ENV_DIR])
+    return Path(root) / DEFAULT_DIR.lstrip("/")
 
 
 def new_id() -> str:

@@ -228,7 +228,7 @@ class SysfsWrite(Change):
             raise ApplyError(f"{self.path} changed since the plan was made ({self.prior} → {now}); run kvmtune fix again")
         if not os.access(self.real, os.W_OK):
             raise ApplyError(f"{self.path}: not writable (run as root?); nothing changed")
-        return {
+        entry: dict[str, Any] = {
             "kind": "runtime",
             "what": self.title(),
             "path": self.path,
@@ -239,6 +239,11 @@ class SysfsWrite(Change):
             "restore": [[str(self.root / p.lstrip("/")), v, p] for p, v in self.restore],
             "status": "planned",
         }
+        if self.root.resolve() != Path("/"):
+            # In a tree these are plain files, not sysfs: undo puts back their bytes
+            # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
+            entry["tree_prior_b64"] = b64(self.real.read_bytes())
+        return entry
 
     def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
         try:

@@ -59,6 +59,10 @@ def _undo_file(e: dict[str, Any], ctx: UndoContext) -> None:
 def _undo_runtime(e: dict[str, Any], ctx: UndoContext) -> None:
     real = Path(e["real_path"])
     now = read_value(real, e.get("parse", "plain"))
+    tree_prior = unb64(e.get("tree_prior_b64"))
+    if tree_prior is not None:  # a captured or fixture tree: its plain files get their bytes back
+        _undo_tree_value(e, real, now, tree_prior, ctx)
+        return
     if now == e["prior"]:
         ctx.done.append(f"{e['path']}: already {e['prior']}")
         return
@@ -70,6 +74,23 @@ def _undo_runtime(e: dict[str, Any], ctx: UndoContext) -> None:
         except OSError as exc:
             raise KvmtuneError(f"{shown}: cannot write {value!r} ({exc.strerror or exc})") from None
     ctx.done.append(f"{e['path']}: {now} → {read_value(real, e.get('parse', 'plain'))}")
+
+
+def _undo_tree_value(e: dict[str, Any], real: Path, now: str | None, prior: bytes, ctx: UndoContext) -> None:
+    try:
+        current = real.read_bytes()
+    except OSError:
+        current = None
+    if current == prior:
+        ctx.done.append(f"{e['path']}: already as before")
+        return
+    if e["status"] == "done" and now != normalise(e["new"]) and not ctx.force:
+        raise UndoConflict(f"{e['path']} is {now}, not the {e['new']} kvmtune wrote; not restored (--force)")
+    try:
+        write_atomic(real, prior, mode=real.stat().st_mode & 0o7777, tag="undo")
+    except OSError as exc:
+        raise KvmtuneError(f"{real}: cannot restore it ({exc.strerror or exc})") from None
+    ctx.done.append(f"{e['path']}: {now} → {e['prior']} (prior bytes of {real})")
 
 
 def _undo_domain(e: dict[str, Any], ctx: UndoContext) -> None:

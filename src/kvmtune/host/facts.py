@@ -18,7 +18,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from kvmtune.audit.finding import Target
 from kvmtune.host.parsers import (
     LEGACY_SCHEDULERS,
     Choice,
@@ -33,6 +32,7 @@ from kvmtune.host.parsers import (
     parse_cpu_list,
     parse_cpu_mask,
     parse_cpuinfo_flags,
+    parse_cpuinfo_model,
     parse_int,
     parse_int_list,
     parse_kernel_cmdline,
@@ -51,7 +51,7 @@ from kvmtune.host.parsers import (
 from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
-    from kvmtune.audit.context import AuditContext
+    from kvmtune.bench.accel_cache import CachedVerdict
     from kvmtune.host.probe import KvmProbe
     from kvmtune.model.guest import Guest
 
@@ -185,6 +185,11 @@ class HostFacts:
     def cpu_flags(self) -> set[str] | None:
         text = self.text("/proc/cpuinfo")
         return parse_cpuinfo_flags(text) if text is not None else None
+
+    @cached_property
+    def cpu_model(self) -> str | None:
+        text = self.text("/proc/cpuinfo")
+        return parse_cpuinfo_model(text) if text is not None else None
 
     @cached_property
     def cpu_vendor_virt_flag(self) -> str | None:
@@ -345,6 +350,18 @@ class HostFacts:
         from kvmtune.host.probe import probe_kvm
 
         return probe_kvm("/dev/kvm")
+
+    @cached_property
+    def accel_verdict(self) -> CachedVerdict | None:
+        """What ``kvmtune guest accel`` last found on this machine: live root only, since the
+        cache in the work directory is this machine's, not a captured tree's."""
+        if not self.probe_enabled:
+            return None
+        from kvmtune.bench.accel_cache import read_cached_verdict
+        from kvmtune.bench.workdir import default_workdir
+
+        osrelease = (self.text("/proc/sys/kernel/osrelease") or "").strip()
+        return read_cached_verdict(default_workdir(), osrelease)
 
     @cached_property
     def entropy_avail(self) -> int | None:
@@ -520,19 +537,3 @@ class HostFacts:
             self.device_exists(dev_path)
         self.module_param("kvm", "halt_poll_ns")
 
-
-def host_facts(ctx: AuditContext) -> HostFacts:
-    """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
-    facts: HostFacts = ctx.cached("host.facts", lambda: HostFacts(ctx.host, errors=ctx.errors))
-    return facts
-
-
-def host_label(ctx: AuditContext) -> str:
-    """How findings name the host: its hostname, or the captured tree's directory name."""
-    if ctx.host.is_live:
-        return ctx.host_name
-    return Path(ctx.host.path).resolve().name or ctx.host.path
-
-
-def host_target(ctx: AuditContext, device: str | None = None) -> Target:
-    return Target(host=host_label(ctx), device=device)

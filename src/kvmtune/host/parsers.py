@@ -153,6 +153,14 @@ def parse_cpuinfo_flags(text: str) -> set[str]:
     return set()
 
 
+def parse_cpuinfo_model(text: str) -> str | None:
+    """The first ``model name`` of /proc/cpuinfo (absent on some architectures)."""
+    for line in text.splitlines():
+        if line.startswith("model name") and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """A kernel CPU list such as ``0-3,8,10-11`` (empty text → empty set)."""
     cpus: set[int] = set()

@@ -16,16 +16,13 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmtune.errors import InputError
 from kvmtune.host.parsers import Mount, mount_for
 from kvmtune.qemu.partitions import PartitionTable, parse_partition_table
 from kvmtune.qemu.qcow2 import Qcow2Error, Qcow2Header, Qcow2Reader, open_guest_reader, probe_format, read_header
 from kvmtune.runner import Runner
-
-if TYPE_CHECKING:
-    from kvmtune.audit.context import AuditContext
 
 LOCK_MARKERS = ('get shared "write" lock', "get \"write\" lock", "Is another process using the image")
 ACCESS_MARKERS = ("Permission denied", "Operation not permitted", "timed out")
@@ -335,8 +332,3 @@ def _read_partitions(img: DiskImage) -> None:
     finally:
         reader.close()
 
-
-def registered_images(ctx: AuditContext) -> list[DiskImage]:
-    """Every image of the current audit run (for rules that add up across images)."""
-    images: list[DiskImage] = ctx.cached("images.all", list)
-    return images

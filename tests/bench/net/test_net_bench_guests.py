@@ -18,8 +18,9 @@ from net_helpers import assert_nothing_left, namespaces, processes_mentioning
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
 from kvmtune.bench.net import TopologySpec
-from kvmtune.bench.net.bench import NetBenchContext, find_netload, run_net
+from kvmtune.bench.net.bench import NetBenchmark, NetContext, find_netload
 from kvmtune.bench.net.catalog import select_tests
+from kvmtune.bench.runner import BenchRunner
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
@@ -54,18 +55,20 @@ CASES = [("bridge", 2, 9000), ("ovs", 1, 1500), ("macvtap", 1, 9000), ("nat", 1,
 @pytest.mark.parametrize("kind, hosts, mtu", CASES, ids=[f"{k}-h{h}-mtu{m}" for k, h, m in CASES])
 def test_one_pair_both_directions(guest_env: tuple[Path, ProbeGuest, str], kind: str, hosts: int, mtu: int,
                                   tmp_path: Path) -> None:
-    work, guest, _ = guest_env
+    work, guest, netload = guest_env
     store = Store(tmp_path / "r.db")
-    run_id = store.begin_run("net", {"accel": "tcg"}, {"topology": kind})
-    ctx = NetBenchContext(
-        Runner(), HostRoot(), work, guest, TCG, TopologySpec(kind, hosts=hosts, mtu=mtu),
-        select_tests(["str-readx30k--1", "str-writex30k--1"], None), duration_s=2, store=store, run_id=run_id,
+    ctx = NetContext(
+        runner=Runner(), host=HostRoot(), accel=TCG, workdir=work, guest=guest,
+        spec=TopologySpec(kind, hosts=hosts, mtu=mtu),
+        tests=select_tests(["str-readx30k--1", "str-writex30k--1"], None), duration_s=2,
     )  # fmt: skip
-    failed = run_net(ctx)
-    assert failed == 0, [(c.test.name, c.error) for c in ctx.results]
+    outcome = BenchRunner(store, args={"topology": kind}).run(NetBenchmark(ctx, netload))
+    run_id = outcome.run_id
+    assert outcome.failed == 0, [(c.workload, c.error) for c in ctx.results]
+    assert store.run(run_id).status == "complete"
     for cell in ctx.results:
         m = cell.metrics
-        assert m["throughput_Bps"] > 0 and m["bytes"] > 0, cell.test.name
+        assert m["throughput_Bps"] > 0 and m["bytes"] > 0, cell.workload
         assert m["guest_mtu"] == mtu
         assert m["qemu_client_cpu_pct"] > 0 and m["qemu_server_cpu_pct"] > 0
     cells = store.cells(run_id)

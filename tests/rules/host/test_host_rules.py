@@ -25,8 +25,10 @@ KSM_OFF: Edits = {"/sys/kernel/mm/ksm/run": "0\n"}
 # rule → (cases where it fires, cases where it is silent); a case is (fixture, edits)
 CASES: dict[str, tuple[list[Case], list[Case]]] = {
     "KVM-HST-001": ([("nvme-modern", {"/dev/kvm": None}),
-                     ("rhel6-old", {"/dev/kvm": None, "/proc/cpuinfo": "processor\t: 0\nflags\t\t: fpu sse2\n"})],
-                    [("nvme-modern", {}), ("this-machine", {})]),
+                     ("rhel6-old", {"/dev/kvm": None, "/proc/cpuinfo": "processor\t: 0\nflags\t\t: fpu sse2\n"}),
+                     ("nvme-modern", {"/proc/cpuinfo": "processor\t: 0\nflags\t\t: fpu sse2 hypervisor\n"}),
+                     ("this-machine", {})],  # /dev/kvm present, no vmx/svm: a nested guest that cannot run KVM
+                    [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-002": ([("rhel6-old", {}), ("this-machine", {})], [("nvme-modern", {}), ("ksm-overcommit", {})]),
     "KVM-HST-003": ([("nvme-modern", {"/dev/net/tun": None})], [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-004": ([("rhel6-old", {}), ("ksm-overcommit", {})], [("nvme-modern", {}), ("this-machine", {})]),

@@ -45,8 +45,6 @@ def render_text(result: AuditResult, color: bool = False) -> str:
                 if f.fix.description:
                     out.append(f"             fix: {f.fix.description}")
         out.append("")
-    for err in result.errors:
-        out.append(f"error: {err}")
     counts = Counter(f.severity for f in result.findings)
     parts = [f"{counts[s]} {s!s}" for s in sorted(Severity, reverse=True) if counts[s]]
     targets = len({(f.target.host, f.target.domain) for f in result.findings})
@@ -59,4 +57,5 @@ def render_text(result: AuditResult, color: bool = False) -> str:
     if result.errors:
         summary += f"; {len(result.errors)} input error(s)"
     out.append(summary)
+    out.extend(f"hint: {hint}" for hint in result.hints)
     return "\n".join(out) + "\n"

@@ -21,18 +21,17 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.net.catalog import NetTest, Tunings
 from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
 from kvmtune.bench.qemu import GuestRun, VmSpec
-from kvmtune.bench.store import Store
+from kvmtune.bench.runner import BenchContext, Cell, CellSink, base_environment
 from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -56,35 +55,17 @@ def find_netload(given: str | None, runner: Runner) -> str:
     return found
 
 
-@dataclass
-class NetCell:
-    pair: int
-    test: NetTest
-    status: str  # ok | error
-    metrics: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    raw: str | None = None
-    duration_s: float | None = None
+@dataclass(kw_only=True)
+class NetContext(BenchContext):
+    """The network tier's state: topology, tests, and the guests' settings."""
 
-
-@dataclass
-class NetBenchContext:
-    runner: Runner
-    host: HostRoot
     workdir: Path
     guest: ProbeGuest
-    accel: AccelChoice
     spec: TopologySpec
     tests: Sequence[NetTest]
     tunings: Tunings = field(default_factory=Tunings)
     duration_s: float = 30.0
-    memory_mb: int = 512
-    smp: int = 1
     boot_timeout_s: float = 120.0
-    store: Store | None = None
-    run_id: int | None = None
-    progress: Callable[[NetCell], None] | None = None
-    results: list[NetCell] = field(default_factory=list)
     topology_facts: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,6 +73,14 @@ class NetBenchContext:
         s = self.spec
         key = f"{s.kind}-mtu{s.mtu}-h{s.hosts}-p{s.pairs}"
         return key + (f"-{self.tunings.tag()}" if self.tunings.tag() else "")
+
+    def config(self, pair: int) -> dict[str, Any]:
+        """What one pair's cells are stored with (the topology's facts are known once it is up)."""
+        return {
+            "topology": self.spec.kind, "mtu": self.spec.mtu, "hosts": self.spec.hosts, "pairs": self.spec.pairs,
+            "pair": pair, "tunings": self.tunings.as_dict(), "duration_s": self.duration_s,
+            "vhost_net": self.topology_facts.get("vhost_net"), "ovs_datapath": self.topology_facts.get("ovs_datapath"),
+        }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- guest jobs
@@ -256,7 +245,7 @@ def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
 # --------------------------------------------------------------------------- the run
 
 
-def _vm_spec(ctx: NetBenchContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
+def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
     fd = None
     if ep.backend == "macvtap":
         assert ep.chardev is not None
@@ -271,7 +260,7 @@ def _vm_spec(ctx: NetBenchContext, ep: Endpoint, job: str) -> tuple[VmSpec, int 
     return spec, fd
 
 
-def _start(ctx: NetBenchContext, topo: Topology, ep: Endpoint, job: str) -> GuestRun:
+def _start(ctx: NetContext, topo: Topology, ep: Endpoint, job: str) -> GuestRun:
     spec, fd = _vm_spec(ctx, ep, job)
     vm = GuestRun(spec, topo.rundir / "vm", ctx.runner, name=ep.name)
     try:
@@ -283,27 +272,11 @@ def _start(ctx: NetBenchContext, topo: Topology, ep: Endpoint, job: str) -> Gues
     return vm
 
 
-def _record(ctx: NetBenchContext, cell: NetCell) -> None:
-    ctx.results.append(cell)
-    if ctx.store is not None and ctx.run_id is not None:
-        config = {
-            "topology": ctx.spec.kind, "mtu": ctx.spec.mtu, "hosts": ctx.spec.hosts, "pairs": ctx.spec.pairs,
-            "pair": cell.pair, "tunings": ctx.tunings.as_dict(), "duration_s": ctx.duration_s,
-            "vhost_net": ctx.topology_facts.get("vhost_net"), "ovs_datapath": ctx.topology_facts.get("ovs_datapath"),
-        }
-        ctx.store.add_cell(
-            ctx.run_id, f"{ctx.config_key}|{cell.test.name}", config, cell.test.name, cell.status, cell.metrics,
-            rep=cell.pair, error=cell.error, accel=ctx.accel.accel, duration_s=cell.duration_s, raw=cell.raw,
-        )
-    if ctx.progress is not None:
-        ctx.progress(cell)
-
-
-def _cell(ctx: NetBenchContext, pair: int, t: NetTest, lines: Sequence[str], cpu: dict[str, float],
-          why_not: str | None = None) -> NetCell:
+def _cell(ctx: NetContext, pair: int, t: NetTest, lines: Sequence[str], cpu: dict[str, float],
+          why_not: str | None = None) -> Cell:
     """The cell of test ``t`` from the client console so far; ``why_not`` explains a test that never reported."""
     docs, errs, codes, fatal = parse_console(lines)
-    cell = NetCell(pair, t, "error", raw=docs.get(t.name))
+    cell = Cell(ctx.config_key, ctx.config(pair), t.name, "error", raw=docs.get(t.name), rep=pair)
     try:
         doc = json.loads(docs[t.name]) if docs.get(t.name) else None
     except ValueError:
@@ -333,7 +306,7 @@ def _cell(ctx: NetBenchContext, pair: int, t: NetTest, lines: Sequence[str], cpu
     return cell
 
 
-def run_net(ctx: NetBenchContext) -> int:
+def run_net(ctx: NetContext) -> int:
     """Bring the topology up, boot the pairs, run the tests, store every cell as it completes; returns failed cells."""
     spec = ctx.spec
     if ctx.tunings.txqueuelen is not None:
@@ -349,7 +322,7 @@ def run_net(ctx: NetBenchContext) -> int:
         for client, server in topo.pairs():
             job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s)
             clients[client.pair] = _start(ctx, topo, client, job)
-        done: queue.Queue[NetCell] = queue.Queue()  # cells go to the store from this thread only (sqlite)
+        done: queue.Queue[Cell] = queue.Queue()  # cells go to the store from this thread only (sqlite)
         failures: list[BaseException] = []
 
         def follow(pair: int) -> None:
@@ -405,8 +378,8 @@ def run_net(ctx: NetBenchContext) -> int:
                 cell = done.get(timeout=0.5)  # wakes up for Ctrl-C
             except queue.Empty:
                 continue
-            failed += cell.status != "ok"
-            _record(ctx, cell)
+            failed += not cell.ok
+            ctx.record(cell)
         if failures:
             raise failures[0]
         for vm in [*clients.values(), *servers.values()]:
@@ -425,14 +398,46 @@ def _server_error(vm: GuestRun) -> str:
     return "stopped before the client finished"
 
 
-def environment(ctx: NetBenchContext, netload: str) -> dict[str, Any]:
-    from kvmtune.bench.storage import environment as storage_environment
+def describe(cell: Cell) -> str:
+    """A network cell's figure on its progress line."""
+    m = cell.metrics
+    return (f"pair {cell.rep}: {m['throughput_Bps'] / 1e6:9.2f} MB/s {m['tps']:10,.0f} tx/s "
+            f"avg {m.get('lat_avg_us', 0):9.1f} µs")  # fmt: skip
 
-    env = storage_environment(ctx.runner, ctx.host, ctx.accel, ctx.guest, ctx.workdir)
-    env.pop("fio", None)
-    env.pop("workdir_device", None)
-    env.pop("host_io_scheduler", None)
+
+def environment(ctx: NetContext, netload: str) -> dict[str, Any]:
+    env = base_environment(ctx.runner, ctx.host, ctx.accel, ctx.guest)
     res = ctx.runner.run([netload, "version"], timeout=20)
     env["netload"] = res.stdout.strip() if res.ok else None
     env["ovs"] = shutil.which("ovs-vswitchd") is not None
     return env
+
+
+@dataclass
+class NetBenchmark:
+    """``kvmtune bench net``: the tests between guest pairs over one topology."""
+
+    ctx: NetContext
+    netload: str
+    kind: str = "net"
+
+    def planned_cells(self) -> int:
+        return len(self.ctx.tests) * self.ctx.spec.pairs
+
+    def plan(self) -> str:
+        c = self.ctx
+        return (f"{c.spec.kind}, {len(c.tests)} tests × {c.spec.pairs} pair(s), {c.duration_s:g}s each, "
+                f"accelerator {c.accel.accel}")  # fmt: skip
+
+    def environment(self) -> dict[str, Any]:
+        return environment(self.ctx, self.netload)
+
+    def describe(self, cell: Cell) -> str:
+        return describe(cell)
+
+    def execute(self, sink: CellSink) -> None:
+        self.ctx.sink = sink
+        run_net(self.ctx)
+
+    def cleanup(self) -> list[str]:
+        return []  # run_net's topology context removes namespaces, daemons and guests on every exit

@@ -10,14 +10,8 @@ from kvmtune.model.guest import Guest
 
 def _host_ksm_moot(ctx: AuditContext) -> bool:
     """KSM off, or told to keep merges within a NUMA node, on the audited host."""
-
-    def compute() -> bool:
-        run = (ctx.host.read_optional("/sys/kernel/mm/ksm/run") or "").strip()
-        across = (ctx.host.read_optional("/sys/kernel/mm/ksm/merge_across_nodes") or "").strip()
-        return run == "0" or across == "0"
-
-    result: bool = ctx.cached("ksm_numa_moot", compute)
-    return result
+    ksm = ctx.facts.ksm
+    return ksm is not None and (ksm.run == 0 or ksm.merge_across_nodes == 0)
 
 
 class PinnedWithoutNosharepages(GuestRule):

@@ -6,30 +6,26 @@ the same rule runs against this machine or a captured tree (``--root``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Target
 from kvmtune.audit.rule import HostRule
-from kvmtune.host.facts import HostFacts, host_facts, host_target
+from kvmtune.host.facts import HostFacts
 
 
 class HostFactsRule(HostRule):
-    """A host rule that looks at :class:`HostFacts`; a bug in one rule costs one error line, not the audit."""
+    """A host rule that looks at :class:`HostFacts` (the engine guards the call)."""
 
-    def check_host(self, ctx: AuditContext) -> Iterator[Finding]:
-        facts = host_facts(ctx)
-        try:
-            yield from self.check_facts(facts, ctx)
-        except Exception as exc:
-            ctx.errors.append(f"{self.id}: could not be evaluated ({type(exc).__name__}: {exc})")
+    def check_host(self, ctx: AuditContext) -> Iterable[Finding]:
+        return self.check_facts(ctx.facts, ctx)
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterable[Finding]:
         raise NotImplementedError
 
     @staticmethod
     def at(ctx: AuditContext, device: str | None = None) -> Target:
-        return host_target(ctx, device)
+        return ctx.host_target(device)
 
 
 def gib(kib: int | float) -> str:

@@ -65,3 +65,24 @@ class KvmAccelerationUnavailable(HostFactsRule):
                 evidence="ioctl(/dev/kvm, KVM_GET_API_VERSION / KVM_CREATE_VM)",
                 summary="/dev/kvm is present but the kernel refuses to create a VM",
             )
+            return
+        # /dev/kvm opens, but only a booted guest proves KVM works: the cached `kvmtune guest accel`
+        # verdict is the strongest evidence, then the CPU's virtualization flag.
+        verdict = facts.accel_verdict
+        if verdict is not None and verdict.accel == "tcg":
+            yield self.finding(
+                target=self.at(ctx, "/dev/kvm"),
+                actual=f"'kvmtune guest accel' found KVM unusable: {verdict.reason}",
+                expected="a guest boots under KVM",
+                evidence=f"{verdict.path} ({verdict.age_s / 3600:.1f} h old; 'kvmtune guest accel --no-cache' asks again)",
+                summary="KVM does not boot a guest on this host: guests run under TCG emulation",
+            )
+        elif verdict is None and flags_known and flag is None:
+            yield self.finding(
+                target=self.at(ctx, "/dev/kvm"),
+                actual="/dev/kvm present, but the CPU shows no vmx/svm flag (no hardware virtualization: "
+                "a guest without nested virtualization, or disabled in firmware)",
+                expected="vmx (Intel VT-x) or svm (AMD-V) in the CPU flags",
+                evidence=f"{facts.where('/proc/cpuinfo')} flags; 'kvmtune guest accel' boots a guest to confirm",
+                summary="No hardware virtualization: guests would run under TCG emulation",
+            )

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
-from kvmtune.qemu.image import DiskImage, registered_images
+from kvmtune.qemu.image import DiskImage
 from kvmtune.rules.image import DiskImageRule, size
 
 
@@ -33,7 +33,7 @@ class StorageOvercommit(DiskImageRule):
         fs = image.filesystem
         if fs is None or image.is_block_device:
             return
-        same = [i for i in registered_images(ctx) if i.filesystem and i.filesystem.dev_id == fs.dev_id]
+        same = [i for i in ctx.images if i.filesystem and i.filesystem.dev_id == fs.dev_id]
         if not same or same[0] is not image:
             if same:
                 return  # reported once per file system, on its first image

@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench import fio as fiomod
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.qemu import BUS_GUEST_DEV, FAST_BOOT_ARGS, Disk, GuestRun, VmSpec, qemu_version
+from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.workdir import free_bytes
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner

@@ -9,11 +9,14 @@ bench`` prints only the elapsed time; IOPS and bandwidth are derived.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from kvmtune.bench.matrix import StorageConfig, build_matrix
-from kvmtune.bench.storage import BenchContext, CellResult, _record
+from kvmtune.bench.runner import Cell, CellSink
+from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, storage_environment
+from kvmtune.bench.storage.matrix import StorageConfig, build_matrix
 from kvmtune.bench.workdir import check_free_space
 from kvmtune.errors import KvmtuneError
 
@@ -70,12 +73,12 @@ def parse_bench_output(text: str) -> float:
     return float(m.group(1))
 
 
-def _bench(ctx: BenchContext, cfg: StorageConfig, image: str, write: bool, count: int, depth: int) -> CellResult:
+def _bench(ctx: StorageContext, cfg: StorageConfig, image: str, write: bool, count: int, depth: int) -> Cell:
     name = f"qemu-img-{'write' if write else 'read'}-4k"
     argv = ["qemu-img", "bench", "-f", cfg.fmt, "-t", cfg.cache, "-i", cfg.aio, "-c", str(count), "-d", str(depth)]
     argv += ["-s", str(BLOCK), "-S", str(STEP)] + (["-w"] if write else []) + [image]
     res = ctx.runner.run(argv, timeout=120)
-    cell = CellResult(cfg, name, "ok", duration_s=res.duration_s)
+    cell = storage_cell(cfg, name, "ok", duration_s=res.duration_s)
     if not res.ok:
         cell.status, cell.error = "error", f"qemu-img bench failed: {res.describe_failure()}"
         return cell
@@ -98,15 +101,15 @@ def _bench(ctx: BenchContext, cfg: StorageConfig, image: str, write: bool, count
     return cell
 
 
-def run_quick(ctx: BenchContext, plan: QuickPlan) -> int:
+def run_quick(ctx: StorageContext, plan: QuickPlan) -> int:
     failed = 0
     span_mib = max(1, plan.count * STEP >> 20)
     for rep in range(ctx.repeat):
         for i, cfg in enumerate(plan.configs):
             problem = cfg.problem()
-            cells: list[CellResult] = []
+            cells: list[Cell] = []
             if problem:
-                cells = [CellResult(cfg, f"qemu-img-{d}-4k", "error", error=problem) for d in ("write", "read")]
+                cells = [storage_cell(cfg, f"qemu-img-{d}-4k", "error", error=problem) for d in ("write", "read")]
             else:
                 try:
                     size = ctx.disk_mib if ctx.disk_mib >= span_mib else span_mib
@@ -125,13 +128,44 @@ def run_quick(ctx: BenchContext, plan: QuickPlan) -> int:
                 except KvmtuneError as exc:
                     done = {c.workload for c in cells}
                     cells += [
-                        CellResult(cfg, f"qemu-img-{d}-4k", "error", error=str(exc))
+                        storage_cell(cfg, f"qemu-img-{d}-4k", "error", error=str(exc))
                         for d in ("write", "read")
                         if f"qemu-img-{d}-4k" not in done
                     ]
                 finally:
                     ctx.scratch.cleanup()
             for c in cells:
-                failed += c.status != "ok"
-                _record(ctx, c, rep)
+                failed += not c.ok
+                c.rep = rep
+                ctx.record(c)
     return failed
+
+
+@dataclass
+class QuickBenchmark:
+    """``kvmtune bench storage --quick``: qemu-img bench per configuration, no guest."""
+
+    ctx: StorageContext
+    quick: QuickPlan
+    kind: str = "quick"
+
+    def planned_cells(self) -> int:
+        return len(self.quick.configs) * 2 * self.ctx.repeat
+
+    def plan(self) -> str:
+        return f"{self.planned_cells()} cells, accelerator {self.ctx.accel.accel}"
+
+    def environment(self) -> dict[str, Any]:
+        return storage_environment(self.ctx)
+
+    def describe(self, cell: Cell) -> str:
+        return describe(cell)
+
+    def execute(self, sink: CellSink) -> None:
+        self.ctx.sink = sink
+        run_quick(self.ctx, self.quick)
+
+    def cleanup(self) -> list[str]:
+        problems = self.ctx.scratch.cleanup()
+        shutil.rmtree(self.ctx.scratch.root, ignore_errors=True)
+        return problems

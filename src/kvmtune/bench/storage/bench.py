@@ -9,91 +9,50 @@ one-line error and the matrix goes on.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
+import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench import fio as fiomod
-from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.hostio import HostSampler, Snapshot, device_of_path, tps, write_kBps
-from kvmtune.bench.matrix import StorageConfig
 from kvmtune.bench.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
-from kvmtune.bench.snapshot import SnapshotCache
-from kvmtune.bench.store import Store
+from kvmtune.bench.runner import BenchContext, Cell, CellSink, base_environment
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.hostio import HostSampler, Snapshot, device_of_path, tps, write_kBps
+from kvmtune.bench.storage.matrix import StorageConfig
+from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
-from kvmtune.runner import Runner
 
 
-@dataclass
-class CellResult:
-    config: StorageConfig
-    workload: str
-    status: str  # ok | error | interrupted
-    metrics: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    raw: str | None = None
-    samples: list[tuple[float, str, float]] = field(default_factory=list)
-    duration_s: float | None = None
+@dataclass(kw_only=True)
+class StorageContext(BenchContext):
+    """The storage tiers' state: scratch space, probe guest, and the sizes every cell uses."""
 
-
-@dataclass
-class BenchContext:
-    runner: Runner
-    host: HostRoot
     scratch: Scratch
-    guest: ProbeGuest | None
-    accel: AccelChoice
-    store: Store | None
-    run_id: int | None
+    guest: ProbeGuest | None = None
     runtime_s: float = 5.0
     disk_mib: int = 1024
-    memory_mb: int = 512
-    smp: int = 1
     repeat: int = 1
-    progress: Callable[[CellResult], None] | None = None
-    boot_timeout_s: float = 60.0
     user_device: str | None = None  # a block device named with --device and --destroy-data
     snapshots: SnapshotCache | None = None  # restore a saved booted guest instead of booting (None: always boot)
     restored_cells: int = 0
-    results: list[CellResult] = field(default_factory=list)
     first_result_s: float | None = None
 
 
-def _record(ctx: BenchContext, res: CellResult, rep: int) -> None:
-    ctx.results.append(res)
-    if ctx.store is not None and ctx.run_id is not None:
-        ctx.store.add_cell(
-            ctx.run_id,
-            res.config.key + "|" + res.workload,
-            res.config.as_dict(),
-            res.workload,
-            res.status,
-            res.metrics,
-            rep=rep,
-            error=res.error,
-            accel=ctx.accel.accel,
-            started=time.time(),
-            duration_s=res.duration_s,
-            raw=res.raw,
-            samples=res.samples,
-        )
-    if ctx.progress is not None:
-        ctx.progress(res)
+def storage_cell(cfg: StorageConfig, workload: str, status: str = "ok", **fields: Any) -> Cell:
+    return Cell(cfg.key, cfg.as_dict(), workload, status, **fields)
 
 
 # --------------------------------------------------------------------------- images
 
 
-def create_image(ctx: BenchContext, cfg: StorageConfig, tag: str) -> tuple[str, str]:
+def create_image(ctx: StorageContext, cfg: StorageConfig, tag: str) -> tuple[str, str]:
     """Create the scratch image (or loop device) for ``cfg``; return (path for QEMU, format)."""
     if cfg.target == "device":
         if not ctx.user_device:
@@ -194,8 +153,8 @@ def parse_console(lines: Sequence[str]) -> dict[str, dict[str, Any]]:
 
 
 def _boot_group(
-    ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], image: str, fmt: str, host_dev: str | None
-) -> list[CellResult]:
+    ctx: StorageContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], image: str, fmt: str, host_dev: str | None
+) -> list[Cell]:
     assert ctx.guest is not None
     modules = _modules_for(ctx.guest, cfg.bus, any(w.fs for w in workloads), cfg.sched)
     job = fiomod.job_script(fiomod.GuestJob(BUS_GUEST_DEV[cfg.bus], modules, workloads, ctx.runtime_s, ctx.disk_mib, cfg.sched))
@@ -238,10 +197,10 @@ def _boot_group(
     vm_error = outcome.error()
     fatal = parsed.get("", {}).get("error")
     life = sampler.series[0], sampler.series[-1]
-    results: list[CellResult] = []
+    results: list[Cell] = []
     for w in workloads:
         info = parsed.get(w.name, {})
-        res = CellResult(cfg, w.name, "ok", duration_s=outcome.duration_s)
+        res = storage_cell(cfg, w.name, "ok", duration_s=outcome.duration_s)
         if "rc" not in info:
             res.status = "error"
             res.error = fatal or vm_error or "guest never ran this workload"
@@ -297,7 +256,7 @@ def _boot_group(
 
 
 def _run_vm(
-    ctx: BenchContext, spec: VmSpec, host_dev: str | None, marks: _Marks, budget: float, started: float
+    ctx: StorageContext, spec: VmSpec, host_dev: str | None, marks: _Marks, budget: float, started: float
 ) -> tuple[Any, HostSampler]:
     """Start (or restore) the guest and follow it, snapshotting host counters at the guest's markers."""
     with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
@@ -347,7 +306,7 @@ def _closure(guest: ProbeGuest, names: Sequence[str]) -> set[str]:
 # --------------------------------------------------------------------------- host (bare metal)
 
 
-def _host_fio(ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], tag: str) -> list[CellResult]:
+def _host_fio(ctx: StorageContext, cfg: StorageConfig, workloads: Sequence[fiomod.Workload], tag: str) -> list[Cell]:
     check_free_space(ctx.scratch.root, (ctx.disk_mib + 64) << 20, f"a {ctx.disk_mib} MiB bare-metal test file")
     path = ctx.scratch.path(f"host-{tag}.dat")
     ctx.scratch.add_file(path)
@@ -359,13 +318,13 @@ def _host_fio(ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.
     out = []
     for w in workloads:
         if w.is_cycle or w.fs:
-            out.append(CellResult(cfg, w.name, "error", error="workload needs a guest (not run on bare metal)"))
+            out.append(storage_cell(cfg, w.name, "error", error="workload needs a guest (not run on bare metal)"))
             continue
         args = fiomod.fio_args(w, str(path), ctx.runtime_s, ctx.disk_mib, False)
         a = sampler.snap()
         r = ctx.runner.run(["fio", *args, "--output-format=json"], timeout=ctx.runtime_s * 3 + 60)
         b = sampler.snap()
-        cell = CellResult(cfg, w.name, "ok", duration_s=r.duration_s)
+        cell = storage_cell(cfg, w.name, "ok", duration_s=r.duration_s)
         if not r.ok:
             cell.status, cell.error = "error", f"fio on the host failed: {r.describe_failure()}"
         else:
@@ -381,7 +340,7 @@ def _host_fio(ctx: BenchContext, cfg: StorageConfig, workloads: Sequence[fiomod.
     return out
 
 
-def host_disk_capacity(ctx: BenchContext, seconds: float = 3.0) -> dict[str, float]:
+def host_disk_capacity(ctx: StorageContext, seconds: float = 3.0) -> dict[str, float]:
     """Transactions/s the work directory's disk sustains (4 KiB random writes, O_DIRECT, QD 1):
     the denominator of seed 001's 'VMs per disk'."""
     path = ctx.scratch.path("capacity.dat")
@@ -428,7 +387,7 @@ def host_disk_capacity(ctx: BenchContext, seconds: float = 3.0) -> dict[str, flo
 # --------------------------------------------------------------------------- driver
 
 
-def run_matrix(ctx: BenchContext, configs: Sequence[StorageConfig], workloads: Sequence[fiomod.Workload]) -> int:
+def run_matrix(ctx: StorageContext, configs: Sequence[StorageConfig], workloads: Sequence[fiomod.Workload]) -> int:
     """Run every configuration; return the number of failed cells. Raises KeyboardInterrupt through."""
     failed = 0
     n = 0
@@ -436,12 +395,12 @@ def run_matrix(ctx: BenchContext, configs: Sequence[StorageConfig], workloads: S
         for cfg in configs:
             n += 1
             tag = f"{os.getpid()}-{n}"
-            cells: list[CellResult]
+            cells: list[Cell]
             problem = cfg.problem()
             if problem is None and cfg.target != "host" and ctx.guest is None:
                 problem = "no probe guest"
             if problem is not None:
-                cells = [CellResult(cfg, w.name, "error", error=problem) for w in workloads]
+                cells = [storage_cell(cfg, w.name, "error", error=problem) for w in workloads]
             else:
                 cells = []
                 try:
@@ -459,80 +418,68 @@ def run_matrix(ctx: BenchContext, configs: Sequence[StorageConfig], workloads: S
                             cells.extend(_boot_group(ctx, cfg, group, image, fmt, host_dev))
                 except KvmtuneError as exc:
                     done = {c.workload for c in cells}
-                    cells.extend(CellResult(cfg, w.name, "error", error=str(exc)) for w in workloads if w.name not in done)
+                    cells.extend(storage_cell(cfg, w.name, "error", error=str(exc)) for w in workloads if w.name not in done)
                 finally:
                     ctx.scratch.cleanup()
             for c in cells:
-                if c.status != "ok":
-                    failed += 1
-                _record(ctx, c, rep)
+                failed += not c.ok
+                c.rep = rep
+                ctx.record(c)
     return failed
 
 
-def progress_printer(total: int, stream: Any = None) -> Callable[[CellResult], None]:
-    stream = stream or sys.stderr
-    count = [0]
-    tty = hasattr(stream, "isatty") and stream.isatty()
-
-    def show(res: CellResult) -> None:
-        count[0] += 1
-        width = 24
-        filled = int(width * count[0] / max(1, total))
-        bar = "#" * filled + "-" * (width - filled)
-        if res.status == "ok":
-            m = res.metrics
-            what = (
-                f"{m['host_tps_per_vm']:.1f} host tps/VM"
-                if "host_tps_per_vm" in m
-                else f"{m.get('iops', 0):,.0f} IOPS {m.get('bw_Bps', 0) / 1e6:.1f} MB/s"
-            )
-        else:
-            what = f"ERROR: {res.error}"
-        line = f"[{bar}] {count[0]}/{total} {res.config.key} {res.workload}: {what}"
-        stream.write(("\r\033[K" if tty else "") + line + ("" if tty and count[0] < total else "\n"))
-        if tty and res.status != "ok":
-            stream.write("\n")
-        stream.flush()
-
-    return show
+def describe(cell: Cell) -> str:
+    """A storage cell's figure on its progress line."""
+    m = cell.metrics
+    if "host_tps_per_vm" in m:
+        return f"{m['host_tps_per_vm']:.1f} host tps/VM"
+    return f"{m.get('iops', 0):,.0f} IOPS {m.get('bw_Bps', 0) / 1e6:.1f} MB/s"
 
 
-def environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: ProbeGuest | None, workdir: Path) -> dict[str, Any]:
-    """What a result depends on besides its configuration."""
-    from kvmtune import __version__
-    from kvmtune.bench.hostio import scheduler_of
+def storage_environment(ctx: StorageContext) -> dict[str, Any]:
+    """The run's environment: the common record plus fio and the work directory's disk."""
+    from kvmtune.bench.storage.hostio import scheduler_of
 
-    cpu = ""
-    for line in (host.read_optional("/proc/cpuinfo") or "").splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    fio_v = runner.run(["fio", "--version"], timeout=20)
-    dev = device_of_path(host, str(workdir))
-    return {
-        "kvmtune": __version__,
-        "accel": accel.accel,
-        "accel_reason": accel.reason,
-        "host_kernel": (host.read_optional("/proc/sys/kernel/osrelease") or "").strip(),
-        "qemu": _quiet_version(runner),
-        "fio": fio_v.stdout.strip() if fio_v.ok else None,
-        "cpu_model": cpu,
-        "ncpu": os.cpu_count(),
-        "guest_kernel": guest.release if guest else None,
-        "guest_key": guest.key if guest else None,
-        "workdir_device": dev,
-        "host_io_scheduler": scheduler_of(host, dev),
-    }
+    env = base_environment(ctx.runner, ctx.host, ctx.accel, ctx.guest)
+    fio_v = ctx.runner.run(["fio", "--version"], timeout=20)
+    dev = device_of_path(ctx.host, str(ctx.scratch.root))
+    env.update({"fio": fio_v.stdout.strip() if fio_v.ok else None, "workdir_device": dev,
+                "host_io_scheduler": scheduler_of(ctx.host, dev)})  # fmt: skip
+    return env
 
 
-def _quiet_version(runner: Runner) -> str | None:
-    from kvmtune.bench.qemu import qemu_version
+@dataclass
+class MatrixBenchmark:
+    """``kvmtune bench storage``: the probe-guest matrix (configs × workloads × repeat)."""
 
-    try:
-        return qemu_version(runner)
-    except KvmtuneError:
-        return None  # --quick needs only qemu-img
+    ctx: StorageContext
+    configs: Sequence[StorageConfig]
+    workloads: Sequence[fiomod.Workload]
+    kind: str = "storage"
 
+    def planned_cells(self) -> int:
+        return len(self.configs) * len(self.workloads) * self.ctx.repeat
 
-def config_json(configs: Sequence[StorageConfig]) -> str:
-    return json.dumps([c.as_dict() for c in configs])
+    def plan(self) -> str:
+        return f"{self.planned_cells()} cells, accelerator {self.ctx.accel.accel}"
+
+    def environment(self) -> dict[str, Any]:
+        return storage_environment(self.ctx)
+
+    def describe(self, cell: Cell) -> str:
+        return describe(cell)
+
+    def execute(self, sink: CellSink) -> None:
+        self.ctx.sink = sink
+        run_matrix(self.ctx, self.configs, self.workloads)
+        if any(w.is_cycle for w in self.workloads):
+            cap = host_disk_capacity(self.ctx, seconds=min(5.0, self.ctx.runtime_s))
+            self.ctx.scratch.cleanup()
+            if cap:
+                host = StorageConfig(target="host")
+                sink.record(Cell("host/capacity", host.as_dict(), "disk-capacity", metrics=cap), show=False)
+
+    def cleanup(self) -> list[str]:
+        problems = self.ctx.scratch.cleanup()
+        shutil.rmtree(self.ctx.scratch.root, ignore_errors=True)
+        return problems

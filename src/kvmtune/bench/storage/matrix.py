@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from kvmtune.bench.fio import Workload, cycle_workload, ffsb_workloads, lookup
+from kvmtune.bench.storage.fio import Workload, cycle_workload, ffsb_workloads, lookup
 from kvmtune.errors import InputError
 
 BUSES = ("virtio-blk", "virtio-scsi", "ide", "nvme")

@@ -1,0 +1,276 @@
+"""The one benchmark runner: every tier (storage guest matrix, quick, network,
+and the tiers that come later) runs through :class:`BenchRunner`.
+
+Modelled on pyperf's ``Runner``: a benchmark says *what* to measure; the runner
+owns everything around it, the same way for every tier:
+
+- the environment record (:func:`base_environment` plus the benchmark's own
+  additions) stored with the run row;
+- the run row itself: opened before the first cell, closed on **every** exit
+  path: ``complete`` (no failed cell), ``errors`` (some cells failed),
+  ``partial`` (Ctrl-C or SIGTERM; an ``interrupted`` cell marks where), or
+  ``failed`` (any other exception, which is then re-raised);
+- SIGTERM turned into ``KeyboardInterrupt`` while the run lasts;
+- the progress line per cell, and recording each cell as it completes;
+- the benchmark's cleanup, whatever happened.
+
+The API, all a caller needs (``kvmtune verify`` calls it directly)::
+
+    class MyBench:                                 # satisfies Benchmark
+        kind = "storage"                           # runs.kind
+        def plan(self) -> str: ...                 # "24 cells, accelerator tcg"
+        def planned_cells(self) -> int: ...        # for the progress bar
+        def environment(self) -> dict[str, Any]: ...
+        def execute(self, sink: CellSink) -> None: # sink.record(Cell(...)) per cell
+        def describe(self, cell: Cell) -> str: ... # the figure on a progress line
+        def cleanup(self) -> list[str]: ...        # problems met while cleaning up
+
+    with Store(db) as store:
+        outcome = BenchRunner(store, args={...}, preset=None, note=None).run(MyBench())
+    outcome.status, outcome.exit_code, outcome.run_id, outcome.cells
+
+Code that only needs somewhere to put cells (unit tests, a verifier that keeps
+nothing) passes a plain :class:`CellSink`; :class:`BenchRunner` is a
+:class:`CellSink` that also stores and shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import IO, Any, Protocol
+
+from kvmtune.bench.accel import AccelChoice
+from kvmtune.bench.guest import ProbeGuest
+from kvmtune.bench.store import Store
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass
+class Cell:
+    """One measured (or failed) configuration × workload × repetition, as stored."""
+
+    config_key: str
+    config: dict[str, Any]
+    workload: str
+    status: str = "ok"  # ok | error | interrupted
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    raw: str | None = None
+    samples: list[tuple[float, str, float]] = field(default_factory=list)
+    duration_s: float | None = None
+    rep: int = 0  # repetition (storage) or pair index (network)
+
+    @property
+    def key(self) -> str:
+        return f"{self.config_key}|{self.workload}"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class CellSink:
+    """Where a benchmark puts its cells: kept in memory, in order."""
+
+    def __init__(self) -> None:
+        self.results: list[Cell] = []
+        self.failed = 0
+
+    def record(self, cell: Cell, *, show: bool = True) -> None:
+        """Keep ``cell``; ``show=False`` for a cell outside the planned count (no progress line)."""
+        self.results.append(cell)
+        self.failed += not cell.ok
+
+
+@dataclass(kw_only=True)
+class BenchContext:
+    """What every tier's code needs while it runs; each tier extends it with its own fields."""
+
+    runner: Runner
+    host: HostRoot
+    accel: AccelChoice
+    memory_mb: int = 512
+    smp: int = 1
+    boot_timeout_s: float = 60.0
+    sink: CellSink = field(default_factory=CellSink)
+
+    @property
+    def results(self) -> list[Cell]:
+        return self.sink.results
+
+    def record(self, cell: Cell, *, show: bool = True) -> None:
+        self.sink.record(cell, show=show)
+
+
+class Benchmark(Protocol):
+    """What a tier provides; see the module docstring."""
+
+    kind: str
+
+    def plan(self) -> str: ...
+
+    def planned_cells(self) -> int: ...
+
+    def environment(self) -> dict[str, Any]: ...
+
+    def execute(self, sink: CellSink) -> None: ...
+
+    def describe(self, cell: Cell) -> str: ...
+
+    def cleanup(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: int
+    status: str  # complete | errors | partial (failed runs raise)
+    took_s: float
+    cells: list[Cell]
+    failed: int
+    cleanup_problems: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "partial":
+            return EXIT_INTERRUPTED
+        return EXIT_OK if self.failed == 0 else EXIT_CELLS_FAILED
+
+
+class BenchRunner(CellSink):
+    """Runs one :class:`Benchmark` as one stored run; see the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        args: Mapping[str, Any] | None = None,
+        preset: str | None = None,
+        note: str | None = None,
+        accel: str | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.args = dict(args or {})
+        self.preset = preset
+        self.note = note
+        self.accel = accel
+        self.stream = stream or sys.stderr
+        self.run_id: int | None = None
+        self._bench: Benchmark | None = None
+        self._planned = 0
+
+    def record(self, cell: Cell, *, show: bool = True) -> None:
+        super().record(cell, show=show)
+        assert self.run_id is not None, "record() outside run()"
+        self.store.add_cell(
+            self.run_id, cell.key, cell.config, cell.workload, cell.status, cell.metrics, rep=cell.rep,
+            error=cell.error, accel=self.accel, started=time.time(), duration_s=cell.duration_s, raw=cell.raw,
+            samples=cell.samples,
+        )  # fmt: skip
+        if show and self._bench is not None:
+            self._progress(cell, self._bench)
+
+    def run(self, bench: Benchmark) -> RunOutcome:
+        """Run ``bench`` as one stored run. Returns for complete/errors/partial; re-raises anything else
+        after closing the run as ``failed``."""
+        env = bench.environment()
+        if self.accel is None:
+            self.accel = env.get("accel")
+        self._bench, self._planned = bench, bench.planned_cells()
+        self.run_id = self.store.begin_run(bench.kind, env, self.args, preset=self.preset)
+        print(f"kvmtune: run {self.run_id}: {bench.plan()}, results in {self.store.path}", file=self.stream, flush=True)
+        restore = _sigterm_as_interrupt()
+        started = time.monotonic()
+        status, note = "failed", self.note
+        problems: list[str] = []
+        try:
+            bench.execute(self)
+            status = "complete" if self.failed == 0 else "errors"
+        except KeyboardInterrupt:
+            status, note = "partial", _join(self.note, "interrupted")
+        except BaseException as exc:
+            note = _join(self.note, f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+            raise
+        finally:
+            restore()
+            try:
+                problems = bench.cleanup()
+            except Exception as exc:  # the run row is closed even when cleanup breaks
+                problems = [f"cleanup failed: {exc}"]
+            if status == "partial":
+                self.store.add_cell(self.run_id, "interrupted", {}, "interrupted", "interrupted",
+                                    error="stopped by the user", accel=self.accel)  # fmt: skip
+            self.store.finish_run(self.run_id, status, note=note)
+            self._bench = None
+        took = time.monotonic() - started
+        if status == "partial":
+            print(
+                f"\nkvmtune: interrupted: run {self.run_id} marked partial ({len(self.results)} cells stored); "
+                f"cleaned up{'; problems: ' + '; '.join(problems) if problems else ''}",
+                file=self.stream, flush=True,
+            )  # fmt: skip
+        return RunOutcome(self.run_id, status, took, list(self.results), self.failed, problems)
+
+    def _progress(self, cell: Cell, bench: Benchmark) -> None:
+        done = len(self.results)
+        total = max(self._planned, done)
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        width = 24
+        filled = int(width * done / max(1, total))
+        what = bench.describe(cell) if cell.ok else f"ERROR: {cell.error}"
+        line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {cell.config_key} {cell.workload}: {what}"
+        self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
+        self.stream.flush()
+
+
+def _join(*parts: str | None) -> str:
+    """The user's note, then what happened to the run."""
+    return "; ".join(p for p in parts if p)
+
+
+def _sigterm(_signo: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM raises KeyboardInterrupt until the returned function is called (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    return lambda: signal.signal(signal.SIGTERM, old)
+
+
+def base_environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: ProbeGuest | None) -> dict[str, Any]:
+    """What every tier's result depends on besides its configuration; tiers add their own tools' versions."""
+    from kvmtune import __version__
+    from kvmtune.bench.qemu import qemu_version
+    from kvmtune.errors import KvmtuneError
+    from kvmtune.host.facts import HostFacts
+
+    try:
+        qemu: str | None = qemu_version(runner)
+    except KvmtuneError:
+        qemu = None  # the quick tier needs only qemu-img
+    facts = HostFacts(host)
+    return {
+        "kvmtune": __version__,
+        "accel": accel.accel,
+        "accel_reason": accel.reason,
+        "host_kernel": facts.kernel_release or "",
+        "qemu": qemu,
+        "cpu_model": facts.cpu_model or "",
+        "ncpu": os.cpu_count(),
+        "guest_kernel": guest.release if guest else None,
+        "guest_key": guest.key if guest else None,
+    }

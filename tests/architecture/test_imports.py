@@ -1,0 +1,117 @@
+"""The package's layers: no import loops, and the readers (host/, qemu/) never reach up into the auditor.
+
+Every import counts, including those inside functions and under ``TYPE_CHECKING``:
+a loop hidden behind a lazy import is still two modules that cannot be understood
+(or tested) one without the other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kvmtune
+
+SRC = Path(kvmtune.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the kvmtune modules it imports (``from pkg import mod`` names the submodule)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    if sub in modules:
+                        edges.add(sub)
+                    elif base in modules:
+                        edges.add(base)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _is_package_to_own_child(a: str, b: str) -> bool:
+    return b.startswith(a + ".") or a.startswith(b + ".")
+
+
+def test_no_import_loops() -> None:
+    graph = import_graph()
+    # a package's __init__ naming its own submodules (and they it) is how Python packages work, not a loop
+    pruned = {m: {t for t in ts if not _is_package_to_own_child(m, t)} for m, ts in graph.items()}
+    assert cycles(pruned) == []
+
+
+def test_readers_do_not_import_the_auditor() -> None:
+    graph = import_graph()
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if m.startswith(("kvmtune.host", "kvmtune.qemu"))
+        for t in ts
+        if t == "kvmtune.audit" or t.startswith(("kvmtune.audit.", "kvmtune.rules", "kvmtune.fix", "kvmtune.cli"))
+    )
+    assert offenders == []
+
+
+def test_the_detector_sees_a_loop() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
