@@ -153,8 +153,6 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     src = None
     if source is not None:
         src = source.get("file") or source.get("dev") or source.get("name") or source.get("dir") or source.get("volume")
-        if src_type == "network" and source.get("protocol"):
-            src = f"{source.get('protocol')}:{src or ''}"
     protocol = _PROTOCOL_OF_TYPE.get(src_type)
     if src_type == "network" and source is not None:
         protocol = _low(source.get("protocol"))

@@ -201,8 +201,11 @@ class BlockGraph:
                 out.filters.append(node.driver)
                 node = self.child(node, FILTER_CHILD[node.driver])
                 continue
-            if node.driver in FORMAT_DRIVERS and fmt is None:
-                fmt = node
+            if node.driver in FORMAT_DRIVERS and (fmt is None or node.driver == "raw"):
+                if fmt is None:
+                    fmt = node
+                else:
+                    out.filters.append("raw-slice")  # libvirt's <slice>: a raw node with offset/size below
                 nxt = self.child(node, "file")
                 if nxt is None:
                     break

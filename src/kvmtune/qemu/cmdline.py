@@ -75,13 +75,18 @@ class Option:
 
 
 def split_args_text(text: str) -> list[str]:
-    """Split a command line written as text (``.args`` file or a shell line)."""
+    """Split a command line written as text (``.args`` file, a shell line or a small start script).
+
+    Whole comment lines (``#!/bin/sh``, ``# notes``) are dropped and a leading ``exec`` is skipped,
+    so a hand-written ``exec qemu-system-x86_64 \\ ...`` script reads as its command line.
+    """
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     joined = re.sub(r"\\\r?\n", " ", text)
     try:
         words = shlex.split(joined, comments=False, posix=True)
     except ValueError as exc:
         raise ValueError(f"cannot split the command line: {exc}") from None
-    while words and _ENV_ASSIGN.match(words[0]) and not words[0].startswith("-"):
+    while words and (_ENV_ASSIGN.match(words[0]) or words[0] == "exec") and not words[0].startswith("-"):
         words.pop(0)
     return words
 
@@ -292,6 +297,10 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             guest.name = str(p.get("guest") or opt.value or "?")
         elif opt.name == "-uuid":
             guest.uuid = (opt.value or "").strip() or None
+        elif opt.name == "-smbios" and guest.uuid is None:
+            smbios = parse_keyval(opt.value or "")
+            if smbios.get("type") == "1" and smbios.get("uuid"):
+                guest.uuid = str(smbios["uuid"]).strip()  # Proxmox VE sets the VM's UUID here, not with -uuid
         elif opt.name in ("-machine", "-M"):
             guest.machine = str(p.get("type", "")).lower() or guest.machine
             if "accel" in p:
@@ -386,6 +395,10 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             continue  # SCSI host device passthrough (<hostdev type='scsi'>), not a disk
         if "drive" in p and drv in BUS_OF_DEVICE:
             guest.disks.append(_disk_from_device(dev, str(p["drive"]), storage, scsi_controllers, guest))
+        elif drv.startswith("vhost-user-blk"):
+            # served by an external process over a socket (<disk type='vhostuser'>): no QEMU block layer
+            guest.disks.append(Disk(target=str(p.get("id", dev.label)), bus="virtio", source_type="vhostuser",
+                                    protocol="vhost-user-blk", locator=dev.label))
         elif drv in NIC_MODEL_OF_DEVICE or "netdev" in p:
             backend = netdevs.get(str(p.get("netdev", "")))
             nic = _nic_from_backend(len(guest.nics), backend, drv, dev)

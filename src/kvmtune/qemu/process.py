@@ -32,6 +32,7 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
             errors.append(str(exc))
             continue
         guest.active = True
+        guest.on_audited_host = True  # a process of the host whose /proc this is
         if guest.name == "?":
             guest.name = f"qemu-pid-{entry}"
         guests.append(guest)
