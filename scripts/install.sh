@@ -16,12 +16,14 @@ fi
 # Debian packages: QEMU and qemu-img, libvirt (daemon, client, Python binding), the probe guest's
 # parts (cloud kernel whose virtio drivers are modules, static busybox, fio, cpio/zstd/kmod to
 # assemble it), Open vSwitch, namespaces and NAT (iproute2, nftables), sfdisk for partition tests,
-# iperf3 and sockperf as yardsticks for netload.
+# iperf3 and sockperf as yardsticks for netload; tmux (drives `kvmtune top` in its test) and
+# prometheus (its promtool checks the textfile output of `kvmtune sample`).
 PACKAGES=(
   qemu-system-x86 qemu-utils
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
+  tmux prometheus
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,18 +2,71 @@
 
 Every call is recorded (argv, exit code, duration, the tail of stderr) so
 reports and bug reports can say exactly what was run.
+
+Children die with kvmtune. Every child (short commands such as ``qemu-img
+convert`` as well as QEMU, qemu-storage-daemon, OVS daemons and netload) is
+started with the parent-death signal set to SIGKILL (``prctl(PR_SET_PDEATHSIG)``
+in the child between fork and exec), so the kernel kills it when kvmtune dies,
+even by SIGKILL. This was chosen over a pidfd or cgroup supervisor because it
+needs no second process that could itself be killed, no cgroup delegation and
+works for unprivileged users; its limits are handled here: the signal is tied to
+the *thread* that forked, so long-lived children are only started from the main thread
+(:func:`_check_thread`), and a parent that died between fork and ``prctl`` is
+caught by comparing ``getppid()`` with the pid recorded before the fork. The
+setting survives ``execve`` of ordinary programs (``ip netns exec``, QEMU); a
+child must not daemonise (double-fork), and none of kvmtune's do.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 STDERR_TAIL = 2000
+PR_SET_PDEATHSIG = 1
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child before exec: SIGKILL it when its parent dies, and at once if that already happened."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(127)
+
+
+def die_with_parent_preexec(*, long_lived: bool = True) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess`` that ties the child's life to this process.
+
+    A short command waited for by the thread that started it cannot outlive that thread, so only
+    ``long_lived`` children must come from the main thread."""
+    if long_lived:
+        _check_thread()
+    parent = os.getpid()
+    return lambda: _die_with_parent(parent)
+
+
+class ChildFromThread(RuntimeError):
+    """A child was started from a thread other than the main one (it would die when that thread ends)."""
+
+
+def _check_thread() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise ChildFromThread(
+            "kvmtune starts child processes only from the main thread: PR_SET_PDEATHSIG would kill the child "
+            "when the starting thread exits"
+        )
 
 
 @dataclass(frozen=True)
@@ -85,6 +138,7 @@ class Runner:
                 input=input_text,
                 cwd=cwd,
                 check=False,
+                preexec_fn=die_with_parent_preexec(long_lived=False),
             )
             result = CommandResult(
                 tuple(argv), proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
@@ -105,9 +159,11 @@ class Runner:
         argv: Sequence[str],
         **kwargs: object,
     ) -> subprocess.Popen[bytes]:
-        """Start a long-lived process (QEMU, daemons). Recorded with returncode -2 (still running)."""
+        """Start a long-lived process (QEMU, daemons); it dies with kvmtune. Recorded with returncode -2 (running)."""
+        if "preexec_fn" in kwargs:
+            raise TypeError("Runner.popen sets preexec_fn itself (the child dies with kvmtune)")
         self.history.append(CommandResult(tuple(argv), -2, "", "", 0.0))
-        return subprocess.Popen(list(argv), **kwargs)  # type: ignore[call-overload,no-any-return]
+        return subprocess.Popen(list(argv), preexec_fn=die_with_parent_preexec(), **kwargs)  # type: ignore[call-overload,no-any-return]
 
 
 _default: Runner | None = None

@@ -20,7 +20,8 @@ RUNTIME = ("proc/sys/", "sys/")
 
 
 def value(root: Path, host_path: str) -> str | None:
-    parse = "bracket" if host_path.endswith("/scheduler") else "plain"
+    # multiple-choice files: the kernel shows "[always] madvise never" after "always" is written
+    parse = "bracket" if host_path.endswith("/scheduler") or "transparent_hugepage/" in host_path else "plain"
     return read_value(root / host_path.lstrip("/"), parse)
 
 

@@ -102,7 +102,7 @@ def test_qemu_img_missing_is_one_error_and_audit_goes_on(images: dict[str, Path]
                               capsys)
     assert code == 2
     assert len(doc["errors"]) == 1 and doc["errors"][0].startswith("qemu-img: not found on PATH")
-    assert "2 image(s) read from their headers only" in doc["errors"][0]
+    assert "2 image(s) read without it" in doc["errors"][0]
     assert {f["rule"] for f in doc["findings"]} >= {"KVM-IMG-009"}
     assert "Traceback" not in err
 

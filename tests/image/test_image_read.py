@@ -45,8 +45,9 @@ def test_qemu_img_fields(images: dict[str, Path]) -> None:
 
 
 def test_backing_chain(images: dict[str, Path]) -> None:
-    img = read(images["chain3.qcow2"])
+    img = read(images["chain3.qcow2"], declared_format="qcow2")
     assert [Path(p).name for p in img.backing_chain] == ["chain2.qcow2", "chain1.qcow2", "chain0.qcow2"]
+    assert read(images["chain3.qcow2"]).backing_chain == []  # probed: the header does not choose files to open
 
 
 def test_missing_file_is_one_line_error(tmp_path: Path) -> None:
@@ -91,19 +92,22 @@ def test_corrupt_bit(images: dict[str, Path], scratch_copy) -> None:  # type: ig
 def test_missing_backing_file(tmp_path: Path) -> None:
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(tmp_path / "gone.qcow2"), "-F", "qcow2",
                     "-u", str(tmp_path / "ov.qcow2"), "64M"], check=True)
-    img = read(tmp_path / "ov.qcow2")
-    assert img.backing_error is not None and "gone.qcow2" in img.backing_error
-    assert img.partition_note is not None and "does not exist" in img.partition_note
+    img = read(tmp_path / "ov.qcow2", declared_format="qcow2")
+    assert img.backing_error is not None and "gone.qcow2: no such file" in img.backing_error
+    assert img.partition_note is not None and "no such file" in img.partition_note
 
 
-def test_qemu_img_missing_falls_back_to_header(images: dict[str, Path], tmp_path: Path,
+def test_qemu_img_missing_reads_raw_only(images: dict[str, Path], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no qemu-img
     runner = Runner()
     img = read_image(str(images["mbr63.qcow2"]), runner, [])
-    assert img.info_source == "header"
-    assert img.format == "qcow2" and img.virtual_size == 64 * 1024 * 1024
-    assert img.partitions is not None and img.partitions.partitions[0].start_sector == 63
+    assert img.info_source == "stat"
+    assert img.format == "qcow2" and img.partitions is None and img.partition_note
+    assert "qemu-img is needed" in img.partition_note
+    raw = read_image(str(images["mbr63.raw"]), runner, [])
+    assert raw.format == "raw" and raw.virtual_size == 64 * 1024 * 1024
+    assert raw.partitions is not None and raw.partitions.partitions[0].start_sector == 63
     assert runner.history[0].returncode == 127
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kvmtune.qemu.image import guest_reader
 from kvmtune.qemu.partitions import (
     alignment_of,
     classify_alignment,
@@ -14,15 +15,11 @@ from kvmtune.qemu.partitions import (
     parse_partition_table,
     scan_line,
 )
-from kvmtune.qemu.qcow2 import open_guest_reader
 
 
 def table_of(path: Path):  # type: ignore[no-untyped-def]
-    r = open_guest_reader(str(path))
-    try:
-        return parse_partition_table(r.read, r.size)
-    finally:
-        r.close()
+    r = guest_reader(str(path), "qcow2" if path.suffix == ".qcow2" else "raw")
+    return parse_partition_table(r.read, r.size)
 
 
 @pytest.mark.parametrize("name", ["mbr63.raw", "mbr63.qcow2", "mbr63-compressed.qcow2", "overlay-on-mbr63.qcow2"])

@@ -46,6 +46,13 @@ class _Wanted:
     path: str
     uses: list[ImageUse] = field(default_factory=list)
     in_use: bool = False
+    owner: tuple[int, int] | None = None  # uid, gid of the QEMU process that names it
+
+    @property
+    def declared_format(self) -> str | None:
+        """The format its definitions declare; None (probe, report only) when none does or they disagree."""
+        declared = {u.declared_format for u in self.uses if u.declared_format}
+        return declared.pop() if len(declared) == 1 else None
 
 
 def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
@@ -69,7 +76,8 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
     n = 0
     for w in wanted:
         try:
-            img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use)
+            img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use, declared_format=w.declared_format,
+                             owner=w.owner)
         except ImageError as exc:
             if quiet_unreadable and any(m in exc.problem for m in ("not readable", "permission denied",
                                                                    "operation not permitted")):
@@ -78,13 +86,14 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
                 result.errors.append(str(exc))
             continue
         img.used_by.extend(w.uses)
-        if img.info_source == "header":
+        if img.info_source == "stat":
             header_only += 1
         result.images.append(img)
         n += 1
     if header_only:
         result.errors.append(
-            f"qemu-img: not found on PATH (install qemu-utils): {header_only} image(s) read from their headers only"
+            f"qemu-img: not found on PATH (install qemu-utils): {header_only} image(s) read without it "
+            "(sizes, and partition tables of raw images)"
         )
     if skipped:
         result.looked_at.append(f"{len(skipped)} guest image(s) not readable by this user (skipped): {', '.join(skipped)}")
@@ -127,7 +136,8 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
     by_real: dict[str, _Wanted] = {}
     missing = 0
     for g in guests:
-        if not g.on_audited_host or not g.is_kvm_or_qemu:
+        # a guest from elsewhere (file, remote libvirt) or from a captured tree names another machine's paths
+        if not (g.on_audited_host and g.images_here) or not g.is_kvm_or_qemu:
             continue
         for d in g.disks:
             if d.device not in ("disk", "lun") or d.source_type not in ("file", "block") or not d.source:
@@ -140,6 +150,8 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
             w = by_real.setdefault(real, _Wanted(d.source))
             w.uses.append(ImageUse(g.name, d.target, d.cache, d.source_type, d.format, g.origin, g.active))
             w.in_use = w.in_use or bool(g.active)
+            if g.process_owner is not None:
+                w.owner = g.process_owner
     return list(by_real.values()), missing
 
 

@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.compare",
     "kvmtune.cli.report",
     "kvmtune.cli.net",
+    "kvmtune.cli.top",
 ]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2

@@ -9,12 +9,12 @@ from typing import Any
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix import HOST_PROFILES
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.host.settings import PROFILES as HOST_PROFILES
 
 EXIT_APPLY_FAILED = 3
 
@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
                    help="host profile (default virtual-host); implies --host")
     p.add_argument("--images", nargs="+", default=[], metavar="IMAGE",
                    help="preallocate these disk images (qcow2 → preallocation=metadata, raw → falloc)")
+    p.add_argument("--format", dest="image_format", choices=("raw", "qcow2"), default=None,
+                   help="the declared format of the --images (default: from the domain XML files given that use "
+                   "them); an image whose format is not declared is left alone, never guessed from its contents")
     p.add_argument("--root", default="/", metavar="DIR",
                    help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
@@ -66,6 +69,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--host", "--profile", args.profile or "virtual-host"]
     if args.images:
         out += ["--images", *args.images]
+    if args.image_format:
+        out += ["--format", args.image_format]
     if args.root != "/":
         out += ["--root", args.root]
     for flag in ("only", "skip"):
@@ -79,7 +84,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
 def build_plan(args: argparse.Namespace) -> Plan:
     from kvmtune.fix.domains import plan_files, plan_libvirt
     from kvmtune.fix.host import plan_host
-    from kvmtune.fix.images import plan_images
+    from kvmtune.fix.images import declared_formats, plan_images
     from kvmtune.runner import default_runner
 
     if not os.path.isdir(args.root):
@@ -97,7 +102,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.skipped.extend(host_plan.skipped)
         plan.notes.extend(host_plan.notes)
     if args.images:
-        plan_images(args.images, default_runner(), HostRoot(args.root), plan)
+        given = args.image_format
+        formats = {p: given for p in args.images} if given else declared_formats(args.paths)
+        plan_images(args.images, default_runner(), HostRoot(args.root), plan, formats)
     return plan
 
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lxml import etree
+
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
@@ -42,6 +44,14 @@ def _key(f: Finding) -> tuple[str, str, str]:
     return (f.rule, f.evidence, f.actual)
 
 
+def _read(tree: etree._ElementTree, where: str, origin_kind: str) -> Guest:
+    """A definition is fixed for the host it is fixed on (the one --root describes): the host-relative
+    rules (vCPUs against its CPUs) apply, as with ``audit --assume-this-host``."""
+    guest = guest_from_tree(tree, where, origin_kind)
+    guest.on_audited_host = True
+    return guest
+
+
 def fix_guest(
     data: bytes, where: str, origin_kind: str, rules: Sequence[type[Rule]], options: FixOptions
 ) -> tuple[Guest, GuestFix]:
@@ -69,16 +79,19 @@ def _fix_guest_once(
     fixers = all_fixers()
     guest_rules = [r for r in rules if issubclass(r, GuestRule)]
     ctx = AuditContext(host=options.host)
-    guest = guest_from_tree(parse_xml_bytes(data, where), where, origin_kind)
+    guest = _read(parse_xml_bytes(data, where), where, origin_kind)
     name = guest.name
     doc = XmlDoc(data, guest.tree, where)
     result = GuestFix()
     attempted: set[tuple[str, str, str]] = set()
     fixed: set[tuple[str, str, str]] = set()
     current = guest
+    settled: list[Finding] | None = None  # the findings of the edited tree, once a round turns up nothing new
     for _round in range(MAX_ROUNDS):
-        findings = [f for f in run_rules(ctx, [current], rules=guest_rules) if _key(f) not in attempted]
+        everything = run_rules(ctx, [current], rules=guest_rules)
+        findings = [f for f in everything if _key(f) not in attempted]
         if not findings:
+            settled = everything
             break
         for f in findings:
             attempted.add(_key(f))
@@ -104,15 +117,16 @@ def _fix_guest_once(
                 continue
             result.reasons.append(Reason(f"{label}: {what}", tuple(doc.take_touched())))
             fixed.add(_key(f))
-        current = guest_from_tree(doc.tree, where, origin_kind)
+        current = _read(doc.tree, where, origin_kind)
     if not doc.changed:
         return guest, result, set()
-    after = doc.render()
-    final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
-    final_findings = run_rules(ctx, [final], rules=guest_rules)
+    after = doc.render()  # checked to parse to the same document as the edited tree
+    if settled is None:
+        final = _read(parse_xml_bytes(after, where), where, origin_kind)
+        settled = run_rules(ctx, [final], rules=guest_rules)
     # A finding a fixer handled that is still there at the same place means the fix did not work.
     fixed_at = {(rule, evidence) for rule, evidence, _actual in fixed}
-    left = {f.rule for f in final_findings if (f.rule, f.evidence) in fixed_at}
+    left = {f.rule for f in settled if (f.rule, f.evidence) in fixed_at}
     if left:
         return guest, result, left
     result.after = after

@@ -13,9 +13,9 @@ a hard link ``IMAGE.kvmtune-orig-ID`` until ``kvmtune undo ID`` puts it back or
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,10 +25,11 @@ from kvmtune.fix.diff import Reason
 from kvmtune.fix.files import fsync_dir, temp_name
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.image import ImageSpec, kind_of, open_by, qemu_img_json
 from kvmtune.runner import Runner
 
+ANSWERS = ("KVM-IMG-002", "KVM-IMG-003")  # the rules whose findings a conversion here answers
 CONVERT_TIMEOUT = 7 * 24 * 3600.0
-LOCK_MARKERS = ('Failed to get "write" lock', 'Failed to get shared "write" lock', "Is another process using the image")
 QCOW2_KEEP = (("cluster-size", "cluster_size"),)
 QCOW2_DATA_KEEP = (
     ("compat", "compat"),
@@ -44,44 +45,28 @@ class ImageInUse(KvmtuneError):
     """A QEMU process (or another writer) has the image open."""
 
 
-def _opener(image: Path, host: HostRoot) -> str | None:
-    """``pid N (comm)`` of a process with ``image`` open, from /proc/*/fd below the host root."""
-    try:
-        target = os.path.realpath(image)
-    except OSError:
-        return None
-    for pid in host.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        for fd in host.listdir(f"/proc/{pid}/fd"):
-            link = host.readlink(f"/proc/{pid}/fd/{fd}")
-            if link and (link == target or link == str(image)):
-                comm = (host.read_optional(f"/proc/{pid}/comm") or "?").strip()
-                return f"pid {pid} ({comm})"
-    return None
+def _spec(image: Path, fmt: str) -> ImageSpec:
+    """The image pinned to the local file driver and its declared format, no backing file opened."""
+    return ImageSpec(str(image.absolute()), fmt)
 
 
-def refuse_if_in_use(image: Path, runner: Runner, host: HostRoot | None = None) -> None:
-    who = _opener(image, host or HostRoot("/"))
+def refuse_if_in_use(image: Path, fmt: str, runner: Runner, host: HostRoot | None = None) -> None:
+    who = open_by(str(image), host or HostRoot("/"))
     if who:
         raise ImageInUse(f"{image}: open by {who}; shut the guest down first")
-    res = runner.run(["qemu-img", "info", "--output=json", str(image)], timeout=60)
-    if not res.ok and any(m in res.stderr for m in LOCK_MARKERS):
+    _, _, locked = qemu_img_json("info", _spec(image, fmt), runner)
+    if locked:
         raise ImageInUse(f"{image}: locked by a running QEMU; shut the guest down first")
 
 
-def _info(image: Path, runner: Runner) -> dict[str, Any]:
-    res = runner.run(["qemu-img", "info", "--output=json", str(image)], timeout=60)
-    if res.returncode == 127:
-        raise KvmtuneError("qemu-img: not found on PATH (install qemu-utils)")
-    if not res.ok:
-        if any(m in res.stderr for m in LOCK_MARKERS):
-            raise ImageInUse(f"{image}: locked by a running QEMU; shut the guest down first")
-        raise KvmtuneError(f"{image}: {res.describe_failure()}")
-    try:
-        data = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise KvmtuneError(f"{image}: qemu-img info printed no JSON") from None
+def _info(image: Path, fmt: str, runner: Runner) -> dict[str, Any]:
+    data, err, locked = qemu_img_json("info", _spec(image, fmt), runner)
+    if locked:
+        raise ImageInUse(f"{image}: locked by a running QEMU; shut the guest down first")
+    if data is None:
+        if err and err.startswith("qemu-img: not found"):
+            raise KvmtuneError(err)
+        raise KvmtuneError(f"{image}: cannot be opened as the declared {fmt}: {err}")
     if not isinstance(data, dict):
         raise KvmtuneError(f"{image}: unexpected qemu-img info output")
     return data
@@ -89,13 +74,9 @@ def _info(image: Path, runner: Runner) -> dict[str, Any]:
 
 def _unallocated(image: Path, fmt: str, runner: Runner) -> int:
     """Bytes of the image (top layer) with no cluster allocated, from ``qemu-img map``."""
-    res = runner.run(["qemu-img", "map", "--output=json", "-f", fmt, str(image)], timeout=600)
-    if not res.ok:
-        raise KvmtuneError(f"{image}: {res.describe_failure()}")
-    try:
-        extents = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise KvmtuneError(f"{image}: qemu-img map printed no JSON") from None
+    extents, err, _ = qemu_img_json("map", _spec(image, fmt), runner, timeout=600)
+    if not isinstance(extents, list):
+        raise KvmtuneError(f"{image}: qemu-img map failed: {err}")
     return sum(int(e.get("length", 0)) for e in extents if e.get("depth", 0) == 0 and "offset" not in e)
 
 
@@ -143,7 +124,7 @@ class ImageConvert(Change):
     def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
         self._check_unchanged()
         try:
-            refuse_if_in_use(self.path, ctx.runner, self.host)
+            refuse_if_in_use(self.path, self.fmt, ctx.runner, self.host)
         except ImageInUse as exc:
             raise ApplyError(str(exc)) from None
         free = _free(self.path.parent)
@@ -172,13 +153,17 @@ class ImageConvert(Change):
         st = self._check_unchanged()
         run = ctx.runner.run
         try:
+            # the source as a json: filename (declared format, file driver, no backing); the target an absolute
+            # path, which QEMU never reads as a protocol
             res = run(
-                ["qemu-img", "convert", "-f", self.fmt, "-O", self.fmt, "-o", self.opt_string, str(src), str(tmp)],
+                ["qemu-img", "convert", "-O", self.fmt, "-o", self.opt_string, _spec(src, self.fmt).filename(),
+                 str(tmp.absolute())],
                 timeout=CONVERT_TIMEOUT,
             )
             if not res.ok:
                 raise ApplyError(f"{src}: conversion failed: {res.describe_failure()}")
-            res = run(["qemu-img", "compare", "-f", self.fmt, "-F", self.fmt, str(src), str(tmp)], timeout=CONVERT_TIMEOUT)
+            res = run(["qemu-img", "compare", _spec(src, self.fmt).filename(), _spec(tmp, self.fmt).filename()],
+                      timeout=CONVERT_TIMEOUT)
             if res.returncode != 0:
                 why = "the copy differs from the original" if res.returncode == 1 else res.describe_failure()
                 raise ApplyError(f"{src}: verification failed: {why}; original left in place")
@@ -192,7 +177,7 @@ class ImageConvert(Change):
                 os.close(fd)
             self._check_unchanged()
             try:
-                refuse_if_in_use(src, ctx.runner, self.host)
+                refuse_if_in_use(src, self.fmt, ctx.runner, self.host)
             except ImageInUse as exc:
                 raise ApplyError(str(exc)) from None
             os.link(src, backup)
@@ -226,8 +211,14 @@ def _rule_label(rule_id: str, fallback: str) -> str:
     return f"{rule.id} {rule.slug}" if rule is not None else fallback
 
 
-def plan_image(path: Path, runner: Runner, host: HostRoot) -> tuple[ImageConvert | None, str | None]:
-    """The conversion ``path`` needs, or (None, why not / None when nothing to do)."""
+def plan_image(
+    path: Path, runner: Runner, host: HostRoot, fmt: str | None = None
+) -> tuple[ImageConvert | None, str | None]:
+    """The conversion ``path`` needs, or (None, why not / None when nothing to do).
+
+    ``fmt`` is the declared format (``--format`` or the domain definition). Without one the image is
+    left alone: its first bytes are the guest's to write, so a raw disk can look like qcow2.
+    """
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -235,15 +226,21 @@ def plan_image(path: Path, runner: Runner, host: HostRoot) -> tuple[ImageConvert
     except OSError as exc:
         raise KvmtuneError(f"{path}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        return None, f"{path}: not a regular file (block devices are not converted)"
-    who = _opener(path, host)
+        return None, f"{path}: not a regular file ({kind_of(st.st_mode)}; only image files are converted)"
+    if fmt is None:
+        return None, (f"{path}: format not declared; give --format raw|qcow2 or the domain XML that uses it "
+                      "(kvmtune never converts an image whose format it would have to guess from its contents)")
+    if fmt not in ("raw", "qcow2"):
+        return None, f"{path}: format {fmt} is not converted (qcow2 and raw only)"
+    who = open_by(str(path), host)
     if who:
         return None, f"{path}: open by {who}; shut the guest down first"
     try:
-        info = _info(path, runner)
-    except ImageInUse as exc:
+        info = _info(path, fmt, runner)
+    except KvmtuneError as exc:  # in use, or not an image of the declared format
         return None, str(exc)
-    fmt = str(info.get("format") or "")
+    if info.get("format") != fmt:
+        return None, f"{path}: qemu-img opened it as {info.get('format')!r}, not the declared {fmt} (left alone)"
     vsize = int(info.get("virtual-size") or 0)
     data = (info.get("format-specific") or {}).get("data") or {}
     if info.get("backing-filename") or info.get("full-backing-filename"):
@@ -305,16 +302,37 @@ def plan_image(path: Path, runner: Runner, host: HostRoot) -> tuple[ImageConvert
     return change, None
 
 
-def plan_images(paths: list[str], runner: Runner, host: HostRoot, plan: Plan) -> None:
+def plan_images(
+    paths: list[str], runner: Runner, host: HostRoot, plan: Plan, formats: Mapping[str, str] | None = None
+) -> None:
+    """``formats``: declared format by image path (``--format`` for all, or the domains that use them)."""
     seen: set[Path] = set()
+    declared = {os.path.realpath(k): v for k, v in (formats or {}).items()}
     for raw in paths:
         p = Path(raw)
         key = p.resolve()
         if key in seen:
             continue
         seen.add(key)
-        change, why = plan_image(p, runner, host)
+        change, why = plan_image(p, runner, host, declared.get(str(key)))
         if change is not None:
             plan.changes.append(change)
         elif why:
             plan.skipped.append(why)
+
+
+def declared_formats(domain_files: list[str]) -> dict[str, str]:
+    """Image path → the format the given domain XML files declare for it (``<driver type=…>``)."""
+    from kvmtune.domain.xml import load_guest_file
+    from kvmtune.errors import InputError
+
+    out: dict[str, str] = {}
+    for f in domain_files:
+        try:
+            guest = load_guest_file(f)
+        except InputError:
+            continue  # plan_files reports it
+        for d in guest.disks:
+            if d.source and d.format and d.source_type == "file":
+                out[os.path.realpath(d.source)] = d.format
+    return out

@@ -205,7 +205,7 @@ class SysfsWrite(Change):
     prior: str  # current value as read (normalised)
     new: str
     restore: list[tuple[str, str]]  # host path, value: what undo writes, in order
-    parse: str = "plain"  # plain | bracket (the [selected] word of a choice list)
+    parse: str = "plain"  # plain | bracket (the [selected] word of a choice list) | mask (hex CPU mask)
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -264,6 +264,11 @@ def read_value(path: Path, parse: str = "plain") -> str | None:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+    if parse == "mask":  # a CPU mask: the kernel shows 00000000,0000000f for the f written
+        try:
+            return f"{int(text.strip().replace(',', ''), 16):x}"
+        except ValueError:
+            return normalise(text)
     if parse == "bracket":
         for word in text.split():
             if word.startswith("[") and word.endswith("]"):

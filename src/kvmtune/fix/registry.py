@@ -37,6 +37,23 @@ class FixOptions:
     host: HostRoot = field(default_factory=HostRoot)
 
 
+_LOCATOR_CACHE: list[tuple[list[Disk] | list[Nic], dict[str, Disk | Nic]]] = []
+
+
+def _locator_index(items: list[Disk] | list[Nic]) -> dict[str, Disk | Nic]:
+    """Locator → device, built once per device list (a scan per finding made fix quadratic in disks)."""
+    for cached, known in _LOCATOR_CACHE:
+        if cached is items:
+            return known
+    index: dict[str, Disk | Nic] = {}
+    for item in items:
+        if item.locator:
+            index.setdefault(item.locator, item)
+    _LOCATOR_CACHE.insert(0, (items, index))
+    del _LOCATOR_CACHE[4:]
+    return index
+
+
 @dataclass
 class FixCall:
     finding: Finding
@@ -50,8 +67,12 @@ class FixCall:
 
     def _device(self, items: list[Disk] | list[Nic]) -> Disk | Nic:
         ev = self.finding.evidence
-        for item in items:
-            if item.locator and (ev == item.locator or ev.startswith(item.locator + "/")):
+        by_locator = _locator_index(items)
+        # the evidence is the device's locator or a path below it: try the locator and each parent path
+        parts = ev.split("/")
+        for n in range(1, len(parts) + 1):
+            item = by_locator.get("/".join(parts[:n]))
+            if item is not None:
                 return item
         for item in items:
             if item.label == self.finding.target.device:

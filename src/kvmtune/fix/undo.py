@@ -134,7 +134,7 @@ def _undo_image(e: dict[str, Any], ctx: UndoContext) -> None:
         p, same = None, False
     if not same and p is not None and e.get("after_ino") is not None and p.st_ino != e["after_ino"] and not ctx.force:
         raise UndoConflict(f"{path} was replaced after kvmtune converted it; not restored (--force)")
-    refuse_if_in_use(path, ctx.runner)
+    refuse_if_in_use(path, str(e.get("format") or "raw"), ctx.runner)
     os.replace(backup, path)
     with contextlib.suppress(OSError):
         fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)

@@ -115,6 +115,14 @@ class HostRoot:
         except OSError:
             return None
 
+    def owner(self, host_path: str) -> tuple[int, int] | None:
+        """(uid, gid) owning the path (for /proc/PID: the process's owner), without opening it."""
+        try:
+            st = os.stat(self._map(host_path))
+        except OSError:
+            return None
+        return st.st_uid, st.st_gid
+
     def glob(self, pattern: str) -> Iterator[str]:
         """Yield host paths matching ``pattern`` (an absolute glob)."""
         base = self._root

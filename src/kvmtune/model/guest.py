@@ -112,6 +112,9 @@ class Guest:
     hostdevs: int = 0  # PCI/mdev devices passed through with VFIO (they pin guest memory), type='hostdev' NICs too
     memory_locked: bool = False  # <memoryBacking><locked/> or -overcommit mem-lock=on
     active: bool | None = None
+    # uid, gid of the running QEMU process (its images are read with these privileges); None: not a process
+    process_owner: tuple[int, int] | None = None
+    images_here: bool = True  # False: read from a captured tree, its image paths name another machine's files
     disks: list[Disk] = field(default_factory=list)
     nics: list[Nic] = field(default_factory=list)
     rngs: list[Rng] = field(default_factory=list)

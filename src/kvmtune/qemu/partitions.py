@@ -2,7 +2,7 @@
 
 The parser is a pure function of a ``read(offset, length) -> bytes``
 callable, so the same code reads a raw file, a block device or a qcow2 image
-(through :mod:`kvmtune.qemu.qcow2`). Alignment is classified the way
+(through ``qemu-img dd``, :mod:`kvmtune.qemu.image`). Alignment is classified the way
 libguestfs's ``virt-alignment-scan`` does (``align/scan.c``): the alignment of
 a partition is the largest power of two dividing its start in bytes; below
 4 KiB is "bad (alignment < 4K)", below 64 KiB "bad (alignment < 64K)", the

@@ -26,6 +26,15 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
         argv = split_proc_cmdline(data)
         if not argv or not is_qemu_binary(argv[0]):
             continue
+        owner: tuple[int, int] | None = None
+        if host.is_live:
+            # argv[0] is chosen by whoever started the process; the executable is not
+            exe = host.readlink(f"/proc/{entry}/exe")
+            if exe is None or not is_qemu_binary(exe.removesuffix(" (deleted)")):
+                continue
+            owner = host.owner(f"/proc/{entry}")
+            if owner is None:
+                continue
         try:
             guest = guest_from_argv(argv, f"/proc/{entry}/cmdline")
         except InputError as exc:
@@ -33,6 +42,8 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
             continue
         guest.active = True
         guest.on_audited_host = True  # a process of the host whose /proc this is
+        guest.process_owner = owner
+        guest.images_here = host.is_live
         if guest.name == "?":
             guest.name = f"qemu-pid-{entry}"
         guests.append(guest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvmtune.fix.fixers._util import insert_top_level, new
 from kvmtune.fix.registry import FixCall, NotFixable, xml_fixer
+from kvmtune.host.facts import HostFacts
 
 
 @xml_fixer("KVM-MEM-001", "<memoryBacking><nosharepages/> for a pinned or NUMA-placed guest")
@@ -60,3 +61,28 @@ def kvm_accel(call: FixCall) -> str:
         raise NotFixable("this host has no /dev/kvm; enable virtualization in the firmware and load kvm first")
     call.doc.set_attr(call.root, "type", "kvm")
     return "domain type qemu → kvm (hardware virtualization; /dev/kvm is there)"
+
+
+@xml_fixer("KVM-CPU-002", "<vcpu> lowered to the host's online CPUs", bus_change=True)
+def vcpus_to_host(call: FixCall) -> str:
+    host_cpus = HostFacts(call.options.host).cpu_count
+    if not host_cpus:
+        raise NotFixable("the host's CPU count could not be read")
+    vcpu = call.child(call.root, "vcpu")
+    if vcpu is None or not (vcpu.text or "").strip().isdigit():
+        raise NotFixable("no <vcpu> count in the definition")
+    # these name vCPUs by number or must multiply up to the count: lowering it alone breaks the definition
+    cpu = call.child(call.root, "cpu")
+    if cpu is not None and (call.child(cpu, "topology") is not None or call.child(cpu, "numa") is not None):
+        raise NotFixable("<cpu><topology>/<numa> must change with it; choose sockets/cores/threads by hand")
+    if call.child(call.root, "vcpus") is not None:
+        raise NotFixable("per-vCPU <vcpus> entries must change with it")
+    tune = call.child(call.root, "cputune")
+    if tune is not None and any(isinstance(c.tag, str) and c.get("vcpu") is not None for c in tune):
+        raise NotFixable("<cputune> pins vCPUs by number; re-pin by hand")
+    old = int((vcpu.text or "0").strip())
+    call.doc.set_text(vcpu, str(host_cpus))
+    current = vcpu.get("current")
+    if current is not None and current.isdigit() and int(current) > host_cpus:
+        call.doc.set_attr(vcpu, "current", str(host_cpus))
+    return f"vcpu {old} → {host_cpus} (the host's online CPUs); the guest sees fewer CPUs after a restart"

@@ -22,10 +22,11 @@ class HugepagesLargeGuest(GuestRule):
         "free 2 MiB blocks, but not guaranteed and not for the whole guest; static hugepages (2 MiB or 1 GiB) "
         "make it deterministic and keep the memory out of KSM and swap."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Reserve hugepages on the host (vm.nr_hugepages or hugepagesz=1G at boot) and add "
         "<memoryBacking><hugepages/></memoryBacking>; the memory is then dedicated to the guest."
+        " Not automatic: the host must reserve the pages first, or the guest no longer starts."
     )
     fix_safe = False
     references = (

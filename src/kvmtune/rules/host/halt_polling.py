@@ -6,10 +6,8 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_int
+from kvmtune.host.settings import KERNEL_HALT_POLL_NS, SEED_HALT_POLL_NS, halt_poll_want
 from kvmtune.rules.host import HostFactsRule
-
-KERNEL_DEFAULT_NS = 200_000  # KVM_HALT_POLL_NS_DEFAULT on x86
-SEED_NS = 80_000
 
 
 class HaltPolling(HostFactsRule):
@@ -46,11 +44,13 @@ class HaltPolling(HostFactsRule):
             facts.problem(path, str(exc))
             return
         cpus = facts.cpu_count
-        # every running vCPU competes for the CPUs, but only KVM vCPUs poll
         ratio = facts.guest_vcpus / cpus if cpus else None
         kvm_vcpus = sum(g.vcpus or 1 for g in facts.kvm_guests)
         target = self.at(ctx, "kvm:halt_poll_ns")
-        if ratio is not None and ratio > 1.0 and value > 0 and kvm_vcpus:
+        wanted = halt_poll_want(facts, value)  # the host settings table decides; this says why
+        if wanted is None:
+            return
+        if wanted[0] == 0:
             yield self.finding(
                 target=target,
                 actual=f"{value} ns with {facts.guest_vcpus} vCPUs ({kvm_vcpus} under KVM) on {cpus} CPUs "
@@ -59,21 +59,22 @@ class HaltPolling(HostFactsRule):
                 evidence=path,
                 summary="vCPUs halt-poll on an overcommitted host, taking CPU from runnable vCPUs",
             )
-        elif (ratio is None or ratio <= 1.0) and value == 0 and kvm_vcpus:
+        elif value == 0:
             yield self.finding(
                 target=target,
                 severity=Severity.LOW,
                 actual="0 (halt polling off)",
-                expected=f"{SEED_NS} (seed 002) up to the kernel default {KERNEL_DEFAULT_NS} on a host with idle CPUs",
+                expected=f"{SEED_HALT_POLL_NS} (seed 002) up to the kernel default {KERNEL_HALT_POLL_NS} on a host "
+                "with idle CPUs",
                 evidence=path,
                 summary="Halt polling is off although the host has CPUs to spare",
             )
-        elif value > KERNEL_DEFAULT_NS:
+        else:
             yield self.finding(
                 target=target,
                 severity=Severity.LOW,
                 actual=f"{value} ns",
-                expected=f"≤ {KERNEL_DEFAULT_NS} ns unless vCPUs are pinned to dedicated CPUs",
+                expected=f"≤ {KERNEL_HALT_POLL_NS} ns unless vCPUs are pinned to dedicated CPUs",
                 evidence=path,
                 summary="halt_poll_ns raised above the kernel default: idle vCPUs burn host CPU",
             )

@@ -5,23 +5,16 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import BlockDevice, HostFacts
+from kvmtune.host.settings import SCHED_GOOD, SCHED_GOOD_LEGACY
 from kvmtune.rules.host import HostFactsRule
 
-# What today's practice accepts per device kind (blk-mq names), and what it flags at which severity.
-GOOD = {
-    "nvme": {"none", "kyber"},
-    "ssd": {"mq-deadline", "none", "kyber"},
-    "hdd": {"mq-deadline", "bfq"},
-    "virtual": {"none", "mq-deadline"},
-}
+# What it says it expects per device kind; what it accepts is the host settings table's SCHED_GOOD.
 EXPECTED = {
     "nvme": "none",
     "ssd": "mq-deadline or none",
     "hdd": "mq-deadline (bfq for interactive hosts)",
     "virtual": "none (or mq-deadline)",
 }
-# Single-queue kernels (before 5.0): the seeds' names.
-LEGACY_GOOD = {"nvme": {"noop", "deadline"}, "ssd": {"noop", "deadline"}, "hdd": {"deadline"}, "virtual": {"noop", "deadline"}}
 LEGACY_MAP = "seed advice maps to blk-mq as deadline → mq-deadline, cfq → bfq, noop → none"
 
 
@@ -55,7 +48,7 @@ class IoSchedulerMismatch(HostFactsRule):
     def _check(self, dev: BlockDevice, ctx: AuditContext) -> Iterator[Finding]:
         cur = dev.scheduler
         if dev.legacy:
-            if cur in LEGACY_GOOD[dev.kind]:
+            if cur in SCHED_GOOD_LEGACY[dev.kind]:
                 return
             sev = Severity.MEDIUM if cur in ("cfq", "anticipatory") else Severity.LOW
             expected = "deadline" if dev.kind == "hdd" else "deadline or noop"
@@ -67,7 +60,7 @@ class IoSchedulerMismatch(HostFactsRule):
                 evidence=dev.path,
             )
             return
-        if cur in GOOD[dev.kind]:
+        if cur in SCHED_GOOD[dev.kind]:
             return
         if dev.kind == "hdd" and cur == "none":
             sev = Severity.MEDIUM  # no merging or sorting in front of a seeking disk

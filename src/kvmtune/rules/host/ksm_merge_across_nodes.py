@@ -18,10 +18,11 @@ class KsmMergeAcrossNodes(HostFactsRule):
         "With merge_across_nodes=1 a page shared by guests on two nodes lives on one of them, so the others read "
         "it as remote memory; seed 000 names this latency as the reason to keep critical guests out of KSM."
     )
-    fix_kind = "sysfs"
+    fix_kind = "manual"
     fix_description = (
         "echo 2 > /sys/kernel/mm/ksm/run (unmerge), echo 0 > merge_across_nodes, echo 1 > run; or exclude "
         "latency-critical guests with <memoryBacking><nosharepages/>."
+        " Not automatic: unmerging first needs the memory sharing saved, which only the administrator can judge."
     )
     references = (
         "seed:000 (Controlling KSM per guest: shared pages on another NUMA node are remote memory)",

@@ -5,9 +5,8 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import KSM_NOT_OVERCOMMITTED
 from kvmtune.rules.host import HostFactsRule, gib
-
-NOT_OVERCOMMITTED = 0.9  # guests' memory below 90 % of RAM: KSM buys nothing the host needs
 
 
 class KsmWithoutOvercommit(HostFactsRule):
@@ -36,7 +35,7 @@ class KsmWithoutOvercommit(HostFactsRule):
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         ksm = facts.ksm
         ratio = facts.memory_ratio
-        if ksm is None or not ksm.running or not facts.guests or ratio is None or ratio >= NOT_OVERCOMMITTED:
+        if ksm is None or not ksm.running or not facts.guests or ratio is None or ratio >= KSM_NOT_OVERCOMMITTED:
             return
         cpu = facts.ksmd_cpu_percent()
         sev = Severity.MEDIUM if cpu is not None and cpu >= 5.0 else Severity.LOW

@@ -19,10 +19,11 @@ class KvmAccelerationUnavailable(HostFactsRule):
         "Without a usable /dev/kvm, QEMU falls back to TCG, translating every guest instruction in software; "
         "virt-host-validate fails this check because 'performance will be significantly limited'."
     )
-    fix_kind = "modprobe"
+    fix_kind = "manual"
     fix_description = (
         "Enable VT-x/AMD-V in the firmware, load kvm_intel or kvm_amd, and give the user running QEMU "
         "read-write access to /dev/kvm (group kvm)."
+        " Not automatic: firmware settings and module loading are outside what kvmtune fix changes."
     )
     references = (
         "libvirt tools/virt-host-validate-qemu.c: hardware virtualization, /dev/kvm exists, /dev/kvm accessible",

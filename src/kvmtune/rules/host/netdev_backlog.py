@@ -5,9 +5,8 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import BACKLOG
 from kvmtune.rules.host import HostFactsRule
-
-SCALING_MAX = 10_000  # scaling.rst: "1000 or 10000 performed well in experiments"
 
 
 class NetdevBacklog(HostFactsRule):
@@ -38,19 +37,19 @@ class NetdevBacklog(HostFactsRule):
             return
         dropped = sum(c.dropped for c in softnet)
         key = "net.core.netdev_max_backlog"
-        if dropped > 0 and backlog < SCALING_MAX:
+        if dropped > 0 and backlog < BACKLOG:
             yield self.finding(
                 target=self.at(ctx, f"sysctl:{key}"),
                 actual=f"{backlog}, {dropped} packets dropped from full backlogs since boot",
-                expected=f"{SCALING_MAX}",
+                expected=f"{BACKLOG}",
                 evidence=facts.sysctl_evidence(key) + ", /proc/net/softnet_stat column 2",
             )
-        elif dropped == 0 and backlog > SCALING_MAX:
+        elif dropped == 0 and backlog > BACKLOG:
             yield self.finding(
                 target=self.at(ctx, f"sysctl:{key}"),
                 severity=Severity.INFO,
                 actual=f"{backlog} with no backlog drops since boot",
-                expected=f"1000–{SCALING_MAX} unless /proc/net/softnet_stat shows drops",
+                expected=f"1000–{BACKLOG} unless /proc/net/softnet_stat shows drops",
                 evidence=facts.sysctl_evidence(key) + ", /proc/net/softnet_stat column 2",
                 summary="netdev_max_backlog raised far beyond need",
             )

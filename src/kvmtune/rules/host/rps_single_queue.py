@@ -6,6 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_mask
+from kvmtune.host.settings import rps_want
 from kvmtune.rules.host import HostFactsRule
 
 
@@ -33,16 +34,10 @@ class RpsSingleQueue(HostFactsRule):
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         cpus = facts.online_cpus or set()
-        if len(cpus) < 2:
-            return
         for dev in sorted(facts.net_devices.values(), key=lambda d: d.name):
-            if dev.kind != "physical" or not dev.is_up or dev.rx_queues != ["rx-0"]:
+            want = rps_want(facts, dev)
+            if want is None:
                 continue
-            mask = facts.rps_mask(dev.name, "rx-0")
-            if mask is None or mask:
-                continue
-            node_cpus = facts.numa_nodes.get(dev.numa_node, set()) if dev.numa_node is not None else set()
-            want = (node_cpus & cpus) or cpus
             yield self.finding(
                 target=self.at(ctx, f"net:{dev.name}"),
                 actual=f"1 receive queue, rps_cpus 0 ({len(cpus)} CPUs online)",

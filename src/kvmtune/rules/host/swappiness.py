@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import SWAPPINESS
 from kvmtune.rules.host import HostFactsRule
 
 
@@ -30,11 +31,11 @@ class SwappinessHigh(HostFactsRule):
         if not facts.kvm_loaded and not facts.guests:
             return  # not acting as a hypervisor
         value = facts.sysctl_int("vm.swappiness")
-        if value is None or value <= 10:
+        if value is None or value <= SWAPPINESS:
             return
         yield self.finding(
             target=self.at(ctx, "sysctl:vm.swappiness"),
             actual=str(value),
-            expected="10 (tuned virtual-host)",
+            expected=f"{SWAPPINESS} (tuned virtual-host)",
             evidence=facts.sysctl_evidence("vm.swappiness"),
         )

@@ -5,9 +5,8 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import NOTSENT_LOWAT, TCP_BUFFER_MAX, VERY_FAST_NIC_MBPS, fast_nics
 from kvmtune.rules.host import HostFactsRule
-
-TUNED_MAX = 16 * 1024 * 1024  # tuned network-throughput: tcp_rmem/tcp_wmem maximum 16777216
 
 
 class TcpBuffersSmallForFastNic(HostFactsRule):
@@ -35,14 +34,11 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
     )
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
-        fast = sorted(
-            (d for d in facts.net_devices.values() if d.kind == "physical" and (d.speed_mbps or 0) >= 10_000),
-            key=lambda d: d.name,
-        )
+        fast = fast_nics(facts)
         if not fast:
             return
         nics = ", ".join(f"{d.name} {d.speed_mbps // 1000 if d.speed_mbps else '?'}G" for d in fast)
-        if any((d.speed_mbps or 0) >= 40_000 for d in fast):
+        if any((d.speed_mbps or 0) >= VERY_FAST_NIC_MBPS for d in fast):
             # tuned network-throughput: "generally only necessary on older CPUs or 40G+ networks"
             idle = facts.sysctl_int("net.ipv4.tcp_slow_start_after_idle")
             if idle == 1:
@@ -55,7 +51,7 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
                     summary="Idle TCP connections restart from a small window on a 40G+ host",
                 )
             lowat = facts.sysctl_int("net.ipv4.tcp_notsent_lowat")
-            if lowat is not None and lowat > 131_072:
+            if lowat is not None and lowat > NOTSENT_LOWAT:
                 yield self.finding(
                     target=self.at(ctx, "sysctl:net.ipv4.tcp_notsent_lowat"),
                     severity=Severity.INFO,
@@ -66,11 +62,11 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
                 )
         for key in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
             values = facts.sysctl_ints(key, 3)
-            if values is None or values[2] >= TUNED_MAX:
+            if values is None or values[2] >= TCP_BUFFER_MAX:
                 continue
             yield self.finding(
                 target=self.at(ctx, f"sysctl:{key}"),
                 actual=f"maximum {values[2]} bytes ({values[2] / 1048576:.1f} MiB) with {nics}",
-                expected=f"maximum ≥ {TUNED_MAX} (16 MiB)",
+                expected=f"maximum ≥ {TCP_BUFFER_MAX} (16 MiB)",
                 evidence=facts.sysctl_evidence(key),
             )

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import TCP_LOW_LATENCY_GONE, TSQ_LOW
 from kvmtune.rules.host import HostFactsRule
 
 
@@ -52,13 +53,13 @@ class TcpSysctlSeedEra(HostFactsRule):
                 "tcp_tw_recycle drops connections from clients behind NAT", Severity.HIGH,
             )
         low = facts.sysctl_int("net.ipv4.tcp_low_latency")
-        if low == 1 and (facts.kernel_version or (0, 0)) >= (4, 14):
+        if low == 1 and (facts.kernel_version or (0, 0)) >= TCP_LOW_LATENCY_GONE:
             yield hit(
                 "net.ipv4.tcp_low_latency", "1", "unset (no effect since Linux 4.14)",
                 "tcp_low_latency is set but does nothing on this kernel", Severity.INFO,
             )
         tsq = facts.sysctl_int("net.ipv4.tcp_limit_output_bytes")
-        if tsq is not None and tsq < 262_144:
+        if tsq is not None and tsq < TSQ_LOW:
             yield hit(
                 "net.ipv4.tcp_limit_output_bytes", f"{tsq} (seed 002 used 131072)",
                 "the kernel default (1 MiB or more on current kernels)",

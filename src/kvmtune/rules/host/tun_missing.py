@@ -18,8 +18,11 @@ class TunDeviceMissing(HostFactsRule):
         "QEMU opens /dev/net/tun to create the tap device behind every bridged or NAT guest NIC; without it "
         "only user-mode (SLIRP) networking is left, the slowest backend. virt-host-validate fails this check."
     )
-    fix_kind = "modprobe"
-    fix_description = "modprobe tun (and make sure /dev/net/tun exists, e.g. via kmod static-nodes)."
+    fix_kind = "manual"
+    fix_description = (
+        "modprobe tun (and make sure /dev/net/tun exists, e.g. via kmod static-nodes)."
+        " Not automatic: kvmtune fix writes files and values it can put back; it does not load kernel modules."
+    )
     fix_safe = True
     references = (
         "libvirt tools/virt-host-validate-qemu.c: \"Load the 'tun' module to enable networking for QEMU guests\"",

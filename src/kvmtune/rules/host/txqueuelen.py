@@ -5,10 +5,10 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.settings import TAP_QLEN
 from kvmtune.rules.host import HostFactsRule
 
 KINDS = ("bridge", "tap", "macvtap")
-SEED_QLEN = 2500
 
 
 class TxQueueLen(HostFactsRule):
@@ -39,11 +39,11 @@ class TxQueueLen(HostFactsRule):
         for dev in sorted(facts.net_devices.values(), key=lambda d: d.name):
             if dev.kind not in KINDS or dev.tx_queue_len is None:
                 continue
-            if dev.tx_dropped and dev.tx_dropped > 0 and dev.tx_queue_len < SEED_QLEN and dev.kind != "bridge":
+            if dev.tx_dropped and dev.tx_dropped > 0 and dev.tx_queue_len < TAP_QLEN and dev.kind != "bridge":
                 yield self.finding(
                     target=self.at(ctx, f"net:{dev.name}"),
                     actual=f"txqueuelen {dev.tx_queue_len}, {dev.tx_dropped} packets dropped on transmit",
-                    expected=f"txqueuelen ≥ {SEED_QLEN} (seed 002) or a multiqueue vhost NIC",
+                    expected=f"txqueuelen ≥ {TAP_QLEN} (seed 002) or a multiqueue vhost NIC",
                     evidence=f"{dev.path}/tx_queue_len, {dev.path}/statistics/tx_dropped",
                 )
             elif dev.tx_queue_len >= 10_000 and not dev.tx_dropped:
@@ -55,4 +55,6 @@ class TxQueueLen(HostFactsRule):
                     expected=f"the default ({'1000' if dev.kind == 'bridge' else '500–1000'}) unless drops show",
                     evidence=f"{dev.path}/tx_queue_len, {dev.path}/statistics/tx_dropped",
                     summary="Very long transmit queue without drops to justify it",
+                    fix_kind="manual",  # who raised it, and why, is not on the host: fix --host leaves it
+                    fix_description="Find what raised it (udev rule, network scripts) and drop that setting.",
                 )

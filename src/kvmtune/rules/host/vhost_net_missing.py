@@ -18,8 +18,11 @@ class VhostNetMissing(HostFactsRule):
         "Without vhost-net every packet of a virtio NIC crosses into the QEMU process; libvirt silently falls "
         "back to that userspace path. Seed 000 recommends vhost-net for high-bandwidth guests."
     )
-    fix_kind = "modprobe"
-    fix_description = "modprobe vhost_net (and list it in /etc/modules-load.d/ so it loads at boot)."
+    fix_kind = "manual"
+    fix_description = (
+        "modprobe vhost_net (and list it in /etc/modules-load.d/ so it loads at boot)."
+        " Not automatic: kvmtune fix writes files and values it can put back; it does not load kernel modules."
+    )
     fix_safe = True
     references = (
         "seed:000 (Best practice: use vhost-net for high-bandwidth applications)",

@@ -21,8 +21,11 @@ class BackingChainDeep(DiskImageRule):
         "layer costs an L2 lookup, its own L2 cache memory and an open file. Snapshot chains grown by "
         "external snapshots slow reads down step by step until they are committed or streamed."
     )
-    fix_kind = "image"
-    fix_description = "virsh blockcommit --active --pivot (live) or qemu-img commit / qemu-img rebase to flatten the chain."
+    fix_kind = "manual"
+    fix_description = (
+        "virsh blockcommit --active --pivot (live) or qemu-img commit / qemu-img rebase to flatten the chain."
+        " Not automatic: which snapshots may be merged away is the administrator's decision."
+    )
     references = (
         "QEMU docs/interop/live-block-operations.rst (block-commit, block-stream)",
         "QEMU docs/qcow2-cache.txt (one L2 cache per image in the chain)",

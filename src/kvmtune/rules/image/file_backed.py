@@ -19,8 +19,11 @@ class ImageFileBacked(DiskImageRule):
         "bare-metal I/O on average, a file on the host only about 70 %: every request also passes through "
         "the host file system's allocation, metadata and journal."
     )
-    fix_kind = "image"
-    fix_description = "For I/O-critical guests: copy the image to an LVM volume (qemu-img convert -O raw IMG /dev/VG/LV)."
+    fix_kind = "manual"
+    fix_description = (
+        "For I/O-critical guests: copy the image to an LVM volume (qemu-img convert -O raw IMG /dev/VG/LV)."
+        " Not automatic: it needs a block device kvmtune did not create."
+    )
     references = (
         "seed:000 (device-backed ≥ 90 % vs file-backed ≈ 70 % of bare metal)",
         "libvirt formatdomain: disk type='block'",

@@ -19,10 +19,11 @@ class ImageBroken(DiskImageRule):
         "truncated image loses whatever its metadata points past the end of the file. A dirty image (not "
         "closed cleanly, without lazy refcounts) needs a refcount repair before it is trusted."
     )
-    fix_kind = "image"
+    fix_kind = "manual"
     fix_description = (
         "Copy the image aside, then qemu-img check -r all IMAGE (guest stopped); restore from backup if the "
         "check cannot repair it; point the overlay at its backing file again with qemu-img rebase -u."
+        " Not automatic: repairs can lose data and need a backup first."
     )
     references = (
         "QEMU docs/interop/qcow2.txt (incompatible feature bits: dirty, corrupt)",

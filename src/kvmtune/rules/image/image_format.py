@@ -22,10 +22,11 @@ class ImageFormat(DiskImageRule):
         "declares a format other than the file's either fails to start or, declared raw over a qcow2 file, "
         "sees the qcow2 metadata as its disk."
     )
-    fix_kind = "image"
+    fix_kind = "manual"
     fix_description = (
         "qemu-img convert -O qcow2 (or raw) with the guest stopped; qemu-img amend -f qcow2 -o compat=1.1 for "
         "old qcow2; make the guest's <driver type=…> match the file."
+        " Not automatic: kvmtune fix --images only preallocates; which format to convert to is the administrator's choice."
     )
     references = (
         "QEMU docs/system/qemu-block-drivers.rst (formats; qcow2 compat=1.1)",

@@ -21,8 +21,11 @@ class ImageOnNfsCached(DiskImageRule):
         "client, which performs better than the O_SYNC writes of write-through, and keeps the host page cache "
         "from holding stale data of an image that another host may open after a live migration."
     )
-    fix_kind = "xml"
-    fix_description = "Set <driver cache='none' io='native'/> on the disk (guest restart or hot re-plug)."
+    fix_kind = "manual"
+    fix_description = (
+        "Set <driver cache='none' io='native'/> on the disk (guest restart or hot re-plug)."
+        " Not automatic here: kvmtune fix on the guest's definition sets cache='none' (KVM-STO-002/003/005)."
+    )
     references = (
         "seed:000 (KVM guest caching modes: cache=none recommended for NFS)",
         "libvirt formatdomain: disk driver cache; migration requires cache=none on shared storage",

@@ -27,11 +27,12 @@ class Qcow2L2CacheCoverage(DiskImageRule):
         "metadata read per request: QEMU commit b70d0820 shows 500 against 16,000 IOPS for an undersized "
         "cache. Smaller clusters shrink the coverage in proportion."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Give the disk a larger cache (libvirt ≥ 7.0: <driver><metadata_cache><max_size unit='MiB'>N</max_size>; "
         "QEMU: -drive l2-cache-size=N), or recreate the image with larger clusters (cluster_size=2M or "
         "extended_l2=on,cluster_size=128k)."
+        " Not automatic: the size is set on each guest disk using the image, not found from the guest's definition alone."
     )
     fix_safe = True
     references = (

@@ -34,10 +34,11 @@ class DuplicateMac(RunRule):
         "reset and DHCP hands out the same lease twice. It typically comes from cloning a domain XML and "
         "keeping the <mac> line."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Give each NIC its own address: delete the copied <mac> so libvirt generates one (52:54:00:xx:xx:xx), "
         "then update any DHCP reservation or guest config bound to the old MAC."
+        " Not automatic: which NIC keeps the address (DHCP reservations, firewall rules) is the administrator's decision."
     )
     fix_safe = False
     references = (

@@ -26,10 +26,11 @@ class MtuIneffective(GuestRule):
         "and large packets are dropped. Sizes outside 68..65535 and interface types libvirt cannot set an MTU "
         "on are rejected or ignored."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Use <model type='virtio'/> with the <mtu>, a size between 68 and 65535 matching the bridge, "
         "or drop the element."
+        " Not automatic: the right MTU is the network's, and a model change alters the guest's hardware."
     )
     fix_safe = False
     references = (

@@ -23,10 +23,11 @@ class NetBackendNat(GuestRule):
         "outside systems cannot open connections to the guest without port forwards. Seed 002 lists these "
         "costs for the distribution default; Proxmox calls NAT much slower than bridged and fit for testing."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "For guests that serve traffic, attach them to a host bridge (<interface type='bridge'><source "
         "bridge='br0'/>) or a libvirt network in bridge mode; keep NAT for desktops and labs."
+        " Not automatic: which bridge the guest belongs on is a site decision."
     )
     fix_safe = False
     references = (

@@ -22,10 +22,11 @@ class NetBackendUser(GuestRule):
         "tap with vhost-net reaches tens of Gbit/s. passt is much faster than SLIRP but still translates "
         "every flow in userspace."
     )
-    fix_kind = "xml"
+    fix_kind = "manual"
     fix_description = (
         "Attach the NIC to a bridge (<interface type='bridge'>), a libvirt network or macvtap; for unprivileged "
         "guests prefer passt over SLIRP, ideally with the vhost-user backend."
+        " Not automatic: which bridge or network the guest belongs on is a site decision."
     )
     fix_safe = False
     references = (

@@ -24,10 +24,11 @@ class ImageFormatQcow2(GuestRule):
         "preallocation 5x slower than raw under write-through; with metadata preallocation and cache none the "
         "two were practically tied. In return qcow2 gives snapshots, backing files and thin provisioning."
     )
-    fix_kind = "image"
+    fix_kind = "manual"
     fix_description = (
         "Nothing, if snapshots/backing files/thin provisioning are wanted (then preallocate metadata and use "
         "cache='none'). For the last few percent: qemu-img convert -O raw (guest stopped), or an LVM volume."
+        " Not automatic: qcow2 is often chosen on purpose (snapshots, thin provisioning)."
     )
     fix_safe = False
     references = (

@@ -1,0 +1,259 @@
+"""Live sampling on fixture /proc trees: counters, rates, diagnosis, output formats and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kvmtune import cli
+from kvmtune.host.root import HostRoot
+from kvmtune.live.diagnose import NO_RULE, Diagnoser
+from kvmtune.live.model import HostSample, Snapshot
+from kvmtune.live.output import printable, prometheus_text, render_table
+from kvmtune.live.signals import HostRates, Rates, rates
+from kvmtune.live.sources import (
+    ProcQemuSource,
+    Sampler,
+    guest_from_libvirt_record,
+    parse_pressure,
+    parse_schedstat,
+    vcpu_index,
+)
+
+STAT = "cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\ncpu1 1 0 0 1 0 0 0 0 0 0\n"
+
+
+def write(root: Path, path: str, text: str) -> None:
+    p = root / path.lstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def make_host(root: Path, busy: int = 100, idle: int = 900) -> None:
+    write(root, "/proc/stat", STAT.format(busy=busy, idle=idle))
+    write(root, "/sys/devices/system/cpu/online", "0-1\n")
+    write(root, "/proc/pressure/memory", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+          "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    write(root, "/proc/vmstat", "pswpin 10\npswpout 20\n")
+    write(root, "/proc/mounts", "/dev/vda1 / ext4 rw 0 0\n")
+    for dev in ("/dev/kvm", "/dev/vhost-net", "/dev/net/tun"):
+        write(root, dev, "")
+
+
+def make_qemu(root: Path, pid: int, name: str, vcpus: dict[int, tuple[int, int, str]], smp: int = 1,
+              exe: str = "/usr/bin/qemu-system-x86_64") -> None:
+    """A QEMU process: exe link, command line, and one thread per vCPU (run ns, delay ns, allowed CPUs)."""
+    proc = root / "proc" / str(pid)
+    proc.mkdir(parents=True, exist_ok=True)
+    if (proc / "exe").is_symlink():
+        (proc / "exe").unlink()
+    os.symlink(exe, proc / "exe")
+    argv = ["qemu-system-x86_64", "-name", f"guest={name},debug-threads=on", "-m", "1024", "-smp", str(smp),
+            "-accel", "kvm"]
+    (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    write(root, f"/proc/{pid}/status", "Name:\tqemu\nUid:\t0\t0\t0\t0\n")
+    write(root, f"/proc/{pid}/task/{pid}/comm", "qemu-system-x86\n")
+    for index, (run_ns, delay_ns, allowed) in vcpus.items():
+        tid = pid + 1 + index
+        write(root, f"/proc/{pid}/task/{tid}/comm", f"CPU {index}/KVM\n")
+        write(root, f"/proc/{pid}/task/{tid}/schedstat", f"{run_ns} {delay_ns} 42\n")
+        write(root, f"/proc/{pid}/task/{tid}/status", f"Name:\tCPU {index}/KVM\nCpus_allowed_list:\t{allowed}\n")
+
+
+def test_parsers() -> None:
+    assert parse_schedstat("123 456 7\n") == (123, 456)
+    assert parse_schedstat("garbage") is None
+    assert vcpu_index("CPU 3/KVM\n") == 3 and vcpu_index("CPU 0/TCG") == 0
+    assert vcpu_index("worker") is None and vcpu_index("CPU x/KVM") is None
+    p = parse_pressure("some avg10=12.50 avg60=1 avg300=0 total=5\nfull avg10=3.25 avg60=0 avg300=0 total=1\n")
+    assert (p.some_avg10, p.full_avg10) == (12.5, 3.25)
+
+
+def test_two_guests_confined_to_one_cpu_are_diagnosed_as_vcpu_overcommit(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 200, "db", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 300, "idle", {0: (0, 0, "1")})
+    host = HostRoot(str(tmp_path))
+    sampler = Sampler(host, [])
+    a = sampler.snapshot()
+    # one second later: web and db each ran 0.5 s and waited 0.5 s for CPU 0; idle never waited
+    make_qemu(tmp_path, 100, "web", {0: (500_000_000, 500_000_000, "0")})
+    make_qemu(tmp_path, 200, "db", {0: (500_000_000, 450_000_000, "0")})
+    make_qemu(tmp_path, 300, "idle", {0: (10_000_000, 0, "1")})
+    write(tmp_path, "/proc/stat", STAT.format(busy=300, idle=1000))
+    b = sampler.snapshot()
+    b.t = a.t + 1.0
+    r = rates(a, b)
+    by_name = {g.name: g for g in r.guests}
+    assert by_name["web"].vcpu_delay[0] == pytest.approx(0.5)
+    assert by_name["db"].vcpu_delay[0] == pytest.approx(0.45)
+    assert by_name["idle"].vcpu_delay[0] == 0
+    assert r.host.cpu_busy == pytest.approx(200 / 300)
+    assert r.host.swap_in_s == 0
+    diagnoses = Diagnoser(host).diagnose(r, b)
+    web = [d for d in diagnoses if d.guest == by_name["web"].key]
+    assert [d.signal for d in web] == ["vcpu-delay"] and web[0].level == "critical"
+    assert web[0].rules[0] == "KVM-HST-019"  # 2 vCPUs of 2 guests confined to 1 host CPU
+    assert "confined to 1 host CPU(s) {0}" in web[0].fix
+    assert not [d for d in diagnoses if d.guest == by_name["idle"].key]
+    table = render_table(r, diagnoses, "delay")
+    rows = [line for line in table.splitlines() if line.startswith(("web", "db", "idle"))]
+    assert [row.split()[0] for row in rows] == ["web", "db", "idle"]  # sorted by delay
+    assert "critical vcpu-delay 50% run delay → " in rows[0] and "KVM-HST-019" in rows[0]
+    sampler.close()
+
+
+def test_guest_identity_is_source_plus_name(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0-1")})
+    make_qemu(tmp_path, 200, "web", {0: (0, 0, "0-1")})
+    snap = Sampler(HostRoot(str(tmp_path)), []).snapshot()
+    assert sorted(snap.guests) == ["pid:100:web", "pid:200:web"]
+
+
+def test_a_process_is_qemu_only_when_its_executable_is(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "real", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 200, "fake", {0: (0, 0, "0")}, exe="/home/mallory/bin/sh")  # argv[0] says qemu
+    assert ProcQemuSource(HostRoot(str(tmp_path))).qemu_pids() == [100]
+
+
+def test_libvirt_record_and_signals(tmp_path: Path) -> None:
+    a = guest_from_libvirt_record("qemu:///system", "web", {
+        "vcpu.current": 2, "vcpu.maximum": 2, "vcpu.0.time": 0, "vcpu.0.delay": 0, "vcpu.1.time": 0, "vcpu.1.delay": 0,
+        "block.count": 1, "block.0.name": "vda", "block.0.wr.reqs": 0, "block.0.wr.times": 0, "block.0.wr.bytes": 0,
+        "net.count": 1, "net.0.name": "vnet0", "net.0.rx.pkts": 0, "net.0.tx.pkts": 0, "net.0.rx.drop": 0,
+        "balloon.current": 1048576, "balloon.maximum": 2097152})
+    b = guest_from_libvirt_record("qemu:///system", "web", {
+        "vcpu.current": 2, "vcpu.maximum": 2, "vcpu.0.time": 10**9, "vcpu.0.delay": 2 * 10**8,
+        "vcpu.1.time": 10**9, "vcpu.1.delay": 0,
+        "block.count": 1, "block.0.name": "vda", "block.0.wr.reqs": 200, "block.0.wr.times": 200 * 30 * 10**6,
+        "block.0.wr.bytes": 200 * 4096,
+        "net.count": 1, "net.0.name": "vnet0", "net.0.rx.pkts": 990, "net.0.tx.pkts": 0, "net.0.rx.drop": 10,
+        "balloon.current": 1048576, "balloon.maximum": 2097152})
+    assert a.key == "qemu:///system#web"
+    from kvmtune.live.signals import guest_rates
+
+    r = guest_rates(a, b, 2.0)
+    assert r.vcpu_delay == {0: pytest.approx(0.1), 1: 0}
+    assert r.disks["vda"].iops == 100 and r.disks["vda"].write_ms == pytest.approx(30.0)
+    assert r.disks["vda"].read_ms is None  # no read completed: not "0 ms"
+    assert r.nics["vnet0"].drops == 10 and r.nics["vnet0"].drop_fraction == pytest.approx(0.01)
+    assert r.balloon_fraction == 0.5
+    # a guest with no configuration read and a host without findings: the signals are still shown
+    make_host(tmp_path)
+    snap = Snapshot(t=2.0, host=HostSample(), guests={b.key: b})
+    found = {d.signal: d for d in Diagnoser(HostRoot(str(tmp_path))).diagnose(
+        Rates(2.0, HostRates(), [r], []), snap)}
+    assert set(found) == {"vcpu-delay", "disk-latency vda", "net-drops vnet0", "balloon"}
+    assert found["net-drops vnet0"].level == "critical" and found["net-drops vnet0"].explanation == NO_RULE
+    assert found["disk-latency vda"].level == "critical"  # 30 ms ≥ 25 ms (medium unknown: HDD thresholds)
+
+
+def test_prometheus_output_passes_promtool(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, 'we"b\nx', {0: (0, 0, "0")})
+    host = HostRoot(str(tmp_path))
+    s = Sampler(host, [])
+    a = s.snapshot()
+    make_qemu(tmp_path, 100, 'we"b\nx', {0: (10**8, 10**8, "0")})
+    b = s.snapshot()
+    b.t = a.t + 1
+    r = rates(a, b)
+    text = prometheus_text(r, Diagnoser(host).diagnose(r, b))
+    assert 'guest="we\\"b\\nx"' in text
+    assert "kvmtune_guest_vcpu_delay_ratio" in text and "kvmtune_diagnosis{" in text
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed (Debian: prometheus); scripts/install.sh installs it")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_names_with_control_characters_are_printed_escaped() -> None:
+    assert printable("evil\x1b]0;title\x07\nname") == "evil\\x1b]0;title\\x07\\x0aname"
+
+
+def test_sample_json_and_capacity_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_host(tmp_path / "root")
+    make_qemu(tmp_path / "root", 100, "web", {0: (0, 0, "0")})
+    out = tmp_path / "s.json"
+    assert cli.main(["sample", "--root", str(tmp_path / "root"), "--no-libvirt", "--duration", "0.2",
+                     "--interval", "0.1", "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "kvmtune-sample" and len(doc["intervals"]) == 2
+    assert [g["name"] for g in doc["summary"]["guests"]] == ["web"]
+    assert doc["thresholds"]["host-cpu"]["warn"] == 0.8
+    # a sample in which the guest issued 12 tps: a 120-tps disk carries 10 of them
+    doc["summary"]["guests"][0]["tps"] = 12.0
+    out.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli.main(["capacity", "--from", str(out), "--disk-tps", "120"]) == 0
+    text = capsys.readouterr().out
+    assert "carries about 10 such guests" in text and "seed:001" in text
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["capacity", "--from", str(tmp_path / "none.json"), "--disk-tps", "100"]) == 2
+    assert "none.json: cannot read" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert cli.main(["capacity", "--from", str(tmp_path / "bad.json"), "--disk-tps", "100"]) == 2
+    assert "not a `kvmtune sample --format json` file" in capsys.readouterr().err
+    assert cli.main(["sample", "--interval", "0", "--duration", "1"]) == 2
+    assert cli.main(["sample", "--root", str(tmp_path), "--duration", "1", "--interval", "1", "-o",
+                     str(tmp_path / "nodir" / "x.prom")]) == 2
+    err = capsys.readouterr().err
+    assert "nodir" in err and "Traceback" not in err
+
+
+def test_a_qmp_socket_that_never_answers_costs_about_one_second(tmp_path: Path) -> None:
+    """A process whose monitor accepts but never greets: one note, and the sample goes on."""
+    make_host(tmp_path)
+    path = tmp_path / "mon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    stop = threading.Event()
+
+    def accept_and_hang() -> None:
+        conn, _ = server.accept()
+        stop.wait(10)
+        conn.close()
+
+    t = threading.Thread(target=accept_and_hang, daemon=True)
+    t.start()
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    proc = tmp_path / "proc" / "100"
+    argv = ["qemu-system-x86_64", "-name", "guest=web", "-qmp", f"unix:/{path.name},server=on,wait=off"]
+    (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    write(tmp_path, "/proc/100/status", f"Name:\tqemu\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    host = HostRoot(str(tmp_path))
+    started = time.monotonic()
+    snap = Sampler(host, []).snapshot()
+    took = time.monotonic() - started
+    stop.set()
+    server.close()
+    g = snap.guests["pid:100:web"]
+    assert any("QMP did not answer" in n for n in g.notes), g.notes
+    assert took < 3.0
+
+
+def test_a_guest_that_disappears_mid_sample_is_skipped(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    host = HostRoot(str(tmp_path))
+    sampler = Sampler(host, [])
+    a = sampler.snapshot()
+    shutil.rmtree(tmp_path / "proc" / "100")
+    b = sampler.snapshot()
+    assert "pid:100:web" in a.guests and not b.guests
+    assert rates(a, b).guests == []
