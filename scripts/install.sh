@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Install everything kvmtune needs on Debian 12 (as root), then run the main job:
-# `kvmtune audit` of this host (it falls back to the bundled examples when the host has no guests).
-#   --deps-only   install, do not run the audit (used by scripts/test.sh)
+# Install what kvmtune needs on Debian 12 (as root), then run the main job: `kvmtune audit` of
+# this host, then the example domains shipped with kvmtune, each under its own heading.
+#   (no option)   everything: auditing, fixing, benchmarks and the tests. On a hypervisor this
+#                 installs a second kernel package (linux-image-cloud-amd64, the probe guest's),
+#                 Open vSwitch, iperf3 and sockperf, builds netload with Go, fetches the SARIF
+#                 schema from npm and starts libvirtd. Links /usr/local/bin/kvmtune.
+#   --audit-only  for production hosts: only what `kvmtune audit` and `kvmtune fix` need
+#                 (python3-venv, python3-lxml, python3-libvirt, qemu-utils); no kernel, no OVS,
+#                 no benchmark tools, no Go, no npm, starts nothing. Links /usr/local/bin/kvmtune.
+#   --deps-only   everything, no audit and no /usr/local/bin link (used by scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$(pwd)
-run_audit=1
-[ "${1:-}" = "--deps-only" ] && run_audit=0
+mode=${1:-full}
+case "$mode" in
+  full|--deps-only|--audit-only) ;;
+  *) echo "usage: $0 [--audit-only|--deps-only]" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install.sh: run as root (it installs Debian packages and starts libvirtd)" >&2
@@ -25,6 +35,8 @@ PACKAGES=(
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
   tmux prometheus
 )
+# Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.
+[ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-libvirt qemu-utils)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,9 +54,44 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv --system-site-packages .venv
 fi
 stamp=.venv/.kvmtune-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ "$mode" = "--audit-only" ]; then
+  [ -x .venv/bin/kvmtune ] || .venv/bin/pip install -q --disable-pip-version-check -e .
+elif [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,report]"
   touch "$stamp"
+fi
+
+# The command on PATH: a link to this checkout's .venv/bin/kvmtune (an existing other kvmtune is left alone).
+link=${KVMTUNE_BIN_LINK:-/usr/local/bin/kvmtune}  # overridable for the install test
+ours=$here/.venv/bin/kvmtune
+if [ "$mode" != "--deps-only" ]; then
+  free=0
+  if [ -L "$link" ]; then
+    { [ "$(readlink "$link")" = "$ours" ] || [ ! -e "$link" ]; } && free=1  # ours, or dangling
+  elif [ ! -e "$link" ]; then
+    free=1
+  fi
+  if [ "$free" -eq 1 ]; then
+    ln -sfn "$ours" "$link"
+    echo "install.sh: kvmtune is on PATH: $link -> $ours"
+  else
+    echo "install.sh: $link exists and is not this checkout's; run $here/.venv/bin/kvmtune" >&2
+  fi
+fi
+
+audit() {
+  echo "== kvmtune audit: this host"
+  status=0
+  "$here/.venv/bin/kvmtune" audit || status=$?
+  echo
+  echo "== kvmtune audit --examples: the example domains shipped with kvmtune (not this host)"
+  "$here/.venv/bin/kvmtune" audit --examples --no-images || true
+  return $status
+}
+if [ "$mode" = "--audit-only" ]; then
+  echo "install.sh: audit-only install done. Running the main job."
+  audit
+  exit $?
 fi
 
 # The official SARIF 2.1.0 JSON schema, for the test that validates `--format sarif`
@@ -75,7 +122,7 @@ fi
 # libvirtd without systemd: started by hand, as the project's own script does it.
 bash scripts/services.sh libvirtd-start
 
-if [ "$run_audit" -eq 1 ]; then
-  echo "install.sh: done. Running the main job: kvmtune audit"
-  "$here/.venv/bin/kvmtune" audit
+if [ "$mode" = "full" ]; then
+  echo "install.sh: done. Running the main job."
+  audit
 fi

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -59,3 +60,11 @@ def libvirt_uri() -> Iterator[str]:
     assert proc.returncode == 0, proc.stderr
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
     yield "qemu:///system"
+
+
+@pytest.fixture(autouse=True)
+def _own_bench_lock(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own host benchmark lock: tests (and helpers' test runs beside them) are
+    independent; the one-benchmark-per-host refusal is tested by pointing two runs at one lock."""
+    if "KVMTUNE_BENCH_LOCK" not in os.environ:
+        monkeypatch.setenv("KVMTUNE_BENCH_LOCK", str(tmp_path_factory.mktemp("benchlock") / "bench.lock"))

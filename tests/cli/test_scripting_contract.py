@@ -176,3 +176,26 @@ def test_report_html_is_written_when_stdout_closes_early(tmp_path: Path) -> None
         os.close(write_end)
     assert html.is_file() and "<html" in html.read_text().lower(), proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+def test_a_runs_note_is_shown_with_what_happened_after_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "results.db"
+    with Store(db) as st:
+        run_id = st.begin_run("storage", {"accel": "tcg"}, {})
+        st.finish_run(run_id, "partial", note="after BIOS update; interrupted")
+    code, out, _err = run_cli(["results", "list", "--db", str(db)], capsys)
+    assert code == 0 and out.splitlines()[1].endswith("after BIOS update; interrupted")
+    code, out, _err = run_cli(["results", "show", str(run_id), "--db", str(db)], capsys)
+    assert "note: after BIOS update; interrupted" in out
+    code, out, _err = run_cli(["results", "show", str(run_id), "--db", str(db), "--json"], capsys)
+    assert json.loads(out)["run"]["note"] == "after BIOS update; interrupted"
+
+
+def test_a_refused_bench_leaves_no_scratch_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain_file = tmp_path / "a-file"
+    plain_file.write_text("not a directory\n")
+    workdir = tmp_path / "work"
+    code, _out, err = run_cli(["bench", "storage", "--quick", "--workdir", str(workdir),
+                               "--db", str(plain_file / "r.db")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert not list(workdir.glob("scratch-*"))

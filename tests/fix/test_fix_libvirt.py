@@ -155,7 +155,7 @@ def test_libvirt_rejects_the_second_definition(libvirt_uri: str, define: Callabl
     with pytest.raises(ApplyFailed, match="libvirt rejected the new definition") as info:
         apply_plan(plan, journal_dir)
     journal = info.value.journal
-    assert [e["status"] for e in journal.entries] == ["done", "failed"]
+    assert [e.status for e in journal.entries] == ["done", "failed"]
     assert inactive(first) != before[first.name()]
     assert inactive(second) == before[second.name()]
     assert main(["undo", journal.id]) == 0

@@ -25,6 +25,7 @@ class Rule:
     slug: ClassVar[str] = ""
     topic: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.MEDIUM
+    also_severities: ClassVar[tuple[Severity, ...]] = ()  # a finding may be raised or lowered to these
     title: ClassVar[str] = ""
     why: ClassVar[str] = ""
     fix_kind: ClassVar[str] = "manual"
@@ -34,6 +35,12 @@ class Rule:
     scope: ClassVar[str] = ""
     # guest rules see only KVM/QEMU guests unless they say they judge any hypervisor's
     any_hypervisor: ClassVar[bool] = False
+
+    @classmethod
+    def severity_label(cls) -> str:
+        """``low`` or, for a rule whose findings can differ, the span ``low–medium``."""
+        span = sorted({cls.severity, *cls.also_severities})
+        return str(span[0]) if len(span) == 1 else f"{span[0]}–{span[-1]}"
 
     @classmethod
     def doc_path(cls) -> Path:

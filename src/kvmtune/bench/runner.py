@@ -12,7 +12,15 @@ owns everything around it, the same way for every tier:
   ``failed`` (any other exception, which is then re-raised);
 - SIGTERM turned into ``KeyboardInterrupt`` while the run lasts;
 - the progress line per cell, and recording each cell as it completes;
-- the benchmark's cleanup, whatever happened.
+- the benchmark's cleanup, whatever happened;
+- one benchmark per host at a time (:class:`HostBenchLock`): a second one is
+  refused with one line naming the run that holds the host, because two at once
+  disturb each other's numbers (cells off by up to 64 % were seen);
+- before measuring: the results database's ``quick_check`` and, with a
+  ``workdir``, the sweep of killed runs' leftovers (:mod:`kvmtune.bench.leftovers`,
+  one line, kept with ``keep_leftovers``);
+- the run's owner (pid, start time, boot id) stored with the run row, so a
+  killed run reads back as ``abandoned``.
 
 The API, all a caller needs (``kvmtune verify`` calls it directly)::
 
@@ -36,6 +44,9 @@ nothing) passes a plain :class:`CellSink`; :class:`BenchRunner` is a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import signal
 import sys
@@ -43,16 +54,86 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Protocol
 
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.store import Store
+from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
 EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+LOCK_ENV = "KVMTUNE_BENCH_LOCK"
+DEFAULT_LOCK = "/run/lock/kvmtune-bench.lock"
+
+
+def bench_lock_path() -> Path:
+    """Host-wide: every user's and every database's benchmarks share it (``$KVMTUNE_BENCH_LOCK`` moves it)."""
+    explicit = os.environ.get(LOCK_ENV)
+    if explicit:
+        return Path(explicit)
+    if os.path.isdir(os.path.dirname(DEFAULT_LOCK)) and os.access(os.path.dirname(DEFAULT_LOCK), os.W_OK):
+        return Path(DEFAULT_LOCK)
+    return Path(f"/tmp/kvmtune-bench-{os.getuid()}.lock")
+
+
+class BenchBusy(KvmtuneError):
+    """Another benchmark holds the host."""
+
+
+class HostBenchLock:
+    """An flock on :func:`bench_lock_path` for the whole run; the kernel drops it when kvmtune dies.
+
+    The file names the holder (run id, kind, database, pid) so a refused benchmark can say which run
+    it waits for."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or bench_lock_path()
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise KvmtuneError(f"{self.path}: cannot open the benchmark lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder(fd)
+            os.close(fd)
+            raise BenchBusy(
+                f"another benchmark is running on this host: {holder}; two at once disturb each other's "
+                "numbers, so this one does not start (wait for it, or stop it)"
+            ) from None
+        self.fd = fd
+        self.describe({"pid": os.getpid(), "run": None})
+
+    @staticmethod
+    def _holder(fd: int) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            if isinstance(doc, dict) and doc.get("pid"):
+                run = f"run {doc['run']} ({doc.get('kind')}) in {doc.get('db')}" if doc.get("run") else "a run starting"
+                return f"{run}, pid {doc['pid']}"
+        return "a run (holder unknown)"
+
+    def describe(self, info: dict[str, Any]) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            data = json.dumps(info).encode()
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
+            os.close(self.fd)
+            self.fd = None
 
 
 @dataclass
@@ -158,8 +239,16 @@ class BenchRunner(CellSink):
         note: str | None = None,
         accel: str | None = None,
         stream: IO[str] | None = None,
+        workdir: Path | None = None,
+        keep_leftovers: bool = False,
+        runner: Runner | None = None,
+        lock: HostBenchLock | None = None,
     ) -> None:
         super().__init__()
+        self.workdir = workdir
+        self.keep_leftovers = keep_leftovers
+        self.runner = runner or Runner()
+        self.lock = lock or HostBenchLock()
         self.store = store
         self.args = dict(args or {})
         self.preset = preset
@@ -184,11 +273,30 @@ class BenchRunner(CellSink):
     def run(self, bench: Benchmark) -> RunOutcome:
         """Run ``bench`` as one stored run. Returns for complete/errors/partial; re-raises anything else
         after closing the run as ``failed``."""
+        self.lock.acquire()
+        try:
+            return self._run_locked(bench)
+        finally:
+            self.lock.release()
+
+    def _sweep_leftovers(self) -> None:
+        if self.workdir is None:
+            return
+        from kvmtune.bench.leftovers import sweep
+
+        line = sweep(self.runner, HostRoot(), self.workdir, keep=self.keep_leftovers).line()
+        if line:
+            print(line, file=self.stream, flush=True)
+
+    def _run_locked(self, bench: Benchmark) -> RunOutcome:
+        self.store.check()  # a damaged database fails now, not after the first measured cell
+        self._sweep_leftovers()
         env = bench.environment()
         if self.accel is None:
             self.accel = env.get("accel")
         self._bench, self._planned = bench, bench.planned_cells()
         self.run_id = self.store.begin_run(bench.kind, env, self.args, preset=self.preset)
+        self.lock.describe({"pid": os.getpid(), "run": self.run_id, "kind": bench.kind, "db": str(self.store.path)})
         print(f"kvmtune: run {self.run_id}: {bench.plan()}, results in {self.store.path}", file=self.stream, flush=True)
         restore = _sigterm_as_interrupt()
         started = time.monotonic()

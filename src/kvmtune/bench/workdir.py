@@ -8,6 +8,7 @@ benchmark drivers call from ``finally`` blocks (so Ctrl-C cleans up too).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvmtune.bench.store import Owner
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
 
@@ -62,6 +64,7 @@ class Scratch:
 
     def __post_init__(self) -> None:
         self.root = ensure_dir(self.root, "work directory")
+        write_owner(self.root)  # so the next benchmark can tell a killed run's scratch from a live one's
 
     def path(self, name: str) -> Path:
         return self.root / name
@@ -102,6 +105,34 @@ class Scratch:
             except Exception as exc:  # cleanup must go on
                 problems.append(f"{what}: {exc}")
         return problems
+
+    def remove_if_empty(self) -> None:
+        """The scratch directory itself, once nothing but its owner mark is left (a refused run leaves none behind)."""
+        with contextlib.suppress(OSError):
+            if {p.name for p in self.root.iterdir()} <= {OWNER_FILE}:
+                (self.root / OWNER_FILE).unlink(missing_ok=True)
+                self.root.rmdir()
+
+
+OWNER_FILE = "owner.json"
+
+
+def write_owner(directory: Path) -> None:
+    """Mark ``directory`` as this process's (atomically: a reader sees no file or a whole one)."""
+    owner = Owner.this_process()
+    tmp = directory / f".{OWNER_FILE}.tmp"
+    tmp.write_text(json.dumps({"pid": owner.pid, "start": owner.start, "boot": owner.boot}))
+    tmp.replace(directory / OWNER_FILE)
+
+
+def read_owner(directory: Path) -> Owner | None:
+    try:
+        doc = json.loads((directory / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
+        return None
+    return Owner(doc["pid"], str(doc.get("start") or ""), str(doc.get("boot") or ""))
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.audit",
     "kvmtune.cli.rules",
     "kvmtune.cli.fix",
+    "kvmtune.cli.verify",
     "kvmtune.cli.undo",
     "kvmtune.cli.ksm",
     "kvmtune.cli.capture_host",

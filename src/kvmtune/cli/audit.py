@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     # Text mode: an input error is one line on stderr, not also in the report; a run in which every
     # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
     if args.format != "text" or audited or args.output:
-        text = render(result, args.format, color=color)
+        to_terminal = args.output is None and sys.stdout.isatty()
+        width = shutil.get_terminal_size().columns if to_terminal else None
+        text = render(result, args.format, color=color, width=width)
         if args.output:
             write_report(Path(args.output), text)
         else:

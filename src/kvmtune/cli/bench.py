@@ -35,6 +35,11 @@ from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
+KEEP_LEFTOVERS_HELP = (
+    "do not remove what killed runs left (namespaces, loop devices, scratch directories of dead owners); "
+    "only list them"
+)
+
 
 def _csv(values: list[str] | None) -> list[str] | None:
     if not values:
@@ -82,6 +87,7 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     s.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     s.add_argument("--note", help="free text stored with the run")
+    s.add_argument("--keep-leftovers", action="store_true", help=KEEP_LEFTOVERS_HELP)
     s.set_defaults(func=run_storage)
     register_net(bs)  # kvmtune bench net (issue 7)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
@@ -152,8 +158,12 @@ def run_storage(args: argparse.Namespace) -> int:
         QuickBenchmark(ctx, QuickPlan(configs, count=4096)) if args.quick else MatrixBenchmark(ctx, configs, workloads)
     )
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
-    with Store(args.db or default_db()) as store:
-        outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note).run(bench)
+    try:
+        with Store(args.db or default_db()) as store:
+            outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note, workdir=workdir,
+                                  keep_leftovers=args.keep_leftovers, runner=runner).run(bench)  # fmt: skip
+    finally:
+        ctx.scratch.remove_if_empty()  # a run refused before it started leaves no empty scratch-* behind
     if outcome.status != "partial":
         _summary(outcome, ctx.first_result_s)
         if ctx.snapshots is not None:

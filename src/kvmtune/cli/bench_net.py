@@ -42,6 +42,9 @@ def register_net(bs: Any) -> None:
     n.add_argument("--boot-timeout", type=float, default=120.0, help="seconds a guest may take beyond its tests")
     n.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     n.add_argument("--note", help="free text stored with the run")
+    n.add_argument("--keep-leftovers", action="store_true",
+                   help="do not remove what killed runs left (namespaces, loop devices, scratch directories of dead "
+                   "owners); only list them")  # fmt: skip
     n.set_defaults(func=run_net_cli)
 
 
@@ -73,7 +76,8 @@ def run_net_cli(args: argparse.Namespace) -> int:
     )  # fmt: skip
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
     with Store(args.db or default_db()) as store:
-        outcome = BenchRunner(store, args=run_args, preset=args.matrix, note=args.note).run(NetBenchmark(ctx, netload))
+        outcome = BenchRunner(store, args=run_args, preset=args.matrix, note=args.note, workdir=workdir,
+                              keep_leftovers=args.keep_leftovers, runner=runner).run(NetBenchmark(ctx, netload))  # fmt: skip
     if outcome.status != "partial":
         f = ctx.topology_facts
         print(f"run {outcome.run_id}: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} failed, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kvmtune.audit.engine import select_rules
@@ -43,6 +44,9 @@ def register(sub: Any) -> None:
                    help="host root (a captured or fixture tree) for --host, the rules and the image in-use check")
     p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--patch", action="store_true",
+                   help="print only the file changes, as a patch 'git apply' and 'patch -p1' accept (paths relative "
+                   "to the current directory, or to / for files outside it)")
     p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
     p.add_argument("--allow-bus-change", action="store_true",
@@ -129,11 +133,19 @@ def run(args: argparse.Namespace) -> int:
         print("kvmtune: error: nothing to fix: give domain XML files, --connect URI, --host or --images",
               file=sys.stderr)
         return 2
+    if args.patch and args.apply:
+        print("kvmtune: error: --patch prints a patch to apply elsewhere; it does not go with --apply", file=sys.stderr)
+        return 2
     from kvmtune.cli.audit import domain_files_among_images
 
     moved = domain_files_among_images(args)
     plan = build_plan(args)
     out = sys.stdout
+    if args.patch:
+        from kvmtune.fix.patch import render_patch
+
+        out.write(render_patch(plan, Path.cwd()))
+        return 0
     for m in moved:
         out.write(f"note: {m}: named after --images but a .xml file, fixed as a domain definition\n")
     if os.path.realpath(args.root) != "/":
@@ -163,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
     except ApplyFailed as exc:
         j = exc.journal
-        made = sum(1 for e in j.entries if e["status"] == "done")
+        made = sum(1 for e in j.entries if e.status == "done")
         print(f"kvmtune: apply stopped: {exc}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "

@@ -29,9 +29,24 @@ def run_report(args: argparse.Namespace) -> int:
         by_accel: dict[str, list[Any]] = {}
         for rid in args.runs:
             run = st.run(rid)
+            if run.kind == "verify":
+                continue
             for c in st.cells(run.id):
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
+        verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
+        if verify_runs:
+            from html import escape
+
+            from kvmtune.verify.engine import verified_fix_lines
+
+            print("verified fixes:")
+            items = []
+            for run in verify_runs:
+                for line in verified_fix_lines(st.cells(run.id)):
+                    print(f"  run {run.id}: {line}")
+                    items.append(f"<li>run {run.id}: {escape(line)}</li>")
+            net_html.append("<h2>Verified fixes</h2><ul>" + "".join(items) + "</ul>")
         for accel, cells in sorted(by_accel.items()):
             lines.append(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]

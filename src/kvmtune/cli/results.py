@@ -35,11 +35,12 @@ def run_list(args: argparse.Namespace) -> int:
         if not runs:
             print(f"no runs in {st.path}")
             return 0
-        print(f"{'run':>4} {'started':19} {'kind':8} {'preset':14} {'accel':5} {'status':9} {'cells':>5} {'failed':>6}")
+        print(f"{'run':>4} {'started':19} {'kind':8} {'preset':14} {'accel':5} {'status':9} {'cells':>5} {'failed':>6} note")
         for r in runs:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             print(
                 f"{r.id:>4} {when:19} {r.kind:8} {r.preset or '-':14} {r.accel or '-':5} {r.status:9} {r.cells:>5} {r.failed:>6}"
+                f" {r.note or ''}".rstrip()
             )
     return 0
 
@@ -50,13 +51,15 @@ def run_show(args: argparse.Namespace) -> int:
         cells = st.cells(run.id)
         if args.json:
             print(json.dumps({
-                "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status,
+                "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status, "note": run.note,
                         "accel": run.accel, "env": run.env},
                 "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
             }, indent=1))  # fmt: skip
             return 0
         print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, {run.env.get('fio')}")
+        if run.note:
+            print(f"note: {run.note}")
         for c in cells:
             m = c.metrics
             if c.status != "ok":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from typing import Any
 
@@ -22,10 +23,17 @@ def register(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    for r in all_rules():
+    rules = all_rules()
+    if args.topic and not any(r.topic == args.topic for r in rules):
+        close = difflib.get_close_matches(args.topic, sorted({r.topic for r in rules}), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        print(f"kvmtune: error: --topic {args.topic}: no rule has this topic{hint}", file=sys.stderr)
+        return 2
+    print(f"{'ID':12} {'SEVERITY':15} {'SCOPE':6} {'TOPIC':20} {'SLUG':32} TITLE")
+    for r in rules:
         if args.topic and r.topic != args.topic:
             continue
-        print(f"{r.id:12} {r.severity!s:8} {r.scope:6} {r.topic:20} {r.slug:32} {r.title}")
+        print(f"{r.id:12} {r.severity_label():15} {r.scope:6} {r.topic:20} {r.slug:32} {r.title}")
     return 0
 
 

@@ -57,8 +57,8 @@ def apply_plan(
             try:
                 change.apply(entry, ctx)
             except KvmtuneError as exc:
-                entry["status"] = "failed"
-                entry["error"] = str(exc)
+                entry.status = "failed"
+                entry.error = str(exc)
                 journal.state = "failed"
                 journal.error = f"change {n} of {len(plan.changes)}: {exc}"
                 journal.log(f"change {n} failed: {exc}")
@@ -66,8 +66,8 @@ def apply_plan(
                 raise ApplyFailed(journal, str(exc)) from None
             if kill_after == n:
                 os.kill(os.getpid(), signal.SIGKILL)
-            entry["status"] = "done"
-            journal.log(f"change {n} done: {entry.get('what', '')}")
+            entry.status = "done"
+            journal.log(f"change {n} done: {entry.what}")
             try:
                 journal.save()
             except OSError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lxml import etree
 
@@ -115,7 +116,8 @@ def _fix_guest_once(
                 doc.take_touched()
                 result.skipped.append(f"{name}: {label}: not fixed automatically: {exc}")
                 continue
-            result.reasons.append(Reason(f"{label}: {what}", tuple(doc.take_touched())))
+            # a fixer that says nothing still gets a reason line: its own summary
+            result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
         current = _read(doc.tree, where, origin_kind)
     if not doc.changed:
@@ -164,7 +166,7 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
         _merge(plan, result)
         if result.after is None:
             continue
-        change: Change = XmlFileEdit(
+        change: Change[Any] = XmlFileEdit(
             path=real,
             shown=raw,
             before=state,

@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason
+from kvmtune.fix.entries import ImageEntry
 from kvmtune.fix.files import fsync_dir, temp_name
-from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan
+from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan, UndoConflict, UndoContext
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.image import ImageSpec, kind_of, open_by, qemu_img_json
 from kvmtune.runner import Runner
@@ -81,7 +82,7 @@ def _unallocated(image: Path, fmt: str, runner: Runner) -> int:
 
 
 @dataclass
-class ImageConvert(Change):
+class ImageConvert(Change[ImageEntry]):
     kind: ClassVar[str] = "image"
     path: Path
     fmt: str
@@ -121,7 +122,7 @@ class ImageConvert(Change):
             raise ApplyError(f"{self.path} changed since the plan was made; run kvmtune fix again")
         return st
 
-    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+    def snapshot(self, ctx: ApplyContext) -> ImageEntry:
         self._check_unchanged()
         try:
             refuse_if_in_use(self.path, self.fmt, ctx.runner, self.host)
@@ -133,23 +134,14 @@ class ImageConvert(Change):
                 f"{self.path}: needs about {self.need_bytes // 2**20} MiB free in {self.path.parent}, "
                 f"{free // 2**20} MiB available"
             )
-        return {
-            "kind": "image",
-            "what": self.title(),
-            "path": str(self.path),
-            "format": self.fmt,
-            "options": self.opt_string,
-            "backup": f"{self.path}.kvmtune-orig-{ctx.journal.id}",
-            "temp": str(temp_name(self.path, ctx.journal.id)),
-            "prior_ino": self.ino[1],
-            "prior_size": self.ino[2],
-            "after_ino": None,
-            "purged": False,
-            "status": "planned",
-        }
+        return ImageEntry(
+            what=self.title(), path=str(self.path), format=self.fmt, options=self.opt_string,
+            backup=f"{self.path}.kvmtune-orig-{ctx.journal.id}", temp=str(temp_name(self.path, ctx.journal.id)),
+            prior_ino=self.ino[1], prior_size=self.ino[2],
+        )
 
-    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
-        src, tmp, backup = self.path, Path(entry["temp"]), Path(entry["backup"])
+    def apply(self, entry: ImageEntry, ctx: ApplyContext) -> None:
+        src, tmp, backup = self.path, Path(entry.temp), Path(entry.backup)
         st = self._check_unchanged()
         run = ctx.runner.run
         try:
@@ -189,11 +181,36 @@ class ImageConvert(Change):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        entry["after_ino"] = os.stat(src).st_ino
+        entry.after_ino = os.stat(src).st_ino
         if ctx.purge_backups:
             os.unlink(backup)
             fsync_dir(src.parent)
-            entry["purged"] = True
+            entry.purged = True
+
+    @staticmethod
+    def undo(e: ImageEntry, ctx: UndoContext) -> None:
+        path, backup, temp = Path(e.path), Path(e.backup), Path(e.temp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if e.purged:
+            raise KvmtuneError(f"{path}: the original was deleted (--purge-backups); cannot restore it")
+        if not backup.exists():
+            if e.status == "done":
+                raise KvmtuneError(f"{path}: its backup {backup} is gone; cannot restore it")
+            ctx.done.append(f"{path}: never replaced")
+            return
+        b = os.stat(backup)
+        try:
+            p = os.stat(path)
+            same = (p.st_dev, p.st_ino) == (b.st_dev, b.st_ino)
+        except FileNotFoundError:
+            p, same = None, False
+        if not same and p is not None and e.after_ino is not None and p.st_ino != e.after_ino and not ctx.force:
+            raise UndoConflict(f"{path} was replaced after kvmtune converted it; not restored (--force)")
+        refuse_if_in_use(path, e.format or "raw", ctx.runner)
+        os.replace(backup, path)
+        fsync_dir(path.parent)
+        ctx.done.append(f"{path}: original restored" if not same else f"{path}: never replaced")
 
 
 def _free(directory: Path) -> int | None:

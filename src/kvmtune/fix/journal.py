@@ -9,7 +9,6 @@ after every change, so a crash leaves a journal ``undo`` can use.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import fcntl
@@ -23,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix.entries import AnyEntry, entry_from_json
 from kvmtune.fix.files import write_atomic
 
 DEFAULT_DIR = "/var/lib/kvmtune/journal"
 ENV_DIR = "KVMTUNE_JOURNAL_DIR"
 FORMAT = 1
 ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
-KINDS = ("file", "runtime", "domain", "image")
 STATES = ("applying", "applied", "failed", "undoing", "undone", "undo-incomplete")
 
 
@@ -76,7 +75,7 @@ class Journal:
     root: str = "/"
     created: str = ""
     state: str = "applying"
-    entries: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[AnyEntry] = field(default_factory=list)
     error: str | None = None
     history: list[str] = field(default_factory=list)
 
@@ -94,7 +93,7 @@ class Journal:
             "state": self.state,
             "error": self.error,
             "history": self.history,
-            "changes": self.entries,
+            "changes": [e.to_json() for e in self.entries],
         }
 
     def save(self) -> None:
@@ -117,45 +116,9 @@ class Journal:
     def summary(self) -> str:
         counts: dict[str, int] = {}
         for e in self.entries:
-            counts[e.get("kind", "?")] = counts.get(e.get("kind", "?"), 0) + 1
+            counts[e.kind] = counts.get(e.kind, 0) + 1
         names = {"file": "file(s)", "runtime": "runtime value(s)", "domain": "domain(s)", "image": "image(s)"}
         return ", ".join(f"{n} {names.get(k, k)}" for k, n in counts.items()) or "nothing"
-
-
-def _check_entry(e: Any, n: int) -> None:
-    if not isinstance(e, dict):
-        raise ValueError(f"change {n} is not an object")
-    kind = e.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"change {n} has unknown kind {kind!r}")
-    need = {
-        "file": ("path", "temp", "status"),
-        "runtime": ("path", "real_path", "prior", "new", "status"),
-        "domain": ("uri", "name", "uuid", "prior_xml", "status"),
-        "image": ("path", "backup", "temp", "status"),
-    }[kind]
-    for key in need:
-        if not isinstance(e.get(key), str):
-            raise ValueError(f"change {n} ({kind}) has no {key!r} string")
-    if e["status"] not in ("planned", "done", "failed", "undone"):
-        raise ValueError(f"change {n} has unknown status {e['status']!r}")
-    if kind == "file":
-        prior = e.get("prior_b64", "missing")
-        if prior is not None:
-            if not isinstance(prior, str):
-                raise ValueError(f"change {n} (file) has no prior content")
-            try:
-                base64.b64decode(prior.encode("ascii"), validate=True)
-            except (ValueError, UnicodeEncodeError):
-                raise ValueError(f"change {n} (file) has undecodable prior content") from None
-        if not isinstance(e.get("created_dirs", []), list):
-            raise ValueError(f"change {n} (file) has a bad created_dirs")
-    if kind == "runtime":
-        restore = e.get("restore")
-        if not isinstance(restore, list) or not all(
-            isinstance(r, list) and len(r) == 3 and all(isinstance(x, str) for x in r) for r in restore
-        ):
-            raise ValueError(f"change {n} (runtime) has a bad restore list")
 
 
 def load(journal_id: str, directory: Path) -> Journal:
@@ -179,8 +142,7 @@ def load(journal_id: str, directory: Path) -> Journal:
         changes = doc.get("changes")
         if not isinstance(changes, list):
             raise ValueError("no list of changes")
-        for n, e in enumerate(changes, 1):
-            _check_entry(e, n)
+        entries = [entry_from_json(e, n) for n, e in enumerate(changes, 1)]
         root = doc.get("root")
         if not isinstance(root, str) or not root.startswith("/"):
             raise ValueError("no absolute root")
@@ -193,7 +155,7 @@ def load(journal_id: str, directory: Path) -> Journal:
         root=root,
         created=str(doc.get("created") or ""),
         state=doc["state"],
-        entries=changes,
+        entries=entries,
         error=doc.get("error"),
         history=list(doc.get("history") or []),
     )

@@ -1,22 +1,25 @@
 """A ``Plan`` is an ordered list of ``Change``s the user sees before anything is written.
 
-Each change knows how to show itself (a unified diff, or ``old → new`` for a
-runtime value), how to take a snapshot of what is there now for the journal,
-and how to carry itself out. Undo works from the journal alone
-(:mod:`kvmtune.fix.undo`), never from these objects.
+Each kind of change owns its whole life: how it shows itself (a unified diff, or
+``old → new`` for a runtime value), its snapshot of what is there now (a typed
+journal entry, :mod:`kvmtune.fix.entries`, checked against the plan), how it is
+carried out and checked, and how it is undone from its journal entry alone
+(``undo``, a static method: undo never has the plan, only the journal).
+:mod:`kvmtune.fix.undo` just walks a journal backwards and calls them.
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
-from kvmtune.fix.files import FileState, make_dirs, read_state, temp_name, write_atomic
+from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
+from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
 from kvmtune.fix.libvirt_rw import Connections
 
 if TYPE_CHECKING:
@@ -35,15 +38,21 @@ class ApplyContext(Connections):
     purge_backups: bool = False
 
 
-def b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
+class UndoConflict(KvmtuneError):
+    """The target changed after kvmtune changed it; not restored without --force."""
 
 
-def unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text.encode("ascii"), validate=True)
+@dataclass
+class UndoContext(Connections):
+    runner: Runner
+    force: bool = False
+    done: list[str] = field(default_factory=list)
 
 
-class Change:
+E = TypeVar("E", bound=Entry)
+
+
+class Change(Generic[E]):
     kind: ClassVar[str] = ""
     reasons: list[Reason]
     notes: list[str]
@@ -54,11 +63,12 @@ class Change:
     def render(self) -> str:
         raise NotImplementedError
 
-    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+    def snapshot(self, ctx: ApplyContext) -> E:
         """The journal entry: the prior state, read now and checked against the plan."""
         raise NotImplementedError
 
-    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
+    def apply(self, entry: E, ctx: ApplyContext) -> None:
+        """Make the change (and check it took); ``entry`` is what ``snapshot`` returned."""
         raise NotImplementedError
 
 
@@ -66,7 +76,7 @@ class Change:
 
 
 @dataclass
-class _FileChange(Change):
+class FileChange(Change[FileEntry]):
     path: Path  # where it is written (below --root for host files)
     shown: str  # how the plan names it
     before: FileState
@@ -81,7 +91,7 @@ class _FileChange(Change):
         a = self.shown if self.before.data is not None else "/dev/null"
         return unified(old, new, a, self.shown, self.reasons)
 
-    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+    def snapshot(self, ctx: ApplyContext) -> FileEntry:
         try:
             now = read_state(self.path)
         except OSError as exc:
@@ -95,22 +105,13 @@ class _FileChange(Change):
             p = p.parent
         if not os.access(p, os.W_OK):
             raise ApplyError(f"{self.shown}: {p} is not writable (run as root?); nothing changed")
-        return {
-            "kind": "file",
-            "what": self.title(),
-            "path": str(self.path),
-            "shown": self.shown,
-            "prior_b64": b64(now.data),
-            "prior_mode": now.mode,
-            "prior_uid": now.uid,
-            "prior_gid": now.gid,
-            "after_sha256": FileState(self.after).sha256,
-            "temp": str(temp_name(self.path, ctx.journal.id)),
-            "created_dirs": list(reversed(missing)),
-            "status": "planned",
-        }
+        return FileEntry(
+            what=self.title(), path=str(self.path), shown=self.shown, prior=now.data, prior_mode=now.mode,
+            prior_uid=now.uid, prior_gid=now.gid, after_sha256=FileState(self.after).sha256,
+            temp=str(temp_name(self.path, ctx.journal.id)), created_dirs=list(reversed(missing)),
+        )
 
-    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
+    def apply(self, entry: FileEntry, ctx: ApplyContext) -> None:
         try:
             make_dirs(self.path.parent)
             mode = self.before.mode if self.before.mode is not None else self.mode
@@ -118,9 +119,30 @@ class _FileChange(Change):
         except OSError as exc:
             raise ApplyError(f"{self.shown}: cannot write ({exc.strerror or exc})") from None
 
+    @staticmethod
+    def undo(e: FileEntry, ctx: UndoContext) -> None:
+        path = Path(e.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(e.temp)  # a temp file left by a crash mid-write
+        now = read_state(path)
+        if now.data == e.prior and (e.prior is None or now.mode == e.prior_mode):
+            ctx.done.append(f"{e.shown}: already as before")
+        else:
+            if e.status == "done" and now.sha256 != e.after_sha256 and not ctx.force:
+                raise UndoConflict(f"{e.shown} was changed after kvmtune wrote it; not restored (--force)")
+            if e.prior is None:
+                remove_file(path)
+                ctx.done.append(f"{e.shown}: removed (kvmtune created it)")
+            else:
+                write_atomic(path, e.prior, mode=e.prior_mode or 0o644, uid=e.prior_uid, gid=e.prior_gid)
+                ctx.done.append(f"{e.shown}: restored")
+        for d in reversed(e.created_dirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)  # only if empty
+
 
 @dataclass
-class XmlFileEdit(_FileChange):
+class XmlFileEdit(FileChange):
     """A domain XML file rewritten in place (atomically)."""
 
     domain: str = ""
@@ -130,7 +152,7 @@ class XmlFileEdit(_FileChange):
 
 
 @dataclass
-class DropIn(_FileChange):
+class DropIn(FileChange):
     """A configuration file kvmtune owns (created, rewritten; undo restores or deletes it)."""
 
     def title(self) -> str:
@@ -141,7 +163,7 @@ class DropIn(_FileChange):
 
 
 @dataclass
-class XmlEdit(Change):
+class XmlEdit(Change[DomainEntry]):
     """A libvirt domain's persistent definition replaced with ``defineXML``."""
 
     kind: ClassVar[str] = "domain"
@@ -167,36 +189,47 @@ class XmlEdit(Change):
         dom = lookup_uuid(ctx.libvirt(self.uri), self.uuid, self.uri)
         return dom, inactive_xml(dom)
 
-    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+    def snapshot(self, ctx: ApplyContext) -> DomainEntry:
         _dom, xml = self._current(ctx)
         if xml != self.before:
             raise ApplyError(f"domain {self.name}: its definition changed since the plan was made; run kvmtune fix again")
-        return {
-            "kind": "domain",
-            "what": self.title(),
-            "uri": self.uri,
-            "name": self.name,
-            "uuid": self.uuid,
-            "prior_xml": xml,
-            "new_xml": self.after,
-            "after_xml": None,
-            "was_active": self.active,
-            "status": "planned",
-        }
+        return DomainEntry(
+            what=self.title(), uri=self.uri, name=self.name, uuid=self.uuid, prior_xml=xml, new_xml=self.after,
+            was_active=self.active,
+        )
 
-    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
+    def apply(self, entry: DomainEntry, ctx: ApplyContext) -> None:
         from kvmtune.fix.libvirt_rw import define, inactive_xml
 
         conn = ctx.libvirt(self.uri)
         dom = define(conn, self.after, f"domain {self.name}")
-        entry["after_xml"] = inactive_xml(dom)
+        entry.after_xml = inactive_xml(dom)
+
+    @staticmethod
+    def undo(e: DomainEntry, ctx: UndoContext) -> None:
+        from kvmtune.fix.libvirt_rw import define, inactive_xml, lookup_uuid
+
+        conn = ctx.libvirt(e.uri)
+        dom = lookup_uuid(conn, e.uuid, e.uri)
+        now = inactive_xml(dom)
+        if now == e.prior_xml:
+            ctx.done.append(f"domain {e.name}: already as before")
+            return
+        if e.status == "done" and e.after_xml is not None and now != e.after_xml and not ctx.force:
+            raise UndoConflict(f"domain {e.name} was redefined after kvmtune changed it; not restored (--force)")
+        define(conn, e.prior_xml, f"domain {e.name}")
+        back = inactive_xml(lookup_uuid(conn, e.uuid, e.uri))
+        if back != e.prior_xml:
+            raise KvmtuneError(f"domain {e.name}: redefined, but libvirt's definition differs from the journaled one")
+        note = " (running: takes effect at its next start)" if dom.isActive() else ""
+        ctx.done.append(f"domain {e.name}: definition restored{note}")
 
 
 # --------------------------------------------------------------------------- runtime values
 
 
 @dataclass
-class SysfsWrite(Change):
+class SysfsWrite(Change[RuntimeEntry]):
     """A runtime value in /proc/sys or /sys, written now (the drop-in makes it last)."""
 
     kind: ClassVar[str] = "runtime"
@@ -220,7 +253,7 @@ class SysfsWrite(Change):
         why = "".join(f"# {r.text}\n" for r in self.reasons)
         return f"{why}{self.path}: {self.prior} → {self.new}\n"
 
-    def snapshot(self, ctx: ApplyContext) -> dict[str, Any]:
+    def snapshot(self, ctx: ApplyContext) -> RuntimeEntry:
         now = read_value(self.real, self.parse)
         if now is None:
             raise ApplyError(f"{self.path}: cannot read it")
@@ -228,24 +261,18 @@ class SysfsWrite(Change):
             raise ApplyError(f"{self.path} changed since the plan was made ({self.prior} → {now}); run kvmtune fix again")
         if not os.access(self.real, os.W_OK):
             raise ApplyError(f"{self.path}: not writable (run as root?); nothing changed")
-        entry: dict[str, Any] = {
-            "kind": "runtime",
-            "what": self.title(),
-            "path": self.path,
-            "real_path": str(self.real),
-            "parse": self.parse,
-            "prior": now,
-            "new": self.new,
-            "restore": [[str(self.root / p.lstrip("/")), v, p] for p, v in self.restore],
-            "status": "planned",
-        }
-        if self.root.resolve() != Path("/"):
-            # In a tree these are plain files, not sysfs: undo puts back their bytes
-            # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
-            entry["tree_prior_b64"] = b64(self.real.read_bytes())
-        return entry
+        # In a tree these are plain files, not sysfs: undo puts back their bytes
+        # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
+        # A tree entry that leads into the live /sys or /proc is the kernel's value, restored as such.
+        live = self.real.resolve()
+        in_tree = self.root.resolve() != Path("/") and not (live.is_relative_to("/sys") or live.is_relative_to("/proc"))
+        tree_prior = self.real.read_bytes() if in_tree else None
+        return RuntimeEntry(
+            what=self.title(), path=self.path, real_path=str(self.real), parse=self.parse, prior=now, new=self.new,
+            restore=[Restore(str(self.root / p.lstrip("/")), v, p) for p, v in self.restore], tree_prior=tree_prior,
+        )
 
-    def apply(self, entry: dict[str, Any], ctx: ApplyContext) -> None:
+    def apply(self, entry: RuntimeEntry, ctx: ApplyContext) -> None:
         try:
             write_value(self.real, self.new)
         except OSError as exc:
@@ -253,6 +280,42 @@ class SysfsWrite(Change):
         now = read_value(self.real, self.parse)  # verify, as tuned does: the kernel may clamp or ignore
         if now != normalise(self.new):
             raise ApplyError(f"{self.path}: wrote {self.new!r} but it reads {now!r}")
+
+    @staticmethod
+    def undo(e: RuntimeEntry, ctx: UndoContext) -> None:
+        real = Path(e.real_path)
+        now = read_value(real, e.parse)
+        if e.tree_prior is not None:  # a captured or fixture tree: its plain files get their bytes back
+            _undo_tree_value(e, real, now, e.tree_prior, ctx)
+            return
+        if now == e.prior:
+            ctx.done.append(f"{e.path}: already {e.prior}")
+            return
+        if e.status == "done" and now != normalise(e.new) and not ctx.force:
+            raise UndoConflict(f"{e.path} is {now}, not the {e.new} kvmtune wrote; not restored (--force)")
+        for r in e.restore:
+            try:
+                write_value(Path(r.target), r.value)
+            except OSError as exc:
+                raise KvmtuneError(f"{r.shown}: cannot write {r.value!r} ({exc.strerror or exc})") from None
+        ctx.done.append(f"{e.path}: {now} → {read_value(real, e.parse)}")
+
+
+def _undo_tree_value(e: RuntimeEntry, real: Path, now: str | None, prior: bytes, ctx: UndoContext) -> None:
+    try:
+        current = real.read_bytes()
+    except OSError:
+        current = None
+    if current == prior:
+        ctx.done.append(f"{e.path}: already as before")
+        return
+    if e.status == "done" and now != normalise(e.new) and not ctx.force:
+        raise UndoConflict(f"{e.path} is {now}, not the {e.new} kvmtune wrote; not restored (--force)")
+    try:
+        write_atomic(real, prior, mode=real.stat().st_mode & 0o7777, tag="undo")
+    except OSError as exc:
+        raise KvmtuneError(f"{real}: cannot restore it ({exc.strerror or exc})") from None
+    ctx.done.append(f"{e.path}: {now} → {e.prior} (prior bytes of {real})")
 
 
 def normalise(text: str) -> str:
@@ -292,7 +355,7 @@ def write_value(path: Path, value: str) -> None:
 
 @dataclass
 class Plan:
-    changes: list[Change] = field(default_factory=list)
+    changes: list[Change[Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # findings or settings left alone, one line each, with why
     notes: list[str] = field(default_factory=list)
     manual: int = 0  # findings with no automatic fix

@@ -61,3 +61,15 @@ def assert_nothing_left(runid: str, rundir: Path) -> None:
     assert not rundir.exists(), f"run directory left: {rundir}"
     root = root_namespace_leftovers()
     assert not root, f"root namespace touched: {root}"
+
+
+def wait_processes_gone(text: str, seconds: float = 2.0) -> list[str]:
+    """Processes whose command line mentions ``text`` still alive after ``seconds`` (children die with kvmtune)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    left = processes_mentioning(text)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = processes_mentioning(text)
+    return left

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from net_helpers import assert_nothing_left, namespaces, processes_mentioning
+from net_helpers import assert_nothing_left, namespaces, wait_processes_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
 
@@ -54,9 +54,9 @@ def test_sigkill_then_cleanup(workdir: Path, args: tuple[str, ...]) -> None:
     runid, rundir = desc["facts"]["runid"], Path(desc["rundir"])
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    # the killed run left its namespaces, and its daemons / relays / slirp QEMU keep running
+    # its daemons, relays and slirp QEMU die with it (PR_SET_PDEATHSIG); its namespaces stay until cleanup
+    assert not wait_processes_gone(str(rundir), 2.0)
     assert [n for n in namespaces() if n.startswith(f"kvmtune-{runid}-")]
-    assert processes_mentioning(str(rundir))
     listed = _kvmtune("net", "list", "--workdir", str(workdir))
     assert f"{runid}" in listed.stdout and "left over" in listed.stdout
     res = _kvmtune("net", "cleanup", "--workdir", str(workdir))

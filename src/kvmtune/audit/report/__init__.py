@@ -10,9 +10,9 @@ from kvmtune.audit.report.text import render_text
 FORMATS = ("text", "json", "sarif")
 
 
-def render(result: AuditResult, fmt: str, color: bool = False) -> str:
+def render(result: AuditResult, fmt: str, color: bool = False, width: int | None = None) -> str:
     if fmt == "json":
         return render_json(result)
     if fmt == "sarif":
         return render_sarif(result)
-    return render_text(result, color=color)
+    return render_text(result, color=color, width=width)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections import Counter
 from itertools import groupby
 
@@ -18,12 +20,40 @@ _COLOR = {
 _RESET = "\033[0m"
 
 
-def _sev(s: Severity, color: bool) -> str:
-    label = f"{str(s).upper():8}"
-    return f"{_COLOR[s]}{label}{_RESET}" if color else label
+_HANGING = re.compile(r"^(\s*)(?:(?:CRITICAL|HIGH|MEDIUM|LOW|INFO)\s+KVM-[A-Z]+-\d+ |[a-z]+: |Looked at: |hint: )")
 
 
-def render_text(result: AuditResult, color: bool = False) -> str:
+def wrap(line: str, width: int | None) -> list[str]:
+    """``line`` cut at ``width`` with a hanging indent: continuation lines start under the text
+    after the severity and rule id, or after a ``label: ``."""
+    if width is None or len(line) <= width:
+        return [line]
+    m = _HANGING.match(line)
+    indent = len(m.group(0)) if m else len(line) - len(line.lstrip())
+    if indent > width // 2:
+        indent = len(line) - len(line.lstrip()) + 4
+    return textwrap.wrap(line, width=width, subsequent_indent=" " * indent, break_on_hyphens=False,
+                         drop_whitespace=True) or [line]
+
+
+def render_text(result: AuditResult, color: bool = False, width: int | None = None) -> str:
+    """``width``: wrap to it (a terminal's columns); None leaves lines whole (files, pipes)."""
+    text = _render(result)
+    lines = [piece for line in text.splitlines() for piece in wrap(line, width)]
+    if color:
+        lines = [_colorize(line) for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+def _colorize(line: str) -> str:
+    m = re.match(r"^    (CRITICAL|HIGH|MEDIUM|LOW|INFO) +KVM-", line)
+    if not m:
+        return line
+    label = line[4:12]  # the severity padded to 8, as written by _render
+    return f"    {_COLOR[Severity.parse(m.group(1))]}{label}{_RESET}{line[12:]}"
+
+
+def _render(result: AuditResult) -> str:
     out: list[str] = []
     if result.looked_at:
         out.append("Looked at: " + "; ".join(result.looked_at))
@@ -39,7 +69,7 @@ def render_text(result: AuditResult, color: bool = False) -> str:
             if device:
                 out.append(f"  {device}")
             for f in items:
-                out.append(f"    {_sev(f.severity, color)} {f.rule} {f.summary}")
+                out.append(f"    {str(f.severity).upper():8} {f.rule} {f.summary}")
                 out.append(f"             actual: {f.actual}   expected: {f.expected}")
                 out.append(f"             at: {f.evidence}" + (f"  in {f.source}" if f.source else ""))
                 if f.fix.description:

@@ -133,9 +133,20 @@ def find_leftovers(runner: Runner, host: HostRoot, workdir: Path) -> list[Leftov
     return sorted(runs.values(), key=lambda r: r.runid)
 
 
-def cleanup(runner: Runner, host: HostRoot, workdir: Path, *, force: bool = False, dry_run: bool = False) -> CleanupReport:
+def cleanup(
+    runner: Runner,
+    host: HostRoot,
+    workdir: Path,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> CleanupReport:
+    """``skip``: run ids left alone (e.g. a namespace so new its owner may not have locked it yet)."""
     report = CleanupReport()
     for lo in find_leftovers(runner, host, workdir):
+        if lo.runid in skip:
+            continue
         if lo.live and not force:
             report.skipped_live.append(f"run {lo.runid} (owner pid {lo.owner_pid or '?'})")
             continue

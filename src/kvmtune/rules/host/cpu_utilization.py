@@ -15,6 +15,7 @@ class CpuUtilizationHigh(HostFactsRule):
     slug = "cpu-utilization-high"
     topic = "cpu-utilization"
     severity = Severity.MEDIUM
+    also_severities = (Severity.HIGH,)  # what some findings are raised or lowered to
     title = "Host CPU utilization above the 80 % target"
     why = (
         "Seed 000 targets overall system use at 80 % or lower: the remaining 20 % absorbs bursts, and as use "

@@ -15,6 +15,7 @@ class EntropyLow(HostFactsRule):
     slug = "entropy-low"
     topic = "entropy"
     severity = Severity.MEDIUM
+    also_severities = (Severity.INFO,)  # what some findings are raised or lowered to
     title = "The host's entropy pool is nearly empty"
     why = (
         "On kernels with the old blocking /dev/random (a 4096-bit pool), reads block when entropy_avail runs "

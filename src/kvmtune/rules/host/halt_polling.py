@@ -15,6 +15,7 @@ class HaltPolling(HostFactsRule):
     slug = "halt-poll-ns-mismatch"
     topic = "halt-polling"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW,)  # what some findings are raised or lowered to
     title = "kvm.halt_poll_ns does not suit how loaded the host's CPUs are"
     why = (
         "Halt polling keeps an idle vCPU spinning for up to halt_poll_ns before it sleeps. Seed 002 found 80 µs "

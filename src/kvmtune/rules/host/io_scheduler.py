@@ -23,6 +23,7 @@ class IoSchedulerMismatch(HostFactsRule):
     slug = "io-scheduler-mismatch"
     topic = "io-scheduler"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW,)  # what some findings are raised or lowered to
     title = "Block device uses an I/O scheduler that does not suit its kind"
     why = (
         "Seed 000 measured FFSB large-file creation with 16 threads at 104.0 MB/s with Deadline against 18.9 MB/s "

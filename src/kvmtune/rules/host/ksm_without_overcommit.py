@@ -14,6 +14,7 @@ class KsmWithoutOvercommit(HostFactsRule):
     slug = "ksm-without-overcommit"
     topic = "ksm"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "KSM is scanning although the guests' memory fits in RAM"
     why = (
         "ksmd spends CPU comparing pages and breaks transparent huge pages apart to merge them; seed 002 turned "

@@ -14,6 +14,7 @@ class KvmAccelerationUnavailable(HostFactsRule):
     slug = "kvm-acceleration-unavailable"
     topic = "kvm-acceleration"
     severity = Severity.CRITICAL
+    also_severities = (Severity.HIGH,)  # what some findings are raised or lowered to
     title = "KVM acceleration is not available: guests would run under TCG emulation"
     why = (
         "Without a usable /dev/kvm, QEMU falls back to TCG, translating every guest instruction in software; "

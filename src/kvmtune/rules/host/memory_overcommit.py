@@ -13,6 +13,7 @@ class MemoryOvercommit(HostFactsRule):
     slug = "memory-overcommit"
     topic = "memory-overcommit"
     severity = Severity.MEDIUM
+    also_severities = (Severity.HIGH,)  # what some findings are raised or lowered to
     title = "Running guests are promised more memory than the host has"
     why = (
         "If the guests touch the memory they were given, the host must find it somewhere: KSM, balloons or "

@@ -14,6 +14,7 @@ class NetdevBacklog(HostFactsRule):
     slug = "netdev-backlog"
     topic = "tcp-sysctl"
     severity = Severity.LOW
+    also_severities = (Severity.INFO,)  # what some findings are raised or lowered to
     title = "net.core.netdev_max_backlog does not match the drops the host sees"
     why = (
         "Packets a tap or a non-NAPI device hands to the kernel wait in a per-CPU backlog of "

@@ -16,6 +16,7 @@ class OutdatedTuningProfile(HostFactsRule):
     slug = "outdated-tuning-profile"
     topic = "tuned-profile"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Host carries values of a 2012–2020 tuning profile copied by hand"
     why = (
         "tuned has since dropped the scheduler granularity and migration-cost sysctls (2021, 'drop sched_ "

@@ -13,6 +13,7 @@ class SwapInUse(HostFactsRule):
     slug = "swap-in-use"
     topic = "swap"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW, Severity.HIGH)  # what some findings are raised or lowered to
     title = "The host is using swap"
     why = (
         "A guest page in host swap turns a memory access into a disk read the guest cannot see or schedule "

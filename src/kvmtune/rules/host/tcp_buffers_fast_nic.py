@@ -14,6 +14,7 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
     slug = "tcp-buffers-small-for-fast-nic"
     topic = "tcp-sysctl"
     severity = Severity.LOW
+    also_severities = (Severity.INFO,)  # what some findings are raised or lowered to
     title = "TCP buffer maxima too small for the host's 10G+ NICs"
     why = (
         "A TCP flow can only keep window-size bytes in flight: at 10 Gbit/s and 5 ms round trip that is about "

@@ -14,6 +14,7 @@ class TcpSysctlSeedEra(HostFactsRule):
     slug = "tcp-sysctl-seed-era"
     topic = "tcp-sysctl"
     severity = Severity.LOW
+    also_severities = (Severity.INFO, Severity.HIGH)  # what some findings are raised or lowered to
     title = "TCP sysctl set the way 2012–2018 tuning guides did, against today's kernel documentation"
     why = (
         "Seed 002 set tcp_tw_reuse=1 and similar knobs on hosts and guests. Today's ip-sysctl documentation "

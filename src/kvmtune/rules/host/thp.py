@@ -13,6 +13,7 @@ class TransparentHugePages(HostFactsRule):
     slug = "thp-unsuited"
     topic = "thp"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW,)  # what some findings are raised or lowered to
     title = "Transparent huge pages are off, or defragment on every fault"
     why = (
         "QEMU asks for huge pages for guest RAM with madvise(); with THP 'never' every guest access goes "

@@ -16,6 +16,7 @@ class TxQueueLen(HostFactsRule):
     slug = "txqueuelen-guest-ports"
     topic = "txqueuelen"
     severity = Severity.LOW
+    also_severities = (Severity.INFO,)  # what some findings are raised or lowered to
     title = "Transmit queue of a bridge, tap or macvtap drops packets, or is blown up without need"
     why = (
         "For a tap the host's transmit queue is the path into the guest: when it overflows the guest loses "

@@ -15,6 +15,7 @@ class BackingChainDeep(DiskImageRule):
     slug = "backing-chain-deep"
     topic = "backing-chain"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Long chain of backing files"
     why = (
         "A read of a cluster an overlay does not hold falls through to the next image, and the next: each "

@@ -13,6 +13,7 @@ class ImageBroken(DiskImageRule):
     slug = "image-broken"
     topic = "image-format"
     severity = Severity.CRITICAL
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Disk image is damaged, truncated or missing its backing file"
     why = (
         "QEMU refuses to start a guest on a qcow2 image marked corrupt or missing its backing file; a "

@@ -15,6 +15,7 @@ class ImageFormat(DiskImageRule):
     slug = "image-format-unsuited"
     topic = "image-format"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW, Severity.CRITICAL)  # what some findings are raised or lowered to
     title = "Image format is not raw or a current qcow2, or differs from what the guest declares"
     why = (
         "QEMU's fast, well-tested paths are raw and qcow2 (compat 1.1). Formats of other hypervisors are "

@@ -16,6 +16,7 @@ class PartitionMisaligned(DiskImageRule):
     slug = "partition-misaligned"
     topic = "partition-alignment"
     severity = Severity.HIGH
+    also_severities = (Severity.INFO, Severity.MEDIUM)  # what some findings are raised or lowered to
     title = "Partition inside the image does not start on a 4 KiB (or 1 MiB) boundary"
     why = (
         "Seed 000: a partition starting at sector 63 (32,256 bytes) makes every 4 KiB guest block straddle two "

@@ -20,6 +20,7 @@ class Qcow2L2CacheCoverage(DiskImageRule):
     slug = "qcow2-l2-cache-coverage"
     topic = "qcow2-cache"
     severity = Severity.MEDIUM
+    also_severities = (Severity.LOW,)  # what some findings are raised or lowered to
     title = "qcow2 image larger than the default L2 cache covers"
     why = (
         "qcow2 maps every guest cluster through an L2 table; QEMU caches at most 32 MiB of them by default, "

@@ -13,6 +13,7 @@ class StorageOvercommit(DiskImageRule):
     slug = "storage-overcommit"
     topic = "storage-overcommit"
     severity = Severity.MEDIUM
+    also_severities = (Severity.HIGH,)  # what some findings are raised or lowered to
     title = "Images on one file system can grow beyond its free space"
     why = (
         "Seed 000's worked example: four sparse 100 GB images holding 60 GB on a 250 GB file system leave "

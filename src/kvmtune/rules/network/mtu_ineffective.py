@@ -18,6 +18,7 @@ class MtuIneffective(GuestRule):
     slug = "mtu-ineffective"
     topic = "mtu"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "<mtu> that does not reach the guest (non-virtio NIC, unsupported type or impossible size)"
     why = (
         "libvirt applies <mtu size> to the host side (tap, bridge port) and tells the guest through virtio-net's "

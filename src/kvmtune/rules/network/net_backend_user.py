@@ -14,6 +14,7 @@ class NetBackendUser(GuestRule):
     slug = "net-backend-user"
     topic = "net-backend"
     severity = Severity.HIGH
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "NIC uses user-mode networking (SLIRP or passt): a TCP/IP stack in userspace, not a real link"
     why = (
         "User-mode networking re-terminates every guest connection in a userspace TCP/IP stack and replays it "

@@ -14,6 +14,7 @@ class DiskNoIothread(GuestRule):
     slug = "disk-no-iothread"
     topic = "iothreads"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "virtio disk without an IOThread on a multi-vCPU guest: its I/O runs in QEMU's main loop"
     why = (
         "Without an IOThread a virtio-blk disk is served by QEMU's main event loop, which it shares with "

@@ -16,6 +16,7 @@ class MachineTypeSingleQueue(GuestRule):
     slug = "machine-type-single-queue"
     topic = "iothreads"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Machine type older than 5.2 keeps virtio disks on one queue"
     why = (
         "Since QEMU 5.2 virtio-blk and virtio-scsi get one request queue per vCPU automatically; every machine "

@@ -1,0 +1,147 @@
+"""What killed benchmarks left behind, found and removed when the next benchmark starts.
+
+Children die with kvmtune (``PR_SET_PDEATHSIG``, see :mod:`kvmtune.runner`), but
+kernel objects do not: network namespaces (with their links), loop devices,
+mounts and the work directory's ``scratch-*`` directories. A run's leftovers are
+found only through what marks them as kvmtune's and says whether their owner is
+gone, nothing else is touched:
+
+* namespaces ``kvmtune-<run>-<role>`` and run directories ``<workdir>/net/<run>``:
+  the lock on the namespace file and ``owner.json``
+  (:func:`kvmtune.bench.net.cleanup.find_leftovers`); a namespace made in the last
+  few seconds may still be waiting for its lock and is left for the next start;
+* ``<workdir>/scratch-*`` directories: their ``owner.json`` (pid, process start
+  time, boot id); with a dead owner, the loop devices backed by files in them are
+  detached, mounts below them unmounted and the directory removed. Empty scratch
+  directories (of any owner no longer running) are removed too.
+
+The benchmark runner calls :func:`sweep` before it measures and prints one line;
+``--keep-leftovers`` lists them instead of removing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.bench.net.netns import NETNS_DIR
+from kvmtune.bench.workdir import OWNER_FILE, read_owner
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+NAMESPACE_GRACE_S = 10.0  # a namespace younger than this may be one whose owner has not locked it yet
+
+
+@dataclass
+class SweepReport:
+    found: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    kept: bool = False
+
+    def line(self) -> str | None:
+        """The one line a benchmark prints about leftovers, or None when there were none."""
+        if not self.found and not self.problems:
+            return None
+        what = ", ".join(self.found[:8]) + (f" and {len(self.found) - 8} more" if len(self.found) > 8 else "")
+        if self.kept:
+            return f"kvmtune: leftovers of killed runs kept (--keep-leftovers): {what}"
+        tail = f"; problems: {'; '.join(self.problems)}" if self.problems else ""
+        return f"kvmtune: removed leftovers of killed runs: {what or 'none'}{tail}"
+
+
+def _loop_devices_under(host: HostRoot, directory: Path) -> list[str]:
+    """Loop devices whose backing file lies in ``directory`` (from sysfs, read through HostRoot)."""
+    out = []
+    prefix = str(directory.resolve()) + "/"
+    for name in host.listdir("/sys/block"):
+        if not name.startswith("loop"):
+            continue
+        backing = (host.read_optional(f"/sys/block/{name}/loop/backing_file") or "").strip()
+        if backing.removesuffix(" (deleted)").startswith(prefix):
+            out.append(f"/dev/{name}")
+    return out
+
+
+def _mounts_under(host: HostRoot, directory: Path) -> list[str]:
+    prefix = str(directory.resolve()) + "/"
+    out = []
+    for line in (host.read_optional("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if (point + "/").startswith(prefix):
+                out.append(point)
+    return sorted(out, key=len, reverse=True)  # innermost first
+
+
+def _scratch_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool, report: SweepReport) -> None:
+    if not workdir.is_dir():
+        return
+    for d in sorted(workdir.glob("scratch-*")):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        owner = read_owner(d)
+        if owner is not None and owner.alive(host):
+            continue
+        try:
+            contents = [p.name for p in d.iterdir() if p.name not in (OWNER_FILE, f".{OWNER_FILE}.tmp")]
+        except OSError:
+            continue
+        if owner is None and contents:
+            continue  # not marked as kvmtune's (an older kvmtune's, or the user's): left alone
+        loops = _loop_devices_under(host, d)
+        mounts = _mounts_under(host, d)
+        report.found += [f"mount {m}" for m in mounts] + [f"loop {dev}" for dev in loops] + [f"{d.name}/"]
+        if keep:
+            continue
+        for m in mounts:
+            res = runner.run(["umount", "--lazy", m], timeout=30)
+            if not res.ok:
+                report.problems.append(f"{m}: {res.describe_failure()}")
+        for dev in loops:
+            res = runner.run(["losetup", "-d", dev], timeout=30)
+            if not res.ok:
+                report.problems.append(f"{dev}: {res.describe_failure()}")
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _young(name: str) -> bool:
+    try:
+        return time.time() - os.stat(os.path.join(NETNS_DIR, name)).st_mtime < NAMESPACE_GRACE_S
+    except OSError:
+        return False
+
+
+def _network_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool, report: SweepReport) -> None:
+    from kvmtune.bench.net.cleanup import cleanup, find_leftovers
+    from kvmtune.bench.net.netns import NetError
+
+    try:
+        leftovers = find_leftovers(runner, host, workdir)
+    except NetError as exc:
+        report.problems.append(str(exc))
+        return
+    young = {lo.runid for lo in leftovers if any(_young(ns) for ns in lo.namespaces)}
+    dead = [lo for lo in leftovers if not lo.live and lo.runid not in young]
+    if not dead:
+        return
+    if keep:
+        report.found += [ns for lo in dead for ns in lo.namespaces] + [f"net/{lo.runid}/" for lo in dead if lo.rundir]
+        return
+    rep = cleanup(runner, host, workdir, skip=young)
+    report.found += rep.removed_namespaces + [f"net/{Path(d).name}/" for d in rep.removed_dirs] + rep.killed
+    report.problems += rep.problems
+
+
+def sweep(runner: Runner, host: HostRoot, workdir: Path, *, keep: bool = False) -> SweepReport:
+    """Find (and unless ``keep`` remove) what killed runs left; never touches a live run's things."""
+    report = SweepReport(kept=keep)
+    with contextlib.suppress(PermissionError):
+        _scratch_leftovers(runner, host, workdir, keep, report)
+    if os.geteuid() == 0:  # only root can have made (or remove) namespaces and loop devices
+        _network_leftovers(runner, host, workdir, keep, report)
+    return report

@@ -1,0 +1,263 @@
+"""Journal entries: one typed record per kind of change, the only shape a journal holds.
+
+A change's ``snapshot`` builds its entry (:mod:`kvmtune.fix.plan`,
+:mod:`kvmtune.fix.images`), ``apply`` fills in what it learns while making the
+change, the journal stores ``to_json()`` and reads back ``entry_from_json()``
+(which refuses anything malformed with one line), and the change kind's ``undo``
+reads the entry's fields. The JSON keys are those of journal format 1, so journals
+written before these types existed are still undone.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+STATUSES = ("planned", "done", "failed", "undone")
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text.encode("ascii"), validate=True)
+
+
+class _Reader:
+    """Typed access to one JSON object of the journal; every problem is a ValueError naming the change."""
+
+    def __init__(self, doc: dict[str, Any], label: str) -> None:
+        self.doc = doc
+        self.label = label
+
+    def bad(self, key: str, what: str) -> ValueError:
+        return ValueError(f"{self.label} has {what} {key!r}")
+
+    def text(self, key: str) -> str:
+        value = self.doc.get(key)
+        if not isinstance(value, str):
+            raise ValueError(f"{self.label} has no {key!r} string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self.doc.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.bad(key, "a non-string")
+        return value
+
+    def opt_int(self, key: str) -> int | None:
+        value = self.doc.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise self.bad(key, "a non-integer")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.doc.get(key, False)
+        if not isinstance(value, bool):
+            raise self.bad(key, "a non-boolean")
+        return value
+
+    def texts(self, key: str) -> list[str]:
+        value = self.doc.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise self.bad(key, "a bad")
+        return list(value)
+
+    def blob(self, key: str, *, missing_ok: bool = True) -> bytes | None:
+        if key not in self.doc and not missing_ok:
+            raise ValueError(f"{self.label} has no prior content")
+        value = self.doc.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"{self.label} has no prior content")
+        try:
+            return unb64(value)
+        except (ValueError, UnicodeEncodeError, binascii.Error):
+            raise ValueError(f"{self.label} has undecodable prior content") from None
+
+
+@dataclass
+class Entry:
+    """What every entry has: a title, and how far the change got."""
+
+    kind: ClassVar[str] = ""
+    what: str
+    status: str = "planned"  # planned | done | failed | undone
+    error: str | None = None
+
+    def _common(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "what": self.what, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _status(r: _Reader) -> str:
+        status = r.text("status")
+        if status not in STATUSES:
+            raise ValueError(f"{r.label} has unknown status {status!r}")
+        return status
+
+
+@dataclass
+class FileEntry(Entry):
+    """A file written atomically (domain XML, a drop-in): its prior bytes, or that it did not exist."""
+
+    kind: ClassVar[str] = "file"
+    path: str = ""
+    shown: str = ""
+    prior: bytes | None = None  # None: the file did not exist
+    prior_mode: int | None = None
+    prior_uid: int | None = None
+    prior_gid: int | None = None
+    after_sha256: str | None = None
+    temp: str = ""
+    created_dirs: list[str] = field(default_factory=list)  # outermost first
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self._common(), "path": self.path, "shown": self.shown, "prior_b64": b64(self.prior),
+            "prior_mode": self.prior_mode, "prior_uid": self.prior_uid, "prior_gid": self.prior_gid,
+            "after_sha256": self.after_sha256, "temp": self.temp, "created_dirs": self.created_dirs,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> FileEntry:
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            path=r.text("path"), shown=r.opt_text("shown") or r.text("path"), prior=r.blob("prior_b64", missing_ok=False),
+            prior_mode=r.opt_int("prior_mode"), prior_uid=r.opt_int("prior_uid"), prior_gid=r.opt_int("prior_gid"),
+            after_sha256=r.opt_text("after_sha256"), temp=r.text("temp"), created_dirs=r.texts("created_dirs"),
+        )
+
+
+@dataclass(frozen=True)
+class Restore:
+    """One value undo writes back: the file written (below --root), the value, how the plan names the file."""
+
+    target: str
+    value: str
+    shown: str
+
+
+@dataclass
+class RuntimeEntry(Entry):
+    """A value written to /proc/sys or /sys (or to its copy in a tree)."""
+
+    kind: ClassVar[str] = "runtime"
+    path: str = ""  # the host path (/proc/sys/vm/swappiness)
+    real_path: str = ""  # where it was written (below --root)
+    parse: str = "plain"  # plain | bracket | mask: how the value is read back
+    prior: str = ""
+    new: str = ""
+    restore: list[Restore] = field(default_factory=list)  # written in order by undo
+    tree_prior: bytes | None = None  # in a tree these are plain files: their prior bytes
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            **self._common(), "path": self.path, "real_path": self.real_path, "parse": self.parse,
+            "prior": self.prior, "new": self.new, "restore": [[r.target, r.value, r.shown] for r in self.restore],
+        }
+        if self.tree_prior is not None:
+            out["tree_prior_b64"] = b64(self.tree_prior)
+        return out
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> RuntimeEntry:
+        raw = r.doc.get("restore")
+        if not isinstance(raw, list) or not all(
+            isinstance(x, list) and len(x) == 3 and all(isinstance(v, str) for v in x) for x in raw
+        ):
+            raise ValueError(f"{r.label} has a bad restore list")
+        parse = r.opt_text("parse") or "plain"
+        if parse not in ("plain", "bracket", "mask"):
+            raise r.bad("parse", "an unknown")
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            path=r.text("path"), real_path=r.text("real_path"), parse=parse, prior=r.text("prior"), new=r.text("new"),
+            restore=[Restore(t, v, s) for t, v, s in raw], tree_prior=r.blob("tree_prior_b64"),
+        )
+
+
+@dataclass
+class DomainEntry(Entry):
+    """A libvirt domain redefined: its definition before, the one kvmtune defined, and what libvirt made of it."""
+
+    kind: ClassVar[str] = "domain"
+    uri: str = ""
+    name: str = ""
+    uuid: str = ""
+    prior_xml: str = ""
+    new_xml: str = ""
+    after_xml: str | None = None  # libvirt's definition after defineXML (undo's conflict check)
+    was_active: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self._common(), "uri": self.uri, "name": self.name, "uuid": self.uuid, "prior_xml": self.prior_xml,
+            "new_xml": self.new_xml, "after_xml": self.after_xml, "was_active": self.was_active,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> DomainEntry:
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            uri=r.text("uri"), name=r.text("name"), uuid=r.text("uuid"), prior_xml=r.text("prior_xml"),
+            new_xml=r.opt_text("new_xml") or "", after_xml=r.opt_text("after_xml"), was_active=r.flag("was_active"),
+        )
+
+
+@dataclass
+class ImageEntry(Entry):
+    """An image converted in place: the original kept as a hard link until undo or --purge-backups."""
+
+    kind: ClassVar[str] = "image"
+    path: str = ""
+    format: str = ""
+    options: str = ""
+    backup: str = ""
+    temp: str = ""
+    prior_ino: int | None = None
+    prior_size: int | None = None
+    after_ino: int | None = None
+    purged: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self._common(), "path": self.path, "format": self.format, "options": self.options,
+            "backup": self.backup, "temp": self.temp, "prior_ino": self.prior_ino, "prior_size": self.prior_size,
+            "after_ino": self.after_ino, "purged": self.purged,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> ImageEntry:
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            path=r.text("path"), format=r.opt_text("format") or "", options=r.opt_text("options") or "",
+            backup=r.text("backup"), temp=r.text("temp"), prior_ino=r.opt_int("prior_ino"),
+            prior_size=r.opt_int("prior_size"), after_ino=r.opt_int("after_ino"), purged=r.flag("purged"),
+        )
+
+
+KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry]] = {
+    "file": FileEntry, "runtime": RuntimeEntry, "domain": DomainEntry, "image": ImageEntry,
+}
+AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry
+
+
+def entry_from_json(doc: object, n: int) -> AnyEntry:
+    """The entry for change ``n`` of a journal; ValueError (one line) if it is not a well-formed one."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"change {n} is not an object")
+    kind = doc.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"change {n} has unknown kind {kind!r}")
+    return cls.from_json(_Reader(doc, f"change {n} ({kind})"))

@@ -1,0 +1,340 @@
+"""Block tier for verify: scratch replicas of one guest disk, served by qemu-storage-daemon, measured with fio.
+
+The replica copies the disk's *configuration* as the audit read it (format,
+qcow2 cluster size and preallocation from ``qemu-img info``, cache mode, AIO
+mode, discard), never its contents: the guest's image or device is never
+opened. Side A is the disk as it is, side B as the fix would make it; both are
+block nodes of one ``qemu-storage-daemon`` exporting them over NBD on a UNIX
+socket, and fio's ``nbd`` engine drives them. This runs at host speed: no
+guest, no TCG.
+
+The replicas live on the file system of the real image (that is where the
+cache and AIO modes act), in a directory named ``.kvmtune-verify-*``; when the
+image's directory is missing or not writable they go to the work directory and
+the result says so. As soon as the daemon has opened them the replica files are
+unlinked, so a killed kvmtune leaves no replica behind (the daemon dies with
+kvmtune, and the kernel frees the space with its last file descriptor).
+
+This is a minimal in-package copy of the storage bench's block tier, kept to
+the one interface :class:`~kvmtune.verify.measure.Probe`, so the shared block
+tier can replace it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvmtune.bench.storage.fio import parse_fio_json
+from kvmtune.bench.workdir import stop_process
+from kvmtune.errors import KvmtuneError
+from kvmtune.model.guest import Disk
+from kvmtune.runner import Runner
+from kvmtune.verify.measure import Metric
+
+SCRATCH_PREFIX = ".kvmtune-verify-"
+OWNER = "owner"
+QSD = "qemu-storage-daemon"
+DEFAULT_CLUSTER = 65536
+START_TIMEOUT_S = 10.0
+IOPS = Metric("iops", "IOPS", True, "fio through an NBD export of the replica")
+ALLOCATED = Metric("allocated", "MiB", False, "host space the replica still holds after the guest trimmed")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What QEMU is told about one disk: the part of its configuration that the fixes change."""
+
+    format: str = "raw"  # raw | qcow2
+    cluster_size: int | None = None  # qcow2 only
+    preallocation: str = "off"  # off | metadata | falloc | full
+    cache: str = "default"  # none | writethrough | writeback | directsync | unsafe | default (= writeback)
+    io: str = "threads"  # threads | native | io_uring
+    discard: str = "ignore"  # ignore | unmap
+
+    def describe(self) -> str:
+        fmt = self.format
+        if self.format == "qcow2":
+            fmt += f" ({(self.cluster_size or DEFAULT_CLUSTER) // 1024} KiB clusters, preallocation {self.preallocation})"
+        elif self.preallocation != "off":
+            fmt += f" (preallocation {self.preallocation})"
+        return f"{fmt}, cache {self.cache}, io {self.io}, discard {self.discard}"
+
+    def changes_to(self, other: Layout) -> str:
+        parts = []
+        for name in ("format", "cluster_size", "preallocation", "cache", "io", "discard"):
+            a, b = getattr(self, name), getattr(other, name)
+            if a != b:
+                parts.append(f"{name.replace('_', ' ')} {a or 'default'} → {b or 'default'}")
+        return ", ".join(parts) or "no change"
+
+    # cache modes as QEMU defines them (docs: "block device cache modes")
+    @property
+    def direct(self) -> bool:
+        return self.cache in ("none", "directsync")
+
+    @property
+    def no_flush(self) -> bool:
+        return self.cache == "unsafe"
+
+    @property
+    def writethrough(self) -> bool:
+        return self.cache in ("writethrough", "directsync")
+
+
+def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str]]:
+    """The disk's layout as the audit read it, and what had to be assumed (one line each)."""
+    assumed: list[str] = []
+    fmt = (disk.format or getattr(image, "format", None) or "raw").lower()
+    if fmt not in ("raw", "qcow2"):
+        raise Unreplicable(f"format {fmt}: the replica is made for raw and qcow2 only")
+    cluster = getattr(image, "cluster_size", None) if fmt == "qcow2" else None
+    prealloc = getattr(image, "preallocation", None)
+    if image is None:
+        if fmt == "qcow2":
+            assumed.append("image not readable here: qcow2 defaults assumed (64 KiB clusters, no preallocation)")
+        else:
+            assumed.append("image not readable here: a sparse raw file assumed")
+    if prealloc in (None, "grown"):
+        prealloc = "off"
+    if prealloc == "full" or prealloc == "falloc/full":
+        prealloc = "falloc"  # same allocation state; a full write of the replica would only cost time
+    cache = (disk.cache or "default").lower()
+    io = (disk.io or "threads").lower()
+    if io == "default":
+        io = "threads"
+    discard = (disk.discard or "ignore").lower()
+    return Layout(fmt, cluster, prealloc, cache, io, discard), assumed
+
+
+class Unreplicable(KvmtuneError):
+    """This disk's configuration cannot be copied onto a scratch replica; ``str()`` says why."""
+
+
+def scratch_parent(source: str | None, fallback: Path) -> tuple[Path, str | None]:
+    """Where the replicas go: the image's own directory when it is there and writable, else ``fallback``."""
+    if source and source.startswith("/"):
+        parent = Path(source).parent
+        if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
+            return parent, None
+        why = "does not exist" if not parent.exists() else "is not writable"
+        return fallback, f"{parent} {why}: replicas made in {fallback} instead (another file system may behave differently)"
+    return fallback, "the disk is not a local file: replicas made in the work directory"
+
+
+def _blockdev(node: str, path: Path, lay: Layout) -> list[str]:
+    cache = f"cache.direct={'on' if lay.direct else 'off'},cache.no-flush={'on' if lay.no_flush else 'off'}"
+    proto = f"driver=file,node-name={node}-file,filename={path},{cache},aio={lay.io},discard={lay.discard}"
+    fmt = f"driver={lay.format},node-name={node},file={node}-file,{cache},discard={lay.discard}"
+    return ["--blockdev", proto, "--blockdev", fmt]
+
+
+def create_replica(runner: Runner, path: Path, lay: Layout, size: int) -> None:
+    opts = [f"preallocation={lay.preallocation}"]
+    if lay.format == "qcow2":
+        opts.append(f"cluster_size={lay.cluster_size or DEFAULT_CLUSTER}")
+    res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", ",".join(opts), str(path), str(size)], timeout=120)
+    if not res.ok:
+        raise KvmtuneError(f"cannot create the scratch replica {path}: {res.describe_failure()}")
+
+
+@dataclass(frozen=True)
+class FioJob:
+    """One fio workload against an NBD export; ``fsync``: flush every N writes, as a guest file system does."""
+
+    name: str
+    rw: str
+    bs: str = "4k"
+    iodepth: int = 16
+    fsync: int = 0
+    rwmixread: int | None = None
+
+    def describe(self) -> str:
+        text = f"fio {self.rw} {self.bs} QD{self.iodepth}"
+        if self.rwmixread is not None:
+            text += f" {self.rwmixread}% reads"
+        if self.fsync:
+            text += f", flush every {self.fsync} writes"
+        return text
+
+
+class BlockPair:
+    """Side A and side B of one disk as NBD exports of one qemu-storage-daemon (a context manager)."""
+
+    def __init__(self, runner: Runner, parent: Path, a: Layout, b: Layout, size: int, job: FioJob,
+                 seconds: float, metric: Metric = IOPS) -> None:
+        self.runner = runner
+        self.parent = parent
+        self.layouts = {"A": a, "B": b}
+        self.size = size
+        self.job = job
+        self.seconds = seconds
+        self.metric = metric
+        self.dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.fds: dict[str, int] = {}
+
+    @property
+    def socket(self) -> Path:
+        assert self.dir is not None
+        return self.dir / "nbd.sock"
+
+    def __enter__(self) -> BlockPair:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if shutil.which(QSD) is None:
+            raise KvmtuneError(f"{QSD} not found (Debian package qemu-system-common / qemu-utils)")
+        if shutil.which("fio") is None:
+            raise KvmtuneError("fio not found (Debian package fio)")
+        self.dir = make_scratch_dir(self.parent)
+        argv = [QSD]
+        paths = {}
+        for side, lay in self.layouts.items():
+            path = self.dir / f"replica-{side}.{lay.format}"
+            create_replica(self.runner, path, lay, self.size)
+            paths[side] = path
+            argv += _blockdev(side, path, lay)
+        argv += ["--nbd-server", f"addr.type=unix,addr.path={self.socket}"]
+        for side, lay in self.layouts.items():
+            wt = "on" if lay.writethrough else "off"
+            argv += ["--export", f"type=nbd,id=export-{side},node-name={side},name={side},writable=on,writethrough={wt}"]
+        err = open(self.dir / "qsd.stderr", "wb")  # noqa: SIM115 - the child keeps it
+        with err:
+            self.proc = self.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                          start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.socket.exists():
+            if self.proc.poll() is not None:
+                raise KvmtuneError(f"{QSD} refused the replica configuration: {self._stderr()}")
+            if time.monotonic() > deadline:
+                raise KvmtuneError(f"{QSD} did not open its NBD socket within {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.02)
+        for side, path in paths.items():  # the daemon holds them open: nothing to leave behind after a kill
+            self.fds[side] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            path.unlink()
+
+    def _stderr(self) -> str:
+        assert self.dir is not None
+        try:
+            text = (self.dir / "qsd.stderr").read_text(errors="replace").strip()
+        except OSError:
+            return "no error output"
+        return text.splitlines()[-1] if text else "no error output"
+
+    def fio_argv(self, side: str, job: FioJob, seconds: float | None = None, size: str | None = None) -> list[str]:
+        argv = [
+            "fio", f"--name={job.name}", "--ioengine=nbd", f"--uri=nbd+unix:///{side}?socket={self.socket}",
+            f"--rw={job.rw}", f"--bs={job.bs}", f"--iodepth={job.iodepth}", f"--size={size or self.size}",
+            "--output-format=json",
+        ]
+        if job.fsync:
+            argv.append(f"--fsync={job.fsync}")
+        if job.rwmixread is not None:
+            argv.append(f"--rwmixread={job.rwmixread}")
+        if seconds is not None:
+            argv += [f"--runtime={max(1, round(seconds * 1000))}ms", "--time_based"]
+        return argv
+
+    def run_fio(self, argv: list[str], seconds: float, parse: bool = True) -> dict[str, float]:
+        res = self.runner.run(argv, timeout=seconds + 60)
+        if not res.ok:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise KvmtuneError(f"{QSD} exited during the measurement: {self._stderr()}")
+            raise KvmtuneError(f"fio against the replica failed: {res.describe_failure()}")
+        if not parse:
+            return {}
+        try:
+            return parse_fio_json(res.stdout)
+        except ValueError as exc:
+            raise KvmtuneError(f"fio against the replica: {exc}") from None
+
+    def sample(self, side: str) -> float:
+        m = self.run_fio(self.fio_argv(side, self.job, self.seconds), self.seconds)
+        return m["iops"]
+
+    def allocated_mib(self, side: str) -> float:
+        return os.fstat(self.fds[side]).st_blocks * 512 / (1 << 20)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self.proc = None
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+class DiscardProbe:
+    """Space returned to the host: write ``mib`` MiB, trim it (as a guest's fstrim does), read the replica's blocks."""
+
+    metric = ALLOCATED
+
+    def __init__(self, pair: BlockPair, mib: int = 64) -> None:
+        self.pair = pair
+        self.mib = mib
+
+    def sample(self, side: str) -> float:
+        size = f"{self.mib}m"
+        write = FioJob("fill", "write", "1m", 4)
+        trim = FioJob("trim", "trim", "1m", 4)
+        self.pair.run_fio(self.pair.fio_argv(side, write, None, size), 30)
+        self.pair.run_fio(self.pair.fio_argv(side, trim, None, size), 30, parse=False)
+        return self.pair.allocated_mib(side)
+
+
+def make_scratch_dir(parent: Path) -> Path:
+    """A ``.kvmtune-verify-*`` directory in ``parent`` holding an ``owner`` file with this process's pid."""
+    try:
+        path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+        (path / OWNER).write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise KvmtuneError(f"{parent}: cannot make a scratch directory ({exc.strerror})") from None
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_leftovers(parents: Iterable[Path]) -> list[str]:
+    """Remove scratch directories a killed verify left in ``parents`` (their owner process is gone)."""
+    removed = []
+    for parent in dict.fromkeys(parents):
+        with contextlib.suppress(OSError):
+            for entry in parent.iterdir():
+                if not entry.name.startswith(SCRATCH_PREFIX) or entry.is_symlink() or not entry.is_dir():
+                    continue
+                try:
+                    pid = int((entry / OWNER).read_text().strip())
+                except (OSError, ValueError):
+                    continue  # not one of ours, or still being made
+                if pid != os.getpid() and not _alive(pid):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(str(entry))
+    return removed

@@ -1,0 +1,126 @@
+"""Guest disk findings: the disk as it is vs as the fix would make it, on scratch replicas (block tier).
+
+Side B is not guessed: the rule's own fixer edits a copy of the guest's domain
+XML (exactly what ``kvmtune fix`` would write), and the edited disk is read back
+into the model. Fixes that are not XML edits (format, preallocation) name their
+layout change in :data:`~kvmtune.verify.experiments.MANUAL_DISK_CHANGES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from lxml import etree
+
+from kvmtune.audit.rule import all_rules
+from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.domains import fix_guest
+from kvmtune.fix.registry import FixOptions
+from kvmtune.model.guest import Disk, Guest
+from kvmtune.verify.block import BlockPair, DiscardProbe, FioJob, Layout, Unreplicable, layout_of, scratch_parent
+from kvmtune.verify.experiments import (
+    DISK_EXPERIMENTS,
+    MANUAL_DISK_CHANGES,
+    Outcome,
+    Subject,
+    Unmeasurable,
+    VerifyContext,
+)
+from kvmtune.verify.measure import Probe, alternate, judge
+
+
+def _fixed_disk(guest: Guest, disk: Disk, rule_id: str, ctx: VerifyContext) -> Disk:
+    """The disk after ``rule_id``'s fixer ran on a copy of the guest's definition."""
+    if guest.tree is None:
+        raise Unmeasurable("the guest was not read from domain XML, so the fix cannot be replayed on a copy")
+    rules = [r for r in all_rules() if r.id == rule_id]
+    data = etree.tostring(guest.tree)
+    try:
+        _g, result = fix_guest(data, guest.origin, guest.origin_kind, rules, FixOptions(host=ctx.host))
+    except KvmtuneError as exc:
+        raise Unmeasurable(f"the fix cannot be replayed: {exc}") from None
+    if result.after is None:
+        why = "; ".join(result.skipped) or "the fixer changed nothing"
+        raise Unmeasurable(f"the fix makes no change here ({why})")
+    after = guest_from_tree(parse_xml_bytes(result.after, guest.origin), guest.origin, guest.origin_kind)
+    for d in after.disks:
+        if d.target == disk.target:
+            return d
+    raise Unmeasurable(f"disk {disk.target} is gone after the fix")
+
+
+@dataclass
+class DiskExperiment:
+    subject: Subject
+    before: Layout
+    after: Layout
+    job: FioJob | str
+    parent_note: str | None
+    assumed: list[str] = field(default_factory=list)
+    by: str = "kvmtune fix"
+    tier: str = "block"
+
+    @property
+    def change(self) -> str:
+        return self.before.changes_to(self.after)
+
+    @property
+    def workload(self) -> str:
+        if isinstance(self.job, str):
+            return "write 64 MiB, trim it, host space still allocated"
+        return self.job.describe()
+
+    def run(self, ctx: VerifyContext) -> Outcome:
+        disk = self.subject.disk
+        assert disk is not None
+        parent, note = scratch_parent(disk.source if disk.source_type in (None, "file") else None, ctx.workdir)
+        notes = [n for n in (note, *self.assumed) if n]
+        job = self.job if isinstance(self.job, FioJob) else FioJob("discard", "write")
+        with BlockPair(ctx.runner, parent, self.before, self.after, ctx.size, job, ctx.seconds) as pair:
+            probe: Probe = DiscardProbe(pair) if self.job == "discard" else _IopsProbe(pair)
+            samples = alternate(probe, ctx.repeat, ctx.deadline)
+        j = judge(samples, probe.metric, ctx.threshold)
+        action = f"nothing changed on the guest (scratch replicas, removed); apply with {self.by}"
+        details = {
+            "before_layout": self.before.describe(), "after_layout": self.after.describe(),
+            "samples_a": samples.a, "samples_b": samples.b, "replica_dir": str(parent), "size": ctx.size,
+            "workload": self.workload,
+        }
+        return Outcome(j, action, notes, details, samples.cut_short)
+
+
+class _IopsProbe:
+    def __init__(self, pair: BlockPair) -> None:
+        self.pair = pair
+        self.metric = pair.metric
+
+    def sample(self, side: str) -> float:
+        return self.pair.sample(side)
+
+
+def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
+    f, guest, disk = subject.finding, subject.guest, subject.disk
+    if guest is None or disk is None:
+        raise Unmeasurable("the finding names no disk of an audited guest")
+    if disk.source_type not in (None, "file", "block", "volume"):
+        raise Unmeasurable(f"a {disk.source_type} disk has no local replica (network storage is not replicated)")
+    try:
+        before, assumed = layout_of(disk, subject.image)
+    except Unreplicable as exc:
+        raise Unmeasurable(str(exc)) from None
+    if disk.source_type == "block":
+        assumed.append("a block device is replicated as a raw file on the work directory's file system")
+    by = "kvmtune fix"
+    if f.rule in MANUAL_DISK_CHANGES:
+        change, by = MANUAL_DISK_CHANGES[f.rule]
+        after = replace(before, **change)  # type: ignore[arg-type]
+        if after.format != "qcow2":
+            after = replace(after, cluster_size=None)
+    else:
+        after, _ = layout_of(_fixed_disk(guest, disk, f.rule, ctx), subject.image)
+    if after == before:
+        raise Unmeasurable("the fix changes nothing the block tier can see")
+    source = disk.source if disk.source_type in (None, "file") else None
+    _parent, note = scratch_parent(source, ctx.workdir)
+    return DiskExperiment(subject, before, after, DISK_EXPERIMENTS[f.rule], note, assumed, by)

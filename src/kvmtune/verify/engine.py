@@ -1,0 +1,313 @@
+"""One verify run: every finding → its experiment (or the reason there is none) → one result line.
+
+The budget (``--budget``) is checked before each experiment against its
+estimate, and inside it between repeats; what it skipped is listed. Results go
+into the results database as a run of kind ``verify`` (one cell per measured
+finding), which ``kvmtune report`` shows under "verified fixes".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmtune.audit.finding import Finding
+from kvmtune.bench.runner import Cell, CellSink
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.registry import all_fixers
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.image import DiskImage
+from kvmtune.verify.block import scratch_parent, sweep_leftovers
+from kvmtune.verify.experiments import (
+    DISK_EXPERIMENTS,
+    NOT_MEASURABLE,
+    Experiment,
+    Subject,
+    Unmeasurable,
+    VerifyContext,
+    seed_figure,
+)
+from kvmtune.verify.measure import OutOfTime
+from kvmtune.verify.planner import plan_experiment
+
+TIER_LABELS = {
+    "block": "block tier: qemu-storage-daemon + fio over NBD on scratch replicas, at host speed (no guest, no TCG)",
+    "netns": "namespace tier: netload between two kvmtune network namespaces (veth, 198.18.0.0/15), host kernel only",
+    "host": "host tier: the host's own setting, changed through the fix journal and measured with fio",
+}
+SAMPLE_OVERHEAD_S = {"block": 0.35, "netns": 0.3, "host": 0.5}
+START_S = {"block": 0.6, "netns": 0.8, "host": 0.5}
+
+
+@dataclass
+class VerifyResult:
+    finding: Finding
+    tier: str | None = None
+    change: str = ""
+    workload: str = ""
+    judgement: Any = None  # measure.Judgement
+    verdict: str | None = None  # helps | no measurable effect | hurts; None: not measured
+    action: str = ""
+    reason: str | None = None  # why it was not measured
+    error: str | None = None  # the experiment failed: one line
+    seed: str | None = None
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    skipped_budget: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.finding.target.label()
+
+    @property
+    def measured(self) -> bool:
+        return self.judgement is not None
+
+    def line(self) -> str:
+        head = f"{self.finding.rule} {self.target}"
+        if self.error:
+            return f"{head}: {self.change}: measurement failed: {self.error}"
+        if self.reason:
+            return f"{head}: not measured: {self.reason}"
+        assert self.judgement is not None
+        text = f"{head}: {self.change}: {self.judgement.describe()}"
+        if self.seed:
+            text += f"; seed figure: {self.seed}"
+        return f"{text}; {self.verdict.upper() if self.verdict else '?'}; {self.action}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.finding.rule, "slug": self.finding.slug, "target": self.target,
+            "severity": str(self.finding.severity), "tier": self.tier, "change": self.change, "workload": self.workload,
+            "measurement": self.judgement.to_json() if self.judgement else None, "verdict": self.verdict,
+            "action": self.action, "not_measured": self.reason, "error": self.error, "seed": self.seed,
+            "notes": self.notes, "details": self.details, "seconds": round(self.seconds, 2),
+            "skipped_for_budget": self.skipped_budget,
+        }
+
+
+def _has_fix(f: Finding) -> bool:
+    return f.rule in all_fixers() or f.rule in DISK_EXPERIMENTS or f.fix.kind in ("sysctl", "udev", "image", "sysfs")
+
+
+def subjects(findings: Sequence[Finding], guests: Sequence[Guest], images: Sequence[DiskImage]) -> list[Subject]:
+    """Join every finding to the guest, disk and image it is about."""
+    out = []
+    for f in findings:
+        s = Subject(f)
+        t = f.target
+        for g in guests:
+            if g.name == t.domain and (not f.source or f.source == g.origin or g.origin in f.source):
+                s.guest = g
+                break
+        if s.guest is not None and t.device and t.device.startswith("disk:"):
+            ev = f.evidence
+            by_place = [d for d in s.guest.disks if d.locator and (ev == d.locator or ev.startswith(d.locator + "/"))]
+            by_name = [d for d in s.guest.disks if d.label == t.device]
+            found = by_place or by_name
+            s.disk = found[0] if found else None
+        if s.disk is not None:
+            for img in images:
+                if any(u.domain == s.guest.name and u.disk == s.disk.target for u in img.used_by):  # type: ignore[union-attr]
+                    s.image = img
+                    break
+        out.append(s)
+    return out
+
+
+def estimate(exp: Experiment, ctx: VerifyContext) -> float:
+    per = ctx.seconds + SAMPLE_OVERHEAD_S.get(exp.tier, 0.5)
+    return START_S.get(exp.tier, 0.5) + 2 * ctx.repeat * per
+
+
+@dataclass
+class Planned:
+    result: VerifyResult
+    subject: Subject
+    experiment: Experiment | None
+
+
+def plan_all(subs: Sequence[Subject], ctx: VerifyContext) -> list[Planned]:
+    """Every finding with its experiment, or with the reason it has none."""
+    out = []
+    for s in subs:
+        f = s.finding
+        r = VerifyResult(f, seed=seed_figure(f.rule))
+        exp: Experiment | None = None
+        if not _has_fix(f) and f.rule not in NOT_MEASURABLE:
+            r.reason = "no automatic fix to verify ('kvmtune audit' explains it)"
+        else:
+            try:
+                exp = plan_experiment(s, ctx)
+            except Unmeasurable as exc:
+                r.reason = str(exc)
+            except KvmtuneError as exc:
+                r.reason = f"cannot plan the experiment: {exc}"
+        if exp is not None:
+            r.tier, r.change, r.workload = exp.tier, exp.change, exp.workload
+        out.append(Planned(r, s, exp))
+    return out
+
+
+def sweep(planned: Sequence[Planned], ctx: VerifyContext) -> None:
+    """Remove what a killed verify left in the places this run uses."""
+    parents = {ctx.workdir}
+    for p in planned:
+        disk = p.subject.disk
+        if disk is not None:
+            parents.add(scratch_parent(disk.source, ctx.workdir)[0])
+    for gone in sweep_leftovers(parents):
+        ctx.notes.append(f"removed {gone}, left by a verify run that was killed")
+
+
+def execute_one(p: Planned, ctx: VerifyContext) -> None:
+    """Run ``p``'s experiment (if it fits the budget) and fill in its result."""
+    r, exp = p.result, p.experiment
+    if exp is None:
+        return
+    need = estimate(exp, ctx)
+    if ctx.deadline is not None and time.monotonic() + need > ctx.deadline:
+        r.reason = f"skipped: --budget left too little time (needs about {need:.0f}s)"
+        r.skipped_budget = True
+        return
+    start = time.monotonic()
+    try:
+        out = exp.run(ctx)
+    except Unmeasurable as exc:
+        r.reason = str(exc)
+        return
+    except OutOfTime:
+        r.reason = "skipped: --budget ran out"
+        r.skipped_budget = True
+        return
+    except KvmtuneError as exc:
+        r.error = str(exc)
+        return
+    finally:
+        r.seconds = time.monotonic() - start
+    r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
+    r.notes.extend(out.notes)
+    r.details = out.details
+    if out.cut_short:
+        r.notes.append(f"--budget: {out.judgement.n if out.judgement else 0} of {ctx.repeat} repeats")
+
+
+def run_verify(
+    subs: Sequence[Subject], ctx: VerifyContext, progress: Callable[[VerifyResult], None] | None = None
+) -> list[VerifyResult]:
+    """Plan and run everything in-process (no results database)."""
+    planned = plan_all(subs, ctx)
+    sweep(planned, ctx)
+    for p in planned:
+        execute_one(p, ctx)
+        if progress is not None and p.experiment is not None:
+            progress(p.result)
+    return [p.result for p in planned]
+
+
+def to_cell(r: VerifyResult) -> Cell:
+    """The stored form of one measured (or failed) finding."""
+    j = r.judgement
+    metrics: dict[str, float] = {}
+    if j is not None:
+        metrics = {"before": j.before, "after": j.after, "n": float(j.n)}
+        if j.ratio is not None:
+            metrics["ratio"] = j.ratio
+        if j.interval is not None:
+            metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
+    config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
+              "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
+              "unit": j.metric.unit if j else None, "seed": r.seed}
+    return Cell(f"{r.finding.rule}|{r.target}", config, r.workload or "-", "ok" if j is not None else "error", metrics,
+                error=r.error or r.reason, raw=json.dumps(r.to_json(), default=str), duration_s=r.seconds)
+
+
+@dataclass
+class VerifyBenchmark:
+    """The verify run as a :class:`~kvmtune.bench.runner.Benchmark`: the shared runner owns the run row,
+    SIGTERM and the cleanup call; each measured finding becomes one cell."""
+
+    planned: list[Planned]
+    ctx: VerifyContext
+    env: dict[str, Any]
+    kind: str = "verify"
+
+    def plan(self) -> str:
+        n = self.planned_cells()
+        return f"verify: {n} experiment(s) for {len(self.planned)} finding(s)"
+
+    def planned_cells(self) -> int:
+        return sum(1 for p in self.planned if p.experiment is not None)
+
+    def environment(self) -> dict[str, Any]:
+        return self.env
+
+    def execute(self, sink: CellSink) -> None:
+        sweep(self.planned, self.ctx)
+        for p in self.planned:
+            if p.experiment is None:
+                continue
+            execute_one(p, self.ctx)
+            if not p.result.skipped_budget:
+                sink.record(to_cell(p.result))
+
+    def describe(self, cell: Cell) -> str:
+        cfg = cell.config
+        return f"{cfg.get('verdict')} (ratio {cell.metrics.get('ratio', float('nan')):.2f})"
+
+    def cleanup(self) -> list[str]:
+        return []  # every experiment cleans up after itself (context managers, journal undo)
+
+    @property
+    def results(self) -> list[VerifyResult]:
+        return [p.result for p in self.planned]
+
+
+def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: float) -> str:
+    out: list[str] = []
+    tiers = sorted({r.tier for r in results if r.tier and r.measured})
+    for t in tiers:
+        out.append(f"# {TIER_LABELS.get(t, t)}")
+    out.append(f"# each side {ctx.repeat}× alternating A (as it is) / B (as fixed), {ctx.seconds:g}s each; "
+               f"ratio B/A with its 95% interval; helps/hurts only beyond ±{ctx.threshold:g}% and outside the interval")
+    measured = [r for r in results if r.measured or r.error]
+    rest = [r for r in results if not (r.measured or r.error)]
+    for r in measured:
+        out.append(r.line())
+        out.extend(f"    note: {n}" for n in dict.fromkeys(r.notes))
+    if rest:
+        out.append("")
+        out.append("Not measured:")
+        out.extend("  " + r.line() for r in rest)
+    out.extend(f"note: {n}" for n in ctx.notes)
+    counts = {v: sum(1 for r in results if r.verdict == v) for v in ("helps", "no measurable effect", "hurts")}
+    skipped = sum(1 for r in results if r.skipped_budget)
+    summary = (f"{len(measured)} of {len(results)} finding(s) measured in {elapsed:.0f}s: {counts['helps']} help, "
+               f"{counts['no measurable effect']} no measurable effect, {counts['hurts']} hurt")
+    if skipped:
+        summary += f"; {skipped} skipped for --budget"
+    out.append(summary)
+    return "\n".join(out) + "\n"
+
+
+def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
+    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run."""
+    out = []
+    for c in cells:
+        cfg = c.config
+        head = f"{cfg.get('rule')} {cfg.get('target')}: {cfg.get('change')}"
+        m = c.metrics
+        if c.status != "ok" or "before" not in m:
+            out.append(f"{head}: not measured ({c.error or c.status})")
+            continue
+        text = f"{head}: {cfg.get('metric')} {m['before']:,.4g} -> {m['after']:,.4g} {cfg.get('unit') or ''}".rstrip()
+        if "ratio" in m:
+            text += f", ratio {m['ratio']:.2f}"
+        if "ratio_ci_low" in m:
+            text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
+        out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({cfg.get('tier')} tier)")
+    return out

@@ -1,0 +1,148 @@
+"""The measurement interface every verify experiment implements, and the judge.
+
+A :class:`Probe` measures one number for side ``"A"`` (as it is) or ``"B"`` (as
+the fix makes it). :func:`alternate` asks it A, B, A, B, … so that drift of the
+machine (other load, the page cache, thermal state) falls on both sides alike,
+the way pyperf interleaves its worker processes. :func:`judge` turns the
+samples into a ratio B/A with its 95 % interval (Welch's t, from
+:mod:`kvmtune.bench.stats`) and a verdict.
+
+The probes here are deliberately thin: the tiers behind them (the block tier's
+qemu-storage-daemon + fio, netload between namespaces) own the run lifecycle.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvmtune.bench.stats import mean, stdev, t95, welch_diff
+
+HELPS, NO_EFFECT, HURTS = "helps", "no measurable effect", "hurts"
+VERDICTS = (HELPS, NO_EFFECT, HURTS)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # e.g. iops, throughput_MBps, allocated_MiB
+    unit: str
+    higher_is_better: bool
+    description: str = ""
+
+    def show(self, value: float) -> str:
+        if abs(value) >= 100:
+            return f"{value:,.0f} {self.unit}".strip()
+        return f"{value:.3g} {self.unit}".strip()
+
+
+class Probe(Protocol):
+    """One measurement of one side; raises :class:`~kvmtune.errors.KvmtuneError` with a one-line reason."""
+
+    metric: Metric
+
+    def sample(self, side: str) -> float: ...
+
+
+class OutOfTime(Exception):
+    """The budget ran out before both sides had a sample."""
+
+
+@dataclass
+class Samples:
+    a: list[float] = field(default_factory=list)
+    b: list[float] = field(default_factory=list)
+    cut_short: bool = False  # the budget stopped the repeats early
+
+
+def alternate(probe: Probe, repeat: int, deadline: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> Samples:
+    """A, B, A, B, … ``repeat`` times each. Stops early (keeping pairs) once ``deadline`` passes."""
+    out = Samples()
+    for n in range(repeat):
+        if deadline is not None and n > 0 and clock() >= deadline:
+            out.cut_short = True
+            break
+        out.a.append(probe.sample("A"))
+        out.b.append(probe.sample("B"))
+    if not out.a:
+        raise OutOfTime
+    return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    metric: Metric
+    before: float  # mean of side A
+    after: float  # mean of side B
+    ratio: float | None  # after / before
+    interval: tuple[float, float] | None  # 95 % interval of the ratio; None with one sample a side
+    verdict: str  # helps | no measurable effect | hurts
+    n: int  # samples per side
+
+    def describe(self) -> str:
+        m = self.metric
+        text = f"{m.name} {m.show(self.before)} -> {m.show(self.after)}"
+        if self.ratio is None:
+            return text + " (no ratio: side A measured 0)"
+        text += f", ratio {self.ratio:.2f}"
+        if self.interval is not None:
+            text += f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]"
+        else:
+            text += " [one sample a side: no interval]"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "metric": self.metric.name, "unit": self.metric.unit, "higher_is_better": self.metric.higher_is_better,
+            "before": self.before, "after": self.after, "ratio": self.ratio,
+            "interval_95": list(self.interval) if self.interval else None, "verdict": self.verdict, "n": self.n,
+        }
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """Ratio of geometric means B/A and its 95 % interval (Welch's t on the logarithms).
+
+    On the log scale a ratio's interval stays positive and symmetric in "times faster / slower".
+    """
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    d = mean(lb) - mean(la)
+    if len(a) < 2 or len(b) < 2:
+        return math.exp(d), None
+    va, vb = stdev(la) ** 2 / len(a), stdev(lb) ** 2 / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return math.exp(d), (math.exp(d), math.exp(d))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t95(df) * se
+    return math.exp(d), (math.exp(d - half), math.exp(d + half))
+
+
+def judge(samples: Samples, metric: Metric, threshold_pct: float = 5.0) -> Judgement:
+    """helps / hurts only when the 95 % interval of B/A excludes 1 and the change is at least ``threshold_pct``.
+
+    With one sample a side there is no interval and the verdict is always "no measurable effect".
+    """
+    a, b = samples.a, samples.b
+    before, after = mean(a), mean(b)
+    if min(a + b) <= 0:
+        if before == after:
+            return Judgement(metric, before, after, 1.0 if before else None, None, NO_EFFECT, len(a))
+        # a zero (nothing left allocated, say) has no logarithm: fall back to the plain difference of means
+        d = welch_diff(a, b, metric.name, threshold=threshold_pct)
+        if d.diff_pct is None:
+            return Judgement(metric, before, after, None, None, _direction(after > before, metric), len(a))
+        ratio = 1.0 + d.diff_pct / 100.0
+        interval = None if d.ci_pct is None else (1.0 + d.ci_pct[0] / 100.0, 1.0 + d.ci_pct[1] / 100.0)
+    else:
+        ratio, interval = ratio_interval(a, b)
+    verdict = NO_EFFECT
+    if interval is not None and abs(ratio - 1.0) * 100.0 >= threshold_pct and (interval[0] > 1.0 or interval[1] < 1.0):
+        verdict = _direction(ratio > 1.0, metric)
+    return Judgement(metric, before, after, ratio, interval, verdict, len(a))
+
+
+def _direction(b_higher: bool, metric: Metric) -> str:
+    return HELPS if b_higher == metric.higher_is_better else HURTS

@@ -1,0 +1,50 @@
+"""The README's first screen tells a new operator what to run, where the command is and what the
+install changes; it points only at files in the repository, and no link in the repository dangles."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_first_lines_are_the_two_commands() -> None:
+    block = README.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip()]
+    assert commands == ["bash scripts/install.sh", "bash scripts/test.sh"]
+    assert README.index("```sh") < 200
+
+
+def test_first_screen_says_where_the_command_is_and_what_install_changes() -> None:
+    first_screen = README[: README.index("## Audit")]
+    assert ".venv/bin/kvmtune" in first_screen and "/usr/local/bin/kvmtune" in first_screen and "PATH" in first_screen
+    for change in ("linux-image-cloud-amd64", "Open\nvSwitch", "iperf3", "sockperf", "Go", "npm", "libvirtd"):
+        assert change.replace("\n", " ") in first_screen.replace("\n", " "), change
+    assert "scripts/install.sh --audit-only" in first_screen
+
+
+def test_no_duplicated_sections() -> None:
+    headings = re.findall(r"^## (.+)$", README, flags=re.M)
+    assert len(headings) == len(set(headings)), headings
+
+
+def test_paths_the_readme_names_exist_in_the_repository() -> None:
+    assert "../" not in README
+    named = set(re.findall(r"`((?:docs|scripts|src|netload|bench|tests|examples)/[\w./-]*)`", README))
+    assert named
+    for path in named:
+        if "<" in path or "*" in path:
+            continue
+        assert (REPO / path.split(" ")[0]).exists(), path
+
+
+def test_no_symlink_in_the_repository_dangles() -> None:
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-s"], capture_output=True, text=True, check=True).stdout
+    links = [ln.split("\t", 1)[1] for ln in listed.splitlines() if ln.startswith("120000 ")]
+    links = [ln for ln in links if not ln.startswith("tests/fixtures/")]  # captured sysfs trees link as sysfs does
+    assert "examples" in links
+    for link in links:
+        assert (REPO / link).exists(), f"{link} -> {(REPO / link).readlink()} dangles"

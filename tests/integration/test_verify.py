@@ -1,0 +1,221 @@
+"""kvmtune verify end to end with real qemu-storage-daemon, fio, namespaces and the fix journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvmtune.cli import main
+from kvmtune.verify.measure import VERDICTS
+
+pytestmark = pytest.mark.integration
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+KVMTUNE = [sys.executable, "-m", "kvmtune"]
+
+
+def _need(*tools: str) -> None:
+    for t in tools:
+        if shutil.which(t) is None:
+            pytest.skip(f"{t} not installed")
+
+
+def _scratch(where: Path) -> list[Path]:
+    return sorted(where.glob(".kvmtune-verify-*"))
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+def test_examples_block_tier_verdicts_stored_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    work, db = tmp_path / "work", tmp_path / "results.db"
+    code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-005", "--repeat", "2", "--seconds", "0.5",
+                 "--size", "256M", "--workdir", str(work), "--db", str(db), "--format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    doc = json.loads(out)
+    measured = {r["rule"] + " " + r["target"]: r for r in doc["results"] if r["measurement"]}
+    discard = measured["KVM-STO-010 web01-legacy disk:hda"]
+    assert discard["verdict"] == "helps" and discard["measurement"]["after"] < discard["measurement"]["before"] / 10
+    writeback = measured["KVM-STO-005 app02-clone disk:vdb"]
+    assert writeback["verdict"] in VERDICTS and writeback["change"] == "cache writeback → none, io threads → native"
+    assert writeback["measurement"]["interval_95"] is not None and writeback["tier"] == "block"
+    assert _scratch(work) == [] and _pids_mentioning(str(work)) == []
+    assert main(["report", str(doc["run"]), "--db", str(db)]) == 0
+    report = capsys.readouterr().out
+    assert "verified fixes:" in report and "KVM-STO-010 web01-legacy disk:hda: discard ignore → unmap" in report
+
+
+def test_text_lines_name_rule_change_metric_verdict_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-001", "--repeat", "2", "--seconds", "0.3",
+                 "--size", "128M", "--workdir", str(tmp_path), "--no-store"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "block tier: qemu-storage-daemon + fio over NBD on scratch replicas, at host speed (no guest, no TCG)" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("KVM-STO-010 web01-legacy disk:hda"))
+    assert "allocated" in line and "-> " in line and "ratio" in line and "HELPS" in line and "scratch replicas" in line
+    assert "KVM-STO-001 web01-legacy disk:hda: not measured: bus change needs the guest tier" in out
+
+
+def test_sigterm_mid_measurement_leaves_no_replica(tmp_path: Path) -> None:
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    work = tmp_path / "work"
+    proc = subprocess.Popen([*KVMTUNE, "verify", "--examples", "--only", "KVM-STO-005", "--seconds", "3",
+                             "--workdir", str(work), "--no-store"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (_scratch(work) and _pids_mentioning(f"socket={work}")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _scratch(work), "the experiment never started"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert _scratch(work) == [] and _pids_mentioning(str(work)) == []
+
+
+def test_sigkill_leaves_no_replica_file_and_the_next_run_sweeps(tmp_path: Path) -> None:
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    work = tmp_path / "work"
+    proc = subprocess.Popen([*KVMTUNE, "verify", "--examples", "--only", "KVM-STO-005", "--seconds", "3",
+                             "--workdir", str(work), "--no-store"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _pids_mentioning(f"socket={work}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+        left = _scratch(work)
+        assert left, "the experiment never started"
+        assert [p for d in left for p in d.iterdir() if p.name.startswith("replica-")] == []  # unlinked once open
+    finally:
+        for pid in _pids_mentioning(str(work)):  # the daemon, if the kernel has not taken it down with kvmtune
+            os.kill(pid, signal.SIGKILL)
+    assert main(["verify", "--examples", "--only", "KVM-STO-010", "--repeat", "1", "--seconds", "0.2",
+                 "--size", "128M", "--workdir", str(work), "--no-store"]) == 0
+    assert _scratch(work) == []
+
+
+@pytest.fixture
+def loop_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A host tree whose virtual disk vdz is a loop device this test made (bfq, ext4 mounted in tmp_path)."""
+    _need("losetup", "mkfs.ext4", "fio")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a loop device")
+    img, mnt = tmp_path / "disk.img", tmp_path / "mnt"
+    with open(img, "wb") as f:
+        f.truncate(300 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+    dev = subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True, text=True).stdout.strip()
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        try:
+            name = os.path.basename(dev)
+            sched = Path(f"/sys/block/{name}/queue/scheduler")
+            if "bfq" not in sched.read_text():
+                pytest.skip("bfq is not offered on loop devices here")
+            sched.write_text("bfq\n")
+            root = tmp_path / "root"
+            (root / "sys" / "block").mkdir(parents=True)
+            (root / "proc").mkdir()
+            (root / "sys" / "block" / "vdz").symlink_to(f"/sys/block/{name}")
+            (root / "proc" / "mounts").write_text(f"{dev} {mnt} ext4 rw,relatime 0 0\n")
+            yield root, name
+        finally:
+            subprocess.run(["umount", str(mnt)], check=False)
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def _scheduler(name: str) -> str:
+    text = Path(f"/sys/block/{name}/queue/scheduler").read_text()
+    return text.split("[", 1)[1].split("]", 1)[0]
+
+
+def test_host_change_that_does_not_help_is_undone_through_the_journal(
+    loop_root: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, name = loop_root
+    journals = tmp_path / "journal"
+    # a threshold no scheduler change can reach: whatever it measures, the change does not help enough
+    code = main(["verify", "--host", "--root", str(root), "--only", "KVM-HST-004", "--apply", "--yes",
+                 "--threshold", "100000", "--repeat", "2", "--seconds", "0.5", "--journal-dir", str(journals),
+                 "--workdir", str(tmp_path / "w"), "--no-store", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, [r["error"] for r in doc["results"]]
+    (r,) = [r for r in doc["results"] if r["measurement"]]
+    assert r["verdict"] != "helps" and r["action"].startswith("undone automatically")
+    assert _scheduler(name) == "bfq"
+    (jfile,) = journals.glob("*.json")
+    journal = json.loads(jfile.read_text())
+    assert journal["state"] == "undone" and [e["status"] for e in journal["changes"]] == ["undone"]
+    assert journal["changes"][0]["prior"] == "bfq" and journal["changes"][0]["new"] == "none"
+    assert _scratch(tmp_path / "mnt") == []
+
+
+def test_keep_leaves_the_change_and_undo_restores_it(
+    loop_root: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, name = loop_root
+    journals = tmp_path / "journal"
+    code = main(["verify", "--host", "--root", str(root), "--only", "KVM-HST-004", "--apply", "--keep", "--yes",
+                 "--threshold", "100000", "--repeat", "1", "--seconds", "0.3", "--journal-dir", str(journals),
+                 "--workdir", str(tmp_path / "w"), "--no-store"])
+    out = capsys.readouterr().out
+    assert code == 0 and "kept (--keep)" in out
+    assert _scheduler(name) == "none"
+    (jfile,) = journals.glob("*.json")
+    assert main(["undo", jfile.stem, "--journal-dir", str(journals), "--yes"]) == 0
+    assert _scheduler(name) == "bfq"
+
+
+def test_without_apply_host_wide_findings_are_listed_not_changed(
+    loop_root: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, name = loop_root
+    assert main(["verify", "--host", "--root", str(root), "--only", "KVM-HST-004", "--workdir", str(tmp_path / "w"),
+                 "--no-store", "--journal-dir", str(tmp_path / "j")]) == 0
+    assert "host-wide change: measured only with --apply" in capsys.readouterr().out
+    assert _scheduler(name) == "bfq" and not (tmp_path / "j").exists()
+
+
+def test_namespace_settings_measured_in_kvmtune_namespaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    from kvmtune.bench.net.bench import REPO_NETLOAD
+
+    if shutil.which("netload") is None and not REPO_NETLOAD.is_file():
+        pytest.skip("netload is not built (make -C netload)")
+    before = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    code = main(["verify", "--host", "--root", str(HOSTS / "ksm-overcommit"), "--only", "KVM-HST-015,KVM-HST-013",
+                 "--repeat", "2", "--seconds", "0.5", "--workdir", str(tmp_path), "--no-store"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "KVM-HST-015 net:vnet3: txqueuelen 1000 → 2500: throughput" in out
+    assert "KVM-HST-013 sysctl:net.ipv4.tcp_rmem: net.ipv4.tcp_rmem 4096 131072 6291456 → 4096 131072 16777216" in out
+    after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    assert {n for n in after - before if n.startswith(f"kvmtune-v{os.getpid()}")} == set()

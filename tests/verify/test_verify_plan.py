@@ -1,0 +1,123 @@
+"""Finding → experiment: the registry covers every fixer, disks are replicated from the audit's model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import run_rules
+from kvmtune.cli.verify import parse_size
+from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
+from kvmtune.fix.registry import all_fixers
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+from kvmtune.verify.block import Layout, layout_of, make_scratch_dir, scratch_parent, sweep_leftovers
+from kvmtune.verify.engine import plan_all, subjects
+from kvmtune.verify.experiments import DISK_EXPERIMENTS, NOT_MEASURABLE, VerifyContext
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
+
+
+def test_every_fixer_has_an_experiment_or_a_reason() -> None:
+    missing = [r for r in all_fixers() if r not in DISK_EXPERIMENTS and r not in NOT_MEASURABLE]
+    assert missing == []
+
+
+def _plan(xml: str, tmp_path: Path, only: str) -> list:  # type: ignore[type-arg]
+    data = xml.encode()
+    guest = guest_from_tree(parse_xml_bytes(data, "t.xml"), "t.xml", "xml")
+    ctx = AuditContext(host=HostRoot("/"))
+    findings = [f for f in run_rules(ctx, [guest]) if f.rule == only]
+    vctx = VerifyContext(runner=Runner(), host=HostRoot("/"), root="/", workdir=tmp_path)
+    return plan_all(subjects(findings, [guest], []), vctx)
+
+
+def _domain(driver: str, source: str) -> str:
+    return f"""<domain type='kvm'><name>t</name><memory>1048576</memory><vcpu>2</vcpu>
+      <os><type arch='x86_64' machine='pc-q35-8.2'>hvm</type></os><devices>
+      <disk type='file' device='disk'><driver name='qemu' {driver}/><source file='{source}'/>
+      <target dev='vda' bus='virtio'/></disk></devices></domain>"""
+
+
+def test_side_b_is_what_the_fixer_writes(tmp_path: Path) -> None:
+    planned = _plan(_domain("type='qcow2' cache='writethrough'", "/nonexistent/x.qcow2"), tmp_path, "KVM-STO-002")
+    (p,) = planned
+    exp = p.experiment
+    assert exp is not None and exp.tier == "block"
+    assert exp.before == Layout("qcow2", None, "off", "writethrough", "threads", "ignore")
+    assert (exp.after.cache, exp.after.io) == ("none", "native")
+    assert "cache writethrough → none" in exp.change and "io threads → native" in exp.change
+    assert any("qcow2 defaults assumed" in a for a in exp.assumed)
+    assert exp.parent_note and "does not exist" in exp.parent_note
+
+
+def test_manual_format_change_is_measured_as_raw(tmp_path: Path) -> None:
+    (p,) = _plan(_domain("type='qcow2' cache='none' io='native'", "/nonexistent/x.qcow2"), tmp_path, "KVM-STO-008")
+    assert p.experiment is not None and p.experiment.after.format == "raw" and "qemu-img convert" in p.experiment.by
+
+
+def test_guest_tier_finding_says_why(tmp_path: Path) -> None:
+    xml = _domain("type='raw' cache='none' io='native'", "/x.img").replace("bus='virtio'", "bus='ide'").replace("vda", "hda")
+    (p,) = _plan(xml, tmp_path, "KVM-STO-001")
+    assert p.experiment is None and "guest tier" in (p.result.reason or "")
+
+
+def test_layout_from_the_image_model() -> None:
+    from kvmtune.model.guest import Disk
+    from kvmtune.qemu.image import DiskImage
+
+    img = DiskImage(path="/i", realpath="/i", format="qcow2", cluster_size=2 << 20, preallocation="metadata")
+    lay, assumed = layout_of(Disk("vda", format="qcow2", cache="none", io="io_uring", discard="unmap"), img)
+    assert lay == Layout("qcow2", 2 << 20, "metadata", "none", "io_uring", "unmap") and assumed == []
+    assert lay.direct and not lay.no_flush and not lay.writethrough
+    assert "2048 KiB clusters" in lay.describe()
+
+
+def test_scratch_goes_next_to_the_image_or_falls_back(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    assert scratch_parent(str(images / "a.qcow2"), tmp_path / "w") == (images, None)
+    parent, note = scratch_parent("/nonexistent/dir/a.qcow2", tmp_path / "w")
+    assert parent == tmp_path / "w" and note and "does not exist" in note
+
+
+def test_sweep_removes_only_dead_owners(tmp_path: Path) -> None:
+    mine = make_scratch_dir(tmp_path)
+    dead = make_scratch_dir(tmp_path)
+    (dead / "owner").write_text("2147483646\n")  # no such process
+    (dead / "replica-A.qcow2").write_bytes(b"x")
+    foreign = tmp_path / ".kvmtune-verify-foreign"
+    foreign.mkdir()  # no owner file: not touched
+    removed = sweep_leftovers([tmp_path])
+    assert removed == [str(dead)]
+    assert mine.exists() and foreign.exists() and not dead.exists()
+
+
+@pytest.mark.parametrize(("text", "value"), [("1G", 1 << 30), ("512M", 512 << 20), ("2GiB", 2 << 30)])
+def test_size(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["1", "huge", "10M", "4T"])
+def test_bad_size(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_examples_plan_has_block_experiments(tmp_path: Path) -> None:
+    from kvmtune.audit.collect import add_domain_files
+    from kvmtune.audit.engine import AuditResult
+
+    result = AuditResult()
+    add_domain_files([str(EXAMPLES)], result)
+    findings = run_rules(AuditContext(host=HostRoot("/")), result.guests)
+    vctx = VerifyContext(runner=Runner(), host=HostRoot("/"), root="/", workdir=tmp_path)
+    planned = plan_all(subjects(findings, result.guests, []), vctx)
+    measured = {(p.result.finding.rule, p.result.target) for p in planned if p.experiment is not None}
+    assert ("KVM-STO-004", "app02-clone disk:vda") in measured
+    assert all(p.result.reason for p in planned if p.experiment is None)
+    assert os.listdir(tmp_path) == []  # planning makes nothing
