@@ -14,6 +14,7 @@ class ScsiControllerNoIothread(GuestRule):
     slug = "scsi-controller-no-iothread"
     topic = "iothreads"
     severity = Severity.LOW
+    also_severities = (Severity.MEDIUM,)  # from four vCPUs up
     title = "virtio-scsi controller without an IOThread on a multi-vCPU guest"
     why = (
         "A virtio-scsi controller without an IOThread is served by QEMU's main loop, like a virtio-blk disk "
