@@ -7,7 +7,8 @@
 #                 schema from npm and starts libvirtd. Links /usr/local/bin/kvmtune.
 #   --audit-only  for production hosts: only what `kvmtune audit` and `kvmtune fix` need
 #                 (python3-venv, python3-lxml, python3-libvirt, qemu-utils); no kernel, no OVS,
-#                 no benchmark tools, no Go, no npm, starts nothing. Links /usr/local/bin/kvmtune.
+#                 no benchmark tools, no Go, no npm, nothing from PyPI, starts nothing.
+#                 Links /usr/local/bin/kvmtune.
 #   --deps-only   everything, no audit and no /usr/local/bin link (used by scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +56,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.kvmtune-installed
 if [ "$mode" = "--audit-only" ]; then
-  [ -x .venv/bin/kvmtune ] || .venv/bin/pip install -q --disable-pip-version-check -e .
+  # nothing from PyPI: lxml is Debian's, and the venv's own setuptools builds kvmtune
+  [ -x .venv/bin/kvmtune ] || .venv/bin/pip install -q --disable-pip-version-check --no-index --no-build-isolation -e .
 elif [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,report]"
   touch "$stamp"

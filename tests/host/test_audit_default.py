@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,19 @@ def test_default_audit_without_guests_audits_only_this_host(tmp_path: Path, caps
 def test_examples_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, doc = run(["--examples", "--root", str(HOSTS / "rhel6-old")], capsys)
     assert any(f["target"]["domain"] == "web01-legacy" for f in doc["findings"])
+
+
+def test_audit_of_a_captured_host_without_guests_stays_about_that_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    captured = tmp_path / "captured"
+    assert main(["capture-host", str(captured), "--root", str(HOSTS / "nvme-modern")]) == 0
+    hint = capsys.readouterr().out
+    assert f"kvmtune audit --root {captured}" in hint
+    for pid_dir in (captured / "proc").iterdir():  # drop the captured QEMU processes: a host without guests
+        if pid_dir.name.isdigit():
+            shutil.rmtree(pid_dir)
+    code, doc = run(["--root", str(captured)], capsys)
+    assert any(line.startswith("0 guests on host ") for line in doc["looked_at"])
+    assert all(f["target"]["domain"] is None for f in doc["findings"])
+    assert code == 0

@@ -42,6 +42,10 @@ const (
 // DefaultPort is the control port, as uperf's master port.
 const DefaultPort = 20000
 
+// TokenEnv holds the shared secret when --token is not given (on both
+// sides), so that it stays out of process listings.
+const TokenEnv = "NETLOAD_TOKEN"
+
 func main() {
 	// NETLOAD_CPUPROFILE=FILE writes a Go CPU profile (for netload's own tuning)
 	if path := os.Getenv("NETLOAD_CPUPROFILE"); path != "" {
@@ -134,7 +138,11 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", stderr)
-	listen := fs.String("listen", fmt.Sprintf(":%d", DefaultPort), "control address to listen on")
+	listen := fs.String("listen", fmt.Sprintf("127.0.0.1:%d", DefaultPort), "control address to listen on (loopback unless told otherwise; :PORT means every address)")
+	token := fs.String("token", os.Getenv(TokenEnv), "shared secret a client must send (default $"+TokenEnv+"; empty = none)")
+	maxSessions := fs.Int("max-sessions", 8, "runs served at once; more are refused")
+	maxPending := fs.Int("max-pending", 256, "connections still owing their hello; past it the oldest is closed")
+	maxProfile := fs.Int("max-profile-bytes", 1<<20, "largest hello (it carries the profile) a client may send")
 	once := fs.Bool("once", false, "exit after serving one run")
 	quiet := fs.Bool("q", false, "do not log sessions")
 	peerTimeout := fs.Duration("peer-timeout", 10*time.Second, "end a session when the client is silent this long")
@@ -155,7 +163,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netload serve: %v\n", err)
 		return exitSetup
 	}
+	if *maxSessions < 1 || *maxPending < 1 || *maxProfile < 1024 {
+		fmt.Fprintln(stderr, "netload serve: --max-sessions and --max-pending must be at least 1, --max-profile-bytes at least 1024")
+		return exitUsage
+	}
 	srv.PeerTimeout = *peerTimeout
+	srv.Token = *token
+	srv.MaxSessions, srv.MaxPending, srv.MaxProfileBytes = *maxSessions, *maxPending, *maxProfile
 	srv.Once = *once
 	if !*quiet {
 		srv.Logf = func(format string, a ...any) {
@@ -326,6 +340,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.iterations, "iterations", 0, "run every timed transaction this many times instead of for a duration")
 	fs.Var(o.vars, "var", "set a profile variable K=V (repeatable; overrides the environment)")
 	remote := fs.String("remote", "", "server HOST[:PORT] (default port 20000)")
+	token := fs.String("token", os.Getenv(TokenEnv), "the server's shared secret (default $"+TokenEnv+")")
 	interval := fs.Duration("interval", 0, "report throughput every interval (time series)")
 	asJSON := fs.Bool("json", false, "print the JSON document instead of the text report")
 	out := fs.String("o", "", "also write the JSON document to this file")
@@ -363,6 +378,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netload: %v\n", err)
 		return exitUsage
 	}
+	for _, w := range l.prof.Warnings {
+		fmt.Fprintf(stderr, "netload: %s\n", w)
+	}
 	r := *remote
 	if r == "" {
 		if hosts := l.prof.RemoteHosts(); len(hosts) == 1 {
@@ -385,7 +403,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		streamFile = f
 	}
-	cfg := engine.RunConfig{Remote: addr, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
+	cfg := engine.RunConfig{Remote: addr, Token: *token, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
 		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}
 	cfg.OnInterval = func(iv report.Interval) {
 		if !*quiet && !*asJSON {
@@ -499,6 +517,9 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "netload: %v\n", err)
 		return exitUsage
+	}
+	for _, w := range l.prof.Warnings {
+		fmt.Fprintf(stderr, "netload: %s\n", w)
 	}
 	b, _ := json.MarshalIndent(l.prof, "", "  ")
 	fmt.Fprintf(stdout, "%s\n", b)

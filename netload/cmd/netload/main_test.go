@@ -421,3 +421,26 @@ func TestServerDropsHungClient(t *testing.T) {
 		t.Fatalf("next run after a hung client: exit %d, %v, %+v, %s", r.code, err, d.Summary, r.stderr)
 	}
 }
+
+func TestServeListensOnLoopbackByDefault(t *testing.T) {
+	r := runBin(t, 5*time.Second, "serve", "-h")
+	if !strings.Contains(r.stderr, `(default "127.0.0.1:20000")`) {
+		t.Fatalf("serve's default listen address is not loopback:\n%s", r.stderr)
+	}
+}
+
+func TestTokenFromFlagOrEnvironment(t *testing.T) {
+	_, addr := server(t, "", "--token", "letmein")
+	r := runBin(t, 20*time.Second, "run", "--workload", "rr1c-1x1--1", "--iterations", "5", "--remote", addr, "-q")
+	if r.code != exitSetup || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "needs a token") {
+		t.Fatalf("no token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	c := exec.Command(bin, "run", "--workload", "rr1c-1x1--1", "--iterations", "5", "--remote", addr, "-q")
+	c.Env = append(os.Environ(), "NETLOAD_TOKEN=letmein")
+	if r := runCmd(t, 20*time.Second, c); r.code != exitOK {
+		t.Fatalf("token from the environment: exit %d, %s", r.code, r.stderr)
+	}
+	if r := runBin(t, 20*time.Second, "run", "--workload", "rr1c-1x1--1", "--iterations", "5", "--remote", addr, "-q", "--token", "letmein"); r.code != exitOK {
+		t.Fatalf("token flag: exit %d, %s", r.code, r.stderr)
+	}
+}

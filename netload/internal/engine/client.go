@@ -57,6 +57,7 @@ type RunConfig struct {
 	Source  string // profile path or builtin:NAME
 	XML     string // profile text, kept in the report
 	Vars    map[string]string
+	Token   string // the server's shared secret ("" = none)
 
 	IOMode     string                // auto, blocking or poll (both sides)
 	Interval   time.Duration         // 0 = no time series
@@ -185,7 +186,7 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 	if err := sd.setupListeners(localHost); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}
-	hello := &wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: wire.Version, RunID: sd.runID,
+	hello := &wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: wire.Version, RunID: sd.runID, Token: cfg.Token,
 		Profile: cfg.Profile, IOMode: cfg.IOMode, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: doc.Client}
 	if err := wc.Send(hello); err != nil {
 		return fail(classed(ClassConnect, "server at %s: %v", cfg.Remote, err))

@@ -455,3 +455,14 @@ func TestServerSurvivesClientDeath(t *testing.T) {
 		t.Fatalf("next run: %v, %d transactions", err, d.Summary.Transactions)
 	}
 }
+
+func TestEveryFlowopOfTheTableHasAnExecutor(t *testing.T) {
+	if err := checkExecutors(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range profile.Flowops {
+		if !sp.Op.Known() || sp.Opposite.Opposite() != sp.Op {
+			t.Errorf("flowop %s: opposite %s does not lead back", sp.Op, sp.Opposite)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"container/list"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -22,9 +24,26 @@ type Server struct {
 	Logf        func(string, ...any) // nil = quiet
 	Once        bool                 // return after the first session
 
+	// Token, when set, must come in the client's hello; a client without it
+	// gets a one-line refusal before anything else happens.
+	Token string
+	// MaxSessions bounds the runs served at once (default 8); more are refused.
+	MaxSessions int
+	// MaxPending bounds the connections that have not yet sent a valid hello
+	// (default 256). When it is reached the oldest one is closed, so idle or
+	// slow connections cannot lock a legitimate client out.
+	MaxPending int
+	// MaxProfileBytes bounds a hello, which carries the profile (default 1 MiB).
+	MaxProfileBytes int
+	// HelloTimeout is the time a new connection has to send its whole hello
+	// (default 5s): a slow sender is cut off then, however it trickles.
+	HelloTimeout time.Duration
+
 	ln       net.Listener
 	mu       sync.Mutex
 	sessions map[*session]bool
+	pending  *list.List // of *session, oldest first
+	running  int        // sessions past the hello
 	wg       sync.WaitGroup
 }
 
@@ -34,7 +53,7 @@ func Listen(addr string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, flowop.Explain(err))
 	}
-	return &Server{ln: ln, sessions: map[*session]bool{}}, nil
+	return &Server{ln: ln, sessions: map[*session]bool{}, pending: list.New()}, nil
 }
 
 // Addr is the control listener's address.
@@ -54,6 +73,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.StepGrace <= 0 {
 		s.StepGrace = 10 * time.Second
 	}
+	if s.MaxSessions <= 0 {
+		s.MaxSessions = 8
+	}
+	if s.MaxPending <= 0 {
+		s.MaxPending = 256
+	}
+	if s.MaxProfileBytes <= 0 {
+		s.MaxProfileBytes = 1 << 20
+	}
+	if s.HelloTimeout <= 0 {
+		s.HelloTimeout = 5 * time.Second
+	}
 	go func() {
 		<-ctx.Done()
 		s.ln.Close()
@@ -70,8 +101,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			continue
 		}
 		ss := &session{srv: s, wc: wire.NewConn(nc)}
+		ss.wc.MaxLine = s.MaxProfileBytes
 		s.mu.Lock()
 		s.sessions[ss] = true
+		ss.pendingAt = s.pending.PushBack(ss)
+		if s.pending.Len() > s.MaxPending {
+			oldest := s.pending.Remove(s.pending.Front()).(*session)
+			oldest.pendingAt = nil
+			oldest.wc.Close()
+		}
 		s.mu.Unlock()
 		s.wg.Add(1)
 		run := func() {
@@ -79,6 +117,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			ss.run()
 			s.mu.Lock()
 			delete(s.sessions, ss)
+			if ss.pendingAt != nil {
+				s.pending.Remove(ss.pendingAt)
+				ss.pendingAt = nil
+			}
+			if ss.counted {
+				s.running--
+			}
 			s.mu.Unlock()
 		}
 		if s.Once {
@@ -112,11 +157,13 @@ func (s *Server) shutdown() {
 
 // session is one client's run on the server.
 type session struct {
-	srv     *Server
-	wc      *wire.Conn
-	sd      *side
-	err     error
-	started bool // the hello was accepted
+	srv       *Server
+	wc        *wire.Conn
+	pendingAt *list.Element // in srv.pending until the hello is read
+	counted   bool          // holds one of srv.MaxSessions
+	sd        *side
+	err       error
+	started   bool // the hello was accepted
 }
 
 func (ss *session) refuse(format string, a ...any) {
@@ -149,10 +196,14 @@ func checkProfile(p *profile.Profile) error {
 				if f.Type.Moves() && f.Size < 1 {
 					return fmt.Errorf("group %q has a %s without size", g.Name, f.Type)
 				}
-				switch f.Type {
-				case profile.OpAccept, profile.OpConnect, profile.OpRead, profile.OpWrite, profile.OpDisconnect, profile.OpThink, profile.OpNop:
-				default:
+				if !f.Type.Known() {
 					return fmt.Errorf("unknown flowop %q", f.Type)
+				}
+				if f.Port < 0 || f.Port > 65535 || f.Conn < -1 || f.Conn > profile.MaxConnID || f.Duration < 0 || f.Timeout < 0 {
+					return fmt.Errorf("group %q has a flowop out of range", g.Name)
+				}
+				if f.Type.Opens() && f.Protocol != "tcp" && f.Protocol != "udp" {
+					return fmt.Errorf("group %q: protocol %q (tcp or udp)", g.Name, f.Protocol)
 				}
 			}
 		}
@@ -160,20 +211,68 @@ func checkProfile(p *profile.Profile) error {
 	if total > profile.MaxStrands {
 		return fmt.Errorf("%d strands is more than %d", total, profile.MaxStrands)
 	}
+	if mem := bufferBytes(p); mem > maxBufferBytes {
+		return fmt.Errorf("the strands' buffers would take %d MiB, more than %d MiB", mem>>20, maxBufferBytes>>20)
+	}
 	return nil
+}
+
+// maxBufferBytes bounds the message buffers a client can make a server
+// allocate (one buffer of the largest message per strand).
+const maxBufferBytes = 2 << 30
+
+func bufferBytes(p *profile.Profile) int64 {
+	var total int64
+	for _, g := range p.Groups {
+		var largest int64
+		for _, t := range g.Transactions {
+			for _, f := range t.Flowops {
+				largest = max(largest, f.Size, f.RSize)
+			}
+		}
+		total += largest * int64(g.Strands)
+	}
+	return total
 }
 
 func (ss *session) run() {
 	defer ss.wc.Close()
 	peer := ss.wc.Net().RemoteAddr()
-	m, err := ss.wc.Recv(10 * time.Second)
+	m, err := ss.wc.Recv(ss.srv.HelloTimeout)
 	if err != nil {
 		ss.err = fmt.Errorf("no hello from %v: %w", peer, err)
+		if errors.Is(err, wire.ErrTooLong) {
+			ss.refuse("the hello is larger than this server's limit of %d bytes (serve --max-profile-bytes)", ss.srv.MaxProfileBytes)
+			return
+		}
 		ss.srv.logf("%v: %v", peer, ss.err)
 		return
 	}
 	if m.Type != wire.THello || m.Magic != wire.Magic {
 		ss.refuse("expected a netload hello, got %q", m.Type)
+		return
+	}
+	if ss.srv.Token != "" && subtle.ConstantTimeCompare([]byte(m.Token), []byte(ss.srv.Token)) != 1 {
+		if m.Token == "" {
+			ss.refuse("this server needs a token (run --token or $NETLOAD_TOKEN)")
+		} else {
+			ss.refuse("wrong token")
+		}
+		return
+	}
+	ss.srv.mu.Lock()
+	if ss.pendingAt != nil {
+		ss.srv.pending.Remove(ss.pendingAt)
+		ss.pendingAt = nil
+	}
+	busy := ss.srv.running >= ss.srv.MaxSessions
+	if !busy {
+		ss.srv.running++
+		ss.counted = true
+	}
+	ss.srv.mu.Unlock()
+	if busy {
+		ss.refuse("busy: this server already serves %d runs (serve --max-sessions)", ss.srv.MaxSessions)
 		return
 	}
 	if m.Version != wire.Version {

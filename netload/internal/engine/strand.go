@@ -26,6 +26,7 @@ type stepCtl struct {
 // op is a flowop prepared for execution.
 type op struct {
 	typ     profile.Op
+	exec    executor
 	size    int
 	count   int64
 	ci      int // dense connection index in the strand
@@ -96,6 +97,7 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
 				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
+			o.exec = executors[f.Type]
 			if o.count < 1 {
 				o.count = 1
 			}
@@ -253,41 +255,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 	for i := range pt.ops {
 		o := &pt.ops[i]
 		for c := int64(0); c < o.count; c++ {
-			var err error
-			switch o.typ {
-			case profile.OpRead:
-				conn := s.conns[o.ci]
-				if conn == nil {
-					err = fmt.Errorf("read: connection %d is not open", o.connID)
-					break
-				}
-				var n int
-				n, err = conn.Read(s.buf[:o.size])
-				r.bytesRead += int64(n)
-				s.bytes.Add(int64(n))
-			case profile.OpWrite:
-				conn := s.conns[o.ci]
-				if conn == nil {
-					err = fmt.Errorf("write: connection %d is not open", o.connID)
-					break
-				}
-				var n int
-				n, err = conn.Write(s.buf[:o.size])
-				r.bytesWritten += int64(n)
-				s.bytes.Add(int64(n))
-			case profile.OpConnect:
-				err = s.connect(o)
-			case profile.OpAccept:
-				err = s.accept(o)
-			case profile.OpDisconnect:
-				if conn := s.conns[o.ci]; conn != nil {
-					s.setConn(o.ci, nil)
-					conn.Close()
-				}
-			case profile.OpThink:
-				err = flowop.Think(o.dur, o.busy, s.cancelCh())
-			case profile.OpNop:
-			}
+			err := o.exec(s, o, r)
 			now := time.Now()
 			if err != nil && errors.Is(err, flowop.ErrInterrupted) {
 				return now, err // stopped from outside: not an operation
@@ -320,7 +288,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 	return prev, nil
 }
 
-func (s *strand) connect(o *op) error {
+func (s *strand) connect(o *op, _ *stepResult) error {
 	if old := s.conns[o.ci]; old != nil {
 		s.setConn(o.ci, nil)
 		old.Close()
@@ -355,7 +323,7 @@ func (s *strand) connect(o *op) error {
 	return nil
 }
 
-func (s *strand) accept(o *op) error {
+func (s *strand) accept(o *op, _ *stepResult) error {
 	if old := s.conns[o.ci]; old != nil {
 		s.setConn(o.ci, nil)
 		old.Close()
@@ -387,4 +355,71 @@ func (s *strand) accept(o *op) error {
 	}
 	s.setConn(o.ci, c)
 	return nil
+}
+
+// executor runs one flowop once. Every entry of profile.Flowops has exactly
+// one (checked in init), so the flowop table stays the only list of flowops.
+type executor func(s *strand, o *op, r *stepResult) error
+
+var executors = map[profile.Op]executor{
+	profile.OpRead:       (*strand).read,
+	profile.OpWrite:      (*strand).write,
+	profile.OpConnect:    (*strand).connect,
+	profile.OpAccept:     (*strand).accept,
+	profile.OpDisconnect: (*strand).disconnect,
+	profile.OpThink:      (*strand).think,
+	profile.OpNop:        func(*strand, *op, *stepResult) error { return nil },
+}
+
+func init() {
+	if err := checkExecutors(); err != nil {
+		panic(err)
+	}
+}
+
+// checkExecutors keeps executors and profile.Flowops in step.
+func checkExecutors() error {
+	if len(executors) != len(profile.Flowops) {
+		return fmt.Errorf("netload: %d executors for %d flowops", len(executors), len(profile.Flowops))
+	}
+	for _, sp := range profile.Flowops {
+		if executors[sp.Op] == nil {
+			return fmt.Errorf("netload: flowop %s has no executor", sp.Op)
+		}
+	}
+	return nil
+}
+
+func (s *strand) read(o *op, r *stepResult) error {
+	conn := s.conns[o.ci]
+	if conn == nil {
+		return fmt.Errorf("read: connection %d is not open", o.connID)
+	}
+	n, err := conn.Read(s.buf[:o.size])
+	r.bytesRead += int64(n)
+	s.bytes.Add(int64(n))
+	return err
+}
+
+func (s *strand) write(o *op, r *stepResult) error {
+	conn := s.conns[o.ci]
+	if conn == nil {
+		return fmt.Errorf("write: connection %d is not open", o.connID)
+	}
+	n, err := conn.Write(s.buf[:o.size])
+	r.bytesWritten += int64(n)
+	s.bytes.Add(int64(n))
+	return err
+}
+
+func (s *strand) disconnect(o *op, _ *stepResult) error {
+	if conn := s.conns[o.ci]; conn != nil {
+		s.setConn(o.ci, nil)
+		conn.Close()
+	}
+	return nil
+}
+
+func (s *strand) think(o *op, _ *stepResult) error {
+	return flowop.Think(o.dur, o.busy, s.cancelCh())
 }

@@ -97,10 +97,12 @@ func Parse(src []byte, file string, vars Lookup) (*Profile, error) {
 }
 
 type parser struct {
-	src   []byte
-	file  string
-	vars  Lookup
-	lines []int // offsets of line starts
+	warned map[string]bool
+	warns  []string
+	src    []byte
+	file   string
+	vars   Lookup
+	lines  []int // offsets of line starts
 }
 
 func (ps *parser) index() {
@@ -125,6 +127,19 @@ func (ps *parser) pos(off int) Pos {
 		l = 0
 	}
 	return Pos{Line: l + 1, Col: utf8.RuneCount(ps.src[ps.lines[l]:off]) + 1}
+}
+
+// warnf records a warning once per distinct message (the first place is named).
+func (ps *parser) warnf(off int, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if ps.warned[msg] {
+		return
+	}
+	if ps.warned == nil {
+		ps.warned = map[string]bool{}
+	}
+	ps.warned[msg] = true
+	ps.warns = append(ps.warns, (&Error{File: ps.file, Pos: ps.pos(off), Msg: "warning: " + msg}).Error())
 }
 
 func (ps *parser) errf(off int, format string, a ...any) *Error {
@@ -338,6 +353,7 @@ func (ps *parser) parse() (*Profile, error) {
 	if err := ps.validate(prof); err != nil {
 		return nil, err
 	}
+	prof.Warnings = ps.warns
 	return prof, nil
 }
 
@@ -519,28 +535,9 @@ var unsupportedOptions = map[string]string{
 
 var unsupportedTypes = map[string]bool{"sendfile": true, "sendfilev": true, "redv": true, "sendto": true}
 
-// which options each flowop takes.
-var allowed = map[Op]map[string]bool{
-	OpConnect:    set("remotehost", "port", "protocol", "tcp_nodelay", "wndsz", "conn", "canfail", "timeout"),
-	OpAccept:     set("remotehost", "port", "protocol", "tcp_nodelay", "wndsz", "conn", "canfail", "timeout"),
-	OpRead:       set("size", "rsize", "count", "conn", "canfail", "timeout"),
-	OpWrite:      set("size", "rsize", "count", "conn", "canfail", "timeout"),
-	OpDisconnect: set("conn", "canfail"),
-	OpThink:      set("duration", "busy", "idle", "count"),
-	OpNop:        set("count"),
-}
-
-func set(names ...string) map[string]bool {
-	m := map[string]bool{}
-	for _, n := range names {
-		m[n] = true
-	}
-	return m
-}
-
 func knownOption(k string) bool {
-	for _, m := range allowed {
-		if m[k] {
+	for _, sp := range Flowops {
+		if sp.Op.Takes(k) {
 			return true
 		}
 	}
@@ -560,20 +557,14 @@ func (ps *parser) flowop(el element) (*Flowop, error) {
 				return nil, err
 			}
 			v = strings.ToLower(strings.TrimSpace(v))
-			switch v {
-			case "send":
-				v = "write"
-			case "recv":
-				v = "read"
-			}
-			op := Op(v)
-			if _, ok := allowed[op]; !ok {
+			sp, ok := SpecOf(v)
+			if !ok {
 				if unsupportedTypes[v] {
 					return nil, ps.errf(a.valOff, "flowop type %q is not supported by netload (see README: unsupported uperf features)", v)
 				}
-				return nil, ps.errf(a.valOff, "unknown flowop type %q (netload knows accept, connect, read, write, send, recv, disconnect, think, nop)", v)
+				return nil, ps.errf(a.valOff, "unknown flowop type %q (netload knows %s)", v, flowopNames())
 			}
-			f.Type = op
+			f.Type = sp.Op
 			haveType = true
 		case "options":
 			opts = a
@@ -591,14 +582,14 @@ func (ps *parser) flowop(el element) (*Flowop, error) {
 			return nil, err
 		}
 	}
-	switch f.Type {
-	case OpRead, OpWrite:
+	switch f.Type.spec().Needs {
+	case "size":
 		if f.Size == 0 {
 			return nil, ps.errf(el.off, "flowop %s needs size=", f.Type)
 		}
-	case OpThink:
+	case "duration":
 		if f.Duration == 0 {
-			return nil, ps.errf(el.off, "flowop think needs duration=")
+			return nil, ps.errf(el.off, "flowop %s needs duration=", f.Type)
 		}
 	}
 	return f, nil
@@ -657,7 +648,7 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 		if !knownOption(key) {
 			return ps.errf(tok.off, "unknown option %q", tok.text)
 		}
-		if !allowed[f.Type][key] {
+		if !f.Type.Takes(key) {
 			return ps.errf(tok.off, "option %q does not apply to flowop %s", key, f.Type)
 		}
 		if seen[key] {
@@ -754,6 +745,11 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 				return bad("must be positive, got %q", val)
 			}
 			if key == "duration" {
+				if f.Type != OpThink {
+					// uperf parses duration= on every flowop but only think uses it
+					ps.warnf(tok.off, "option duration on flowop %s is ignored, as uperf ignores it (use a timed transaction)", f.Type)
+					continue
+				}
 				f.Duration = d
 			} else {
 				f.Timeout = d
@@ -804,7 +800,9 @@ func (ps *parser) validate(p *Profile) error {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP %s with a fixed port serves one strand; this group has %d", f.Type, g.Strands)}
 						}
 						if f.NoDelay {
-							return &Error{File: ps.file, Pos: f.Pos, Msg: "option tcp_nodelay does not apply to protocol udp"}
+							// uperf sets TCP_NODELAY only on TCP sockets and says nothing
+							ps.warnf(posOff(ps, f.Pos), "option tcp_nodelay is ignored on protocol udp, as uperf ignores it")
+							f.NoDelay = false
 						}
 					}
 					open[f.Conn] = f.Protocol
@@ -844,4 +842,17 @@ func (ps *parser) validate(p *Profile) error {
 		}
 	}
 	return nil
+}
+
+// posOff turns a position back into a byte offset (for warnings found after parsing).
+func posOff(ps *parser, p Pos) int {
+	if p.Line < 1 || p.Line > len(ps.lines) {
+		return 0
+	}
+	off := ps.lines[p.Line-1]
+	for c := 1; c < p.Col && off < len(ps.src); c++ {
+		_, n := utf8.DecodeRune(ps.src[off:])
+		off += n
+	}
+	return off
 }

@@ -23,24 +23,6 @@ const (
 	OpNop        Op = "nop"
 )
 
-// Opposite is the op the peer runs for o (uperf's flowop_opposite).
-func (o Op) Opposite() Op {
-	switch o {
-	case OpAccept:
-		return OpConnect
-	case OpConnect:
-		return OpAccept
-	case OpRead:
-		return OpWrite
-	case OpWrite:
-		return OpRead
-	}
-	return o
-}
-
-// Moves reports whether the op transfers payload bytes.
-func (o Op) Moves() bool { return o == OpRead || o == OpWrite }
-
 // Pos is a 1-based line and column (columns count characters).
 type Pos struct {
 	Line int `json:"line"`
@@ -53,6 +35,9 @@ func (p Pos) String() string { return fmt.Sprintf("%d:%d", p.Line, p.Col) }
 type Profile struct {
 	Name   string  `json:"name"`
 	Groups []Group `json:"groups"`
+	// Warnings are options uperf accepts and netload ignores, as uperf
+	// does; each is said once. They are not sent to the server.
+	Warnings []string `json:"-"`
 }
 
 // Group is a set of identical strands (users).
@@ -83,7 +68,7 @@ func (t *Transaction) Timed() bool { return t.Duration > 0 }
 // when a profile has no timed transaction.
 func (t *Transaction) Setup() bool {
 	for _, f := range t.Flowops {
-		if f.Type != OpConnect && f.Type != OpAccept && f.Type != OpDisconnect && f.Type != OpNop {
+		if s := f.Type.spec(); s == nil || !s.Setup {
 			return false
 		}
 	}

@@ -46,6 +46,7 @@ type Msg struct {
 	Magic      string           `json:"magic,omitempty"`
 	Version    int              `json:"version,omitempty"`
 	RunID      uint32           `json:"run_id,omitempty"`
+	Token      string           `json:"token,omitempty"` // the server's shared secret, when it has one
 	Profile    *profile.Profile `json:"profile,omitempty"`
 	NeedFDs    int              `json:"need_fds,omitempty"`
 	IOMode     string           `json:"io_mode,omitempty"`
@@ -127,20 +128,25 @@ type SideStats struct {
 // Conn is a control connection: a line-delimited JSON codec safe for one
 // reader and many writers.
 type Conn struct {
-	nc  net.Conn
-	r   *bufio.Reader
-	wmu sync.Mutex
-	enc *json.Encoder
-	bw  *bufio.Writer
+	// MaxLine bounds one received message (a server lowers it to its
+	// profile-size limit before reading a hello).
+	MaxLine int
+	nc      net.Conn
+	r       *bufio.Reader
+	wmu     sync.Mutex
+	enc     *json.Encoder
+	bw      *bufio.Writer
 }
 
-// MaxLine bounds one control message.
+// MaxLine bounds one control message by default.
 const MaxLine = 16 << 20
 
 // NewConn wraps nc.
 func NewConn(nc net.Conn) *Conn {
 	bw := bufio.NewWriter(nc)
-	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), bw: bw, enc: json.NewEncoder(bw)}
+	// a small read buffer: an idle or hostile connection costs little, and
+	// longer lines are assembled chunk by chunk up to MaxLine
+	return &Conn{MaxLine: MaxLine, nc: nc, r: bufio.NewReaderSize(nc, 4<<10), bw: bw, enc: json.NewEncoder(bw)}
 }
 
 // Net returns the underlying connection.
@@ -180,13 +186,18 @@ func (c *Conn) Recv(timeout time.Duration) (*Msg, error) {
 			return nil, err
 		}
 		line = append(line, chunk...)
-		if len(line) > MaxLine {
+		if len(line) > c.MaxLine {
 			return nil, ErrTooLong
 		}
 		if !isPrefix {
 			break
 		}
 	}
+	return Decode(line)
+}
+
+// Decode parses one control line (what a peer sent: untrusted).
+func Decode(line []byte) (*Msg, error) {
 	m := &Msg{}
 	if err := json.Unmarshal(line, m); err != nil {
 		return nil, fmt.Errorf("control: bad message: %w", err)

@@ -9,6 +9,7 @@ from kvmtune.audit.engine import AuditResult
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
+from kvmtune.inputs import read_regular, walk_files
 from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
@@ -21,26 +22,16 @@ def _is_dir(p: Path) -> bool:
         return False  # unreadable: reading it as a file reports why
 
 
-def _is_file(p: Path) -> bool:
-    try:
-        return p.is_file()
-    except OSError:
-        return True
-
-
 def _expand(paths: Iterable[str], result: AuditResult) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if _is_dir(p):
-            try:
-                found = sorted(q for q in p.rglob("*.xml") if _is_file(q))
-            except OSError as exc:
-                result.errors.append(f"{p}: cannot list the directory ({exc.strerror})")
-                continue
-            if not found:
+            walk = walk_files(str(p), lambda name: name.endswith(".xml"))
+            result.errors.extend(walk.problems)
+            if not walk.files and not walk.problems:
                 result.errors.append(f"{p}: directory has no .xml files")
-            files.extend(found)
+            files.extend(Path(f) for f in walk.files)
         else:
             files.append(p)
     return files
@@ -66,21 +57,13 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
         try:
             if _is_dir(p):
                 raise InputError(str(p), "is a directory (give a file holding one QEMU command line)")
-            data = p.read_bytes()[: MAX_CMDLINE_BYTES + 1]
-        except FileNotFoundError:
-            result.errors.append(f"{p}: no such file")
-            continue
-        except PermissionError:
-            result.errors.append(f"{p}: not readable (permission denied)")
-            continue
+            data = read_regular(str(p), MAX_CMDLINE_BYTES)
         except InputError as exc:
             result.errors.append(str(exc))
             continue
         try:
             if not data.strip():
                 raise InputError(str(p), "empty file")
-            if len(data) > MAX_CMDLINE_BYTES:
-                raise InputError(str(p), "larger than 4 MiB, refused")
             if b"\0" in data:
                 guest = guest_from_argv(split_proc_cmdline(data), str(p))
             else:

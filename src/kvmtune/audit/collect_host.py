@@ -12,6 +12,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult
 from kvmtune.host.parsers import Mount, parse_mounts
 from kvmtune.host.root import HostRoot
+from kvmtune.inputs import walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.image import DiskImage, ImageError, ImageUse, read_image
 
@@ -60,10 +61,12 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(str(q) for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES)
-            if not found:
+            walk = walk_files(str(p), lambda name: os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES,
+                              allow_block=True)
+            result.errors.extend(walk.problems)
+            if not walk.files and not walk.problems:
                 result.errors.append(f"{p}: directory holds no disk images ({', '.join(IMAGE_SUFFIXES)})")
-            out.extend(found)
+            out.extend(walk.files)
         else:
             out.append(raw)
     return out

@@ -26,7 +26,7 @@ import shutil
 import stat
 import struct
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -124,6 +124,11 @@ class ProbeGuest:
     vmlinux: Path | None = None
     module_paths: tuple[str, ...] = ()
     module_deps: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def modules_for(self, names: Iterable[str]) -> list[str]:
+        """The module paths (load order) that ``names`` need: the modules and everything they depend on."""
+        need = module_closure(self.module_deps, names)
+        return [p for p in self.module_paths if _mod_name(p) in need]
 
 
 # --------------------------------------------------------------------------- kernel
@@ -562,7 +567,7 @@ class GuestBuilder:
                 for m in modules:
                     data = read_module(self.runner, kinfo.modules_dir / m)
                     w.file(f"lib/modules/{_guest_mod(m)}", data)
-                boot = [_guest_mod(m) for m in modules if _mod_name(m) in _closure(deps, BOOT_MODULES)]
+                boot = [_guest_mod(m) for m in modules if _mod_name(m) in module_closure(deps, BOOT_MODULES)]
                 w.file("etc/kvmtune/modules", ("\n".join(boot) + "\n").encode())
                 w.trailer()
             tmp.replace(out)
@@ -615,9 +620,10 @@ def _guest_mod(relpath: str) -> str:
     return re.sub(r"\.(xz|gz|zst)$", "", relpath)
 
 
-def _closure(deps: dict[str, tuple[str, ...]], names: Iterable[str]) -> set[str]:
+def module_closure(deps: Mapping[str, Sequence[str]], names: Iterable[str]) -> set[str]:
+    """``names`` and every module they depend on, directly or not (names as modules.dep has them, ``-`` → ``_``)."""
     out: set[str] = set()
-    todo = list(names)
+    todo = [n.replace("-", "_") for n in names]
     while todo:
         n = todo.pop()
         if n not in out:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from kvmtune import __version__
 from kvmtune.errors import KvmtuneError
+from kvmtune.textsafe import safe
 
 # Subcommand modules, in the order `kvmtune --help` lists them.
 COMMAND_MODULES = [
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except KvmtuneError as exc:
-        print(f"kvmtune: {exc}", file=sys.stderr)
+        print(f"kvmtune: {safe(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)

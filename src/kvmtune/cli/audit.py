@@ -18,6 +18,7 @@ from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
 from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
+from kvmtune.textsafe import safe
 
 DEFAULT_URI = "qemu:///system"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
     for err in result.errors:
-        print(f"kvmtune: {err}", file=sys.stderr)
+        print(f"kvmtune: {safe(err)}", file=sys.stderr)
     if result.errors:
         return 2
     if fail_on is not None and any(f.severity >= fail_on for f in result.findings):

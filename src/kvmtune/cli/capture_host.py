@@ -28,9 +28,9 @@ from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.cmdline import split_proc_cmdline
 from kvmtune.qemu.process import is_qemu_binary
+from kvmtune.qemu.redact import redact_argv
 
 PID_PATH = re.compile(r"^/proc/(\d+)/")
-SECRET_KEYS = re.compile(r"((?:password|passwd|secret|data|key|iv|token)=)([^,]*)", re.I)
 MANIFEST = "CAPTURE.json"
 PLACEHOLDER = ".captured-directory"
 
@@ -72,14 +72,9 @@ def register(sub: Any) -> None:
 
 
 def redact_cmdline(data: bytes) -> tuple[bytes, int]:
-    """Blank the values of password=/secret=/data=/key= style options; returns (data, count)."""
-    count = 0
-    out = []
-    for arg in split_proc_cmdline(data):
-        new, n = SECRET_KEYS.subn(lambda m: m.group(1) + "REDACTED", arg)
-        count += n
-        out.append(new)
-    return b"\0".join(a.encode() for a in out) + b"\0", count
+    """Blank every secret of a QEMU command line, parsed option by option (:mod:`kvmtune.qemu.redact`)."""
+    out, count = redact_argv(split_proc_cmdline(data))
+    return b"\0".join(a.encode("utf-8", "surrogateescape") for a in out) + b"\0", count
 
 
 def capture(src_root: str, dest: Path) -> dict[str, Any]:

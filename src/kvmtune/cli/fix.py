@@ -16,6 +16,7 @@ from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.textsafe import safe, safe_block
 
 EXIT_APPLY_FAILED = 3
 
@@ -147,15 +148,15 @@ def run(args: argparse.Namespace) -> int:
         out.write(render_patch(plan, Path.cwd()))
         return 0
     for m in moved:
-        out.write(f"note: {m}: named after --images but a .xml file, fixed as a domain definition\n")
+        out.write(f"note: {safe(m)}: named after --images but a .xml file, fixed as a domain definition\n")
     if os.path.realpath(args.root) != "/":
-        out.write(f"host root: {args.root} (a tree, not this host: every host path below is inside it)\n")
+        out.write(f"host root: {safe(args.root)} (a tree, not this host: every host path below is inside it)\n")
     if plan.changes:
-        out.write(plan.render())
+        out.write(safe_block(plan.render()))
     for line in plan.skipped:
-        out.write(f"skipped: {line}\n")
+        out.write(f"skipped: {safe(line)}\n")
     for line in plan.notes:
-        out.write(f"note: {line}\n")
+        out.write(f"note: {safe(line)}\n")
     if plan.manual:
         out.write(f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n")
     if not plan.changes:
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     except ApplyFailed as exc:
         j = exc.journal
         made = sum(1 for e in j.entries if e.status == "done")
-        print(f"kvmtune: apply stopped: {exc}", file=sys.stderr)
+        print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
             f"({j.path}); 'kvmtune undo {j.id}' restores them",

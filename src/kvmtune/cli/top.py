@@ -16,10 +16,12 @@ import select
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import THRESHOLDS, Diagnoser, Diagnosis
 from kvmtune.live.model import Snapshot
@@ -191,15 +193,10 @@ def _write(text: str, output: str | None) -> None:
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise KvmtuneError(f"{output}: directory {directory} does not exist")
-    tmp = f"{output}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, output)  # node_exporter must never read a half-written file
+    try:  # node_exporter must never read a half-written file
+        write_atomic(Path(output), text.encode("utf-8"), tag=str(os.getpid()))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise KvmtuneError(f"{output}: cannot write ({exc.strerror})") from None
+        raise KvmtuneError(f"{output}: cannot write ({exc.strerror or exc})") from None
 
 
 def run_sample(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, list_journals, load, locked
+from kvmtune.textsafe import safe
 
 
 def register(sub: Any) -> None:
@@ -46,11 +47,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"no journals in {directory}")
         for jid, journal, problem in found:
             if journal is None:
-                print(f"{jid}  corrupt   {problem}")
+                print(f"{jid}  corrupt   {safe(problem)}")
                 continue
             cmd = " ".join(journal.argv[1:]) if journal.argv else ""
             where = f"  (in the tree {journal.root}, not this host)" if journal.root != "/" else ""
-            print(f"{jid}  {journal.state:<15} {len(journal.entries):>3} change(s): {journal.summary()}  [{cmd}]{where}")
+            summary = safe(journal.summary())
+            print(f"{jid}  {journal.state:<15} {len(journal.entries):>3} change(s): {summary}  [{safe(cmd)}]{safe(where)}")
         return 0
     if not args.id:
         print("kvmtune: error: give a journal ID (see 'kvmtune undo --list')", file=sys.stderr)
@@ -66,7 +68,7 @@ def _undo(args: argparse.Namespace, directory: Path) -> int:
         from kvmtune.fix.undo import purge_backups
 
         for line in purge_backups(journal) or ["no image backups to delete"]:
-            print(line)
+            print(safe(line))
         return 0
     if journal.state == "undone":
         print(f"journal {journal.id} was undone already; nothing to do")
@@ -84,9 +86,9 @@ def _undo(args: argparse.Namespace, directory: Path) -> int:
             return 1
     done, problems = undo_journal(journal, force=args.force)
     for line in done:
-        print(line)
+        print(safe(line))
     for line in problems:
-        print(f"kvmtune: {line}", file=sys.stderr)
+        print(f"kvmtune: {safe(line)}", file=sys.stderr)
     if problems:
         print(f"kvmtune: journal {journal.id}: {len(problems)} change(s) not restored", file=sys.stderr)
         return 1

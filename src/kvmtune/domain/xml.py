@@ -7,13 +7,13 @@ everything kvmtune does not understand survives a round trip.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 from lxml import etree
 
 from kvmtune.errors import InputError
+from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
 
 MAX_XML_BYTES = 16 * 1024 * 1024
@@ -71,21 +71,9 @@ def parse_xml_bytes(data: bytes, where: str) -> etree._ElementTree:
 
 
 def read_xml_file(path: str | Path) -> etree._ElementTree:
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            # read(n) allocates n bytes up front: size the read by the file, not by the cap
-            size = os.fstat(fh.fileno()).st_size
-            data = fh.read(min(size, MAX_XML_BYTES) + 1 if size else MAX_XML_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(str(p), "no such file") from None
-    except PermissionError:
-        raise InputError(str(p), "not readable (permission denied)") from None
-    except IsADirectoryError:
-        raise InputError(str(p), "is a directory") from None
-    except OSError as exc:
-        raise InputError(str(p), exc.strerror or str(exc)) from None
-    return parse_xml_bytes(data, str(p))
+    """A domain XML file: regular files only (a FIFO is refused unopened), at most 16 MiB read."""
+    data = read_regular(str(path), MAX_XML_BYTES)
+    return parse_xml_bytes(data, str(path))
 
 
 def _low(value: str | None) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 STATUSES = ("planned", "done", "failed", "undone")
 
@@ -29,7 +29,7 @@ def unb64(text: str | None) -> bytes | None:
 class _Reader:
     """Typed access to one JSON object of the journal; every problem is a ValueError naming the change."""
 
-    def __init__(self, doc: dict[str, Any], label: str) -> None:
+    def __init__(self, doc: dict[str, object], label: str) -> None:
         self.doc = doc
         self.label = label
 
@@ -89,13 +89,13 @@ class Entry:
     status: str = "planned"  # planned | done | failed | undone
     error: str | None = None
 
-    def _common(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "what": self.what, "status": self.status}
+    def _common(self) -> dict[str, object]:
+        out: dict[str, object] = {"kind": self.kind, "what": self.what, "status": self.status}
         if self.error is not None:
             out["error"] = self.error
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         raise NotImplementedError
 
     @staticmethod
@@ -121,7 +121,7 @@ class FileEntry(Entry):
     temp: str = ""
     created_dirs: list[str] = field(default_factory=list)  # outermost first
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             **self._common(), "path": self.path, "shown": self.shown, "prior_b64": b64(self.prior),
             "prior_mode": self.prior_mode, "prior_uid": self.prior_uid, "prior_gid": self.prior_gid,
@@ -160,7 +160,7 @@ class RuntimeEntry(Entry):
     restore: list[Restore] = field(default_factory=list)  # written in order by undo
     tree_prior: bytes | None = None  # in a tree these are plain files: their prior bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = {
             **self._common(), "path": self.path, "real_path": self.real_path, "parse": self.parse,
             "prior": self.prior, "new": self.new, "restore": [[r.target, r.value, r.shown] for r in self.restore],
@@ -199,7 +199,7 @@ class DomainEntry(Entry):
     after_xml: str | None = None  # libvirt's definition after defineXML (undo's conflict check)
     was_active: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             **self._common(), "uri": self.uri, "name": self.name, "uuid": self.uuid, "prior_xml": self.prior_xml,
             "new_xml": self.new_xml, "after_xml": self.after_xml, "was_active": self.was_active,
@@ -229,7 +229,7 @@ class ImageEntry(Entry):
     after_ino: int | None = None
     purged: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             **self._common(), "path": self.path, "format": self.format, "options": self.options,
             "backup": self.backup, "temp": self.temp, "prior_ino": self.prior_ino, "prior_size": self.prior_size,

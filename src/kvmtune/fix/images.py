@@ -26,7 +26,8 @@ from kvmtune.fix.entries import ImageEntry
 from kvmtune.fix.files import fsync_dir, temp_name
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan, UndoConflict, UndoContext
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import ImageSpec, kind_of, open_by, qemu_img_json
+from kvmtune.inputs import kind_of
+from kvmtune.qemu.image import ImageSpec, open_by, qemu_img_json
 from kvmtune.runner import Runner
 
 ANSWERS = ("KVM-IMG-002", "KVM-IMG-003")  # the rules whose findings a conversion here answers

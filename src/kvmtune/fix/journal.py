@@ -19,7 +19,6 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.entries import AnyEntry, entry_from_json
@@ -83,7 +82,7 @@ class Journal:
     def path(self) -> Path:
         return self.directory / f"{self.id}.json"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "kvmtune_journal": FORMAT,
             "id": self.id,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvmtune.errors import InputError
 from kvmtune.host.parsers import Mount, mount_for
+from kvmtune.inputs import kind_of
 from kvmtune.qemu.partitions import PartitionTable, parse_partition_table
 from kvmtune.runner import CommandResult, Runner
 
@@ -57,15 +58,6 @@ MAGICS = ((b"QFI\xfb", "qcow2"), (b"QED\x00", "qed"), (b"KDMV", "vmdk"), (b"cone
 
 class ImageError(InputError):
     """An image that cannot be audited at all: missing, unreadable, not a file."""
-
-
-def kind_of(mode: int) -> str:
-    """What a non-image path is, in words."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def stat_image(path: str) -> os.stat_result:

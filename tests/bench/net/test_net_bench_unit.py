@@ -74,18 +74,20 @@ def _ep(name: str, backend: str = "tap", **kw: object) -> Endpoint:
 def test_guest_jobs() -> None:
     g = _guest()
     tun = parse_tunings("guest.net.ipv4.tcp_timestamps=0")
-    srv = server_job(g, _ep("s0"), tun)
+    srv = server_job(g, _ep("s0"), tun, "ab" * 16)
     assert "insmod /lib/modules/kernel/drivers/net/virtio_net.ko" in srv and "virtio_blk" not in srv
     assert srv.index("failover.ko") < srv.index("net_failover.ko") < srv.index("virtio_net.ko")
     assert "ip link set dev eth0 mtu 9000" in srv and "echo 0 > /proc/sys/net/ipv4/tcp_timestamps" in srv
-    assert srv.rstrip().endswith("exec netload serve -q --listen :20000")
-    cli = client_job(g, _ep("c0"), _ep("s0"), select_tests(["rr1c-1x1--1", "str-readx30k--10"], None), tun, 5)
+    # loopback is netload's default; the server is told its own address and this run's token
+    assert srv.rstrip().endswith(f"NETLOAD_TOKEN={'ab' * 16} exec netload serve -q --listen 198.18.0.110:20000")
+    cli = client_job(g, _ep("c0"), _ep("s0"), select_tests(["rr1c-1x1--1", "str-readx30k--10"], None), tun, 5, "ab" * 16)
+    assert f"export NETLOAD_TOKEN={'ab' * 16}" in cli
     assert "netload run --workload str-readx30k --users 10 --duration 5s --remote 198.18.0.110:20000 -q --json" in cli
     assert 'echo "KVMTUNE-JSON-BEGIN rr1c-1x1--1"' in cli
     user_srv = _ep("s0", "user", ports=(7200, 7201), connect_address="198.18.200.2", hostfwd_address="127.0.0.1")
-    ucli = client_job(g, _ep("c0", "user"), user_srv, select_tests(["rr1c-1x1--1"], None), tun, 5)
+    ucli = client_job(g, _ep("c0", "user"), user_srv, select_tests(["rr1c-1x1--1"], None), tun, 5, "cd" * 16)
     assert "sed 's/protocol=tcp/port=7201 protocol=tcp/'" in ucli and "--remote 198.18.200.2:7200" in ucli
-    assert server_job(g, user_srv, tun).rstrip().endswith("--listen :7200")
+    assert server_job(g, user_srv, tun, "cd" * 16).rstrip().endswith("--listen 198.18.0.110:7200")
 
 
 def test_parse_console() -> None:

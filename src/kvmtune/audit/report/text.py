@@ -9,6 +9,7 @@ from itertools import groupby
 
 from kvmtune.audit.engine import AuditResult
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.textsafe import safe
 
 _COLOR = {
     Severity.CRITICAL: "\033[1;41;97m",
@@ -56,24 +57,24 @@ def _colorize(line: str) -> str:
 def _render(result: AuditResult) -> str:
     out: list[str] = []
     if result.looked_at:
-        out.append("Looked at: " + "; ".join(result.looked_at))
+        out.append("Looked at: " + "; ".join(safe(x) for x in result.looked_at))
         out.append("")
     def key(f: Finding) -> tuple[str, str, str]:
         return (f.target.host, f.target.domain or "", f.source if f.target.domain else "")
 
     ordered = sorted(result.findings, key=lambda f: (*key(f), *f.sort_key()))
     for (host, domain, source), group in groupby(ordered, key=key):
-        head = f"== {domain}  [{source}]" if domain else f"== host {host}"
+        head = f"== {safe(domain)}  [{safe(source)}]" if domain else f"== host {safe(host)}"
         out.append(head)
         for device, items in groupby(group, key=lambda f: f.target.device or ""):
             if device:
-                out.append(f"  {device}")
+                out.append(f"  {safe(device)}")
             for f in items:
-                out.append(f"    {str(f.severity).upper():8} {f.rule} {f.summary}")
-                out.append(f"             actual: {f.actual}   expected: {f.expected}")
-                out.append(f"             at: {f.evidence}" + (f"  in {f.source}" if f.source else ""))
+                out.append(f"    {str(f.severity).upper():8} {f.rule} {safe(f.summary)}")
+                out.append(f"             actual: {safe(f.actual)}   expected: {safe(f.expected)}")
+                out.append(f"             at: {safe(f.evidence)}" + (f"  in {safe(f.source)}" if f.source else ""))
                 if f.fix.description:
-                    out.append(f"             fix: {f.fix.description}")
+                    out.append(f"             fix: {safe(f.fix.description)}")
         out.append("")
     counts = Counter(f.severity for f in result.findings)
     parts = [f"{counts[s]} {s!s}" for s in sorted(Severity, reverse=True) if counts[s]]
@@ -87,5 +88,5 @@ def _render(result: AuditResult) -> str:
     if result.errors:
         summary += f"; {len(result.errors)} input error(s)"
     out.append(summary)
-    out.extend(f"hint: {hint}" for hint in result.hints)
+    out.extend(f"hint: {safe(hint)}" for hint in result.hints)
     return "\n".join(out) + "\n"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import shutil
 import threading
 from collections.abc import Sequence
@@ -87,17 +88,10 @@ class NetContext(BenchContext):
 
 
 def _module_lines(guest: ProbeGuest) -> list[str]:
-    need: set[str] = set()
-    todo = list(NET_MODULES)
-    while todo:
-        n = todo.pop()
-        if n not in need:
-            need.add(n)
-            todo.extend(guest.module_deps.get(n, ()))
-    short = [(p, p.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_")) for p in guest.module_paths]
-    if "virtio_net" not in {s for _, s in short} and "virtio_net" not in guest.modules:
+    paths = guest.modules_for(NET_MODULES)
+    if not any(p.rsplit("/", 1)[-1].startswith("virtio_net.") for p in paths) and "virtio_net" not in guest.modules:
         raise NetError(f"the probe guest kernel {guest.release} has no virtio_net module")
-    return [f"insmod /lib/modules/{p} 2>/dev/null" for p, s in short if s in need]
+    return [f"insmod /lib/modules/{p} 2>/dev/null" for p in paths]
 
 
 def _net_setup(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> list[str]:
@@ -116,8 +110,15 @@ def _port(ep: Endpoint) -> int:
     return ep.ports[0] if ep.ports else NETLOAD_PORT
 
 
-def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> str:
-    return "\n".join([*_net_setup(guest, ep, tunings), f"exec netload serve -q --listen :{_port(ep)}", ""])
+def new_token() -> str:
+    """A fresh shared secret for one run's netload servers (hex: safe in a shell line)."""
+    return secrets.token_hex(16)
+
+
+def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings, token: str) -> str:
+    # netload serves only the guest's own address and only clients holding this run's token
+    serve = f"NETLOAD_TOKEN={token} exec netload serve -q --listen {ep.ip}:{_port(ep)}"
+    return "\n".join([*_net_setup(guest, ep, tunings), serve, ""])
 
 
 def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, duration: str, extra: str = "") -> str:
@@ -134,10 +135,11 @@ def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, dura
 
 
 def client_job(guest: ProbeGuest, client: Endpoint, server: Endpoint, tests: Sequence[NetTest], tunings: Tunings,
-               duration_s: float) -> str:
+               duration_s: float, token: str) -> str:
     warm = _run_cmd(client, server, "rr1c-1x1", 1, "1s", "--connect-timeout 2s --peer-timeout 5s")
     lines = [
         *_net_setup(guest, client, tunings),
+        f"export NETLOAD_TOKEN={token}",
         "u() { cut -d' ' -f1 /proc/uptime; }",
         "i=0",
         f"until {warm} >/dev/null 2>/tmp/warm.err; do",
@@ -317,10 +319,11 @@ def run_net(ctx: NetContext) -> int:
         ctx.topology_facts = topo.facts
         servers: dict[int, GuestRun] = {}
         clients: dict[int, GuestRun] = {}
+        token = new_token()
         for _client, server in topo.pairs():
-            servers[server.pair] = _start(ctx, topo, server, server_job(ctx.guest, server, ctx.tunings))
+            servers[server.pair] = _start(ctx, topo, server, server_job(ctx.guest, server, ctx.tunings, token))
         for client, server in topo.pairs():
-            job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s)
+            job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s, token)
             clients[client.pair] = _start(ctx, topo, client, job)
         done: queue.Queue[Cell] = queue.Queue()  # cells go to the store from this thread only (sqlite)
         failures: list[BaseException] = []

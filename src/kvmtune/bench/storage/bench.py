@@ -283,24 +283,7 @@ def _modules_for(guest: ProbeGuest, bus: str, fs: bool, sched: str) -> list[str]
     wanted = list(BUS_MODULES[bus])
     if sched in ("bfq", "kyber"):
         wanted.append("bfq" if sched == "bfq" else "kyber_iosched")
-    order = [m for m in guest.module_paths if _short(m) in _closure(guest, wanted)]
-    return order
-
-
-def _short(path: str) -> str:
-    return path.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_")
-
-
-def _closure(guest: ProbeGuest, names: Sequence[str]) -> set[str]:
-    out: set[str] = set()
-    todo = [n.replace("-", "_") for n in names]
-    while todo:
-        n = todo.pop()
-        if n in out:
-            continue
-        out.add(n)
-        todo.extend(guest.module_deps.get(n, ()))
-    return out
+    return guest.modules_for(wanted)
 
 
 # --------------------------------------------------------------------------- host (bare metal)
