@@ -54,7 +54,24 @@ BAD_INPUTS = [
     ["bench", "net", "--topology", "bogus", "--db", "{tmp}/r.db"],
     ["guest", "accel", "--timeout", "abc"],
     ["net", "cleanup", "--bogus"],
+    ["verify", "--examples", "--only", "bogus"],
+    ["verify", "--examples", "--root", MISSING],
+    ["verify", "--examples", "--threshold", "abc"],
+    ["top", "--root", MISSING, "--count", "1", "--plain"],
+    ["top", "--interval", "-1", "--count", "1", "--plain", "--no-libvirt"],
+    ["sample", "--no-libvirt", "--duration", "1", "--interval", "1", "-o", f"{MISSING}/x.json"],
+    ["sample", "--duration", "abc"],
+    ["capacity", "--disk-tps", "100", "--from", f"{MISSING}/sample.json"],
+    ["capacity", "--disk-tps", "-5", "--no-libvirt", "--duration", "1", "--interval", "1"],
 ]
+
+
+def test_every_command_is_fed_bad_input_here() -> None:
+    from kvmtune.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    commands = set(sub.choices)  # type: ignore[arg-type]
+    assert commands - {argv[0] for argv in BAD_INPUTS} == set()
 
 
 @pytest.mark.parametrize("argv", BAD_INPUTS, ids=lambda a: " ".join(a)[:60])

@@ -66,10 +66,10 @@ def test_issue_reproduction_raw_disk_with_qcow2_header_is_not_converted(tmp_path
     digest, size = sha(disk), disk.stat().st_size
     assert subprocess.run(["qemu-img", "info", str(disk)], capture_output=True, text=True).stdout.count("qcow2")
 
-    # no declared format: refused, whatever the header says
-    assert main(["fix", "--images", str(disk), "--apply", "--yes"]) == 0
+    # no declared format: refused (non-zero, issue 19), whatever the header says
+    assert main(["fix", "--images", str(disk), "--apply", "--yes"]) == 3
     out = capsys.readouterr().out
-    assert "format not declared" in out and "Nothing to change." in out
+    assert "format not declared" in out and "Nothing changed: 1 image(s) not converted" in out
     assert sha(disk) == digest
 
     # declared raw (the truth): preallocated as raw, every byte kept, the size unchanged
@@ -95,7 +95,7 @@ def test_declared_qcow2_over_raw_is_refused_not_converted(tmp_path: Path, capsys
     disk = tmp_path / "plain.raw"
     subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(disk), "16M"], check=True)
     digest = sha(disk)
-    assert main(["fix", "--format", "qcow2", "--images", str(disk), "--apply", "--yes"]) == 0
+    assert main(["fix", "--format", "qcow2", "--images", str(disk), "--apply", "--yes"]) == 3  # refused: non-zero (issue 19)
     assert "cannot be opened as the declared qcow2" in capsys.readouterr().out
     assert sha(disk) == digest
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +124,34 @@ def test_examples_plan_has_block_experiments(tmp_path: Path) -> None:
     assert ("KVM-STO-004", "app02-clone disk:vda") in measured
     assert all(p.result.reason for p in planned if p.experiment is None)
     assert os.listdir(tmp_path) == []  # planning makes nothing
+
+
+def _run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvmtune", "verify", *argv], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--examples", "--size", "huge"], "not a size"),
+        (["--examples", "--repeat", "0"], "must be at least 1"),
+        (["--examples", "--keep"], "--keep goes with --apply"),
+        (["--examples", "--apply"], "add --yes"),
+        (["--root", "/nonexistent", "--host"], "not a directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path) -> None:
+    res = _run_cli(*argv, "--workdir", str(tmp_path), "--no-store")
+    assert res.returncode == 2 and message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert res.stdout == ""
+
+
+def test_budget_skips_and_says_so(tmp_path: Path) -> None:
+    res = _run_cli("--examples", "--budget", "1", "--workdir", str(tmp_path), "--no-store", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    skipped = [r for r in doc["results"] if r["skipped_for_budget"]]
+    assert skipped and all("--budget" in r["not_measured"] for r in skipped)
+    assert not any(r["measurement"] for r in doc["results"])

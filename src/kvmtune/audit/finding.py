@@ -1,4 +1,4 @@
-"""The finding: one problem on one target (schema in DESIGN.md §3)."""
+"""The finding: one problem on one target (schema in docs/architecture.md §4)."""
 
 from __future__ import annotations
 

@@ -186,7 +186,7 @@ def render(store: Store, run_ids: Sequence[int]) -> str:
     if len(cells_by_accel) > 1:
         parts.append(
             "<p class='warn'>These runs used different accelerators ("
-            + ", ".join(sorted(cells_by_accel))
+            + ", ".join(html.escape(a) for a in sorted(cells_by_accel))
             + "). Each gets its own section; no number is compared across them.</p>"
         )
     for accel, cells in sorted(cells_by_accel.items()):

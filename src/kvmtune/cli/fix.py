@@ -109,7 +109,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
     if args.images:
         given = args.image_format
         formats = {p: given for p in args.images} if given else declared_formats(args.paths)
+        before = len(plan.skipped)
         plan_images(args.images, default_runner(), HostRoot(args.root), plan, formats)
+        args.refused_images = plan.skipped[before:]  # in use, short of space, undeclared format, ...
     return plan
 
 
@@ -159,7 +161,11 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"note: {safe(line)}\n")
     if plan.manual:
         out.write(f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n")
+    refused = list(getattr(args, "refused_images", None) or [])
     if not plan.changes:
+        if args.apply and refused:
+            out.write(f"Nothing changed: {len(refused)} image(s) not converted (the 'skipped:' lines say why).\n")
+            return EXIT_APPLY_FAILED
         out.write("Nothing to change.\n")
         return 0
     restarts = sum(1 for c in plan.changes if c.kind == "domain" and getattr(c, "active", False))
@@ -188,5 +194,8 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"Undo with: kvmtune undo {journal.id}\n")
     if restarts:
         out.write(f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n")
+    if refused:
+        print(f"kvmtune: {len(refused)} image(s) not converted (the 'skipped:' lines say why)", file=sys.stderr)
+        return EXIT_APPLY_FAILED
     return 0
 

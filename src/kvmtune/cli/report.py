@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ def run_report(args: argparse.Namespace) -> int:
         net_html = []
         verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
         if verify_runs:
-            from html import escape
 
             from kvmtune.verify.engine import verified_fix_lines
 
@@ -54,7 +54,7 @@ def run_report(args: argparse.Namespace) -> int:
                 lines.extend("  " + v.line() for v in verdicts([c for c in cells if "topology" not in c.config]))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
                 lines.extend("  seed:002: " + line for line in winners(net_cells))
-                net_html.append(f"<h2>Accelerator: {accel}</h2>" + winners_html(net_cells))
+                net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs)

@@ -81,8 +81,11 @@ def register(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> None:
     if not args.interval > 0:
         raise KvmtuneError(f"--interval must be above 0 s, got {args.interval:g}")
-    if getattr(args, "duration", 1.0) < args.interval:
-        raise KvmtuneError(f"--duration ({args.duration:g} s) must be at least one --interval ({args.interval:g} s)")
+    duration = getattr(args, "duration", None)  # sample and capacity; top runs until stopped
+    if duration is not None and duration < args.interval:
+        raise KvmtuneError(f"--duration ({duration:g} s) must be at least one --interval ({args.interval:g} s)")
+    if getattr(args, "disk_tps", 1.0) <= 0:
+        raise KvmtuneError(f"--disk-tps must be above 0, got {args.disk_tps:g}")
     if not os.path.isdir(args.root):
         raise KvmtuneError(f"{args.root}: not a directory")
 

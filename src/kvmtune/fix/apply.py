@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
+from kvmtune.fix.files import TargetBusy, lock_targets
 from kvmtune.fix.journal import Journal
 from kvmtune.fix.plan import ApplyContext, Plan
 from kvmtune.runner import Runner, default_runner
@@ -45,7 +46,14 @@ def apply_plan(
 ) -> Journal:
     journal = Journal.create(directory, list(argv), str(Path(root).resolve()))
     ctx = ApplyContext(journal=journal, runner=runner or default_runner(), purge_backups=purge_backups)
+    held: list[int] = []
     try:
+        try:
+            held = lock_targets([p for change in plan.changes for p in change.lock_paths()])
+        except TargetBusy as exc:
+            raise KvmtuneError(f"{exc}; nothing changed") from None
+        except OSError as exc:
+            raise KvmtuneError(f"{exc.filename}: cannot lock it ({exc.strerror or exc}); nothing changed") from None
         journal.entries = [change.snapshot(ctx) for change in plan.changes]
         journal.log(f"created with {len(journal.entries)} change(s)")
         try:
@@ -79,6 +87,8 @@ def apply_plan(
         journal.save()
     finally:
         ctx.close()
+        for fd in held:
+            os.close(fd)
     return journal
 
 

@@ -7,6 +7,7 @@ disk, permission) leaves the old file untouched and no temp file behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import stat
@@ -108,3 +109,59 @@ def make_dirs(path: Path) -> list[str]:
         os.mkdir(d, 0o755)
         created.append(str(d))
     return created
+
+
+class TargetBusy(OSError):
+    """Another kvmtune is changing this file."""
+
+
+def lock_target(path: Path) -> int:
+    """An exclusive flock on the file ``path`` names (or on its directory, for a file not there yet),
+    held until the returned fd is closed; the kernel drops it when kvmtune dies.
+
+    Journal directories are per operator (sudo's default beside ``$KVMTUNE_JOURNAL_DIR``), so their
+    locks cannot keep two ``fix --apply`` off one file; this lock is on the file itself. Taken before
+    the snapshot, and checked to still be the file at ``path`` (an earlier fix may have renamed a new
+    one into place), it makes the second fix see the first one's result: "changed since the plan"."""
+    target = _lock_target(path)
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TargetBusy(f"{path}: another kvmtune fix --apply or undo is changing it now") from None
+        held, now = os.fstat(fd), os.stat(target)
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            raise TargetBusy(f"{path}: replaced while kvmtune was locking it (another fix?); run kvmtune fix again")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lock_target(path: Path) -> Path:
+    target = path if os.path.lexists(path) else path.parent
+    while not os.path.lexists(target) and target.parent != target:
+        target = target.parent
+    return target
+
+
+def lock_targets(paths: list[Path]) -> list[int]:
+    """:func:`lock_target` for each path, once per file (two new files in one directory share its lock)."""
+    held: list[int] = []
+    seen: set[tuple[int, int]] = set()
+    try:
+        for path in sorted(paths):
+            try:
+                st = os.stat(_lock_target(path))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            held.append(lock_target(path))
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held

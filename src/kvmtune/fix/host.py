@@ -26,7 +26,7 @@ from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import DropIn, Plan, SysfsWrite, normalise
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_mask, parse_sysctl_conf
-from kvmtune.host.root import HostRoot
+from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import (
     PROFILE_DEFS,
     PROFILES,
@@ -77,7 +77,11 @@ class HostPlanner:
         self.runtime: list[SysfsWrite] = []
 
     def real(self, host_path: str) -> Path:
-        return self.root / host_path.lstrip("/")
+        """``host_path`` inside the root; OSError when a link in a tree leads out of it (never written through)."""
+        try:
+            return self.host.beneath(host_path)
+        except HostReadError as exc:
+            raise OSError(str(exc)) from None
 
     def _own(self, host_path: str) -> str:
         try:
@@ -89,6 +93,11 @@ class HostPlanner:
     def _write(self, path: str, cur: str, new: str, why: str, parse: str = "plain",
                restore: list[tuple[str, str]] | None = None, rules: tuple[str, ...] = ()) -> None:
         answers = f" (answers {', '.join(rules)})" if rules else ""
+        try:
+            self.host.beneath(path)
+        except HostReadError as exc:
+            self.plan.skipped.append(f"{exc}; left alone")
+            return
         self.runtime.append(
             SysfsWrite(
                 path=path, root=self.root, prior=cur, new=new, parse=parse,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ QCOW2_DATA_KEEP = (
     ("compression-type", "compression_type"),
 )
 SLACK = 64 * 1024 * 1024  # free space kept beyond the estimate
+KILL_IN_SWAP_ENV = "KVMTUNE_TEST_KILL_IN_IMAGE_SWAP"
 
 
 class ImageInUse(KvmtuneError):
@@ -114,6 +116,9 @@ class ImageConvert(Change[ImageEntry]):
         ]
         return "\n".join(lines) + "\n"
 
+    def lock_paths(self) -> list[Path]:
+        return [self.path]
+
     def _check_unchanged(self) -> os.stat_result:
         try:
             st = os.stat(self.path)
@@ -175,6 +180,8 @@ class ImageConvert(Change[ImageEntry]):
                 raise ApplyError(str(exc)) from None
             os.link(src, backup)
             fsync_dir(src.parent)
+            if os.environ.get(KILL_IN_SWAP_ENV):
+                os.kill(os.getpid(), signal.SIGKILL)  # test hook: the crash between backup link and swap
             os.replace(tmp, src)
             fsync_dir(src.parent)
         except OSError as exc:
@@ -208,10 +215,17 @@ class ImageConvert(Change[ImageEntry]):
             p, same = None, False
         if not same and p is not None and e.after_ino is not None and p.st_ino != e.after_ino and not ctx.force:
             raise UndoConflict(f"{path} was replaced after kvmtune converted it; not restored (--force)")
+        if same:
+            # killed between linking the backup and swapping the copy in: the image is the original and
+            # the backup a second name for it (rename() between two links of one file would keep both)
+            os.unlink(backup)
+            fsync_dir(path.parent)
+            ctx.done.append(f"{path}: never replaced (its backup link removed)")
+            return
         refuse_if_in_use(path, e.format or "raw", ctx.runner)
         os.replace(backup, path)
         fsync_dir(path.parent)
-        ctx.done.append(f"{path}: original restored" if not same else f"{path}: never replaced")
+        ctx.done.append(f"{path}: original restored")
 
 
 def _free(directory: Path) -> int | None:

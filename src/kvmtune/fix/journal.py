@@ -48,9 +48,20 @@ def locked(directory: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise JournalError(f"another kvmtune fix --apply or undo is running (lock {directory / '.lock'})") from None
+        _remove_stray_temps(directory)
         yield
     finally:
         os.close(fd)
+
+
+def _remove_stray_temps(directory: Path) -> None:
+    """A journal being written when kvmtune was killed leaves ``.ID.json.kvmtune-journal.tmp`` (0600, with
+    the prior file contents in it). Only a holder of the directory lock writes journals, so under the lock
+    every such file is a dead writer's and goes."""
+    with contextlib.suppress(OSError):
+        for p in directory.glob(".*.kvmtune-journal.tmp"):
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def journal_dir(explicit: str | None = None, root: str = "/") -> Path:

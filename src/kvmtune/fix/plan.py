@@ -21,6 +21,7 @@ from kvmtune.fix.diff import Reason, unified
 from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
 from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
 from kvmtune.fix.libvirt_rw import Connections
+from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
     from kvmtune.fix.journal import Journal
@@ -63,6 +64,10 @@ class Change(Generic[E]):
     def render(self) -> str:
         raise NotImplementedError
 
+    def lock_paths(self) -> list[Path]:
+        """Files this change replaces: locked for the whole apply (see :func:`files.lock_target`)."""
+        return []
+
     def snapshot(self, ctx: ApplyContext) -> E:
         """The journal entry: the prior state, read now and checked against the plan."""
         raise NotImplementedError
@@ -90,6 +95,9 @@ class FileChange(Change[FileEntry]):
         new = self.after.decode("utf-8", "replace")
         a = self.shown if self.before.data is not None else "/dev/null"
         return unified(old, new, a, self.shown, self.reasons)
+
+    def lock_paths(self) -> list[Path]:
+        return [self.path]
 
     def snapshot(self, ctx: ApplyContext) -> FileEntry:
         try:
@@ -134,7 +142,9 @@ class FileChange(Change[FileEntry]):
                 remove_file(path)
                 ctx.done.append(f"{e.shown}: removed (kvmtune created it)")
             else:
-                write_atomic(path, e.prior, mode=e.prior_mode or 0o644, uid=e.prior_uid, gid=e.prior_gid)
+                # mode 000 is a mode too: only a missing one falls back to 0644
+                mode = e.prior_mode if e.prior_mode is not None else 0o644
+                write_atomic(path, e.prior, mode=mode, uid=e.prior_uid, gid=e.prior_gid)
                 ctx.done.append(f"{e.shown}: restored")
         for d in reversed(e.created_dirs):
             with contextlib.suppress(OSError):
@@ -273,6 +283,10 @@ class SysfsWrite(Change[RuntimeEntry]):
         )
 
     def apply(self, entry: RuntimeEntry, ctx: ApplyContext) -> None:
+        try:
+            HostRoot(str(self.root)).beneath(self.path)  # again: the tree may have changed since the plan
+        except HostReadError as exc:
+            raise ApplyError(f"{exc}; nothing written") from None
         try:
             write_value(self.real, self.new)
         except OSError as exc:

@@ -35,9 +35,19 @@ def undo_journal(journal: Journal, *, force: bool = False, runner: Runner | None
     """Undo every change of ``journal``; returns (what was done, problems)."""
     ctx = UndoContext(runner=runner or default_runner(), force=force)
     problems: list[str] = []
+    unsaved: list[OSError] = []
+
+    def record() -> None:
+        # restore first, record after: a journal file system that is full (ENOSPC) must not stop the
+        # restores; undo is idempotent, so a journal that could not say "undone" is only out of date
+        try:
+            journal.save()
+        except OSError as exc:
+            unsaved.append(exc)
+
     journal.state = "undoing"
     journal.log("undo started" + (" (--force)" if force else ""))
-    journal.save()
+    record()
     try:
         for e in reversed(journal.entries):
             if e.status == "undone":
@@ -50,12 +60,19 @@ def undo_journal(journal: Journal, *, force: bool = False, runner: Runner | None
                 journal.log(f"undo problem: {msg}")
                 continue
             e.status = "undone"
-            journal.save()
+            record()
     finally:
         ctx.close()
     journal.state = "undone" if not problems else "undo-incomplete"
     journal.log(journal.state)
-    journal.save()
+    unsaved.clear()
+    record()
+    if unsaved:
+        problems.append(
+            f"the journal {journal.path} could not be updated ({unsaved[0].strerror or unsaved[0]}); what is listed "
+            f"above was restored, but the journal does not say so: free space there and run 'kvmtune undo "
+            f"{journal.id}' again (it finds those changes already undone)"
+        )
     return ctx.done, problems
 
 
@@ -63,9 +80,14 @@ def purge_backups(journal: Journal) -> list[str]:
     """Delete the image originals a journal keeps; its image changes can no longer be undone."""
     out = []
     for e in journal.entries:
-        if not isinstance(e, ImageEntry) or e.purged or e.status == "undone":
+        if not isinstance(e, ImageEntry) or e.purged:
             continue
         backup = Path(e.backup)
+        if e.status == "undone":
+            if _same_file(backup, Path(e.path)):  # an orphan link left by a crash before the swap
+                os.unlink(backup)
+                out.append(f"{backup}: deleted (a second name of {e.path} left by an interrupted fix)")
+            continue
         if backup.exists():
             os.unlink(backup)
             out.append(f"{backup}: deleted")
@@ -75,3 +97,11 @@ def purge_backups(journal: Journal) -> list[str]:
         journal.save()
     return out
 
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)

@@ -8,6 +8,7 @@ production uses ``HostRoot("/")``. Paths given to it are absolute host paths
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +60,34 @@ class HostRoot:
             raise ValueError(f"host paths are absolute, got {host_path!r}")
         return self._root / host_path.lstrip("/")
 
+    def beneath(self, host_path: str) -> Path:
+        """The mapped path; :class:`HostReadError` when a tree's symbolic link leads out of the tree."""
+        mapped = self._map(host_path)
+        if self.is_live:
+            return mapped
+        top = os.path.realpath(self._root)
+        real = os.path.realpath(mapped)
+        if real != top and not real.startswith(top.rstrip("/") + "/"):
+            raise HostReadError(host_path, f"leads out of the host root {self.path} (to {real}); not followed")
+        return mapped
+
+    def _open_regular(self, host_path: str) -> BinaryIO:
+        """Open a regular file without blocking: a FIFO or device in a tree is refused, not waited on."""
+        fd = os.open(self.beneath(host_path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(host_path)
+            raise HostReadError(host_path, "not a regular file; not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
     def read_text(self, host_path: str, limit: int = 4 * 1024 * 1024) -> str:
         """Return the file's text; raise :class:`HostReadError` with the reason."""
         self.reads.append(host_path)
         try:
-            with open(self._map(host_path), "rb") as fh:
+            with self._open_regular(host_path) as fh:
                 data = _read_limited(fh, limit)
         except FileNotFoundError:
             raise HostReadError(host_path, "absent") from None
@@ -88,9 +112,9 @@ class HostRoot:
     def read_bytes(self, host_path: str, limit: int = 1024 * 1024) -> bytes | None:
         self.reads.append(host_path)
         try:
-            with open(self._map(host_path), "rb") as fh:
+            with self._open_regular(host_path) as fh:
                 return _read_limited(fh, limit)
-        except OSError:
+        except (OSError, HostReadError):
             return None
 
     def exists(self, host_path: str) -> bool:

@@ -155,8 +155,9 @@ def open_by(path: str, host: HostRoot) -> str | None:
         return None
     want = (st.st_dev, st.st_ino)
     real = os.path.realpath(path)
+    me = str(os.getpid()) if host.is_live else None  # kvmtune itself holds an image it converts (its flock)
     for pid in host.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or pid == me:
             continue
         for fd in host.listdir(f"/proc/{pid}/fd"):
             if host.is_live:

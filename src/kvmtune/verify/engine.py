@@ -24,6 +24,7 @@ from kvmtune.verify.block import scratch_parent, sweep_leftovers
 from kvmtune.verify.experiments import (
     DISK_EXPERIMENTS,
     NOT_MEASURABLE,
+    SAFETY_FIRST,
     Experiment,
     Subject,
     Unmeasurable,
@@ -191,6 +192,8 @@ def execute_one(p: Planned, ctx: VerifyContext) -> None:
         r.seconds = time.monotonic() - start
     r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
     r.notes.extend(out.notes)
+    if r.finding.rule in SAFETY_FIRST:
+        r.notes.append(SAFETY_FIRST[r.finding.rule])
     r.details = out.details
     if out.cut_short:
         r.notes.append(f"--budget: {out.judgement.n if out.judgement else 0} of {ctx.repeat} repeats")
@@ -274,6 +277,8 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
         out.append(f"# {TIER_LABELS.get(t, t)}")
     out.append(f"# each side {ctx.repeat}× alternating A (as it is) / B (as fixed), {ctx.seconds:g}s each; "
                f"ratio B/A with its 95% interval; helps/hurts only beyond ±{ctx.threshold:g}% and outside the interval")
+    if "host" in tiers:
+        out.append("# host tier: the sides are measured in two blocks (before, after the change), not alternated")
     measured = [r for r in results if r.measured or r.error]
     rest = [r for r in results if not (r.measured or r.error)]
     for r in measured:
