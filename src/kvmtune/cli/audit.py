@@ -79,7 +79,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
             result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
                                 "shipped with kvmtune")
-    collect.mark_guests_off_host(result, args.assume_this_host)
+    collect.mark_guests_off_host(result, getattr(args, "assume_this_host", False))  # verify reuses gather
     audit_host.after_guests(args, ctx, result)
     return result
 
