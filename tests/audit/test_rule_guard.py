@@ -104,3 +104,18 @@ def test_findings_yielded_before_the_raise_are_kept() -> None:
     found = run_rules(ctx, audit_host=True, rules=[HalfWay])
     assert [f.rule for f in found] == ["TEST-HST-002"]
     assert ctx.errors == ["TEST-HST-002: could not be evaluated (Broken: after one)"]
+
+
+def test_a_rule_that_raises_while_fixing_is_said_in_the_plan() -> None:
+    from kvmtune.fix.domains import fix_guest
+    from kvmtune.fix.registry import FixOptions
+
+    case = EXAMPLES / "web01-legacy.xml"
+    rule = rule_by_id("KVM-STO-002")
+    assert rule is not None
+    options = FixOptions(host=HostRoot(str(HOSTS / "rules-default")))
+    _guest, result = fix_guest(case.read_bytes(), str(case), "xml", [GuestBoom, rule], options)
+    assert result.after is not None  # the working rule's fix still goes ahead
+    assert result.skipped == [
+        "web01-legacy: TEST-GST-001: could not be evaluated for guest web01-legacy (Broken: guest web01-legacy)"
+    ]

@@ -219,3 +219,20 @@ def test_namespace_settings_measured_in_kvmtune_namespaces(tmp_path: Path, capsy
     assert "KVM-HST-013 sysctl:net.ipv4.tcp_rmem: net.ipv4.tcp_rmem 4096 131072 6291456 → 4096 131072 16777216" in out
     after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     assert {n for n in after - before if n.startswith(f"kvmtune-v{os.getpid()}")} == set()
+
+
+def test_images_are_replicated_next_to_themselves_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    images = tmp_path / "images"
+    images.mkdir()
+    qcow = images / "guest.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=131072", str(qcow), "1G"], check=True)
+    before, mtime = qcow.read_bytes(), qcow.stat().st_mtime_ns
+    code = main(["verify", "--images", str(qcow), "--only", "KVM-IMG-002", "--repeat", "2", "--seconds", "0.3",
+                 "--size", "128M", "--workdir", str(tmp_path / "w"), "--no-store", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    (r,) = [r for r in doc["results"] if r["measurement"]]
+    assert r["change"] == "preallocation off → metadata" and r["details"]["replica_dir"] == str(images)
+    assert "128 KiB clusters" in r["details"]["before_layout"]
+    assert qcow.read_bytes() == before and qcow.stat().st_mtime_ns == mtime and _scratch(images) == []

@@ -4,9 +4,11 @@ contact. Real qemu-img, real images, and a real NBD listener on a unix socket co
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +183,31 @@ def test_qcow2_data_file_naming_a_socket_is_not_contacted(tmp_path: Path, listen
     main(["audit", str(xml)])
     capsys.readouterr()
     assert listener.connections == 0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+def test_strace_of_a_whole_audit_shows_no_connect_and_no_guest_chosen_open(tmp_path: Path) -> None:
+    """The whole process tree of a real `kvmtune audit`, watched by strace: no connect() at all, no open of a
+    file the guest named, and only qemu-img (and setpriv) executed."""
+    bait = tmp_path / "bait.raw"
+    bait.write_bytes(b"\0" * 4096)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    # a unix socket, not an address: were the test ever to fail, it must not send a packet anywhere
+    net = raw_disk_with_qcow2_header(tmp_path / "a", f"nbd+unix:///exp?socket={tmp_path / 'nbd.sock'}")
+    local = raw_disk_with_qcow2_header(tmp_path / "b", str(bait))
+    xml = tmp_path / "victim.xml"
+    xml.write_text(DOMAIN.format(fmt="raw", path=local))
+    log = tmp_path / "strace.log"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=connect,openat,open,execve", "-o", str(log),
+         sys.executable, "-m", "kvmtune", "audit", str(xml), "--images", str(net), str(local)],
+        capture_output=True, text=True, timeout=120,
+    )
+    calls = log.read_text().splitlines()
+    assert calls, "strace recorded nothing"
+    assert not [c for c in calls if " connect(" in c], [c for c in calls if " connect(" in c]
+    assert not [c for c in calls if str(bait) in c and ("open" in c)]
+    execs = [c.split('execve("', 1)[1].split('"', 1)[0] for c in calls if 'execve("' in c and "= -1" not in c]
+    assert all(os.path.basename(e) in ("qemu-img", "setpriv", "ldconfig") or e == sys.executable
+               or os.path.basename(e).startswith("python") for e in execs), execs

@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         env.update(base_environment(ctx.runner, ctx.host, AccelChoice("none", "verify boots no guest", 0.0), None))
         argv = {k: v for k, v in vars(args).items() if k != "func"}
         with Store(args.db or default_db()) as store:
-            outcome = BenchRunner(store, args=argv).run(bench)
+            outcome = BenchRunner(store, args=argv, workdir=workdir, runner=ctx.runner).run(bench)
         run_id, interrupted = outcome.run_id, outcome.status == "partial"
     results = bench.results
     elapsed = time.monotonic() - started

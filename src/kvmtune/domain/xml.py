@@ -7,6 +7,7 @@ everything kvmtune does not understand survives a round trip.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -66,8 +67,26 @@ def parse_xml_bytes(data: bytes, where: str) -> etree._ElementTree:
         return etree.ElementTree(etree.fromstring(data, _parser()))
     except etree.XMLSyntaxError as exc:
         err_line: int | None = exc.lineno or None
-        msg = (exc.msg or "not well-formed XML").split(", line ")[0]
-        raise InputError(where, f"malformed XML: {msg}", err_line) from None
+        raise InputError(where, f"malformed XML: {_libxml_message(exc.msg)}", err_line) from None
+
+
+def _libxml_message(raw: str | None) -> str:
+    """libxml2's message as one line in kvmtune's words: its advice to pass parser options
+    (``use XML_PARSE_HUGE option``) is for programmers, and its encoding error spans two lines."""
+    msg = (raw or "not well-formed XML").split(", line ")[0]
+    first, _, rest = msg.partition("\n")
+    if first.startswith("Input is not proper UTF-8"):
+        byte = re.search(r"Bytes: (0x[0-9A-Fa-f]{2})", rest)
+        at = f" (byte {byte.group(1)})" if byte else ""
+        return (f"not UTF-8 text{at} and no other encoding declared; declare it (<?xml version='1.0' "
+                "encoding='ISO-8859-1'?>) or convert the file to UTF-8")
+    first = re.sub(r"\s*,?\s*use XML_PARSE_HUGE option\s*$", "", first).strip()
+    if first.startswith("Excessive depth in document"):
+        limit = re.search(r"(\d+)", first)
+        return f"elements nested deeper than {limit.group(1) if limit else 256} levels (refused)"
+    if "huge" in first.lower() and "text" in first.lower():
+        return "a text node larger than 10 MB (refused)"
+    return first or "not well-formed XML"
 
 
 def read_xml_file(path: str | Path) -> etree._ElementTree:

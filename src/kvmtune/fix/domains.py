@@ -22,6 +22,7 @@ from kvmtune.audit.rule import GuestRule, Rule
 from kvmtune.domain.xml import MAX_XML_BYTES, guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError
 from kvmtune.fix.diff import Reason
+from kvmtune.fix.encoding import utf16_of
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
 from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, all_fixers
@@ -120,6 +121,8 @@ def _fix_guest_once(
             result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
         current = _read(doc.tree, where, origin_kind)
+    # a rule that raised (the engine's guard) or a host fact unreadable: said in the plan, not dropped
+    result.skipped.extend(f"{name}: {err}" for err in dict.fromkeys(ctx.errors))
     if not doc.changed:
         return guest, result, set()
     after = doc.render()  # checked to parse to the same document as the edited tree
@@ -162,10 +165,14 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
             raise InputError(raw, str(exc)) from None
         if state.data is None:
             raise InputError(raw, "no such file")
-        guest, result = fix_guest(state.data, raw, "xml", rules, options)
+        utf16 = utf16_of(state.data)  # edited as UTF-8, written back as the UTF-16 it was
+        data = state.data if utf16 is None else utf16.to_utf8(state.data)
+        guest, result = fix_guest(data, raw, "xml", rules, options)
         _merge(plan, result)
         if result.after is None:
             continue
+        if utf16 is not None:
+            result.after = utf16.back(result.after)
         change: Change[Any] = XmlFileEdit(
             path=real,
             shown=raw,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
+from kvmtune.fix.encoding import decode_text
 from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
 from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
 from kvmtune.fix.libvirt_rw import Connections
@@ -91,8 +92,8 @@ class FileChange(Change[FileEntry]):
     mode: int = 0o644
 
     def render(self) -> str:
-        old = (self.before.data or b"").decode("utf-8", "replace")
-        new = self.after.decode("utf-8", "replace")
+        old = decode_text(self.before.data or b"")
+        new = decode_text(self.after)
         a = self.shown if self.before.data is not None else "/dev/null"
         return unified(old, new, a, self.shown, self.reasons)
 

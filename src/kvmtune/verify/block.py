@@ -102,10 +102,12 @@ def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str
             assumed.append("image not readable here: qcow2 defaults assumed (64 KiB clusters, no preallocation)")
         else:
             assumed.append("image not readable here: a sparse raw file assumed")
-    if prealloc in (None, "grown"):
+    # the image model's words → qemu-img create's; "full" becomes falloc: the same allocation state, and
+    # writing a whole replica would only cost time
+    prealloc = {"metadata": "metadata", "falloc": "falloc", "full": "falloc", "falloc/full": "falloc",
+                "allocated": "falloc"}.get(prealloc or "off", "off")
+    if fmt == "raw" and prealloc == "metadata":
         prealloc = "off"
-    if prealloc == "full" or prealloc == "falloc/full":
-        prealloc = "falloc"  # same allocation state; a full write of the replica would only cost time
     cache = (disk.cache or "default").lower()
     io = (disk.io or "threads").lower()
     if io == "default":

@@ -101,8 +101,8 @@ class _IopsProbe:
 
 def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
     f, guest, disk = subject.finding, subject.guest, subject.disk
-    if guest is None or disk is None:
-        raise Unmeasurable("the finding names no disk of an audited guest")
+    if disk is None:
+        raise Unmeasurable("the finding names no disk of an audited guest and no image")
     if disk.source_type not in (None, "file", "block", "volume"):
         raise Unmeasurable(f"a {disk.source_type} disk has no local replica (network storage is not replicated)")
     try:
@@ -117,6 +117,8 @@ def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
         after = replace(before, **change)  # type: ignore[arg-type]
         if after.format != "qcow2":
             after = replace(after, cluster_size=None)
+    elif guest is None:
+        raise Unmeasurable("the fix edits a guest's definition, and the finding names no guest")
     else:
         after, _ = layout_of(_fixed_disk(guest, disk, f.rule, ctx), subject.image)
     if after == before:

@@ -9,6 +9,7 @@ finding), which ``kvmtune report`` shows under "verified fixes".
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from kvmtune.audit.finding import Finding
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
-from kvmtune.model.guest import Guest
+from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
 from kvmtune.verify.experiments import (
@@ -111,13 +112,26 @@ def subjects(findings: Sequence[Finding], guests: Sequence[Guest], images: Seque
             by_name = [d for d in s.guest.disks if d.label == t.device]
             found = by_place or by_name
             s.disk = found[0] if found else None
-        if s.disk is not None:
+        if t.device and t.device.startswith("image:"):
+            s.image, s.disk = _image_disk(t.device[len("image:"):], images)
+        elif s.disk is not None:
             for img in images:
                 if any(u.domain == s.guest.name and u.disk == s.disk.target for u in img.used_by):  # type: ignore[union-attr]
                     s.image = img
                     break
         out.append(s)
     return out
+
+
+def _image_disk(path: str, images: Sequence[DiskImage]) -> tuple[DiskImage | None, Disk | None]:
+    """An image given with --images as the disk its first user sees (its cache mode), or as QEMU's default."""
+    for img in images:
+        if img.path == path:
+            use = img.used_by[0] if img.used_by else None
+            kind = "block" if img.is_block_device else "file"
+            return img, Disk(target=os.path.basename(path), format=img.format, cache=use.cache if use else None,
+                             source=img.path, source_type=kind)
+    return None, None
 
 
 def estimate(exp: Experiment, ctx: VerifyContext) -> float:
