@@ -161,6 +161,22 @@ def parse_cpuinfo_model(text: str) -> str | None:
     return None
 
 
+def format_cpu_list(cpus: set[int] | frozenset[int]) -> str:
+    """The kernel's compact form: ``{0, 1, 2, 5}`` → ``0-2,5``."""
+    out: list[str] = []
+    run: list[int] = []
+    for cpu in sorted(cpus):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [cpu]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """A kernel CPU list such as ``0-3,8,10-11`` (empty text → empty set)."""
     cpus: set[int] = set()

@@ -462,6 +462,12 @@ class MatrixBenchmark:
                 host = StorageConfig(target="host")
                 sink.record(Cell("host/capacity", host.as_dict(), "disk-capacity", metrics=cap), show=False)
 
+    def space_needed(self) -> tuple[Path, int, str] | None:
+        """The least any cell writes: its disk image (or bare-metal test file) plus a margin."""
+        if all(c.target == "device" for c in self.configs):
+            return None
+        return self.ctx.scratch.root, (self.ctx.disk_mib + 64) << 20, f"a {self.ctx.disk_mib} MiB test disk"
+
     def cleanup(self) -> list[str]:
         problems = self.ctx.scratch.cleanup()
         shutil.rmtree(self.ctx.scratch.root, ignore_errors=True)

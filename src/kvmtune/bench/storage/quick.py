@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.runner import Cell, CellSink
@@ -164,6 +165,10 @@ class QuickBenchmark:
     def execute(self, sink: CellSink) -> None:
         self.ctx.sink = sink
         run_quick(self.ctx, self.quick)
+
+    def space_needed(self) -> tuple[Path, int, str] | None:
+        """A sparse image and qemu-img's writes: the margin every quick cell needs."""
+        return self.ctx.scratch.root, 64 << 20, "a quick-bench image"
 
     def cleanup(self) -> list[str]:
         problems = self.ctx.scratch.cleanup()
