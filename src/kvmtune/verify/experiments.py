@@ -66,6 +66,7 @@ NOT_MEASURABLE: dict[str, str] = {
     "KVM-CPU-002": "vCPU count " + GUEST_TIER,
     "KVM-CPU-001": "CPU model " + GUEST_TIER,
     "KVM-CPU-003": "accelerator change " + GUEST_TIER,
+    "KVM-CPU-025": "migratable='off' changes what may migrate, not speed; invtsc needs KVM, which does not boot here",
     "KVM-MEM-001": "KSM merging of a pinned guest's memory " + GUEST_TIER,
     "KVM-MEM-002": "a balloon device reports and reclaims guest memory; no speed effect to measure",
     "KVM-MEM-004": "hugepages back guest RAM " + GUEST_TIER,
