@@ -268,7 +268,9 @@ def test_stopped_during_a_host_experiment_the_host_is_as_before_or_as_the_journa
         while _journal_applied(journals) is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         journal = _journal_applied(journals)
-        assert journal is not None, f"the change was never applied: {proc.poll()} {proc.communicate()[1] if proc.poll() is not None else ''}"
+        if journal is None:
+            err = proc.communicate(timeout=30)[1] if proc.poll() is not None else "still running"
+            pytest.fail(f"the change was never applied: {err}")
         assert _scheduler(name) == "none"
         time.sleep(0.3)
         proc.send_signal(sig)
