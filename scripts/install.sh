@@ -34,7 +34,7 @@ PACKAGES=(
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
-  tmux prometheus
+  tmux prometheus openssh-server ansible-core zsh groff-base
 )
 # Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.
 [ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-libvirt qemu-utils)
@@ -46,7 +46,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # openssh-server's (and prometheus') postinst would start a daemon listening on every address
+  # of this hypervisor; kvmtune only runs its own sshd inside test namespaces. Deny service starts
+  # for this install only, unless the host already has a policy of its own.
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+  fi
+  apt-get install -y -q --no-install-recommends "${missing[@]}" || { [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
 fi
 
 # A virtualenv on Debian's Python, so it sees python3-libvirt; kvmtune and its tools from PyPI.

@@ -12,6 +12,12 @@ question write them):
   "silent" reference).
 - ``ksm-overcommit``: RHEL 9 host with 12 guests on 16 CPUs and 64 GiB:
   KSM merging across NUMA nodes, swap in use, halt polling on, drops.
+- ``pinned-latency``: two-node Intel host meant for latency (tuned
+  realtime-virtual-host chosen, daemon not running) with two vCPU-pinned
+  guests, one with a passed-through NIC: powersave governor, deep C-states,
+  NUMA balancing and zone reclaim on, 16 GiB of idle static huge pages,
+  irqbalance free to use the pinned CPUs, no isolcpus/nohz_full, IOMMU
+  translating everything.
 
 The fourth tree, ``this-machine``, is captured with
 ``tools/capture_host_fixture.py`` instead.
@@ -157,6 +163,11 @@ class Tree:
         fields = ["S", "2", "0", "0", "0", "-1", "69238880", "0", "0", "0", "0", str(utime), str(stime),
                   "0", "0", "25", "5", "1", "0", str(start)] + ["0"] * 32
         self.w(f"/proc/{pid}/stat", f"{pid} ({comm}) " + " ".join(fields))
+
+    def task(self, pid: int, tid: int, comm: str, allowed: str) -> None:
+        self.w(f"/proc/{pid}/task/{tid}/comm", comm)
+        self.w(f"/proc/{pid}/task/{tid}/status", f"Name:\t{comm}\nState:\tS (sleeping)\nTgid:\t{pid}\n"
+                                                  f"Pid:\t{tid}\nCpus_allowed_list:\t{allowed}\n")
 
     def softnet(self, ncpu: int, drops: dict[int, int]) -> None:
         lines = []
@@ -371,7 +382,78 @@ def ksm_overcommit(t: Tree) -> None:
     t.kthread(58, "ksmd", 9_500_000, 870_000, 250)
 
 
-SCENARIOS = {"rhel6-old": rhel6, "nvme-modern": nvme_modern, "ksm-overcommit": ksm_overcommit}
+def pinned_latency(t: Tree) -> None:
+    t.w("/proc/sys/kernel/osrelease", "6.1.0-26-amd64")
+    t.w("/proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz-6.1.0-26-amd64 root=UUID=0c9a7e51-5b3d-4f0e-9a61-7d2b3c4d5e6f ro "
+                         "quiet intel_iommu=on")
+    t.cpus(16, "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts acpi mmx fxsr "
+               "sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc arch_perfmon nonstop_tsc cpuid "
+               "aperfmperf pni pclmulqdq monitor vmx est ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt "
+               "tsc_deadline_timer aes xsave avx f16c rdrand lahf_lm abm epb ept vpid avx2 invtsc",
+           "Intel(R) Xeon(R) Gold 6226R CPU @ 2.90GHz", nodes=2)
+    total = 128 * GiB_KB
+    t.w("/proc/meminfo", f"MemTotal:       {total} kB\nMemFree:        {total // 3} kB\n"
+                         f"MemAvailable:   {total // 3} kB\nSwapTotal:      0 kB\nSwapFree:       0 kB\n"
+                         "AnonHugePages:  0 kB\nHugePages_Total:    8192\nHugePages_Free:     8192\n"
+                         "HugePages_Rsvd:        0\nHugePages_Surp:        0\nHugepagesize:       2048 kB\n")
+    t.w("/proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority")
+    t.stat(16, 0.30)
+    t.block("nvme0n1", "[none] mq-deadline kyber bfq", 0)
+    t.w("/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
+    t.w("/sys/kernel/mm/transparent_hugepage/defrag", "always defer defer+madvise [madvise] never")
+    t.sysctl({
+        "vm.swappiness": "10", "vm.dirty_ratio": "40", "vm.dirty_background_ratio": "5",
+        "vm.zone_reclaim_mode": "1", "kernel.numa_balancing": "1",
+        "net.ipv4.tcp_tw_reuse": "2", "net.ipv4.tcp_congestion_control": "cubic",
+        "net.ipv4.tcp_rmem": "4096\t131072\t6291456", "net.ipv4.tcp_wmem": "4096\t16384\t4194304",
+        "net.core.netdev_max_backlog": "1000",
+        "kernel.random.entropy_avail": "256", "kernel.random.poolsize": "256",
+    })
+    t.w("/etc/sysctl.d/60-numa.conf", "# from the HPC image this host was built from\nvm.zone_reclaim_mode = 1\n")
+    t.w("/etc/tuned/active_profile", "realtime-virtual-host")  # chosen, but tuned.service is stopped
+    for cpu in range(16):
+        base = f"/sys/devices/system/cpu/cpu{cpu}"
+        t.w(f"{base}/cpufreq/scaling_governor", "powersave")
+        t.w(f"{base}/power/energy_perf_bias", "6")
+    for n, (name, latency) in enumerate([("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]):
+        t.w(f"/sys/devices/system/cpu/cpu0/cpuidle/state{n}/name", name)
+        t.w(f"/sys/devices/system/cpu/cpu0/cpuidle/state{n}/latency", str(latency))
+        t.w(f"/sys/devices/system/cpu/cpu0/cpuidle/state{n}/disable", "0")
+    for group in range(4):
+        t.w(f"/sys/kernel/iommu_groups/{group}/type", "DMA-FQ")
+    for irq in (0, 8, 9, 24, 25, 26, 27):
+        t.w(f"/proc/irq/{irq}/smp_affinity_list", "0-15" if irq < 24 else str(2 + irq - 24))
+    t.w("/etc/default/irqbalance", "#IRQBALANCE_BANNED_CPULIST=\nIRQBALANCE_ONESHOT=\n")
+    t.kthread(811, "irqbalance", 1200, 800, 900)
+    t.softnet(16, {})
+    t.devnodes("/dev/kvm", "/dev/vhost-net", "/dev/net/tun")
+    t.w("/sys/module/kvm/parameters/halt_poll_ns", "200000")
+    t.netdev("lo", "loopback", 65536)
+    t.netdev("br0", "bridge", 1500, ports=["eno1", "vnet0", "vnet1"])
+    t.netdev("eno1", "physical", 1500, rxq=8, speed=10000, master="br0", numa=0)
+    t.netdev("vnet0", "tap", 1500, master="br0")
+    t.netdev("vnet1", "tap", 1500, master="br0")
+    t.w("/proc/mounts", "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n")
+    # two guests, vCPUs pinned 2-5 and 6-9 (libvirt <vcpupin>), emulator threads left on all CPUs
+    for i, first in enumerate((2, 6)):
+        pid = 6100 + i
+        argv = ["/usr/bin/qemu-system-x86_64", "-name", f"guest=rt{i},debug-threads=on", "-S",
+                "-machine", "pc-q35-7.2,usb=off", "-accel", "kvm", "-cpu", "host,migratable=on", "-m", "8192",
+                "-smp", "4,sockets=1,dies=1,cores=4,threads=1",
+                "-blockdev", f'{{"driver":"file","filename":"/var/lib/libvirt/images/rt{i}.qcow2",'
+                '"node-name":"libvirt-1-storage","cache":{"direct":true,"no-flush":false},"aio":"native"}',
+                "-netdev", '{"type":"tap","fd":"30","vhost":true,"vhostfd":"31","id":"hostnet0"}',
+                "-device", f"virtio-net-pci,netdev=hostnet0,id=net0,mac=52:54:00:cc:00:{i:02x}"]
+        if i == 1:
+            argv += ["-device", "vfio-pci,host=0000:3b:00.1,id=hostdev0,bus=pci.5,addr=0x0"]
+        t.qemu(pid, argv)
+        t.task(pid, pid, "qemu-system-x86", "0-15")
+        for v in range(4):
+            t.task(pid, pid + 10 + v, f"CPU {v}/KVM", str(first + v))
+
+
+SCENARIOS = {"rhel6-old": rhel6, "nvme-modern": nvme_modern, "ksm-overcommit": ksm_overcommit,
+             "pinned-latency": pinned_latency}
 
 
 def main() -> None:

@@ -140,3 +140,32 @@ def test_live_host_audit_is_fast() -> None:
     elapsed = time.perf_counter() - t0
     assert elapsed < 1.0, elapsed
     assert errors == []
+
+
+def test_facts_of_the_pinned_latency_host() -> None:
+    f = HostFacts(HostRoot(str(HOSTS / "pinned-latency")))
+    assert set(f.cpu_governors.values()) == {"powersave"} and len(f.cpu_governors) == 16
+    assert set(f.energy_perf_bias.values()) == {6}
+    assert [(s.name, s.latency_us) for s in f.cpuidle_states] == [("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]
+    assert f.pinned_guest_cpus == {6100: {2, 3, 4, 5}, 6101: {6, 7, 8, 9}}  # the emulator thread (0-15) is not pinned
+    assert f.process_running("irqbalance") and not f.process_running("tuned")
+    assert f.irq_affinity["24"] == {2}
+    assert set(f.iommu_groups.values()) == {"DMA-FQ"}
+    assert f.errors == []
+
+
+def test_cpu_lists_on_the_kernel_command_line(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cmdline").write_text("ro isolcpus=managed_irq,domain,2-5,9 nohz_full=2-5 rcu_nocbs=2-5\n")
+    f = HostFacts(HostRoot(str(tmp_path)))
+    assert f.cmdline_cpus("isolcpus") == {2, 3, 4, 5, 9}
+    assert f.cmdline_cpus("isolcpus", "nohz_full") == {2, 3, 4, 5, 9}
+    assert f.cmdline_cpus("missing") == set()
+
+
+def test_format_cpu_list_is_the_inverse_of_parse() -> None:
+    from kvmtune.host.parsers import format_cpu_list, parse_cpu_list
+
+    for text in ("0-2,5", "7", "0-15", "1,3,5-6"):
+        assert format_cpu_list(parse_cpu_list(text)) == text
+    assert format_cpu_list(set()) == ""

@@ -17,7 +17,7 @@ from kvmtune import cli
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import NO_RULE, Diagnoser
 from kvmtune.live.model import HostSample, Snapshot
-from kvmtune.live.output import printable, prometheus_text, render_table
+from kvmtune.live.output import prometheus_text, render_table
 from kvmtune.live.signals import HostRates, Rates, rates
 from kvmtune.live.sources import (
     ProcQemuSource,
@@ -179,8 +179,13 @@ def test_prometheus_output_passes_promtool(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_names_with_control_characters_are_printed_escaped() -> None:
-    assert printable("evil\x1b]0;title\x07\nname") == "evil\\x1b]0;title\\x07\\x0aname"
+def test_names_with_control_characters_are_printed_escaped(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "evil\x1b]0;title\x07\nname", {0: (0, 0, "0")})
+    s = Sampler(HostRoot(str(tmp_path)), [])
+    a, b = s.snapshot(), s.snapshot()
+    table = render_table(rates(a, b), [], "guest")
+    assert "evil\\x1b]0;title\\x07\\x" in table and "\x1b" not in table
 
 
 def test_sample_json_and_capacity_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

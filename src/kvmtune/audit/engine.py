@@ -23,6 +23,7 @@ class AuditResult:
     images: list[DiskImage] = field(default_factory=list)
     host_audited: bool = False
     hints: list[str] = field(default_factory=list)  # what to try next, for people (never in JSON/SARIF)
+    host: str = ""  # the audited host's label (hostname, or a captured tree's name): fleet reports key on it
 
 
 def rule_matches(rule: type[Rule], key: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvmtune.bench.stats import mean, stdev
 from kvmtune.bench.store import CellRow, RunRow, Store
-from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import KvmtuneError
 
 
@@ -60,8 +60,10 @@ def bars_chart(cells: Sequence[CellRow], metric: str = "iops", label: str = "IOP
             continue
         fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(items) + 2), 3.6))
         ys = [mean(v) for _, v in items]
-        errs = [stdev(v) for _, v in items]
-        ax.bar(range(len(items)), ys, yerr=errs, color="#4477aa", capsize=3)
+        # an error bar only where there is an interval (two or more rounds); one round gets none, not a zero-width cap
+        errs = [stdev(v) if len(v) > 1 else float("nan") for _, v in items]
+        ax.bar(range(len(items)), ys, yerr=errs if any(len(v) > 1 for _, v in items) else None, color="#4477aa",
+               capsize=3)  # fmt: skip
         ax.set_xticks(range(len(items)))
         ax.set_xticklabels([k for k, _ in items], rotation=60, ha="right", fontsize=7)
         ax.set_ylabel(label)
@@ -199,8 +201,13 @@ def render(store: Store, run_ids: Sequence[int]) -> str:
         if any(r.status != "complete" for r in runs):
             parts.append("<p class='warn'>Some runs are partial or had failing cells; see the table.</p>")
         parts.append("<h3>Seed claims, measured here</h3>")
-        for v in verdicts(cells):
-            parts.append(f"<p class='verdict'>{html.escape(v.line())}</p>")
+        by_tier: dict[str, list[CellRow]] = {}
+        for c in cells:
+            if "topology" not in c.config and c.status != "interrupted":
+                by_tier.setdefault(cell_tier(c), []).append(c)
+        for tier, tier_cells in sorted(by_tier.items()):  # never one verdict across tiers
+            for v in verdicts(tier_cells):
+                parts.append(f"<p class='verdict'>{html.escape(v.line(tier))}</p>")
         charts = (
             thread_scaling_chart(cells) + bars_chart(cells) + bars_chart(cells, "bw_Bps", "bytes/s") + cycle_chart(store, cells)
         )

@@ -258,6 +258,7 @@ class BenchRunner(CellSink):
         self.run_id: int | None = None
         self._bench: Benchmark | None = None
         self._planned = 0
+        self._shown = 0
 
     def record(self, cell: Cell, *, show: bool = True) -> None:
         super().record(cell, show=show)
@@ -291,6 +292,7 @@ class BenchRunner(CellSink):
     def _run_locked(self, bench: Benchmark) -> RunOutcome:
         self.store.check()  # a damaged database fails now, not after the first measured cell
         self._sweep_leftovers()
+        _check_space(bench)
         env = bench.environment()
         if self.accel is None:
             self.accel = env.get("accel")
@@ -331,7 +333,8 @@ class BenchRunner(CellSink):
         return RunOutcome(self.run_id, status, took, list(self.results), self.failed, problems)
 
     def _progress(self, cell: Cell, bench: Benchmark) -> None:
-        done = len(self.results)
+        self._shown += 1
+        done = self._shown
         total = max(self._planned, done)
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         width = 24
@@ -340,6 +343,30 @@ class BenchRunner(CellSink):
         line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {cell.config_key} {cell.workload}: {what}"
         self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
         self.stream.flush()
+
+
+def _check_space(bench: Benchmark) -> None:
+    """Refuse, before the run row and before anything is written, when the file system the benchmark
+    writes to cannot hold even its smallest cell (a tier says so with ``space_needed()``)."""
+    needed = getattr(bench, "space_needed", None)
+    if not callable(needed):
+        return
+    need = needed()
+    if need is None:
+        return
+    where, size, what = need
+    probe = where
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < size:
+        raise KvmtuneError(
+            f"{where}: not enough space: {what} needs {size // 2**20} MiB, {free // 2**20} MiB free; nothing measured"
+        )
 
 
 def _join(*parts: str | None) -> str:

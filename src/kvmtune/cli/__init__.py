@@ -30,6 +30,8 @@ COMMAND_MODULES = [
     "kvmtune.cli.report",
     "kvmtune.cli.net",
     "kvmtune.cli.top",
+    "kvmtune.cli.doctor",
+    "kvmtune.cli.shelldocs",
 ]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2

@@ -6,17 +6,19 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kvmtune.audit import collect
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
+from kvmtune.audit.report.json_report import write_json
 from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
-from kvmtune.fix.files import write_atomic
+from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
 from kvmtune.textsafe import safe
 
@@ -93,21 +95,26 @@ def run(args: argparse.Namespace) -> int:
     moved = domain_files_among_images(args)
     ctx = AuditContext(host=HostRoot(args.root))
     result = gather(args, ctx)
+    result.host = ctx.host_label()
     result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
     result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
     result.errors.extend(ctx.errors)
-    color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
+    # NO_COLOR (no-color.org): any non-empty value turns automatic colour off; --color always still wins
+    no_color = bool(os.environ.get("NO_COLOR"))
+    color = args.color == "always" or (
+        args.color == "auto" and not no_color and args.output is None and sys.stdout.isatty())
     audited = bool(result.guests or result.images or result.host_audited)
     # Text mode: an input error is one line on stderr, not also in the report; a run in which every
     # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
     if args.format != "text" or audited or args.output:
         to_terminal = args.output is None and sys.stdout.isatty()
         width = shutil.get_terminal_size().columns if to_terminal else None
-        text = render(result, args.format, color=color, width=width)
-        if args.output:
-            write_report(Path(args.output), text)
+        if args.output and args.format == "json":  # streamed: thousands of domains never sit in memory twice
+            write_report(Path(args.output), lambda fh: write_json(result, fh))
+        elif args.output:
+            write_report(Path(args.output), render(result, args.format, color=color, width=width))
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(render(result, args.format, color=color, width=width))
     for err in result.errors:
         print(f"kvmtune: {safe(err)}", file=sys.stderr)
     if result.errors:
@@ -118,9 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 
-def write_report(path: Path, text: str) -> None:
+def write_report(path: Path, text: str | Callable[[TextIO], object]) -> None:
+    writer = text if callable(text) else (lambda fh: fh.write(text))
     try:
-        write_atomic(path, text.encode("utf-8"), tag=str(os.getpid()))
+        write_output(path, writer, tag=str(os.getpid()))
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -10,21 +11,32 @@ from typing import Any
 from kvmtune.bench.net.chart import winners, winners_html
 from kvmtune.bench.report import render
 from kvmtune.bench.store import Store
-from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.files import write_atomic
+from kvmtune.fix.files import write_output
+from kvmtune.fleet.collect import read_collection
+from kvmtune.fleet.history import History
+from kvmtune.fleet.report import build, render_html, render_text
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="HTML report (charts, seed verdicts) of benchmark runs")
-    p.add_argument("runs", type=int, nargs="+", metavar="RUN")
+    p = sub.add_parser("report", help="HTML report (charts, seed verdicts) of benchmark runs; or a fleet report",
+                       description="RUN ids: charts and seed verdicts of benchmark runs. Audit JSON files or "
+                       "directories of them (one per host, e.g. fetched by contrib/ansible): one fleet view, "
+                       "stored as a collection so the next report shows what changed.")
+    p.add_argument("runs", nargs="+", metavar="RUN|FILE")
+    p.add_argument("--label", default="", help="fleet reports: a name for this collection")
+    p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
     p.add_argument("--html", type=Path, help="write the HTML report here")
     p.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     p.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
+    if not all(a.isdigit() for a in args.runs):
+        return run_fleet_report(args)
+    args.runs = [int(a) for a in args.runs]
     lines: list[str] = []
     with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
@@ -33,6 +45,8 @@ def run_report(args: argparse.Namespace) -> int:
             if run.kind == "verify":
                 continue
             for c in st.cells(run.id):
+                if c.status == "interrupted":
+                    continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
         verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
@@ -50,8 +64,12 @@ def run_report(args: argparse.Namespace) -> int:
         for accel, cells in sorted(by_accel.items()):
             lines.append(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]
-            if len(net_cells) < len(cells):
-                lines.extend("  " + v.line() for v in verdicts([c for c in cells if "topology" not in c.config]))
+            by_tier: dict[str, list[Any]] = {}
+            for c in cells:
+                if "topology" not in c.config:
+                    by_tier.setdefault(cell_tier(c), []).append(c)
+            for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
+                lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
                 lines.extend("  seed:002: " + line for line in winners(net_cells))
                 net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))
@@ -61,9 +79,28 @@ def run_report(args: argparse.Namespace) -> int:
             if net_html:
                 text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
-                write_atomic(args.html, text.encode("utf-8"), tag="report")
+                write_output(args.html, lambda fh: fh.write(text), tag="report")
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
             lines.append(f"wrote {args.html}")
     print("\n".join(lines))
     return 0
+
+
+def run_fleet_report(args: argparse.Namespace) -> int:
+    hosts, errors = read_collection(args.runs)
+    for err in errors:
+        print(f"kvmtune: {err}", file=sys.stderr)
+    if not hosts:
+        raise KvmtuneError("no host's result could be read")
+    with History(args.db or default_db()) as hist:
+        cid = None if args.no_save else hist.save(hosts, args.label)
+        previous = hist.previous(cid) if cid is not None else hist.previous(10**18)
+        view = build(hosts, previous, hist.trend(), cid)
+    if args.html:
+        try:
+            write_output(args.html, lambda fh: fh.write(render_html(view)), tag="report")
+        except OSError as exc:
+            raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+    sys.stdout.write(render_text(view) + (f"wrote {args.html}\n" if args.html else ""))
+    return 2 if errors else 0

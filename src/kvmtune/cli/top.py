@@ -21,13 +21,14 @@ from typing import Any
 
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.files import write_atomic
+from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import THRESHOLDS, Diagnoser, Diagnosis
 from kvmtune.live.model import Snapshot
-from kvmtune.live.output import printable, prometheus_text, rates_json, render_table
+from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import Rates, rates
 from kvmtune.live.sources import Sampler
+from kvmtune.textsafe import safe
 
 SORT_KEYS = ("guest", "delay", "disk", "net")
 DEFAULT_URI = "qemu:///system"
@@ -196,10 +197,10 @@ def _write(text: str, output: str | None) -> None:
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise KvmtuneError(f"{output}: directory {directory} does not exist")
-    try:  # node_exporter must never read a half-written file
-        write_atomic(Path(output), text.encode("utf-8"), tag=str(os.getpid()))
+    try:  # node_exporter must never read a half-written textfile
+        write_output(Path(output), lambda fh: fh.write(text), tag=f"sample-{os.getpid()}")
     except OSError as exc:
-        raise KvmtuneError(f"{output}: cannot write ({exc.strerror or exc})") from None
+        raise KvmtuneError(f"{output}: cannot write ({exc.strerror})") from None
 
 
 def run_sample(args: argparse.Namespace) -> int:
@@ -271,7 +272,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         return 0
     print(f"{len(tps)} running guest(s); {len(busy)} issued disk transactions while sampled")
     for name, value in sorted(tps.items()):
-        print(f"  {printable(name)}: {value:.1f} tps")
+        print(f"  {safe(name)}: {value:.1f} tps")
     if per_disk is None:
         print("no guest issued disk transactions: nothing to size from (sample while they work)")
     else:

@@ -7,12 +7,15 @@ disk, permission) leaves the old file untouched and no temp file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,38 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "out") -> None:
+    """Write a report or export the user named with ``-o``.
+
+    A regular file (or a new one) is written to a temporary file and renamed over the target, so a reader
+    never sees half of it. A device or FIFO the user named (``/dev/stdout``, ``/dev/null``) is written in
+    place: renaming over it would replace the device node itself, which as root breaks the host.
+    """
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "w", encoding="utf-8") as fh:
+            write(fh)
+        return
+    tmp = temp_name(path, tag)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
 
 
 def write_atomic(

@@ -102,6 +102,16 @@ class NetDevice:
 
 
 @dataclass(frozen=True)
+class IdleState:
+    """One cpuidle state: ``state3`` ``C6`` with a 133 µs exit latency, enabled."""
+
+    entry: str
+    name: str
+    latency_us: int
+    disabled: bool
+
+
+@dataclass(frozen=True)
 class ThpState:
     enabled: Choice | None
     defrag: Choice | None
@@ -396,6 +406,26 @@ class HostFacts:
             out.append(BlockDevice(name, kind, rotational, choice.current, choice.options, path))
         return out
 
+    def block_device_of(self, path: str) -> str | None:
+        """The block device name (as in /proc/diskstats) holding ``path`` or being it; None for tmpfs, overlay…"""
+        import stat
+
+        st = os.stat(path)
+        dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+        if os.major(dev) == 0:
+            return None
+        uevent = self.parsed(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent", parse_uevent, quiet=True) or {}
+        return uevent.get("DEVNAME")
+
+    def io_scheduler(self, device: str) -> str | None:
+        """The active I/O scheduler of ``device``, or of its disk when it is a partition (vda1, nvme0n1p2)."""
+        disk = re.sub(r"p?\d+$", "", device) if re.search(r"\d$", device) and not device.startswith("loop") else device
+        for dev in dict.fromkeys((device, disk)):
+            choice = self.parsed(f"/sys/block/{dev}/queue/scheduler", parse_bracket_choice, quiet=True)
+            if choice is not None:
+                return choice.current
+        return None
+
     @cached_property
     def mounts(self) -> list[Mount]:
         text = self.text("/proc/mounts")
@@ -514,6 +544,142 @@ class HostFacts:
             return None
         return 100.0 * (stat.utime + stat.stime) / self.clock_ticks / alive
 
+    # -- CPU power, isolation, interrupts, IOMMU -----------------------------------------------
+
+    def _per_cpu(self, leaf: str) -> dict[int, str]:
+        """``/sys/devices/system/cpu/cpuN/<leaf>`` for every online CPU that has it."""
+        out: dict[int, str] = {}
+        for cpu in sorted(self.online_cpus or ()):
+            text = self.text(f"/sys/devices/system/cpu/cpu{cpu}/{leaf}", quiet=True)
+            if text is not None and text.strip():
+                out[cpu] = text.strip()
+        return out
+
+    @cached_property
+    def cpu_governors(self) -> dict[int, str]:
+        """The cpufreq governor per online CPU (empty where the kernel has no cpufreq driver, e.g. in a VM)."""
+        return self._per_cpu("cpufreq/scaling_governor")
+
+    @cached_property
+    def energy_perf_bias(self) -> dict[int, int]:
+        """Intel's ENERGY_PERF_BIAS per CPU: 0 = performance … 15 = power saving."""
+        out: dict[int, int] = {}
+        for cpu, text in self._per_cpu("power/energy_perf_bias").items():
+            try:
+                out[cpu] = int(text)
+            except ValueError:
+                self.problem(f"/sys/devices/system/cpu/cpu{cpu}/power/energy_perf_bias", "not a number")
+        return out
+
+    @cached_property
+    def cpuidle_states(self) -> list[IdleState]:
+        """CPU 0's idle states (the kernel offers the same set on every CPU)."""
+        base = "/sys/devices/system/cpu/cpu0/cpuidle"
+        out: list[IdleState] = []
+        for entry in sorted(self.host.listdir(base), key=lambda e: (len(e), e)):
+            if not re.fullmatch(r"state\d+", entry):
+                continue
+            name = (self.text(f"{base}/{entry}/name", quiet=True) or "").strip()
+            latency = self.integer(f"{base}/{entry}/latency", quiet=True)
+            disabled = self.integer(f"{base}/{entry}/disable", quiet=True)
+            if latency is not None:
+                out.append(IdleState(entry, name, latency, bool(disabled)))
+        return out
+
+    def cmdline_cpus(self, *params: str) -> set[int]:
+        """The CPUs named by kernel parameters such as ``isolcpus=managed_irq,domain,2-7`` (flags dropped)."""
+        cpus: set[int] = set()
+        for param in params:
+            value = self.kernel_cmdline.get(param, "")
+            words = [w for w in value.split(",") if w and (w[0].isdigit())]
+            try:
+                cpus |= parse_cpu_list(",".join(words))
+            except ValueError:
+                self.problem("/proc/cmdline", f"{param}: not a CPU list")
+        return cpus
+
+    @cached_property
+    def qemu_pids(self) -> list[int]:
+        """QEMU processes under /proc (the same test as :attr:`guests`)."""
+        from kvmtune.qemu.process import is_qemu_binary
+
+        out: list[int] = []
+        for entry in self.host.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            data = self.host.read_bytes(f"/proc/{entry}/cmdline", limit=4096)
+            argv0 = data.split(b"\0", 1)[0].decode("utf-8", "replace") if data else ""
+            if not argv0 or not is_qemu_binary(argv0):
+                continue
+            if self.host.is_live:  # argv[0] is chosen by whoever started the process; the executable is not
+                exe = self.host.readlink(f"/proc/{entry}/exe")
+                if exe is None or not is_qemu_binary(exe.removesuffix(" (deleted)")):
+                    continue
+            out.append(int(entry))
+        return sorted(out)
+
+    @cached_property
+    def pinned_guest_cpus(self) -> dict[int, set[int]]:
+        """Per QEMU process, the CPUs its restricted threads may run on (only processes with such threads):
+        libvirt's ``<vcpupin>``/``<emulatorpin>`` and ``taskset`` show up as a ``Cpus_allowed_list``
+        smaller than the online CPUs."""
+        online = self.online_cpus or set()
+        out: dict[int, set[int]] = {}
+        for pid in self.qemu_pids:
+            pinned: set[int] = set()
+            for tid in self.host.listdir(f"/proc/{pid}/task"):
+                status = self.host.read_optional(f"/proc/{pid}/task/{tid}/status") or ""
+                m = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, flags=re.M)
+                if not m:
+                    continue
+                try:
+                    allowed = parse_cpu_list(m.group(1))
+                except ValueError:
+                    continue
+                if allowed and online and allowed & online != online:
+                    pinned |= allowed
+            if pinned:
+                out[pid] = pinned
+        return out
+
+    @property
+    def pinned_cpus(self) -> set[int]:
+        return set().union(*self.pinned_guest_cpus.values()) if self.pinned_guest_cpus else set()
+
+    def process_running(self, comm: str) -> bool:
+        """Is a process with this ``comm`` (e.g. ``irqbalance``, ``tuned``) running?"""
+        return comm in self.process_names
+
+    @cached_property
+    def process_names(self) -> set[str]:
+        names: set[str] = set()
+        for entry in self.host.listdir("/proc"):
+            if entry.isdigit():
+                comm = self.host.read_optional(f"/proc/{entry}/comm")
+                if comm:
+                    names.add(comm.strip())
+        return names
+
+    @cached_property
+    def irq_affinity(self) -> dict[str, set[int]]:
+        """Each interrupt's ``smp_affinity_list`` (the CPUs it may be delivered to)."""
+        out: dict[str, set[int]] = {}
+        for irq in self.host.listdir("/proc/irq"):
+            if irq.isdigit():
+                cpus = self.parsed(f"/proc/irq/{irq}/smp_affinity_list", parse_cpu_list, quiet=True)
+                if cpus:
+                    out[irq] = cpus
+        return out
+
+    @cached_property
+    def iommu_groups(self) -> dict[str, str]:
+        """IOMMU group → its default domain type (``DMA``, ``DMA-FQ``, ``identity``; ``""`` before 5.11)."""
+        out: dict[str, str] = {}
+        for group in self.host.listdir("/sys/kernel/iommu_groups"):
+            if group.isdigit():
+                out[group] = (self.text(f"/sys/kernel/iommu_groups/{group}/type", quiet=True) or "").strip()
+        return out
+
     # -- configuration ------------------------------------------------------------------------
 
     @cached_property
@@ -527,7 +693,8 @@ class HostFacts:
             "kernel_release", "online_cpus", "cpu_flags", "numa_nodes", "cpu_times", "uptime", "kernel_cmdline",
             "meminfo", "swaps", "ksm", "thp", "sysctl_settings", "kvm_loaded", "entropy_avail",
             "entropy_poolsize", "block_devices", "mounts", "net_devices", "softnet", "guests", "ksmd",
-            "tuned_profile",
+            "tuned_profile", "cpu_governors", "energy_perf_bias", "cpuidle_states", "pinned_guest_cpus",
+            "process_names", "irq_affinity", "iommu_groups",
         ):
             getattr(self, name)
         for dev in self.net_devices.values():

@@ -161,6 +161,22 @@ def parse_cpuinfo_model(text: str) -> str | None:
     return None
 
 
+def format_cpu_list(cpus: set[int] | frozenset[int]) -> str:
+    """The kernel's compact form: ``{0, 1, 2, 5}`` → ``0-2,5``."""
+    out: list[str] = []
+    run: list[int] = []
+    for cpu in sorted(cpus):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [cpu]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """A kernel CPU list such as ``0-3,8,10-11`` (empty text → empty set)."""
     cpus: set[int] = set()
@@ -427,3 +443,46 @@ def parse_ksm(files: dict[str, str]) -> KsmStats:
         except ValueError as exc:
             stats.problems.append(f"{name}: {exc}")
     return stats
+
+
+@dataclass(frozen=True)
+class DiskCounters:
+    """One /proc/diskstats line (kernel ≥ 4.18 has discards, ≥ 5.5 flushes)."""
+
+    name: str
+    reads: int
+    sectors_read: int
+    writes: int
+    sectors_written: int
+    discards: int = 0
+    flushes: int = 0
+    io_ticks_ms: int = 0
+
+    @property
+    def ios(self) -> int:
+        # iostat's tps: reads + writes + discards completed (flushes are not counted)
+        return self.reads + self.writes + self.discards
+
+
+def parse_diskstats(text: str) -> dict[str, DiskCounters]:
+    """/proc/diskstats by device name; short or garbled lines are skipped (the file is rewritten as we read)."""
+    out: dict[str, DiskCounters] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 14:
+            continue
+        try:
+            v = [int(x) for x in f[3:]]
+        except ValueError:
+            continue
+        out[f[2]] = DiskCounters(
+            name=f[2],
+            reads=v[0],
+            sectors_read=v[2],
+            writes=v[4],
+            sectors_written=v[6],
+            io_ticks_ms=v[9],
+            discards=v[11] if len(v) > 11 else 0,
+            flushes=v[15] if len(v) > 15 else 0,
+        )
+    return out

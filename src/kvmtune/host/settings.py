@@ -51,6 +51,16 @@ KERNEL_HALT_POLL_NS = 200_000  # KVM_HALT_POLL_NS_DEFAULT on x86
 SEED_HALT_POLL_NS = 80_000  # seed 002
 TAP_QLEN = 2500  # seed 002's best value; raised only on taps that drop
 
+# tuned profiles that ask for low latency (each includes latency-performance or partitions CPUs)
+LATENCY_TUNED_PROFILES = frozenset({
+    "latency-performance", "network-latency", "realtime", "realtime-virtual-host", "realtime-virtual-guest",
+    "cpu-partitioning",
+})
+DEEP_CSTATE_US = 3  # tuned latency-performance: force_latency=cstate.id_no_zero:1|3 (C1, else 3 µs)
+GOVERNOR = "performance"  # tuned throughput-performance / latency-performance [cpu] governor
+EPB_PERFORMANCE = 0  # energy_perf_bias=performance (0 of 0-15)
+IRQBALANCE_CONFIGS = ("/etc/sysconfig/irqbalance", "/etc/default/irqbalance")
+
 # I/O scheduler per device kind: what today's practice accepts (blk-mq names), and what a fix sets
 SCHED_GOOD = {
     "nvme": {"none", "kyber"},
@@ -247,6 +257,10 @@ def _thp(leaf: str) -> Callable[[HostFacts], str | None]:
     return lambda f: f"{f.thp.base}/{leaf}" if f.thp is not None else None
 
 
+def _guests_pinned(f: HostFacts) -> bool:
+    return bool(f.pinned_guest_cpus)
+
+
 def _fast(f: HostFacts) -> bool:
     return bool(fast_nics(f))
 
@@ -265,6 +279,9 @@ MEMORY = (
             rules=("KVM-HST-005", "KVM-HST-006"), sysfs=_ksm, target="ksm"),
     Setting("thp.enabled", thp_enabled_want, "QEMU asks for huge pages with madvise; never refuses them",
             rules=("KVM-HST-008",), sysfs=_thp("enabled"), target="thp:enabled", bracket=True),
+    Setting("vm.zone_reclaim_mode", eq("0"),
+            "kernel default since 3.16 (commit 4f9b16a6): reclaiming locally before using another node stalls guests",
+            rules=("KVM-HST-043",)),
     Setting("thp.defrag", thp_defrag_want, "synchronous compaction on every fault stalls guests",
             rules=("KVM-HST-008",), sysfs=_thp("defrag"), target="thp:defrag", bracket=True),
 )
@@ -307,9 +324,18 @@ LATENCY = (
     Setting("net.core.busy_read", eq("50"), "tuned network-latency: busy-poll sockets for 50 µs"),
     Setting("net.core.busy_poll", eq("50"), "tuned network-latency"),
     Setting("net.ipv4.tcp_fastopen", eq("3"), "tuned network-latency"),
-    Setting("kernel.numa_balancing", eq("0"), "tuned network-latency: no NUMA page migration stalls"),
+    Setting("kernel.numa_balancing", eq("0"), "tuned network-latency: no NUMA page migration stalls",
+            rules=("KVM-HST-042",)),
     Setting("kernel.timer_migration", eq("0"), "tuned network-latency"),
     Setting("vm.stat_interval", eq("10"), "tuned network-latency: fewer vmstat wake-ups"),
+)
+
+
+# guests pinned to CPUs (and their memory, numatune) are placed already: the balancer only migrates their pages
+PINNED = (
+    Setting("kernel.numa_balancing", when(_guests_pinned, eq("0")),
+            "guests pinned with <vcpupin>/<numatune> are placed already: scanning them only faults and migrates pages",
+            rules=("KVM-HST-042",)),
 )
 
 
@@ -322,15 +348,15 @@ class Profile:
 
 
 PROFILE_DEFS = {
-    "virtual-host": Profile("virtual-host", MEMORY + NETWORK + FAST_NIC, True, "tuned virtual-host for a KVM host"),
+    "virtual-host": Profile("virtual-host", MEMORY + PINNED + NETWORK + FAST_NIC, True, "tuned virtual-host for a KVM host"),
     "network-throughput": Profile(
-        "network-throughput", MEMORY + NETWORK + THROUGHPUT, True, "virtual-host plus tuned network-throughput"
+        "network-throughput", MEMORY + PINNED + NETWORK + THROUGHPUT, True, "virtual-host plus tuned network-throughput"
     ),
     "network-latency": Profile(
         "network-latency", MEMORY + NETWORK + FAST_NIC + LATENCY, True,
         "virtual-host plus tuned network-latency's sysctls (not its THP=never or dirty 10/3, which hurt guests)",
     ),
-    "storage": Profile("storage", MEMORY, False, "virtual-host's memory settings and I/O schedulers"),
+    "storage": Profile("storage", MEMORY + PINNED, False, "virtual-host's memory settings and I/O schedulers"),
 }
 
 

@@ -6,11 +6,8 @@ from typing import Any
 
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.signals import GuestRates, Rates
-
-
-def printable(text: str) -> str:
-    """Control characters (escape sequences, newlines) from guest or process names, made visible."""
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+from kvmtune.prometheus import Metrics
+from kvmtune.textsafe import safe
 
 
 def _pct(v: float | None) -> str:
@@ -62,13 +59,13 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
         pps = sum(n.pps for n in g.nics.values()) if g.nics else None
         drops = sum(n.drops for n in g.nics.values()) if g.nics else None
         diag = "; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, []))
-        row = (f"{printable(g.name)[:22]:<22} {printable(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
+        row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
         lines.append(row[:width] if width > 40 else row)
     if not r.guests:
         lines.append("(no running guest found)")
-    lines.extend(f"note: {printable(n)}" for n in r.notes)
+    lines.extend(f"note: {safe(n)}" for n in r.notes)
     return "\n".join(lines)
 
 
@@ -94,31 +91,9 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
             "host_diagnoses": [_diag_json(d) for d in diagnoses if d.guest == ""], "notes": r.notes}
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class _Metrics:
-    def __init__(self) -> None:
-        self.families: dict[str, tuple[str, list[str]]] = {}
-
-    def add(self, name: str, help_text: str, labels: dict[str, str], value: float) -> None:
-        _, samples = self.families.setdefault(name, (help_text, []))
-        inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        samples.append(f"{name}{{{inner}}} {value:.9g}" if inner else f"{name} {value:.9g}")
-
-    def text(self) -> str:
-        out = []
-        for name, (help_text, samples) in self.families.items():
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} gauge")
-            out.extend(samples)
-        return "\n".join(out) + "\n"
-
-
 def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
     """node_exporter textfile-collector output (gauges over the sampled interval)."""
-    m = _Metrics()
+    m = Metrics()
     m.add("kvmtune_sample_interval_seconds", "Length of the interval the rates were measured over.", {}, r.interval_s)
     if r.host.cpu_busy is not None:
         m.add("kvmtune_host_cpu_busy_ratio", "Host CPU use over the interval (seed:000 target: 0.8).", {},

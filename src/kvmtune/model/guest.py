@@ -116,6 +116,14 @@ class Guest:
     def where(self, attr: str) -> str:
         return self.evidence.get(attr, "")
 
+    def release_xml(self) -> None:
+        """Drop the lxml document and elements: the audit reads only the model (fixes re-read the XML)."""
+        self.tree = None
+        for disk in self.disks:
+            disk.element = None
+        for nic in self.nics:
+            nic.element = None
+
     @property
     def is_x86(self) -> bool:
         return self.arch in (None, "x86_64", "i686")

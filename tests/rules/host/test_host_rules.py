@@ -64,6 +64,52 @@ CASES: dict[str, tuple[list[Case], list[Case]]] = {
                                       "/etc/tuned/active_profile": "latency-performance\n"})]),
     "KVM-HST-022": ([("rhel6-old", {})], [("nvme-modern", {}), ("ksm-overcommit", {})]),
     "KVM-HST-023": ([("ksm-overcommit", {}), ("rhel6-old", {})], [("nvme-modern", {}), ("this-machine", {})]),
+    "KVM-HST-040": ([("pinned-latency", {}),
+                     ("pinned-latency", {**{f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor": "performance\n"
+                                            for c in range(16)}})],  # energy_perf_bias alone
+                    [("nvme-modern", {}), ("this-machine", {}),
+                     ("pinned-latency", {**{f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor": "performance\n"
+                                            for c in range(16)},
+                                         **{f"/sys/devices/system/cpu/cpu{c}/power/energy_perf_bias": "0\n"
+                                            for c in range(16)}})]),
+    "KVM-HST-041": ([("pinned-latency", {}),
+                     ("pinned-latency", {"/etc/tuned/active_profile": "virtual-host\n",
+                                         "/proc/cmdline": "ro isolcpus=2-9 nohz_full=2-9\n"})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {}),
+                     ("pinned-latency", {"/proc/811/comm": "tuned\n"}),  # the daemon holds cpu_dma_latency
+                     ("pinned-latency", {"/proc/cmdline": "ro intel_idle.max_cstate=1 processor.max_cstate=1\n"}),
+                     ("pinned-latency", {"/sys/devices/system/cpu/cpu0/cpuidle/state2/disable": "1\n",
+                                         "/sys/devices/system/cpu/cpu0/cpuidle/state3/disable": "1\n"}),
+                     ("pinned-latency", {"/etc/tuned/active_profile": "virtual-host\n"})]),
+    "KVM-HST-042": ([("pinned-latency", {})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {"/proc/sys/kernel/numa_balancing": "1\n"}),
+                     ("pinned-latency", {"/proc/sys/kernel/numa_balancing": "0\n"}),
+                     ("pinned-latency", {f"/proc/{p}/task/{p + 10 + v}/status": "Cpus_allowed_list:\t0-15\n"
+                                         for p in (6100, 6101) for v in range(4)})]),
+    "KVM-HST-043": ([("pinned-latency", {}), ("nvme-modern", {"/proc/sys/vm/zone_reclaim_mode": "4\n"})],
+                    [("nvme-modern", {}), ("pinned-latency", {"/proc/sys/vm/zone_reclaim_mode": "0\n"})]),
+    "KVM-HST-044": ([("pinned-latency", {})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {}),
+                     ("pinned-latency", {"/proc/6100/cmdline": b"\0".join([
+                         b"/usr/bin/qemu-system-x86_64", b"-name", b"guest=rt0", b"-m", b"8192",
+                         b"-mem-path", b"/dev/hugepages"]) + b"\0"})]),
+    "KVM-HST-045": ([("pinned-latency", {}),
+                     ("pinned-latency", {"/etc/default/irqbalance": "IRQBALANCE_BANNED_CPULIST=2-5\n"})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {}),
+                     ("pinned-latency", {"/etc/default/irqbalance": "IRQBALANCE_BANNED_CPULIST=2-9\n"}),
+                     ("pinned-latency", {"/etc/default/irqbalance": None,
+                                         "/etc/sysconfig/irqbalance": 'IRQBALANCE_BANNED_CPUS="000003fc"\n'}),
+                     ("pinned-latency", {"/proc/cmdline": "ro isolcpus=2-9\n"}),
+                     ("pinned-latency", {"/proc/811/comm": "sshd\n"})]),
+    "KVM-HST-046": ([("pinned-latency", {}), ("pinned-latency", {"/proc/cmdline": "ro isolcpus=2-9\n"})],
+                    [("nvme-modern", {}),
+                     ("pinned-latency", {"/etc/tuned/active_profile": "virtual-host\n"}),
+                     ("pinned-latency", {"/proc/cmdline": "ro isolcpus=managed_irq,domain,2-9 nohz_full=2-9\n"})]),
+    "KVM-HST-047": ([("pinned-latency", {}),
+                     ("pinned-latency", {"/sys/kernel/iommu_groups": None, "/proc/cmdline": "ro quiet\n"})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {}),
+                     ("pinned-latency", {"/proc/cmdline": "ro intel_iommu=on iommu=pt\n"}),
+                     ("pinned-latency", {f"/sys/kernel/iommu_groups/{g}/type": "identity\n" for g in range(4)})]),
 }
 
 

@@ -42,15 +42,17 @@ SERVER_WAIT_TRIES = 40  # × (2 s connect timeout + 1 s): how long a client wait
 NET_MODULES = ("virtio_pci", "virtio_net")
 TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
 REPO_NETLOAD = Path(__file__).resolve().parents[4] / "netload" / "bin" / "netload"
+# the copy a wheel carries (scripts/build-wheel.sh), so hosts installed from the wheel need no Go
+PACKAGED_NETLOAD = Path(__file__).resolve().parents[2] / "_bin" / "netload"
 
 
 def find_netload(given: str | None, runner: Runner) -> str:
-    """The netload binary for the guest: ``--netload``, ``netload`` on PATH, or the repository's build."""
+    """The netload binary for the guest: ``--netload``, ``netload`` on PATH, the wheel's copy, or the repository's build."""
     if given:
         if not os.path.isfile(given):
             raise NetError(f"{given}: netload binary not found")
         return given
-    found = runner.which("netload") or (str(REPO_NETLOAD) if REPO_NETLOAD.is_file() else None)
+    found = runner.which("netload") or next((str(p) for p in (PACKAGED_NETLOAD, REPO_NETLOAD) if p.is_file()), None)
     if not found:
         raise NetError("netload binary not found: build it (make -C netload) or pass --netload PATH")
     return found
@@ -123,7 +125,7 @@ def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings, token: str) ->
 
 def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, duration: str, extra: str = "") -> str:
     remote = f"{server.connect_address}:{_port(server)}"
-    if server.backend == "user":
+    if server.fixed_ports_only:
         # slirp forwards fixed ports only: pin netload's data connections to the server's second port
         prof = f"/tmp/{workload}.xml"
         return (
@@ -249,7 +251,7 @@ def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
 
 def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
     fd = None
-    if ep.backend == "macvtap":
+    if ep.needs_chardev_fd:
         assert ep.chardev is not None
         try:
             fd = os.open(ep.chardev, os.O_RDWR)

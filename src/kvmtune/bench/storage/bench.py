@@ -27,6 +27,7 @@ from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
+from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 
 
@@ -96,11 +97,11 @@ def check_user_device(host: HostRoot, path: str) -> str:
         raise KvmtuneError(f"{path}: not a block device")
     name = device_of_path(host, path) or Path(path).name
     names = {name, *(p for p in host.listdir(f"/sys/class/block/{name}") if p.startswith(name))}
-    for mounts in ("/proc/mounts", "/proc/swaps"):
-        for line in (host.read_optional(mounts) or "").splitlines():
-            dev = line.split(" ", 1)[0]
-            if dev.startswith("/dev/") and dev[5:] in names:
-                raise KvmtuneError(f"{path}: in use ({dev} is listed in {mounts}); refusing to write to it")
+    facts = HostFacts(host)
+    listed = [(m.device, "/proc/mounts") for m in facts.mounts] + [(s.filename, "/proc/swaps") for s in facts.swaps or []]
+    for dev, where in listed:
+        if dev.startswith("/dev/") and dev[5:] in names:
+            raise KvmtuneError(f"{path}: in use ({dev} is listed in {where}); refusing to write to it")
     for n in names:
         if host.listdir(f"/sys/class/block/{n}/holders"):
             raise KvmtuneError(f"{path}: in use (held by {', '.join(host.listdir(f'/sys/class/block/{n}/holders'))})")
@@ -461,6 +462,12 @@ class MatrixBenchmark:
             if cap:
                 host = StorageConfig(target="host")
                 sink.record(Cell("host/capacity", host.as_dict(), "disk-capacity", metrics=cap), show=False)
+
+    def space_needed(self) -> tuple[Path, int, str] | None:
+        """The least any cell writes: its disk image (or bare-metal test file) plus a margin."""
+        if all(c.target == "device" for c in self.configs):
+            return None
+        return self.ctx.scratch.root, (self.ctx.disk_mib + 64) << 20, f"a {self.ctx.disk_mib} MiB test disk"
 
     def cleanup(self) -> list[str]:
         problems = self.ctx.scratch.cleanup()

@@ -1,0 +1,95 @@
+"""``kvmtune doctor``: what this host can measure, on one screen, before a benchmark is started.
+
+Nothing here boots a guest or changes anything: the KVM verdict is the one ``kvmtune guest accel``
+cached (that probe boots a guest; run it to refresh), the rest are device nodes, modules, programs,
+fio's engines and free space. Each line says what is missing and what it costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.accel_cache import read_cached_verdict
+from kvmtune.bench.workdir import default_workdir
+from kvmtune.host.facts import HostFacts
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner, default_runner
+from kvmtune.textsafe import safe
+
+MIN_FREE_GIB = 4.0  # a seed-003 block-tier run with 1 GiB images and their fresh copies
+
+
+@dataclass
+class Check:
+    what: str
+    ok: bool | None  # None: unknown here
+    detail: str
+    costs: str = ""  # what a missing piece takes away
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="what this host can measure: KVM, vhost-net, OVS, qemu-storage-daemon, fio, space",
+                       description="Say in one screen what kvmtune can measure here, and what is missing.")
+    p.add_argument("--workdir", type=Path, default=None, help=f"benchmark work directory (default {default_workdir()})")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=run)
+
+
+def checks(host: HostRoot, runner: Runner, workdir: Path) -> list[Check]:
+    facts = HostFacts(host, probe=False)
+    out: list[Check] = []
+    flag = facts.cpu_vendor_virt_flag
+    verdict = read_cached_verdict(workdir, facts.kernel_release or "")
+    if verdict is not None:
+        out.append(Check("KVM boots a guest", verdict.accel == "kvm",
+                         f"{verdict.accel} ({safe(verdict.reason)}; measured {verdict.age_s / 3600:.1f} h ago)",
+                         "guest-tier results are TCG emulation numbers, not comparable with KVM ones"))
+    else:
+        kvm = host.exists("/dev/kvm")
+        out.append(Check("KVM boots a guest", None,
+                         f"not probed yet (run `kvmtune guest accel`); /dev/kvm {'present' if kvm else 'absent'}, "
+                         f"CPU flag {flag or 'vmx/svm absent'}", "unknown until probed"))
+    out.append(Check("vhost-net", host.exists("/dev/vhost-net"), "/dev/vhost-net",
+                     "virtio-net's data path stays in QEMU userspace"))
+    ovs_kernel = host.is_dir("/sys/module/openvswitch")
+    out.append(Check("Open vSwitch kernel datapath", ovs_kernel,
+                     "module openvswitch " + ("loaded" if ovs_kernel else "not loaded"),
+                     "OVS topologies run with the userspace datapath only"))
+    for prog, costs in (("qemu-system-x86_64", "no guest tier"), ("qemu-img", "no image audit or quick tier"),
+                        ("qemu-storage-daemon", "no block tier"), ("fio", "no storage benchmark"),
+                        ("ovs-vswitchd", "no Open vSwitch topology"), ("promtool", "Prometheus output not checkable")):
+        path = runner.which(prog)
+        out.append(Check(prog, path is not None, path or "not on PATH", costs))
+    engines = runner.run(["fio", "--enghelp"], timeout=10) if runner.which("fio") else None
+    names = set(engines.stdout.split()) if engines is not None and engines.ok else set()
+    for engine, costs in (("nbd", "no block tier (fio drives qemu-storage-daemon over NBD)"),
+                          ("libaio", "no aio=native-like host floor"), ("io_uring", "no io_uring floor")):
+        out.append(Check(f"fio engine {engine}", engine in names if names else None,
+                         "listed by fio --enghelp" if engine in names else "not listed", costs))
+    probe = workdir if workdir.exists() else next((p for p in workdir.parents if p.exists()), Path("/"))
+    free = shutil.disk_usage(probe).free / 2**30
+    out.append(Check("free space in the work directory", free >= MIN_FREE_GIB, f"{free:.1f} GiB free at {probe}",
+                     f"below {MIN_FREE_GIB:g} GiB the storage benchmarks refuse to start"))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    workdir = args.workdir or default_workdir()
+    found = checks(HostRoot(), default_runner(), workdir)
+    if args.format == "json":
+        print(json.dumps({"schema_version": 1, "checks": [asdict(c) for c in found]}, indent=2))
+        return 0
+    mark = {True: "ok  ", False: "MISS", None: "??  "}
+    for c in found:
+        line = f"{mark[c.ok]} {c.what}: {c.detail}"
+        if c.ok is not True and c.costs:
+            line += f" — {c.costs}"
+        print(line)
+    print(f"({os.cpu_count()} CPUs; `kvmtune guest accel` probes KVM by booting a guest)")
+    return 0

@@ -1,0 +1,1 @@
+"""Many hosts' results in one view: merge per-host audit JSON, keep each collection, show what changed."""

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.host.facts import HostFacts
+from kvmtune.rules.host import HostFactsRule
+
+
+class IommuMode(HostFactsRule):
+    id = "KVM-HST-047"
+    slug = "iommu-mode-for-passthrough"
+    topic = "iommu"
+    severity = Severity.LOW
+    also_severities = (Severity.HIGH,)
+    title = "IOMMU off, or translating the host's own DMA, on a host with PCI passthrough"
+    why = (
+        "Passing a device to a guest (<hostdev>, vfio-pci) needs the IOMMU on: virt-host-validate checks for "
+        "IOMMU groups and asks for intel_iommu=on on Intel. With the IOMMU on, every DMA of the devices the host "
+        "keeps is translated too; passthrough mode (iommu=pt, domain type 'identity') maps them 1:1 and keeps the "
+        "remapping for the devices given to guests."
+    )
+    fix_kind = "manual"
+    fix_description = (
+        "Add intel_iommu=on (Intel; AMD has it on by default) and iommu=pt to the kernel command line, e.g. "
+        "grubby --update-kernel=ALL --args='intel_iommu=on iommu=pt', and reboot. Not automatic: kvmtune does "
+        "not edit the boot loader, and a reboot is the operator's call."
+    )
+    fix_safe = False
+    references = (
+        "libvirt virt-host-validate: 'Checking if IOMMU is enabled by kernel' (/sys/kernel/iommu_groups)",
+        "Documentation/admin-guide/kernel-parameters.txt: intel_iommu=on, iommu=pt, iommu.passthrough",
+        "Documentation/ABI/testing/sysfs-kernel-iommu_groups: type (DMA, DMA-FQ, identity)",
+        "RHEL 9 Configuring and managing virtualization: 'Attaching PCI devices' (intel_iommu=on iommu=pt)",
+    )
+
+    def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
+        passthrough = [g for g in facts.guests if g.hostdevs]
+        if not passthrough:
+            return
+        names = ", ".join(g.name for g in passthrough[:5])
+        groups = facts.iommu_groups
+        cmdline = facts.kernel_cmdline
+        if not groups:
+            yield self.finding(
+                target=self.at(ctx, "iommu"),
+                actual=f"no IOMMU groups; guests with passed-through devices: {names}",
+                expected="IOMMU on (intel_iommu=on on Intel)",
+                evidence="/sys/kernel/iommu_groups; /proc/cmdline",
+                severity=Severity.HIGH,
+            )
+            return
+        identity = any(t == "identity" for t in groups.values())
+        pt = cmdline.get("iommu") == "pt" or cmdline.get("iommu.passthrough") in ("1", "on", "y")
+        if identity or pt:
+            return
+        yield self.finding(
+            target=self.at(ctx, "iommu"),
+            actual=f"IOMMU translating every device ({len(groups)} groups, none 'identity', no iommu=pt); "
+                   f"passthrough guests: {names}",
+            expected="iommu=pt: host devices mapped 1:1, remapping kept for the devices given to guests",
+            evidence="/sys/kernel/iommu_groups/*/type; /proc/cmdline",
+        )

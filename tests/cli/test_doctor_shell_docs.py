@@ -1,0 +1,87 @@
+"""`kvmtune doctor`, shell completion, the man page, rules --format json and NO_COLOR."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kvmtune import cli
+
+REPO = Path(__file__).resolve().parents[2]
+KVMTUNE = str(REPO / ".venv" / "bin" / "kvmtune")
+
+
+def test_doctor_reads_the_cached_accelerator_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    release = Path("/proc/sys/kernel/osrelease").read_text().strip()
+    (tmp_path / "accel.json").write_text(json.dumps({
+        "key": f"guest|qemu|{release}", "at": time.time() - 3600,
+        "choice": {"accel": "tcg", "reason": "the probe guest did not boot under KVM \x1b[2J"}}))
+    assert cli.main(["doctor", "--workdir", str(tmp_path), "--format", "json"]) == 0
+    checks = {c["what"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    kvm = checks["KVM boots a guest"]
+    assert kvm["ok"] is False and "tcg" in kvm["detail"] and "\x1b" not in kvm["detail"]
+    assert checks["qemu-img"]["ok"] is (shutil.which("qemu-img") is not None)
+    assert checks["fio engine nbd"]["ok"] is True  # Debian's fio is built with the nbd engine
+    assert "GiB free" in checks["free space in the work directory"]["detail"]
+    assert cli.main(["doctor", "--workdir", str(tmp_path / "none")]) == 0
+    text = capsys.readouterr().out
+    assert "??   KVM boots a guest: not probed yet (run `kvmtune guest accel`)" in text
+
+
+def test_bash_completion_completes_commands_options_and_choices(tmp_path: Path) -> None:
+    script = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "c.bash").write_text(script)
+
+    def complete(*words: str) -> list[str]:
+        words_list = " ".join(f"'{w}'" for w in words)
+        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {words_list}); "
+                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    assert "audit" in complete("au") and "doctor" in complete("do")
+    assert complete("audit", "--fail") == ["--fail-on"]
+    assert sorted(complete("audit", "--format", "")) == ["json", "prometheus", "sarif", "text"]
+    assert "storage" in complete("bench", "")
+
+
+def test_zsh_completion_parses() -> None:
+    script = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.fail("zsh is not installed (scripts/install.sh installs it)")
+    check = subprocess.run([zsh, "-n"], input=script, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert "    top) _arguments" in script and "'--format[" in script
+
+
+def test_man_page_renders_without_warnings() -> None:
+    page = subprocess.run([KVMTUNE, "man"], capture_output=True, text=True, check=True).stdout
+    render = subprocess.run(["groff", "-man", "-Tutf8", "-ww"], input=page, capture_output=True, text=True)
+    assert render.returncode == 0 and render.stderr == "", render.stderr
+    for command in ("kvmtune audit", "kvmtune fix", "kvmtune top", "kvmtune doctor"):
+        assert f".SS {command}" in page.replace("\\-", "-")
+    assert "fail-on" in render.stdout
+
+
+def test_rules_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["rules", "list", "--format", "json", "--topic", "disk-cache"]) == 0
+    rules = json.loads(capsys.readouterr().out)["rules"]
+    assert rules and {r["topic"] for r in rules} == {"disk-cache"}
+    assert all(r["id"].startswith("KVM-STO-") for r in rules)
+
+
+def test_no_color_turns_automatic_colour_off() -> None:
+    """In a terminal (script(1) gives one), findings are coloured unless NO_COLOR is set."""
+    def run(env: dict[str, str]) -> str:
+        cmd = f"{KVMTUNE} audit --examples --only KVM-STO-002"
+        return subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True,
+                              env={**os.environ, **env}).stdout
+
+    assert "\x1b[" in run({})
+    assert "\x1b[" not in run({"NO_COLOR": "1"})
