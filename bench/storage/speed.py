@@ -73,7 +73,7 @@ def quick(workdir: Path, db: Path) -> dict[str, object]:
 
 def overhead(workdir: Path, db: Path) -> dict[str, object]:
     # warm the guest cache, the accelerator answer and the saved guest first, as a user's second run finds them
-    base = ["bench", "storage", "--workdir", str(workdir), "--db", str(db), "--workload", "randread-4k",
+    base = ["bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db), "--workload", "randread-4k",
             "--disk-size", "256", "--cache", "none", "--aio", "native"]  # fmt: skip
     cli([*base, "--runtime", "1"])
     code, took, out = cli([*base, "--runtime", "10"])

@@ -25,7 +25,7 @@ from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.bench import StorageContext, run_matrix
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import Scratch
+from kvmtune.bench.workdir import OWNER_FILE, Scratch
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
@@ -71,7 +71,7 @@ def leftovers(workdir: Path) -> list[str]:
 
 
 def bench(workdir: Path, db: Path, *args: str) -> int:
-    return cli.main(["bench", "storage", "--workdir", str(workdir), "--db", str(db), *SMALL, *args])
+    return cli.main(["bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db), *SMALL, *args])
 
 
 def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: ProbeGuest, tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_seed003_subset(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFix
             assert m["iops_write"] > 0 and m["clat_p99_us"] > 0 and 0 < m["guest_cpu_busy_pct"] <= 100
             assert m["qemu_cpu_s"] > 0 and "host_tps" in m
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "r.html")]) == 0
-    assert "seed:003: on this host qcow2+write-through without preallocation is" in capsys.readouterr().out
+    assert "seed:003 [guest tier]: on this host qcow2+write-through without preallocation is" in capsys.readouterr().out
     assert leftovers(workdir) == []
 
 
@@ -227,14 +227,14 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
     assert cell.status == "error"
     assert "kernel did not boot" in (cell.error or "")
     assert time.monotonic() - start < 30
-    assert leftovers(workdir) == [] and list(scratch_root.iterdir()) == []
+    assert leftovers(workdir) == [] and [p.name for p in scratch_root.iterdir()] in ([], [OWNER_FILE])
 
 
 def test_ctrl_c_stops_cleanly_and_marks_the_run_partial(workdir: Path, tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "bench", "storage", "--workdir", str(workdir), "--db", str(db),
+        [sys.executable, "-c", code, "bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db),
          "--runtime", "20", "--disk-size", "128", "--workload", "randread-4k,randwrite-4k"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

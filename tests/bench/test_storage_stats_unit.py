@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvmtune.bench.stats import compare_cells, lower_is_better, t95, welch_diff
+from kvmtune.bench.metrics import lower_is_better
+from kvmtune.bench.stats import compare_cells, t95, welch_diff
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.verdicts import verdicts
 

@@ -444,3 +444,41 @@ func TestTokenFromFlagOrEnvironment(t *testing.T) {
 		t.Fatalf("token flag: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// Every profile in testdata/ uses a uperf feature the way uperf's shipped
+// profiles do; each runs unchanged against a real `netload serve`, with
+// uperf's variables taken from the environment.
+func TestUperfFeatureProfilesRunAgainstARealServer(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/*.xml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata profiles: %v", err)
+	}
+	_, addr := server(t, "")
+	host, _, _ := net.SplitHostPort(addr)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			c := exec.Command(bin, "run", f, "--remote", addr, "--json", "-q", "--stall-timeout", "10s")
+			c.Env = append(os.Environ(), "h="+host, "nthr=3", "iter=4", "proto=tcp")
+			r := runCmd(t, 60*time.Second, c)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var doc struct {
+				Summary struct {
+					Errors       int64   `json:"errors"`
+					ServerErrors int64   `json:"server_errors"`
+					DiffPct      float64 `json:"bytes_difference_pct"`
+				} `json:"summary"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.Summary.Errors != 0 || doc.Summary.ServerErrors != 0 || doc.Summary.DiffPct != 0 {
+				t.Fatalf("summary %+v", doc.Summary)
+			}
+			if filepath.Base(f) == "ignored-options.xml" && strings.Count(r.stderr, "warning:") != 2 {
+				t.Fatalf("want two warnings, got:\n%s", r.stderr)
+			}
+		})
+	}
+}

@@ -190,7 +190,7 @@ func checkProfile(p *profile.Profile) error {
 				return fmt.Errorf("group %q has a malformed transaction", g.Name)
 			}
 			for _, f := range t.Flowops {
-				if f.Size < 0 || f.Size > profile.MaxSize || f.RSize < 0 || f.RSize > profile.MaxSize || f.Count < 1 || f.Count > profile.MaxCount {
+				if f.Size < 0 || f.Size > profile.MaxSize || f.LastSize < 0 || f.LastSize > f.Size || f.RSize < 0 || f.RSize > profile.MaxSize || f.Count < 1 || f.Count > profile.MaxCount {
 					return fmt.Errorf("group %q has a flowop out of range", g.Name)
 				}
 				if f.Type.Moves() && f.Size < 1 {

@@ -778,7 +778,6 @@ func (ps *parser) validate(p *Profile) error {
 		}
 		open := map[int]string{} // conn id -> protocol
 		last := -1               // most recently opened conn
-		udpOpened := map[int]bool{}
 		for ti := range g.Transactions {
 			t := &g.Transactions[ti]
 			for fi := range t.Flowops {
@@ -792,10 +791,6 @@ func (ps *parser) validate(p *Profile) error {
 						f.Protocol = "tcp"
 					}
 					if f.Protocol == "udp" {
-						if t.Timed() || t.Iterations != 1 || udpOpened[f.Conn] {
-							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP connection is opened once per run: put this %s in a transaction with iterations=1 and do not reopen connection %d", f.Type, f.Conn)}
-						}
-						udpOpened[f.Conn] = true
 						if f.Port != 0 && g.Strands > 1 {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP %s with a fixed port serves one strand; this group has %d", f.Type, g.Strands)}
 						}
@@ -830,6 +825,7 @@ func (ps *parser) validate(p *Profile) error {
 						}
 						continue
 					}
+					f.Protocol = proto
 					if proto == "udp" && (f.Size > MaxUDPSize || f.RSize > MaxUDPSize) {
 						return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP datagram holds at most %d bytes; size is %d", MaxUDPSize, max(f.Size, f.RSize))}
 					}

@@ -242,8 +242,6 @@ func TestBadProfiles(t *testing.T) {
     ¦<flowop type="write" options="size=65508"/></transaction></group></profile>`, `UDP datagram holds at most`},
 		{"udp fixed port shared", `<profile name="x"><group nthreads="2"><transaction>
     ¦<flowop type="connect" options="protocol=udp port=3000"/></transaction></group></profile>`, `fixed port serves one strand`},
-		{"udp reopened", `<profile name="x"><group nthreads="1"><transaction iterations="2">
-    ¦<flowop type="connect" options="protocol=udp"/></transaction></group></profile>`, `UDP connection is opened once`},
 		{"think without duration", `<profile name="x"><group nthreads="1"><transaction>
     ¦<flowop type="think"/></transaction></group></profile>`, `think needs duration=`},
 		{"busy and idle", `<profile name="x"><group nthreads="1"><transaction>
@@ -363,7 +361,9 @@ func TestVariablesAndDefaults(t *testing.T) {
 		t.Fatalf("recv -> %+v", r)
 	}
 	opp := p.Opposite().Groups[0].Transactions[1].Flowops
-	if opp[0].Type != OpRead || opp[0].Size != 1536 || opp[1].Type != OpWrite || opp[1].Size != 5 || opp[1].RSize != 3 {
+	// TCP: the peer writes the 3 bytes the controller reads, in one piece of at most rsize
+	if opp[0].Type != OpRead || opp[0].Size != 1536 || opp[1].Type != OpWrite || opp[1].Size != 5 || opp[1].RSize != 3 ||
+		opp[1].Count != 1 || opp[1].LastSize != 3 {
 		t.Fatalf("opposite %+v", opp)
 	}
 	if p.Opposite().Groups[0].Transactions[0].Flowops[0].Type != OpAccept {
@@ -418,5 +418,39 @@ func TestConnResolution(t *testing.T) {
 	}
 	if g.ConnsPerStrand() != 2 {
 		t.Errorf("ConnsPerStrand %d, want 2", g.ConnsPerStrand())
+	}
+}
+
+// TCP ops with rsize: the peer moves the controller's size*count bytes per
+// pass in rsize pieces (uperf's slave does the same); UDP keeps one datagram
+// of rsize per op.
+func TestOppositeWithRSizeMovesTheSameBytes(t *testing.T) {
+	src := `<profile name="r"><group nthreads="1">
+  <transaction><flowop type="connect" options="conn=1 remotehost=h"/><flowop type="connect" options="conn=2 remotehost=h protocol=udp"/></transaction>
+  <transaction iterations="2">
+    <flowop type="write" options="conn=1 count=6 size=4k rsize=10k"/>
+    <flowop type="read" options="conn=1 size=9k rsize=3k"/>
+    <flowop type="write" options="conn=2 count=2 size=100 rsize=50"/>
+  </transaction></group></profile>`
+	p, err := Parse([]byte(src), "r.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opp := p.Opposite().Groups[0].Transactions[1].Flowops
+	for i, want := range []struct{ size, count, last int64 }{{10240, 3, 4096}, {3072, 3, 0}, {50, 2, 0}} {
+		f := opp[i]
+		if f.Size != want.size || f.Count != want.count || f.LastSize != want.last {
+			t.Errorf("op %d: size %d count %d last %d, want %+v", i, f.Size, f.Count, f.LastSize, want)
+		}
+		orig := p.Groups[0].Transactions[1].Flowops[i]
+		if orig.Protocol == "tcp" {
+			peer := (f.Count-1)*f.Size + max(f.LastSize, 0)
+			if f.LastSize == 0 {
+				peer = f.Count * f.Size
+			}
+			if peer != orig.Size*orig.Count {
+				t.Errorf("op %d: peer moves %d bytes, controller %d", i, peer, orig.Size*orig.Count)
+			}
+		}
 	}
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 class Severity(enum.IntEnum):
@@ -61,9 +61,15 @@ class Target:
         return " ".join(parts) if parts else self.host
 
 
+# How a finding is fixed: ``xml`` a guest fixer, ``sysctl``/``sysfs``/``udev``/``modprobe`` a host setting
+# (fix --host), ``image`` fix --images, ``manual`` nothing automatic (kvmtune.fix.remedies says which part
+# of kvmtune fix carries each out; tests/fix/test_remedies.py holds every rule to it).
+FixKind = Literal["xml", "sysctl", "sysfs", "udev", "modprobe", "image", "manual"]
+
+
 @dataclass(frozen=True)
 class FixHint:
-    kind: str  # xml | sysctl | udev | modprobe | image | manual
+    kind: FixKind
     description: str
     safe: bool
 

@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from kvmtune.audit.finding import TOPICS, Finding, FixHint, Severity, Target
+from kvmtune.audit.finding import TOPICS, Finding, FixHint, FixKind, Severity, Target
 
 if TYPE_CHECKING:
     from kvmtune.audit.context import AuditContext
@@ -28,7 +28,7 @@ class Rule:
     also_severities: ClassVar[tuple[Severity, ...]] = ()  # a finding may be raised or lowered to these
     title: ClassVar[str] = ""
     why: ClassVar[str] = ""
-    fix_kind: ClassVar[str] = "manual"
+    fix_kind: ClassVar[FixKind] = "manual"
     fix_description: ClassVar[str] = ""
     fix_safe: ClassVar[bool] = False
     references: ClassVar[tuple[str, ...]] = ()
@@ -62,7 +62,7 @@ class Rule:
         source: str = "",
         fix_description: str | None = None,
         fix_safe: bool | None = None,
-        fix_kind: str | None = None,
+        fix_kind: FixKind | None = None,
     ) -> Finding:
         return Finding(
             rule=self.id,

@@ -6,10 +6,12 @@ mounts and the work directory's ``scratch-*`` directories. A run's leftovers are
 found only through what marks them as kvmtune's and says whether their owner is
 gone, nothing else is touched:
 
-* namespaces ``kvmtune-<run>-<role>`` and run directories ``<workdir>/net/<run>``:
-  the lock on the namespace file and ``owner.json``
-  (:func:`kvmtune.bench.net.cleanup.find_leftovers`); a namespace made in the last
-  few seconds may still be waiting for its lock and is left for the next start;
+* namespaces ``kvmtune-<run>-<role>`` of runs whose run directory
+  ``<workdir>/net/<run>`` is in this work directory: the lock on the namespace
+  file and ``owner.json`` (:func:`kvmtune.bench.net.cleanup.find_leftovers`); a
+  namespace made in the last few seconds may still be waiting for its lock and is
+  left for the next start; other work directories' runs are left to their own
+  next start or to ``kvmtune net cleanup``;
 * ``<workdir>/scratch-*`` directories: their ``owner.json`` (pid, process start
   time, boot id); with a dead owner, the loop devices backed by files in them are
   detached, mounts below them unmounted and the directory removed. Empty scratch
@@ -125,7 +127,9 @@ def _network_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool
     except NetError as exc:
         report.problems.append(str(exc))
         return
-    young = {lo.runid for lo in leftovers if any(_young(ns) for ns in lo.namespaces)}
+    # only runs of this work directory: another work directory's runs (another user's, a test's) are
+    # left to its own next start or to 'kvmtune net cleanup'
+    young = {lo.runid for lo in leftovers if lo.rundir is None or any(_young(ns) for ns in lo.namespaces)}
     dead = [lo for lo in leftovers if not lo.live and lo.runid not in young]
     if not dead:
         return

@@ -13,10 +13,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvmtune.bench.report_parts import CHART_METRICS, cell_tier, claims_table, grouped_chart, percentile_table
-from kvmtune.bench.stats import mean, stdev
+from kvmtune.bench.report_parts import CHART_METRICS, claims_table, grouped_chart, percentile_table
+from kvmtune.bench.stats import mean
 from kvmtune.bench.store import CellRow, RunRow, Store
-from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import KvmtuneError
 
 
@@ -38,37 +38,6 @@ def _png(fig: Any) -> str:
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     _plt().close(fig)
     return base64.b64encode(buf.getvalue()).decode()
-
-
-def _series(cells: Sequence[CellRow], metric: str) -> dict[tuple[str, str], list[float]]:
-    out: dict[tuple[str, str], list[float]] = {}
-    for c in cells:
-        if c.status == "ok" and metric in c.metrics:
-            out.setdefault((c.workload, c.key.split("|")[0]), []).append(c.metrics[metric])
-    return out
-
-
-def bars_chart(cells: Sequence[CellRow], metric: str = "iops", label: str = "IOPS") -> list[tuple[str, str]]:
-    """One bar chart per workload: a bar per configuration (mean ± sd over repetitions)."""
-    plt = _plt()
-    data = _series(cells, metric)
-    charts = []
-    for workload in sorted({w for w, _ in data}):
-        if workload.startswith("ffsb-"):
-            continue  # shown as thread scaling
-        items = sorted((cfg, v) for (w, cfg), v in data.items() if w == workload)
-        if not items:
-            continue
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(items) + 2), 3.6))
-        ys = [mean(v) for _, v in items]
-        errs = [stdev(v) for _, v in items]
-        ax.bar(range(len(items)), ys, yerr=errs, color="#4477aa", capsize=3)
-        ax.set_xticks(range(len(items)))
-        ax.set_xticklabels([k for k, _ in items], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel(label)
-        ax.set_title(f"{workload}: {label} per configuration")
-        charts.append((f"{workload} — {label}", _png(fig)))
-    return charts
 
 
 _FFSB = re.compile(r"ffsb-(\w+)-t(\d+)-(direct|buffered)")

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvmtune.bench.metrics import lookup
 from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.verdicts import Verdict
@@ -17,20 +18,13 @@ from kvmtune.bench.verdicts import Verdict
 # the dimensions a storage cell varies along, in the order a chart uses them
 DIMENSIONS = ("bus", "fmt", "prealloc", "cache", "aio", "target", "sched", "host_fs")
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000")
-CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs (mean latency)", 1.0))
+# (stored metric, unit shown, divisor): the label and direction come from the metrics catalogue
+CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs", 1.0))
 PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
 BADGE = {"holds": "#2b8a3e", "partly": "#e67700", "does not hold": "#c92a2a", "inconclusive": "#868e96",
          "not measured": "#adb5bd", "measured": "#1971c2"}
 
 e = html.escape
-
-
-def cell_tier(cell: CellRow) -> str:
-    """Where a cell was measured: ``guest``, ``block`` or ``quick`` (qemu-img bench has no bus)."""
-    tier = cell.config.get("tier")
-    if tier:
-        return str(tier)
-    return "quick" if cell.config.get("bus") == "none" else "guest"
 
 
 def seed_figure(claim: str) -> str:
@@ -140,6 +134,10 @@ def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: st
             return 20 + plot_h * (1 - (math.log10(v) - math.log10(bottom)) / (math.log10(top) - math.log10(bottom)))
         return 20 + plot_h * (1 - v / top)
 
+    about = lookup(metric)
+    if about is not None and not base_value:
+        better = {"higher": "higher is better", "lower": "lower is better"}.get(about.better.value, "")
+        unit = f"{about.label}, {unit}" + (f" ({better})" if better else "")
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="10" role="img" aria-label="{e(workload)} {e(unit)}">']
     for frac in (0, 0.25, 0.5, 0.75, 1.0):

@@ -258,6 +258,7 @@ class BenchRunner(CellSink):
         self.run_id: int | None = None
         self._bench: Benchmark | None = None
         self._planned = 0
+        self._shown = 0
 
     def record(self, cell: Cell, *, show: bool = True) -> None:
         super().record(cell, show=show)
@@ -332,7 +333,8 @@ class BenchRunner(CellSink):
         return RunOutcome(self.run_id, status, took, list(self.results), self.failed, problems)
 
     def _progress(self, cell: Cell, bench: Benchmark) -> None:
-        done = len(self.results)
+        self._shown += 1
+        done = self._shown
         total = max(self._planned, done)
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         width = 24

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kvmtune.bench.metrics import Better, lookup
 from kvmtune.bench.store import CellRow
 
 # two-sided 95 % Student t quantiles for 1..30 degrees of freedom
@@ -21,8 +22,6 @@ _T95 = (
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
 
-# metrics where a smaller number is better
-LOWER_IS_BETTER = ("lat", "clat", "cpu", "host_tps", "elapsed")
 DEFAULT_METRICS = ("iops", "bw_Bps", "clat_p99_us", "guest_cpu_busy_pct", "qemu_cpu_pct", "host_tps", "host_tps_per_vm")
 
 
@@ -57,7 +56,7 @@ class Diff:
     sd_b: float
     diff_pct: float | None  # (B - A) / A in %
     ci_pct: tuple[float, float] | None  # 95 % interval of diff_pct
-    better: str  # "A", "B", "same", "unknown"
+    better: str  # "A", "B", "same", "unknown", "differs" (a metric with no better direction)
 
     def describe(self) -> str:
         if self.diff_pct is None:
@@ -68,10 +67,6 @@ class Diff:
         else:
             s += " (one sample each side: no uncertainty; use --repeat)"
         return s
-
-
-def lower_is_better(metric: str) -> bool:
-    return any(metric.startswith(p) or f"_{p}" in metric for p in LOWER_IS_BETTER)
 
 
 def welch_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key: str = "", threshold: float = 5.0) -> Diff:
@@ -90,12 +85,16 @@ def welch_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key
         ci = (100.0 * (mb - ma - half) / abs(ma), 100.0 * (mb - ma + half) / abs(ma))
         significant = significant and (ci[0] > 0 or ci[1] < 0)
     if ci is None:
-        better = "unknown" if significant else "same"
+        better = "unknown"  # one sample a side: no interval, so no claim either way, however small the change
     elif not significant:
         better = "same"
     else:
-        b_higher = diff > 0
-        better = "A" if b_higher == lower_is_better(metric) else "B"
+        entry = lookup(metric)
+        if entry is None or entry.better is Better.NEITHER:
+            better = "differs"
+        else:
+            b_higher = diff > 0
+            better = "A" if b_higher == (entry.better is Better.LOWER) else "B"
     return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, ci, better)
 
 

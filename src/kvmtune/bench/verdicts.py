@@ -6,10 +6,11 @@ it says which preset measures them. Ratios use the mean over repetitions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.stats import mean
+from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.store import CellRow
 
 
@@ -21,10 +22,12 @@ class Verdict:
     ratio: float | None = None
     hint: str = ""
 
-    def line(self) -> str:
+    def line(self, tier: str | None = None) -> str:
+        """One line; ``tier`` names where it was measured when the text does not already say so."""
+        where = f" [{tier} tier]" if tier and (self.measured is None or "tier" not in self.measured) else ""
         if self.measured is None:
-            return f"{self.seed}: {self.claim} — not measured in these runs ({self.hint})"
-        return f"{self.seed}: {self.measured} (seed claim: {self.claim})"
+            return f"{self.seed}{where}: {self.claim} — not measured in these runs ({self.hint})"
+        return f"{self.seed}{where}: {self.measured} (seed claim: {self.claim})"
 
 
 def _pick(cells: Sequence[CellRow], metric: str, workloads: Sequence[str], **cfg: str) -> tuple[str, float] | None:
@@ -195,5 +198,144 @@ ALL: tuple[Callable[[Sequence[CellRow]], Verdict], ...] = (
 )
 
 
+def cell_tier(cell: CellRow) -> str:
+    """guest, quick or block (cells stored before tiers were recorded: quick ran on bus 'none')."""
+    tier = cell.config.get("tier")
+    if isinstance(tier, str):
+        return tier
+    return "quick" if cell.config.get("bus") == "none" else "guest"
+
+
 def verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
+    """The seed verdicts of one tier's cells (the block tier's carry intervals)."""
+    tiers = {cell_tier(c) for c in cells}
+    if len(tiers) == 1 and tiers <= {"block", "quick"}:  # these tiers repeat: verdicts only with an interval
+        return block_verdicts(cells, tiers.pop())
     return [f(cells) for f in ALL]
+
+
+# --------------------------------------------------------------------------- the block tier: verdicts need evidence
+
+CLAIM_WT = "qcow2 without preallocation under write-through is about 5× slower than with metadata preallocation"
+CLAIM_RAW = "with cache=none, qcow2 without metadata preallocation is 5× slower than raw; with it the two tie"
+CLAIM_FILE = "a block device gives a guest 90% or more of bare-metal performance, an image file only about 70%"
+TIE = (0.8, 1.25)  # a ratio whose whole interval lies here is a tie
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How many times ``num`` exceeds ``den`` (geometric means over rounds) with a 95 % interval (Welch, log scale)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    n: int  # rounds on the smaller side
+
+    def text(self) -> str:
+        if self.low is None or self.high is None:
+            return f"{self.value:.2f}× (no interval: {self.n} round)"
+        return f"{self.value:.2f}× (95% interval {self.low:.2f}–{self.high:.2f}×, {self.n} rounds)"
+
+    def repeats_for(self, target: float = 1.0) -> int | None:
+        """Rounds that would bring the interval's half-width below the distance to ``target`` (log scale)."""
+        if self.low is None or self.high is None or self.value <= 0 or self.low <= 0:
+            return None
+        half = (math.log(self.high) - math.log(self.low)) / 2
+        gap = abs(math.log(self.value) - math.log(target))
+        if gap == 0:
+            return None
+        return max(self.n + 1, math.ceil(self.n * (half / gap) ** 2) + 1)
+
+
+def ratio(num: Sequence[float], den: Sequence[float]) -> Ratio | None:
+    a = [math.log(x) for x in num if x > 0]
+    b = [math.log(x) for x in den if x > 0]
+    if not a or not b:
+        return None
+    value = math.exp(mean(a) - mean(b))
+    n = min(len(a), len(b))
+    if len(a) < 2 or len(b) < 2:
+        return Ratio(value, None, None, n)
+    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2
+    half = t95(df) * se
+    return Ratio(value, math.exp(mean(a) - mean(b) - half), math.exp(mean(a) - mean(b) + half), n)
+
+
+def _values(cells: Sequence[CellRow], workload: str, metric: str = "iops", **cfg: str) -> list[float]:
+    return [c.metrics[metric] for c in cells if c.status == "ok" and c.workload == workload and metric in c.metrics
+            and all(c.config.get(k) == v for k, v in cfg.items())]  # fmt: skip
+
+
+def _judge(r: Ratio, above: str, below: str) -> str:
+    """'holds' when the interval excludes 1 on the claimed side, 'does not hold' on the other, else inconclusive."""
+    if r.low is None or r.high is None:
+        return "inconclusive: no interval from one round (run --repeat 3 or more)"
+    if r.low > 1:
+        return above
+    if r.high < 1:
+        return below
+    more = r.repeats_for()
+    return "inconclusive: the interval includes 1" + (f"; about {more} rounds would settle it" if more else "")
+
+
+def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdict]:
+    """Seed 003's and seed 000's claims from block-tier (or quick-tier) cells, each with its interval and tier."""
+    tier = f"{which} tier"
+    hint = "run --tier block --preset seed-003" if which == "block" else "run --quick (or --tier block --preset seed-003)"
+    out: list[Verdict] = []
+    w = "randwrite-4k" if which == "block" else "qemu-img-write-4k"
+    none_aio = "native" if which == "block" else "threads"
+    off = _values(cells, w, fmt="qcow2", prealloc="off", cache="writethrough", aio="threads", target="file")
+    meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="writethrough", aio="threads", target="file")
+    r = ratio(meta, off) if off and meta else None
+    if r is None:
+        out.append(Verdict("seed:003", CLAIM_WT, None, hint=hint))
+    else:
+        verdict = _judge(r, "holds", "does not hold (it is faster)")
+        out.append(Verdict("seed:003", CLAIM_WT, f"[{tier}, {w}] qcow2+write-through without preallocation is "
+                           f"{r.text()} slower than with metadata preallocation: {verdict}", r.value))  # fmt: skip
+    raw = _values(cells, w, fmt="raw", prealloc="off", cache="none", aio=none_aio, target="file")
+    q_off = _values(cells, w, fmt="qcow2", prealloc="off", cache="none", aio=none_aio, target="file")
+    q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", aio=none_aio, target="file")
+    r1 = ratio(raw, q_off) if raw and q_off else None
+    if r1 is None:
+        out.append(Verdict("seed:003", CLAIM_RAW, None, hint=hint))
+    else:
+        text = f"[{tier}, {w}, cache=none] qcow2 without preallocation is {r1.text()} slower than raw: "
+        text += _judge(r1, "holds", "does not hold (it is faster)")
+        r2 = ratio(raw, q_meta) if q_meta else None
+        if r2 is not None:
+            tie = r2.low is not None and r2.high is not None and TIE[0] <= r2.low and r2.high <= TIE[1]
+            apart = r2.low is not None and r2.high is not None and (r2.low > TIE[1] or r2.high < TIE[0])
+            text += f"; with metadata preallocation raw is {r2.text()} faster: tie " + (
+                "holds" if tie else "does not hold" if apart else "inconclusive")
+        out.append(Verdict("seed:003", CLAIM_RAW, text, r1.value))
+    parts = []
+    first: float | None = None
+    for wl in ("randread-4k", "randwrite-4k"):
+        floor = _values(cells, wl, target="host")
+        f = _values(cells, wl, fmt="raw", prealloc="off", cache="none", target="file")
+        b = _values(cells, wl, fmt="raw", prealloc="off", cache="none", target="block")
+        if not floor or not (f or b):
+            continue
+        pf = ratio(f, floor) if f else None
+        pb = ratio(b, floor) if b else None
+        bits = []
+        if pf:
+            bits.append(f"image file {100 * pf.value:.0f}% of bare metal")
+            first = pf.value if first is None else first
+        if pb:
+            bits.append(f"block device (loop) {100 * pb.value:.0f}%")
+        if pf and pb:
+            rb = ratio(b, f)
+            if rb is not None:
+                bits.append(f"block/file {rb.text()}: 'block closer to bare metal' "
+                            + _judge(rb, "holds", "does not hold"))  # fmt: skip
+        parts.append(f"{wl}: " + ", ".join(bits))
+    if parts:
+        out.append(Verdict("seed:000", CLAIM_FILE, f"[{tier}] " + "; ".join(parts), first))
+    elif which == "block":
+        out.append(Verdict("seed:000", CLAIM_FILE, None, hint="run --tier block --preset file-vs-block"))
+    return out

@@ -92,13 +92,21 @@ class Scratch:
 
         self._undo.append((f"loop {device}", detach))
 
+    def add_undo(self, what: str, undo: Callable[[], None]) -> None:
+        """Anything else to undo (an unmount, a volume group), newest first like the rest."""
+        self._undo.append((what, undo))
+
     def add_process(self, proc: subprocess.Popen[bytes]) -> None:
         self._undo.append((f"process {proc.pid}", lambda: stop_process(proc)))
 
-    def cleanup(self) -> list[str]:
-        """Undo everything, newest first; return descriptions of what failed."""
+    def mark(self) -> int:
+        """A point to :meth:`cleanup` back to, for things that end before the run does."""
+        return len(self._undo)
+
+    def cleanup(self, to_mark: int = 0) -> list[str]:
+        """Undo everything added since ``to_mark`` (default: everything), newest first; return what failed."""
         problems: list[str] = []
-        while self._undo:
+        while len(self._undo) > to_mark:
             what, undo = self._undo.pop()
             try:
                 undo()

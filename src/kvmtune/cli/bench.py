@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +13,8 @@ from kvmtune.bench.accel import AccelChoice, choose_accel
 from kvmtune.bench.runner import Benchmark, BenchRunner, RunOutcome
 from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext, check_user_device
+from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
+from kvmtune.bench.storage.hostfs import HOST_FS, check_host_fs
 from kvmtune.bench.storage.matrix import (
     AIOS,
     BUSES,
@@ -25,7 +28,7 @@ from kvmtune.bench.storage.matrix import (
     build_matrix,
     preset,
 )
-from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, quick_configs
+from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
@@ -56,6 +59,13 @@ def register(sub: Any) -> None:
     s = bs.add_parser("storage", help="the storage matrix: bus × cache × aio × format × preallocation × workload")
     add_guest_options(s)
     s.add_argument("--quick", action="store_true", help="qemu-img bench only (no guest): format × prealloc × cache × aio")
+    s.add_argument(
+        "--tier", choices=TIERS, default="auto",
+        help="guest: fio in a probe guest; block: fio through qemu-storage-daemon over NBD, no guest, next to the "
+        "bare-metal floor; auto (default): guest where KVM boots a guest, block where it does not",
+    )  # fmt: skip
+    s.add_argument("--host-fs", action="append", help=f"block tier: comma list of {', '.join(HOST_FS)} (scratch file systems)")
+    s.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
     s.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
     s.add_argument("--bus", action="append", help=f"comma list of {', '.join(BUSES)}")
     s.add_argument("--cache", action="append", help=f"comma list of {', '.join(CACHES)}")
@@ -70,15 +80,15 @@ def register(sub: Any) -> None:
         "that filter a preset's workloads",
     )  # fmt: skip
     s.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
-    s.add_argument("--cycle-mib", type=int, default=64, help="MiB written by the boot-write-shutdown cycle (default 64)")
-    s.add_argument("--cycle-idle", type=float, default=3.0, help="seconds the cycle waits for flushes (default 3)")
-    s.add_argument("--boot-timeout", type=float, default=60.0, help="seconds a guest may take beyond its workloads")
-    s.add_argument("--runtime", type=float, default=5.0, help="seconds per fio workload (default 5)")
-    s.add_argument("--disk-size", type=int, default=1024, help="MiB of the disk under test (default 1024)")
-    s.add_argument("--repeat", type=int, default=1, help="run the matrix N times (for uncertainty in compare)")
-    s.add_argument("--memory", type=int, default=512, help="guest memory in MiB (default 512)")
-    s.add_argument("--smp", type=int, default=1, help="guest vCPUs (default 1)")
-    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto: use KVM only if a probe boots")
+    s.add_argument("--cycle-mib", type=int, help="MiB written by the boot-write-shutdown cycle (default 64)")
+    s.add_argument("--cycle-idle", type=float, help="seconds the cycle waits for flushes (default 3)")
+    s.add_argument("--boot-timeout", type=float, help="seconds a guest may take beyond its workloads (default 60)")
+    s.add_argument("--runtime", type=float, help="seconds per fio workload (default 5); --quick: the time cap per cell")
+    s.add_argument("--disk-size", type=int, help="MiB of the disk under test (default 1024)")
+    s.add_argument("--repeat", type=int, help="run the matrix N times, interleaved (default 1; block tier 3)")
+    s.add_argument("--memory", type=int, help="guest memory in MiB (default 512)")
+    s.add_argument("--smp", type=int, help="guest vCPUs (default 1)")
+    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), help="auto (default): use KVM only if a probe boots")
     s.add_argument("--device", help="test this block device (with --destroy-data); it must not be mounted or in use")
     s.add_argument("--destroy-data", action="store_true", help="allow writing over --device")
     s.add_argument(
@@ -102,47 +112,106 @@ def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str])
     return out
 
 
+TIERS = ("auto", "guest", "block")
+# options that mean something only to some tiers: (dest, flag, tiers where it applies)
+OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("bus", "--bus", ("guest",)), ("sched", "--sched", ("guest",)), ("threads", "--threads", ("guest",)),
+    ("cycle_mib", "--cycle-mib", ("guest",)), ("cycle_idle", "--cycle-idle", ("guest",)),
+    ("boot_timeout", "--boot-timeout", ("guest",)), ("memory", "--memory", ("guest",)), ("smp", "--smp", ("guest",)),
+    ("accel", "--accel", ("guest",)), ("no_snapshot", "--no-snapshot", ("guest",)), ("kernel", "--kernel", ("guest",)),
+    ("modules_dir", "--modules", ("guest",)), ("extra", "--extra", ("guest",)),
+    ("preset", "--preset", ("guest", "block")), ("workload", "--workload", ("guest", "block")),
+    ("target", "--target", ("guest", "block")), ("device", "--device", ("guest", "block")),
+    ("destroy_data", "--destroy-data", ("guest", "block")),
+    ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)),
+)  # fmt: skip
+GUEST_DEFAULTS = {"cycle_mib": 64, "cycle_idle": 3.0, "boot_timeout": 60.0, "memory": 512, "smp": 1, "accel": "auto"}
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value not in (None, False, [])
+
+
+def _resolve_tier(args: argparse.Namespace) -> str:
+    """quick, guest or block; an option that does not apply to that tier is an error naming where it does."""
+    if args.quick:
+        if args.tier != "auto":
+            raise InputError("--quick", f"is its own tier (qemu-img bench); it cannot be combined with --tier {args.tier}")
+        tier = "quick"
+    elif args.tier != "auto":
+        tier = args.tier
+    else:
+        guest_only = [flag for dest, flag, tiers in OPTION_TIERS if tiers == ("guest",) and _given(args, dest)]
+        block_only = [flag for dest, flag, tiers in OPTION_TIERS if tiers == ("block",) and _given(args, dest)]
+        if guest_only and block_only:
+            raise InputError(guest_only[0], f"applies to the guest tier, {block_only[0]} to the block tier: choose one")
+        tier = "guest" if guest_only else "block" if block_only else "auto"
+    for dest, flag, tiers in OPTION_TIERS:
+        if tier != "auto" and tier not in tiers and _given(args, dest):
+            where = " and ".join(f"the {t} tier" for t in tiers)
+            raise InputError(flag, f"does not apply to the {tier} tier{' (--quick)' if tier == 'quick' else ''}; "
+                                   f"it applies to {where}")  # fmt: skip
+    return tier
+
+
+def _auto_tier(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir: Path) -> tuple[str, Any, AccelChoice]:
+    """guest where KVM really boots a guest (the probe is cached), block where it does not."""
+    if not host.exists("/dev/kvm") or not host.access("/dev/kvm", 6):
+        return "block", None, AccelChoice("none", "the block tier runs no guest", 0.0)
+    guest = build_guest(args, runner)
+    accel = choose_accel("auto", guest, workdir, runner, host)
+    if accel.accel != "kvm":
+        print("kvmtune: KVM does not boot a guest here: running the block tier (QEMU's block layer without a guest); "
+              "--tier guest runs the probe guest under TCG instead", file=sys.stderr)  # fmt: skip
+        return "block", None, AccelChoice("none", "the block tier runs no guest", 0.0)
+    return "guest", guest, accel
+
+
 def run_storage(args: argparse.Namespace) -> int:
-    """Turn the arguments into a storage benchmark and hand it to the benchmark runner."""
-    if args.runtime <= 0 or args.disk_size < 16 or args.repeat < 1:
+    """Turn the arguments into a storage benchmark of one tier and hand it to the benchmark runner."""
+    tier = _resolve_tier(args)
+    for dest, value in GUEST_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    quick_cap = QUICK_CAP_S if args.runtime is None else args.runtime
+    args.runtime = 5.0 if args.runtime is None else args.runtime
+    args.disk_size = 1024 if args.disk_size is None else args.disk_size
+    if args.runtime <= 0 or args.disk_size < 16 or (args.repeat is not None and args.repeat < 1):
         raise InputError("--runtime/--disk-size/--repeat", "runtime must be > 0, disk size ≥ 16 MiB, repeat ≥ 1")
+    if args.ramp is not None and args.ramp < 0:
+        raise InputError("--ramp", "must be ≥ 0 seconds")
     if args.device and not args.destroy_data:
         raise InputError("--device", f"{args.device}: writing to a block device needs --destroy-data as well")
+    if args.destroy_data and not args.device:
+        raise InputError("--destroy-data", "names no device: give --device PATH as well")
     runner = Runner()
     host = HostRoot()
     workdir = args.workdir or default_workdir()
-    threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
-    guest = None
-    configs: list[StorageConfig]
+    guest, accel = None, AccelChoice("none", "no guest in this tier", 0.0)
+    try:
+        threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
+    except ValueError:
+        raise InputError("--threads", f"{args.threads!r}: expected a comma list of thread counts, e.g. 1,8,16") from None
+    if any(t < 1 for t in threads) or (args.cycle_mib is not None and args.cycle_mib < 1):
+        raise InputError("--threads/--cycle-mib", "thread counts and MiB must be ≥ 1")
+    if tier == "auto":
+        _guest_matrix(args, threads)  # bad values are errors before any guest is built or probed
+        tier, guest, accel = _auto_tier(args, runner, host, workdir)
+    args.tier = tier
+    if args.repeat is None:
+        args.repeat = 3 if tier == "block" else 1
+    configs: list[StorageConfig] = []
     workloads: list[fiomod.Workload] = []
-    if args.quick:
+    if tier == "quick":
         configs = quick_configs(_csv(args.cache), _csv(args.aio), _csv(args.format), _csv(args.prealloc))
-        accel = AccelChoice("none", "qemu-img bench runs no guest", 0.0)
+    elif tier == "block":
+        configs, workloads = _block_matrix(args)
     else:
-        if args.preset:
-            pr = preset(args.preset, threads, args.cycle_mib, args.cycle_idle)
-            dims = dict(pr.dims)
-            workloads = list(pr.workloads)
-            if args.workload:
-                workloads = _filter_workloads(workloads, _csv(args.workload) or [])
-        else:
-            dims = {}
-            workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
-        for name in ("bus", "cache", "aio", "format", "prealloc", "target", "sched"):
-            given = _csv(getattr(args, name))
-            if given:
-                dims[name] = tuple(given)
-        if args.device:
-            dims.setdefault("target", ("device",))
-        configs = build_matrix(
-            dims.get("bus", ("virtio-blk",)), dims.get("cache", ("none",)), dims.get("aio", ("threads",)),
-            dims.get("format", ("raw",)), dims.get("prealloc", ("off",)), dims.get("target", ("file",)),
-            dims.get("sched", ("default",)),
-        )  # fmt: skip
-        if any(c.target == "device" for c in configs) and not args.device:
-            raise InputError("--target", "target=device needs --device PATH --destroy-data")
-        guest = build_guest(args, runner)
-        accel = choose_accel(args.accel, guest, workdir, runner, host)
+        configs, workloads = _guest_matrix(args, threads)
+        if guest is None:
+            guest = build_guest(args, runner)
+            accel = choose_accel(args.accel, guest, workdir, runner, host)
     user_device = None
     if args.device:
         check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy
@@ -152,11 +221,17 @@ def run_storage(args: argparse.Namespace) -> int:
         scratch=Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner), guest=guest,
         runtime_s=args.runtime, disk_mib=args.disk_size, repeat=args.repeat, user_device=user_device,
     )  # fmt: skip
-    if not args.quick and not args.no_snapshot:
-        ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
-    bench: Benchmark = (
-        QuickBenchmark(ctx, QuickPlan(configs, count=4096)) if args.quick else MatrixBenchmark(ctx, configs, workloads)
-    )
+    bench: Benchmark
+    if tier == "quick":
+        bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=quick_cap))
+    elif tier == "block":
+        host_fs = _csv(args.host_fs) or ["workdir"]
+        check_host_fs(ctx, host_fs)
+        bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, RAMP_S if args.ramp is None else args.ramp))
+    else:
+        if not args.no_snapshot:
+            ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
+        bench = MatrixBenchmark(ctx, configs, workloads)
     run_args = {k: v for k, v in vars(args).items() if k != "func"}
     try:
         with Store(args.db or default_db()) as store:
@@ -172,6 +247,60 @@ def run_storage(args: argparse.Namespace) -> int:
             for reason in sorted(set(ctx.snapshots.failures.values())):
                 print(f"  could not save or restore a booted guest (booted instead): {reason}")
     return outcome.exit_code
+
+
+def _guest_matrix(args: argparse.Namespace, threads: tuple[int, ...]) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
+    if args.preset:
+        pr = preset(args.preset, threads, args.cycle_mib, args.cycle_idle)
+        dims = dict(pr.dims)
+        workloads = list(pr.workloads)
+        if args.workload:
+            workloads = _filter_workloads(workloads, _csv(args.workload) or [])
+    else:
+        dims = {}
+        workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
+    for name in ("bus", "cache", "aio", "format", "prealloc", "target", "sched"):
+        given = _csv(getattr(args, name))
+        if given:
+            dims[name] = tuple(given)
+    if args.device:
+        dims.setdefault("target", ("device",))
+    configs = build_matrix(
+        dims.get("bus", ("virtio-blk",)), dims.get("cache", ("none",)), dims.get("aio", ("threads",)),
+        dims.get("format", ("raw",)), dims.get("prealloc", ("off",)), dims.get("target", ("file",)),
+        dims.get("sched", ("default",)),
+    )  # fmt: skip
+    if any(c.target == "device" for c in configs) and not args.device:
+        raise InputError("--target", "target=device needs --device PATH --destroy-data")
+    return configs, workloads
+
+
+def _block_matrix(args: argparse.Namespace) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
+    """The block tier's configurations: a preset's, or the dimensions given (the floor always comes first)."""
+    if args.preset:
+        if args.preset == "ffsb":
+            raise InputError("--preset", "ffsb runs FFSB's file operations inside a guest file system: use --tier guest")
+        configs, names = block_preset(args.preset)
+        workloads = list(fiomod.lookup(names))
+        if args.workload:
+            workloads = _filter_workloads(workloads, _csv(args.workload) or [])
+        if any(_given(args, d) for d in ("cache", "aio", "format", "prealloc", "target")):
+            raise InputError("--preset", f"{args.preset} fixes its block-tier configurations; drop the dimension flags "
+                                         "or drop --preset")  # fmt: skip
+        return configs, workloads
+    workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
+    targets = _csv(args.target) or (["device"] if args.device else ["file"])
+    for t in targets:
+        if t not in ("file", "block", "device"):
+            raise InputError("--target", f"{t!r}: the block tier's targets are file, block and device "
+                                         "(the bare-metal floor is always measured)")  # fmt: skip
+    if "device" in targets and not args.device:
+        raise InputError("--target", "target=device needs --device PATH --destroy-data")
+    grid = build_matrix(["virtio-blk"], _csv(args.cache) or ["none"], _csv(args.aio) or ["native"],
+                        _csv(args.format) or ["raw"], _csv(args.prealloc) or ["off"], targets)  # fmt: skip
+    images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
+    modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
+    return block_configs(images, modes, targets), workloads
 
 
 def _summary(outcome: RunOutcome, first: float | None) -> None:

@@ -7,10 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvmtune.bench.metrics import lookup
+from kvmtune.bench.metrics import names as catalogue_names
 from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
-from kvmtune.errors import KvmtuneError
+from kvmtune.errors import InputError, KvmtuneError
+
+# a run's kind names its tier (storage runs before tiers existed were guest runs)
+TIER_OF_KIND = {"storage": "guest", "quick": "quick", "block": "block", "net": "network guest"}
 
 
 def register(sub: Any) -> None:
@@ -29,6 +34,7 @@ def register(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    metrics = _metrics(args.metric)  # before the database: a typo is an error, not "nothing in common"
     with Store(args.db or default_db(), must_exist=True) as st:
         a, b = st.run(args.run_a), st.run(args.run_b)
         if a.accel != b.accel:
@@ -39,11 +45,19 @@ def run_compare(args: argparse.Namespace) -> int:
                 )
             print(f"WARNING: comparing {a.accel} (run {a.id}) with {b.accel} (run {b.id}): "
                   "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
+        tier_a, tier_b = TIER_OF_KIND.get(a.kind, a.kind), TIER_OF_KIND.get(b.kind, b.kind)
+        if tier_a != tier_b:
+            raise KvmtuneError(
+                f"run {a.id} is a {tier_a}-tier run and run {b.id} a {tier_b}-tier run: tiers measure different "
+                "things (a guest, QEMU's block layer alone, qemu-img bench) and are never compared"
+            )
         if "net" in (a.kind, b.kind):
+            if args.metric:
+                raise InputError("--metric", "network runs are compared on seed 002's four figures; --metric "
+                                 "applies to storage runs")  # fmt: skip
             return _compare_net(st, a, b, args)
         if args.html:
             raise KvmtuneError("--html draws seed 002's network chart; for storage runs use 'kvmtune report RUN… --html FILE'")
-        metrics = [m for v in (args.metric or []) for m in v.split(",")] or list(DEFAULT_METRICS)
         diffs = compare_cells(st.cells(a.id), st.cells(b.id), metrics, args.threshold)
         if not diffs:
             print(f"runs {a.id} and {b.id} have no configuration × workload in common")
@@ -51,10 +65,20 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"B = run {b.id} against A = run {a.id}; positive = B larger; 'better' honours the metric's direction")
         for d in diffs:
             verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
-                       "unknown": "direction unknown (1 sample)"}[d.better]  # fmt: skip
+                       "differs": "different (no better direction)",
+                       "unknown": "no interval (1 sample a side): no verdict"}[d.better]  # fmt: skip
             print(f"{d.key.split('|')[0]:45} {d.key.split('|')[-1]:24} {d.metric:20} "
                   f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  {d.describe()}  {verdict}")  # fmt: skip
     return 0
+
+
+def _metrics(given: list[str] | None) -> list[str]:
+    """``--metric`` values, each checked against the metrics catalogue."""
+    names = [m.strip() for v in (given or []) for m in v.split(",") if m.strip()] or list(DEFAULT_METRICS)
+    for name in names:
+        if lookup(name) is None:
+            raise InputError("--metric", f"unknown metric {name!r}; valid metrics: {', '.join(catalogue_names())}")
+    return names
 
 
 def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 from kvmtune.bench.net.chart import winners, winners_html
 from kvmtune.bench.report import render
 from kvmtune.bench.store import Store
-from kvmtune.bench.verdicts import verdicts
+from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
@@ -47,6 +47,8 @@ def run_report(args: argparse.Namespace) -> int:
             if run.kind == "verify":
                 continue
             for c in st.cells(run.id):
+                if c.status == "interrupted":
+                    continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         net_html = []
         verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
@@ -64,8 +66,12 @@ def run_report(args: argparse.Namespace) -> int:
         for accel, cells in sorted(by_accel.items()):
             lines.append(f"[{accel}]")
             net_cells = [c for c in cells if "topology" in c.config]
-            if len(net_cells) < len(cells):
-                lines.extend("  " + v.line() for v in verdicts([c for c in cells if "topology" not in c.config]))
+            by_tier: dict[str, list[Any]] = {}
+            for c in cells:
+                if "topology" not in c.config:
+                    by_tier.setdefault(cell_tier(c), []).append(c)
+            for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
+                lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
             if net_cells:  # kvmtune bench net runs: seed 002's summary table
                 lines.extend("  seed:002: " + line for line in winners(net_cells))
                 net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))

@@ -45,6 +45,20 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# (metric, scale, width, digits, prefix, unit shown): what one line per cell shows
+STORAGE_COLUMNS = (("iops", 1.0, 10, 0, "", "IOPS"), ("bw_Bps", 1e6, 8, 1, "", "MB/s"), ("clat_p99_us", 1.0, 8, 0, "p99 ", "µs"))
+NET_COLUMNS = (
+    ("throughput_Bps", 1e6, 9, 2, "", "MB/s"), ("tps", 1.0, 10, 0, "", "tx/s"), ("lat_avg_us", 1.0, 9, 1, "avg ", "µs"),
+)  # fmt: skip
+
+
+def _figure(metrics: dict[str, float], name: str, scale: float, width: int, digits: int, prefix: str, unit: str) -> str:
+    """One figure, or "–" where the tier did not measure it (qemu-img bench has no latency percentiles)."""
+    value = metrics.get(name)
+    text = "–" if value is None else f"{value / scale:,.{digits}f}"
+    return f"{prefix}{text:>{width}} {unit}"
+
+
 def run_show(args: argparse.Namespace) -> int:
     with Store(args.db or default_db(), must_exist=True) as st:
         run = st.run(args.run)
@@ -58,16 +72,14 @@ def run_show(args: argparse.Namespace) -> int:
             }, indent=1))  # fmt: skip
             return 0
         print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, {run.env.get('fio')}")
+        columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
         if run.note:
             print(f"note: {run.note}")
         for c in cells:
-            m = c.metrics
             if c.status != "ok":
                 print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {c.error}")
                 continue
-            extra = f" {m['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in m else ""
-            print(
-                f"  {c.key.split('|')[0]:45} {c.workload:28} {m.get('iops', 0):>10,.0f} IOPS "
-                f"{m.get('bw_Bps', 0) / 1e6:>8.1f} MB/s p99 {m.get('clat_p99_us', 0):>8,.0f} µs{extra}"
-            )
+            figures = " ".join(_figure(c.metrics, *col) for col in columns)
+            extra = f" {c.metrics['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in c.metrics else ""
+            print(f"  {c.key.split('|')[0]:45} {c.workload:28} {figures}{extra}")
     return 0

@@ -406,6 +406,26 @@ class HostFacts:
             out.append(BlockDevice(name, kind, rotational, choice.current, choice.options, path))
         return out
 
+    def block_device_of(self, path: str) -> str | None:
+        """The block device name (as in /proc/diskstats) holding ``path`` or being it; None for tmpfs, overlay…"""
+        import stat
+
+        st = os.stat(path)
+        dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+        if os.major(dev) == 0:
+            return None
+        uevent = self.parsed(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent", parse_uevent, quiet=True) or {}
+        return uevent.get("DEVNAME")
+
+    def io_scheduler(self, device: str) -> str | None:
+        """The active I/O scheduler of ``device``, or of its disk when it is a partition (vda1, nvme0n1p2)."""
+        disk = re.sub(r"p?\d+$", "", device) if re.search(r"\d$", device) and not device.startswith("loop") else device
+        for dev in dict.fromkeys((device, disk)):
+            choice = self.parsed(f"/sys/block/{dev}/queue/scheduler", parse_bracket_choice, quiet=True)
+            if choice is not None:
+                return choice.current
+        return None
+
     @cached_property
     def mounts(self) -> list[Mount]:
         text = self.text("/proc/mounts")

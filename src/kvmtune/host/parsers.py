@@ -443,3 +443,46 @@ def parse_ksm(files: dict[str, str]) -> KsmStats:
         except ValueError as exc:
             stats.problems.append(f"{name}: {exc}")
     return stats
+
+
+@dataclass(frozen=True)
+class DiskCounters:
+    """One /proc/diskstats line (kernel ≥ 4.18 has discards, ≥ 5.5 flushes)."""
+
+    name: str
+    reads: int
+    sectors_read: int
+    writes: int
+    sectors_written: int
+    discards: int = 0
+    flushes: int = 0
+    io_ticks_ms: int = 0
+
+    @property
+    def ios(self) -> int:
+        # iostat's tps: reads + writes + discards completed (flushes are not counted)
+        return self.reads + self.writes + self.discards
+
+
+def parse_diskstats(text: str) -> dict[str, DiskCounters]:
+    """/proc/diskstats by device name; short or garbled lines are skipped (the file is rewritten as we read)."""
+    out: dict[str, DiskCounters] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 14:
+            continue
+        try:
+            v = [int(x) for x in f[3:]]
+        except ValueError:
+            continue
+        out[f[2]] = DiskCounters(
+            name=f[2],
+            reads=v[0],
+            sectors_read=v[2],
+            writes=v[4],
+            sectors_written=v[6],
+            io_ticks_ms=v[9],
+            discards=v[11] if len(v) > 11 else 0,
+            flushes=v[15] if len(v) > 15 else 0,
+        )
+    return out

@@ -132,7 +132,7 @@ def test_seed002_rows_sum_pairs_and_signs() -> None:
     assert rows[0].pct == {"throughput": 50.0, "transaction time": 100.0, "client CPU efficiency": 100.0,
                            "server CPU efficiency": 0.0}  # fmt: skip
     assert rows[1].pct["throughput"] == -50.0 and rows[1].pct["server CPU efficiency"] == 100.0
-    assert pct_better(None, 1, True) is None and pct_better(0, 1, True) is None
+    assert pct_better(None, 1, "tps") is None and pct_better(0, 1, "tps") is None
     assert "+50.0%" in text_table(rows)
 
 

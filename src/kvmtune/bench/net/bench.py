@@ -125,7 +125,7 @@ def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings, token: str) ->
 
 def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, duration: str, extra: str = "") -> str:
     remote = f"{server.connect_address}:{_port(server)}"
-    if server.backend == "user":
+    if server.fixed_ports_only:
         # slirp forwards fixed ports only: pin netload's data connections to the server's second port
         prof = f"/tmp/{workload}.xml"
         return (
@@ -251,7 +251,7 @@ def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
 
 def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
     fd = None
-    if ep.backend == "macvtap":
+    if ep.needs_chardev_fd:
         assert ep.chardev is not None
         try:
             fd = os.open(ep.chardev, os.O_RDWR)

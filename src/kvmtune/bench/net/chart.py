@@ -23,18 +23,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvmtune.bench.metrics import lookup
+from kvmtune.bench.metrics import metric as catalogue_metric
 from kvmtune.bench.net.catalog import SEED_USERS, SEED_WORKLOADS
 from kvmtune.bench.store import CellRow, RunRow, Store
 
-# (label, metric, higher is better)
+# (label, metric): seed 002's four bars; direction comes from the metrics catalogue
 BARS = (
-    ("throughput", "throughput_Bps", True),
-    ("transaction time", "lat_avg_us", False),
-    ("client CPU efficiency", "client_cpu_s_per_mb", False),
-    ("server CPU efficiency", "server_cpu_s_per_mb", False),
+    ("throughput", "throughput_Bps"),
+    ("transaction time", "lat_avg_us"),
+    ("client CPU efficiency", "client_cpu_s_per_mb"),
+    ("server CPU efficiency", "server_cpu_s_per_mb"),
 )
 COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44")
-SUMMED = ("throughput_Bps", "tps", "bytes", "transactions")
+
+
+def _summed(name: str) -> bool:
+    entry = lookup(name)
+    return entry is not None and entry.summed_over_pairs
 
 
 def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
@@ -48,7 +54,7 @@ def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
     acc: dict[str, dict[str, list[float]]] = {}
     for (_run, test), metrics in per_run.items():
         for n, v in metrics.items():
-            acc.setdefault(test, {}).setdefault(n, []).append(sum(v) if n in SUMMED else sum(v) / len(v))
+            acc.setdefault(test, {}).setdefault(n, []).append(sum(v) if _summed(n) else sum(v) / len(v))
     return {test: {n: sum(v) / len(v) for n, v in metrics.items()} for test, metrics in acc.items()}
 
 
@@ -67,17 +73,16 @@ class Row:
     pct: dict[str, float | None]  # per BARS label: + means B better
 
 
-def pct_better(a: float | None, b: float | None, higher_better: bool) -> float | None:
-    if a is None or b is None or a <= 0 or b <= 0:
-        return None
-    return 100.0 * ((b / a) if higher_better else (a / b)) - 100.0
+def pct_better(a: float | None, b: float | None, name: str) -> float | None:
+    """B against A in %, positive = B better, in the catalogue's direction of ``name``."""
+    return catalogue_metric(name).pct_better(a, b)
 
 
 def seed002_rows(cells_a: Sequence[CellRow], cells_b: Sequence[CellRow]) -> list[Row]:
     ga, gb = aggregate(cells_a), aggregate(cells_b)
     rows = []
     for test in sorted(set(ga) & set(gb), key=_order):
-        pct = {label: pct_better(ga[test].get(m), gb[test].get(m), hi) for label, m, hi in BARS}
+        pct = {label: pct_better(ga[test].get(m), gb[test].get(m), m) for label, m in BARS}
         rows.append(Row(test, ga[test], gb[test], pct))
     return rows
 
@@ -92,10 +97,10 @@ def _describe(run: RunRow) -> str:
 
 
 def text_table(rows: Sequence[Row]) -> str:
-    head = f"{'test':24}" + "".join(f"{label:>24}" for label, _, _ in BARS)
+    head = f"{'test':24}" + "".join(f"{label:>24}" for label, _ in BARS)
     lines = [head]
     for r in rows:
-        cells = "".join(f"{'n/a' if r.pct[label] is None else f'{r.pct[label]:+.1f}%':>24}" for label, _, _ in BARS)
+        cells = "".join(f"{'n/a' if r.pct[label] is None else f'{r.pct[label]:+.1f}%':>24}" for label, _ in BARS)
         lines.append(f"{r.test:24}{cells}")
     return "\n".join(lines)
 
@@ -106,7 +111,7 @@ def chart_png(rows: Sequence[Row], title: str) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(8.0, 0.62 * len(rows) + 2), 4.2))
     width = 0.2
-    for i, (label, _m, _hi) in enumerate(BARS):
+    for i, (label, _m) in enumerate(BARS):
         xs = [j + (i - 1.5) * width for j in range(len(rows))]
         ys = [r.pct[label] or 0.0 for r in rows]
         ax.bar(xs, ys, width, label=label, color=COLORS[i])
@@ -137,13 +142,13 @@ def seed002_html(run_a: RunRow, run_b: RunRow, rows: Sequence[Row]) -> str:
     if rows:
         png = chart_png(rows, title)
         parts.append(f"<img alt='seed 002 style comparison' src='data:image/png;base64,{png}'>")
-    head = ["test"] + [f"{label} %" for label, _, _ in BARS] + [
+    head = ["test"] + [f"{label} %" for label, _ in BARS] + [
         "A MB/s", "B MB/s", "A tx/s", "B tx/s", "A avg µs", "B avg µs", "A p99 µs", "B p99 µs",
         "A client CPU s/MB", "B client CPU s/MB", "A server CPU s/MB", "B server CPU s/MB",
     ]  # fmt: skip
     parts.append("<h2>The numbers behind it</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
     for r in rows:
-        vals: list[Any] = [r.test] + [_fmt(r.pct[label]) for label, _, _ in BARS]
+        vals: list[Any] = [r.test] + [_fmt(r.pct[label]) for label, _ in BARS]
         for metric, scale, digits in (("throughput_Bps", 1e6, 2), ("tps", 1, 0), ("lat_avg_us", 1, 0), ("lat_p99_us", 1, 0),
                                       ("client_cpu_s_per_mb", 1, 4), ("server_cpu_s_per_mb", 1, 4)):  # fmt: skip
             vals += [_fmt(r.a.get(metric), scale, digits), _fmt(r.b.get(metric), scale, digits)]

@@ -97,12 +97,7 @@ def attach_standin(topo: Topology, ep: Endpoint) -> Standin:
     ns.up("eth0")
     if ep.gateway:
         ns.ip("route", "add", "default", "via", ep.gateway)
-    if ep.backend == "tap":
-        side_a = f"tap:{ep.ifname}"
-    elif ep.backend == "macvtap":
-        side_a = f"chardev:{ep.chardev}"
-    else:
-        side_a = _slirp_qemu(topo, ep)
+    side_a = ep.relay_side() or _slirp_qemu(topo, ep)
     argv = [*ep.exec_prefix, sys.executable, str(WIRE), "--rundir", str(topo.rundir), "--a", side_a,
             "--b-netns", ns.name, "--b-tap", "eth0"]
     relay = topo.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -49,9 +49,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from kvmtune.bench.net.netns import (
     PREFIX,
@@ -105,6 +106,15 @@ class TopologySpec:
             raise NetError(f"user_ports {self.user_ports}: must be 1..10")
 
 
+class Backend(StrEnum):
+    """How a guest NIC reaches the host. What differs per kind (QEMU's -netdev, the fd QEMU needs, the
+    stand-in relay's side, fixed forwarded ports) is decided in :class:`Endpoint` only."""
+
+    TAP = "tap"
+    MACVTAP = "macvtap"
+    USER = "user"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One guest NIC's attachment point, and what the guest must configure."""
@@ -114,7 +124,7 @@ class Endpoint:
     pair: int
     host: int
     netns: str  # QEMU must run here (``ip netns exec``)
-    backend: str  # tap | macvtap | user
+    backend: Backend
     mac: str
     address: str  # the guest's CIDR
     gateway: str | None
@@ -134,19 +144,47 @@ class Endpoint:
     def exec_prefix(self) -> list[str]:
         return ["ip", "netns", "exec", self.netns]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))  # ValueError for a kind that does not exist
+
+    @property
+    def needs_chardev_fd(self) -> bool:
+        """macvtap: QEMU gets the /dev/tapN node as an open fd (the caller opens :attr:`chardev`)."""
+        return self.backend is Backend.MACVTAP
+
+    @property
+    def fixed_ports_only(self) -> bool:
+        """user-mode (slirp) forwards only the fixed :attr:`ports`, so data connections must use them."""
+        return self.backend is Backend.USER
+
+    def relay_side(self) -> str | None:
+        """The host side a stand-in relay attaches to (``wire.py --a``); None for user mode, which needs a QEMU."""
+        match self.backend:
+            case Backend.TAP:
+                return f"tap:{self.ifname}"
+            case Backend.MACVTAP:
+                return f"chardev:{self.chardev}"
+            case Backend.USER:
+                return None
+            case _:
+                assert_never(self.backend)
+
     def netdev_arg(self, netdev_id: str = "net0", fd: int | None = None) -> str:
         """The ``-netdev`` value. macvtap needs ``fd``: the caller opens :attr:`chardev` and passes it to QEMU."""
-        if self.backend == "tap":
-            arg = f"tap,id={netdev_id},ifname={self.ifname},script=no,downscript=no"
-        elif self.backend == "macvtap":
-            if fd is None:
-                raise NetError(f"endpoint {self.name}: macvtap needs the open {self.chardev} passed as fd=")
-            arg = f"tap,id={netdev_id},fd={fd}"
-        else:
-            arg = f"user,id={netdev_id},net={SLIRP_NET},host={SLIRP_HOST},dhcpstart={self.ip},ipv6=off"
-            for port in self.ports:
-                arg += f",hostfwd=tcp:{self.hostfwd_address}:{port}-:{port}"
-            return arg
+        match self.backend:
+            case Backend.TAP:
+                arg = f"tap,id={netdev_id},ifname={self.ifname},script=no,downscript=no"
+            case Backend.MACVTAP:
+                if fd is None:
+                    raise NetError(f"endpoint {self.name}: macvtap needs the open {self.chardev} passed as fd=")
+                arg = f"tap,id={netdev_id},fd={fd}"
+            case Backend.USER:
+                arg = f"user,id={netdev_id},net={SLIRP_NET},host={SLIRP_HOST},dhcpstart={self.ip},ipv6=off"
+                for port in self.ports:
+                    arg += f",hostfwd=tcp:{self.hostfwd_address}:{port}-:{port}"
+                return arg
+            case _:
+                assert_never(self.backend)
         return arg + (",vhost=on" if self.vhost else ",vhost=off")
 
     def qemu_args(self, netdev_id: str = "net0", fd: int | None = None, model: str = "virtio-net-pci") -> list[str]:
@@ -366,7 +404,7 @@ class Topology:
         ns.set_mtu(name, self.spec.mtu)
         ns.up(name)
 
-    def _lan_endpoint(self, role: str, pair: int, host: int, backend: str, **kw: Any) -> Endpoint:
+    def _lan_endpoint(self, role: str, pair: int, host: int, backend: Backend, **kw: Any) -> Endpoint:
         octet = (10 if role == "client" else 110) + pair
         addr = f"198.18.0.{octet}/24"
         return Endpoint(
@@ -400,7 +438,7 @@ class BridgeTopology(Topology):
         for role, pair, h in self._roles():
             tap = f"kvtap-{role[0]}{pair}"
             self._tap(self.host_ns(h), tap, master="kvbr0")
-            self.endpoints.append(self._lan_endpoint(role, pair, h, "tap", ifname=tap))
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap))
         for h in range(self.spec.hosts):
             self.host_ns(h).set_mtu("kvbr0", self.spec.mtu)  # a bridge takes its ports' minimum otherwise
         self.facts["bridge"] = "linux"
@@ -434,7 +472,7 @@ class OvsTopology(Topology):
             tap = f"kvtap-{role[0]}{pair}"
             self._tap(self.host_ns(h), tap)
             self._ovs[h].add_port("kvbr0", tap, self.spec.mtu)
-            self.endpoints.append(self._lan_endpoint(role, pair, h, "tap", ifname=tap))
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap))
         for h, ovs in enumerate(self._ovs):
             ns = self.host_ns(h)
             ns.up("kvbr0")
@@ -481,7 +519,7 @@ class MacvtapTopology(Topology):
                 ns.ip("link", "set", "dev", name, "txqueuelen", str(self.spec.txqueuelen))
             ns.up(name)
             chardev = self._chardev(ns, name, devdir)
-            self.endpoints.append(self._lan_endpoint(role, pair, h, "macvtap", ifname=name, chardev=chardev))
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.MACVTAP, ifname=name, chardev=chardev))
         self.facts["macvtap_mode"] = "bridge"
         self.facts["macvtap_lower"] = lower
 
@@ -560,7 +598,7 @@ class NatTopology(Topology):
                     pair=pair,
                     host=0 if role == "client" else self.spec.hosts - 1,
                     netns=ns.name,
-                    backend="tap",
+                    backend=Backend.TAP,
                     mac=_mac(role, pair),
                     address=check_address(addr),
                     gateway=gw,
@@ -639,7 +677,7 @@ class UserTopology(Topology):
                     pair=pair,
                     host=h,
                     netns=self.host_ns(h).name,
-                    backend="user",
+                    backend=Backend.USER,
                     mac=_mac(role, pair),
                     address=check_address(SLIRP_GUEST),
                     gateway=SLIRP_HOST,

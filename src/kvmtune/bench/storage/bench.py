@@ -27,6 +27,7 @@ from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
+from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 
 
@@ -96,11 +97,11 @@ def check_user_device(host: HostRoot, path: str) -> str:
         raise KvmtuneError(f"{path}: not a block device")
     name = device_of_path(host, path) or Path(path).name
     names = {name, *(p for p in host.listdir(f"/sys/class/block/{name}") if p.startswith(name))}
-    for mounts in ("/proc/mounts", "/proc/swaps"):
-        for line in (host.read_optional(mounts) or "").splitlines():
-            dev = line.split(" ", 1)[0]
-            if dev.startswith("/dev/") and dev[5:] in names:
-                raise KvmtuneError(f"{path}: in use ({dev} is listed in {mounts}); refusing to write to it")
+    facts = HostFacts(host)
+    listed = [(m.device, "/proc/mounts") for m in facts.mounts] + [(s.filename, "/proc/swaps") for s in facts.swaps or []]
+    for dev, where in listed:
+        if dev.startswith("/dev/") and dev[5:] in names:
+            raise KvmtuneError(f"{path}: in use ({dev} is listed in {where}); refusing to write to it")
     for n in names:
         if host.listdir(f"/sys/class/block/{n}/holders"):
             raise KvmtuneError(f"{path}: in use (held by {', '.join(host.listdir(f'/sys/class/block/{n}/holders'))})")

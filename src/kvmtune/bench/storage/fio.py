@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvmtune.errors import InputError
+from kvmtune.host.parsers import CpuTimes, parse_proc_stat
 
 PERCENTILES = ("50.000000", "90.000000", "99.000000", "99.900000")
 
@@ -377,19 +378,14 @@ def parse_fio_json(text: str) -> dict[str, float]:
     return m
 
 
-def parse_proc_stat_cpu(line: str) -> list[int]:
-    """The numbers of a ``cpu  …`` line of /proc/stat."""
-    parts = line.split()
-    if not parts or parts[0] != "cpu":
+def parse_proc_stat_cpu(line: str) -> CpuTimes:
+    """The guest's ``cpu  …`` line of /proc/stat, as the job script prints it on the console."""
+    if not line.startswith("cpu "):
         raise ValueError(f"not a /proc/stat cpu line: {line[:40]!r}")
-    return [int(x) for x in parts[1:]]
+    return parse_proc_stat(line)
 
 
-def cpu_busy_pct(a: list[int], b: list[int]) -> float | None:
+def cpu_busy_pct(a: CpuTimes, b: CpuTimes) -> float | None:
     """Busy share (everything but idle and iowait) between two /proc/stat cpu samples, in %."""
-    delta = [y - x for x, y in zip(a, b, strict=False)]
-    total = sum(delta[:8])
-    if total <= 0:
-        return None
-    idle = delta[3] + (delta[4] if len(delta) > 4 else 0)
-    return 100.0 * (total - idle) / total
+    total = b.total - a.total
+    return 100.0 * (b.busy - a.busy) / total if total > 0 else None

@@ -1,77 +1,27 @@
 """Host-side figures read while a guest runs: disk transactions/s (as iostat
 computes them from /proc/diskstats) and the CPU time of the QEMU process.
 
-All reads go through :class:`~kvmtune.host.root.HostRoot`.
+All reads go through :class:`~kvmtune.host.root.HostRoot` and the parsers of
+:mod:`kvmtune.host.parsers` (``/proc/diskstats`` is read afresh at every sample).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 
+from kvmtune.host.facts import HostFacts
+from kvmtune.host.parsers import DiskCounters, parse_diskstats
 from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
 
 SECTOR = 512
 
 
-@dataclass(frozen=True)
-class DiskCounters:
-    """One /proc/diskstats line (kernel ≥ 4.18 has discards, ≥ 5.5 flushes)."""
-
-    name: str
-    reads: int
-    sectors_read: int
-    writes: int
-    sectors_written: int
-    discards: int = 0
-    flushes: int = 0
-    io_ticks_ms: int = 0
-
-    @property
-    def ios(self) -> int:
-        # iostat's tps: reads + writes + discards completed (flushes are not counted)
-        return self.reads + self.writes + self.discards
-
-
-def parse_diskstats(text: str) -> dict[str, DiskCounters]:
-    out: dict[str, DiskCounters] = {}
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) < 14:
-            continue
-        v = [int(x) for x in f[3:]]
-        out[f[2]] = DiskCounters(
-            name=f[2],
-            reads=v[0],
-            sectors_read=v[2],
-            writes=v[4],
-            sectors_written=v[6],
-            io_ticks_ms=v[9],
-            discards=v[11] if len(v) > 11 else 0,
-            flushes=v[15] if len(v) > 15 else 0,
-        )
-    return out
-
-
 def device_of_path(host: HostRoot, path: str) -> str | None:
     """The block device name (as in /proc/diskstats) holding ``path``, or None (tmpfs, overlay…)."""
-    st = os.stat(path)
-    import stat as _stat
-
-    if _stat.S_ISBLK(st.st_mode):
-        major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-    else:
-        major, minor = os.major(st.st_dev), os.minor(st.st_dev)
-    if major == 0:
-        return None
-    uevent = host.read_optional(f"/sys/dev/block/{major}:{minor}/uevent") or ""
-    for line in uevent.splitlines():
-        if line.startswith("DEVNAME="):
-            return line.split("=", 1)[1].strip()
-    return None
+    return HostFacts(host).block_device_of(path)
 
 
 @dataclass
@@ -130,14 +80,5 @@ class HostSampler:
 
 
 def scheduler_of(host: HostRoot, device: str | None) -> str | None:
-    """The active I/O scheduler (the bracketed one) of ``device`` or its parent disk."""
-    if not device:
-        return None
-    for dev in (device, device.rstrip("0123456789").rstrip("p") if device[-1].isdigit() else device):
-        text = host.read_optional(f"/sys/block/{dev}/queue/scheduler")
-        if text:
-            for tok in text.split():
-                if tok.startswith("["):
-                    return tok.strip("[]")
-            return text.strip()
-    return None
+    """The active I/O scheduler of ``device`` or, for a partition, of its disk."""
+    return HostFacts(host).io_scheduler(device) if device else None

@@ -30,18 +30,21 @@ class StorageConfig:
     prealloc: str = "off"
     target: str = "file"
     sched: str = "default"
+    tier: str = "guest"  # guest | quick | block: how the configuration was driven (never mixed in comparisons)
+    host_fs: str = "workdir"  # the file system under the image: the work directory's, or a scratch ext4/xfs/btrfs/lvm
 
     @property
     def key(self) -> str:
+        fs = f"/fs-{self.host_fs}" if self.host_fs != "workdir" else ""
         if self.target == "host":
-            return "host/bare-metal"
+            return "host/bare-metal" + fs
         bus = "qemu-img" if self.bus == "none" else self.bus  # --quick: the block layer alone
         k = f"{bus}/{self.fmt}-{self.prealloc}/{self.cache}/{self.aio}"
         if self.target != "file":
             k += f"/{self.target}"
         if self.sched != "default":
             k += f"/sched-{self.sched}"
-        return k
+        return k + fs
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

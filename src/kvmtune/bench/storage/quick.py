@@ -8,14 +8,17 @@ bench`` prints only the elapsed time; IOPS and bandwidth are derived.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.runner import Cell, CellSink
+from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.matrix import StorageConfig, build_matrix
 from kvmtune.bench.workdir import check_free_space
@@ -34,16 +37,27 @@ QUICK_MODES = (
 )
 
 
+TIGHT = 0.05  # issue 18: a quick figure is kept when its 95 % interval is within ±5 %
+QUICK_CAP_S = 1.5  # seconds of passes per configuration at most (--runtime sets it)
+FIRST_PASS_IOS, MIN_PASS_IOS = 256, 128
+
+
 @dataclass(frozen=True)
 class QuickPlan:
     configs: list[StorageConfig]
-    count: int  # I/Os per pass
+    count: int  # I/Os per pass at most (passes are sized to the time cap)
     depth: int = 16
+    cap_s: float = QUICK_CAP_S
+    max_passes: int = 50
 
 
 def default_quick_configs() -> list[StorageConfig]:
     """The 24 valid cells: 4 image kinds × 6 cache/aio modes."""
-    return [StorageConfig(bus="none", cache=c, aio=a, fmt=f, prealloc=p) for f, p in QUICK_IMAGES for c, a in QUICK_MODES]
+    return [
+        StorageConfig(bus="none", cache=c, aio=a, fmt=f, prealloc=p, tier="quick")
+        for f, p in QUICK_IMAGES
+        for c, a in QUICK_MODES
+    ]
 
 
 def quick_configs(
@@ -61,7 +75,7 @@ def quick_configs(
         formats or ["raw", "qcow2"],
         preallocs or (["off", "metadata"] if not formats or "qcow2" in formats else ["off"]),
     )
-    return [StorageConfig("none", c.cache, c.aio, c.fmt, c.prealloc) for c in cfgs]
+    return [StorageConfig("none", c.cache, c.aio, c.fmt, c.prealloc, tier="quick") for c in cfgs]
 
 
 _DONE = re.compile(r"Run completed in ([0-9.]+) seconds")
@@ -102,43 +116,84 @@ def _bench(ctx: StorageContext, cfg: StorageConfig, image: str, write: bool, cou
     return cell
 
 
+def tight(values: Sequence[float], within: float = TIGHT) -> bool:
+    """Whether the 95 % interval of the mean lies within ±``within`` of it (needs three passes at least)."""
+    if len(values) < 3:
+        return False
+    m = mean(values)
+    return m > 0 and t95(len(values) - 1) * stdev(values) / math.sqrt(len(values)) <= within * m
+
+
+def _one_pass(ctx: StorageContext, plan: QuickPlan, cfg: StorageConfig, tag: str, count: int) -> list[Cell]:
+    """A fresh image (the writes must find unallocated clusters), then the write and read benches."""
+    span_mib = max(1, count * STEP >> 20)
+    size = ctx.disk_mib if ctx.disk_mib >= span_mib else span_mib
+    if cfg.prealloc in ("full", "falloc"):
+        check_free_space(ctx.scratch.root, (size + 64) << 20, f"a {size} MiB preallocated image")
+    mark = ctx.scratch.mark()
+    path = ctx.scratch.path(f"quick-{tag}.{cfg.fmt}")
+    ctx.scratch.add_file(path)
+    try:
+        argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
+        if cfg.prealloc != "off":
+            argv += ["-o", f"preallocation={cfg.prealloc}"]
+        r = ctx.runner.run([*argv, str(path), f"{size}M"], timeout=300)
+        if not r.ok:
+            raise KvmtuneError(f"{path.name}: qemu-img create failed: {r.describe_failure()}")
+        return [_bench(ctx, cfg, str(path), True, count, plan.depth),
+                _bench(ctx, cfg, str(path), False, count, plan.depth)]  # fmt: skip
+    finally:
+        ctx.scratch.cleanup(mark)
+
+
 def run_quick(ctx: StorageContext, plan: QuickPlan) -> int:
+    """Per configuration, passes until both figures have a tight interval (±5 %) or the time cap is spent.
+
+    Every pass is stored as a cell of its own (``rep`` counts passes), so compare and the verdicts see
+    the spread; a configuration that got only one pass has no interval and gets no verdict.
+    """
     failed = 0
-    span_mib = max(1, plan.count * STEP >> 20)
     for rep in range(ctx.repeat):
         for i, cfg in enumerate(plan.configs):
+            names = [f"qemu-img-{d}-4k" for d in ("write", "read")]
             problem = cfg.problem()
-            cells: list[Cell] = []
             if problem:
-                cells = [storage_cell(cfg, f"qemu-img-{d}-4k", "error", error=problem) for d in ("write", "read")]
-            else:
+                for name in names:
+                    cell = storage_cell(cfg, name, "error", error=problem, rep=rep)
+                    failed += 1
+                    ctx.record(cell)
+                continue
+            iops: dict[str, list[float]] = {n: [] for n in names}
+            start, k, count = time.monotonic(), 0, min(plan.count, FIRST_PASS_IOS)
+            while True:
+                began = time.monotonic()
                 try:
-                    size = ctx.disk_mib if ctx.disk_mib >= span_mib else span_mib
-                    if cfg.prealloc in ("full", "falloc"):
-                        check_free_space(ctx.scratch.root, (size + 64) << 20, f"a {size} MiB preallocated image")
-                    path = ctx.scratch.path(f"quick-{rep}-{i}.{cfg.fmt}")
-                    ctx.scratch.add_file(path)
-                    argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
-                    if cfg.prealloc != "off":
-                        argv += ["-o", f"preallocation={cfg.prealloc}"]
-                    r = ctx.runner.run([*argv, str(path), f"{size}M"], timeout=300)
-                    if not r.ok:
-                        raise KvmtuneError(f"{path.name}: qemu-img create failed: {r.describe_failure()}")
-                    cells.append(_bench(ctx, cfg, str(path), True, plan.count, plan.depth))
-                    cells.append(_bench(ctx, cfg, str(path), False, plan.count, plan.depth))
+                    cells = _one_pass(ctx, plan, cfg, f"{rep}-{i}-{k}", count)
                 except KvmtuneError as exc:
-                    done = {c.workload for c in cells}
-                    cells += [
-                        storage_cell(cfg, f"qemu-img-{d}-4k", "error", error=str(exc))
-                        for d in ("write", "read")
-                        if f"qemu-img-{d}-4k" not in done
-                    ]
-                finally:
-                    ctx.scratch.cleanup()
-            for c in cells:
-                failed += not c.ok
-                c.rep = rep
-                ctx.record(c)
+                    cells = [storage_cell(cfg, n, "error", error=str(exc)) for n in names]
+                # size the next passes so that about five fit in the cap (slow modes such as write-through
+                # would otherwise spend the whole cap on one pass and have no interval)
+                took = max(1e-3, time.monotonic() - began)
+                count = max(MIN_PASS_IOS, min(plan.count, int(count * plan.cap_s / 5 / took)))
+                done = (
+                    any(not c.ok for c in cells)
+                    or all(tight(v) for v in iops.values())
+                    or time.monotonic() - start >= plan.cap_s
+                    or k + 1 >= plan.max_passes
+                )
+                for c in cells:
+                    if c.ok:
+                        iops[c.workload].append(c.metrics["iops"])
+                done = done or all(tight(v) for v in iops.values())
+                for c in cells:
+                    failed += not c.ok
+                    c.rep = rep * plan.max_passes + k
+                    if done and c.ok:
+                        c.metrics["passes"] = float(len(iops[c.workload]))
+                    ctx.record(c, show=done)
+                if done:
+                    break
+                k += 1
     return failed
 
 
@@ -160,7 +215,8 @@ class QuickBenchmark:
         return storage_environment(self.ctx)
 
     def describe(self, cell: Cell) -> str:
-        return describe(cell)
+        passes = int(cell.metrics.get("passes", 1))
+        return describe(cell) + f" (last of {passes} pass{'es' if passes > 1 else ''})"
 
     def execute(self, sink: CellSink) -> None:
         self.ctx.sink = sink

@@ -1,0 +1,422 @@
+"""``kvmtune bench storage --tier block``: QEMU's block layer at host speed, no guest.
+
+For every configuration, qemu-storage-daemon opens the image with the
+``-blockdev`` options QEMU gets for the same libvirt ``<driver cache=… io=…>``
+and exports it over NBD on a unix socket in the scratch directory; fio's
+``nbd`` engine runs the guest tier's workloads (same names) against it. NBD
+over a unix socket was chosen over vhost-user-blk (needs a vhost-user client:
+a guest, or libblkio, which Debian's fio lacks) and FUSE exports (every request
+crosses the kernel's FUSE layer twice, which adds a cost no guest pays).
+
+The floor: the same workload run by fio directly on a file on the same file
+system (libaio, O_DIRECT), in the same run, interleaved like any other
+configuration. Every cell carries ``pct_of_bare_metal`` against the floor of
+its own round.
+
+Method (issue 22): an unmeasured ramp, then ``runtime`` seconds measured;
+rounds repeat (default 3) with the configurations interleaved so drift spreads
+over all of them; statistics (median, 95 % interval) are taken over the rounds
+by :mod:`kvmtune.bench.stats` and the verdicts. Write cells get a fresh image
+every round, large and sparse, so most measured writes land on clusters not
+allocated yet (seed 003's effect); the fraction that did is stored
+(``unallocated_write_pct``). Read cells get an image filled beforehand and
+its page cache dropped (``POSIX_FADV_DONTNEED`` on the image, nothing
+system-wide) just before the measurement, except where the cache mode reads
+through the host page cache on purpose (writeback, writethrough, unsafe), which
+the cell records as ``warm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.runner import Cell, CellSink
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, storage_environment
+from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
+from kvmtune.bench.storage.hostio import HostSampler, tps
+from kvmtune.bench.storage.matrix import StorageConfig
+from kvmtune.bench.workdir import check_free_space, stop_process
+from kvmtune.errors import KvmtuneError
+
+TIER = "block"
+RAMP_S = 0.5
+FIRST_WRITE_MIB = 16 * 1024  # sparse write images: large enough that most measured 4 KiB writes find a new cluster
+QCOW2_CLUSTER = 64 * 1024
+FS_BLOCK = 4096
+SOCKET_WAIT_S = 10.0
+INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
+
+
+@dataclass(frozen=True)
+class CacheMode:
+    """What libvirt's ``<driver cache=…>`` becomes in QEMU.
+
+    libvirt's ``qemuDomainDiskCachemodeFlags()`` (src/qemu/qemu_domain.c) turns each mode into three flags;
+    ``qemuBlockStorageSourceGetBlockdevGetCacheProps()`` (src/qemu/qemu_block.c) puts ``direct`` and
+    ``no-flush`` on the ``-blockdev`` as ``cache.direct`` / ``cache.no-flush``, and qemu_command.c puts
+    ``writeback`` on the guest device as ``write-cache=on|off``. QEMU documents the same table under
+    ``-drive cache=`` (qemu-options: cache.writeback / cache.direct / cache.no-flush). With no guest
+    device, the NBD export's ``writethrough=on`` plays ``write-cache=off``: QEMU flushes after every
+    write before completing it.
+    """
+
+    direct: bool
+    no_flush: bool
+    write_cache: bool
+
+
+CACHE_MODES = {
+    "none": CacheMode(direct=True, no_flush=False, write_cache=True),
+    "writethrough": CacheMode(direct=False, no_flush=False, write_cache=False),
+    "writeback": CacheMode(direct=False, no_flush=False, write_cache=True),
+    "directsync": CacheMode(direct=True, no_flush=False, write_cache=False),
+    "unsafe": CacheMode(direct=False, no_flush=True, write_cache=True),
+}
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def _qemu_opt(value: str) -> str:
+    """A value inside QEMU's key=value,… option syntax (a comma is written twice)."""
+    return value.replace(",", ",,")
+
+
+def daemon_argv(image: str, fmt: str, cache: str, aio: str, socket: Path, *, device: bool = False) -> list[str]:
+    """qemu-storage-daemon's arguments: the protocol and format nodes as libvirt would define them, one NBD export."""
+    mode = CACHE_MODES[cache]
+    cache_opts = f"cache.direct={_on(mode.direct)},cache.no-flush={_on(mode.no_flush)}"
+    proto = "host_device" if device else "file"
+    return [
+        "qemu-storage-daemon",
+        "--blockdev", f"driver={proto},node-name=proto0,filename={_qemu_opt(image)},aio={aio},{cache_opts}",
+        "--blockdev", f"driver={fmt},node-name=fmt0,file=proto0,{cache_opts}",
+        "--nbd-server", f"addr.type=unix,addr.path={_qemu_opt(str(socket))}",
+        "--export", f"type=nbd,id=exp0,node-name=fmt0,name=disk,writable=on,writethrough={_on(not mode.write_cache)}",
+    ]  # fmt: skip
+
+
+def nbd_uri(socket: Path) -> str:
+    return f"nbd+unix:///disk?socket={socket}"
+
+
+def check_tools(ctx: StorageContext) -> None:
+    """One line naming what to install when the daemon or fio's nbd engine is missing."""
+    if ctx.runner.which("qemu-storage-daemon") is None:
+        raise KvmtuneError(f"qemu-storage-daemon not found: {INSTALL_HINT}")
+    res = ctx.runner.run(["fio", "--enghelp=nbd"], timeout=20)
+    if not res.ok or "uri" not in res.stdout:
+        raise KvmtuneError(f"fio has no nbd engine ('fio --enghelp=nbd' failed): {INSTALL_HINT}")
+
+
+@contextlib.contextmanager
+def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str) -> Iterator[Path]:
+    """Run qemu-storage-daemon for ``image`` until the block exits; yields the NBD socket."""
+    socket = ctx.scratch.path(f"nbd-{tag}.sock")
+    ctx.scratch.add_file(socket)
+    argv = daemon_argv(image, cfg.fmt, cfg.cache, cfg.aio, socket, device=cfg.target in ("block", "device"))
+    log = ctx.scratch.path(f"qsd-{tag}.log")
+    ctx.scratch.add_file(log)
+    with open(log, "wb") as err:
+        proc = ctx.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+    ctx.scratch.add_process(proc)
+    try:
+        deadline = time.monotonic() + SOCKET_WAIT_S
+        while not socket.exists():
+            if proc.poll() is not None:
+                text = log.read_text(errors="replace").strip().splitlines()
+                raise KvmtuneError(f"qemu-storage-daemon refused {cfg.key}: {text[-1] if text else f'exit {proc.returncode}'}")
+            if time.monotonic() > deadline:
+                raise KvmtuneError(f"qemu-storage-daemon did not open its NBD socket within {SOCKET_WAIT_S:.0f}s")
+            time.sleep(0.01)
+        yield socket
+    finally:
+        stop_process(proc)
+        with contextlib.suppress(FileNotFoundError):
+            socket.unlink()
+
+
+def _fio(ctx: StorageContext, argv: list[str], timeout: float) -> tuple[dict[str, float], str]:
+    res = ctx.runner.run(["fio", *argv, "--output-format=json"], timeout=timeout)
+    if not res.ok:
+        raise KvmtuneError(f"fio failed: {res.describe_failure()}")
+    try:
+        return fiomod.parse_fio_json(res.stdout), res.stdout
+    except ValueError as exc:
+        raise KvmtuneError(f"fio output unusable: {exc}") from None
+
+
+def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0) -> list[str]:
+    args = [f"--name={w.name}", f"--rw={w.rw}", f"--bs={w.bs}", f"--iodepth={w.iodepth}", f"--size={size_mib}m",
+            f"--runtime={_ms(seconds)}", "--time_based", "--group_reporting"]  # fmt: skip
+    if w.rwmixread is not None:
+        args.append(f"--rwmixread={w.rwmixread}")
+    if ramp > 0:
+        args.append(f"--ramp_time={_ms(ramp)}")
+    return args
+
+
+def _ms(seconds: float) -> str:
+    """fio reads a bare number of seconds as an integer: 0.5 would be 0, i.e. no time limit."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _writes(w: fiomod.Workload) -> bool:
+    return "write" in w.rw or w.rw.endswith("rw")
+
+
+def _drop_cache(path: str) -> None:
+    """Drop the host page cache of one file (ours): the read cell starts cold."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+@dataclass
+class BlockPlan:
+    configs: list[StorageConfig]  # floor (target=host) included
+    workloads: list[fiomod.Workload]
+    host_fs: list[str] = field(default_factory=lambda: ["workdir"])
+    ramp_s: float = RAMP_S
+    first_write_mib: int = FIRST_WRITE_MIB
+
+
+@dataclass
+class _Floor:
+    iops: dict[tuple[str, str], float] = field(default_factory=dict)  # (host_fs, workload) → this round's floor
+
+
+class BlockTier:
+    """Measures one cell: image, daemon, fio, figures."""
+
+    def __init__(self, ctx: StorageContext, plan: BlockPlan) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self.floor = _Floor()
+
+    def image_size(self, cfg: StorageConfig, w: fiomod.Workload) -> int:
+        if _writes(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
+            return max(self.ctx.disk_mib, self.plan.first_write_mib)
+        return self.ctx.disk_mib
+
+    def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str) -> str:
+        if cfg.target in ("block", "device"):
+            return fs.block_device(self.ctx, size_mib, tag, self.ctx.user_device if cfg.target == "device" else None)
+        need = (size_mib << 20) if cfg.prealloc in ("full", "falloc") else (64 << 20)
+        check_free_space(fs.root, need + (64 << 20), f"a {size_mib} MiB {cfg.fmt} image")
+        path = fs.root / f"img-{tag}.{cfg.fmt}"
+        self.ctx.scratch.add_file(path)
+        argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
+        if cfg.prealloc != "off":
+            argv += ["-o", f"preallocation={cfg.prealloc}"]
+        res = self.ctx.runner.run([*argv, str(path), f"{size_mib}M"], timeout=600)
+        if not res.ok:
+            raise KvmtuneError(f"{path.name}: qemu-img create failed: {res.describe_failure()}")
+        return str(path)
+
+    def run_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str) -> Cell:
+        seconds = self.ctx.runtime_s
+        cell = storage_cell(cfg, w.name)
+        cell.config.update({"bs": w.bs, "iodepth": w.iodepth, "runtime_s": seconds, "ramp_s": self.plan.ramp_s,
+                            "fs_type": fs.fs_type, "device": fs.device})  # fmt: skip
+        started = time.monotonic()
+        if cfg.target == "host":
+            return self._floor_cell(fs, cfg, w, tag, cell, started)
+        size = self.image_size(cfg, w)
+        image = self.create_image(fs, cfg, size, tag)
+        try:
+            return self._measure(fs, cfg, w, tag, cell, started, image, size)
+        finally:
+            with contextlib.suppress(OSError):
+                if cfg.target == "file":
+                    Path(image).unlink()  # a fresh image for every round
+
+    def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
+                 image: str, size: int) -> Cell:  # fmt: skip
+        ctx, seconds = self.ctx, self.ctx.runtime_s
+        sampler = HostSampler(ctx.host, fs.device, None)
+        with storage_daemon(ctx, image, cfg, tag) as socket:
+            uri = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
+            timeout = seconds * 3 + 60
+            first_write = _writes(w) and cfg.prealloc == "off" and cfg.target == "file"
+            if not _writes(w):
+                _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", f"--size={size}m"], 300)
+                if CACHE_MODES[cfg.cache].direct and cfg.target == "file":
+                    _drop_cache(image)
+                else:
+                    cell.config["warm"] = True  # reads through the host page cache on purpose
+            before = 0
+            if first_write:
+                _fio(ctx, [*uri, *job_args(w, self.plan.ramp_s, size)], timeout)  # the ramp, unmeasured
+                before = _allocated(image)
+                a = sampler.snap()
+                m, raw = _fio(ctx, [*uri, *job_args(w, seconds, size)], timeout)
+            else:
+                a = sampler.snap()
+                m, raw = _fio(ctx, [*uri, *job_args(w, seconds, size, ramp=self.plan.ramp_s)], timeout)
+            b = sampler.snap()
+        if first_write:
+            unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
+            writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
+            new_units = (_allocated(image) - before) / unit
+            if writes > 0:
+                m["unallocated_write_pct"] = min(100.0, 100.0 * new_units / writes)
+        elif _writes(w):
+            m["unallocated_write_pct"] = 0.0  # preallocated, or a whole device
+        self._host_figures(m, a, b)
+        floor = self.floor.iops.get((cfg.host_fs, w.name))
+        if floor and m.get("iops"):
+            m["pct_of_bare_metal"] = 100.0 * m["iops"] / floor
+        cell.metrics, cell.raw = m, raw
+        cell.duration_s = time.monotonic() - started
+        return cell
+
+    def _floor_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell,
+                    started: float) -> Cell:  # fmt: skip
+        ctx = self.ctx
+        target = fs.floor_target(ctx, ctx.disk_mib, tag)
+        if not _writes(w):  # reads of never-written (unwritten) extents cost no I/O: fill it like the images
+            _fio(ctx, [f"--filename={target}", "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", "--ioengine=libaio",
+                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)  # fmt: skip
+        sampler = HostSampler(ctx.host, fs.device, None)
+        args = job_args(w, ctx.runtime_s, ctx.disk_mib, ramp=self.plan.ramp_s)
+        a = sampler.snap()
+        m, raw = _fio(ctx, [f"--filename={target}", "--ioengine=libaio", "--direct=1", *args], ctx.runtime_s * 3 + 60)
+        b = sampler.snap()
+        self._host_figures(m, a, b)
+        m["pct_of_bare_metal"] = 100.0
+        if m.get("iops"):
+            self.floor.iops[(cfg.host_fs, w.name)] = m["iops"]
+        cell.metrics, cell.raw, cell.duration_s = m, raw, time.monotonic() - started
+        if fs.vg is None:
+            with contextlib.suppress(OSError):
+                Path(target).unlink()
+        return cell
+
+    @staticmethod
+    def _host_figures(m: dict[str, float], a: Any, b: Any) -> None:
+        t = tps(a, b)
+        if t is not None:
+            m["host_tps"] = t  # transactions/s as iostat counts them, on the device holding the file system
+        m["window_s"] = b.t - a.t
+
+
+def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
+    """Round after round, every file system, every configuration (the floor first), every workload."""
+    check_tools(ctx)
+    tier = BlockTier(ctx, plan)
+    n = 0
+    for rep in range(ctx.repeat):
+        for fs_name in plan.host_fs:
+            with make_host_fs(ctx, fs_name) as fs:
+                for cfg in plan.configs:
+                    cfg = replace(cfg, host_fs=fs_name)
+                    for w in plan.workloads:
+                        n += 1
+                        problem = cfg.problem() or _block_problem(cfg, w, fs)
+                        if problem:
+                            cell = storage_cell(cfg, w.name, "error", error=problem)
+                        else:
+                            try:
+                                cell = tier.run_cell(fs, cfg, w, f"{os.getpid()}-{n}")
+                            except KvmtuneError as exc:
+                                cell = storage_cell(cfg, w.name, "error", error=str(exc))
+                        cell.rep = rep
+                        sink.record(cell)
+
+
+def _block_problem(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> str | None:
+    if w.fs or w.is_cycle:
+        return f"{w.name} needs a guest (its own file system or a VM lifetime): run it with --tier guest"
+    if cfg.target == "device" and fs.name != "workdir":
+        return "a named --device is its own file system: --host-fs does not apply"
+    if fs.name == "lvm" and cfg.target == "file" and cfg.fmt != "raw":
+        return "the lvm host file system holds raw volumes only (format=raw)"
+    return None
+
+
+def block_configs(formats: Sequence[tuple[str, str]], modes: Sequence[tuple[str, str]],
+                  targets: Sequence[str] = ("file",)) -> list[StorageConfig]:  # fmt: skip
+    """The floor, then every image × cache/aio on every target."""
+    out = [StorageConfig(bus="none", target="host", tier=TIER, cache="none", aio="native")]
+    for t in targets:
+        for fmt, pre in formats if t == "file" else [("raw", "off")]:
+            for cache, aio in modes:
+                out.append(StorageConfig(bus="nbd", cache=cache, aio=aio, fmt=fmt, prealloc=pre, target=t, tier=TIER))
+    return out
+
+
+def block_preset(name: str) -> tuple[list[StorageConfig], list[str]]:
+    """(configurations, workload names) of a preset on this tier."""
+    if name == "seed-003":
+        # the seven configurations of issue 22's table: seed 003's two claims, plus writeback
+        cfgs = [
+            StorageConfig(bus="none", target="host", tier=TIER, cache="none", aio="native"),
+            *(StorageConfig(bus="nbd", cache="none", aio="native", fmt=f, prealloc=p, tier=TIER)
+              for f, p in (("raw", "off"), ("qcow2", "off"), ("qcow2", "metadata"))),
+            StorageConfig(bus="nbd", cache="writeback", aio="threads", fmt="qcow2", prealloc="off", tier=TIER),
+            *(StorageConfig(bus="nbd", cache="writethrough", aio="threads", fmt=f, prealloc=p, tier=TIER)
+              for f, p in (("raw", "off"), ("qcow2", "metadata"), ("qcow2", "off"))),
+        ]  # fmt: skip
+        return cfgs, ["randwrite-4k"]
+    if name == "seed-001":
+        images = (("qcow2", "off"), ("qcow2", "metadata"), ("raw", "off"), ("raw", "falloc"))
+        return block_configs(images, (("none", "native"), ("writethrough", "threads"))), ["randwrite-4k", "seqwrite-1m"]
+    if name == "file-vs-block":
+        return block_configs((("raw", "off"),), (("none", "native"),), ("file", "block")), ["randread-4k", "randwrite-4k"]
+    raise KvmtuneError(f"preset {name} has no block-tier form (block-tier presets: seed-003, seed-001, file-vs-block)")
+
+
+@dataclass
+class BlockBenchmark:
+    """The block tier as a :class:`~kvmtune.bench.runner.Benchmark`."""
+
+    ctx: StorageContext
+    blocks: BlockPlan
+    kind: str = "block"
+
+    def planned_cells(self) -> int:
+        b = self.blocks
+        return len(b.configs) * len(b.workloads) * len(b.host_fs) * self.ctx.repeat
+
+    def plan(self) -> str:
+        return (f"{self.planned_cells()} cells (block tier: qemu-storage-daemon + fio nbd, {self.blocks.ramp_s:g}s ramp "
+                f"+ {self.ctx.runtime_s:g}s measured, {self.ctx.repeat} interleaved rounds)")  # fmt: skip
+
+    def environment(self) -> dict[str, Any]:
+        env = storage_environment(self.ctx)
+        env["tier"] = TIER
+        res = self.ctx.runner.run(["qemu-storage-daemon", "--version"], timeout=20)
+        env["qemu_storage_daemon"] = res.stdout.splitlines()[0] if res.ok and res.stdout else None
+        return env
+
+    def describe(self, cell: Cell) -> str:
+        pct = cell.metrics.get("pct_of_bare_metal")
+        return describe(cell) + (f" ({pct:.0f}% of bare metal)" if pct is not None else "")
+
+    def execute(self, sink: CellSink) -> None:
+        self.ctx.sink = sink
+        run_block(self.ctx, self.blocks, sink)
+
+    def cleanup(self) -> list[str]:
+        problems = self.ctx.scratch.cleanup()
+        shutil.rmtree(self.ctx.scratch.root, ignore_errors=True)
+        return problems
+

@@ -1,0 +1,190 @@
+"""``bench storage --tier block`` with the real qemu-storage-daemon and fio (issue 22, storage part).
+
+Cells are short (1 s measured, 0.2 s ramp) and images small: the tests check behaviour, not speed
+(the speed goals are measured by bench/storage/block_speed.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kvmtune.cli as cli
+from kvmtune.bench.storage.block import CACHE_MODES, daemon_argv
+from kvmtune.bench.store import Store
+from kvmtune.host.root import HostRoot
+
+MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
+FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("qemu-storage-daemon") and shutil.which("fio")), reason="needs qemu-storage-daemon and fio"
+)
+
+
+@pytest.fixture(autouse=True)
+def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
+
+
+def ours(workdir: Path) -> list[str]:
+    """Daemons, fio processes, loop devices, mounts or scratch files of this work directory still around."""
+    found = [f"dir {p}" for p in workdir.iterdir() if p.name.startswith("scratch-")] if workdir.is_dir() else []
+    host = HostRoot()
+    for pid in host.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            cmd = (host.read_bytes(f"/proc/{pid}/cmdline") or b"").decode(errors="replace")
+            if ("qemu-storage-daemon" in cmd or cmd.startswith("fio")) and str(workdir) in cmd:
+                found.append(f"process {pid}: {cmd[:60]}")
+    for loop in host.glob("/sys/block/loop*/loop/backing_file"):
+        if str(workdir) in (host.read_optional(loop) or ""):
+            found.append(f"loop {loop}")
+    found += [f"mount {line}" for line in (host.read_optional("/proc/mounts") or "").splitlines() if str(workdir) in line]
+    return found
+
+
+def test_cache_modes_are_libvirts() -> None:
+    # libvirt qemuDomainDiskCachemodeFlags(): (writeback, direct, no-flush) per <driver cache=…>
+    table = {m: (c.write_cache, c.direct, c.no_flush) for m, c in CACHE_MODES.items()}
+    assert table == {"none": (True, True, False), "writethrough": (False, False, False),
+                     "writeback": (True, False, False), "directsync": (False, True, False),
+                     "unsafe": (True, False, True)}  # fmt: skip
+    argv = daemon_argv("/w/a,b.qcow2", "qcow2", "writethrough", "threads", Path("/w/s.sock"))
+    joined = " ".join(argv)
+    assert "filename=/w/a,,b.qcow2" in joined  # a comma in a path cannot inject an option
+    assert "driver=qcow2,node-name=fmt0,file=proto0,cache.direct=off,cache.no-flush=off" in joined
+    assert "writethrough=on" in joined
+    assert "writethrough=off" in " ".join(daemon_argv("/w/i", "raw", "none", "native", Path("/w/s")))
+
+
+@pytest.mark.integration
+def test_block_tier_measures_against_the_floor_and_leaves_nothing(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--format", "raw,qcow2", "--prealloc", "off",
+                     "--workload", "randwrite-4k,randread-4k", "--cache", "none", "--aio", "native",
+                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    with Store(db) as st:
+        (run,) = st.runs()
+        assert run.kind == "block" and run.status == "complete" and run.env["tier"] == "block"
+        cells = st.cells(run.id)
+    assert len(cells) == 2 * 3 * 2  # (floor + raw + qcow2) × 2 workloads × 2 rounds
+    assert {c.rep for c in cells} == {0, 1}
+    assert [c.key.split("|")[0] for c in cells[:2]] == ["host/bare-metal"] * 2  # the floor opens every round
+    for c in cells:
+        assert c.status == "ok", c.error
+        assert c.config["tier"] == "block" and c.config["fs_type"] and c.config["runtime_s"] == 1
+        assert c.config["iodepth"] == 16 and c.config["bs"] == "4k"
+        assert c.metrics["iops"] > 0 and c.metrics["pct_of_bare_metal"] > 0
+    fresh = [c for c in cells if c.workload == "randwrite-4k" and c.config.get("fmt") == "qcow2"]
+    assert all(50 < c.metrics["unallocated_write_pct"] <= 100 for c in fresh)  # first writes, as seed 003 needs
+    assert "(100% of bare metal)" in out.err
+    assert ours(wd) == []
+
+
+def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("qemu-img", "fio"):  # no qemu-storage-daemon on this PATH
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
+    res = subprocess.run([sys.executable, "-c", code, "bench", "storage", *FAST, "--repeat", "1", "--db",
+                          str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(bin_dir)})  # fmt: skip
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "qemu-storage-daemon not found" in lines[-1] and "apt install" in lines[-1]
+
+
+@pytest.mark.integration
+def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> None:
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
+         "--disk-size", "64", "--target", "block", "--workload", "randread-4k", "--db", str(db), "--workdir", str(wd)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any("qemu-storage-daemon" in x for x in ours(wd)):
+        time.sleep(0.1)
+    assert any("loop" in x for x in ours(wd)), ours(wd)  # the loop device and the daemon are up
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "marked partial" in err
+    with Store(db) as st:
+        (run,) = st.runs()
+        assert run.status == "partial"
+    assert ours(wd) == []
+
+
+def test_compare_refuses_to_mix_tiers_and_report_names_the_tier(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        for kind, tier in (("quick", "quick"), ("block", "block")):
+            rid = st.begin_run(kind, {"accel": "none"}, {})
+            for rep, (pre, iops) in enumerate([("off", 100.0), ("metadata", 500.0)] * 3):
+                cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": tier,
+                       "bus": "nbd" if tier == "block" else "none"}  # fmt: skip
+                st.add_cell(rid, f"{pre}|randwrite-4k", cfg, "randwrite-4k", "ok", {"iops": iops * (1 + rep / 100)},
+                            rep=rep, accel="none")  # fmt: skip
+            st.finish_run(rid, "complete")
+    assert cli.main(["compare", "1", "2", "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "quick-tier run" in err[0] and "block-tier run" in err[0]
+    assert cli.main(["report", "2", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "write-through without preallocation" in ln)
+    assert "block tier" in line and "95% interval" in line and ": holds" in line
+
+
+def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmtune.bench.store import CellRow
+    from kvmtune.bench.verdicts import block_verdicts
+
+    def cell(pre: str, iops: float, rep: int) -> CellRow:
+        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file",
+               "tier": "block"}
+        return CellRow(rep, 1, "k", cfg, "randwrite-4k", rep, "ok", None, "none", 1.0, {"iops": iops})
+
+    one = block_verdicts([cell("off", 100, 0), cell("metadata", 500, 0)])[0].line()
+    assert "inconclusive: no interval" in one
+    noisy = block_verdicts([cell("off", 100, 0), cell("off", 300, 1), cell("metadata", 120, 0), cell("metadata", 280, 1)])
+    assert "inconclusive: the interval includes 1" in noisy[0].line()
+
+
+def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, flag, tier in ((["--quick", "--bus", "virtio-blk"], "--bus", "quick"),
+                             (["--tier", "block", "--memory", "512"], "--memory", "block"),
+                             (["--tier", "guest", "--host-fs", "xfs"], "--host-fs", "guest"),
+                             (["--quick", "--preset", "seed-003"], "--preset", "quick")):  # fmt: skip
+        assert cli.main(["bench", "storage", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: does not apply to the {tier} tier"), err
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mkfs.xfs"), reason="needs root and xfsprogs")
+def test_host_fs_scratch_file_system_is_made_used_and_removed(tmp_path: Path) -> None:
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = cli.main(["bench", "storage", *FAST, "--repeat", "1", "--host-fs", "xfs", "--workload", "randwrite-4k",
+                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+    assert code == 0
+    with Store(db) as st:
+        cells = st.cells(st.runs()[0].id)
+    assert len(cells) == 2 and all(c.status == "ok" for c in cells), [c.error for c in cells]
+    assert all(c.config["fs_type"] == "xfs" and c.config["device"].startswith("loop") for c in cells)
+    assert all(c.key.split("|")[0].endswith("/fs-xfs") and c.metrics.get("host_tps", 0) > 0 for c in cells)
+    assert ours(wd) == []
