@@ -161,3 +161,17 @@ def test_tcg_finding_for_every_architecture() -> None:
                    "qemu-system-s390x -machine s390-ccw-virtio", "qemu-system-x86_64"):
         guest = guest_from_text(f"{binary} -name g -m 1G", "t")
         assert ("KVM-CPU-003", None) in findings(guest), binary
+
+
+def test_xml_memory_devices_count_with_numa_cells(tmp_path: Path) -> None:
+    xml = tmp_path / "dimm.xml"
+    xml.write_text("""<domain type='kvm'><name>dimm</name>
+  <maxMemory slots='4' unit='GiB'>32</maxMemory><memory unit='GiB'>6</memory><vcpu>2</vcpu>
+  <os><type arch='x86_64' machine='pc-q35-8.2'>hvm</type></os>
+  <cpu mode='host-passthrough'><numa><cell id='0' cpus='0-1' memory='4' unit='GiB'/></numa></cpu>
+  <devices>
+    <memory model='dimm'><target><size unit='GiB'>2</size><node>0</node></target></memory>
+    <memory model='virtio-mem'><target><size unit='GiB'>8</size><node>0</node><block unit='MiB'>2</block>
+      <requested unit='GiB'>1</requested></target></memory>
+  </devices></domain>""")
+    assert load_guest_file(xml).memory_kib == (4 + 2 + 1) * 1024 * 1024  # cells + dimm + plugged virtio-mem
