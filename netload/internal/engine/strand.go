@@ -435,3 +435,13 @@ func (o *op) sizeNow(last bool) int {
 	}
 	return o.size
 }
+
+// readsUDP reports whether the transaction reads from a UDP connection.
+func (pt *ptxn) readsUDP() bool {
+	for _, f := range pt.t.Flowops {
+		if f.Type == profile.OpRead && f.Protocol == "udp" {
+			return true
+		}
+	}
+	return false
+}

@@ -765,10 +765,6 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 // validate checks what needs the whole profile: connections used before
 // they are opened, UDP limits, one remote host.
 func (ps *parser) validate(p *Profile) error {
-	hosts := p.RemoteHosts()
-	if len(hosts) > 1 {
-		return &Error{File: ps.file, Pos: Pos{1, 1}, Msg: fmt.Sprintf("the profile names %d remote hosts (%s); netload drives one remote per run", len(hosts), strings.Join(hosts, ", "))}
-	}
 	total := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
@@ -807,7 +803,12 @@ func (ps *parser) validate(p *Profile) error {
 						if last < 0 {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("flowop %s comes before any connect or accept in group %q", f.Type, g.Name)}
 						}
+						// as uperf: a flowop without conn= uses the anonymous connection
+						// (a connect/accept without conn=) while it is open
 						f.Conn = last
+						if _, ok := open[0]; ok {
+							f.Conn = 0
+						}
 					}
 					proto, ok := open[f.Conn]
 					if !ok {

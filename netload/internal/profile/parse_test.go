@@ -248,9 +248,6 @@ func TestBadProfiles(t *testing.T) {
     <flowop type="think" options="¦duration=1ms busy idle"/></transaction></group></profile>`, `busy and idle exclude`},
 		{"option twice", `<profile name="x"><group nthreads="1"><transaction>
     <flowop type="connect" options="remotehost=a ¦remotehost=b"/></transaction></group></profile>`, `given twice`},
-		{"two remote hosts", `¦<profile name="x"><group nthreads="1"><transaction>
-    <flowop type="connect" options="remotehost=a conn=1"/>
-    <flowop type="connect" options="remotehost=b conn=2"/></transaction></group></profile>`, `names 2 remote hosts`},
 		{"text inside", `<profile name="x"><group nthreads="1">
   ¦hello<transaction><flowop type="nop"/></transaction></group></profile>`, `unexpected text "hello"`},
 		{"no profile", `¦<!-- nothing here -->`, `no <profile> element`},
@@ -452,5 +449,48 @@ func TestOppositeWithRSizeMovesTheSameBytes(t *testing.T) {
 				t.Errorf("op %d: peer moves %d bytes, controller %d", i, peer, orig.Size*orig.Count)
 			}
 		}
+	}
+}
+
+func TestSplitByHost(t *testing.T) {
+	src := `<profile name="m">
+  <group nthreads="2"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
+  <group nthreads="1"><transaction><flowop type="connect" options="remotehost=$h2"/><flowop type="disconnect" options="remotehost=$h2"/></transaction></group>
+  <group nthreads="4"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
+</profile>`
+	p, err := Parse([]byte(src), "m.xml", MapLookup(map[string]string{"h1": "a", "h2": "b"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, parts, err := p.SplitByHost()
+	if err != nil || len(hosts) != 2 || hosts[0] != "a" || parts["a"].Strands() != 6 || parts["b"].Strands() != 1 {
+		t.Fatalf("%v %v %v", hosts, parts, err)
+	}
+	bad, err := Parse([]byte(`<profile name="x"><group nthreads="1"><transaction>
+  <flowop type="connect" options="conn=1 remotehost=a"/><flowop type="connect" options="conn=2 remotehost=b"/>
+</transaction></group></profile>`), "x.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bad.SplitByHost(); err == nil || !strings.Contains(err.Error(), "talks to a and b") {
+		t.Fatalf("a group with two hosts: %v", err)
+	}
+}
+
+// A flowop without conn= uses the anonymous connection while it is open,
+// as in uperf (two-hosts.xml opens an anonymous and a conn=1 connection).
+func TestFlowopWithoutConnUsesTheAnonymousConnection(t *testing.T) {
+	src := `<profile name="a"><group nthreads="1">
+  <transaction><flowop type="connect" options="remotehost=h"/><flowop type="connect" options="conn=1 remotehost=h"/></transaction>
+  <transaction><flowop type="write" options="size=1"/><flowop type="read" options="conn=1 size=1"/></transaction>
+  <transaction><flowop type="disconnect"/><flowop type="disconnect" options="conn=1"/></transaction>
+</group></profile>`
+	p, err := Parse([]byte(src), "a.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := p.Groups[0].Transactions
+	if tx[1].Flowops[0].Conn != 0 || tx[1].Flowops[1].Conn != 1 || tx[2].Flowops[0].Conn != 0 || tx[2].Flowops[1].Conn != 1 {
+		t.Fatalf("connections: %+v %+v", tx[1].Flowops, tx[2].Flowops)
 	}
 }

@@ -229,3 +229,36 @@ func (t *Transaction) BytesPerPass() (read, written int64) {
 	}
 	return
 }
+
+// SplitByHost gives each remote host the groups that talk to it, for a
+// profile that names several (uperf's two-hosts, VoIP, netBackup, SpecWeb):
+// netload runs one server per host. A group that names no host goes with
+// the first one; a group that names two cannot be split.
+func (p *Profile) SplitByHost() ([]string, map[string]*Profile, error) {
+	hosts := p.RemoteHosts()
+	out := map[string]*Profile{}
+	for _, g := range p.Groups {
+		mine := ""
+		for _, t := range g.Transactions {
+			for _, f := range t.Flowops {
+				if f.RemoteHost == "" || f.RemoteHost == mine {
+					continue
+				}
+				if mine != "" {
+					return nil, nil, fmt.Errorf("group %q talks to %s and %s; netload runs one server per host and a group's strands talk to one of them", g.Name, mine, f.RemoteHost)
+				}
+				mine = f.RemoteHost
+			}
+		}
+		if mine == "" && len(hosts) > 0 {
+			mine = hosts[0]
+		}
+		sub := out[mine]
+		if sub == nil {
+			sub = &Profile{Name: p.Name}
+			out[mine] = sub
+		}
+		sub.Groups = append(sub.Groups, g)
+	}
+	return hosts, out, nil
+}
