@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,12 +174,33 @@ def running_qemu(qcow2: Path) -> Iterator[subprocess.Popen[bytes]]:
 def test_image_open_by_qemu_is_refused(qcow2: Path, running_qemu: subprocess.Popen[bytes],
                                        capsys: pytest.CaptureFixture[str]) -> None:
     digest = sha(qcow2)
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
+    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 3  # refused: non-zero
     out = capsys.readouterr().out
-    assert f"open by pid {running_qemu.pid}" in out and "Nothing to change." in out
+    assert f"open by pid {running_qemu.pid}" in out and "Nothing changed: 1 image(s) not converted" in out
     # a host root whose /proc shows nothing (a captured tree): QEMU's image lock still refuses it
     empty_root = qcow2.parent / "root"
     empty_root.mkdir()
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes", "--root", str(empty_root)]) == 0
+    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes", "--root", str(empty_root)]) == 3
     assert "locked by a running QEMU" in capsys.readouterr().out
     assert sha(qcow2) == digest
+
+
+def test_a_process_holding_another_hard_link_is_noticed(qcow2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The open-file check compares (st_dev, st_ino), not path strings: a second name for the file counts."""
+    alias = qcow2.with_name("alias.qcow2")
+    os.link(qcow2, alias)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); print('open', flush=True); time.sleep(60)",
+         str(alias)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        digest = sha(qcow2)
+        main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"])
+        out = capsys.readouterr().out
+        assert f"open by pid {holder.pid}" in out
+        assert sha(qcow2) == digest
+    finally:
+        holder.kill()
+        holder.wait()
