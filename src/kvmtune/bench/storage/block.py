@@ -148,7 +148,9 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
 
 
 def _fio(ctx: StorageContext, argv: list[str], timeout: float) -> tuple[dict[str, float], str]:
-    res = ctx.runner.run(["fio", *argv, "--output-format=json"], timeout=timeout)
+    # --thread: fio's jobs are threads of the one process, so stopping fio (Ctrl-C, a timeout) stops them all;
+    # a forked job process would outlive its killed parent
+    res = ctx.runner.run(["fio", "--thread", *argv, "--output-format=json"], timeout=timeout)
     if not res.ok:
         raise KvmtuneError(f"fio failed: {res.describe_failure()}")
     try:
