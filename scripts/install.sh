@@ -35,7 +35,7 @@ PACKAGES=(
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
-  tmux prometheus openssh-server ansible-core zsh groff-base
+  tmux prometheus openssh-server ansible-core zsh groff-base chromium
   qemu-system-common xfsprogs btrfs-progs lvm2
 )
 # Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.

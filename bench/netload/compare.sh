@@ -32,7 +32,7 @@ for tool in "${NETLOAD:-netload}" sockperf iperf3 taskset python3; do
 done
 export NETLOAD HERE="$here"
 exec python3 - "$@" <<'PY'
-import json, os, re, signal, statistics, subprocess, sys, time, platform
+import json, os, re, resource, signal, statistics, subprocess, sys, time, platform
 NETLOAD = os.environ["NETLOAD"]
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 DURATION = int(os.environ.get("DURATION", "3"))
@@ -53,11 +53,24 @@ def proc_cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
 
+def proc_ctxsw(pid):
+    """Context switches of every thread of a running process (voluntary + not)."""
+    n = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            for line in open(f"/proc/{pid}/task/{tid}/status"):
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    n += int(line.split()[1])
+        except OSError:
+            pass
+    return n
+
+last_client_ctxsw = [0]
 def run_client(argv, timeout):
-    """Run a pinned client; returns (stdout, stderr, its own CPU seconds)."""
+    """Run a pinned client; returns (exit code, stdout, stderr). Its own rusage
+    (taskset execs the tool, so it is the tool's) is kept in last_client_ctxsw."""
     p = subprocess.Popen(pin(CCPU, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=DEVNULL, text=True)
     out, err = p.communicate(timeout=timeout)
-    # taskset execs the tool, so the child's rusage is the tool's own
     return p.returncode, out, err
 
 servers = []
@@ -88,11 +101,15 @@ def wait_port(port):
 
 def measured(server, argv):
     """Run one client against a long-running server; CPU of both sides."""
-    s0 = proc_cpu(server.pid)
+    s0, x0 = proc_cpu(server.pid), proc_ctxsw(server.pid)
     r0 = os.times()
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     rc, out, err = run_client(argv, DURATION * 4 + 60)
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r1 = os.times()
-    s1 = proc_cpu(server.pid)
+    s1, x1 = proc_cpu(server.pid), proc_ctxsw(server.pid)
+    # context switches per operation hardly depend on the machine's load
+    last_client_ctxsw[0] = (u1.ru_nvcsw + u1.ru_nivcsw) - (u0.ru_nvcsw + u0.ru_nivcsw), x1 - x0
     return rc, out, err, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system), s1 - s0
 
 def netload_rr(srv):
@@ -102,8 +119,10 @@ def netload_rr(srv):
         sys.exit(f"compare.sh: netload rr1c-1x1--1 failed: {err.strip()}")
     d = json.loads(out); s = d["summary"]
     n = s["transactions"]
+    cc, sc = last_client_ctxsw[0]
     return {"tps": s["transactions_per_s"], "p50_us": s["txn_time_ns"]["p50"] / 1e3, "p99_us": s["txn_time_ns"]["p99"] / 1e3,
-            "p99_9_us": s["txn_time_ns"]["p99_9"] / 1e3, "client_cpu_us_per_txn": ccpu * 1e6 / n, "server_cpu_us_per_txn": scpu * 1e6 / n}
+            "p99_9_us": s["txn_time_ns"]["p99_9"] / 1e3, "client_cpu_us_per_txn": ccpu * 1e6 / n, "server_cpu_us_per_txn": scpu * 1e6 / n,
+            "client_ctxsw_per_txn": cc / n, "server_ctxsw_per_txn": sc / n}
 
 def sockperf_rr(srv):
     rc, out, err, ccpu, scpu = measured(srv, ["sockperf", "pp", "--tcp", "-i", HOST, "-p", str(SP_PORT), "-m", "14", "-t", str(DURATION)])
@@ -115,8 +134,10 @@ def sockperf_rr(srv):
     n = int(total.group(1)) if total else int(m.group(2))
     pct = {k: float(v) for k, v in re.findall(r"percentile\s+([\d.]+)\s*=\s*([\d.]+)", txt)}
     # sockperf reports half the round trip: double it to compare with a transaction
+    cc, sc = last_client_ctxsw[0]
     return {"tps": int(m.group(3)) / float(m.group(1)), "p50_us": 2 * pct["50.000"], "p99_us": 2 * pct["99.000"],
-            "p99_9_us": 2 * pct["99.900"], "client_cpu_us_per_txn": ccpu * 1e6 / n, "server_cpu_us_per_txn": scpu * 1e6 / n}
+            "p99_9_us": 2 * pct["99.900"], "client_cpu_us_per_txn": ccpu * 1e6 / n, "server_cpu_us_per_txn": scpu * 1e6 / n,
+            "client_ctxsw_per_txn": cc / n, "server_ctxsw_per_txn": sc / n}
 
 def netload_stream(srv):
     rc, out, err, ccpu, scpu = measured(srv, [NETLOAD, "run", "--workload", "str-writex30k--1", "--duration", f"{DURATION}s",
@@ -189,6 +210,8 @@ summary = {
     "rr_cpu_per_txn_server": ratios("netload_rr", "sockperf", "server_cpu_us_per_txn"),
     "rr_cpu_per_txn_total": ratios("netload_rr", "sockperf", None, ("client_cpu_us_per_txn", "server_cpu_us_per_txn")),
     "rr_p99": ratios("netload_rr", "sockperf", "p99_us"),
+    "rr_ctxsw_client": ratios("netload_rr", "sockperf", "client_ctxsw_per_txn"),
+    "rr_ctxsw_server": ratios("netload_rr", "sockperf", "server_ctxsw_per_txn"),
     "stream_throughput": ratios("netload_stream", "iperf3", "gbps"),
     "stream_cpu_per_gb_client": ratios("netload_stream", "iperf3", "client_cpu_s_per_gb"),
     "stream_cpu_per_gb_server": ratios("netload_stream", "iperf3", "server_cpu_s_per_gb"),
@@ -214,6 +237,8 @@ line("  CPU per transaction, server (us)", "netload_rr", "sockperf", "server_cpu
 s = summary["rr_cpu_per_txn_total"]
 print(f"{'  CPU per transaction, client + server':44s} {'':>10s} {'':>10s}   {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})")
 line("  transaction time p99 (us)", "netload_rr", "sockperf", "p99_us", "", "{:.1f}", "rr_p99")
+line("  context switches per transaction, client", "netload_rr", "sockperf", "client_ctxsw_per_txn", "", "{:.2f}", "rr_ctxsw_client")
+line("  context switches per transaction, server", "netload_rr", "sockperf", "server_ctxsw_per_txn", "", "{:.2f}", "rr_ctxsw_server")
 print(f"{'  p50 / p99.9 (us)':44s} {med('netload_rr', 'p50_us'):.1f}/{med('netload_rr', 'p99_9_us'):.0f}  {med('sockperf', 'p50_us'):.1f}/{med('sockperf', 'p99_9_us'):.0f}")
 line("str-writex30k--1 Gb/s vs iperf3 -l 30720", "netload_stream", "iperf3", "gbps", "", "{:.2f}", "stream_throughput")
 line("  CPU-s per GB, client", "netload_stream", "iperf3", "client_cpu_s_per_gb", "", "{:.3f}", "stream_cpu_per_gb_client")

@@ -81,3 +81,31 @@ def test_cli_over_whole_corpus_reports_rejects_and_exits_2(
     assert doc["errors"] and all("\n" not in e for e in doc["errors"])
     assert any("broken-xml-invalid.xml" in line for line in err.splitlines())
     assert "Traceback" not in err
+
+
+def test_xml_and_its_command_line_resolve_to_the_same_disks(corpus: Path) -> None:
+    """libvirt's XML is the intent, its -blockdev command line the generated form: the model agrees."""
+    compared = 0
+    for args in sorted((corpus / "args").glob("*.args")):
+        xml = corpus / "domains" / f"{args.stem}.xml"
+        if not xml.exists():
+            continue
+        try:
+            gx = load_guest_file(xml)
+        except InputError:
+            continue
+        ga = guest_from_text(args.read_text(), str(args))
+        sources = [d.source for d in ga.disks if d.device in ("disk", "lun") and d.source]
+        by_source = {d.source: d for d in ga.disks if d.source and sources.count(d.source) == 1}
+        for d in gx.disks:
+            other = by_source.get(d.source)
+            if d.device not in ("disk", "lun") or other is None or d.source_type in ("volume", "vhostuser"):
+                continue
+            if d.cache not in (None, "default"):
+                assert other.cache == d.cache, (args.stem, d.target)
+            if d.format is not None and not (other.format == "luks" and d.format == "raw"):  # raw + <encryption>
+                assert other.format == d.format, (args.stem, d.target)
+            assert (other.discard == "unmap") == (d.discard == "unmap"), (args.stem, d.target)
+            assert other.source_type == d.source_type, (args.stem, d.target)
+            compared += 1
+    assert compared >= 400

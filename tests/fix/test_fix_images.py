@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,24 @@ def test_image_open_by_qemu_is_refused(qcow2: Path, running_qemu: subprocess.Pop
     assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes", "--root", str(empty_root)]) == 0
     assert "locked by a running QEMU" in capsys.readouterr().out
     assert sha(qcow2) == digest
+
+
+def test_a_process_holding_another_hard_link_is_noticed(qcow2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The open-file check compares (st_dev, st_ino), not path strings: a second name for the file counts."""
+    alias = qcow2.with_name("alias.qcow2")
+    os.link(qcow2, alias)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); print('open', flush=True); time.sleep(60)",
+         str(alias)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        digest = sha(qcow2)
+        main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"])
+        out = capsys.readouterr().out
+        assert f"open by pid {holder.pid}" in out
+        assert sha(qcow2) == digest
+    finally:
+        holder.kill()
+        holder.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -68,13 +69,34 @@ def test_domain_brings_its_images(images: dict[str, Path], tmp_path: Path,
     shutil.copyfile(images["prealloc-off.qcow2"], img)
     xml = tmp_path / "web01.xml"
     xml.write_text(DOMAIN.format(qcow2=img))
+    # a domain file may describe another machine: its paths are not probed here unless the user says so
     code, doc, _ = run_json([str(xml), "--only", "KVM-IMG"], capsys)
+    assert code == 0 and doc["findings"] == []
+    assert any("not known to run on this host" in s and "--assume-this-host" in s for s in doc["looked_at"])
+    code, doc, _ = run_json([str(xml), "--only", "KVM-IMG", "--assume-this-host"], capsys)
     assert code == 0
     [f] = [f for f in doc["findings"] if f["rule"] == "KVM-IMG-002"]
     assert f["severity"] == "high" and "writethrough by web01" in f["actual"]
     assert any("1 disk path(s) not present" in s for s in doc["looked_at"])
-    code, doc, _ = run_json([str(xml), "--only", "KVM-IMG", "--no-images"], capsys)
+    code, doc, _ = run_json([str(xml), "--only", "KVM-IMG", "--no-images", "--assume-this-host"], capsys)
     assert doc["findings"] == []
+
+
+def test_character_devices_and_fifos_named_as_disks_are_never_probed(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "disk.fifo"
+    os.mkfifo(fifo)
+    xml = tmp_path / "foreign.xml"
+    xml.write_text(DOMAIN.replace("{qcow2}", "/dev/null").replace("/nonexistent/elsewhere.raw", str(fifo)))
+    # a domain file: nothing of it is probed at all
+    code, doc, _ = run_json([str(xml), "--only", "KVM-IMG"], capsys)
+    assert code == 0 and doc["findings"] == [] and doc["errors"] == []
+    # declared this host's: the paths are looked at, but /dev/null and the FIFO are refused unopened
+    # (a FIFO would block the read; /dev/null would be judged "raw, declared qcow2")
+    code, doc, _ = run_json([str(xml), "--only", "KVM-IMG", "--assume-this-host"], capsys)
+    assert doc["findings"] == []
+    assert sorted(e.split(":")[0] for e in doc["errors"]) == sorted(["/dev/null", str(fifo)])
+    assert all("not opened" in e for e in doc["errors"])
 
 
 def test_qemu_img_missing_is_one_error_and_audit_goes_on(images: dict[str, Path], tmp_path: Path,

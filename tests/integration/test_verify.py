@@ -140,11 +140,16 @@ def loop_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
                 pytest.skip("bfq is not offered on loop devices here")
             sched.write_text("bfq\n")
             root = tmp_path / "root"
-            (root / "sys" / "block").mkdir(parents=True)
+            vdz = root / "sys" / "block" / "vdz"
+            vdz.mkdir(parents=True)
             (root / "proc").mkdir()
-            (root / "sys" / "block" / "vdz").symlink_to(f"/sys/block/{name}")
             (root / "proc" / "mounts").write_text(f"{dev} {mnt} ext4 rw,relatime 0 0\n")
-            yield root, name
+            # the loop device's live sysfs directory, mounted inside the tree (a link out of it is not followed)
+            subprocess.run(["mount", "--bind", f"/sys/block/{name}", str(vdz)], check=True)
+            try:
+                yield root, name
+            finally:
+                subprocess.run(["umount", str(vdz)], check=False)
         finally:
             subprocess.run(["umount", str(mnt)], check=False)
     finally:
@@ -236,3 +241,51 @@ def test_images_are_replicated_next_to_themselves_and_left_alone(tmp_path: Path,
     assert r["change"] == "preallocation off → metadata" and r["details"]["replica_dir"] == str(images)
     assert "128 KiB clusters" in r["details"]["before_layout"]
     assert qcow.read_bytes() == before and qcow.stat().st_mtime_ns == mtime and _scratch(images) == []
+
+
+def _journal_applied(journals: Path) -> Path | None:
+    for j in journals.glob("*.json"):
+        try:
+            if json.loads(j.read_text())["state"] == "applied":
+                return j
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_stopped_during_a_host_experiment_the_host_is_as_before_or_as_the_journal_says(
+    loop_root: tuple[Path, str], tmp_path: Path, sig: signal.Signals
+) -> None:
+    root, name = loop_root
+    journals = tmp_path / "journal"
+    proc = subprocess.Popen([*KVMTUNE, "verify", "--host", "--root", str(root), "--only", "KVM-HST-004", "--apply",
+                             "--yes", "--threshold", "100000", "--seconds", "2", "--journal-dir", str(journals),
+                             "--workdir", str(tmp_path / "w"), "--no-store"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while _journal_applied(journals) is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        journal = _journal_applied(journals)
+        if journal is None:
+            err = proc.communicate(timeout=30)[1] if proc.poll() is not None else "still running"
+            pytest.fail(f"the change was never applied: {err}")
+        assert _scheduler(name) == "none"
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    state = json.loads(journal.read_text())["state"]
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 130 and state == "undone" and _scheduler(name) == "bfq"
+    else:  # no chance to clean up: the journal says what was changed, and undo restores it
+        assert state == "applied" and _scheduler(name) == "none"
+        assert main(["undo", journal.stem, "--journal-dir", str(journals), "--yes"]) == 0
+        assert _scheduler(name) == "bfq"
+    for pid in _pids_mentioning(str(tmp_path / "mnt")):
+        os.kill(pid, signal.SIGKILL)  # fio, when SIGKILL left it running
+    assert _scheduler(name) == "bfq"

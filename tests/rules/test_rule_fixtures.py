@@ -24,6 +24,7 @@ FIXTURE_HOST = HERE.parent / "fixtures" / "hosts" / "rules-default"
 
 
 def load(path: Path) -> list[Guest]:
+    """The fixtures are audited as ``--assume-this-host`` would: host-relative rules judge them too."""
     files = sorted(path.iterdir()) if path.is_dir() else [path]
     guests = []
     for f in files:
@@ -31,6 +32,8 @@ def load(path: Path) -> list[Guest]:
             guests.append(load_guest_file(f))
         elif f.suffix == ".args":
             guests.append(guest_from_text(f.read_text(), str(f)))
+    for guest in guests:
+        guest.on_audited_host = True
     return guests
 
 

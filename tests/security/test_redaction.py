@@ -74,7 +74,7 @@ secrets = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist
                   max_size=40).filter(lambda s: s.strip() == s and "REDACTED" not in s)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(secret=secrets, key=st.sampled_from(["data", "password", "file.cookie", "passwd", "psk", "iv", "secret"]))
 def test_any_value_of_a_secret_key_is_redacted(secret: str, key: str) -> None:
     escaped = secret.replace(",", ",,")
@@ -87,7 +87,7 @@ def test_any_value_of_a_secret_key_is_redacted(secret: str, key: str) -> None:
 PASSWORDS = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$&'()*+;=", min_size=6, max_size=20)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(user=st.text(alphabet="abcdefghij", min_size=1, max_size=8),
        password=PASSWORDS.filter(lambda p: p not in "REDACTED"),
        scheme=st.sampled_from(["http", "https", "ftp", "ftps", "ssh", "nbd", "gluster", "iscsi"]))

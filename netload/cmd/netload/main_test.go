@@ -444,3 +444,87 @@ func TestTokenFromFlagOrEnvironment(t *testing.T) {
 		t.Fatalf("token flag: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// Every profile in testdata/ uses a uperf feature the way uperf's shipped
+// profiles do; each runs unchanged against a real `netload serve`, with
+// uperf's variables taken from the environment.
+func TestUperfFeatureProfilesRunAgainstARealServer(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/*.xml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata profiles: %v", err)
+	}
+	_, addr := server(t, "")
+	_, addr2 := server(t, "")
+	host, _, _ := net.SplitHostPort(addr)
+	type summary struct {
+		Transactions int64   `json:"transactions"`
+		Errors       int64   `json:"errors"`
+		ServerErrors int64   `json:"server_errors"`
+		DiffPct      float64 `json:"bytes_difference_pct"`
+	}
+	type document struct {
+		Summary summary `json:"summary"`
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			args := []string{"run", f, "--json", "-q", "--stall-timeout", "10s"}
+			multi := strings.Contains(f, "two-hosts")
+			if !multi {
+				args = append(args, "--remote", addr)
+			}
+			c := exec.Command(bin, args...)
+			// uperf's variables from the environment; $h1/$h2 are two servers
+			c.Env = append(os.Environ(), "h="+host, "h1="+addr, "h2="+addr2, "nthr=3", "iter=4", "proto=tcp")
+			r := runCmd(t, 60*time.Second, c)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var docs []document
+			if multi {
+				var all struct {
+					Hosts []struct {
+						Remotehost string   `json:"remotehost"`
+						Document   document `json:"document"`
+					} `json:"hosts"`
+				}
+				if err := json.Unmarshal([]byte(r.stdout), &all); err != nil {
+					t.Fatal(err)
+				}
+				if len(all.Hosts) != 2 || all.Hosts[0].Remotehost != addr || all.Hosts[1].Remotehost != addr2 {
+					t.Fatalf("hosts %+v", all.Hosts)
+				}
+				for _, h := range all.Hosts {
+					docs = append(docs, h.Document)
+				}
+			} else {
+				var doc document
+				if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+					t.Fatal(err)
+				}
+				docs = append(docs, doc)
+			}
+			for _, doc := range docs {
+				if doc.Summary.Errors != 0 || doc.Summary.ServerErrors != 0 || doc.Summary.DiffPct != 0 || doc.Summary.Transactions == 0 {
+					t.Fatalf("summary %+v", doc.Summary)
+				}
+			}
+			if filepath.Base(f) == "ignored-options.xml" && strings.Count(r.stderr, "warning:") != 2 {
+				t.Fatalf("want two warnings, got:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+func TestAGroupTalkingToTwoHostsIsRefused(t *testing.T) {
+	p := writeFile(t, "two.xml", `<profile name="x"><group nthreads="1"><transaction>
+  <flowop type="connect" options="conn=1 remotehost=127.0.0.1:1"/><flowop type="connect" options="conn=2 remotehost=127.0.0.1:2"/>
+</transaction></group></profile>`)
+	r := runBin(t, 10*time.Second, "run", p)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "talks to 127.0.0.1:1 and 127.0.0.1:2") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	r = runBin(t, 10*time.Second, "run", p, "--remote", "127.0.0.1:9")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "start a netload serve on each") {
+		t.Fatalf("--remote with two hosts: exit %d: %s", r.code, r.stderr)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/wire"
 )
 
@@ -143,4 +144,31 @@ func TestMaxSessionsRefusesTheNextRun(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// Lost datagrams leave UDP readers short of the client's count: the server
+// takes that as loss; a short TCP reader is still an error.
+func TestOnlyUDPReadersShort(t *testing.T) {
+	src := `<profile name="u"><group nthreads="2">
+  <transaction><flowop type="connect" options="conn=1 remotehost=h protocol=udp"/><flowop type="connect" options="conn=2 remotehost=h"/></transaction>
+  <transaction duration="1s"><flowop type="write" options="conn=1 size=64"/></transaction>
+  <transaction duration="1s"><flowop type="write" options="conn=2 size=64"/></transaction>
+</group></profile>`
+	p, err := profile.Parse([]byte(src), "u.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := newSide("server", p.Opposite(), 1)
+	defer sd.close()
+	for _, c := range []struct {
+		step int
+		want bool
+	}{{1, true}, {2, false}} {
+		rs := &runningStep{k: c.step, ctl: &stepCtl{targets: []int64{5, 5}}}
+		sd.strands[0].stepPasses.Store(5)
+		sd.strands[1].stepPasses.Store(3)
+		if got := sd.onlyUDPReadersShort(rs); got != c.want {
+			t.Errorf("step %d: %v, want %v", c.step, got, c.want)
+		}
+	}
 }

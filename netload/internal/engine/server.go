@@ -190,7 +190,7 @@ func checkProfile(p *profile.Profile) error {
 				return fmt.Errorf("group %q has a malformed transaction", g.Name)
 			}
 			for _, f := range t.Flowops {
-				if f.Size < 0 || f.Size > profile.MaxSize || f.RSize < 0 || f.RSize > profile.MaxSize || f.Count < 1 || f.Count > profile.MaxCount {
+				if f.Size < 0 || f.Size > profile.MaxSize || f.LastSize < 0 || f.LastSize > f.Size || f.RSize < 0 || f.RSize > profile.MaxSize || f.Count < 1 || f.Count > profile.MaxCount {
 					return fmt.Errorf("group %q has a flowop out of range", g.Name)
 				}
 				if f.Type.Moves() && f.Size < 1 {
@@ -412,13 +412,31 @@ func (ss *session) endStep(rs *runningStep, targets []int64, readErr chan error)
 	sd.stop(rs, targets)
 	grace := time.NewTimer(ss.srv.StepGrace)
 	defer grace.Stop()
-	select {
-	case <-rs.done:
-		return nil
-	case <-grace.C:
-	case err := <-readErr:
-		readErr <- err
-		return errPeerGone
+	// UDP readers may never reach the client's count: lost datagrams are not
+	// sent again. Once only they are left, they are stopped after a short
+	// wait and their shortfall is the loss the report shows, not an error.
+	udpCheck := time.NewTicker(udpLossWait)
+	defer udpCheck.Stop()
+wait:
+	for {
+		select {
+		case <-rs.done:
+			return nil
+		case <-grace.C:
+			break wait
+		case <-udpCheck.C:
+			if sd.onlyUDPReadersShort(rs) {
+				sd.interruptAll()
+				select {
+				case <-rs.done:
+				case <-time.After(5 * time.Second):
+				}
+				return nil
+			}
+		case err := <-readErr:
+			readErr <- err
+			return errPeerGone
+		}
 	}
 	short := 0
 	for _, s := range sd.strands {
@@ -435,4 +453,24 @@ func (ss *session) endStep(rs *runningStep, targets []int64, readErr chan error)
 		return fmt.Errorf("server strands did not stop within %v after the client stopped", ss.srv.StepGrace)
 	}
 	return fmt.Errorf("%d server strands had not reached the client's transaction count %v after the client stopped", short, ss.srv.StepGrace)
+}
+
+// udpLossWait is how long the server waits for UDP readers that are short of
+// the client's count before it takes the missing datagrams as lost.
+const udpLossWait = time.Second
+
+// onlyUDPReadersShort reports whether every strand still short of the
+// client's count in step rs reads from a UDP connection in that step.
+func (sd *side) onlyUDPReadersShort(rs *runningStep) bool {
+	short := false
+	for _, s := range sd.strands {
+		if s.stepPasses.Load() >= rs.ctl.targets[s.id] {
+			continue
+		}
+		short = true
+		if rs.k >= len(s.txns) || !s.txns[rs.k].readsUDP() {
+			return false
+		}
+	}
+	return short
 }

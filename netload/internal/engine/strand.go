@@ -25,6 +25,7 @@ type stepCtl struct {
 
 // op is a flowop prepared for execution.
 type op struct {
+	last    int // size of the last of count executions (0 = size)
 	typ     profile.Op
 	exec    executor
 	size    int
@@ -53,6 +54,8 @@ type strand struct {
 	txns  []ptxn
 	buf   []byte
 	conns []*flowop.Conn
+
+	lastPiece bool // the flowop being run is at its last count (op.last applies)
 
 	mu          sync.Mutex
 	interrupted bool
@@ -98,6 +101,7 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			o.exec = executors[f.Type]
+			o.last = int(f.LastSize)
 			if o.count < 1 {
 				o.count = 1
 			}
@@ -255,6 +259,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 	for i := range pt.ops {
 		o := &pt.ops[i]
 		for c := int64(0); c < o.count; c++ {
+			s.lastPiece = c == o.count-1
 			err := o.exec(s, o, r)
 			now := time.Now()
 			if err != nil && errors.Is(err, flowop.ErrInterrupted) {
@@ -395,7 +400,7 @@ func (s *strand) read(o *op, r *stepResult) error {
 	if conn == nil {
 		return fmt.Errorf("read: connection %d is not open", o.connID)
 	}
-	n, err := conn.Read(s.buf[:o.size])
+	n, err := conn.Read(s.buf[:o.sizeNow(s.lastPiece)])
 	r.bytesRead += int64(n)
 	s.bytes.Add(int64(n))
 	return err
@@ -406,7 +411,7 @@ func (s *strand) write(o *op, r *stepResult) error {
 	if conn == nil {
 		return fmt.Errorf("write: connection %d is not open", o.connID)
 	}
-	n, err := conn.Write(s.buf[:o.size])
+	n, err := conn.Write(s.buf[:o.sizeNow(s.lastPiece)])
 	r.bytesWritten += int64(n)
 	s.bytes.Add(int64(n))
 	return err
@@ -422,4 +427,21 @@ func (s *strand) disconnect(o *op, _ *stepResult) error {
 
 func (s *strand) think(o *op, _ *stepResult) error {
 	return flowop.Think(o.dur, o.busy, s.cancelCh())
+}
+
+func (o *op) sizeNow(last bool) int {
+	if last && o.last > 0 {
+		return o.last
+	}
+	return o.size
+}
+
+// readsUDP reports whether the transaction reads from a UDP connection.
+func (pt *ptxn) readsUDP() bool {
+	for _, f := range pt.t.Flowops {
+		if f.Type == profile.OpRead && f.Protocol == "udp" {
+			return true
+		}
+	}
+	return false
 }

@@ -54,6 +54,12 @@ func Listen(host string, port, wndsz int, runID uint32, fatal func(error)) (*Acc
 // fixedPortWait bounds how long Listen waits for a fixed port to be released.
 const fixedPortWait = 3 * time.Second
 
+// mailboxDepth is how many connections may wait for one strand's accept. A
+// strand that connects and disconnects in a loop (uperf's connect.xml,
+// disconnect_iter.xml) can be several connections ahead of the accepting
+// strand; the bound keeps a hostile peer from queueing without limit.
+const mailboxDepth = 64
+
 func newAcceptor(ln net.Listener, runID uint32, fatal func(error)) *Acceptor {
 	a := &Acceptor{ln: ln, runID: runID, fatal: fatal, mailbox: map[Key]chan net.Conn{}}
 	a.wg.Add(1)
@@ -69,7 +75,7 @@ func (a *Acceptor) box(k Key) chan net.Conn {
 	defer a.mu.Unlock()
 	ch := a.mailbox[k]
 	if ch == nil {
-		ch = make(chan net.Conn, 1)
+		ch = make(chan net.Conn, mailboxDepth)
 		a.mailbox[k] = ch
 	}
 	return ch
@@ -123,7 +129,7 @@ func (a *Acceptor) route(nc net.Conn) {
 	select {
 	case ch <- nc:
 	default:
-		nc.Close() // a duplicate: the strand already has one waiting
+		nc.Close() // more than mailboxDepth waiting for one strand: not a profile's doing
 	}
 }
 
@@ -161,10 +167,14 @@ func (a *Acceptor) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, ch := range a.mailbox {
-		select {
-		case nc := <-ch:
-			nc.Close()
-		default:
+	drain:
+		for {
+			select {
+			case nc := <-ch:
+				nc.Close()
+			default:
+				break drain
+			}
 		}
 		delete(a.mailbox, k)
 	}
@@ -174,7 +184,8 @@ func (a *Acceptor) Close() {
 // before the run whose port the peer learns through the control channel.
 type UDPEndpoint struct {
 	pc   *net.UDPConn
-	used bool
+	mu   sync.Mutex
+	used bool // an accepted connection is open on it
 }
 
 // ListenUDP binds a UDP socket on host (any port).
@@ -191,17 +202,16 @@ func ListenUDP(host string, wndsz int) (*UDPEndpoint, error) {
 func (u *UDPEndpoint) Port() int { return u.pc.LocalAddr().(*net.UDPAddr).Port }
 
 // Close closes the socket if no Accept took it.
-func (u *UDPEndpoint) Close() {
-	if !u.used {
-		u.pc.Close()
-	}
-}
+func (u *UDPEndpoint) Close() { u.pc.Close() }
 
 // Accept waits for the peer's hello datagram, connects the socket to the
 // sender, acknowledges, and returns the connection.
 func (u *UDPEndpoint) Accept(h Header, o Options, cancel <-chan struct{}, timeout time.Duration) (*Conn, error) {
-	if u.used {
-		return nil, errors.New("accept: a UDP connection cannot be opened twice in one run")
+	u.mu.Lock()
+	used := u.used
+	u.mu.Unlock()
+	if used {
+		return nil, errors.New("accept: this UDP connection is still open (disconnect it first)")
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -231,23 +241,16 @@ func (u *UDPEndpoint) Accept(h Header, o Options, cancel <-chan struct{}, timeou
 			continue
 		}
 		_ = u.pc.SetReadDeadline(time.Time{})
-		rc, err := u.pc.SyscallConn()
-		if err != nil {
-			return nil, err
-		}
-		var cerr error
-		if err := rc.Control(func(fd uintptr) { cerr = syscall.Connect(int(fd), sockaddr(from)) }); err != nil {
-			return nil, err
-		}
-		if cerr != nil {
-			return nil, fmt.Errorf("accept (udp): connect to %v: %w", from, cerr)
-		}
-		// the socket is connected now: plain Write goes to the peer
-		cc := &connectedUDP{UDPConn: u.pc, peer: from}
+		// the socket stays unconnected (a disconnect(2) of a socket bound to
+		// an ephemeral port would unbind it, and the strand may reopen the
+		// connection): writes name the peer, reads skip other senders
+		cc := &connectedUDP{UDPConn: u.pc, peer: from, ep: u}
 		if _, err := cc.Write(h.Encode()); err != nil {
 			return nil, fmt.Errorf("accept (udp): ack: %w", err)
 		}
+		u.mu.Lock()
 		u.used = true
+		u.mu.Unlock()
 		return NewConn(cc, o), nil
 	}
 }
@@ -257,21 +260,37 @@ func (u *UDPEndpoint) Accept(h Header, o Options, cancel <-chan struct{}, timeou
 type connectedUDP struct {
 	*net.UDPConn
 	peer *net.UDPAddr
+	ep   *UDPEndpoint
+	once sync.Once
+}
+
+// Close ends the association but keeps the bound socket, so that the
+// strand can accept the same connection again (uperf profiles reopen a UDP
+// connection after a disconnect). The endpoint closes the socket at the end
+// of the run.
+func (c *connectedUDP) Close() error {
+	c.once.Do(func() {
+		_ = c.UDPConn.SetDeadline(time.Time{})
+		c.ep.mu.Lock()
+		c.ep.used = false
+		c.ep.mu.Unlock()
+	})
+	return nil
+}
+
+// Read returns the next datagram from the peer; strays (a previous peer's
+// late datagrams, anyone else) are dropped.
+func (c *connectedUDP) Read(b []byte) (int, error) {
+	for {
+		n, from, err := c.UDPConn.ReadFromUDP(b)
+		if err != nil || (from.Port == c.peer.Port && from.IP.Equal(c.peer.IP)) {
+			return n, err
+		}
+	}
 }
 
 func (c *connectedUDP) Write(b []byte) (int, error) { return c.UDPConn.WriteToUDP(b, c.peer) }
 func (c *connectedUDP) RemoteAddr() net.Addr        { return c.peer }
-
-func sockaddr(a *net.UDPAddr) syscall.Sockaddr {
-	if ip4 := a.IP.To4(); ip4 != nil {
-		sa := &syscall.SockaddrInet4{Port: a.Port}
-		copy(sa.Addr[:], ip4)
-		return sa
-	}
-	sa := &syscall.SockaddrInet6{Port: a.Port}
-	copy(sa.Addr[:], a.IP.To16())
-	return sa
-}
 
 func dialUDP(ctx context.Context, d net.Dialer, addr string, h Header, o Options) (*Conn, error) {
 	nc, err := d.DialContext(ctx, "udp", addr)

@@ -83,8 +83,6 @@ type Conn struct {
 	mu          sync.Mutex
 	interrupted bool
 	intr        atomic.Bool // mirror of interrupted for the blocking loops
-
-	lowat int // the SO_RCVLOWAT last set (0 = the kernel's default of 1)
 }
 
 // BlockingTick bounds how long a blocking-mode operation sleeps before it
@@ -261,9 +259,6 @@ func (c *Conn) classify(op string, err error) error {
 // full, for UDP one datagram. It returns the bytes received even when it
 // fails part way.
 func (c *Conn) Read(buf []byte) (int, error) {
-	if !c.udp && len(buf) != max(c.lowat, 1) {
-		c.setLowat(len(buf))
-	}
 	if c.rc != nil {
 		return c.blockingIO("read", buf, false)
 	}
@@ -284,34 +279,6 @@ func (c *Conn) Read(buf []byte) (int, error) {
 		}
 	}
 	return got, nil
-}
-
-// maxLowat caps SO_RCVLOWAT (the kernel caps it at half the receive buffer too).
-const maxLowat = 1 << 20
-
-// setLowat asks the kernel to wake a TCP reader only once n bytes (a whole
-// message) are there, instead of at every segment: the profile of
-// str-writex30k showed the writer spending 14 % of its CPU in waking the
-// reader (sock_def_readable), and the reader a read(2) per segment. A read
-// still returns what is there at a timeout or an interrupt.
-func (c *Conn) setLowat(n int) {
-	n = min(n, maxLowat)
-	sc, ok := c.nc.(syscall.Conn)
-	if !ok {
-		return
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		if syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n) == nil {
-			c.lowat = n
-		}
-	})
-	if c.lowat != n {
-		c.lowat = n // failed: do not try again for every message
-	}
 }
 
 // Write sends one message (TCP: all of buf; UDP: one datagram).

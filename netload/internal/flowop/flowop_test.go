@@ -191,3 +191,30 @@ func TestAcceptorOutOfDescriptors(t *testing.T) {
 		t.Fatal("EMFILE on accept was not reported")
 	}
 }
+
+// A strand that reconnects in a loop can be several connections ahead of
+// the accepting strand: they wait in its mailbox (up to mailboxDepth)
+// instead of being dropped.
+func TestAcceptorQueuesReconnectsForOneStrand(t *testing.T) {
+	a, err := Listen("127.0.0.1", 0, 0, 7, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port()))
+	const n = 5
+	for i := 0; i < n; i++ {
+		c, err := Dial(context.Background(), addr, Header{RunID: 7, Strand: 3, Conn: 1}, Options{Protocol: "tcp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close() // connect, disconnect, connect again, as uperf's connect.xml does
+	}
+	for i := 0; i < n; i++ {
+		c, err := a.Accept(Key{3, 1}, Options{Protocol: "tcp"}, nil, 2*time.Second)
+		if err != nil {
+			t.Fatalf("accept %d of %d: %v", i+1, n, err)
+		}
+		c.Close()
+	}
+}

@@ -765,10 +765,6 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 // validate checks what needs the whole profile: connections used before
 // they are opened, UDP limits, one remote host.
 func (ps *parser) validate(p *Profile) error {
-	hosts := p.RemoteHosts()
-	if len(hosts) > 1 {
-		return &Error{File: ps.file, Pos: Pos{1, 1}, Msg: fmt.Sprintf("the profile names %d remote hosts (%s); netload drives one remote per run", len(hosts), strings.Join(hosts, ", "))}
-	}
 	total := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
@@ -778,7 +774,6 @@ func (ps *parser) validate(p *Profile) error {
 		}
 		open := map[int]string{} // conn id -> protocol
 		last := -1               // most recently opened conn
-		udpOpened := map[int]bool{}
 		for ti := range g.Transactions {
 			t := &g.Transactions[ti]
 			for fi := range t.Flowops {
@@ -792,10 +787,6 @@ func (ps *parser) validate(p *Profile) error {
 						f.Protocol = "tcp"
 					}
 					if f.Protocol == "udp" {
-						if t.Timed() || t.Iterations != 1 || udpOpened[f.Conn] {
-							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP connection is opened once per run: put this %s in a transaction with iterations=1 and do not reopen connection %d", f.Type, f.Conn)}
-						}
-						udpOpened[f.Conn] = true
 						if f.Port != 0 && g.Strands > 1 {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP %s with a fixed port serves one strand; this group has %d", f.Type, g.Strands)}
 						}
@@ -812,7 +803,12 @@ func (ps *parser) validate(p *Profile) error {
 						if last < 0 {
 							return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("flowop %s comes before any connect or accept in group %q", f.Type, g.Name)}
 						}
+						// as uperf: a flowop without conn= uses the anonymous connection
+						// (a connect/accept without conn=) while it is open
 						f.Conn = last
+						if _, ok := open[0]; ok {
+							f.Conn = 0
+						}
 					}
 					proto, ok := open[f.Conn]
 					if !ok {
@@ -830,6 +826,7 @@ func (ps *parser) validate(p *Profile) error {
 						}
 						continue
 					}
+					f.Protocol = proto
 					if proto == "udp" && (f.Size > MaxUDPSize || f.RSize > MaxUDPSize) {
 						return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("a UDP datagram holds at most %d bytes; size is %d", MaxUDPSize, max(f.Size, f.RSize))}
 					}

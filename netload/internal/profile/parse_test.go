@@ -242,17 +242,12 @@ func TestBadProfiles(t *testing.T) {
     ¦<flowop type="write" options="size=65508"/></transaction></group></profile>`, `UDP datagram holds at most`},
 		{"udp fixed port shared", `<profile name="x"><group nthreads="2"><transaction>
     ¦<flowop type="connect" options="protocol=udp port=3000"/></transaction></group></profile>`, `fixed port serves one strand`},
-		{"udp reopened", `<profile name="x"><group nthreads="1"><transaction iterations="2">
-    ¦<flowop type="connect" options="protocol=udp"/></transaction></group></profile>`, `UDP connection is opened once`},
 		{"think without duration", `<profile name="x"><group nthreads="1"><transaction>
     ¦<flowop type="think"/></transaction></group></profile>`, `think needs duration=`},
 		{"busy and idle", `<profile name="x"><group nthreads="1"><transaction>
     <flowop type="think" options="¦duration=1ms busy idle"/></transaction></group></profile>`, `busy and idle exclude`},
 		{"option twice", `<profile name="x"><group nthreads="1"><transaction>
     <flowop type="connect" options="remotehost=a ¦remotehost=b"/></transaction></group></profile>`, `given twice`},
-		{"two remote hosts", `¦<profile name="x"><group nthreads="1"><transaction>
-    <flowop type="connect" options="remotehost=a conn=1"/>
-    <flowop type="connect" options="remotehost=b conn=2"/></transaction></group></profile>`, `names 2 remote hosts`},
 		{"text inside", `<profile name="x"><group nthreads="1">
   ¦hello<transaction><flowop type="nop"/></transaction></group></profile>`, `unexpected text "hello"`},
 		{"no profile", `¦<!-- nothing here -->`, `no <profile> element`},
@@ -363,7 +358,9 @@ func TestVariablesAndDefaults(t *testing.T) {
 		t.Fatalf("recv -> %+v", r)
 	}
 	opp := p.Opposite().Groups[0].Transactions[1].Flowops
-	if opp[0].Type != OpRead || opp[0].Size != 1536 || opp[1].Type != OpWrite || opp[1].Size != 5 || opp[1].RSize != 3 {
+	// TCP: the peer writes the 3 bytes the controller reads, in one piece of at most rsize
+	if opp[0].Type != OpRead || opp[0].Size != 1536 || opp[1].Type != OpWrite || opp[1].Size != 5 || opp[1].RSize != 3 ||
+		opp[1].Count != 1 || opp[1].LastSize != 3 {
 		t.Fatalf("opposite %+v", opp)
 	}
 	if p.Opposite().Groups[0].Transactions[0].Flowops[0].Type != OpAccept {
@@ -418,5 +415,82 @@ func TestConnResolution(t *testing.T) {
 	}
 	if g.ConnsPerStrand() != 2 {
 		t.Errorf("ConnsPerStrand %d, want 2", g.ConnsPerStrand())
+	}
+}
+
+// TCP ops with rsize: the peer moves the controller's size*count bytes per
+// pass in rsize pieces (uperf's slave does the same); UDP keeps one datagram
+// of rsize per op.
+func TestOppositeWithRSizeMovesTheSameBytes(t *testing.T) {
+	src := `<profile name="r"><group nthreads="1">
+  <transaction><flowop type="connect" options="conn=1 remotehost=h"/><flowop type="connect" options="conn=2 remotehost=h protocol=udp"/></transaction>
+  <transaction iterations="2">
+    <flowop type="write" options="conn=1 count=6 size=4k rsize=10k"/>
+    <flowop type="read" options="conn=1 size=9k rsize=3k"/>
+    <flowop type="write" options="conn=2 count=2 size=100 rsize=50"/>
+  </transaction></group></profile>`
+	p, err := Parse([]byte(src), "r.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opp := p.Opposite().Groups[0].Transactions[1].Flowops
+	for i, want := range []struct{ size, count, last int64 }{{10240, 3, 4096}, {3072, 3, 0}, {50, 2, 0}} {
+		f := opp[i]
+		if f.Size != want.size || f.Count != want.count || f.LastSize != want.last {
+			t.Errorf("op %d: size %d count %d last %d, want %+v", i, f.Size, f.Count, f.LastSize, want)
+		}
+		orig := p.Groups[0].Transactions[1].Flowops[i]
+		if orig.Protocol == "tcp" {
+			peer := (f.Count-1)*f.Size + max(f.LastSize, 0)
+			if f.LastSize == 0 {
+				peer = f.Count * f.Size
+			}
+			if peer != orig.Size*orig.Count {
+				t.Errorf("op %d: peer moves %d bytes, controller %d", i, peer, orig.Size*orig.Count)
+			}
+		}
+	}
+}
+
+func TestSplitByHost(t *testing.T) {
+	src := `<profile name="m">
+  <group nthreads="2"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
+  <group nthreads="1"><transaction><flowop type="connect" options="remotehost=$h2"/><flowop type="disconnect" options="remotehost=$h2"/></transaction></group>
+  <group nthreads="4"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
+</profile>`
+	p, err := Parse([]byte(src), "m.xml", MapLookup(map[string]string{"h1": "a", "h2": "b"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, parts, err := p.SplitByHost()
+	if err != nil || len(hosts) != 2 || hosts[0] != "a" || parts["a"].Strands() != 6 || parts["b"].Strands() != 1 {
+		t.Fatalf("%v %v %v", hosts, parts, err)
+	}
+	bad, err := Parse([]byte(`<profile name="x"><group nthreads="1"><transaction>
+  <flowop type="connect" options="conn=1 remotehost=a"/><flowop type="connect" options="conn=2 remotehost=b"/>
+</transaction></group></profile>`), "x.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bad.SplitByHost(); err == nil || !strings.Contains(err.Error(), "talks to a and b") {
+		t.Fatalf("a group with two hosts: %v", err)
+	}
+}
+
+// A flowop without conn= uses the anonymous connection while it is open,
+// as in uperf (two-hosts.xml opens an anonymous and a conn=1 connection).
+func TestFlowopWithoutConnUsesTheAnonymousConnection(t *testing.T) {
+	src := `<profile name="a"><group nthreads="1">
+  <transaction><flowop type="connect" options="remotehost=h"/><flowop type="connect" options="conn=1 remotehost=h"/></transaction>
+  <transaction><flowop type="write" options="size=1"/><flowop type="read" options="conn=1 size=1"/></transaction>
+  <transaction><flowop type="disconnect"/><flowop type="disconnect" options="conn=1"/></transaction>
+</group></profile>`
+	p, err := Parse([]byte(src), "a.xml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := p.Groups[0].Transactions
+	if tx[1].Flowops[0].Conn != 0 || tx[1].Flowops[1].Conn != 1 || tx[2].Flowops[0].Conn != 0 || tx[2].Flowops[1].Conn != 1 {
+		t.Fatalf("connections: %+v %+v", tx[1].Flowops, tx[2].Flowops)
 	}
 }

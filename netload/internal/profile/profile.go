@@ -77,11 +77,15 @@ func (t *Transaction) Setup() bool {
 
 // Flowop is one operation with its options resolved.
 type Flowop struct {
-	Type       Op            `json:"type"`
-	Size       int64         `json:"size,omitempty"`  // bytes per read/write
-	RSize      int64         `json:"rsize,omitempty"` // bytes the peer uses for its opposite op (0 = Size)
-	Count      int64         `json:"count"`           // executions per transaction pass
-	Conn       int           `json:"conn"`            // connection id within the strand
+	Type  Op    `json:"type"`
+	Size  int64 `json:"size,omitempty"`  // bytes per read/write
+	RSize int64 `json:"rsize,omitempty"` // bytes the peer uses for its opposite op (0 = Size)
+	// LastSize, when set, is the size of the Count-th (last) execution: the
+	// serving side of a TCP op with rsize moves the same bytes per pass as
+	// the controller, in rsize pieces (see Opposite).
+	LastSize   int64         `json:"last_size,omitempty"`
+	Count      int64         `json:"count"` // executions per transaction pass
+	Conn       int           `json:"conn"`  // connection id within the strand
 	RemoteHost string        `json:"remotehost,omitempty"`
 	Port       int           `json:"port,omitempty"`
 	Protocol   string        `json:"protocol,omitempty"` // tcp or udp (connect/accept)
@@ -119,6 +123,17 @@ func (p *Profile) Opposite() *Profile {
 					nf.Size, nf.RSize = f.PeerSize(), 0
 					if f.RSize > 0 {
 						nf.RSize = f.Size
+					}
+					if f.RSize > 0 && f.RSize != f.Size && f.Protocol != "udp" {
+						// TCP is a byte stream: like uperf's slave, the peer moves the
+						// controller's size*count bytes per pass, in rsize pieces, so
+						// that both sides stay in step whatever rsize says
+						total := f.Size * f.Count
+						nf.Count = (total + f.RSize - 1) / f.RSize
+						nf.LastSize = 0
+						if last := total - (nf.Count-1)*f.RSize; last != f.RSize {
+							nf.LastSize = last
+						}
 					}
 				}
 				nt.Flowops = append(nt.Flowops, nf)
@@ -213,4 +228,37 @@ func (t *Transaction) BytesPerPass() (read, written int64) {
 		}
 	}
 	return
+}
+
+// SplitByHost gives each remote host the groups that talk to it, for a
+// profile that names several (uperf's two-hosts, VoIP, netBackup, SpecWeb):
+// netload runs one server per host. A group that names no host goes with
+// the first one; a group that names two cannot be split.
+func (p *Profile) SplitByHost() ([]string, map[string]*Profile, error) {
+	hosts := p.RemoteHosts()
+	out := map[string]*Profile{}
+	for _, g := range p.Groups {
+		mine := ""
+		for _, t := range g.Transactions {
+			for _, f := range t.Flowops {
+				if f.RemoteHost == "" || f.RemoteHost == mine {
+					continue
+				}
+				if mine != "" {
+					return nil, nil, fmt.Errorf("group %q talks to %s and %s; netload runs one server per host and a group's strands talk to one of them", g.Name, mine, f.RemoteHost)
+				}
+				mine = f.RemoteHost
+			}
+		}
+		if mine == "" && len(hosts) > 0 {
+			mine = hosts[0]
+		}
+		sub := out[mine]
+		if sub == nil {
+			sub = &Profile{Name: p.Name}
+			out[mine] = sub
+		}
+		sub.Groups = append(sub.Groups, g)
+	}
+	return hosts, out, nil
 }

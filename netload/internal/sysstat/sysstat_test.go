@@ -45,11 +45,14 @@ func TestReadProcStatFile(t *testing.T) {
 
 func TestDeltaMeasuresOwnCPU(t *testing.T) {
 	a := Take()
-	// burn about 150 ms of CPU
-	end := time.Now().Add(150 * time.Millisecond)
+	// burn about 150 ms of CPU, however long a loaded machine takes to give it
+	// (a wall-clock loop got 15 ms of CPU at load average 16)
+	giveUp := time.Now().Add(20 * time.Second)
 	x := 0.0
-	for time.Now().Before(end) {
-		x += math.Sqrt(x + 1)
+	for time.Now().Before(giveUp) && Delta(a, Take()).ProcS < 0.15 {
+		for i := 0; i < 100000; i++ {
+			x += math.Sqrt(x + 1)
+		}
 	}
 	b := Take()
 	d := Delta(a, b)

@@ -87,6 +87,33 @@ def add_running(host: HostRoot, result: AuditResult) -> int:
     return len(guests)
 
 
+def is_local_uri(uri: str) -> bool:
+    """qemu:///system, qemu+unix:///session: this machine's libvirt. qemu+ssh://host/..., qemu://host/: not."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return False
+    transport = scheme.partition("+")[2]
+    return transport in ("", "unix") and not rest.split("/", 1)[0].split("?", 1)[0]
+
+
+def mark_guests_off_host(result: AuditResult, assume_this_host: bool) -> None:
+    """Guests from files may describe another machine: host-relative checks need to know.
+
+    With ``--assume-this-host`` they count as this host's; otherwise one line says what is skipped.
+    """
+    foreign = [g for g in result.guests if not g.on_audited_host]
+    if not foreign:
+        return
+    if assume_this_host:
+        for guest in foreign:
+            guest.on_audited_host = True
+        return
+    result.looked_at.append(
+        f"{len(foreign)} guest(s) from files or a remote libvirt are not known to run on this host: "
+        "vCPUs against this host's CPUs and disk image probing skipped for them (--assume-this-host runs them)"
+    )
+
+
 def add_libvirt(uri: str, result: AuditResult, *, required: bool = True) -> int:
     from kvmtune.domain.connection import read_domains
 
@@ -98,6 +125,9 @@ def add_libvirt(uri: str, result: AuditResult, *, required: bool = True) -> int:
         else:
             result.looked_at.append(f"libvirt {uri}: not answering")
         return 0
+    local = is_local_uri(uri)
+    for guest in guests:
+        guest.on_audited_host = local
     result.guests.extend(guests)
     result.errors.extend(errors)
     active = sum(1 for g in guests if g.active)

@@ -118,16 +118,22 @@ def add_images(paths: Iterable[str], ctx: AuditContext, result: AuditResult) -> 
 
 
 def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
-    """Local images the guests' data disks use, with who uses them; and how many paths are not here."""
+    """Local images the guests' data disks use, with who uses them; and how many paths are not here.
+
+    Only guests known to run on this host bring their images along (a domain XML from
+    elsewhere names paths of another machine). Whatever is at a path, :func:`read_image`
+    opens only regular files and block devices.
+    """
     by_real: dict[str, _Wanted] = {}
     missing = 0
     for g in guests:
-        if not g.images_here:
+        # a guest from elsewhere (file, remote libvirt) or from a captured tree names another machine's paths
+        if not (g.on_audited_host and g.images_here) or not g.is_kvm_or_qemu:
             continue
         for d in g.disks:
             if d.device not in ("disk", "lun") or d.source_type not in ("file", "block") or not d.source:
                 continue
-            if not os.path.exists(d.source):
+            if not os.path.lexists(d.source):
                 missing += 1
                 continue
             real = os.path.realpath(d.source)

@@ -80,14 +80,15 @@ def run_rules(
     chosen = list(rules) if rules is not None else list(all_rules())
     findings: list[Finding] = []
     ctx.images = list(images)
+    audited = [g for g in guests if g.is_kvm_or_qemu]  # other hypervisors' guests: see KVM-GST-001
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
-            for guest in guests:
+            for guest in guests if rule.any_hypervisor else audited:
                 guarded(rule, f" for guest {guest.name}", partial(rule.check, guest, ctx), ctx, findings)
         elif isinstance(rule, RunRule):
-            if guests:
-                guarded(rule, "", partial(rule.check_run, list(guests), ctx), ctx, findings)
+            if audited:
+                guarded(rule, "", partial(rule.check_run, audited, ctx), ctx, findings)
         elif isinstance(rule, HostRule):
             if audit_host:
                 guarded(rule, "", partial(rule.check_host, ctx), ctx, findings)

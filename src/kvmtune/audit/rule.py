@@ -33,6 +33,8 @@ class Rule:
     fix_safe: ClassVar[bool] = False
     references: ClassVar[tuple[str, ...]] = ()
     scope: ClassVar[str] = ""
+    # guest rules see only KVM/QEMU guests unless they say they judge any hypervisor's
+    any_hypervisor: ClassVar[bool] = False
 
     @classmethod
     def severity_label(cls) -> str:

@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvmtune.bench.stats import mean, stdev
+from kvmtune.bench.report_parts import CHART_METRICS, claims_table, grouped_chart, percentile_table
+from kvmtune.bench.stats import mean
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import KvmtuneError
@@ -37,39 +38,6 @@ def _png(fig: Any) -> str:
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     _plt().close(fig)
     return base64.b64encode(buf.getvalue()).decode()
-
-
-def _series(cells: Sequence[CellRow], metric: str) -> dict[tuple[str, str], list[float]]:
-    out: dict[tuple[str, str], list[float]] = {}
-    for c in cells:
-        if c.status == "ok" and metric in c.metrics:
-            out.setdefault((c.workload, c.key.split("|")[0]), []).append(c.metrics[metric])
-    return out
-
-
-def bars_chart(cells: Sequence[CellRow], metric: str = "iops", label: str = "IOPS") -> list[tuple[str, str]]:
-    """One bar chart per workload: a bar per configuration (mean ± sd over repetitions)."""
-    plt = _plt()
-    data = _series(cells, metric)
-    charts = []
-    for workload in sorted({w for w, _ in data}):
-        if workload.startswith("ffsb-"):
-            continue  # shown as thread scaling
-        items = sorted((cfg, v) for (w, cfg), v in data.items() if w == workload)
-        if not items:
-            continue
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(items) + 2), 3.6))
-        ys = [mean(v) for _, v in items]
-        # an error bar only where there is an interval (two or more rounds); one round gets none, not a zero-width cap
-        errs = [stdev(v) if len(v) > 1 else float("nan") for _, v in items]
-        ax.bar(range(len(items)), ys, yerr=errs if any(len(v) > 1 for _, v in items) else None, color="#4477aa",
-               capsize=3)  # fmt: skip
-        ax.set_xticks(range(len(items)))
-        ax.set_xticklabels([k for k, _ in items], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel(label)
-        ax.set_title(f"{workload}: {label} per configuration")
-        charts.append((f"{workload} — {label}", _png(fig)))
-    return charts
 
 
 _FFSB = re.compile(r"ffsb-(\w+)-t(\d+)-(direct|buffered)")
@@ -157,62 +125,101 @@ def cell_table(cells: Sequence[CellRow]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-CSS = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;color:#222}
-table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
-td:first-child,td:nth-child(2),td:last-child{text-align:left}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
-.verdict{font-family:monospace;margin:.3em 0}img{max-width:100%}"""
+CSS = """body{font-family:sans-serif;max-width:1250px;margin:1em auto;color:#222}
+table{border-collapse:collapse;font-size:12px;margin:.4em 0 1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
+td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
+.badge{color:#fff;border-radius:3px;padding:1px 7px;white-space:nowrap;font-size:11px}
+.summary{background:#f4f6f8;border:1px solid #d0d7de;padding:.6em 1em;margin-bottom:1em}
+img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}
+@media print{body{max-width:none;margin:0}.chart{page-break-inside:avoid}h2{page-break-before:auto}}"""
+
+TIER_WORDS = {"guest": "probe guest (fio inside a booted guest)", "block": "block tier (qemu-storage-daemon + fio "
+              "over NBD: QEMU's block layer at host speed, no guest)", "quick": "quick tier (qemu-img bench)"}
 
 
-def render(store: Store, run_ids: Sequence[int]) -> str:
+def _section_title(accel: str, tiers: set[str]) -> str:
+    """What the numbers of one section are: a tier without a guest has no accelerator to name."""
+    words = ", ".join(TIER_WORDS.get(t, t) for t in sorted(tiers))
+    if tiers and tiers <= {"block", "quick"}:
+        return f"Measured on the {words}"
+    return f"Accelerator {accel}: {words}"
+
+
+def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) -> str:
     runs: list[RunRow] = [store.run(r) for r in run_ids]
     cells_by_accel: dict[str, list[CellRow]] = {}
     for r in runs:
         for c in store.cells(r.id):
-            cells_by_accel.setdefault(c.accel or r.accel or "unknown", []).append(c)
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kvmtune report</title><style>{CSS}</style></head><body>"]
-    parts.append(f"<h1>kvmtune storage report</h1><p>generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>")
-    parts.append(
-        "<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset</th><th>status</th><th>accel</th>"
-        "<th>host kernel</th><th>QEMU</th><th>fio</th><th>CPU</th><th>host I/O scheduler</th></tr>"
-    )
-    for r in runs:
-        e = r.env
-        parts.append(
-            "<tr>" + "".join(
-                f"<td>{html.escape(str(x))}</td>"
-                for x in (r.id, r.kind, r.preset or "", r.status, r.accel, e.get("host_kernel", ""), e.get("qemu", ""),
-                          e.get("fio", ""), e.get("cpu_model", ""), e.get("host_io_scheduler", ""))
-            ) + "</tr>"
-        )  # fmt: skip
-    parts.append("</table>")
-    if len(cells_by_accel) > 1:
-        parts.append(
-            "<p class='warn'>These runs used different accelerators ("
-            + ", ".join(html.escape(a) for a in sorted(cells_by_accel))
-            + "). Each gets its own section; no number is compared across them.</p>"
-        )
-    for accel, cells in sorted(cells_by_accel.items()):
-        parts.append(f"<h2>Accelerator: {html.escape(accel)}</h2>")
-        if accel == "tcg":
-            parts.append(
-                "<p class='warn'>Measured under TCG (software emulation): the guest's CPU cost dominates, so these "
-                "numbers show how this host's QEMU block layer behaves under emulation, not what a KVM guest gets.</p>"
-            )
-        if any(r.status != "complete" for r in runs):
-            parts.append("<p class='warn'>Some runs are partial or had failing cells; see the table.</p>")
-        parts.append("<h3>Seed claims, measured here</h3>")
+            cells_by_accel.setdefault(c.accel or r.accel or "none", []).append(c)
+    storage = {a: [c for c in cs if "topology" not in c.config and c.status != "interrupted"]
+               for a, cs in cells_by_accel.items()}
+    claim_rows: list[tuple[str, Any]] = []
+    for accel, cells in sorted(storage.items()):
         by_tier: dict[str, list[CellRow]] = {}
         for c in cells:
-            if "topology" not in c.config and c.status != "interrupted":
-                by_tier.setdefault(cell_tier(c), []).append(c)
+            by_tier.setdefault(cell_tier(c), []).append(c)
         for tier, tier_cells in sorted(by_tier.items()):  # never one verdict across tiers
-            for v in verdicts(tier_cells):
-                parts.append(f"<p class='verdict'>{html.escape(v.line(tier))}</p>")
-        charts = (
-            thread_scaling_chart(cells) + bars_chart(cells) + bars_chart(cells, "bw_Bps", "bytes/s") + cycle_chart(store, cells)
-        )
-        for title, png in charts:
-            parts.append(f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
+            label = tier if tier in ("block", "quick") else f"{tier}, {accel}"
+            claim_rows.extend((label, v) for v in verdicts(tier_cells))
+    env = runs[0].env if runs else {}
+    n_cells = sum(len(cs) for cs in cells_by_accel.values())
+    tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs})
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kvmtune report</title><style>{CSS}</style>"
+             "</head><body>"]
+    parts.append("<h1>kvmtune benchmark report</h1>")
+    parts.append(
+        "<div class='summary'><p><b>Host</b>: " + html.escape(str(env.get("cpu_model") or "CPU unknown"))
+        + f", {html.escape(str(env.get('ncpu') or '?'))} CPUs, kernel {html.escape(str(env.get('host_kernel') or '?'))}"
+        + f", QEMU {html.escape(str(env.get('qemu') or '–'))}.</p><p><b>Measured</b>: {len(runs)} run(s) ("
+        + ", ".join(html.escape(f"#{r.id} {r.kind}" + (f" {r.preset}" if r.preset else "")) for r in runs)
+        + f"), {n_cells} cells; tier(s): {html.escape(', '.join(tiers_all) or 'network')}; accelerator(s): "
+        + html.escape(", ".join(sorted(cells_by_accel)) or "–") + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
+        + (f"<p><b>Normalised to</b>: {html.escape(baseline)} = 100 %.</p>" if baseline else "")
+        + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
+        + "</div>")
+    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset</th><th>status</th><th>accel</th>"
+                 "<th>host kernel</th><th>QEMU</th><th>fio</th><th>CPU</th><th>note</th></tr>")
+    for r in runs:
+        e = r.env
+        parts.append("<tr>" + "".join(
+            f"<td>{html.escape(str(x))}</td>"
+            for x in (r.id, r.kind, r.preset or "", r.status, r.accel or "–", e.get("host_kernel", ""), e.get("qemu", ""),
+                      e.get("fio", ""), e.get("cpu_model", ""), r.note or "")) + "</tr>")  # fmt: skip
+    parts.append("</table>")
+    if len(cells_by_accel) > 1:
+        parts.append("<p class='warn'>These runs used different accelerators ("
+                     + ", ".join(html.escape(a) for a in sorted(cells_by_accel))
+                     + "). Each gets its own section; no number is compared across them.</p>")
+    for accel, cells in sorted(storage.items()):
+        if not cells:
+            continue
+        tiers = {cell_tier(c) for c in cells}
+        parts.append(f"<h2>{html.escape(_section_title(accel, tiers))}</h2>")
+        if accel == "tcg" and "guest" in tiers:
+            parts.append("<p class='warn'>Measured under TCG (software emulation): the guest's CPU cost dominates, so "
+                         "these are emulation numbers, not what a KVM guest gets.</p>")
+        if any(r.status != "complete" for r in runs):
+            parts.append("<p class='warn'>Some runs are partial or had failing cells; see the table.</p>")
+        for workload in sorted({c.workload for c in cells if not c.workload.startswith("ffsb-")}):
+            for metric, unit, scale in CHART_METRICS:
+                svg = grouped_chart(cells, workload, metric, unit, scale, baseline)
+                if svg:
+                    parts.append(f"<div class='chart'><h3>{html.escape(workload)}: {html.escape(unit)}</h3>{svg}</div>")
+        for title, png in _matplotlib_charts(store, cells):
+            parts.append(f"<div class='chart'><h3>{html.escape(title)}</h3>"
+                         f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'></div>")
+        table = percentile_table(cells)
+        if table:
+            parts.append("<h3>Completion latency percentiles</h3>" + table)
         parts.append("<h3>All cells</h3>" + cell_table(cells))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _matplotlib_charts(store: Store, cells: Sequence[CellRow]) -> list[tuple[str, str]]:
+    """Thread scaling and the boot cycle, where matplotlib is installed (the grouped bars need it not)."""
+    try:
+        _plt()
+    except KvmtuneError:
+        return []
+    return thread_scaling_chart(cells) + cycle_chart(store, cells)

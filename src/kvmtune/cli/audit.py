@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
     p.add_argument("--qemu-cmdline", action="append", default=[], metavar="FILE",
                    help="a file holding one QEMU command line (repeatable)")
     p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
+    p.add_argument("--assume-this-host", action="store_true",
+                   help="treat guests read from files as guests of this host: compare their vCPUs with this "
+                   "host's CPUs and probe their local disk images")
     p.add_argument("--root", default="/", metavar="DIR", help="read /proc, /sys, /etc below DIR (a captured host)")
     p.add_argument("--examples", action="store_true", help="audit the example domains shipped with kvmtune")
     p.add_argument("--format", choices=FORMATS, default="text")
@@ -78,6 +81,7 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
             result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
                                 "shipped with kvmtune")
+    collect.mark_guests_off_host(result, getattr(args, "assume_this_host", False))  # verify reuses gather
     audit_host.after_guests(args, ctx, result)
     return result
 

@@ -29,6 +29,8 @@ def register(sub: Any) -> None:
     p.add_argument("--label", default="", help="fleet reports: a name for this collection")
     p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
     p.add_argument("--html", type=Path, help="write the HTML report here")
+    p.add_argument("--baseline", metavar="CONFIG",
+                   help="benchmark reports: show each bar as %% of this configuration (a label on the chart, e.g. none)")
     p.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     p.set_defaults(func=run_report)
 
@@ -75,7 +77,7 @@ def run_report(args: argparse.Namespace) -> int:
                 net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
-            text = render(st, args.runs)
+            text = render(st, args.runs, baseline=args.baseline)
             if net_html:
                 text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:

@@ -146,6 +146,11 @@ def _children(el: etree._Element) -> dict[str, etree._Element]:
     return out
 
 
+# libvirt disk type -> the QEMU protocol driver it opens (network disks name theirs in source/@protocol)
+_PROTOCOL_OF_TYPE = {"file": "file", "block": "host_device", "nvme": "nvme", "vhostuser": "virtio-blk-vhost-user",
+                     "vhostvdpa": "virtio-blk-vhost-vdpa", "dir": "vvfat"}
+
+
 def _disk(el: etree._Element, locator: str) -> Disk:
     kids = _children(el)
     driver = kids.get("driver")
@@ -155,8 +160,11 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     src = None
     if source is not None:
         src = source.get("file") or source.get("dev") or source.get("name") or source.get("dir") or source.get("volume")
-        if src_type == "network" and source.get("protocol"):
-            src = f"{source.get('protocol')}:{src or ''}"
+    protocol = _PROTOCOL_OF_TYPE.get(src_type)
+    if src_type == "network" and source is not None:
+        protocol = _low(source.get("protocol"))
+    elif protocol == "host_device" and _low(el.get("device")) == "cdrom":
+        protocol = "host_cdrom"
     bus = _low(target.get("bus")) if target is not None else None
     d = driver.get if driver is not None else (lambda _k, _d=None: None)
     disk = Disk(
@@ -172,6 +180,7 @@ def _disk(el: etree._Element, locator: str) -> Disk:
         queues=_int(d("queues")),
         source_type=src_type,
         source=src,
+        protocol=protocol,
         readonly="readonly" in kids,
         shareable="shareable" in kids,
         locator=locator,
@@ -186,6 +195,8 @@ def _disk(el: etree._Element, locator: str) -> Disk:
         "format": f"{locator}/driver/@type",
         "discard": f"{locator}/driver/@discard",
         "iothread": f"{locator}/driver/@iothread",
+        "source": f"{locator}/source",
+        "controller": f"{locator}/address/@controller",
     }
     return disk
 
@@ -250,8 +261,10 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
     backing = top.get("memoryBacking")
     backing_kids = _children(backing) if backing is not None else {}
     iothreadids = top.get("iothreadids")
+    uuid_el = top.get("uuid")
     guest = Guest(
         name=(name_el.text or "").strip(),
+        uuid=((uuid_el.text or "").strip() or None) if uuid_el is not None else None,
         origin=origin,
         origin_kind=origin_kind,
         virt_type=_low(root.get("type")),
@@ -286,7 +299,8 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
     devices = top.get("devices")
     if devices is None:
         return guest
-    controllers: dict[str, str] = {}
+    controllers: dict[str, tuple[str, str | None]] = {}
+    hotplug_kib = 0
     counts: dict[str, int] = {}
     for el in devices:
         dtag = el.tag
@@ -304,7 +318,11 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
                 guest.hostdevs += 1
             guest.nics.append(_nic(el, len(guest.nics), locator))
         elif dtag == "controller" and _low(el.get("type")) == "scsi":
-            controllers[el.get("index", "0")] = _low(el.get("model")) or "default"
+            drv = el.find("driver")
+            controllers[el.get("index", "0")] = (
+                _low(el.get("model")) or "default", drv.get("iothread") if drv is not None else None)
+        elif dtag == "memory":
+            hotplug_kib += _memory_device_kib(el)
         elif dtag == "memballoon":
             guest.memballoon = _low(el.get("model"))
             guest.balloon_autodeflate = _low(el.get("autodeflate")) == "on"
@@ -325,8 +343,23 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         if disk.bus == "scsi" and disk.element is not None:
             address = disk.element.find("address")
             ctrl = address.get("controller", "0") if address is not None else "0"
-            disk.scsi_controller_model = controllers.get(ctrl, "default")
+            disk.scsi_controller = ctrl
+            disk.scsi_controller_model, disk.scsi_controller_iothread = controllers.get(ctrl, ("default", None))
+    if hotplug_kib and cpu is not None and cpu.find("numa/cell") is not None and guest.memory_kib:
+        # with NUMA cells libvirt sizes the guest as their sum plus the memory devices
+        guest.memory_kib += hotplug_kib
     return guest
+
+
+def _memory_device_kib(el: etree._Element) -> int:
+    """A <memory model='dimm|nvdimm|virtio-mem|...'> device's size (virtio-mem: what is plugged now)."""
+    target = el.find("target")
+    if target is None:
+        return 0
+    size_el = target.find("requested") if _low(el.get("model")) == "virtio-mem" else None
+    if size_el is None:
+        size_el = target.find("size")
+    return memory_kib(size_el) or 0
 
 
 def load_guest_file(path: str | Path) -> Guest:

@@ -82,6 +82,8 @@ def _gap(a: Sequence[str], a1: int, a2: int, b: Sequence[str], b1: int, b2: int,
     if a1 == a2 or b1 == b2:
         if a1 < a2 or b1 < b2:
             out.append(("delete" if b1 == b2 else "insert", a1, a2, b1, b2))
+    elif a2 - a1 == 1 and b2 - b1 == 1:
+        out.append(("replace", a1, a2, b1, b2))  # one line edited in place: the common case, no search needed
     elif (a2 - a1) * (b2 - b1) <= DIFFLIB_MAX_CELLS:
         matcher = difflib.SequenceMatcher(None, a[a1:a2], b[b1:b2], autojunk=False)
         out.extend((tag, x1 + a1, x2 + a1, y1 + b1, y2 + b1) for tag, x1, x2, y1, y2 in matcher.get_opcodes())

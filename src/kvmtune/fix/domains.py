@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lxml import etree
+
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
@@ -44,6 +46,14 @@ def _key(f: Finding) -> tuple[str, str, str]:
     return (f.rule, f.evidence, f.actual)
 
 
+def _read(tree: etree._ElementTree, where: str, origin_kind: str) -> Guest:
+    """A definition is fixed for the host it is fixed on (the one --root describes): the host-relative
+    rules (vCPUs against its CPUs) apply, as with ``audit --assume-this-host``."""
+    guest = guest_from_tree(tree, where, origin_kind)
+    guest.on_audited_host = True
+    return guest
+
+
 def fix_guest(
     data: bytes, where: str, origin_kind: str, rules: Sequence[type[Rule]], options: FixOptions
 ) -> tuple[Guest, GuestFix]:
@@ -71,7 +81,7 @@ def _fix_guest_once(
     fixers = all_fixers()
     guest_rules = [r for r in rules if issubclass(r, GuestRule)]
     ctx = AuditContext(host=options.host)
-    guest = guest_from_tree(parse_xml_bytes(data, where), where, origin_kind)
+    guest = _read(parse_xml_bytes(data, where), where, origin_kind)
     name = guest.name
     doc = XmlDoc(data, guest.tree, where)
     result = GuestFix()
@@ -110,14 +120,14 @@ def _fix_guest_once(
             # a fixer that says nothing still gets a reason line: its own summary
             result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
-        current = guest_from_tree(doc.tree, where, origin_kind)
+        current = _read(doc.tree, where, origin_kind)
     # a rule that raised (the engine's guard) or a host fact unreadable: said in the plan, not dropped
     result.skipped.extend(f"{name}: {err}" for err in dict.fromkeys(ctx.errors))
     if not doc.changed:
         return guest, result, set()
     after = doc.render()  # checked to parse to the same document as the edited tree
     if settled is None:
-        final = guest_from_tree(parse_xml_bytes(after, where), where, origin_kind)
+        final = _read(parse_xml_bytes(after, where), where, origin_kind)
         settled = run_rules(ctx, [final], rules=guest_rules)
     # A finding a fixer handled that is still there at the same place means the fix did not work.
     fixed_at = {(rule, evidence) for rule, evidence, _actual in fixed}

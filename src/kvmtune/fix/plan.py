@@ -275,8 +275,7 @@ class SysfsWrite(Change[RuntimeEntry]):
         # In a tree these are plain files, not sysfs: undo puts back their bytes
         # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
         # A tree entry that leads into the live /sys or /proc is the kernel's value, restored as such.
-        live = self.real.resolve()
-        in_tree = self.root.resolve() != Path("/") and not (live.is_relative_to("/sys") or live.is_relative_to("/proc"))
+        in_tree = self.root.resolve() != Path("/") and not kernel_attribute(self.real)
         tree_prior = self.real.read_bytes() if in_tree else None
         return RuntimeEntry(
             what=self.title(), path=self.path, real_path=str(self.real), parse=self.parse, prior=now, new=self.new,
@@ -331,6 +330,16 @@ def _undo_tree_value(e: RuntimeEntry, real: Path, now: str | None, prior: bytes,
     except OSError as exc:
         raise KvmtuneError(f"{real}: cannot restore it ({exc.strerror or exc})") from None
     ctx.done.append(f"{e.path}: {now} → {e.prior} (prior bytes of {real})")
+
+
+def kernel_attribute(path: Path) -> bool:
+    """True when ``path`` is a sysfs or procfs attribute (same file system as the live /sys or /proc), however it is
+    reached: a tree may mount the live kernel's attributes into itself (a bind mount); those take a value, not bytes."""
+    try:
+        dev = os.stat(path).st_dev
+        return dev in {os.stat("/sys").st_dev, os.stat("/proc").st_dev}
+    except OSError:
+        return False
 
 
 def normalise(text: str) -> str:

@@ -15,9 +15,11 @@ from typing import Any
 @dataclass
 class Disk:
     target: str  # vda, hdc, or the QEMU drive/node id
-    device: str = "disk"  # disk | cdrom | floppy | lun
+    device: str = "disk"  # disk | cdrom | floppy | lun | firmware (pflash code/variable store: not a data disk)
     bus: str | None = None  # virtio | scsi | ide | sata | fdc | usb | sd | nvme | xen
     scsi_controller_model: str | None = None  # for bus=scsi: virtio-scsi, lsilogic, …
+    scsi_controller_iothread: str | None = None  # for bus=scsi: the IOThread of its controller, if any
+    scsi_controller: str | None = None  # for bus=scsi: the controller's index (XML) or id (command line)
     cache: str | None = None  # none | writethrough | writeback | directsync | unsafe | default
     io: str | None = None  # native | threads | io_uring
     format: str | None = None  # raw | qcow2 | …
@@ -27,6 +29,8 @@ class Disk:
     queues: int | None = None
     source_type: str | None = None  # file | block | network | volume | nvme | vhostuser | dir
     source: str | None = None  # path, device or URL
+    protocol: str | None = None  # QEMU's protocol driver: file | host_device | rbd | iscsi | nbd | …
+    filters: list[str] = field(default_factory=list)  # filter nodes between the device and the image
     readonly: bool = False
     shareable: bool = False
     locator: str = ""  # where this disk is described (XPath or command-line option)
@@ -86,6 +90,10 @@ class Guest:
     name: str
     origin: str  # the file, URI or process this guest was read from
     origin_kind: str  # xml | libvirt | cmdline
+    uuid: str | None = None
+    # True only where the guest is known to run on the audited host (local libvirt, a running
+    # process, --assume-this-host): host-relative checks and disk image probing need it
+    on_audited_host: bool = False
     virt_type: str | None = None  # kvm | qemu (TCG) | …
     arch: str | None = None
     machine: str | None = None
@@ -123,6 +131,23 @@ class Guest:
             disk.element = None
         for nic in self.nics:
             nic.element = None
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """Who this guest is: its UUID when known, else where it was read from plus its name.
+
+        Two VMs called ``web`` from two files are two guests; one VM seen through its domain
+        XML and its running process (libvirt passes ``-uuid``) is one.
+        """
+        if self.uuid:
+            return ("uuid", self.uuid.strip().lower())
+        source = self.origin.split("#", 1)[0] if self.origin_kind == "libvirt" else self.origin
+        return ("source", self.origin_kind, source, self.name)
+
+    @property
+    def is_kvm_or_qemu(self) -> bool:
+        """kvmtune audits KVM guests and QEMU's TCG guests; LXC, Xen, bhyve, ... are other hypervisors."""
+        return (self.virt_type or "qemu").strip().lower() in ("kvm", "qemu")
 
     @property
     def is_x86(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvmtune.errors import InputError
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
+from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -54,8 +55,11 @@ NIC_MODEL_OF_DEVICE = {
     "spapr-vlan": "spapr-vlan",
 }
 
-PROTOCOL_SOURCE_TYPE = {"file": "file", "host_device": "block", "host_cdrom": "block", "nvme": "nvme"}
-FORMAT_DRIVERS = {"raw", "qcow2", "qcow", "qed", "vmdk", "vdi", "vpc", "vhdx", "luks", "parallels", "bochs", "dmg"}
+# the short options that stand for a -drive (QEMU's drive_add with these interfaces)
+_LEGACY_DRIVE_OPTIONS = {
+    "-hda": "ide", "-hdb": "ide", "-hdc": "ide", "-hdd": "ide", "-cdrom": "ide", "-pflash": "pflash",
+    "-fda": "floppy", "-fdb": "floppy", "-mtdblock": "mtd", "-sd": "sd",
+}
 
 
 @dataclass
@@ -71,13 +75,18 @@ class Option:
 
 
 def split_args_text(text: str) -> list[str]:
-    """Split a command line written as text (``.args`` file or a shell line)."""
+    """Split a command line written as text (``.args`` file, a shell line or a small start script).
+
+    Whole comment lines (``#!/bin/sh``, ``# notes``) are dropped and a leading ``exec`` is skipped,
+    so a hand-written ``exec qemu-system-x86_64 \\ ...`` script reads as its command line.
+    """
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     joined = re.sub(r"\\\r?\n", " ", text)
     try:
         words = shlex.split(joined, comments=False, posix=True)
     except ValueError as exc:
         raise ValueError(f"cannot split the command line: {exc}") from None
-    while words and _ENV_ASSIGN.match(words[0]) and not words[0].startswith("-"):
+    while words and (_ENV_ASSIGN.match(words[0]) or words[0] == "exec") and not words[0].startswith("-"):
         words.pop(0)
     return words
 
@@ -206,11 +215,64 @@ def effective_cache(direct: bool | None, no_flush: bool | None, write_cache: boo
     return "writeback" if wce else "writethrough"
 
 
-@dataclass
-class _Node:
-    name: str
-    props: dict[str, Any]
-    option: Option
+# devices that hand SCSI commands to the host device (device='lun'): no host page cache in the data path
+LUN_DEVICES = frozenset({"scsi-block"})
+
+
+class _Storage:
+    """The block side of one command line: -blockdev nodes and -drive options, by the names devices use."""
+
+    def __init__(self) -> None:
+        self.graph = BlockGraph()
+        self.drives: dict[str, tuple[str, bool | None, Option]] = {}  # -drive id -> (top node, wce, option)
+
+    def add_blockdev(self, opt: Option) -> None:
+        try:
+            opts = _node_options(opt.value or "")
+        except ValueError:
+            opts = nest(opt.props)
+        self.graph.add_tree(opts, opt.label)
+
+    def add_drive(self, opt: Option) -> str:
+        tree, wce = drive_tree(opt.props)
+        node = self.graph.add_tree(tree, opt.label)
+        drive_id = str(opt.props.get("id", f"#drive{opt.index}"))
+        self.drives[drive_id] = (node.name, wce, opt)
+        return drive_id
+
+    def resolve(self, ref: str) -> tuple[ResolvedDisk | None, Option | None]:
+        """QEMU looks a device's drive= up as a -drive id first, then as a node name."""
+        if ref in self.drives:
+            node_name, wce, opt = self.drives[ref]
+            resolved = self.graph.resolve(node_name)
+            if resolved is not None:
+                resolved.wce_default = wce
+            return resolved, opt
+        return self.graph.resolve(ref), None
+
+
+def _node_options(value: str) -> dict[str, Any]:
+    text = value.strip()
+    if text.startswith("{"):
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data
+    return nest(parse_keyval(text, "driver"))
+
+
+def _apply_resolved(disk: Disk, res: ResolvedDisk, write_cache: bool | None) -> None:
+    wce = write_cache if write_cache is not None else res.wce_default
+    disk.cache = effective_cache(res.direct, res.no_flush, wce)
+    disk.io = res.aio
+    disk.format = res.format
+    disk.source = res.path
+    disk.source_type = res.source_type
+    disk.protocol = res.protocol
+    disk.filters = list(res.filters)
+    disk.discard = "unmap" if res.discard else None
+    disk.detect_zeroes = res.detect_zeroes
+    disk.readonly = disk.readonly or res.read_only
 
 
 def guest_from_argv(argv: list[str], origin: str) -> Guest:
@@ -222,18 +284,23 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
     guest = Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch)
     guest.vcpus = 1
     accel: str | None = None
-    nodes: dict[str, _Node] = {}
-    drives: dict[str, Option] = {}
+    storage = _Storage()
     devices: list[Option] = []
     netdevs: dict[str, Option] = {}
     objects: dict[str, Option] = {}
     cpu_seen = False
-    legacy_disks: list[Option] = []
+    legacy_disks: list[tuple[str, Option]] = []
 
     for opt in options:
         p = opt.props
         if opt.name == "-name":
             guest.name = str(p.get("guest") or opt.value or "?")
+        elif opt.name == "-uuid":
+            guest.uuid = (opt.value or "").strip() or None
+        elif opt.name == "-smbios" and guest.uuid is None:
+            smbios = parse_keyval(opt.value or "")
+            if smbios.get("type") == "1" and smbios.get("uuid"):
+                guest.uuid = str(smbios["uuid"]).strip()  # Proxmox VE sets the VM's UUID here, not with -uuid
         elif opt.name in ("-machine", "-M"):
             guest.machine = str(p.get("type", "")).lower() or guest.machine
             if "accel" in p:
@@ -285,15 +352,18 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
             if qom.startswith("memory-backend") and _on(p.get("merge")) is False:
                 guest.nosharepages = True
         elif opt.name == "-blockdev":
-            name = str(p.get("node-name", f"#{opt.index}"))
-            nodes[name] = _Node(name, p, opt)
+            storage.add_blockdev(opt)
         elif opt.name == "-drive":
-            if "id" in p:
-                drives[str(p["id"])] = opt
+            drive_id = storage.add_drive(opt)
             if str(p.get("if", "ide" if arch in ("x86_64", "i386") else "none")) != "none" or "id" not in p:
-                legacy_disks.append(opt)
-        elif opt.name in ("-hda", "-hdb", "-hdc", "-hdd"):
-            legacy_disks.append(Option("-drive", opt.value, opt.index, {"file": opt.value, "if": "ide"}))
+                legacy_disks.append((drive_id, opt))
+        elif opt.name in _LEGACY_DRIVE_OPTIONS:
+            iface = _LEGACY_DRIVE_OPTIONS[opt.name]
+            props: dict[str, Any] = {"file": opt.value, "if": iface, "id": f"{opt.name[1:]}#{opt.index}"}
+            if opt.name == "-cdrom":
+                props["media"] = "cdrom"
+            drive = Option("-drive", opt.value, opt.index, props)
+            legacy_disks.append((storage.add_drive(drive), drive))
         elif opt.name == "-device":
             devices.append(opt)
         elif opt.name == "-netdev":
@@ -314,7 +384,8 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
         guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
 
     scsi_controllers = {
-        str(d.props.get("id")): str(d.props.get("driver", "")) for d in devices if "id" in d.props
+        str(d.props.get("id")): (str(d.props.get("driver", "")).lower(), d.props.get("iothread"))
+        for d in devices if "id" in d.props
     }
     balloon = False
     for dev in devices:
@@ -323,7 +394,11 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
         if drv == "scsi-generic":
             continue  # SCSI host device passthrough (<hostdev type='scsi'>), not a disk
         if "drive" in p and drv in BUS_OF_DEVICE:
-            guest.disks.append(_disk_from_device(dev, str(p["drive"]), nodes, drives, scsi_controllers, guest))
+            guest.disks.append(_disk_from_device(dev, str(p["drive"]), storage, scsi_controllers, guest))
+        elif drv.startswith("vhost-user-blk"):
+            # served by an external process over a socket (<disk type='vhostuser'>): no QEMU block layer
+            guest.disks.append(Disk(target=str(p.get("id", dev.label)), bus="virtio", source_type="vhostuser",
+                                    protocol="vhost-user-blk", locator=dev.label))
         elif drv in NIC_MODEL_OF_DEVICE or "netdev" in p:
             backend = netdevs.get(str(p.get("netdev", "")))
             nic = _nic_from_backend(len(guest.nics), backend, drv, dev)
@@ -346,36 +421,50 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
                     locator=dev.label,
                 )
             )
-    for opt in legacy_disks:
-        guest.disks.append(_disk_from_drive(opt, guest))
+    for drive_id, opt in legacy_disks:
+        guest.disks.append(_disk_from_drive(drive_id, opt, storage, guest))
     guest.memballoon = "virtio" if balloon else "none"
+    plugged = _hotplugged_memory_kib(devices, objects)
+    if plugged and guest.memory_kib is not None:
+        guest.memory_kib += plugged  # -m is the boot RAM; pc-dimm/nvdimm/virtio-mem add to it
+        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
     return guest
 
 
-def _protocol_and_format(node_name: str, nodes: dict[str, _Node]) -> tuple[_Node | None, _Node | None]:
-    """Walk from the node a device uses down to its protocol node."""
-    fmt: _Node | None = None
-    seen: set[str] = set()
-    node = nodes.get(node_name)
-    while node is not None and node.name not in seen:
-        seen.add(node.name)
-        drv = str(node.props.get("driver", ""))
-        if drv in FORMAT_DRIVERS and fmt is None:
-            fmt = node
-        child = node.props.get("file")
-        if isinstance(child, str) and child in nodes:
-            node = nodes[child]
+_MEMORY_DEVICES = ("pc-dimm", "nvdimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device", "virtio-pmem-pci")
+
+
+def _hotplugged_memory_kib(devices: list[Option], objects: dict[str, Option]) -> int:
+    total = 0
+    for dev in devices:
+        drv = str(dev.props.get("driver", "")).lower()
+        if drv not in _MEMORY_DEVICES:
             continue
-        return node, fmt
-    return node, fmt
+        if drv.startswith("virtio-mem"):
+            size = dev.props.get("requested-size")  # what is plugged now, not the region's maximum
+        else:
+            backend = objects.get(str(dev.props.get("memdev", "")))
+            size = backend.props.get("size") if backend is not None else None
+        kib = _bytes_or_suffixed_kib(size)
+        total += kib or 0
+    return total
+
+
+def _bytes_or_suffixed_kib(value: Any) -> int | None:
+    """Object sizes: a bare number is bytes (unlike -m, where it is MiB)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text) // 1024
+    return _size_kib(text)
 
 
 def _disk_from_device(
     dev: Option,
     drive_ref: str,
-    nodes: dict[str, _Node],
-    drives: dict[str, Option],
-    controllers: dict[str, str],
+    storage: _Storage,
+    controllers: dict[str, tuple[str, Any]],
     guest: Guest,
 ) -> Disk:
     p = dev.props
@@ -383,9 +472,15 @@ def _disk_from_device(
     bus = BUS_OF_DEVICE[drv]
     if bus == "ide" and guest.machine and "q35" in guest.machine:
         bus = "sata"
+    if drv in LUN_DEVICES:
+        device = "lun"
+    elif drv in ("ide-cd", "scsi-cd") or (drv == "scsi-disk" and str(p.get("media", "")).lower() == "cdrom"):
+        device = "cdrom"
+    else:
+        device = "floppy" if bus == "fdc" else "disk"
     disk = Disk(
         target=str(p.get("id", drive_ref)),
-        device="cdrom" if drv in ("ide-cd", "scsi-cd") else ("floppy" if bus == "fdc" else "disk"),
+        device=device,
         bus=bus,
         iothread=str(p["iothread"]) if "iothread" in p else ("mapped" if "iothread-vq-mapping" in p else None),
         locator=dev.label,
@@ -397,71 +492,44 @@ def _disk_from_device(
             pass
     if bus == "scsi":
         ctrl_id = str(p.get("bus", "scsi0.0")).split(".")[0]
-        disk.scsi_controller_model = controllers.get(ctrl_id, "default")
-    wce = _on(p.get("write-cache")) if "write-cache" in p else None
-    if drive_ref in drives:
-        d = _disk_from_drive(drives[drive_ref], guest)
-        disk.cache = d.cache if wce is None else effective_cache(d.cache in ("none", "directsync"), d.cache == "unsafe", wce)
-        disk.io, disk.format, disk.source, disk.source_type = d.io, d.format, d.source, d.source_type
-        disk.discard, disk.detect_zeroes, disk.readonly = d.discard, d.detect_zeroes, d.readonly
-        disk.evidence = {k: f"{drives[drive_ref].label} (used by {dev.label})" for k in ("cache", "io", "format")}
-    else:
-        proto, fmt = _protocol_and_format(drive_ref, nodes)
-        top = nodes.get(drive_ref)
-        props: dict[str, Any] = {}
-        for n in (proto, fmt, top):
-            if n is not None:
-                props.update(
-                    {k: v for k, v in n.props.items() if k.startswith("cache.") or k in ("discard", "detect-zeroes", "read-only")}
-                )
-        if proto is not None:
-            disk.io = str(proto.props["aio"]) if "aio" in proto.props else None
-            pdrv = str(proto.props.get("driver", ""))
-            disk.source_type = PROTOCOL_SOURCE_TYPE.get(pdrv, "network")
-            disk.source = str(proto.props.get("filename") or proto.props.get("path") or proto.props.get("server.host") or pdrv)
-        disk.format = str(fmt.props["driver"]) if fmt is not None else ("raw" if proto is not None else None)
-        direct = _on(props.get("cache.direct"))
-        no_flush = _on(props.get("cache.no-flush"))
-        disk.cache = effective_cache(direct, no_flush, wce)
-        # guest discards are governed by the format node; libvirt sets discard=unmap on every
-        # protocol node below a format node so that the format driver's own discards get through
-        upper = fmt.props if fmt is not None else props
-        disk.discard = "unmap" if str(upper.get("discard", "")) in ("unmap", "on") else None
-        disk.detect_zeroes = str(upper["detect-zeroes"]) if "detect-zeroes" in upper else None
-        disk.readonly = _on(props.get("read-only")) is True
-        anchor = proto or top
-        where = anchor.option.label if anchor is not None else dev.label
-        disk.evidence = {"cache": f"{where} cache.* + {dev.label} write-cache", "io": f"{where} aio", "format": where}
+        model, iothread = controllers.get(ctrl_id, ("default", None))
+        disk.scsi_controller = ctrl_id
+        disk.scsi_controller_model = model
+        disk.scsi_controller_iothread = str(iothread) if iothread else None
+        disk.evidence["controller"] = f"-device id={ctrl_id}"
+    wc = str(p.get("write-cache", "auto")).lower()
+    write_cache = None if wc == "auto" else _on(wc)
+    resolved, drive_opt = storage.resolve(drive_ref)
+    if resolved is not None:
+        _apply_resolved(disk, resolved, write_cache)
+        where = resolved.where if drive_opt is None else f"{drive_opt.label} (used by {dev.label})"
+        disk.evidence.update({
+            "cache": f"{where} cache + {dev.label} write-cache" if drive_opt is None else where,
+            "io": where, "format": where, "source": where, "discard": where,
+        })
     disk.evidence["bus"] = f"{dev.label} driver={drv}"
+    disk.evidence["iothread"] = dev.label
     return disk
 
 
-def _disk_from_drive(opt: Option, guest: Guest) -> Disk:
+def _disk_from_drive(drive_id: str, opt: Option, storage: _Storage, guest: Guest) -> Disk:
     p = opt.props
-    iface = str(p.get("if", "ide"))
+    iface = str(p.get("if", "ide")).lower()
     bus = {"none": None, "mtd": "mtd", "pflash": "pflash", "floppy": "fdc"}.get(iface, iface)
     if bus == "ide" and guest.machine and "q35" in guest.machine:
         bus = "sata"
-    fmt = str(p["format"]) if "format" in p else None
-    cache = str(p["cache"]) if "cache" in p else None
-    if cache is None and ("cache.direct" in p or "cache.no-flush" in p):
-        cache = effective_cache(_on(p.get("cache.direct")), _on(p.get("cache.no-flush")), None)
-    source = str(p.get("file")) if "file" in p else None
-    disk = Disk(
-        target=str(p.get("id", f"drive{opt.index}")),
-        device="cdrom" if str(p.get("media", "")) == "cdrom" else ("floppy" if bus == "fdc" else "disk"),
-        bus=bus,
-        cache=cache,
-        io=str(p["aio"]) if "aio" in p else None,
-        format=fmt,
-        discard="unmap" if str(p.get("discard", "")) in ("unmap", "on") else None,
-        detect_zeroes=str(p["detect-zeroes"]) if "detect-zeroes" in p else None,
-        source=source,
-        source_type="block" if source and source.startswith("/dev/") else ("file" if source else None),
-        readonly=_on(p.get("readonly")) is True,
-        locator=opt.label,
-    )
-    disk.evidence = {k: f"{opt.label} {k}=" for k in ("cache", "io", "format")}
+    if iface == "pflash":
+        device = "firmware"  # the UEFI code or its variable store, not a guest data disk
+    elif str(p.get("media", "")).lower() == "cdrom":
+        device = "cdrom"
+    else:
+        device = "floppy" if bus == "fdc" else "disk"
+    disk = Disk(target=str(p.get("id", f"drive{opt.index}")), device=device, bus=bus, locator=opt.label)
+    resolved, _ = storage.resolve(drive_id)
+    if resolved is not None:
+        _apply_resolved(disk, resolved, None)
+    disk.evidence = {k: f"{opt.label} {k}=" for k in ("cache", "io", "format", "discard")}
+    disk.evidence["source"] = f"{opt.label} file="
     disk.evidence["bus"] = f"{opt.label} if={iface}"
     return disk
 

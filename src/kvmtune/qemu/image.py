@@ -529,7 +529,7 @@ class QemuImgReader:
 
 
 class FileReader:
-    """A raw image read directly (only when qemu-img is missing): opened after stat, never following a FIFO."""
+    """A raw image read directly (kvmtune's own privileges only): opened after stat, never blocking on a FIFO."""
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -548,6 +548,20 @@ class FileReader:
 
 def _read_partitions(img: DiskImage, spec: ImageSpec, runner: Runner) -> None:
     size = img.virtual_size or 0
+    if spec.fmt == "raw" and spec.backing is None and img.owner is None:
+        # a raw image's guest bytes are the file's bytes: read directly (no process, ~10 ms less per image)
+        try:
+            raw = FileReader(spec.path)
+        except OSError as exc:
+            img.partition_note = f"partition table not read: {exc}"
+            return
+        try:
+            img.partitions = parse_partition_table(raw.read, raw.size)
+        except OSError as exc:
+            img.partition_note = f"partition table not read: {exc}"
+        finally:
+            raw.close()
+        return
     try:
         reader = QemuImgReader(spec, runner, size, img.owner)
         img.partitions = parse_partition_table(reader.read, reader.size)

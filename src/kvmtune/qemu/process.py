@@ -41,6 +41,7 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
             errors.append(str(exc))
             continue
         guest.active = True
+        guest.on_audited_host = True  # a process of the host whose /proc this is
         guest.process_owner = owner
         guest.images_here = host.is_live
         if guest.name == "?":

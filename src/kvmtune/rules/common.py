@@ -33,6 +33,12 @@ def data_disks(guest: Guest, *, writable: bool = False) -> Iterator[Disk]:
         yield disk
 
 
+def is_passthrough_lun(disk: Disk) -> bool:
+    """device='lun' (QEMU's scsi-block): the guest's SCSI commands go to the host device with SG_IO,
+    past the host page cache, so cache and aio modes do not shape its I/O."""
+    return low(disk.device) == "lun"
+
+
 def is_local(disk: Disk) -> bool:
     return low(disk.source_type) in LOCAL_SOURCES
 
@@ -78,11 +84,17 @@ def default_nic_model(guest: Guest) -> str | None:
     return None
 
 
-_VERSIONED_MACHINE = re.compile(r"^(pc-i440fx|pc-q35|pc|virt|pseries|s390-ccw-virtio)-(\d+)\.(\d+)(?:\.\d+)?$")
+# a vendor may append its own revision to QEMU's version: Proxmox VE's pc-q35-3.1+pve0
+_VERSIONED_MACHINE = re.compile(
+    r"^(pc-i440fx|pc-q35|pc|virt|pseries|s390-ccw-virtio)-(\d+)\.(\d+)(?:\.\d+)?(?:\+[a-z0-9._-]+)?$"
+)
 
 
 def machine_version(machine: str | None) -> tuple[str, int, int] | None:
-    """``pc-q35-5.1`` -> ("pc-q35", 5, 1); None for aliases (pc, q35) and vendor types (pc-q35-rhel8.6.0)."""
+    """``pc-q35-5.1`` and ``pc-q35-5.1+pve0`` -> ("pc-q35", 5, 1).
+
+    None for aliases (pc, q35) and vendor types whose number is not QEMU's (pc-q35-rhel8.6.0).
+    """
     m = _VERSIONED_MACHINE.match(low(machine) or "")
     if not m:
         return None

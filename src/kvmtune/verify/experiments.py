@@ -33,6 +33,7 @@ DISK_EXPERIMENTS: dict[str, FioJob | str] = {
     "KVM-STO-005": CACHE_JOB,  # writeback → none + native
     "KVM-STO-006": FioJob("aio", "randrw", "4k", 32, rwmixread=70),  # threads → native
     "KVM-STO-007": CACHE_JOB,  # native + cached → cache none
+    "KVM-STO-014": CACHE_JOB,  # directsync → none
     "KVM-STO-008": FioJob("format", "randwrite", "4k", 16, fsync=32),  # qcow2 → raw (by hand)
     "KVM-STO-010": "discard",  # discard ignore → unmap
     "KVM-IMG-002": FioJob("prealloc", "randwrite", "4k", 16, fsync=32),  # qcow2 preallocation off → metadata
@@ -54,6 +55,7 @@ SAFETY_FIRST: dict[str, str] = {
 NOT_MEASURABLE: dict[str, str] = {
     "KVM-STO-001": "bus change " + GUEST_TIER,
     "KVM-STO-009": "an IOThread takes disk I/O off QEMU's main loop, which only a running guest keeps busy; " + GUEST_TIER,
+    "KVM-STO-015": "a virtio-scsi controller's IOThread takes its disks' I/O off QEMU's main loop; " + GUEST_TIER,
     "KVM-STO-011": "virtio-blk queues are per vCPU inside the guest; " + GUEST_TIER,
     "KVM-STO-012": "controller model change " + GUEST_TIER,
     "KVM-NET-001": "NIC model change " + GUEST_TIER,
@@ -64,6 +66,11 @@ NOT_MEASURABLE: dict[str, str] = {
     "KVM-CPU-002": "vCPU count " + GUEST_TIER,
     "KVM-CPU-001": "CPU model " + GUEST_TIER,
     "KVM-CPU-003": "accelerator change " + GUEST_TIER,
+    "KVM-WIN-001": "Hyper-V enlightenments act inside a Windows guest under KVM, which does not boot here",
+    "KVM-WIN-002": "hypervclock acts inside a Windows guest under KVM, which does not boot here",
+    "KVM-WIN-003": "the HPET's cost is a Windows guest's timer exits; " + GUEST_TIER,
+    "KVM-WIN-004": "RTC catch-up is guest timekeeping, not a speed setting",
+    "KVM-CPU-025": "migratable='off' changes what may migrate, not speed; invtsc needs KVM, which does not boot here",
     "KVM-MEM-001": "KSM merging of a pinned guest's memory " + GUEST_TIER,
     "KVM-MEM-002": "a balloon device reports and reclaims guest memory; no speed effect to measure",
     "KVM-MEM-004": "hugepages back guest RAM " + GUEST_TIER,

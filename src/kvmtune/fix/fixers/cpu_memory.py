@@ -86,3 +86,14 @@ def vcpus_to_host(call: FixCall) -> str:
     if current is not None and current.isdigit() and int(current) > host_cpus:
         call.doc.set_attr(vcpu, "current", str(host_cpus))
     return f"vcpu {old} → {host_cpus} (the host's online CPUs); the guest sees fewer CPUs after a restart"
+
+
+@xml_fixer("KVM-CPU-025", "cpu migratable='off' for a host-passthrough guest that requires invtsc")
+def invtsc_not_migratable(call: FixCall) -> str:
+    cpu = call.child(call.root, "cpu")
+    if cpu is None:
+        raise NotFixable("no <cpu> element")
+    if cpu.get("migratable") == "off":
+        raise NotFixable("migratable='off' is there already")
+    call.doc.set_attr(cpu, "migratable", "off")
+    return "cpu migratable → off; the guest keeps invtsc and can no longer be live-migrated"

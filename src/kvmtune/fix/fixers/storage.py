@@ -186,3 +186,37 @@ def scsi_controller(call: FixCall) -> str:
             return f"SCSI controller {index}: {old} → virtio-scsi; the guest needs the virtio_scsi driver"
     call.doc.append(devices, new("controller", type="scsi", index=index, model="virtio-scsi"))
     return f"add SCSI controller {index} model virtio-scsi (was libvirt's default, lsilogic)"
+
+
+@xml_fixer("KVM-STO-014", "cache='none' instead of directsync (the guest's flushes decide durability)")
+def cache_directsync(call: FixCall) -> str:
+    return _odirect(call)
+
+
+@xml_fixer("KVM-STO-015", "an IOThread for a virtio-scsi controller that has none")
+def scsi_controller_iothread(call: FixCall) -> str:
+    disk = call.disk()
+    root = call.root
+    if call.child(root, "iothreadids") is not None:
+        raise NotFixable("the domain lists <iothreadids>; set the controller's driver iothread='N' by hand")
+    address = call.child(disk.element, "address")
+    index = address.get("controller", "0") if address is not None else "0"
+    for ctrl in call.devices().iterfind("controller"):
+        if (ctrl.get("type") or "") == "scsi" and (ctrl.get("index") or "0") == index:
+            break
+    else:
+        raise NotFixable(f"SCSI controller {index} is not written in the definition")
+    el = call.child(root, "iothreads")
+    have = 0
+    if el is not None:
+        try:
+            have = int((el.text or "0").strip())
+        except ValueError:
+            raise NotFixable(f"<iothreads> holds {el.text!r}, not a number") from None
+    total = have + 1
+    if el is not None:
+        call.doc.set_text(el, str(total))
+    else:
+        insert_top_level(call, new("iothreads", str(total)), ("vcpu", "vcpus"))
+    call.set_child_attrs(ctrl, "driver", iothread=str(total))
+    return f"<iothreads> {have} → {total}, SCSI controller {index} driver iothread={total}"

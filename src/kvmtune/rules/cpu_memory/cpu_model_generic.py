@@ -8,7 +8,11 @@ from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
-GENERIC_MODELS = {"qemu64", "kvm64", "qemu32", "kvm32"}
+# QEMU's generic and legacy x86 models: none has AVX, AES-NI or x2apic (target/i386/cpu.c builtin_x86_defs)
+GENERIC_MODELS = {
+    "qemu64", "kvm64", "qemu32", "kvm32", "486", "pentium", "pentium2", "pentium3", "athlon", "phenom",
+    "coreduo", "core2duo", "n270",
+}
 
 
 class CpuModelGeneric(GuestRule):
@@ -16,7 +20,7 @@ class CpuModelGeneric(GuestRule):
     slug = "cpu-model-generic"
     topic = "cpu-model"
     severity = Severity.MEDIUM
-    title = "KVM guest gets a generic CPU model (qemu64/kvm64): no AVX, AES-NI and most modern instructions"
+    title = "KVM guest gets a generic or legacy CPU model (qemu64, kvm64, core2duo, ...): no AVX, AES-NI"
     why = (
         "qemu64 and kvm64 describe a 2003-era x86-64 CPU: the guest sees no AVX/AVX2, AES-NI, PCLMUL, "
         "x2apic or newer instructions, so crypto, compression and vectorised code fall back to slow paths. "

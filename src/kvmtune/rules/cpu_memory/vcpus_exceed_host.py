@@ -8,19 +8,6 @@ from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
 
 
-def _read_on_this_host(guest: Guest) -> str:
-    """How sure we are that the audited host is the one this guest runs on."""
-    if guest.origin_kind == "cmdline" and guest.active:
-        return "certain"  # a running process of this host
-    if guest.origin_kind == "libvirt":
-        uri = guest.origin.split("#", 1)[0]
-        scheme, _, rest = uri.partition("://")
-        if "+" not in scheme and not rest.split("/", 1)[0]:
-            return "certain"  # qemu:///system, qemu:///session
-        return "possible"  # a remote libvirt: its CPUs are not the ones counted here
-    return "likely"  # a file: written for this host, most of the time
-
-
 class VcpusExceedHost(GuestRule):
     id = "KVM-CPU-002"
     slug = "vcpus-exceed-host"
@@ -43,6 +30,8 @@ class VcpusExceedHost(GuestRule):
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if not guest.on_audited_host:
+            return  # a guest from a file or a remote libvirt runs on some other host's CPUs
         host_cpus = ctx.host_cpu_count()
         if not host_cpus or not guest.vcpus or guest.vcpus <= host_cpus:
             return
@@ -52,5 +41,5 @@ class VcpusExceedHost(GuestRule):
             expected=f"at most {host_cpus} vCPUs",
             evidence=guest.where("vcpus") or "/domain/vcpu",
             source=guest.origin,
-            confidence=_read_on_this_host(guest),
+            confidence="certain" if guest.origin_kind != "xml" else "likely",
         )

@@ -47,27 +47,29 @@ class DuplicateMac(RunRule):
     )
 
     def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterator[Finding]:
-        # who uses each MAC: {mac: {guest name: [(guest, nic), ...]}}; one guest read from two sources
-        # (its XML and its running process) has one name, so it is not its own duplicate
-        users: dict[str, dict[str, list[tuple[Guest, Nic]]]] = defaultdict(lambda: defaultdict(list))
+        # who uses each MAC: {mac: {guest identity: [(guest, nic), ...]}}. A guest is its UUID, else its
+        # source plus its name: two VMs called "web" from two files are two guests, while one VM read
+        # from its XML and from its running process (libvirt passes -uuid) is not its own duplicate
+        users: dict[str, dict[tuple[str, ...], list[tuple[Guest, Nic]]]] = defaultdict(lambda: defaultdict(list))
         for guest in guests:
             for nic in guest.nics:
                 mac = normalise_mac(nic.mac)
                 if mac is not None and not nic.teaming:  # a failover pair shares its MAC by design
-                    users[mac][guest.name].append((guest, nic))
-        seen: set[tuple[str, str, int]] = set()
-        for mac, by_name in users.items():
-            names = sorted(by_name)
-            within = {name for name, pairs in by_name.items() if self._same_guest_twice(pairs)}
-            if len(names) < 2 and not within:
+                    users[mac][guest.identity].append((guest, nic))
+        seen: set[tuple[tuple[str, ...], str, int]] = set()
+        for mac, by_id in users.items():
+            ids = sorted(by_id)
+            within = {ident for ident, pairs in by_id.items() if self._same_guest_twice(pairs)}
+            if len(ids) < 2 and not within:
                 continue
-            for name in names:
-                others = [n for n in names if n != name]
-                pairs = by_name[name]
-                if not others and name not in within:
+            labels = self._labels({ident: by_id[ident][0][0] for ident in ids})
+            for ident in ids:
+                others = [labels[i] for i in ids if i != ident]
+                pairs = by_id[ident]
+                if not others and ident not in within:
                     continue
                 for guest, nic in pairs:
-                    key = (name, mac, nic.index)
+                    key = (ident, mac, nic.index)
                     if key in seen:
                         continue
                     seen.add(key)
@@ -75,7 +77,7 @@ class DuplicateMac(RunRule):
                     if others:
                         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
                         what.append(f"also used by {shown}")
-                    if name in within:
+                    if ident in within:
                         what.append("used by another NIC of this guest")
                     yield self.finding(
                         target=GuestRule.target(guest, nic.label),
@@ -85,6 +87,14 @@ class DuplicateMac(RunRule):
                         source=guest.origin,
                         summary=f"MAC {mac} is not unique: {'; '.join(what)}",
                     )
+
+    @staticmethod
+    def _labels(guests: dict[tuple[str, ...], Guest]) -> dict[tuple[str, ...], str]:
+        """Guests by name; a name shared by two different guests gets its source added."""
+        count: dict[str, int] = defaultdict(int)
+        for g in guests.values():
+            count[g.name] += 1
+        return {ident: g.name if count[g.name] == 1 else f"{g.name} ({g.origin})" for ident, g in guests.items()}
 
     @staticmethod
     def _same_guest_twice(pairs: list[tuple[Guest, Nic]]) -> bool:

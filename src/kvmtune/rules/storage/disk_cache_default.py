@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import cache_mode, data_disks, is_local, local_confidence, low
+from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
 
 class DiskCacheDefault(GuestRule):
@@ -36,6 +36,8 @@ class DiskCacheDefault(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             cache = low(disk.cache)
             if cache_mode(disk) not in (None, "default") or not is_local(disk):
                 continue

@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low
+from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, is_passthrough_lun, low
 
 
 class DiskCacheUnsafe(GuestRule):
@@ -31,6 +31,8 @@ class DiskCacheUnsafe(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             if low(disk.cache) != "unsafe" or low(disk.source_type) in NO_BLOCK_LAYER:
                 continue
             yield self.finding(

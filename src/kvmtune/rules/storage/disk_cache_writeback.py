@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import data_disks, is_local, low
+from kvmtune.rules.common import data_disks, is_local, is_passthrough_lun, low
 
 
 class DiskCacheWriteback(GuestRule):
@@ -34,6 +34,8 @@ class DiskCacheWriteback(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             if low(disk.cache) != "writeback" or not is_local(disk):
                 continue
             yield self.finding(

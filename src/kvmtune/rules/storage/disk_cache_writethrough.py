@@ -6,6 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
+from kvmtune.rules.common import is_passthrough_lun
 
 
 class DiskCacheWritethrough(GuestRule):
@@ -29,6 +30,8 @@ class DiskCacheWritethrough(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             if disk.is_data_disk and not disk.readonly and disk.cache == "writethrough":
                 yield self.finding(
                     target=self.target(guest, disk.label),

@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import cache_mode, is_local, local_confidence
+from kvmtune.rules.common import cache_mode, is_local, is_passthrough_lun, local_confidence
 
 
 class DiskIoNativeCached(GuestRule):
@@ -32,6 +32,8 @@ class DiskIoNativeCached(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             cache = cache_mode(disk)
             # any local disk, CD-ROMs included: QEMU refuses to open the image whatever the guest uses it for
             if (disk.io or "").strip().lower() != "native" or cache in ("none", "directsync") or not is_local(disk):

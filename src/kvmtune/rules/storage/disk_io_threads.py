@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.model.guest import Guest
-from kvmtune.rules.common import cache_mode, data_disks, is_local, local_confidence, low
+from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
 
 class DiskIoThreads(GuestRule):
@@ -32,6 +32,8 @@ class DiskIoThreads(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest):
+            if is_passthrough_lun(disk):
+                continue  # SCSI commands pass through to the device, past the page cache
             if cache_mode(disk) not in ("none", "directsync") or not is_local(disk):
                 continue
             io = low(disk.io)

@@ -12,6 +12,8 @@ from kvmtune.rules.common import data_disks, low
 EMULATED_HBAS = {
     "lsilogic", "lsisas1068", "lsisas1078", "buslogic", "ncr53c90", "am53c974", "dc390",
     "lsi", "lsi53c895a", "lsi53c810", "mptsas1068", "megasas", "megasas-gen2", "esp",
+    # VMware's paravirtual HBA is paravirtual for ESXi only: QEMU emulates its rings in the main loop
+    "vmpvscsi", "pvscsi",
 }
 
 

@@ -1,0 +1,110 @@
+"""A guest's CPU placement as its domain XML states it: <vcpu cpuset>, <cputune> pins, <cpu> topology,
+guest NUMA cells and features. Only guests read from XML have it (a QEMU command line does not carry
+libvirt's pinning; the running threads' affinity is a host fact)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmtune.host.parsers import parse_cpu_list
+from kvmtune.model.guest import Guest
+
+
+@dataclass
+class CpuLayout:
+    vcpu_cpuset: set[int] = field(default_factory=set)  # <vcpu cpuset=…>: the default for unpinned vCPUs
+    vcpupins: dict[int, set[int]] = field(default_factory=dict)  # vCPU → host CPUs
+    emulatorpin: set[int] = field(default_factory=set)
+    iothreadpins: dict[int, set[int]] = field(default_factory=dict)
+    topology: dict[str, int] = field(default_factory=dict)  # sockets, dies, clusters, cores, threads
+    numa_cells: int = 0  # <cpu><numa><cell> count
+    numatune_mode: str | None = None
+    numatune_nodeset: set[int] | None = None
+    migratable: str | None = None  # <cpu migratable='on|off'> (host-passthrough, maximum)
+    features: dict[str, str] = field(default_factory=dict)  # feature name → policy
+
+    @property
+    def vcpu_cpus(self) -> set[int]:
+        """Every host CPU some vCPU may run on (pins, else the <vcpu cpuset> default)."""
+        out = set().union(*self.vcpupins.values()) if self.vcpupins else set()
+        return out | (self.vcpu_cpuset if self.vcpu_cpuset and not self.vcpupins else set())
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.vcpupins or self.vcpu_cpuset)
+
+
+def _cpus(text: str | None) -> set[int]:
+    """A libvirt cpuset (``0-3,^2,8``); exclusions honoured; garbage → empty (the XML is untrusted)."""
+    if not text:
+        return set()
+    keep: set[int] = set()
+    drop: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        target = drop if part.startswith("^") else keep
+        try:
+            target |= parse_cpu_list(part.lstrip("^"))
+        except ValueError:
+            return set()
+    return keep - drop
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def cpu_layout(guest: Guest) -> CpuLayout | None:
+    """The layout of a guest read from domain XML; ``None`` for command-line guests."""
+    tree: Any = guest.tree
+    if tree is None:
+        return None
+    root = tree.getroot() if hasattr(tree, "getroot") else tree
+    out = CpuLayout()
+    vcpu = root.find("vcpu")
+    if vcpu is not None:
+        out.vcpu_cpuset = _cpus(vcpu.get("cpuset"))
+    tune = root.find("cputune")
+    if tune is not None:
+        for pin in tune.findall("vcpupin"):
+            n = _int(pin.get("vcpu"))
+            cpus = _cpus(pin.get("cpuset"))
+            if n is not None and cpus:
+                out.vcpupins[n] = cpus
+        emu = tune.find("emulatorpin")
+        if emu is not None:
+            out.emulatorpin = _cpus(emu.get("cpuset"))
+        for pin in tune.findall("iothreadpin"):
+            n = _int(pin.get("iothread"))
+            cpus = _cpus(pin.get("cpuset"))
+            if n is not None and cpus:
+                out.iothreadpins[n] = cpus
+    cpu = root.find("cpu")
+    if cpu is not None:
+        out.migratable = cpu.get("migratable")
+        topo = cpu.find("topology")
+        if topo is not None:
+            for key in ("sockets", "dies", "clusters", "cores", "threads"):
+                value = _int(topo.get(key))
+                if value is not None and value > 0:
+                    out.topology[key] = value
+        numa = cpu.find("numa")
+        if numa is not None:
+            out.numa_cells = len(numa.findall("cell"))
+        for feat in cpu.findall("feature"):
+            name = feat.get("name")
+            if name:
+                out.features[name] = feat.get("policy", "require")
+    numatune = root.find("numatune")
+    if numatune is not None:
+        mem = numatune.find("memory")
+        if mem is not None:
+            out.numatune_mode = mem.get("mode", "strict")
+            nodeset = mem.get("nodeset")
+            out.numatune_nodeset = _cpus(nodeset) if nodeset else None
+            if mem.get("placement") == "auto":
+                out.numatune_mode = "auto"
+    return out
