@@ -60,10 +60,9 @@ def _int(text: str | None) -> int | None:
 def cpu_layout(guest: Guest) -> CpuLayout | None:
     """The layout of a guest read from domain XML; ``None`` for command-line guests. Read once per
     guest: several rules ask, and the corpus audit's speed goal counts every tree walk."""
-    memo: dict[str, Any] = guest.__dict__
-    if "_cpu_layout" not in memo:
-        memo["_cpu_layout"] = _read_layout(guest)
-    layout: CpuLayout | None = memo["_cpu_layout"]
+    if "cpu_layout" not in guest.derived:
+        guest.derived["cpu_layout"] = _read_layout(guest)
+    layout: CpuLayout | None = guest.derived["cpu_layout"]
     return layout
 
 

@@ -34,20 +34,18 @@ def _root(guest: Guest) -> Any:
 
 def windows_hint(guest: Guest) -> WindowsHint | None:
     """Why this guest looks like Windows, or ``None``; worked out once per guest (four rules ask)."""
-    memo: dict[str, Any] = guest.__dict__
-    if "_windows_hint" not in memo:
-        memo["_windows_hint"] = _read_hint(guest)
-    hint: WindowsHint | None = memo["_windows_hint"]
+    if "windows_hint" not in guest.derived:
+        guest.derived["windows_hint"] = _read_hint(guest)
+    hint: WindowsHint | None = guest.derived["windows_hint"]
     return hint
 
 
 def _top(guest: Guest) -> dict[str, Any]:
     """<metadata>, <features> and <clock> of the guest, looked up once (four rules read them)."""
-    memo: dict[str, Any] = guest.__dict__
-    if "_windows_top" not in memo:
+    if "windows_top" not in guest.derived:
         root = _root(guest)
-        memo["_windows_top"] = kids(root, "metadata", "features", "clock") if root is not None else {}
-    top: dict[str, Any] = memo["_windows_top"]
+        guest.derived["windows_top"] = kids(root, "metadata", "features", "clock") if root is not None else {}
+    top: dict[str, Any] = guest.derived["windows_top"]
     return top
 
 
