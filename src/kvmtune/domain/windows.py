@@ -32,6 +32,14 @@ def _root(guest: Guest) -> Any:
 
 
 def windows_hint(guest: Guest) -> WindowsHint | None:
+    """Read once per guest: every Windows rule asks, over every guest of a run (root.iter walks the tree)."""
+    if "windows_hint" not in guest.derived:
+        guest.derived["windows_hint"] = _read_hint(guest)
+    hint: WindowsHint | None = guest.derived["windows_hint"]
+    return hint
+
+
+def _read_hint(guest: Guest) -> WindowsHint | None:
     root = _root(guest)
     if root is None:
         return None
