@@ -7,7 +7,8 @@
 Goals: the seed-003 preset (8 configurations × 3 interleaved rounds = 24 cells, 5 s measured each) takes at
 most 150 s of wall time, and the harness adds at most 10 % of the fio runtime per cell (overhead = the time
 between two cells' completions minus the cell's ramp and measured seconds: image creation, the storage daemon,
-fio's start, deleting the image). Results go to bench/storage/results/block-latest.json with the load average,
+fio's start, deleting the image). Results go to bench/storage/results/block-HOSTFS-latest.json with the load
+average,
 since other jobs share this machine's cores.
 """
 
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "bench" / "storage" / "results" / "block-latest.json"
+RESULTS_DIR = REPO / "bench" / "storage" / "results"
 WALL_GOAL_S, OVERHEAD_GOAL = 150.0, 0.10
 
 
@@ -33,6 +34,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--runtime", type=float, default=5.0)
+    ap.add_argument("--host-fs", default="workdir", help="workdir, or a scratch ext4/xfs/btrfs (see the note on discard)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from kvmtune.bench.storage.block import RAMP_S
@@ -43,7 +45,8 @@ def main() -> int:
         load_before = os.getloadavg()
         start = time.monotonic()
         res = subprocess.run([sys.executable, "-m", "kvmtune", "bench", "storage", "--tier", "block", "--preset",
-                              "seed-003", "--runtime", f"{args.runtime:g}", "--db", str(db), "--workdir", str(wd)],
+                              "seed-003", "--runtime", f"{args.runtime:g}", "--host-fs", args.host_fs, "--db", str(db),
+                              "--workdir", str(wd)],
                              capture_output=True, text=True)  # fmt: skip
         wall = time.monotonic() - start
         if res.returncode != 0:
@@ -60,11 +63,11 @@ def main() -> int:
     out = {
         "cells": len(ends), "wall_s": round(wall, 1), "wall_goal_s": WALL_GOAL_S,
         "overhead_median": round(statistics.median(overheads), 3), "overhead_max": round(max(overheads), 3),
-        "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S,
+        "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "verdicts": report.strip().splitlines(),
     }  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"block-{args.host_fs}-latest.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     missed = wall > WALL_GOAL_S or out["overhead_median"] > OVERHEAD_GOAL
     return 1 if args.check and missed else 0

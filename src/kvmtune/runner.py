@@ -14,7 +14,11 @@ the *thread* that forked, so long-lived children are only started from the main 
 (:func:`_check_thread`), and a parent that died between fork and ``prctl`` is
 caught by comparing ``getppid()`` with the pid recorded before the fork. The
 setting survives ``execve`` of ordinary programs (``ip netns exec``, QEMU); a
-child must not daemonise (double-fork), and none of kvmtune's do.
+child must not daemonise (double-fork), and none of kvmtune's do. It is not
+inherited by a child's own ``fork``: fio forks one process per job by default,
+and those outlived a killed kvmtune until their runtime ended, so fio is always
+run with ``--thread`` (its jobs are then threads of the one process the kernel
+kills; fio measures the same either way).
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ def _die_with_parent(parent_pid: int) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:
         os._exit(127)
+
+
+def _with_threads(argv: Sequence[str]) -> list[str]:
+    """fio's jobs as threads (see the module docstring); other commands unchanged."""
+    out = list(argv)
+    if out and os.path.basename(out[0]) == "fio" and "--thread" not in out:
+        out.insert(1, "--thread")
+    return out
 
 
 def die_with_parent_preexec(*, long_lived: bool = True) -> Callable[[], None]:
@@ -129,7 +141,7 @@ class Runner:
         start = time.monotonic()
         try:
             proc = subprocess.run(
-                list(argv),
+                _with_threads(argv),
                 capture_output=True,
                 text=True,
                 errors="replace",
@@ -163,7 +175,7 @@ class Runner:
         if "preexec_fn" in kwargs:
             raise TypeError("Runner.popen sets preexec_fn itself (the child dies with kvmtune)")
         self.history.append(CommandResult(tuple(argv), -2, "", "", 0.0))
-        return subprocess.Popen(list(argv), preexec_fn=die_with_parent_preexec(), **kwargs)  # type: ignore[call-overload,no-any-return]
+        return subprocess.Popen(_with_threads(argv), preexec_fn=die_with_parent_preexec(), **kwargs)  # type: ignore[call-overload,no-any-return]
 
 
 _default: Runner | None = None

@@ -188,3 +188,11 @@ def test_host_fs_scratch_file_system_is_made_used_and_removed(tmp_path: Path) ->
     assert all(c.config["fs_type"] == "xfs" and c.config["device"].startswith("loop") for c in cells)
     assert all(c.key.split("|")[0].endswith("/fs-xfs") and c.metrics.get("host_tps", 0) > 0 for c in cells)
     assert ours(wd) == []
+
+
+def test_network_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, flag in ((["--topology", "bridge", "--ovs-datapath", "netdev"], "--ovs-datapath"),
+                       (["--topology", "user", "--vhost", "on"], "--vhost")):  # fmt: skip
+        assert cli.main(["bench", "net", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: does not apply to --topology"), err

@@ -119,3 +119,13 @@ def test_foreign_elements_are_refused() -> None:
         d.set_attr(etree.Element("x"), "a", "b")
     with pytest.raises(XmlEditError):
         d.remove(d.tree.getroot())
+
+
+def test_two_inserts_after_one_sibling_keep_their_order_in_text_and_tree() -> None:
+    d = doc("<domain>\n  <os/>\n  <devices/>\n</domain>\n")
+    os_el = el(d, "os")
+    d.insert_after(os_el, etree.Element("cpu"))
+    d.insert_after(os_el, etree.Element("features"))
+    out = d.render()
+    assert out == b"<domain>\n  <os/>\n  <cpu/>\n  <features/>\n  <devices/>\n</domain>\n"
+    assert [c.tag for c in d.tree.getroot()] == ["os", "cpu", "features", "devices"]

@@ -102,3 +102,26 @@ def test_fleet_report_merges_hosts_and_tracks_changes(tmp_path: Path, capsys: py
     assert "Since collection 1" in out and "0 new, 1 resolved" in out
     assert f"- {fixed} {gone['rule']}" in out
     assert "Trend (findings per collection): #1:" in out and "#2:" in out
+
+
+def test_benchmark_figures_as_prometheus_with_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmtune.bench.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        rid = st.begin_run("storage", {"accel": "none"}, {})
+        for rep, iops in enumerate((1000.0, 1200.0)):
+            st.add_cell(rid, "block/qcow2-off/none/native|randwrite-4k", {"tier": "block", "fmt": "qcow2"},
+                        "randwrite-4k", "ok", {"iops": iops, "lat_mean_us": 800.0, "made_up": 1.0}, rep=rep, accel=None)
+        st.finish_run(rid, "complete")
+    assert cli.main(["results", "show", "1", "--db", str(db), "--format", "prometheus"]) == 0
+    text = capsys.readouterr().out
+    assert ('kvmtune_benchmark_value{run="1",kind="storage",tier="block",configuration="block/qcow2-off/none/native",'
+            'workload="randwrite-4k",metric="iops",unit="IO/s",better="higher"} 1100') in text
+    assert 'metric="lat_mean_us",unit="µs",better="lower"} 800' in text
+    assert "made_up" not in text  # not in the catalogue: no unit, not exported
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed (Debian: prometheus); scripts/install.sh installs it")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -92,3 +92,46 @@ def test_short_command_from_a_thread_is_allowed() -> None:
 def test_popen_keeps_its_own_preexec() -> None:
     with pytest.raises(TypeError):
         Runner().popen(["true"], preexec_fn=lambda: None)
+
+
+def test_fio_jobs_die_with_kvmtune(tmp_path: Path) -> None:
+    """fio forks a process per job by default (not covered by the parent-death signal): run as threads."""
+    import shutil
+
+    if shutil.which("fio") is None:
+        pytest.skip("fio not installed")
+    script = (
+        "import sys\nfrom kvmtune.runner import Runner\nprint('ready', flush=True)\n"
+        f"Runner().run(['fio', '--name=t', '--filename={tmp_path}/f', '--size=4m', '--rw=randread', "
+        "'--runtime=30', '--time_based', '--numjobs=2'], timeout=120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == b"ready\n"
+        deadline = time.monotonic() + 20
+        fios: list[int] = []
+        while len(fios) < 1 and time.monotonic() < deadline:
+            fios = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmd(int(p)).startswith(b"fio\0--thread")]
+            time.sleep(0.05)
+        assert fios, "fio did not start (with --thread)"
+        time.sleep(1.0)  # its jobs running
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 2
+        while any(_alive(p) for p in fios) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = [p for p in fios if _alive(p)]
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def _cmd(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

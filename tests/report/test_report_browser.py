@@ -69,3 +69,18 @@ def test_storage_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "base.html"),
                      "--baseline", "none"]) == 0
     assert "% of none" in (tmp_path / "base.html").read_text()
+
+
+def test_verify_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.db"
+    assert cli.main(["verify", "--examples", "--only", "KVM-STO-002", "--repeat", "2", "--seconds", "0.3",
+                     "--size", "64M", "--db", str(db), "--workdir", str(tmp_path / "w")]) == 0
+    capsys.readouterr()
+    html = tmp_path / "verify.html"
+    assert cli.main(["report", "1", "--db", str(db), "--html", str(html)]) == 0
+    text = html.read_text()
+    assert "<h2>Verified fixes</h2>" in text and "KVM-STO-002" in text and "ratio B/A [95 %]" in text
+    title, log = open_in_chromium(html, tmp_path)
+    counts = dict(kv.split("=") for kv in title.split()[1:])
+    assert counts["svgs"] == "1" and counts["bad"] == "0" and int(counts["claims"]) == 2, title
+    assert "Uncaught" not in log, log[-2000:]

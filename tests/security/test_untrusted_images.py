@@ -152,6 +152,7 @@ def test_audit_never_contacts_a_backing_file_a_guest_wrote(tmp_path: Path, liste
     disk = raw_disk_with_qcow2_header(tmp_path, f"nbd+unix:///exp?socket={listener.path}")
     # probed (audit --images): reported, chain not followed
     main(["audit", "--images", str(disk)])
+    assert "1 image(s) with a backing file not followed" in capsys.readouterr().out
     # declared raw by the definition: read as raw
     xml = tmp_path / "victim.xml"
     xml.write_text(DOMAIN.format(fmt="raw", path=disk))

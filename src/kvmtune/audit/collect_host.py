@@ -99,6 +99,12 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
         )
     if skipped:
         result.looked_at.append(f"{len(skipped)} guest image(s) not readable by this user (skipped): {', '.join(skipped)}")
+    unfollowed = [i.path for i in result.images[-n:] if n and i.backing_note]
+    if unfollowed:
+        result.looked_at.append(
+            f"{len(unfollowed)} image(s) with a backing file not followed, their format being probed, not declared "
+            f"(name them in a domain definition to audit the chain): {', '.join(unfollowed)}"
+        )
     return n
 
 

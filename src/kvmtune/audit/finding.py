@@ -46,6 +46,8 @@ TOPICS = frozenset(
         "kvm-acceleration", "tuned-profile", "host-devices", "dirty-writeback",
         # CPU frequency and idle states, interrupt placement, CPU isolation, DMA remapping
         "cpu-power", "irq-affinity", "cpu-isolation", "iommu",
+        # Windows guests: Hyper-V enlightenments and clock timers
+        "hyperv", "guest-clock",
     }
 )
 

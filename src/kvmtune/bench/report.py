@@ -13,7 +13,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvmtune.bench.report_parts import CHART_METRICS, claims_table, grouped_chart, percentile_table
+from kvmtune.bench.report_parts import (
+    CHART_METRICS,
+    claims_table,
+    grouped_chart,
+    percentile_table,
+    ratio_chart,
+    verified_table,
+)
 from kvmtune.bench.stats import mean
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
@@ -147,8 +154,11 @@ def _section_title(accel: str, tiers: set[str]) -> str:
 
 def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) -> str:
     runs: list[RunRow] = [store.run(r) for r in run_ids]
+    verified = [c for r in runs if r.kind == "verify" for c in store.cells(r.id)]
     cells_by_accel: dict[str, list[CellRow]] = {}
     for r in runs:
+        if r.kind == "verify":
+            continue
         for c in store.cells(r.id):
             cells_by_accel.setdefault(c.accel or r.accel or "none", []).append(c)
     storage = {a: [c for c in cs if "topology" not in c.config and c.status != "interrupted"]
@@ -162,8 +172,8 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
             label = tier if tier in ("block", "quick") else f"{tier}, {accel}"
             claim_rows.extend((label, v) for v in verdicts(tier_cells))
     env = runs[0].env if runs else {}
-    n_cells = sum(len(cs) for cs in cells_by_accel.values())
-    tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs})
+    n_cells = sum(len(cs) for cs in cells_by_accel.values()) + len(verified)
+    tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs} | {cell_tier(c) for c in verified})
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kvmtune report</title><style>{CSS}</style>"
              "</head><body>"]
     parts.append("<h1>kvmtune benchmark report</h1>")
@@ -173,8 +183,10 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         + f", QEMU {html.escape(str(env.get('qemu') or '–'))}.</p><p><b>Measured</b>: {len(runs)} run(s) ("
         + ", ".join(html.escape(f"#{r.id} {r.kind}" + (f" {r.preset}" if r.preset else "")) for r in runs)
         + f"), {n_cells} cells; tier(s): {html.escape(', '.join(tiers_all) or 'network')}; accelerator(s): "
-        + html.escape(", ".join(sorted(cells_by_accel)) or "–") + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
+        + html.escape(", ".join(sorted(cells_by_accel)) or "none (no guest)")
+        + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
         + (f"<p><b>Normalised to</b>: {html.escape(baseline)} = 100 %.</p>" if baseline else "")
+        + ("<h2>Verified fixes</h2>" + verified_table(verified) + ratio_chart(verified) if verified else "")
         + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
         + "</div>")
     parts.append("<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset</th><th>status</th><th>accel</th>"

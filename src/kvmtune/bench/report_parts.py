@@ -207,3 +207,68 @@ def percentile_table(cells: Sequence[CellRow]) -> str:
                   for p in PERCENTILES) + "</tr>"
         for (cfg, w), vals in sorted(rows.items()))
     return f"<table><tr><th>configuration</th><th>workload</th>{head}</tr>{body}</table>"
+
+
+VERDICT_BADGE = {"helps": "#2b8a3e", "hurts": "#c92a2a", "no measurable effect": "#868e96"}
+
+
+def verified_table(cells: Sequence[CellRow]) -> str:
+    """``kvmtune verify`` results: one row per finding, the ratio B/A with its 95 % interval and a badge."""
+    rows = []
+    for c in cells:
+        cfg, m = c.config, c.metrics
+        head = (f"<td>{e(str(cfg.get('rule', '')))}</td><td>{e(str(cfg.get('target', '')))}</td>"
+                f"<td>{e(str(cfg.get('change', '')))}</td>")
+        if c.status != "ok" or "before" not in m:
+            rows.append(f"<tr>{head}<td colspan='4'><i>not measured: {e(c.error or c.status)}</i></td>"
+                        f"<td><span class='badge' style='background:{BADGE['not measured']}'>not measured</span></td></tr>")
+            continue
+        unit = str(cfg.get("unit") or "")
+        ci = (f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]" if "ratio_ci_low" in m else " (no interval)")
+        verdict = str(cfg.get("verdict", ""))
+        colour = VERDICT_BADGE.get(verdict, BADGE["measured"])
+        rows.append(
+            f"<tr>{head}<td class='num'>{m['before']:,.4g} → {m['after']:,.4g} {e(unit)}</td>"
+            f"<td class='num'>{m.get('ratio', 0):.2f}{ci}</td><td>{e(seed_figure(str(cfg.get('seed', ''))))}</td>"
+            f"<td>{e(str(cfg.get('tier', '')))}</td><td><span class='badge' style='background:{colour}'>{e(verdict)}"
+            f"</span></td></tr>")
+    return ("<table class='claims'><tr><th>rule</th><th>target</th><th>change</th><th>before → after</th>"
+            "<th>ratio B/A [95 %]</th><th>seed figure</th><th>tier</th><th>verdict</th></tr>" + "".join(rows) + "</table>")
+
+
+def ratio_chart(cells: Sequence[CellRow]) -> str:
+    """Each verified fix's ratio (after/before, higher = the fix helps) with its 95 % interval on a log
+    axis around 1, the way the seeds' "run B vs run A" charts read."""
+    pts = [(f"{c.config.get('rule')} {c.config.get('target')}", c.metrics) for c in cells
+           if c.status == "ok" and c.metrics.get("ratio", 0) > 0]
+    if not pts:
+        return ""
+    lo = min(min(m.get("ratio_ci_low", m["ratio"]), m["ratio"]) for _, m in pts)
+    hi = max(max(m.get("ratio_ci_high", m["ratio"]), m["ratio"]) for _, m in pts)
+    lo, hi = min(lo, 0.5), max(hi, 2.0)
+    lo, hi = max(lo, 1e-3), min(hi, 1e3)
+    left, width, row = 260, 520, 26
+    height = 40 + row * len(pts)
+
+    def x_of(v: float) -> float:
+        v = min(max(v, lo), hi)
+        return left + width * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" '
+           f'font-family="sans-serif" font-size="10" role="img" aria-label="verified fixes: ratio after/before">']
+    for tick in (0.01, 0.1, 0.5, 1, 2, 10, 100):
+        if lo <= tick <= hi:
+            x = x_of(tick)
+            svg.append(f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{height - 14}" stroke="{"#333" if tick == 1 else "#ddd"}"/>'
+                       f'<text x="{x:.1f}" y="{height - 2}" text-anchor="middle">{tick:g}×</text>')
+    for i, (label, m) in enumerate(pts):
+        y = 26 + i * row
+        svg.append(f'<text x="{left - 8}" y="{y + 3}" text-anchor="end">{e(label[:42])}</text>')
+        if "ratio_ci_low" in m:
+            svg.append(f'<line x1="{x_of(m["ratio_ci_low"]):.1f}" y1="{y}" x2="{x_of(m["ratio_ci_high"]):.1f}" '
+                       f'y2="{y}" stroke="#4477aa" stroke-width="2"/>')
+        svg.append(f'<circle cx="{x_of(m["ratio"]):.1f}" cy="{y}" r="4" fill="#4477aa">'
+                   f'<title>{e(label)}: {m["ratio"]:.2f}×</title></circle>')
+    svg.append(f'<text x="{left}" y="10">after / before (log scale; right of 1× = the fix helps on this metric)</text>')
+    svg.append("</svg>")
+    return "".join(svg)

@@ -259,6 +259,7 @@ class BenchRunner(CellSink):
         self._bench: Benchmark | None = None
         self._planned = 0
         self._shown = 0
+        self._measuring_since = 0.0
 
     def record(self, cell: Cell, *, show: bool = True) -> None:
         super().record(cell, show=show)
@@ -298,6 +299,7 @@ class BenchRunner(CellSink):
             self.accel = env.get("accel")
         self._bench, self._planned = bench, bench.planned_cells()
         self.run_id = self.store.begin_run(bench.kind, env, self.args, preset=self.preset)
+        self._measuring_since = time.monotonic()
         self.lock.describe({"pid": os.getpid(), "run": self.run_id, "kind": bench.kind, "db": str(self.store.path)})
         print(f"kvmtune: run {self.run_id}: {bench.plan()}, results in {self.store.path}", file=self.stream, flush=True)
         restore = _sigterm_as_interrupt()
@@ -340,9 +342,18 @@ class BenchRunner(CellSink):
         width = 24
         filled = int(width * done / max(1, total))
         what = bench.describe(cell) if cell.ok else f"ERROR: {cell.error}"
-        line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {cell.config_key} {cell.workload}: {what}"
+        line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}{_eta(self._measuring_since, done, total)} " \
+               f"{cell.config_key} {cell.workload}: {what}"
         self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
         self.stream.flush()
+
+
+def _eta(since: float, done: int, total: int) -> str:
+    """' ETA 4m05s' from the pace so far; nothing before the first cell or after the last."""
+    if since <= 0 or done <= 0 or done >= total:
+        return ""
+    left = (time.monotonic() - since) / done * (total - done)
+    return f" ETA {int(left // 60)}m{int(left % 60):02d}s"
 
 
 def _check_space(bench: Benchmark) -> None:

@@ -57,6 +57,10 @@ def run_net_cli(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.memory < 384 or args.smp < 1:
         # the probe guest's initramfs (fio, netload, modules) unpacks to ~100 MB in guest RAM
         raise InputError("--duration/--memory/--smp", "duration must be > 0, memory ≥ 384 MiB, smp ≥ 1")
+    if args.ovs_datapath != "auto" and args.topology != "ovs":
+        raise InputError("--ovs-datapath", f"does not apply to --topology {args.topology}; it applies to --topology ovs")
+    if args.vhost != "auto" and args.topology == "user":
+        raise InputError("--vhost", "does not apply to --topology user (QEMU's user-mode network has no vhost-net)")
     spec = TopologySpec(args.topology, pairs=args.pairs, hosts=args.hosts, mtu=args.mtu,
                         ovs_datapath=args.ovs_datapath, vhost=args.vhost)  # fmt: skip
     spec.validate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ def register(sub: Any) -> None:
         "--across-accelerators", action="store_true",
         help="allow comparing runs made with different accelerators (the output says so loudly)",
     )  # fmt: skip
+    p.add_argument("--format", choices=("text", "json"), default="text", help="storage runs: json for scripts")
     p.add_argument("--html", type=Path, help="network runs: write seed 002's chart (%% difference per test, B against A) here")
     p.set_defaults(func=run_compare)
 
@@ -59,6 +61,12 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.html:
             raise KvmtuneError("--html draws seed 002's network chart; for storage runs use 'kvmtune report RUN… --html FILE'")
         diffs = compare_cells(st.cells(a.id), st.cells(b.id), metrics, args.threshold)
+        if args.format == "json":
+            print(json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "diffs": [
+                {"configuration": d.key.split("|")[0], "workload": d.key.split("|")[-1], "metric": d.metric,
+                 "n_a": d.n_a, "n_b": d.n_b, "mean_a": d.mean_a, "mean_b": d.mean_b, "diff_pct": d.diff_pct,
+                 "ci95_pct": list(d.ci_pct) if d.ci_pct else None, "better": d.better} for d in diffs]}, indent=2))
+            return 0 if diffs else 1
         if not diffs:
             print(f"runs {a.id} and {b.id} have no configuration × workload in common")
             return 1

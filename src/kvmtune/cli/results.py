@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvmtune.bench.prometheus import render_run
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
 
@@ -21,7 +22,9 @@ def register(sub: Any) -> None:
     sh = rs.add_parser("show", help="the cells of one run")
     sh.add_argument("run", type=int, metavar="RUN")
     sh.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
-    sh.add_argument("--json", action="store_true", help="machine-readable output")
+    sh.add_argument("--json", action="store_true", help="machine-readable output (same as --format json)")
+    sh.add_argument("--format", choices=("text", "json", "prometheus"), default="text",
+                    help="prometheus: node_exporter textfile gauges with units (benchmark and verify runs)")
     sh.set_defaults(func=run_show)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
@@ -63,7 +66,10 @@ def run_show(args: argparse.Namespace) -> int:
     with Store(args.db or default_db(), must_exist=True) as st:
         run = st.run(args.run)
         cells = st.cells(run.id)
-        if args.json:
+        if args.format == "prometheus":
+            print(render_run(run, cells), end="")
+            return 0
+        if args.json or args.format == "json":
             print(json.dumps({
                 "run": {"id": run.id, "kind": run.kind, "preset": run.preset, "status": run.status, "note": run.note,
                         "accel": run.accel, "env": run.env},

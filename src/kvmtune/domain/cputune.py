@@ -58,7 +58,16 @@ def _int(text: str | None) -> int | None:
 
 
 def cpu_layout(guest: Guest) -> CpuLayout | None:
-    """The layout of a guest read from domain XML; ``None`` for command-line guests."""
+    """The layout of a guest read from domain XML; ``None`` for command-line guests.
+
+    Read once per guest: four rules ask for it, over every guest of a run."""
+    if "cpu_layout" not in guest.derived:
+        guest.derived["cpu_layout"] = _read_layout(guest)
+    layout: CpuLayout | None = guest.derived["cpu_layout"]
+    return layout
+
+
+def _read_layout(guest: Guest) -> CpuLayout | None:
     tree: Any = guest.tree
     if tree is None:
         return None

@@ -82,33 +82,36 @@ def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "o
         with open(path, "w", encoding="utf-8") as fh:
             write(fh)
         return
-    tmp = temp_name(path, tag)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+
+    def fill(fd: int) -> None:
+        with os.fdopen(os.dup(fd), "w", encoding="utf-8") as fh:
             write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+
+    _replace(path, tag, fill)
 
 
 def write_atomic(
     path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new"
 ) -> None:
     """Replace ``path`` with ``data`` atomically; on any error the old file is untouched."""
+
+    def fill(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    _replace(path, tag, fill, mode=mode, uid=uid, gid=gid)
+
+
+def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0o644, uid: int | None = None,
+             gid: int | None = None) -> None:
+    """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``."""
     tmp = temp_name(path, tag)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            fill(fd)
             os.fchmod(fd, mode)
             if uid is not None and gid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
                 with contextlib.suppress(PermissionError):

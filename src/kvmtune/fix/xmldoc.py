@@ -321,8 +321,12 @@ class XmlDoc:
         self._touched.append(s.end)
         self._seq += 1
         self._inserts.append(_Insert(s.end, self._seq, child, self._indent_at(s.start), b""))
+        # an earlier insert after the same sibling comes first in the text: keep the tree in that order too
+        last = sibling
+        while (after := last.getnext()) is not None and self._added.get(id(after), (None, -1))[1] == s.end:
+            last = after
         self._added[id(child)] = (child, s.end)
-        sibling.addnext(child)
+        last.addnext(child)
         return child
 
     def set_text(self, el: etree._Element, text: str) -> None:

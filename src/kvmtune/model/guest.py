@@ -120,6 +120,9 @@ class Guest:
     rngs: list[Rng] = field(default_factory=list)
     evidence: dict[str, str] = field(default_factory=dict)
     tree: Any = None  # the lxml document when read from XML
+    # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);
+    # a guest read again after an edit is a new object with an empty cache
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def where(self, attr: str) -> str:
         return self.evidence.get(attr, "")

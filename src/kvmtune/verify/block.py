@@ -15,9 +15,11 @@ the result says so. As soon as the daemon has opened them the replica files are
 unlinked, so a killed kvmtune leaves no replica behind (the daemon dies with
 kvmtune, and the kernel frees the space with its last file descriptor).
 
-This is a minimal in-package copy of the storage bench's block tier, kept to
-the one interface :class:`~kvmtune.verify.measure.Probe`, so the shared block
-tier can replace it.
+The cache-mode table (libvirt's ``<driver cache=…>`` → ``cache.direct``,
+``cache.no-flush``, the export's ``writethrough``) is the storage bench's block
+tier's (:data:`kvmtune.bench.storage.block.CACHE_MODES`). What is verify's own
+is the pair: two block nodes, A and B, in one daemon, sampled alternately
+through the :class:`~kvmtune.verify.measure.Probe` interface.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvmtune.bench.storage.block import CACHE_MODES, CacheMode
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
@@ -75,18 +78,26 @@ class Layout:
                 parts.append(f"{name.replace('_', ' ')} {a or 'default'} → {b or 'default'}")
         return ", ".join(parts) or "no change"
 
-    # cache modes as QEMU defines them (docs: "block device cache modes")
+    # the cache mode as libvirt hands it to QEMU: the storage bench's block tier holds the one table
+    @property
+    def mode(self) -> CacheMode:
+        if self.cache == "default":
+            return CACHE_MODES["writeback"]  # QEMU's default
+        if self.cache not in CACHE_MODES:
+            raise Unreplicable(f"cache mode {self.cache!r} is unknown to QEMU")
+        return CACHE_MODES[self.cache]
+
     @property
     def direct(self) -> bool:
-        return self.cache in ("none", "directsync")
+        return self.mode.direct
 
     @property
     def no_flush(self) -> bool:
-        return self.cache == "unsafe"
+        return self.mode.no_flush
 
     @property
     def writethrough(self) -> bool:
-        return self.cache in ("writethrough", "directsync")
+        return not self.mode.write_cache
 
 
 def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str]]:
@@ -109,6 +120,8 @@ def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str
     if fmt == "raw" and prealloc == "metadata":
         prealloc = "off"
     cache = (disk.cache or "default").lower()
+    if cache != "default" and cache not in CACHE_MODES:
+        raise Unreplicable(f"cache mode {cache!r} is unknown to QEMU")
     io = (disk.io or "threads").lower()
     if io == "default":
         io = "threads"

@@ -32,6 +32,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -147,7 +148,9 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
 
 
 def _fio(ctx: StorageContext, argv: list[str], timeout: float) -> tuple[dict[str, float], str]:
-    res = ctx.runner.run(["fio", *argv, "--output-format=json"], timeout=timeout)
+    # --thread: fio's jobs are threads of the one process, so stopping fio (Ctrl-C, a timeout) stops them all;
+    # a forked job process would outlive its killed parent
+    res = ctx.runner.run(["fio", "--thread", *argv, "--output-format=json"], timeout=timeout)
     if not res.ok:
         raise KvmtuneError(f"fio failed: {res.describe_failure()}")
     try:
@@ -319,25 +322,35 @@ class BlockTier:
 
 
 def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
-    """Round after round, every file system, every configuration (the floor first), every workload."""
+    """Every file system made once; then round after round, each file system, each configuration (the floor
+    first), each workload."""
     check_tools(ctx)
     tier = BlockTier(ctx, plan)
     n = 0
-    for rep in range(ctx.repeat):
-        for fs_name in plan.host_fs:
-            with make_host_fs(ctx, fs_name) as fs:
+    with contextlib.ExitStack() as stack:
+        systems = [stack.enter_context(make_host_fs(ctx, name)) for name in plan.host_fs]
+        for fs in systems:
+            if fs.discards:
+                print(f"kvmtune: note: {fs.root} is on a file system mounted with 'discard': deleting each round's "
+                      "freshly written image costs the kernel one discard per extent (seconds per cell); "
+                      "--host-fs ext4 measures on a scratch file system without it", file=sys.stderr)  # fmt: skip
+        for rep in range(ctx.repeat):
+            for fs in systems:
                 for cfg in plan.configs:
-                    cfg = replace(cfg, host_fs=fs_name)
+                    cfg = replace(cfg, host_fs=fs.name)
                     for w in plan.workloads:
                         n += 1
                         problem = cfg.problem() or _block_problem(cfg, w, fs)
                         if problem:
                             cell = storage_cell(cfg, w.name, "error", error=problem)
                         else:
+                            mark = ctx.scratch.mark()
                             try:
                                 cell = tier.run_cell(fs, cfg, w, f"{os.getpid()}-{n}")
                             except KvmtuneError as exc:
                                 cell = storage_cell(cfg, w.name, "error", error=str(exc))
+                            finally:
+                                ctx.scratch.cleanup(mark)  # the cell's daemon, socket, image, loop device
                         cell.rep = rep
                         sink.record(cell)
 

@@ -48,6 +48,7 @@ class HostFs:
     device: str | None  # the block device under it, as in /proc/diskstats
     fs_type: str
     vg: str | None = None
+    discards: bool = False  # mounted with 'discard': freeing extents costs a discard each
 
     def floor_target(self, ctx: StorageContext, size_mib: int, tag: str) -> str:
         """What the bare-metal fio writes to: a preallocated file on this file system (lvm: a volume)."""
@@ -99,13 +100,14 @@ def attach_loop(ctx: StorageContext, backing: Path) -> str:
     return dev
 
 
-def _fs_type_of(ctx: StorageContext, path: Path) -> str:
-    best = ""
-    fstype = "unknown"
+def _mount_of(ctx: StorageContext, path: Path) -> tuple[str, bool]:
+    """(file system type, mounted with discard) of the mount holding ``path``."""
+    best, found = "", ("unknown", False)
     for m in HostFacts(ctx.host).mounts:
-        if (str(path) == m.mountpoint or str(path).startswith(m.mountpoint.rstrip("/") + "/")) and len(m.mountpoint) >= len(best):
-            best, fstype = m.mountpoint, m.fstype
-    return fstype
+        inside = str(path) == m.mountpoint or str(path).startswith(m.mountpoint.rstrip("/") + "/")
+        if inside and len(m.mountpoint) >= len(best):
+            best, found = m.mountpoint, (m.fstype, m.has_option("discard"))
+    return found
 
 
 def check_host_fs(ctx: StorageContext, names: list[str]) -> None:
@@ -126,7 +128,8 @@ def make_host_fs(ctx: StorageContext, name: str) -> Iterator[HostFs]:
     """The file system ``name`` for the duration of the block; a scratch one is removed afterwards."""
     if name == "workdir":
         root = ctx.scratch.root
-        yield HostFs(name, root, device_of_path(ctx.host, str(root)), _fs_type_of(ctx, root))
+        fstype, discards = _mount_of(ctx, root.resolve())
+        yield HostFs(name, root, device_of_path(ctx.host, str(root)), fstype, discards=discards)
         return
     base = ctx.scratch.path(f"hostfs-{name}")
     ctx.scratch.add_dir(base)

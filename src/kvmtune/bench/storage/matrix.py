@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,10 +61,16 @@ class StorageConfig:
         return None
 
 
+# what users type for the bus they mean
+BUS_ALIASES = {"virtio": "virtio-blk", "vd": "virtio-blk", "scsi": "virtio-scsi"}
+
+
 def _check(kind: str, values: Sequence[str], allowed: Sequence[str]) -> None:
     for v in values:
         if v not in allowed:
-            raise InputError(f"--{kind}", f"unknown {kind} {v!r} (choose from {', '.join(allowed)})")
+            close = difflib.get_close_matches(v, allowed, n=2, cutoff=0.5)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise InputError(f"--{kind}", f"unknown {kind} {v!r} (choose from {', '.join(allowed)}){hint}")
 
 
 def build_matrix(
@@ -78,6 +85,7 @@ def build_matrix(
     """Every combination, invalid ones included (they are reported, not silently dropped),
     except that a host (bare-metal) target appears once and, when several formats are
     asked for at once, each preallocation goes with the format it belongs to."""
+    buses = [BUS_ALIASES.get(b, b) for b in buses]
     _check("bus", buses, BUSES)
     _check("cache", caches, CACHES)
     _check("aio", aios, AIOS)

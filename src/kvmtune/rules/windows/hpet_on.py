@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.domain.windows import timer, windows_hint
+from kvmtune.model.guest import Guest
+
+
+class HpetOn(GuestRule):
+    id = "KVM-WIN-003"
+    slug = "windows-hpet-on"
+    topic = "guest-clock"
+    severity = Severity.LOW
+    title = "Windows guest with the emulated HPET left on"
+    why = (
+        "With an HPET present Windows may use it as its clock source and interrupt timer; every access is "
+        "emulated in QEMU, and an idle Windows guest then burns host CPU. virt-manager and libosinfo remove it "
+        "(present='no') for Windows guests, which then use hypervclock."
+    )
+    fix_kind = "xml"
+    fix_description = "<clock><timer name='hpet' present='no'/></clock> (guest restart)."
+    fix_safe = True
+    references = (
+        "libvirt formatdomain 'Time keeping': timer name='hpet' present",
+        "virt-manager/libosinfo defaults for Windows: hpet present='no'",
+        "RHEL 9 Optimizing virtual machine performance: Windows guest timers",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        hint = windows_hint(guest)
+        if hint is None or (guest.arch or "x86_64") not in ("x86_64", "i686"):
+            return
+        el = timer(guest, "hpet")
+        if el is not None and el.get("present") == "no":
+            return
+        yield self.finding(
+            target=self.target(guest, "clock:hpet"),
+            actual=("hpet present='yes'" if el is not None else "hpet not disabled (QEMU's default is on)")
+            + f" (Windows by {hint.reason})",
+            expected="<timer name='hpet' present='no'/>",
+            evidence="/domain/clock/timer[@name='hpet']",
+            source=guest.origin,
+            confidence=hint.confidence,
+        )

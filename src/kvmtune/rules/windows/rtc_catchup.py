@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.domain.windows import timer, windows_hint
+from kvmtune.model.guest import Guest
+
+
+class RtcCatchup(GuestRule):
+    id = "KVM-WIN-004"
+    slug = "windows-rtc-without-catchup"
+    topic = "guest-clock"
+    severity = Severity.LOW
+    title = "Windows guest's RTC does not catch up on missed ticks"
+    why = (
+        "Windows keeps time by counting RTC interrupts. When the host deschedules the vCPU, ticks are missed "
+        "and, unless the RTC re-delivers them (tickpolicy='catchup'), the guest clock falls behind. libvirt's "
+        "documentation and virt-manager's Windows defaults use catchup for the RTC."
+    )
+    fix_kind = "xml"
+    fix_description = "<clock><timer name='rtc' tickpolicy='catchup'/></clock> (guest restart)."
+    fix_safe = True
+    references = (
+        "libvirt formatdomain 'Time keeping': timer tickpolicy (delay, catchup, merge, discard)",
+        "virt-manager/libosinfo defaults for Windows: rtc tickpolicy='catchup', pit tickpolicy='delay'",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        hint = windows_hint(guest)
+        if hint is None:
+            return
+        el = timer(guest, "rtc")
+        if el is not None and el.get("tickpolicy") == "catchup":
+            return
+        policy = el.get("tickpolicy") if el is not None else None
+        yield self.finding(
+            target=self.target(guest, "clock:rtc"),
+            actual=(f"rtc tickpolicy={policy}" if policy else "rtc without tickpolicy")
+            + f" (Windows by {hint.reason})",
+            expected="<timer name='rtc' tickpolicy='catchup'/>",
+            evidence="/domain/clock/timer[@name='rtc']",
+            source=guest.origin,
+            confidence=hint.confidence,
+        )
