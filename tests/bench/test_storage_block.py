@@ -196,3 +196,13 @@ def test_network_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFix
         assert cli.main(["bench", "net", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: does not apply to --topology"), err
+
+
+@pytest.mark.skipif(HostRoot().exists("/sys/class/misc/device-mapper"), reason="device-mapper present: LVM can run")
+def test_host_fs_lvm_without_device_mapper_is_refused_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wd = tmp_path / "work"
+    assert cli.main(["bench", "storage", *FAST, "--host-fs", "lvm", "--db", str(tmp_path / "r.db"),
+                     "--workdir", str(wd)]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--host-fs lvm: this kernel has no device-mapper" in err[-1]
+    assert ours(wd) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding
@@ -57,17 +56,26 @@ def _did_you_mean(key: str, rules: Sequence[type[Rule]]) -> str:
     return f"; did you mean {', '.join(close)}? ('kvmtune rules list' shows them all)"
 
 
-def guarded(rule: Rule, subject: str, check: Callable[[], Iterable[Finding]], ctx: AuditContext,
-            out: list[Finding]) -> None:
-    """Run one rule on one subject; a rule that raises costs one error line, not the audit.
+def guarded(rule: Rule, subject: object, check: Callable[..., Iterable[Finding]], ctx: AuditContext,
+            out: list[Finding], *args: object) -> None:
+    """Run one rule on one subject (``check(*args)``); a rule that raises costs one error line, not the audit.
 
-    Findings it yielded before it raised are kept: they were evaluated.
+    Findings it yielded before it raised are kept: they were evaluated. ``subject`` (a guest, an
+    image or a text) is named only when the rule raises: the corpus audit calls this ~100,000 times.
     """
     try:
-        for finding in check():
+        for finding in check(*args):
             out.append(finding)
     except Exception as exc:
-        ctx.errors.append(f"{rule.id}: could not be evaluated{subject} ({type(exc).__name__}: {exc})")
+        ctx.errors.append(f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})")
+
+
+def _subject(subject: object) -> str:
+    if isinstance(subject, Guest):
+        return f" for guest {subject.name}"
+    if isinstance(subject, DiskImage):
+        return f" for {subject.path}"
+    return str(subject)
 
 
 def run_rules(
@@ -85,15 +93,15 @@ def run_rules(
         rule = rule_cls()
         if isinstance(rule, GuestRule):
             for guest in guests if rule.any_hypervisor else audited:
-                guarded(rule, f" for guest {guest.name}", partial(rule.check, guest, ctx), ctx, findings)
+                guarded(rule, guest, rule.check, ctx, findings, guest, ctx)
         elif isinstance(rule, RunRule):
             if audited:
-                guarded(rule, "", partial(rule.check_run, audited, ctx), ctx, findings)
+                guarded(rule, "", rule.check_run, ctx, findings, audited, ctx)
         elif isinstance(rule, HostRule):
             if audit_host:
-                guarded(rule, "", partial(rule.check_host, ctx), ctx, findings)
+                guarded(rule, "", rule.check_host, ctx, findings, ctx)
         elif isinstance(rule, ImageRule):
             for image in ctx.images:
-                guarded(rule, f" for {image.path}", partial(rule.check_image, image, ctx), ctx, findings)
+                guarded(rule, image, rule.check_image, ctx, findings, image, ctx)
     findings.sort(key=Finding.sort_key)
     return findings

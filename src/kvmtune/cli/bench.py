@@ -212,6 +212,8 @@ def run_storage(args: argparse.Namespace) -> int:
         if guest is None:
             guest = build_guest(args, runner)
             accel = choose_accel(args.accel, guest, workdir, runner, host)
+    if tier == "block":
+        check_host_fs(runner, host, _csv(args.host_fs) or ["workdir"])  # before any scratch directory exists
     user_device = None
     if args.device:
         check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy
@@ -226,7 +228,6 @@ def run_storage(args: argparse.Namespace) -> int:
         bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=quick_cap))
     elif tier == "block":
         host_fs = _csv(args.host_fs) or ["workdir"]
-        check_host_fs(ctx, host_fs)
         bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, RAMP_S if args.ramp is None else args.ramp))
     else:
         if not args.no_snapshot:

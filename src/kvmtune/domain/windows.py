@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kvmtune.domain.cputune import kids
 from kvmtune.model.guest import Guest
 
 LIBOSINFO_NS = "http://libosinfo.org/xmlns/libvirt/domain/1.0"
@@ -32,35 +33,47 @@ def _root(guest: Guest) -> Any:
 
 
 def windows_hint(guest: Guest) -> WindowsHint | None:
-    """Read once per guest: every Windows rule asks, over every guest of a run (root.iter walks the tree)."""
+    """Why this guest looks like Windows, or ``None``; worked out once per guest (four rules ask)."""
     if "windows_hint" not in guest.derived:
         guest.derived["windows_hint"] = _read_hint(guest)
     hint: WindowsHint | None = guest.derived["windows_hint"]
     return hint
 
 
+def _top(guest: Guest) -> dict[str, Any]:
+    """<metadata>, <features> and <clock> of the guest, looked up once (four rules read them)."""
+    if "windows_top" not in guest.derived:
+        root = _root(guest)
+        guest.derived["windows_top"] = kids(root, "metadata", "features", "clock") if root is not None else {}
+    top: dict[str, Any] = guest.derived["windows_top"]
+    return top
+
+
 def _read_hint(guest: Guest) -> WindowsHint | None:
-    root = _root(guest)
-    if root is None:
+    if guest.tree is None:
         return None
-    for os_el in root.iter(f"{{{LIBOSINFO_NS}}}os"):
+    top = _top(guest)
+    metadata = top.get("metadata")
+    for os_el in metadata.iter(f"{{{LIBOSINFO_NS}}}os") if metadata is not None else ():
         if "microsoft.com/win" in (os_el.get("id") or ""):
             return WindowsHint(f"libosinfo os id {os_el.get('id')}", "certain")
-    if root.find("features/hyperv") is not None:
+    features = top.get("features")
+    if features is not None and "hyperv" in kids(features, "hyperv"):
         return WindowsHint("Hyper-V enlightenments in <features>", "likely")
-    if root.find("clock[@offset='localtime']/timer[@name='hypervclock']") is not None:
+    clock = top.get("clock")
+    localtime = clock is not None and clock.get("offset") == "localtime"
+    if localtime and clock is not None and any(t.get("name") == "hypervclock" for t in clock):
         return WindowsHint("local-time clock with hypervclock", "likely")
     if _WINDOWS_NAME.search(guest.name):
         return WindowsHint(f"the name {guest.name!r}", "possible")
-    clock = root.find("clock")
-    if clock is not None and clock.get("offset") == "localtime":
+    if localtime:
         return WindowsHint("clock offset='localtime'", "possible")
     return None
 
 
 def hyperv(guest: Guest) -> Any:
-    root = _root(guest)
-    return root.find("features/hyperv") if root is not None else None
+    features = _top(guest).get("features")
+    return kids(features, "hyperv").get("hyperv") if features is not None else None
 
 
 def missing_enlightenments(guest: Guest) -> list[str]:
@@ -68,14 +81,13 @@ def missing_enlightenments(guest: Guest) -> list[str]:
     el = hyperv(guest)
     if el is not None and el.get("mode") in ("passthrough", "host-model"):
         return []
-    out = []
-    for name in WANTED_HYPERV:
-        feat = el.find(name) if el is not None else None
-        if feat is None or feat.get("state") != "on":
-            out.append(name)
-    return out
+    have = kids(el, *WANTED_HYPERV) if el is not None else {}
+    return [name for name in WANTED_HYPERV if name not in have or have[name].get("state") != "on"]
 
 
 def timer(guest: Guest, name: str) -> Any:
-    root = _root(guest)
-    return root.find(f"clock/timer[@name='{name}']") if root is not None else None
+    clock = _top(guest).get("clock")
+    for t in clock.iterchildren("timer") if clock is not None else ():
+        if t.get("name") == name:
+            return t
+    return None

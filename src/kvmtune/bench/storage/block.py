@@ -125,7 +125,7 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
     """Run qemu-storage-daemon for ``image`` until the block exits; yields the NBD socket."""
     socket = ctx.scratch.path(f"nbd-{tag}.sock")
     ctx.scratch.add_file(socket)
-    argv = daemon_argv(image, cfg.fmt, cfg.cache, cfg.aio, socket, device=cfg.target in ("block", "device"))
+    argv = daemon_argv(image, cfg.fmt, cfg.cache, cfg.aio, socket, device=image.startswith("/dev/"))
     log = ctx.scratch.path(f"qsd-{tag}.log")
     ctx.scratch.add_file(log)
     with open(log, "wb") as err:
@@ -220,7 +220,7 @@ class BlockTier:
         return self.ctx.disk_mib
 
     def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str) -> str:
-        if cfg.target in ("block", "device"):
+        if cfg.target in ("block", "device") or fs.vg is not None:  # on lvm an image is a raw logical volume
             return fs.block_device(self.ctx, size_mib, tag, self.ctx.user_device if cfg.target == "device" else None)
         need = (size_mib << 20) if cfg.prealloc in ("full", "falloc") else (64 << 20)
         check_free_space(fs.root, need + (64 << 20), f"a {size_mib} MiB {cfg.fmt} image")
@@ -248,7 +248,7 @@ class BlockTier:
             return self._measure(fs, cfg, w, tag, cell, started, image, size)
         finally:
             with contextlib.suppress(OSError):
-                if cfg.target == "file":
+                if not image.startswith("/dev/"):
                     Path(image).unlink()  # a fresh image for every round
 
     def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
@@ -258,11 +258,12 @@ class BlockTier:
         with storage_daemon(ctx, image, cfg, tag) as socket:
             uri = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
             timeout = seconds * 3 + 60
-            first_write = _writes(w) and cfg.prealloc == "off" and cfg.target == "file"
+            first_write = _writes(w) and cfg.prealloc == "off" and cfg.target == "file" and not image.startswith("/dev/")
             if not _writes(w):
                 _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", f"--size={size}m"], 300)
-                if CACHE_MODES[cfg.cache].direct and cfg.target == "file":
-                    _drop_cache(image)
+                if CACHE_MODES[cfg.cache].direct:
+                    if not image.startswith("/dev/"):
+                        _drop_cache(image)  # the fill went through O_DIRECT too; this catches what the fs kept
                 else:
                     cell.config["warm"] = True  # reads through the host page cache on purpose
             before = 0

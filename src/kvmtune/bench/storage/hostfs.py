@@ -30,6 +30,8 @@ from kvmtune.bench.storage.bench import StorageContext
 from kvmtune.bench.storage.hostio import device_of_path
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
 
 HOST_FS = ("workdir", "ext4", "xfs", "btrfs", "lvm")
 BACKING_MIB = 8192  # sparse: only what the cells write takes space
@@ -76,8 +78,8 @@ class HostFs:
 
     def _volume(self, ctx: StorageContext, size_mib: int, name: str) -> str:
         assert self.vg is not None
-        res = ctx.runner.run(["lvcreate", *LVM_QUIET, "-q", "-y", "-Wy", "-Zy", "-L", f"{size_mib}M", "-n", name, self.vg],
-                             timeout=120)  # fmt: skip
+        res = ctx.runner.run(["lvcreate", *LVM_QUIET, "-q", "-y", "--wipesignatures", "y", "--zero", "y",
+                              "-L", f"{size_mib}M", "-n", name, self.vg], timeout=120)  # fmt: skip
         if not res.ok:
             raise KvmtuneError(f"lvcreate {self.vg}/{name}: {res.describe_failure()}")
         path = f"/dev/{self.vg}/{name}"
@@ -110,15 +112,18 @@ def _mount_of(ctx: StorageContext, path: Path) -> tuple[str, bool]:
     return found
 
 
-def check_host_fs(ctx: StorageContext, names: list[str]) -> None:
+def check_host_fs(runner: Runner, host: HostRoot, names: list[str]) -> None:
     """Before anything runs: the tools each asked-for file system needs, one line naming the package."""
     for name in names:
         if name not in HOST_FS:
             raise KvmtuneError(f"--host-fs: unknown file system {name!r} (choose from {', '.join(HOST_FS)})")
-        if name in MKFS and ctx.runner.which(MKFS[name][0][0]) is None:
+        if name in MKFS and runner.which(MKFS[name][0][0]) is None:
             raise KvmtuneError(f"--host-fs {name}: {MKFS[name][0][0]} not found (Debian: apt install {MKFS[name][1]})")
-        if name == "lvm" and ctx.runner.which("lvcreate") is None:
+        if name == "lvm" and runner.which("lvcreate") is None:
             raise KvmtuneError("--host-fs lvm: lvcreate not found (Debian: apt install lvm2)")
+        if name == "lvm" and not host.exists("/sys/class/misc/device-mapper"):
+            raise KvmtuneError("--host-fs lvm: this kernel has no device-mapper (/sys/class/misc/device-mapper is "
+                               "absent; modprobe dm_mod, or run where it is available)")  # fmt: skip
         if name != "workdir" and os.geteuid() != 0:
             raise KvmtuneError(f"--host-fs {name}: making a scratch file system needs root (loop devices, mount)")
 

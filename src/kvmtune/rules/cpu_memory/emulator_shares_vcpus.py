@@ -35,7 +35,7 @@ class EmulatorSharesVcpus(GuestRule):
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        layout = cpu_layout(guest)
+        layout = cpu_layout(guest) if guest.vcpu_pinned else None
         if layout is None or not layout.vcpupins:
             return
         vcpu_cpus = layout.vcpu_cpus

@@ -37,10 +37,10 @@ class InvtscMigratable(GuestRule):
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        layout = cpu_layout(guest)
-        if layout is None or layout.features.get("invtsc") not in WANTED:
+        if guest.cpu_mode not in ("host-passthrough", "maximum"):
             return
-        if guest.cpu_mode not in ("host-passthrough", "maximum") or layout.migratable == "off":
+        layout = cpu_layout(guest)
+        if layout is None or layout.features.get("invtsc") not in WANTED or layout.migratable == "off":
             return
         yield self.finding(
             target=self.target(guest, "cpu"),

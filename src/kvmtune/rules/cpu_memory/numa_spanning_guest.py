@@ -36,11 +36,8 @@ class NumaSpanningGuest(GuestRule):
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        nodes = {n: c for n, c in ctx.facts.numa_nodes.items() if c}
+        nodes = ctx.facts.numa_nodes
         if len(nodes) < 2:
-            return
-        layout = cpu_layout(guest)
-        if layout is not None and layout.numa_cells >= 2 and layout.numatune_mode is not None:
             return
         node_cpus = max(len(c) for c in nodes.values())
         total = ctx.facts.mem_total_kib
@@ -51,6 +48,9 @@ class NumaSpanningGuest(GuestRule):
         if guest.memory_kib and node_kib and guest.memory_kib > node_kib:
             over.append(f"{gib(guest.memory_kib)} > {gib(node_kib)} per node")
         if not over:
+            return
+        layout = cpu_layout(guest)
+        if layout is not None and layout.numa_cells >= 2 and layout.numatune_mode is not None:
             return
         missing = [w for w, ok in (("<numatune>", layout is not None and layout.numatune_mode is not None),
                                    ("guest NUMA cells", layout is not None and layout.numa_cells >= 2)) if not ok]

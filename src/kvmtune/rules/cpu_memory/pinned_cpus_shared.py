@@ -37,7 +37,7 @@ class PinnedCpusShared(RunRule):
     def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterator[Finding]:
         pinned: list[tuple[Guest, set[int]]] = []
         for g in guests:
-            layout = cpu_layout(g)
+            layout = cpu_layout(g) if g.vcpu_pinned else None
             if layout is not None and layout.vcpupins:
                 pinned.append((g, layout.vcpu_cpus))
         for i, (guest, cpus) in enumerate(pinned):
