@@ -18,6 +18,7 @@ from pathlib import Path
 from kvmtune.bench.accel_cache import CACHE_NAME, CACHE_TTL_S
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.qemu import GuestRun, VmSpec, qemu_version
+from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
@@ -71,7 +72,7 @@ def detect_accel(
         return AccelChoice("tcg", "/dev/kvm is absent", 0.0)
     if not host.access("/dev/kvm", 6):  # R_OK | W_OK
         return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
-    osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
+    osrel = HostFacts(host).kernel_release or ""
     key = f"{guest.key}|{qemu_version(runner)}|{osrel}"
     cache = workdir / CACHE_NAME
     if use_cache:
