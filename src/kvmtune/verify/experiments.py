@@ -70,6 +70,8 @@ NOT_MEASURABLE: dict[str, str] = {
     "KVM-WIN-002": "hypervclock acts inside a Windows guest under KVM, which does not boot here",
     "KVM-WIN-003": "the HPET's cost is a Windows guest's timer exits; " + GUEST_TIER,
     "KVM-WIN-004": "RTC catch-up is guest timekeeping, not a speed setting",
+    "KVM-STO-020": "detect_zeroes='unmap' changes what zero writes leave allocated, not their speed",
+    "KVM-MEM-010": "free page reporting returns guest memory to the host; no speed effect to measure",
     "KVM-CPU-025": "migratable='off' changes what may migrate, not speed; invtsc needs KVM, which does not boot here",
     "KVM-MEM-001": "KSM merging of a pinned guest's memory " + GUEST_TIER,
     "KVM-MEM-002": "a balloon device reports and reclaims guest memory; no speed effect to measure",

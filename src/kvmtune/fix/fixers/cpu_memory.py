@@ -97,3 +97,12 @@ def invtsc_not_migratable(call: FixCall) -> str:
         raise NotFixable("migratable='off' is there already")
     call.doc.set_attr(cpu, "migratable", "off")
     return "cpu migratable → off; the guest keeps invtsc and can no longer be live-migrated"
+
+
+@xml_fixer("KVM-MEM-010", "memballoon freePageReporting='on'")
+def balloon_free_page_reporting(call: FixCall) -> str:
+    el = call.child(call.devices(), "memballoon")
+    if el is None:
+        raise NotFixable("no <memballoon> element")
+    call.doc.set_attr(el, "freePageReporting", "on")
+    return "memballoon freePageReporting → on; the guest hands freed pages back to the host"

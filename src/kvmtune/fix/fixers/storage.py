@@ -220,3 +220,8 @@ def scsi_controller_iothread(call: FixCall) -> str:
         insert_top_level(call, new("iothreads", str(total)), ("vcpu", "vcpus"))
     call.set_child_attrs(ctrl, "driver", iothread=str(total))
     return f"<iothreads> {have} → {total}, SCSI controller {index} driver iothread={total}"
+
+
+@xml_fixer("KVM-STO-020", "detect_zeroes='unmap' on a disk that passes discards")
+def detect_zeroes_unmap(call: FixCall) -> str:
+    return set_disk_driver(call, call.disk(), detect_zeroes="unmap")

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.rule import GuestRule
+from kvmtune.model.guest import Guest
+
+
+class BalloonFreePageReporting(GuestRule):
+    id = "KVM-MEM-010"
+    slug = "balloon-without-free-page-reporting"
+    topic = "balloon"
+    severity = Severity.LOW
+    title = "virtio balloon without free page reporting: memory the guest frees stays with it"
+    why = (
+        "A balloon only returns memory when someone inflates it. With free page reporting the guest kernel "
+        "tells the host which pages it has freed, and the host drops them at once, so an idle guest's RSS "
+        "shrinks without any management action; autodeflate lets the guest take balloon pages back before its "
+        "OOM killer would run."
+    )
+    fix_kind = "xml"
+    fix_description = (
+        "<memballoon model='virtio' freePageReporting='on'> (libvirt 6.9, QEMU 5.1, guest Linux 5.7 or later; "
+        "guest restart). Consider autodeflate='on' where the balloon is inflated by hand."
+    )
+    fix_safe = True
+    references = (
+        "libvirt formatdomain 'Memory balloon device': freePageReporting (since 6.9.0), autodeflate (since 1.3.1)",
+        "QEMU virtio-balloon free-page-reporting property (5.1)",
+        "Linux Documentation/mm/free_page_reporting.rst",
+    )
+
+    def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+        if guest.memballoon != "virtio" or guest.balloon_free_page_reporting or guest.origin_kind == "cmdline":
+            return
+        yield self.finding(
+            target=self.target(guest, "memballoon"),
+            actual="virtio balloon, freePageReporting off"
+            + ("" if guest.balloon_autodeflate else ", autodeflate off"),
+            expected="freePageReporting='on'",
+            evidence=guest.where("memballoon") or "/domain/devices/memballoon",
+            source=guest.origin,
+        )
