@@ -149,11 +149,23 @@ def loop_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
             try:
                 yield root, name
             finally:
-                subprocess.run(["umount", str(vdz)], check=False)
+                _unmount(vdz)
         finally:
-            subprocess.run(["umount", str(mnt)], check=False)
+            _unmount(mnt)
     finally:
         subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def _unmount(path: Path) -> None:
+    """Unmount even while a just-killed fio still has files open there (its exit closes them a moment later)."""
+    deadline = time.monotonic() + 20
+    while subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+        if not os.path.ismount(path):
+            return
+        if time.monotonic() > deadline:
+            subprocess.run(["umount", "--lazy", str(path)], check=False)  # detached now, freed when the last file closes
+            return
+        time.sleep(0.2)
 
 
 def _scheduler(name: str) -> str:

@@ -72,11 +72,14 @@ def test_huge_command_line_file_is_refused_with_bounded_memory(tmp_path: Path) -
     big = tmp_path / "huge.args"
     with open(big, "wb") as fh:
         fh.truncate(3 * 1024**3)  # sparse: 3 GiB of zeros, no disk used
+    # VmHWM is this process's own peak; getrusage's ru_maxrss would also carry the parent's (pytest's) RSS
+    # from before the exec, which Linux keeps in the child's maximum
     code = (
-        "import resource, sys\n"
+        "import sys\n"
         "from kvmtune.cli import main\n"
         f"rc = main(['audit', '--qemu-cmdline', {str(big)!r}])\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rc, file=sys.stderr)\n"
+        "hwm = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:')).split()[1]\n"
+        "print(hwm, rc, file=sys.stderr)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     rss_kib, rc = res.stderr.strip().splitlines()[-1].split()

@@ -19,6 +19,26 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+_OWN_NETNS_DIR = (
+    'mkdir -p /run/netns && mount -t tmpfs kvmtune-test /run/netns || exit 99; '
+    '"$@"; rc=$?; ls -A /run/netns > "$KVT_NAMESPACES_SEEN"; exit $rc'
+)
+
+
+def run_seeing_own_namespaces(argv: list[str], listing: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``argv`` with a private, empty /run/netns: the names returned are the namespaces it made and left.
+
+    Other processes (other test runs on the machine) create kvmtune-* namespaces at the same time; in a
+    private mount namespace ``ip netns add`` puts its name in this run's own /run/netns only, so the
+    listing holds this command's namespaces and no one else's.
+    """
+    env = {**os.environ, "KVT_NAMESPACES_SEEN": str(listing)}
+    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _OWN_NETNS_DIR, "sh", *argv],
+                         capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert res.returncode != 99, f"cannot give the command a private /run/netns: {res.stderr}"
+    return res, listing.read_text().split()
+
+
 def processes_mentioning(text: str) -> list[str]:
     found = []
     for entry in os.listdir("/proc"):

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from net_helpers import assert_nothing_left, namespaces
+from net_helpers import assert_nothing_left, run_seeing_own_namespaces
 
 from kvmtune.bench.net import Endpoint, NetError, TopologySpec, make_topology
 from kvmtune.bench.net.netns import Netns, check_address, require_net_admin
@@ -156,30 +156,34 @@ def test_ovs_kernel_datapath_absent(workdir: Path) -> None:
 
 @pytest.mark.integration
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
-    before = set(namespaces()) if os.geteuid() == 0 else set()
     for args, text in [
         (("net", "check", "--topology", "vde"), "kvmtune: unknown topology 'vde' (choose from bridge, ovs, macvtap, nat, user)"),
         (("net", "up", "--topology", "user", "--mtu", "9000"), "kvmtune: MTU 9000 is too large for QEMU user-mode networking"),
     ]:
-        res = _kvmtune(*args, "--workdir", str(tmp_path))
+        argv = [sys.executable, "-m", "kvmtune", *args, "--workdir", str(tmp_path)]
+        if os.geteuid() == 0:
+            res, made = run_seeing_own_namespaces(argv, tmp_path / "namespaces")
+            assert made == []
+        else:
+            res = _kvmtune(*argv[3:])
         assert res.returncode == 2
         assert res.stderr.count("\n") == 1 and res.stderr.startswith(text), res.stderr
-    if os.geteuid() == 0:
-        assert set(namespaces()) == before
 
 
 @pytest.mark.integration
 def test_cli_not_root_is_one_line(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root to drop to nobody with setpriv")
-    before = set(namespaces())
     tmp_path.chmod(0o777)
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-    res = _kvmtune("net", "up", "--topology", "bridge", "--workdir", str(tmp_path), prefix=nobody)
+    listing = tmp_path.parent / f"{tmp_path.name}-namespaces"
+    res, made = run_seeing_own_namespaces(
+        [*nobody, sys.executable, "-m", "kvmtune", "net", "up", "--topology", "bridge", "--workdir", str(tmp_path)],
+        listing)
     if "Permission denied" in res.stderr and "kvmtune" not in res.stderr.splitlines()[-1]:
         pytest.skip("nobody cannot read the source tree here")
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("kvmtune: network topologies need root (CAP_NET_ADMIN and CAP_SYS_ADMIN missing)")
     assert res.stderr.count("\n") == 1
-    assert set(namespaces()) == before
+    assert made == []
     assert not (tmp_path / "net").exists()
