@@ -193,6 +193,7 @@ class ProcQemuSource:
             model = guest_from_argv(argv, f"pid {pid}")
         except ValueError:
             return None
+        model.on_audited_host = self.host.is_live  # a running process of the host being sampled
         name = model.name if model.name and model.name != "?" else f"pid-{pid}"
         g = GuestSample(key=f"pid:{pid}:{name}", name=name, source=f"pid {pid}", pid=pid, guest=model,
                         memory_kib=model.memory_kib)
@@ -376,10 +377,12 @@ class LibvirtSource:
     """libvirt's bulk stats for every running domain of one URI (read-only connection)."""
 
     def __init__(self, uri: str) -> None:
+        from kvmtune.audit.collect import is_local_uri
         from kvmtune.domain.connection import open_readonly
 
         self.uri = uri
         self.conn: Any = open_readonly(uri)
+        self.local = is_local_uri(uri)
         self._models: dict[str, Any] = {}
         self._affinity: dict[str, dict[int, frozenset[int]]] = {}
 
@@ -402,8 +405,9 @@ class LibvirtSource:
                 g = guest_from_libvirt_record(self.uri, name, record)
                 if uuid not in self._models:
                     origin = f"{self.uri}#{name}"
-                    self._models[uuid] = guest_from_tree(parse_xml_bytes(dom.XMLDesc(0).encode(), origin),
-                                                         origin, "libvirt")
+                    model = guest_from_tree(parse_xml_bytes(dom.XMLDesc(0).encode(), origin), origin, "libvirt")
+                    model.on_audited_host = self.local  # its images are this host's only through a local URI
+                    self._models[uuid] = model
                     self._affinity[uuid] = _vcpu_affinity(dom)
                 g.guest = self._models[uuid]
                 for index, cpus in self._affinity[uuid].items():
