@@ -214,9 +214,13 @@ class BlockTier:
         self.plan = plan
         self.floor = _Floor()
 
-    def image_size(self, cfg: StorageConfig, w: fiomod.Workload) -> int:
+    def image_size(self, cfg: StorageConfig, w: fiomod.Workload, fs_root: Path | None = None) -> int:
         if _writes(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
-            return max(self.ctx.disk_mib, self.plan.first_write_mib)
+            size = max(self.ctx.disk_mib, self.plan.first_write_mib)
+            if fs_root is not None:  # never larger than half the file system it lives on (scratch --host-fs are 8 GiB)
+                st = os.statvfs(fs_root)
+                size = max(self.ctx.disk_mib, min(size, st.f_blocks * st.f_frsize // 2 >> 20))
+            return size
         return self.ctx.disk_mib
 
     def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str) -> str:
@@ -242,7 +246,7 @@ class BlockTier:
         started = time.monotonic()
         if cfg.target == "host":
             return self._floor_cell(fs, cfg, w, tag, cell, started)
-        size = self.image_size(cfg, w)
+        size = self.image_size(cfg, w, fs.root)
         image = self.create_image(fs, cfg, size, tag)
         try:
             return self._measure(fs, cfg, w, tag, cell, started, image, size)
