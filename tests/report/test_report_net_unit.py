@@ -129,7 +129,8 @@ def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pyt
     text_out = capsys.readouterr().out
     assert "seed:002 p. 33 [network guest, tcg]" in text_out and "MTU 1500, 1 host, 1 pair: small transactions" in text_out
     page = out.read_text()
-    assert page.index("Seed claims, measured here") < page.index("<h2>Runs</h2>") < page.index("Network, accelerator tcg")
+    order = ("Seed claims, measured here", "<h2>Runs</h2>", "Network: probe guests, accelerator tcg")
+    assert [page.index(x) for x in order] == sorted(page.index(x) for x in order)
     assert "Measured under TCG" in page and "network guest" in page and "Accelerator: tcg" not in page
     assert "Which topology won" in page and "Transaction time percentiles" in page
     assert "data:image" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
@@ -138,16 +139,20 @@ def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pyt
     for s in svgs:
         _svg(s)
     assert "Mb/s" in svgs[0] and "log scale" in svgs[0]  # TCG guests stay far below a gigabit; 100 B/s to 30 MB/s
-    assert all(label in svgs[1] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500", "ovs MTU 1500"))
+    assert all(label in svgs[1] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500",
+                                               "ovs (userspace) MTU 1500"))  # fmt: skip
     # bridge MTU 1500 ran twice: its bars carry whiskers, the others none
     assert "(95 %, n=2)" in svgs[1] and "(95 %, n=1)" not in svgs[1]
     # normalised to one configuration, test by test
     base = tmp_path / "base.html"
     assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
-                     "--baseline", "ovs MTU 1500"]) == 0
-    assert "% of ovs MTU 1500 in the same test" in base.read_text()
+                     "--baseline", "ovs"]) == 0  # the only configuration whose label begins with it
+    assert "% of ovs (userspace) MTU 1500 in the same test" in base.read_text()
+    assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
+                     "--baseline", "bridge"]) == 0  # two bridge configurations: ambiguous
+    assert "--baseline bridge names no single network configuration" in base.read_text()
     assert cli.main(["report", "1", "2", "--db", str(net_db), "--html", str(base), "--baseline", "nope"]) == 0
-    assert "--baseline nope names no network configuration" in base.read_text()
+    assert "--baseline nope names no single network configuration" in base.read_text()
 
 
 def test_network_compare_from_real_runs(net_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

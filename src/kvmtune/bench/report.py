@@ -142,7 +142,7 @@ td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #
 .summary{background:#f4f6f8;border:1px solid #d0d7de;padding:.6em 1em;margin-bottom:1em}
 img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}.note{color:#555}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:5px}
-td:first-child,td.num{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;column-gap:24px}
+td:first-child,td.num{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;column-gap:24px}.chart h3{max-width:600px}
 @media print{body{max-width:none;margin:0}.chart{page-break-inside:avoid}h2{page-break-before:auto}}"""
 
 TIER_WORDS = {"guest": "probe guest (fio inside a booted guest)", "block": "block tier (qemu-storage-daemon + fio "

@@ -36,10 +36,9 @@ PERCENTILES = (("lat_p50_us", "p50"), ("lat_p90_us", "p90"), ("lat_p99_us", "p99
 
 
 def section_title(tier: str, accel: str) -> str:
-    words = NET_TIER_WORDS.get(tier, tier)
     if tier == "datapath":
-        return f"Network, measured on the {words}"
-    return f"Network, accelerator {accel}: {words}"
+        return "Network: datapath tier (no guest)"
+    return f"Network: probe guests, accelerator {accel}"
 
 
 def series_labels(setups: Sequence[Setup]) -> dict[Setup, str]:
@@ -50,7 +49,7 @@ def series_labels(setups: Sequence[Setup]) -> dict[Setup, str]:
 
     out = {}
     for s in setups:
-        bits = [s.topology]
+        bits = [s.name]
         if varies("mtu"):
             bits.append(f"MTU {s.mtu}")
         if varies("hosts"):
@@ -66,6 +65,17 @@ def series_labels(setups: Sequence[Setup]) -> dict[Setup, str]:
 def _x(test: str) -> XKey:
     workload, _, users = test.partition("--")
     return ("", workload, users)
+
+
+def resolve_baseline(baseline: str | None, labels: set[str]) -> str | None:
+    """The configuration ``--baseline`` names: its exact label, or the only label it begins (``ovs`` for
+    "ovs (userspace) MTU 1500")."""
+    if not baseline:
+        return None
+    if baseline in labels:
+        return baseline
+    found = [label for label in labels if label.startswith(baseline + " ")]
+    return found[0] if len(found) == 1 else None
 
 
 def _throughput_unit(peak_Bps: float) -> tuple[str, float]:
@@ -93,7 +103,8 @@ def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labe
     name = about.label if about is not None else metric
     y_title = f"{name}, {unit}{better}"
     used = None
-    if baseline and baseline in labels.values():
+    baseline = resolve_baseline(baseline, set(labels.values()))
+    if baseline:
         base = {x: p.value for (x, s), p in points.items() if s == baseline and p.value > 0}
         points = {(x, s): Point(100 * p.value / base[x], None if p.half_width is None else 100 * p.half_width / base[x],
                                   p.n) for (x, s), p in points.items() if x in base}  # fmt: skip
@@ -191,7 +202,8 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
     for (tier, accel), group in sorted(sections(cells).items()):
         data = per_run(group)
         labels = series_labels(list(data))
-        parts.append(f"<h2>{e(section_title(tier, accel))}</h2>")
+        parts.append(f"<h2>{e(section_title(tier, accel))}</h2><p class='note'>Measured on the "
+                     f"{e(NET_TIER_WORDS.get(tier, tier))}.</p>")
         if tier == "guest" and accel == "tcg":
             parts.append("<p class='warn'>Measured under TCG (software emulation): the guests' CPU cost dominates, so "
                          "these are emulation numbers; the datapath tier measures the host's path at host speed.</p>")
@@ -211,6 +223,8 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
         for metric, title, unit, scale in (("throughput_Bps", "Throughput", tp_unit, tp_scale),
                                            ("tps", "Transactions per second", "tx/s", 1.0),
                                            ("lat_avg_us", "Transaction time (mean)", "µs", 1.0),
+                                           ("path_cpu_s_per_mb", "Path CPU per MB (both netloads and the forwarding "
+                                            "daemons)", "s/MB", 1.0),
                                            ("client_cpu_s_per_mb", "Client CPU per MB", "s/MB", 1.0),
                                            ("server_cpu_s_per_mb", "Server CPU per MB", "s/MB", 1.0)):  # fmt: skip
             svg, used = metric_chart(data, labels, metric, unit, scale, baseline)
@@ -219,7 +233,7 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
                 parts.append(f"<div class='chart'><h3>{e(title)}</h3>{svg}</div>")
         parts.append("</div>")
         if baseline and not used_any:
-            parts.append(f"<p class='warn'>--baseline {e(baseline)} names no network configuration here (they are: "
+            parts.append(f"<p class='warn'>--baseline {e(baseline)} names no single network configuration here (they are: "
                          f"{e(', '.join(sorted(set(labels.values()))))}); the charts show absolute values.</p>")
         table = percentile_table(data, labels)
         if table:
@@ -260,7 +274,7 @@ def differences(run_a: RunRow, cells_a: Sequence[CellRow], run_b: RunRow, cells_
         return []
     a, b = sa.pop(), sb.pop()
     return [f"{name} {getattr(a, f) or 'none'} → {getattr(b, f) or 'none'}" for f, name in
-            (("topology", "topology"), ("mtu", "MTU"), ("hosts", "hosts"), ("pairs", "pairs"), ("tunings", "tunings"))
+            (("name", "topology"), ("mtu", "MTU"), ("hosts", "hosts"), ("pairs", "pairs"), ("tunings", "tunings"))
             if getattr(a, f) != getattr(b, f)]  # fmt: skip
 
 

@@ -134,6 +134,7 @@ def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: st
     return bar_chart(BarChart(
         label=f"{workload}: {y_title}", y_title=y_title, xs=xs, series=colours, bars=bars,
         series_title=f"{colour_dim or 'configuration'}:", reference=100.0 if base_value else None,
+        level_names=("", outer_dims[0] if outer_dims else "", " ".join(inner_dims)),
         footnote=f"x: {' × '.join(x_dims) or '—'}; bars: mean; whiskers: 95 % interval where repeated"))
 
 

@@ -88,6 +88,8 @@ def tick_text(v: float, percent: bool = False) -> str:
         return "0"
     if abs(v) >= 100:
         return f"{v:,.0f}"
+    if abs(v) < 0.001:  # 0.00001, not 1e-05
+        return f"{v:.12f}".rstrip("0")
     return f"{v:.3g}"
 
 
@@ -140,15 +142,18 @@ def bar_chart(chart: BarChart) -> str:
     left, right, top = 74, 16, 30 if any(x[0] for x in xs) else 14
     plot_h = 230
     bar_w = max(3.0, min(30.0, (chart.max_width - left - right - 8) / (units + 0.8)))
-    plot_w = bar_w * (units + 0.8)
-    group_w = bar_w * n_s
+    # few bars: the groups spread over a readable width, the bars of a group stay side by side
+    slot = max(bar_w, (600 - left - right) / (units + 0.8))
+    plot_w = slot * (units + 0.8)
+    group_w = slot * n_s
+    pad = (group_w - n_s * bar_w) / 2
     inner_long = max((len(x[2]) for x in xs), default=0) * CHAR_W
-    rotate = inner_long > group_w + 0.8 * bar_w - 2
+    rotate = inner_long > group_w + 0.8 * slot - 2
     inner_h = (inner_long * 0.6 + 14) if rotate else 14
     has_outer = any(x[1] for x in xs)
     width = int(max(left + plot_w + right, 600))
     lx0 = left + (CHAR_W * len(chart.series_title) + 12 if chart.series_title else 0)
-    col_w = max(150.0, min(260.0, max(len(s) for s in series) * CHAR_W + 26))
+    col_w = max(120.0, min(260.0, max(len(s) for s in series) * CHAR_W + 26))
     cols = max(1, int((width - lx0) // col_w))
     notes = wrap(chart.footnote, int((width - left - 8) / CHAR_W)) if chart.footnote else []
     bottom = inner_h + (22 if has_outer else 4) + 22 + 16 * math.ceil(n_s / cols) + 14 * len(notes)
@@ -167,7 +172,7 @@ def bar_chart(chart: BarChart) -> str:
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
            f'font-family="sans-serif" font-size="10" role="img" aria-label="{e(chart.label)}">',
            f"<title>{e(chart.label)}</title>"]
-    x0 = left + 0.4 * bar_w
+    x0 = left + 0.4 * slot
     for t in ticks:
         y = y_of(t)
         svg.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left + plot_w:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
@@ -176,12 +181,12 @@ def bar_chart(chart: BarChart) -> str:
     svg.append(f'<text x="13" y="{mid:.0f}" transform="rotate(-90 13 {mid:.0f})" text-anchor="middle">'
                f'{e(chart.y_title)}{" — log scale" if log else ""}</text>')
     for i, x in enumerate(xs):
-        gx = x0 + offsets[i] * bar_w
+        gx = x0 + offsets[i] * slot
         for si, s in enumerate(series):
             bar = chart.bars.get((x, s))
             if bar is None:
                 continue
-            bx = gx + si * bar_w
+            bx = gx + pad + si * bar_w
             y = y_of(bar.value)
             y_top, h = min(y, zero_y), abs(zero_y - y)
             colour = chart.colours[si % len(chart.colours)]
@@ -189,6 +194,10 @@ def bar_chart(chart: BarChart) -> str:
             ci = f" ± {bar.half_width:,.4g} (95 %, n={bar.n})" if bar.half_width else f" (n={bar.n})"
             svg.append(f'<rect x="{bx:.1f}" y="{y_top:.1f}" width="{max(bar_w - 1.5, 1.5):.1f}" height="{max(h, 0.5):.1f}" '
                        f'fill="{colour}"><title>{e(what)} — {e(s)}: {bar.value:,.4g}{e(ci)}{e(bar.note)}</title></rect>')
+            if chart.percent and bar_w >= 18:  # few bars of signed %: the figure itself, at the bar's end
+                ty = y - 3 if bar.value >= 0 else y + 10
+                svg.append(f'<text x="{bx + (bar_w - 1.5) / 2:.1f}" y="{ty:.1f}" text-anchor="middle" font-size="8">'
+                           f'{bar.value:+.0f}</text>')
             if bar.half_width:
                 cx = bx + (bar_w - 1.5) / 2
                 y1 = min(y_of(bar.value - bar.half_width), base_y)
@@ -211,8 +220,8 @@ def bar_chart(chart: BarChart) -> str:
                 j += 1
             name = xs[i][level]
             if name:
-                a = x0 + offsets[i] * bar_w
-                b = x0 + (offsets[j] + n_s) * bar_w
+                a = x0 + offsets[i] * slot + pad
+                b = x0 + (offsets[j] + n_s) * slot - pad
                 if level == 1:
                     yb = base_y + inner_h + 3
                     svg.append(f'<path d="M{a:.1f} {yb - 3:.1f}V{yb:.1f}H{b - 1.5:.1f}V{yb - 3:.1f}" stroke="#888" fill="none"/>')
@@ -221,7 +230,7 @@ def bar_chart(chart: BarChart) -> str:
                     svg.append(f'<text x="{(a + b) / 2:.1f}" y="{y_text:.1f}" text-anchor="middle" '
                                f'font-weight="bold">{e(name)}</text>')
                     if i > 0:
-                        sep = a - 1.2 * bar_w
+                        sep = a - pad - 1.2 * slot
                         svg.append(f'<line x1="{sep:.1f}" y1="{top}" x2="{sep:.1f}" y2="{base_y}" stroke="#bbb" '
                                    f'stroke-dasharray="3 3"/>')
             i = j + 1

@@ -63,12 +63,19 @@ class Setup:
     hosts: int
     pairs: int
     tunings: str
+    ovs_datapath: str = ""  # Open vSwitch only: system (kernel module, as in seed 002) or netdev (userspace)
 
     @staticmethod
     def of(cell: CellRow) -> Setup:
         c = cell.config
+        ovs = str(c.get("ovs_datapath") or "") if c.get("topology") == "ovs" else ""
         return Setup(str(c.get("topology", "?")), int(c.get("mtu", 0) or 0), int(c.get("hosts", 1) or 1),
-                     int(c.get("pairs", 1) or 1), _tunings(c))  # fmt: skip
+                     int(c.get("pairs", 1) or 1), _tunings(c), ovs)  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        """The topology as a reader needs it: Open vSwitch's userspace datapath is not the kernel's."""
+        return "ovs (userspace)" if self.ovs_datapath == "netdev" else self.topology
 
 
 def seed_figure_metric(test: str) -> str:
@@ -164,8 +171,11 @@ def _same_but_topology(a: Setup, b: Setup) -> bool:
     return (a.mtu, a.hosts, a.pairs, a.tunings) == (b.mtu, b.hosts, b.pairs, b.tunings)
 
 
-def _label(s: Setup) -> str:
-    return f"{s.topology} (MTU {s.mtu}, {s.hosts} host{'s' if s.hosts > 1 else ''})"
+def _topologies(tier: str, *kinds: str) -> str:
+    """The datapath tier takes a list and interleaves the topologies in one run; the guest tier one per run."""
+    if "datapath" in tier:
+        return "--topology " + ",".join(kinds)
+    return " and ".join(f"--topology {k}" for k in kinds) + " (one run each)"
 
 
 def _worst(badges: Sequence[str]) -> str:
@@ -173,7 +183,7 @@ def _worst(badges: Sequence[str]) -> str:
     return min(badges, key=order.index)
 
 
-def macvtap_beats_bridges(data: dict[Setup, Any]) -> NetClaim:
+def macvtap_beats_bridges(data: dict[Setup, Any], tier: str = "") -> NetClaim:
     claim = "macvtap moves 10–50 % more transactions per second than either software bridge (Linux bridge, Open vSwitch)"
     seed, figure = "seed:002 p. 33", "+10 to +50 %"
     found = []
@@ -184,13 +194,13 @@ def macvtap_beats_bridges(data: dict[Setup, Any]) -> NetClaim:
             found.append((c, judge_better(c.ratio, 1.10)))
     if not found:
         return NetClaim(seed, claim, figure, None, "not measured",
-                        "run bench net --topology macvtap and --topology bridge (or ovs) with the same "
+                        f"run bench net{tier} {_topologies(tier, 'macvtap', 'bridge', 'ovs')} with the same "
                         "request/response tests, MTU and hosts")
-    text = "; ".join(c.describe(f"macvtap vs {c.reference.topology}, MTU {c.reference.mtu}, tx/s") for c, _ in found)
+    text = "; ".join(c.describe(f"macvtap vs {c.reference.name}, MTU {c.reference.mtu}, tx/s") for c, _ in found)
     return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
 
 
-def bridge_near_ovs(data: dict[Setup, Any]) -> NetClaim:
+def bridge_near_ovs(data: dict[Setup, Any], tier: str = "") -> NetClaim:
     claim = "the Linux bridge performs within 10 % of Open vSwitch"
     seed, figure = "seed:002 p. 38", "±10 %"
     found = []
@@ -201,12 +211,12 @@ def bridge_near_ovs(data: dict[Setup, Any]) -> NetClaim:
             found.append((c, judge_within(c.ratio, 0.10)))
     if not found:
         return NetClaim(seed, claim, figure, None, "not measured",
-                        "run bench net --topology bridge and --topology ovs with the same tests, MTU and hosts")
-    text = "; ".join(c.describe(f"bridge vs ovs, MTU {c.reference.mtu}, tx/s or B/s") for c, _ in found)
+                        f"run bench net{tier} {_topologies(tier, 'bridge', 'ovs')} with the same tests, MTU and hosts")
+    text = "; ".join(c.describe(f"bridge vs {c.reference.name}, MTU {c.reference.mtu}, tx/s or B/s") for c, _ in found)
     return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
 
 
-def large_mtu_helps(data: dict[Setup, Any], hosts: int) -> NetClaim:
+def large_mtu_helps(data: dict[Setup, Any], hosts: int, tier: str = "") -> NetClaim:
     if hosts == 1:
         claim = "on one host, a large MTU improves the 30 KB-payload tests by up to 120 %"
         seed, figure, at_least, workloads = "seed:002 p. 51, fig. 17", "up to +120 %", 1.05, PAYLOAD_30K
@@ -215,16 +225,16 @@ def large_mtu_helps(data: dict[Setup, Any], hosts: int) -> NetClaim:
         seed, figure, at_least, workloads = "seed:002 p. 52, fig. 18", "+5 to +20 %", 1.05, None
     found = []
     for s, r in _pairs(data, lambda s: s.mtu >= LARGE_MTU and s.hosts == hosts,
-                       lambda s, r: r.mtu <= 1500 and (s.topology, s.hosts, s.pairs, s.tunings)
-                       == (r.topology, r.hosts, r.pairs, r.tunings)):  # fmt: skip
+                       lambda s, r: r.mtu <= 1500 and (s.topology, s.ovs_datapath, s.hosts, s.pairs, s.tunings)
+                       == (r.topology, r.ovs_datapath, r.hosts, r.pairs, r.tunings)):  # fmt: skip
         c = compare(data, s, r, workloads, seed_figure_metric)
         if c is not None:
             found.append((c, judge_better(c.ratio, at_least)))
     if not found:
         return NetClaim(seed, claim, figure, None, "not measured",
-                        f"run bench net --hosts {hosts} once with --mtu 9000 and once with --mtu 1500, same "
+                        f"run bench net{tier} --hosts {hosts} once with --mtu 9000 and once with --mtu 1500, same "
                         "topology and tests (str-readx30k, rr1c-1000x30k)")
-    text = "; ".join(c.describe(f"{c.subject.topology} MTU {c.subject.mtu} vs {c.reference.mtu}") for c, _ in found)
+    text = "; ".join(c.describe(f"{c.subject.name} MTU {c.subject.mtu} vs {c.reference.mtu}") for c, _ in found)
     return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
 
 
@@ -256,12 +266,12 @@ def winners_by_setting(data: dict[Setup, Any]) -> dict[Setting, dict[str, Winner
             tests = [t for t in common if t.partition("--")[0] in workloads]
             ran = any(t.partition("--")[0] in workloads for r in runs for t in r)
             if len(setups) == 1:
-                row[name] = f"only {setups[0].topology} measured" if ran else "not measured"
+                row[name] = f"only {setups[0].name} measured" if ran else "not measured"
                 continue
             if not tests:
                 row[name] = "no test in common" if ran else "not measured"
                 continue
-            scores = {s.topology: g for s in setups if (g := _geo(data[s], tests, metric)) is not None}
+            scores = {s.name: g for s in setups if (g := _geo(data[s], tests, metric)) is not None}
             ranked = sorted(scores.items(), key=lambda kv: -kv[1])
             row[name] = (Winner(ranked[0][0], ranked[0][1] / ranked[1][1], ranked[1][0], len(tests))
                          if len(ranked) > 1 else "no positive figure to compare")  # fmt: skip
@@ -294,7 +304,7 @@ def winners(cells: Sequence[CellRow]) -> list[str]:
     return out
 
 
-def macvtap_wins_one_host(data: dict[Setup, Any]) -> NetClaim:
+def macvtap_wins_one_host(data: dict[Setup, Any], tier: str = "") -> NetClaim:
     claim = "on one host macvtap wins small transactions, large transactions and streaming"
     seed, figure = "seed:002 p. 57 (summary table)", "macvtap ×3"
     table = {k: v for k, v in winners_by_setting(data).items() if k[1] == 1}
@@ -312,12 +322,14 @@ def macvtap_wins_one_host(data: dict[Setup, Any]) -> NetClaim:
         badges.append("holds" if len(won) == len(decided) else "partly" if won else "does not hold")
     if not rows:
         return NetClaim(seed, claim, figure, None, "not measured",
-                        "run bench net --topology macvtap, bridge and ovs with --matrix seed-002, one host")
+                        f"run bench net{tier} {_topologies(tier, 'macvtap', 'bridge', 'ovs')} --matrix seed-002, one host")
     return NetClaim(seed, claim, figure, "; ".join(rows), _worst(badges))
 
 
 def net_claims(cells: Sequence[CellRow]) -> list[NetClaim]:
     """Seed 002's measurable claims from one tier's and one accelerator's network cells."""
     data = per_run(cells)
-    return [macvtap_beats_bridges(data), bridge_near_ovs(data), large_mtu_helps(data, 1), large_mtu_helps(data, 2),
-            macvtap_wins_one_host(data)]
+    tiers = {net_tier(c) for c in cells}
+    tier = f" --tier {tiers.pop()}" if len(tiers) == 1 else ""
+    return [macvtap_beats_bridges(data, tier), bridge_near_ovs(data, tier), large_mtu_helps(data, 1, tier),
+            large_mtu_helps(data, 2, tier), macvtap_wins_one_host(data, tier)]
