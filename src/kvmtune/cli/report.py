@@ -70,9 +70,15 @@ def run_report(args: argparse.Namespace) -> int:
                     by_tier.setdefault(cell_tier(c), []).append(c)
             for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
                 lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
-            if net_cells:  # kvmtune bench net runs: seed 002's summary table
-                lines.extend("  seed:002: " + line for line in winners(net_cells))
-                net_html.append(f"<h2>Accelerator: {escape(accel)}</h2>" + winners_html(net_cells))
+            net_by_tier: dict[str, list[Any]] = {}
+            for c in net_cells:  # guest and datapath network runs are never ranked together
+                net_by_tier.setdefault(str(c.config.get("tier") or "guest"), []).append(c)
+            for tier, tier_cells in sorted(net_by_tier.items()):  # kvmtune bench net runs: seed 002's summary table
+                twin = " (macvtap measured as macvlan, its namespace twin)" if tier == "datapath" and any(
+                    c.config.get("topology") == "macvtap" for c in tier_cells) else ""
+                lines.extend(f"  seed:002 [{tier} tier]{twin}: " + line for line in winners(tier_cells))
+                net_html.append(f"<h2>Accelerator: {escape(accel)}, {escape(tier)} tier{escape(twin)}</h2>"
+                                + winners_html(tier_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs, baseline=args.baseline)
