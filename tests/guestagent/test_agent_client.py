@@ -126,3 +126,22 @@ def test_file_access_blocked_leaves_values_unknown() -> None:
     inside = read_inside(ReplayAgent(answers), "recorded", ("vda",))
     assert inside.os_kind == "linux" and inside.kernel_release == "5.14.0-427.el9.x86_64"
     assert inside.trim_scheduled is None and inside.clocksource is None and "guest-file-open" in inside.blocked
+
+
+def test_a_sync_lost_before_the_guest_opened_its_port_is_sent_again(hostile: Callable[..., str]) -> None:
+    """The first sync goes unanswered (written while the guest's end was closed); the second is answered."""
+
+    def behaviour(conn: socket.socket) -> None:
+        data = b""
+        while data.count(b"\n") < 2:
+            data += conn.recv(4096)
+        second = data.split(b"\n")[1]
+        token = json.loads(second.split(b"\xff", 1)[1])["arguments"]["id"]
+        conn.sendall(b"\xff" + json.dumps({"return": token}).encode() + b"\n")
+        conn.recv(4096)
+        conn.sendall(json.dumps({"return": {"version": "7.2.0", "supported_commands": []}}).encode() + b"\n")
+        time.sleep(0.5)
+
+    agent = SocketAgent(hostile(behaviour), Deadline(5))
+    assert agent.call("guest-info")["version"] == "7.2.0"
+    agent.close()

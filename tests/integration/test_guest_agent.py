@@ -137,6 +137,22 @@ DOMAIN = """<domain type='qemu'>
 </domain>"""
 
 
+def wait_until_libvirt_sees_the_agent(dom: object) -> None:
+    """libvirt talks to an agent only once the guest has opened its port (qemu-ga was just started)."""
+    import libvirt
+    import libvirt_qemu
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute": "guest-ping"}', 5, 0)
+            return
+        except libvirt.libvirtError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_audit_reads_a_libvirt_guest_through_libvirt(
     agent_guest: ProbeGuest, tmp_path: Path, libvirt_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -152,6 +168,7 @@ def test_audit_reads_a_libvirt_guest_through_libvirt(
         dom = conn.createXML(DOMAIN.format(name=name, kernel=agent_guest.vmlinux or agent_guest.kernel,
                                            initrd=agent_guest.initrd, job=job, serial=serial), 0)
         wait_for_line(serial, b"KVMTUNE-AGENT-STARTED /dev/vport", 120)
+        wait_until_libvirt_sees_the_agent(dom)
         code, doc = audit_json(capsys, "-c", libvirt_uri)
     finally:
         if dom is not None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kvmtune.errors import KvmtuneError
 
 MAX_REPLY_BYTES = 1024 * 1024
+SYNC_RESEND_S = 1.0
 # what kvmtune may ask a guest agent: nothing that writes, executes or changes the guest
 READ_ONLY_COMMANDS = frozenset({
     "guest-sync-delimited", "guest-info", "guest-get-osinfo", "guest-get-disks", "guest-get-devices",
@@ -37,6 +38,10 @@ class AgentRefused(AgentError):
         super().__init__(f"{command}: refused")
         self.command = command
         self.desc = desc
+
+
+class _Resend(Exception):
+    """No answer to this sync yet: send another."""
 
 
 class Deadline:
@@ -110,38 +115,51 @@ class SocketAgent:
         except OSError as exc:
             raise AgentError(f"cannot send ({exc.strerror or 'timed out'})") from None
 
-    def _recv(self) -> None:
+    def _recv(self, until: float | None = None) -> None:
+        left = self.deadline.left()
+        if until is not None:
+            if until - time.monotonic() <= 0:
+                raise _Resend
+            left = min(left, until - time.monotonic())
         try:
-            self.sock.settimeout(self.deadline.left())
+            self.sock.settimeout(left)
             chunk = self.sock.recv(65536)
+        except TimeoutError:
+            if until is not None and time.monotonic() < self.deadline.end:
+                raise _Resend from None
+            raise AgentError(f"no answer within {self.deadline.seconds:g} s") from None
         except OSError as exc:
-            raise AgentError(f"no answer within {self.deadline.seconds:g} s"
-                             if isinstance(exc, TimeoutError) else f"cannot read ({exc.strerror})") from None
+            raise AgentError(f"cannot read ({exc.strerror})") from None
         if not chunk:
             raise AgentError("the agent socket closed")
         self._buf += chunk
         if len(self._buf) > MAX_REPLY_BYTES:
             raise AgentError(f"an answer longer than {MAX_REPLY_BYTES} bytes")
 
-    def _line(self) -> bytes:
+    def _line(self, until: float | None = None) -> bytes:
         while b"\n" not in self._buf:
-            self._recv()
+            self._recv(until)
         line, self._buf = self._buf.split(b"\n", 1)
         return line
 
     def _sync(self) -> None:
-        token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-        self._send(b"\xff" + _request("guest-sync-delimited", {"id": token}).encode() + b"\n")
+        """Resend the sync every second until one is answered: what was written before the guest opened
+        its end of the port is lost, so a single request could wait for the whole deadline."""
         while True:
-            while b"\xff" not in self._buf:
-                self._buf = b""
-                self._recv()
-            self._buf = self._buf.split(b"\xff", 1)[1]
-            line = self._line().strip()
-            if not line:
+            token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+            self._send(b"\xff" + _request("guest-sync-delimited", {"id": token}).encode() + b"\n")
+            resend_at = time.monotonic() + SYNC_RESEND_S
+            try:
+                while True:
+                    while b"\xff" not in self._buf:
+                        self._buf = b""
+                        self._recv(until=resend_at)
+                    self._buf = self._buf.split(b"\xff", 1)[1]
+                    line = self._line(until=resend_at).strip()
+                    if line and _reply("guest-sync-delimited", line) == token:
+                        return
+            except _Resend:
                 continue
-            if _reply("guest-sync-delimited", line) == token:
-                return
 
     def call(self, command: str, arguments: dict[str, Any] | None = None) -> Any:
         self._send(_request(command, arguments).encode() + b"\n")
