@@ -98,8 +98,11 @@ def test_report_ranks_each_tier_on_its_own(tmp_path: Path, capsys: pytest.Captur
         ids = [_net_run(st, None, "bridge", 100.0, accel="tcg"), _net_run(st, None, "ovs", 50.0, accel="tcg"),
                _net_run(st, "datapath", "bridge", 900.0), _net_run(st, "datapath", "ovs", 1800.0)]  # fmt: skip
     assert cli.main(["report", *map(str, ids), "--db", str(db)]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if "seed:002" in ln]
+    out = capsys.readouterr().out.splitlines()
+    lines = [ln for ln in out if "seed:002 [" in ln]  # the "which topology won" lines; claims follow as seed:002 p. N
     assert len(lines) == 2, lines
+    claims = [ln for ln in out if "seed:002 p. 38" in ln]  # bridge vs ovs, judged once per tier, never across
+    assert len(claims) == 2 and "[network datapath]" in claims[0] and "[network guest, tcg]" in claims[1], claims
     guest = next(ln for ln in lines if "[guest tier]" in ln)
     datapath = next(ln for ln in lines if "[datapath tier]" in ln)
     assert "small transactions: bridge (+100% over ovs" in guest
