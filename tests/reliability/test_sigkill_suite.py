@@ -158,7 +158,8 @@ def _block(work: Path, db: Path, _netload: str) -> list[str]:
 
 def _datapath(work: Path, db: Path, netload: str) -> list[str]:
     return [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "bridge,ovs", "--tests",
-            "str-readx30k--1,rr1c-1x1--10", "--duration", "1", "--workdir", str(work), "--netload", netload, "--db", str(db)]  # fmt: skip
+            "str-readx30k--1,rr1c-1x1--10", "--duration", "1", "--workdir", str(work), "--netload", netload,
+            "--db", str(db)]  # fmt: skip
 
 
 KINDS: dict[str, tuple[Callable[[Path, Path, str], list[str]], float, float]] = {
