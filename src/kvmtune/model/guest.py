@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmtune.model.inside import GuestInside
+
 
 @dataclass
 class Disk:
@@ -118,6 +120,10 @@ class Guest:
     disks: list[Disk] = field(default_factory=list)
     nics: list[Nic] = field(default_factory=list)
     rngs: list[Rng] = field(default_factory=list)
+    # a virtio-serial channel named org.qemu.guest_agent.0 (libvirt <channel>, or a QEMU virtserialport)
+    agent_channel: bool = False
+    agent_socket: str | None = None  # the host side of that channel, when a command line names its socket
+    inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
     evidence: dict[str, str] = field(default_factory=dict)
     tree: Any = None  # the lxml document when read from XML
     # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);
