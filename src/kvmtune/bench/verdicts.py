@@ -255,18 +255,29 @@ class Ratio:
         return max(self.n + 1, math.ceil(self.n * (half / gap) ** 2) + 1)
 
 
-def ratio(num: Mapping[Round, float], den: Mapping[Round, float]) -> Ratio | None:
-    both = [k for k in num if k in den and num[k] > 0 and den[k] > 0]
-    if len(both) >= 2:
-        logs = [math.log(num[k] / den[k]) for k in both]
-        half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
-        centre = mean(logs)
-        return Ratio(median([num[k] / den[k] for k in both]), math.exp(centre - half), math.exp(centre + half), len(both))
-    pos_a, pos_b = [x for x in num.values() if x > 0], [x for x in den.values() if x > 0]
+def ratio(num: Mapping[Round, float] | Sequence[float], den: Mapping[Round, float] | Sequence[float]) -> Ratio | None:
+    """Values keyed by round (the block tier): paired per round where at least two rounds have both sides, else
+    the ratio of the medians. Plain sequences (runs' scores, the network claims): the ratio of geometric means.
+    Either unpaired form carries Welch's interval on the logarithms."""
+    if isinstance(num, Mapping) and isinstance(den, Mapping):
+        both = [k for k in num if k in den and num[k] > 0 and den[k] > 0]
+        if len(both) >= 2:
+            logs = [math.log(num[k] / den[k]) for k in both]
+            half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
+            centre = mean(logs)
+            per_round = [num[k] / den[k] for k in both]
+            return Ratio(median(per_round), math.exp(centre - half), math.exp(centre + half), len(both))
+        pos_a, pos_b = [x for x in num.values() if x > 0], [x for x in den.values() if x > 0]
+        value = median(pos_a) / median(pos_b) if pos_a and pos_b else None
+    else:
+        pos_a = [x for x in (num.values() if isinstance(num, Mapping) else num) if x > 0]
+        pos_b = [x for x in (den.values() if isinstance(den, Mapping) else den) if x > 0]
+        value = None
     if not pos_a or not pos_b:
         return None
     a, b = [math.log(x) for x in pos_a], [math.log(x) for x in pos_b]
-    value = median(pos_a) / median(pos_b)
+    if value is None:
+        value = math.exp(mean(a) - mean(b))
     n = min(len(a), len(b))
     if len(a) < 2 or len(b) < 2:
         return Ratio(value, None, None, n, paired=False)
