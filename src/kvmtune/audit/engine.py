@@ -106,10 +106,17 @@ def run_rules(
     findings: list[Finding] = []
     ctx.images = list(images)
     audited = [g for g in guests if g.is_kvm_or_qemu]  # other hypervisors' guests: see KVM-GST-001
+    with_devices: dict[tuple[bool, str], list[Guest]] = {}  # (any hypervisor, device list) -> those guests
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
-            guarded_each(rule, rule.check, guests if rule.any_hypervisor else audited, ctx, findings)
+            subjects = guests if rule.any_hypervisor else audited
+            if rule.judges_only is not None:
+                key = (rule.any_hypervisor, rule.judges_only)
+                if key not in with_devices:
+                    with_devices[key] = [g for g in subjects if getattr(g, rule.judges_only)]
+                subjects = with_devices[key]
+            guarded_each(rule, rule.check, subjects, ctx, findings)
         elif isinstance(rule, RunRule):
             if audited:
                 guarded(rule, "", rule.check_run, ctx, findings, audited, ctx)
