@@ -29,14 +29,15 @@ fi
 # assemble it), Open vSwitch, namespaces and NAT (iproute2, nftables), sfdisk for partition tests,
 # iperf3 and sockperf as yardsticks for netload; tmux (drives `kvmtune top` in its test) and
 # prometheus (its promtool checks the textfile output of `kvmtune sample`); the block tier's
-# qemu-storage-daemon (qemu-system-common) and the file systems of `--host-fs` (xfsprogs, btrfs-progs, lvm2).
+# qemu-storage-daemon (qemu-system-common), the file systems of `--host-fs` (xfsprogs, btrfs-progs, lvm2)
+# and qemu-guest-agent (never run on the host: its binary and libraries go into the probe guest).
 PACKAGES=(
   qemu-system-x86 qemu-utils
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
   tmux prometheus openssh-server ansible-core zsh groff-base chromium
-  qemu-system-common xfsprogs btrfs-progs lvm2
+  qemu-system-common xfsprogs btrfs-progs lvm2 qemu-guest-agent
 )
 # Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.
 [ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-libvirt qemu-utils)

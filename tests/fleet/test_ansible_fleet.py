@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kvmtune.runner import die_with_parent_preexec
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
 ROOTS = {"h1": "rhel6-old", "h2": "nvme-modern", "h3": "ksm-overcommit"}
@@ -34,14 +36,29 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
+def _sweep_dead_runs() -> None:
+    """Remove the namespaces (and their processes) of an earlier run of this test whose pytest is gone.
+
+    Their names carry the pytest's pid, so a concurrent run's namespaces, whose pytest lives, are kept."""
+    netns = Path("/run/netns")
+    for path in netns.glob("ktfleet-*") if netns.is_dir() else ():
+        owner = path.name.split("-")[1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            for pid in sh("ip", "netns", "pids", path.name, check=False).stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+            sh("ip", "netns", "del", path.name, check=False)
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     for tool in ("ansible-playbook", "sshd", "ssh-keygen"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             pytest.fail(f"{tool} is not installed (scripts/install.sh installs ansible-core and openssh-server)")
     tmp = tmp_path_factory.mktemp("fleet")
-    # not "kvmtune-…": kvmtune removes namespaces of that prefix whose owner it cannot find (leftovers)
-    tag = uuid.uuid4().hex[:6]
+    # not "kvmtune-…": kvmtune removes namespaces of that prefix whose owner it cannot find (leftovers);
+    # the pid lets the next run remove what a pytest killed with -9 left behind
+    _sweep_dead_runs()
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
     sw, ctl = f"ktfleet-{tag}-sw", f"ktfleet-{tag}-ctl"
     hosts = {name: f"ktfleet-{tag}-{name}" for name in ROOTS}
     made: list[str] = []
@@ -71,8 +88,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
                            f"AuthorizedKeysFile {key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"
                            "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                            "Subsystem sftp /usr/lib/openssh/sftp-server\n")
+            # `ip netns exec` execs sshd in place, so the parent-death signal reaches sshd itself:
+            # a pytest killed with -9 leaves no sshd behind
             sshds.append(subprocess.Popen(["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          preexec_fn=die_with_parent_preexec()))
         yield {"tmp": tmp, "ctl": ctl, "key": key, "hosts": hosts}
     finally:
         for p in sshds:

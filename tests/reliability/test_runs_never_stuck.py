@@ -295,3 +295,26 @@ def test_sweep_removes_a_dead_owners_scratch_with_its_loop_device(tmp_path: Path
     finally:
         runner.run(["losetup", "-d", loop])
         live.cleanup()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_sweep_removes_a_killed_runs_namespace_at_any_age_but_not_an_unclaimed_young_one(tmp_path: Path) -> None:
+    """A run killed a moment after making its namespace: owner.json (written before the namespace)
+    names it and its owner is dead, so the very next start removes it. A namespace that no owner
+    record names yet, made seconds ago, may still be getting its owner: kept for the next start."""
+    runner, host = Runner(), HostRoot()
+    tag = f"{os.getpid() % 100000:x}"[:5]
+    killed, unclaimed = f"kvmtune-k{tag}-h0", f"kvmtune-u{tag}-h0"
+    for runid, ns, names in ((f"k{tag}", killed, [killed]), (f"u{tag}", unclaimed, [])):
+        rundir = tmp_path / "net" / runid
+        rundir.mkdir(parents=True)
+        (rundir / OWNER_FILE).write_text(f'{{"pid": {_dead_pid()}, "starttime": "1", "namespaces": {names!r}}}'.replace("'", '"'))
+        assert runner.run(["ip", "netns", "add", ns]).ok
+    try:
+        report = sweep(runner, host, tmp_path)
+        listed = runner.run(["ip", "netns", "list"]).stdout
+        assert killed in report.found and killed not in listed, report
+        assert unclaimed in listed and unclaimed not in report.found, report
+    finally:
+        for ns in (killed, unclaimed):
+            runner.run(["ip", "netns", "del", ns])

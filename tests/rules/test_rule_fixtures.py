@@ -2,11 +2,14 @@
 
 Fixtures live in ``tests/rules/<RULE-ID>/{bad,good}/``: domain XML (``*.xml``) or
 QEMU command lines (``*.args``). A directory holding several files is audited as
-one run (for rules that compare guests, e.g. duplicate MACs).
+one run (for rules that compare guests, e.g. duplicate MACs). A ``<name>.agent.json``
+beside ``<name>.xml`` holds a guest agent's answers (``ReplayAgent``): the guest is
+audited as running, with its inside read from them by the same code as a live agent.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import GuestRule, RunRule, all_rules, rule_by_id
 from kvmtune.domain.xml import load_guest_file
+from kvmtune.guestagent.client import ReplayAgent
+from kvmtune.guestagent.inside import read_inside
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_text
@@ -29,7 +34,13 @@ def load(path: Path) -> list[Guest]:
     guests = []
     for f in files:
         if f.suffix == ".xml":
-            guests.append(load_guest_file(f))
+            guest = load_guest_file(f)
+            answers = f.with_suffix(".agent.json")
+            if answers.is_file():
+                guest.active = True
+                guest.inside = read_inside(ReplayAgent(json.loads(answers.read_text())), "recorded answers",
+                                           tuple(d.target for d in guest.disks if d.bus == "virtio"))
+            guests.append(guest)
         elif f.suffix == ".args":
             guests.append(guest_from_text(f.read_text(), str(f)))
     for guest in guests:

@@ -48,6 +48,8 @@ TOPICS = frozenset(
         "cpu-power", "irq-affinity", "cpu-isolation", "iommu",
         # Windows guests: Hyper-V enlightenments and clock timers
         "hyperv", "guest-clock",
+        # drivers inside a guest (what its guest agent reports)
+        "guest-drivers",
     }
 )
 

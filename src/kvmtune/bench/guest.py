@@ -35,14 +35,17 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 
 # Loaded by /init itself: what it needs to read the job the host passes.
 BOOT_MODULES = ("qemu_fw_cfg",)
+# What a job that starts the guest agent loads: the virtio-serial port it talks through.
+AGENT_MODULES = ("virtio_pci", "virtio_console")
 # Modules the storage matrix needs; a missing one is an error unless built in.
 REQUIRED_MODULES = ("virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ata_piix", "qemu_fw_cfg")
-# Nice to have: I/O schedulers for the deadline-vs-CFQ comparison, NVMe, virtio-net for netload.
-OPTIONAL_MODULES = ("bfq", "kyber_iosched", "nvme", "virtio_net")
+# Nice to have: I/O schedulers for the deadline-vs-CFQ comparison, NVMe, virtio-net for netload,
+# virtio_console for the guest agent's virtio-serial port.
+OPTIONAL_MODULES = ("bfq", "kyber_iosched", "nvme", "virtio_net", "virtio_console")
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 # busybox applets the init and the job scripts use
 APPLETS = (
@@ -98,6 +101,48 @@ class ExtraFile:
     src: str
     dest: str
     mode: int = 0o755
+
+
+# QEMU's guest agent (Debian: qemu-guest-agent), for a probe guest whose inside kvmtune audits
+GUEST_AGENT_BINARY = "/usr/sbin/qemu-ga"
+GUEST_AGENT_PORT = "org.qemu.guest_agent.0"
+
+
+def guest_agent_file() -> ExtraFile:
+    """qemu-ga for the initramfs (its shared libraries come along, as for every dynamic extra)."""
+    if not os.path.isfile(GUEST_AGENT_BINARY):
+        raise KvmtuneError(f"{GUEST_AGENT_BINARY}: not installed (Debian package: qemu-guest-agent)")
+    return ExtraFile(GUEST_AGENT_BINARY, "/usr/sbin/qemu-ga")
+
+
+def guest_agent_job() -> str:
+    """Shell lines for a probe guest's job that start qemu-ga on the agent's virtio-serial port.
+
+    Without udev there is no /dev/virtio-ports/ link: the port is found by its name in sysfs.
+    """
+    return (
+        'for m in $(cat /etc/kvmtune/agent-modules); do insmod "/lib/modules/$m" 2>/dev/null; done\n'
+        "port=\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10; do\n"
+        "  for d in /sys/class/virtio-ports/*; do\n"
+        f'    [ "$(cat "$d/name" 2>/dev/null)" = {GUEST_AGENT_PORT} ] && port=/dev/${{d##*/}}\n'
+        "  done\n"
+        '  [ -n "$port" ] && [ -c "$port" ] && break\n'
+        "  sleep 0.5\n"
+        "done\n"
+        "mkdir -p /var/run /tmp/qga\n"
+        'qemu-ga -m virtio-serial -p "$port" -t /tmp/qga > /tmp/qga.log 2>&1 &\n'
+        'echo "KVMTUNE-AGENT-STARTED $port"\n'
+    )
+
+
+def guest_agent_qemu_args(socket_path: str) -> list[str]:
+    """QEMU options for the agent's channel: a virtio-serial port behind a socket QEMU listens on."""
+    return [
+        "-chardev", f"socket,path={socket_path},server=on,wait=off,id=qga0",
+        "-device", "virtio-serial-pci,id=vser0",
+        "-device", f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
+    ]
 
 
 @dataclass(frozen=True)
@@ -569,6 +614,8 @@ class GuestBuilder:
                     w.file(f"lib/modules/{_guest_mod(m)}", data)
                 boot = [_guest_mod(m) for m in modules if _mod_name(m) in module_closure(deps, BOOT_MODULES)]
                 w.file("etc/kvmtune/modules", ("\n".join(boot) + "\n").encode())
+                agent = [_guest_mod(m) for m in modules if _mod_name(m) in module_closure(deps, AGENT_MODULES)]
+                w.file("etc/kvmtune/agent-modules", ("\n".join(agent) + "\n").encode())
                 w.trailer()
             tmp.replace(out)
             _prune(cache_dir, keep=f"initrd-{key}")

@@ -9,8 +9,10 @@ gone, nothing else is touched:
 * namespaces ``kvmtune-<run>-<role>`` of runs whose run directory
   ``<workdir>/net/<run>`` is in this work directory: the lock on the namespace
   file and ``owner.json`` (:func:`kvmtune.bench.net.cleanup.find_leftovers`); a
-  namespace made in the last few seconds may still be waiting for its lock and is
-  left for the next start; other work directories' runs are left to their own
+  namespace that its run's ``owner.json`` does not name yet and that was made in
+  the last few seconds may still be waiting for its owner and is left for the
+  next start (``owner.json`` is written before each namespace is made, so a
+  killed run's namespaces are removed at any age); other work directories' runs are left to their own
   next start or to ``kvmtune net cleanup``;
 * ``<workdir>/scratch-*`` directories: their ``owner.json`` (pid, process start
   time, boot id); with a dead owner, the loop devices backed by files in them are
@@ -24,6 +26,7 @@ The benchmark runner calls :func:`sweep` before it measures and prints one line;
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -118,6 +121,16 @@ def _young(name: str) -> bool:
         return False
 
 
+def _named_by_owner_record(rundir: Path, namespaces: list[str]) -> bool:
+    """True when the run directory's owner.json lists every one of ``namespaces``."""
+    try:
+        owner = json.loads((rundir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    named = owner.get("namespaces") if isinstance(owner, dict) else None
+    return isinstance(named, list) and set(namespaces) <= set(named)
+
+
 def _network_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool, report: SweepReport) -> None:
     from kvmtune.bench.net.cleanup import cleanup, find_leftovers
     from kvmtune.bench.net.netns import NetError
@@ -129,7 +142,14 @@ def _network_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool
         return
     # only runs of this work directory: another work directory's runs (another user's, a test's) are
     # left to its own next start or to 'kvmtune net cleanup'
-    young = {lo.runid for lo in leftovers if lo.rundir is None or any(_young(ns) for ns in lo.namespaces)}
+    # A run's owner.json is written before its first namespace exists, so a namespace it names is its
+    # owner's from birth: with that owner dead it is a leftover at any age. Only a namespace that no
+    # owner record names yet gets the grace time (its maker may still be about to write one).
+    young = {
+        lo.runid
+        for lo in leftovers
+        if lo.rundir is None or (not _named_by_owner_record(lo.rundir, lo.namespaces) and any(_young(ns) for ns in lo.namespaces))
+    }
     dead = [lo for lo in leftovers if not lo.live and lo.runid not in young]
     if not dead:
         return

@@ -95,6 +95,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("qemu_SIDE_cpu_pct", "%", L, "QEMU CPU", regex=r"qemu_(?:client|server)_cpu_pct"),
     Metric("qemu_SIDE_cpu_s_per_mb", "s/MB", L, "QEMU CPU per MB", regex=r"qemu_(?:client|server)_cpu_s_per_mb"),
     Metric("guest_mtu", "B", N, "guest MTU"),
+    # the datapath tier: CPU of the whole path (both netloads plus the topology's daemons, e.g. ovs-vswitchd)
+    Metric("path_cpu_s_per_mb", "s/MB", L, "path CPU per MB"),
+    Metric("path_cpu_us_per_txn", "µs", L, "path CPU per transaction"),
+    Metric("daemon_cpu_s", "s", L, "forwarding daemons' CPU time"),
+    Metric("ovs_unforwarded_pct", "%", L, "packets Open vSwitch received but did not forward"),
 )
 
 _EXACT = {m.name: m for m in CATALOGUE if m.regex is None}

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvmtune.audit import collect
+from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEOUT_S
+from kvmtune.audit.collect_agent import add_guest_insides
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
@@ -48,8 +50,23 @@ def register(sub: Any) -> None:
     p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
     p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--agent-timeout", type=_seconds, default=DEFAULT_AGENT_TIMEOUT_S, metavar="SECONDS",
+                   help="how long each running guest's QEMU guest agent may take to tell its inside "
+                   f"(default {DEFAULT_AGENT_TIMEOUT_S:g})")
+    p.add_argument("--no-agent", action="store_true",
+                   help="do not ask running guests' guest agents about their inside")
     p.set_defaults(func=run)
     audit_host.add_options(p)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError(f"{text}: give between 0 and 600 seconds")
+    return value
 
 
 def _split(text: str) -> list[str]:
@@ -82,6 +99,8 @@ def gather(args: argparse.Namespace, ctx: AuditContext) -> AuditResult:
             result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
                                 "shipped with kvmtune")
     collect.mark_guests_off_host(result, getattr(args, "assume_this_host", False))  # verify reuses gather
+    if not getattr(args, "no_agent", True):
+        add_guest_insides(result, timeout=args.agent_timeout, live_host=ctx.host.is_live)
     audit_host.after_guests(args, ctx, result)
     return result
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.guest import ExtraFile
-from kvmtune.bench.net.catalog import MATRICES, parse_tunings, select_tests
+from kvmtune.bench.net.catalog import MATRICES, NetTest, Tunings, parse_tunings, select_tests
 from kvmtune.bench.net.netns import require_net_admin
 from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec
 from kvmtune.bench.runner import BenchRunner
@@ -21,25 +21,39 @@ from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
+NET_TIERS = ("auto", "guest", "datapath")
+# options that mean something to the guest tier only (the datapath tier runs no guest): (dest, flag)
+GUEST_ONLY = (("kernel", "--kernel"), ("modules_dir", "--modules"), ("extra", "--extra"), ("vhost", "--vhost"),
+              ("memory", "--memory"), ("smp", "--smp"), ("accel", "--accel"), ("boot_timeout", "--boot-timeout"))
+GUEST_DEFAULTS = {"vhost": "auto", "memory": 512, "smp": 1, "accel": "auto", "boot_timeout": 120.0}
+
 
 def register_net(bs: Any) -> None:
-    n = bs.add_parser("net", help="seed 002's network tests between probe-guest pairs over bridge, OVS, macvtap, NAT, user")
+    n = bs.add_parser("net", help="seed 002's network tests over bridge, OVS, macvtap, NAT, user: between probe-guest "
+                      "pairs (--tier guest) or netload in namespaces on the host's datapath (--tier datapath)")
     add_guest_options(n)
-    n.add_argument("--topology", required=True, metavar="|".join(TOPOLOGIES), help="how the guests are connected")
+    n.add_argument("--tier", choices=NET_TIERS, default="auto",
+                   help="guest: probe-guest pairs (QEMU); datapath: netload in namespaces where the guests' taps would "
+                   "be, no QEMU; auto: guest where KVM boots a guest, else datapath")
+    n.add_argument("--topology", required=True, metavar="|".join(TOPOLOGIES),
+                   help="how the endpoints are connected; the datapath tier takes a comma list (interleaved in one run)")
     n.add_argument("--mtu", type=int, default=1500, help="MTU end to end: guest, tap, bridge/switch (default 1500)")
-    n.add_argument("--pairs", type=int, default=1, help="client/server guest pairs running at once (default 1)")
+    n.add_argument("--pairs", type=int, default=1, help="client/server pairs running at once (default 1)")
     n.add_argument("--hosts", type=int, default=1, choices=(1, 2), help="1: pairs on one host; 2: clients and servers apart")
     n.add_argument("--tests", action="append", help="comma list of tests, e.g. rr1c-1x1--1,str-readx30k--10")
     n.add_argument("--matrix", choices=tuple(MATRICES), help="a seed's test list (seed-002: 5 workloads × 1/10/50/250 users)")
-    n.add_argument("--duration", type=float, default=30.0, help="seconds per test (default 30; seed 002 used 300)")
+    n.add_argument("--duration", type=float, help="seconds per test (default 30 with guests, 5 on the datapath tier; "
+                   "seed 002 used 300)")
     n.add_argument("--tune", help="txqueuelen=N,guest.net.ipv4.KEY=V,… (host-wide knobs belong to 'kvmtune fix')")
-    n.add_argument("--netload", help="netload binary for the guests (default: on PATH, else netload/bin/netload)")
+    n.add_argument("--netload", help="netload binary (default: on PATH, else netload/bin/netload)")
     n.add_argument("--ovs-datapath", default="auto", choices=("auto", "system", "netdev"))
-    n.add_argument("--vhost", default="auto", choices=("auto", "on", "off"))
-    n.add_argument("--memory", type=int, default=512, help="guest memory in MiB (default 512)")
-    n.add_argument("--smp", type=int, default=1, help="guest vCPUs (default 1)")
-    n.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto: use KVM only if a probe boots")
-    n.add_argument("--boot-timeout", type=float, default=120.0, help="seconds a guest may take beyond its tests")
+    n.add_argument("--vhost", choices=("auto", "on", "off"), help="guest tier: vhost-net (default auto)")
+    n.add_argument("--memory", type=int, help="guest tier: guest memory in MiB (default 512)")
+    n.add_argument("--smp", type=int, help="guest tier: guest vCPUs (default 1)")
+    n.add_argument("--accel", choices=("auto", "kvm", "tcg"), help="guest tier: auto (default) uses KVM only if a probe boots")
+    n.add_argument("--boot-timeout", type=float, help="guest tier: seconds a guest may take beyond its tests (default 120)")
+    n.add_argument("--no-pin", action="store_true",
+                   help="datapath tier: do not pin netload clients to CPU 0 and servers to CPU 1")
     n.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
     n.add_argument("--note", help="free text stored with the run")
     n.add_argument("--keep-leftovers", action="store_true",
@@ -48,29 +62,138 @@ def register_net(bs: Any) -> None:
     n.set_defaults(func=run_net_cli)
 
 
-def run_net_cli(args: argparse.Namespace) -> int:
-    """Turn the arguments into a network benchmark and hand it to the benchmark runner."""
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    return getattr(args, dest, None) not in (None, False, [])
+
+
+def resolve_tier(args: argparse.Namespace, topologies: list[str]) -> str:
+    """guest, datapath or auto (decided by probing KVM); options of the other tier are refused by name."""
+    guest_only = [flag for dest, flag in GUEST_ONLY if _given(args, dest)]
+    if args.tier == "auto":
+        if "user" in topologies or guest_only:
+            tier = "guest"
+        elif len(topologies) > 1 or args.no_pin:
+            tier = "datapath"
+        else:
+            tier = "auto"
+    else:
+        tier = args.tier
+    if tier == "datapath":
+        if guest_only:
+            raise InputError(guest_only[0], "does not apply to the datapath tier (no guest); it applies to --tier guest")
+        if "user" in topologies:
+            raise InputError("--topology", "user is QEMU's own user-mode network (slirp): without QEMU there is no "
+                             "datapath to measure; use --tier guest for it")  # fmt: skip
+    if tier == "guest":
+        if args.no_pin:
+            raise InputError("--no-pin", "applies to the datapath tier (netload runs on the host there)")
+        if len(topologies) > 1:
+            raise InputError("--topology", f"{','.join(topologies)}: the guest tier runs one topology per run "
+                             "(compare runs with 'kvmtune compare'); the datapath tier takes a list")  # fmt: skip
+    return tier
+
+
+def _auto_tier(runner: Runner, host: HostRoot, workdir: Path, args: argparse.Namespace, netload: str) -> str:
+    """guest where KVM really boots a guest (the probe is cached), datapath where it does not."""
+    import sys
+
     from kvmtune.bench.accel import choose_accel
     from kvmtune.bench.guest import GuestBuilder
-    from kvmtune.bench.net.bench import NetBenchmark, NetContext, find_netload
 
+    if host.exists("/dev/kvm") and host.access("/dev/kvm", 6):
+        extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
+        guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
+        if choose_accel("auto", guest, workdir, runner, host).accel == "kvm":
+            return "guest"
+    print("kvmtune: KVM does not boot a guest here: running the datapath tier (netload in namespaces on the host's "
+          "datapath, no guest); --tier guest runs probe guests under TCG instead", file=sys.stderr)  # fmt: skip
+    return "datapath"
+
+
+def run_net_cli(args: argparse.Namespace) -> int:
+    """Turn the arguments into a network benchmark of one tier and hand it to the benchmark runner."""
+    topologies = [t.strip() for t in args.topology.split(",") if t.strip()]
+    if not topologies or len(set(topologies)) != len(topologies):
+        raise InputError("--topology", f"{args.topology!r}: name each topology once ({', '.join(TOPOLOGIES)})")
+    tier = resolve_tier(args, topologies)
+    for dest, value in GUEST_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    if args.duration is None:
+        args.duration = 5.0 if tier == "datapath" else 30.0
     if args.duration <= 0 or args.memory < 384 or args.smp < 1:
         # the probe guest's initramfs (fio, netload, modules) unpacks to ~100 MB in guest RAM
         raise InputError("--duration/--memory/--smp", "duration must be > 0, memory ≥ 384 MiB, smp ≥ 1")
-    if args.ovs_datapath != "auto" and args.topology != "ovs":
+    if args.ovs_datapath != "auto" and "ovs" not in topologies:
         raise InputError("--ovs-datapath", f"does not apply to --topology {args.topology}; it applies to --topology ovs")
-    if args.vhost != "auto" and args.topology == "user":
+    if args.vhost != "auto" and "user" in topologies:
         raise InputError("--vhost", "does not apply to --topology user (QEMU's user-mode network has no vhost-net)")
-    spec = TopologySpec(args.topology, pairs=args.pairs, hosts=args.hosts, mtu=args.mtu,
-                        ovs_datapath=args.ovs_datapath, vhost=args.vhost)  # fmt: skip
-    spec.validate()
+    specs = []
+    for kind in topologies:
+        spec = TopologySpec(kind, pairs=args.pairs, hosts=args.hosts, mtu=args.mtu, ovs_datapath=args.ovs_datapath,
+                            vhost=args.vhost, attach="netns" if tier == "datapath" else "tap")  # fmt: skip
+        spec.validate()
+        specs.append(spec)
     tests = select_tests([t.strip() for v in (args.tests or []) for t in v.split(",") if t.strip()], args.matrix)
     tunings = parse_tunings(args.tune)
     host = HostRoot()
     require_net_admin(host)  # before building anything
     runner = Runner()
+    from kvmtune.bench.net.bench import find_netload
+
     netload = find_netload(args.netload, runner)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
+    if tier == "auto":
+        tier = _auto_tier(runner, host, workdir, args, netload)
+        if tier == "datapath":
+            specs = [TopologySpec(s.kind, pairs=s.pairs, hosts=s.hosts, mtu=s.mtu, ovs_datapath=s.ovs_datapath,
+                                  attach="netns") for s in specs]  # fmt: skip
+    args.tier = tier
+    if tier == "datapath":
+        return _run_datapath(args, runner, host, workdir, specs, tests, tunings, netload)
+    return _run_guest(args, runner, host, workdir, specs[0], tests, tunings, netload)
+
+
+def _store_and_run(args: argparse.Namespace, runner: Runner, workdir: Path, bench: Any) -> Any:
+    run_args = {k: v for k, v in vars(args).items() if k != "func"}
+    with Store(args.db or default_db()) as store:
+        return BenchRunner(store, args=run_args, preset=args.matrix, note=args.note, workdir=workdir,
+                           keep_leftovers=args.keep_leftovers, runner=runner).run(bench)  # fmt: skip
+
+
+def _print_failures(outcome: Any) -> None:
+    for c in outcome.cells:
+        if not c.ok:
+            print(f"  FAILED {c.config.get('topology', '')} pair {c.rep} {c.workload}: {c.error}")
+
+
+def _run_datapath(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir: Path, specs: list[TopologySpec],
+                  tests: list[NetTest], tunings: Tunings, netload: str) -> int:  # fmt: skip
+    from kvmtune.bench.net.datapath import DatapathBenchmark, DatapathContext
+
+    ctx = DatapathContext(runner=runner, host=host, workdir=workdir, specs=specs, tests=tests, netload=netload,
+                          tunings=tunings, duration_s=args.duration, pin=not args.no_pin)  # fmt: skip
+    bench = DatapathBenchmark(ctx)
+    outcome = _store_and_run(args, runner, workdir, bench)
+    if outcome.status != "partial":
+        over = sorted(bench.overhead_s())
+        median = over[len(over) // 2] if over else 0.0
+        ups = ", ".join(f"{k} up {f.get('up_s', 0):.2f}s" for k, f in ctx.facts.items())
+        print(f"run {outcome.run_id} [datapath tier]: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} "
+              f"failed, {outcome.took_s:.1f}s ({ups}; harness overhead per test median {median:.2f}s)")  # fmt: skip
+        if "macvtap" in ctx.facts:
+            print("  macvtap measured through its namespace twin: a macvlan in bridge mode on the same lower device")
+        _print_failures(outcome)
+        print(f"  seed 002's summary: kvmtune report {outcome.run_id}")
+    return int(outcome.exit_code)
+
+
+def _run_guest(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir: Path, spec: TopologySpec,
+               tests: list[NetTest], tunings: Tunings, netload: str) -> int:  # fmt: skip
+    from kvmtune.bench.accel import choose_accel
+    from kvmtune.bench.guest import GuestBuilder
+    from kvmtune.bench.net.bench import NetBenchmark, NetContext
+
     extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
     accel = choose_accel(args.accel, guest, workdir, runner, host)
@@ -78,15 +201,10 @@ def run_net_cli(args: argparse.Namespace) -> int:
         runner=runner, host=host, accel=accel, memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
         workdir=workdir, guest=guest, spec=spec, tests=tests, tunings=tunings, duration_s=args.duration,
     )  # fmt: skip
-    run_args = {k: v for k, v in vars(args).items() if k != "func"}
-    with Store(args.db or default_db()) as store:
-        outcome = BenchRunner(store, args=run_args, preset=args.matrix, note=args.note, workdir=workdir,
-                              keep_leftovers=args.keep_leftovers, runner=runner).run(NetBenchmark(ctx, netload))  # fmt: skip
+    outcome = _store_and_run(args, runner, workdir, NetBenchmark(ctx, netload))
     if outcome.status != "partial":
         f = ctx.topology_facts
         print(f"run {outcome.run_id}: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} failed, "
               f"{outcome.took_s:.1f}s (topology up {f.get('up_s', 0):.2f}s, down {f.get('down_s', 0):.2f}s)")  # fmt: skip
-        for c in outcome.cells:
-            if not c.ok:
-                print(f"  FAILED pair {c.rep} {c.workload}: {c.error}")
-    return outcome.exit_code
+        _print_failures(outcome)
+    return int(outcome.exit_code)

@@ -11,12 +11,19 @@ from typing import Any
 from kvmtune.bench.metrics import lookup
 from kvmtune.bench.metrics import names as catalogue_names
 from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
-from kvmtune.bench.store import Store
+from kvmtune.bench.store import RunRow, Store
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import InputError, KvmtuneError
 
 # a run's kind names its tier (storage runs before tiers existed were guest runs)
 TIER_OF_KIND = {"storage": "guest", "quick": "quick", "block": "block", "net": "network guest"}
+
+
+def run_tier(run: RunRow) -> str:
+    """The tier a run measured: its kind, and for network runs the tier stored with it (guest before tiers existed)."""
+    if run.kind == "net":
+        return f"network {run.env.get('tier') or 'guest'}"
+    return TIER_OF_KIND.get(run.kind, run.kind)
 
 
 def register(sub: Any) -> None:
@@ -39,6 +46,13 @@ def run_compare(args: argparse.Namespace) -> int:
     metrics = _metrics(args.metric)  # before the database: a typo is an error, not "nothing in common"
     with Store(args.db or default_db(), must_exist=True) as st:
         a, b = st.run(args.run_a), st.run(args.run_b)
+        tier_a, tier_b = run_tier(a), run_tier(b)
+        if tier_a != tier_b:  # before the accelerators: no flag compares tiers
+            raise KvmtuneError(
+                f"run {a.id} is a {tier_a}-tier run and run {b.id} a {tier_b}-tier run: tiers measure different "
+                "things (a guest, QEMU's block layer alone, qemu-img bench, the host's network datapath without a "
+                "guest) and are never compared"
+            )
         if a.accel != b.accel:
             if not args.across_accelerators:
                 raise KvmtuneError(
@@ -47,12 +61,6 @@ def run_compare(args: argparse.Namespace) -> int:
                 )
             print(f"WARNING: comparing {a.accel} (run {a.id}) with {b.accel} (run {b.id}): "
                   "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
-        tier_a, tier_b = TIER_OF_KIND.get(a.kind, a.kind), TIER_OF_KIND.get(b.kind, b.kind)
-        if tier_a != tier_b:
-            raise KvmtuneError(
-                f"run {a.id} is a {tier_a}-tier run and run {b.id} a {tier_b}-tier run: tiers measure different "
-                "things (a guest, QEMU's block layer alone, qemu-img bench) and are never compared"
-            )
         if "net" in (a.kind, b.kind):
             if args.metric:
                 raise InputError("--metric", "network runs are compared on seed 002's four figures; --metric "
@@ -91,17 +99,28 @@ def _metrics(given: list[str] | None) -> list[str]:
 
 def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
     """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
-    from kvmtune.bench.net.chart import compare_net, seed002_html
+    from kvmtune.bench.net.chart import compare_net
+    from kvmtune.bench.report import CSS
+    from kvmtune.bench.report_net import compare_page
+    from kvmtune.fix.files import write_output
 
     if a.kind != b.kind:
         raise KvmtuneError(f"run {a.id} is a {a.kind} run and run {b.id} a {b.kind} run: nothing to compare")
+    for run in (a, b):
+        topologies = sorted({str(c.config.get("topology")) for c in st.cells(run.id) if "topology" in c.config})
+        if len(topologies) > 1:
+            raise KvmtuneError(
+                f"run {run.id} measured {', '.join(topologies)} side by side: their comparison is "
+                f"'kvmtune report {run.id}'; compare takes runs of one topology each"
+            )
     rows, table = compare_net(st, a, b)
     if not rows:
         print(f"runs {a.id} and {b.id} have no successful test in common")
         return 1
     if args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
+        page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
         try:
-            args.html.write_text(seed002_html(a, b, rows))
+            write_output(args.html, lambda fh: fh.write(page), tag="compare")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
     print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "

@@ -21,6 +21,8 @@ from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
 
 MAX_XML_BYTES = 16 * 1024 * 1024
+# the virtio-serial port name QEMU's guest agent listens on (libvirt's <channel><target name=...>)
+AGENT_CHANNEL = "org.qemu.guest_agent.0"
 # XML keywords are case-sensitive and an ENTITY can only be declared inside a DOCTYPE, so
 # one plain search finds every DTD; bytes.find is much cheaper than a regular expression here.
 _DOCTYPE = b"<!DOCTYPE"
@@ -361,6 +363,11 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
             guest.balloon_autodeflate = _low(el.get("autodeflate")) == "on"
             guest.balloon_free_page_reporting = _low(el.get("freePageReporting")) == "on"
             guest.evidence["memballoon"] = f"/domain/devices/memballoon[{n}]"
+        elif dtag == "channel":
+            target = _first(el, "target")
+            if target is not None and target.get("name") == AGENT_CHANNEL:
+                guest.agent_channel = True
+                guest.evidence["agent_channel"] = f"/domain/devices/channel[{n}]"
         elif dtag == "rng":
             backend = el.find("backend")
             guest.rngs.append(

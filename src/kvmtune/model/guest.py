@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmtune.model.inside import GuestInside
+
 
 def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, attr: str) -> str:
     """What a device's ``attr`` was read from: its own evidence, else its locator (plus the path below it)."""
@@ -131,6 +133,10 @@ class Guest:
     disks: list[Disk] = field(default_factory=list)
     nics: list[Nic] = field(default_factory=list)
     rngs: list[Rng] = field(default_factory=list)
+    # a virtio-serial channel named org.qemu.guest_agent.0 (libvirt <channel>, or a QEMU virtserialport)
+    agent_channel: bool = False
+    agent_socket: str | None = None  # the host side of that channel, when a command line names its socket
+    inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
     evidence: dict[str, str] = field(default_factory=dict)
     tree: Any = None  # the lxml document when read from XML
     # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);

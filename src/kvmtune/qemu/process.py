@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
+from kvmtune.qemu.agent_channel import agent_socket_path
 from kvmtune.qemu.cmdline import guest_from_argv, split_proc_cmdline
 
 
@@ -44,6 +45,7 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
         guest.on_audited_host = True  # a process of the host whose /proc this is
         guest.process_owner = owner
         guest.images_here = host.is_live
+        guest.agent_channel, guest.agent_socket = agent_socket_path(argv)
         if guest.name == "?":
             guest.name = f"qemu-pid-{entry}"
         guests.append(guest)

@@ -73,6 +73,7 @@ from kvmtune.runner import Runner, default_runner
 TOPOLOGIES = ("bridge", "ovs", "macvtap", "nat", "user")
 MAX_PAIRS = 64
 SWITCH = "kvsw0"  # the veth "physical switch" end in each host namespace
+GUEST_DEV = "eth0"  # attach=netns: the stand-in guest's NIC inside its own namespace
 USER_PORT_BASE = 7200
 SLIRP_NET, SLIRP_GUEST, SLIRP_HOST = "198.18.200.0/24", "198.18.200.15/24", "198.18.200.2"
 
@@ -87,6 +88,9 @@ class TopologySpec:
     ovs_datapath: str = "auto"  # auto | system | netdev
     vhost: str = "auto"  # auto | on | off
     user_ports: int = 2  # user-mode servers: ports forwarded per server (control + data)
+    # tap: a tap (or macvtap) per guest, for QEMU; netns: the datapath tier's namespace twin of each guest,
+    # a veth (or macvlan) whose host end sits where the tap would, its other end eth0 in a namespace of its own
+    attach: str = "tap"
 
     def validate(self) -> None:
         if self.kind not in TOPOLOGIES:
@@ -104,6 +108,13 @@ class TopologySpec:
             raise NetError(f"vhost {self.vhost!r}: choose auto, on or off")
         if not 1 <= self.user_ports <= 10:
             raise NetError(f"user_ports {self.user_ports}: must be 1..10")
+        if self.attach not in ("tap", "netns"):
+            raise NetError(f"attach {self.attach!r}: choose tap or netns")
+        if self.attach == "netns" and self.kind == "user":
+            raise NetError(
+                "topology user is QEMU's own user-mode network (slirp): without QEMU there is no datapath to measure; "
+                "use --tier guest for it"
+            )
 
 
 class Backend(StrEnum):
@@ -135,6 +146,9 @@ class Endpoint:
     chardev: str | None = None  # macvtap: the /dev/tapN node kvmtune made in its run directory
     ports: tuple[int, ...] = ()  # user-mode servers: forwarded TCP ports (same number inside and outside)
     hostfwd_address: str | None = None  # user-mode servers: where the ports are forwarded
+    # attach=netns: the namespace whose eth0 stands where the guest's NIC would (veth peer of the tap's
+    # place, or a macvlan for macvtap); the load generator runs there, no QEMU
+    guest_netns: str | None = None
 
     @property
     def ip(self) -> str:
@@ -262,6 +276,13 @@ class Topology:
         """A process (QEMU, a stand-in) to stop at teardown, before the namespaces go."""
         self._procs.append((what, proc))
 
+    def ovs_instances(self) -> list[OvsInstance]:
+        return list(self._ovs)
+
+    def daemon_pids(self) -> list[int]:
+        """The topology's own forwarding daemons (Open vSwitch), whose CPU time is part of the datapath's cost."""
+        return [p.pid for ovs in self._ovs for p in ovs.procs]
+
     # -- endpoints ---------------------------------------------------------------
 
     def pairs(self) -> list[tuple[Endpoint, Endpoint]]:
@@ -312,6 +333,7 @@ class Topology:
             if self.spec.hosts == 2:
                 self._switch()
             self._build()
+            self.configure_guests()
         except BaseException:
             self.down()
             raise
@@ -320,6 +342,7 @@ class Topology:
             hosts=self.spec.hosts,
             mtu=self.spec.mtu,
             txqueuelen=self.spec.txqueuelen,
+            attach=self.spec.attach,
             namespaces=list(self.namespaces),
             up_s=round(time.monotonic() - start, 4),
         )
@@ -390,14 +413,38 @@ class Topology:
             ns.up(SWITCH)
         self.facts["switch"] = f"veth {SWITCH} {h0.name} <-> {h1.name}"
 
-    def _tap(self, ns: Netns, name: str, master: str | None = None) -> None:
-        ns.ip("tuntap", "add", "dev", name, "mode", "tap")
+    def _tap(self, ns: Netns, name: str, master: str | None = None) -> str | None:
+        """The host side of one guest NIC: a tap for QEMU, or with ``attach=netns`` a veth whose peer is eth0
+        of a new namespace (returned) that stands in for the guest."""
+        guest: Netns | None = None
+        if self.spec.attach == "netns":
+            guest = self.add_namespace("g" + name.rsplit("-", 1)[-1])
+            ns.ip("link", "add", name, "type", "veth", "peer", "name", GUEST_DEV, "netns", guest.name)
+        else:
+            ns.ip("tuntap", "add", "dev", name, "mode", "tap")
         ns.set_mtu(name, self.spec.mtu)
         if self.spec.txqueuelen is not None:
             ns.ip("link", "set", "dev", name, "txqueuelen", str(self.spec.txqueuelen))
         if master:
             ns.ip("link", "set", "dev", name, "master", master)
         ns.up(name)
+        return guest.name if guest else None
+
+    def configure_guests(self) -> None:
+        """attach=netns: give each stand-in namespace's eth0 what the guest would configure (MAC, MTU, address,
+        gateway, txqueuelen)."""
+        for ep in self.endpoints:
+            if ep.guest_netns is None:
+                continue
+            g = self.namespaces[ep.guest_netns]
+            g.ip("link", "set", "dev", GUEST_DEV, "address", ep.mac)
+            g.set_mtu(GUEST_DEV, ep.mtu)
+            if self.spec.txqueuelen is not None:
+                g.ip("link", "set", "dev", GUEST_DEV, "txqueuelen", str(self.spec.txqueuelen))
+            g.add_address(GUEST_DEV, ep.address)
+            g.up(GUEST_DEV)
+            if ep.gateway:
+                g.ip("route", "add", "default", "via", ep.gateway)
 
     def _linux_bridge(self, ns: Netns, name: str) -> None:
         ns.ip("link", "add", name, "type", "bridge", "stp_state", "0", "forward_delay", "0")
@@ -437,8 +484,8 @@ class BridgeTopology(Topology):
                 ns.ip("link", "set", "dev", SWITCH, "master", "kvbr0")
         for role, pair, h in self._roles():
             tap = f"kvtap-{role[0]}{pair}"
-            self._tap(self.host_ns(h), tap, master="kvbr0")
-            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap))
+            guest = self._tap(self.host_ns(h), tap, master="kvbr0")
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap, guest_netns=guest))
         for h in range(self.spec.hosts):
             self.host_ns(h).set_mtu("kvbr0", self.spec.mtu)  # a bridge takes its ports' minimum otherwise
         self.facts["bridge"] = "linux"
@@ -470,9 +517,9 @@ class OvsTopology(Topology):
                 ovs.add_port("kvbr0", SWITCH, self.spec.mtu)
         for role, pair, h in self._roles():
             tap = f"kvtap-{role[0]}{pair}"
-            self._tap(self.host_ns(h), tap)
+            guest = self._tap(self.host_ns(h), tap)
             self._ovs[h].add_port("kvbr0", tap, self.spec.mtu)
-            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap))
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.TAP, ifname=tap, guest_netns=guest))
         for h, ovs in enumerate(self._ovs):
             ns = self.host_ns(h)
             ns.up("kvbr0")
@@ -501,6 +548,9 @@ class MacvtapTopology(Topology):
                 ns.set_mtu(dev, self.spec.mtu)
                 ns.up(dev)
             lower = "kvlow0"
+        if self.spec.attach == "netns":
+            self._macvlan_twins(lower)
+            return
         devdir = self.rundir / "dev"
         devdir.mkdir(exist_ok=True)
         for role, pair, h in self._roles():
@@ -522,6 +572,24 @@ class MacvtapTopology(Topology):
             self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.MACVTAP, ifname=name, chardev=chardev))
         self.facts["macvtap_mode"] = "bridge"
         self.facts["macvtap_lower"] = lower
+
+    def _macvlan_twins(self, lower: str) -> None:
+        """attach=netns: macvtap's namespace twin. A macvlan in bridge mode on the same lower device is the
+        same kernel driver (drivers/net/macvlan.c) without the character device QEMU reads; it is created
+        straight into the stand-in guest's namespace as its eth0."""
+        for role, pair, h in self._roles():
+            ns = self.host_ns(h)
+            guest = self.add_namespace(f"g{role[0]}{pair}")
+            res = ns.ip("link", "add", "link", lower, "name", GUEST_DEV, "address", _mac(role, pair), "netns", guest.name,
+                        "type", "macvlan", "mode", "bridge", check=False)  # fmt: skip
+            if not res.ok:
+                if "Unknown device type" in res.stderr or "not supported" in res.stderr.lower():
+                    raise NetError("macvlan unavailable: this kernel has no macvlan support (CONFIG_MACVLAN / modprobe macvlan)")
+                raise NetError(f"{ns.name}: cannot create the macvlan for {role[0]}{pair}: {res.describe_failure()}")
+            self.endpoints.append(self._lan_endpoint(role, pair, h, Backend.MACVTAP, guest_netns=guest.name))
+        self.facts["macvtap_mode"] = "bridge"
+        self.facts["macvtap_lower"] = lower
+        self.facts["macvtap_twin"] = "macvlan (bridge mode): macvtap's namespace twin, same driver without QEMU's chardev"
 
     def _chardev(self, ns: Netns, name: str, devdir: Path) -> str:
         """Make the macvtap's /dev/tapN node in the run directory (no udev inside our namespaces)."""
@@ -586,7 +654,7 @@ class NatTopology(Topology):
         for role, pair, _h in self._roles():
             ns = nat if role == "client" else outside
             tap = f"kvtap-{role[0]}{pair}"
-            self._tap(ns, tap, master="kvnat0" if role == "client" else "kvlan0")
+            guest = self._tap(ns, tap, master="kvnat0" if role == "client" else "kvlan0")
             if role == "client":
                 addr, gw = f"198.18.100.{10 + pair}/24", self.GATEWAY
             else:
@@ -606,6 +674,7 @@ class NatTopology(Topology):
                     vhost=self.vhost,
                     connect_address=addr.split("/")[0],
                     ifname=tap,
+                    guest_netns=guest,
                 )
             )
         for ns, br in ((nat, "kvnat0"), (outside, "kvlan0")):

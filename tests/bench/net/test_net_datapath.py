@@ -1,0 +1,182 @@
+"""``bench net --tier datapath`` with real namespaces, Open vSwitch and netload (issue 22, network part).
+
+Tests are 1 s each and few: they check behaviour, not speed (bench/net_datapath/run.py measures that).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from net_helpers import processes_mentioning, root_namespace_leftovers, run_seeing_own_namespaces
+
+import kvmtune.cli as cli
+from kvmtune.bench.net.bench import find_netload
+from kvmtune.bench.store import Store
+from kvmtune.errors import KvmtuneError
+from kvmtune.runner import Runner
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
+MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
+KVMTUNE = [sys.executable, "-m", "kvmtune"]
+
+
+@pytest.fixture
+def netload() -> str:
+    try:
+        return find_netload(None, Runner())
+    except KvmtuneError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(autouse=True)
+def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
+
+
+def _nothing_left(workdir: Path) -> None:
+    runs = workdir / "net"
+    assert not runs.exists() or not list(runs.iterdir()), list(runs.iterdir())
+    assert not processes_mentioning(str(workdir)), processes_mentioning(str(workdir))
+    assert not root_namespace_leftovers()
+
+
+def test_bridge_and_ovs_store_datapath_cells_and_report_the_winner(
+    workdir: Path, netload: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "r.db"
+    argv = ["bench", "net", "--tier", "datapath", "--topology", "bridge,ovs", "--tests", "rr1c-1x1--1,str-readx30k--10",
+            "--duration", "1", "--pairs", "2", "--mtu", "9000", "--netload", netload, "--workdir", str(workdir),
+            "--db", str(db)]  # fmt: skip
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "[datapath tier]: 8 cells ok, 0 failed" in out
+    with Store(db) as st:
+        run = st.runs()[0]
+        cells = st.cells(run.id)
+    assert run.kind == "net" and run.env["tier"] == "datapath" and run.accel == "none"
+    assert sorted({c.config["topology"] for c in cells}) == ["bridge", "ovs"] and len(cells) == 8
+    for c in cells:
+        assert c.status == "ok", c.error
+        assert c.config["tier"] == "datapath" and c.config["mtu"] == 9000 and c.config["pair"] == c.rep
+        assert c.metrics["transactions"] > 0 and c.metrics["path_cpu_us_per_txn"] > 0
+    ovs = [c for c in cells if c.config["topology"] == "ovs"]
+    if ovs[0].config["ovs_datapath"] == "netdev":  # the userspace datapath forwards in ovs-vswitchd: its CPU counts
+        assert sum(c.metrics["daemon_cpu_s"] for c in ovs) > 0
+    assert all(0 <= c.metrics["ovs_unforwarded_pct"] <= 100 for c in ovs)  # read from OVS's own port counters
+    assert not any("ovs_unforwarded_pct" in c.metrics for c in cells if c.config["topology"] == "bridge")
+    assert all(c.metrics["daemon_cpu_s"] == 0 for c in cells if c.config["topology"] == "bridge")
+    # a 9000-byte MTU really ran end to end: streaming moved full 30 KiB messages without loss of the run
+    assert all(c.metrics["bytes"] > 0 for c in cells if c.workload == "str-readx30k--10")
+    _nothing_left(workdir)
+
+    assert cli.main(["report", str(run.id), "--db", str(db)]) == 0
+    report = capsys.readouterr().out
+    line = next(ln for ln in report.splitlines() if "seed:002" in ln)
+    assert "[datapath tier]" in line and "MTU 9000, 1 host, 2 pairs" in line
+    assert "small transactions: " in line and "streaming: " in line and "over" in line
+
+    # a run of two topologies is summarised by report, not compared cell by cell
+    assert cli.main(["compare", str(run.id), str(run.id), "--db", str(db)]) == 2
+    assert "kvmtune report" in capsys.readouterr().err
+
+
+def test_macvtap_twin_and_nat_two_hosts(workdir: Path, netload: str, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    db = tmp_path / "r.db"
+    argv = ["bench", "net", "--tier", "datapath", "--topology", "macvtap,nat", "--hosts", "2", "--tests",
+            "rr1c-200x1000--10", "--duration", "1", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+    code = cli.main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "macvtap measured through its namespace twin: a macvlan" in out
+    with Store(db) as st:
+        cells = st.cells(st.runs()[0].id)
+    assert {c.config["topology"]: c.config["attach"] for c in cells} == {"macvtap": "macvlan", "nat": "veth"}
+    assert all(c.status == "ok" and c.config["hosts"] == 2 and c.metrics["tps"] > 0 for c in cells), cells
+    _nothing_left(workdir)
+
+
+def test_interrupt_mid_test_leaves_nothing_and_marks_the_run_partial(workdir: Path, netload: str, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    listing = tmp_path / "ns.txt"
+    argv = [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "ovs", "--tests", "str-writex30k--10",
+            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+    # interrupt from inside the private /run/netns once netload runs: SIGTERM, which kvmtune handles as Ctrl-C
+    # (a background job of a non-interactive shell ignores SIGINT)
+    script = (f'"$@" & pid=$!; for i in $(seq 1 300); do ls {workdir}/net/*/run-c0.json >/dev/null 2>&1 && break; '
+              'sleep 0.05; done; sleep 0.5; kill -TERM $pid; wait $pid')  # fmt: skip
+    res, left = run_seeing_own_namespaces(["sh", "-c", script, "sh", *argv], listing)
+    assert res.returncode == 130, res.stderr[-600:]
+    assert "marked partial" in res.stderr
+    assert left == [], left
+    _nothing_left(workdir)
+    with Store(db) as st:
+        assert st.runs()[0].status == "partial"
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid → start time of every live descendant of ``root``."""
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                rest = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            parents.setdefault(int(rest[1]), []).append(int(entry))
+            starts[int(entry)] = rest[19]
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out[child] = starts[child]
+            todo.append(child)
+    return out
+
+
+def _alive(procs: dict[int, str]) -> list[int]:
+    out = []
+    for pid, start in procs.items():
+        try:
+            rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if rest[19] == start and rest[0] not in ("Z", "X"):
+            out.append(pid)
+    return out
+
+
+def test_sigkill_mid_test_leaves_no_process_and_cleanup_removes_the_rest(workdir: Path, netload: str,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    argv = [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "ovs", "--tests", "str-readx30k--1",
+            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(tmp_path / "r.db")]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen.update(_descendants(proc.pid))
+        if list((workdir / "net").glob("*/run-c0.json")):  # a client is measuring
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    seen.update(_descendants(proc.pid))
+    assert proc.poll() is None, "the run ended before netload ran"
+    assert len(seen) >= 4, seen  # OVS daemons, netload server and client
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    gone = time.monotonic() + 3
+    while _alive(seen) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert not _alive(seen), _alive(seen)
+    # what the kernel keeps (namespaces, links) goes with the next run's sweep or `net cleanup`
+    res = subprocess.run([*KVMTUNE, "net", "cleanup", "--workdir", str(workdir)], capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    _nothing_left(workdir)
