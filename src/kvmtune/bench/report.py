@@ -139,6 +139,7 @@ CSS = """body{font-family:sans-serif;max-width:1250px;margin:1em auto;color:#222
 table{border-collapse:collapse;font-size:12px;margin:.4em 0 1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
 td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
 .badge{color:#fff;border-radius:3px;padding:1px 7px;white-space:nowrap;font-size:11px}
+.badge,.swatch{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 .summary{background:#f4f6f8;border:1px solid #d0d7de;padding:.6em 1em;margin-bottom:1em}
 img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}.note{color:#555}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:5px}
