@@ -93,7 +93,7 @@ def test_claims_from_cells() -> None:
     assert got["38"].badge == "holds"  # bridge within 10 % of ovs
     assert got["51, fig. 17"].badge == "holds" and "+60 %" in (got["51, fig. 17"].measured or "")
     assert got["52, fig. 18"].badge == "not measured" and "--hosts 2" in got["52, fig. 18"].hint
-    summary = got["57 (summary table)"]
+    summary = got["57"]
     assert summary.badge == "holds" and "streaming → macvtap" in (summary.measured or "")
     assert "large transactions not measured" in (summary.measured or "")
     table = winners_by_setting(per_run(cells))
