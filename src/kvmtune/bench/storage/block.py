@@ -28,8 +28,9 @@ the cell records as ``warm``.
 What the harness costs (issue 22's speed goals; bench/storage/block_speed.py
 measures it):
 
-- one fio process per cell: a write cell's unmeasured ramp is a stonewalled
-  job before the measured one in the same run, and fio reads the time with
+- one fio process per cell: a write cell's unmeasured ramp is a job of its
+  own before the measured one in the same run (the measured job's
+  ``startdelay`` is the ramp plus 20 ms), and fio reads the time with
   ``clock_gettime`` (its default CPU clock is calibrated at every start, about
   0.25 s on a loaded 2-core host; a vDSO clock read costs tens of nanoseconds,
   nothing beside a 4 KiB request);
@@ -79,6 +80,7 @@ FS_BLOCK = 4096
 SOCKET_WAIT_S = 10.0
 FIO_CLOCK = "--clocksource=clock_gettime"  # no CPU-clock calibration at each fio start (see the module docstring)
 RAMP_JOB = "ramp"
+RAMP_GAP_S = 0.02  # between the ramp job's end (its last requests drained) and the measured job's start
 DELETE_THREADS = 8
 FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
 INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
@@ -361,9 +363,13 @@ class BlockTier:
                     cell.config["warm"] = True  # reads through the host page cache on purpose
             before = _allocated(image) if first_write else 0
             if first_write and self.plan.ramp_s > 0:
-                # the ramp is a job of its own before the measured one (stonewall), in the same fio run: a second
-                # fio start would cost more than the ramp; fio's ramp_time would hide how many writes it made
-                jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), "--stonewall"]
+                # the ramp is a job of its own, in the same fio run, and the measured job starts once it is over
+                # (startdelay, its own reporting group): a second fio start would cost more than the ramp, fio's
+                # ramp_time would hide how many writes the ramp made, and a stonewall costs fio another 100 ms
+                # wait for the next job to start
+                delay = f"--startdelay={_ms(self.plan.ramp_s + RAMP_GAP_S)}"
+                jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), delay,
+                        "--new_group"]  # fmt: skip
             else:
                 jobs = job_args(w, seconds, size, ramp=self.plan.ramp_s)
             a = sampler.snap()
