@@ -69,7 +69,7 @@ def main() -> int:
             run = st.runs()[0]
             rows = st.db.execute("SELECT started, rep FROM cells WHERE run_id=? ORDER BY id", (run.id,)).fetchall()
             measured = [c.metrics.get("fio_runtime_s", 0.0) for c in st.cells(run.id)]
-            first_cell = min(r[0] for r in rows)
+            first_cell, last_cell = min(r[0] for r in rows), max(r[0] for r in rows)
             report = subprocess.run([sys.executable, "-m", "kvmtune", "report", str(run.id), "--db", str(db)],
                                     capture_output=True, text=True).stdout  # fmt: skip
     deletions = {int(m[1]): float(m[3]) for m in DELETED.finditer(res.stderr)}
@@ -86,6 +86,8 @@ def main() -> int:
         "wall_without_deletion_s": round(wall - deletion_s, 1), "deletion_s": round(deletion_s, 1),
         "deletion_per_round_s": [round(deletions[k], 1) for k in sorted(deletions)],
         "first_cell_done_after_s": round(first_cell - start, 1),
+        # the last round's deletion, then removing scratch file systems (a --host-fs loop file's discards)
+        "after_last_cell_s": round(start + wall - last_cell, 1),
         "fio_measured_s": round(sum(measured), 1),
         "overhead_per_cell_median": round(statistics.median(overheads), 3) if overheads else None,
         "overhead_per_cell_max": round(max(overheads), 3) if overheads else None,
