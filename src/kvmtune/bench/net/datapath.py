@@ -27,6 +27,7 @@ Their sum per MB and per transaction is ``path_cpu_s_per_mb`` /
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -242,6 +243,8 @@ class DatapathRun:
         with contextlib.ExitStack() as stack:
             topos = []
             for spec in ctx.specs:
+                if ctx.tunings.txqueuelen is not None:  # on the host ends and the stand-ins' eth0, as for guests' taps
+                    spec = dataclasses.replace(spec, txqueuelen=ctx.tunings.txqueuelen)
                 topo = stack.enter_context(make_topology(spec, runner=ctx.runner, host=ctx.host, workdir=ctx.workdir))
                 t = _Topo(topo, ctx)
                 for ep in topo.endpoints:
