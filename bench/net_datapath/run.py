@@ -64,7 +64,7 @@ def main() -> int:
                 print(res.stdout + res.stderr, file=sys.stderr)
                 return 1
             with Store(db) as st:
-                run = st.runs()[0]
+                run = max(st.runs(), key=lambda r: r.id)  # this topology's run: the newest
                 cells = st.cells(run.id)
             run_ids.append(run.id)
             per_test = [c.duration_s - args.duration for c in cells if c.duration_s is not None]
