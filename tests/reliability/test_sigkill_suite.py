@@ -11,7 +11,9 @@ After each kill:
 
 Points are drawn from ``random.Random(SEED)``, fixed. CI runs ``KILLS_DEFAULT`` kills per kind to
 keep the suite to a few minutes on 2 cores; ``KVMTUNE_KILL_SUITE_KILLS=20`` runs the issue's 20 per
-kind (and ``KVMTUNE_KILL_SUITE_SEED`` another seed). The block tier (``bench storage --tier block``)
+kind (and ``KVMTUNE_KILL_SUITE_SEED`` another seed). The network datapath tier (``bench net --tier
+datapath``: netload in namespaces, OVS daemons, no QEMU) is killed like the others. The block tier
+(``bench storage --tier block``)
 is killed once its command exists (skipped before); verify's block measurements run
 qemu-storage-daemon meanwhile.
 """
@@ -154,12 +156,19 @@ def _block(work: Path, db: Path, _netload: str) -> list[str]:
             "--disk-size", "64", "--workdir", str(work), "--db", str(db)]
 
 
+def _datapath(work: Path, db: Path, netload: str) -> list[str]:
+    return [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "bridge,ovs", "--tests",
+            "str-readx30k--1,rr1c-1x1--10", "--duration", "1", "--workdir", str(work), "--netload", netload,
+            "--db", str(db)]  # fmt: skip
+
+
 KINDS: dict[str, tuple[Callable[[Path, Path, str], list[str]], float, float]] = {
     # kind: (command, earliest kill s, latest kill s): spread over boot, save/restore, measuring, teardown
     "storage": (_storage, 0.3, 35.0),
     "network": (_network, 0.3, 45.0),
     "verify": (_verify, 0.5, 40.0),
     "block": (_block, 0.3, 20.0),
+    "datapath": (_datapath, 0.3, 9.0),  # the whole run takes about 7 s: bring-up, servers, 4 tests, teardown
 }
 
 

@@ -3,9 +3,11 @@ summary's seed-claims table must be there, no console error; a PNG screenshot is
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,10 +34,10 @@ def chromium() -> str:
     return found
 
 
-def open_in_chromium(html: Path, out_dir: Path) -> tuple[str, str]:
+def open_in_chromium(html: Path, out_dir: Path, height: int = 1800) -> tuple[str, str]:
     probe = html.with_name(html.stem + "-probe.html")
     probe.write_text(html.read_text().replace("</body>", PROBE, 1))
-    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1300,1800",
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size=1300,{height}",
              f"--user-data-dir={out_dir / 'chromium-profile'}", "--enable-logging=stderr", "--v=0"]
     dom = subprocess.run([chromium(), *flags, "--virtual-time-budget=3000", "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=120)
@@ -84,3 +86,46 @@ def test_verify_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture
     counts = dict(kv.split("=") for kv in title.split()[1:])
     assert counts["svgs"] == "1" and counts["bad"] == "0" and int(counts["claims"]) == 2, title
     assert "Uncaught" not in log, log[-2000:]
+
+
+def _clean_log(log: str) -> None:
+    assert "Uncaught" not in log and ":CONSOLE" not in log.replace("INFO:CONSOLE", ""), log[-2000:]
+
+
+def test_network_report_and_compare_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Real datapath-tier runs (netload in namespaces, no QEMU; about 5 s each): bridge, Open vSwitch, and
+    bridge again so that its bars carry 95 % whiskers."""
+    if os.geteuid() != 0:
+        pytest.skip("the datapath tier builds network namespaces: needs root")
+    db = tmp_path / "r.db"
+    work = Path(tempfile.mkdtemp(prefix="kvr-"))  # short: Open vSwitch's socket paths must fit in 108 bytes
+    try:
+        for topology in ("bridge", "ovs", "bridge"):
+            assert cli.main(["bench", "net", "--tier", "datapath", "--topology", topology, "--tests",
+                             "rr1c-1x1--1,str-readx30k--1", "--duration", "1", "--workdir", str(work),
+                             "--db", str(db)]) == 0, capsys.readouterr().err  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    capsys.readouterr()
+    report = tmp_path / "network-report.html"
+    assert cli.main(["report", "1", "2", "3", "--db", str(db), "--html", str(report)]) == 0
+    text = report.read_text()
+    assert text.index("Seed claims, measured here") < text.index("Network: datapath tier (no guest)")
+    assert "the Linux bridge performs within 10 % of Open vSwitch" in text and "Which topology won" in text
+    assert "accelerator(s): none (no guest)" in text and "(95 %, n=2)" in text  # bridge ran twice: whiskers
+    title, log = open_in_chromium(report, tmp_path, height=3000)
+    counts = dict(kv.split("=") for kv in title.split()[1:])
+    # throughput, tx/s, transaction time, path CPU, client and server CPU per MB
+    assert int(counts["svgs"]) == 6 and counts["bad"] == "0" and counts["imgs"] == "0", title
+    assert int(counts["claims"]) == 6, title  # header plus seed 002's five claims
+    _clean_log(log)
+
+    compare = tmp_path / "network-compare.html"
+    assert cli.main(["compare", "1", "2", "--db", str(db), "--html", str(compare)]) == 0
+    page = compare.read_text()
+    assert "topology bridge → ovs" in page and "<svg" in page and "data:image" not in page
+    title, log = open_in_chromium(compare, tmp_path)
+    counts = dict(kv.split("=") for kv in title.split()[1:])
+    assert counts["svgs"] == "1" and counts["bad"] == "0", title
+    assert int(counts["claims"]) >= 5 + 2, title  # the four seed-002 figures, and the bridge-vs-ovs claim
+    _clean_log(log)

@@ -178,11 +178,9 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 
 	sd := newSide("client", cfg.Profile, newRunID())
 	defer sd.close()
-	blocking, err := chooseIO(cfg.IOMode, cfg.Profile.Strands())
-	if err != nil {
+	if err := sd.setIO(cfg.IOMode); err != nil {
 		return fail(&RunError{ClassUsage, err})
 	}
-	sd.blocking = blocking
 	if err := sd.setupListeners(localHost); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}

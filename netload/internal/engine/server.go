@@ -294,12 +294,10 @@ func (ss *session) run() {
 	sd := newSide("server", sprof, m.RunID)
 	ss.sd = sd
 	defer sd.close()
-	blocking, err := chooseIO(m.IOMode, sprof.Strands())
-	if err != nil {
+	if err := sd.setIO(m.IOMode); err != nil {
 		ss.refuse("%v", err)
 		return
 	}
-	sd.blocking = blocking
 	if err := sd.setupListeners(local); err != nil {
 		ss.refuse("%v", err)
 		return

@@ -39,6 +39,7 @@ type side struct {
 	cancel context.CancelFunc
 
 	blocking  bool // TCP data connections use blocking I/O (flowop.Conn)
+	procsSet  bool // the strands count in GOMAXPROCS (setIO)
 	closeOnce sync.Once
 
 	// failures reported by strands and acceptors
@@ -53,7 +54,6 @@ func newSide(role string, p *profile.Profile, runID uint32) *side {
 	sd := &side{role: role, prof: p, runID: runID, acceptors: map[int]*flowop.Acceptor{},
 		udp: map[flowop.Key]*flowop.UDPEndpoint{}, peerUDP: map[flowop.Key]int{},
 		ctx: ctx, cancel: cancel, failCh: make(chan error, 1), fatalCh: make(chan error, 1)}
-	adjustProcs(p.Strands())
 	id := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
@@ -90,27 +90,64 @@ func chooseIO(mode string, n int) (bool, error) {
 }
 
 // procs tracks the strands of every active side in this process, so
-// GOMAXPROCS can follow them: with fewer strands than CPUs, extra Ps only
-// add scheduler wake-ups to every message (measured: 1 strand runs
-// request/response 20-40 % faster with GOMAXPROCS=1). An explicit
-// GOMAXPROCS in the environment is left alone.
+// GOMAXPROCS can follow them (an explicit GOMAXPROCS in the environment is
+// left alone):
+//   - poll mode: one P per strand, never above the CPU count; with fewer
+//     strands than CPUs, extra Ps only add scheduler wake-ups to every
+//     message (measured: 1 strand runs request/response 20-40 % faster
+//     with GOMAXPROCS=1 than with 2 on 2 CPUs).
+//   - blocking mode: one P per strand plus one spare, even above the CPU
+//     count. A strand sleeping in read(2) keeps its P; with no idle P left,
+//     the runtime's monitor (sysmon) takes it away from every read that
+//     spans two of its ticks and hands it to another thread, and goes on
+//     polling every 20 us: two or three extra context switches per
+//     transaction (measured with perf: 1.6-1.8 per transaction with no
+//     spare P, about 1.05 with one; sockperf makes 1.0). The spare P also
+//     runs the control link and timers without disturbing the strands.
 var procs struct {
 	sync.Mutex
-	strands int
+	strands, blocking int
 }
 
-func adjustProcs(delta int) {
+// adjustProcs adds (or, negative, removes) a side's strands.
+func adjustProcs(strands int, blocking bool) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
 	procs.Lock()
 	defer procs.Unlock()
-	procs.strands += delta
-	n := procs.strands
-	if n < 1 || n > runtime.NumCPU() {
-		n = runtime.NumCPU()
+	procs.strands += strands
+	if blocking {
+		procs.blocking += strands
 	}
-	runtime.GOMAXPROCS(n)
+	runtime.GOMAXPROCS(procsFor(procs.strands, procs.blocking, runtime.NumCPU()))
+}
+
+// procsFor is the GOMAXPROCS for strands strands, blocking of them in
+// blocking mode, on ncpu CPUs (see procs).
+func procsFor(strands, blocking, ncpu int) int {
+	n := strands
+	if n < 1 || n > ncpu {
+		n = ncpu
+	}
+	// auto picks blocking mode for at most AutoBlockingMax strands per CPU;
+	// past that (--io blocking with many users) the spare Ps stop there.
+	if b := min(blocking, AutoBlockingMax*ncpu) + 1; blocking > 0 && b > n {
+		n = b
+	}
+	return n
+}
+
+// setIO resolves the side's I/O mode and counts its strands in GOMAXPROCS.
+func (sd *side) setIO(mode string) error {
+	blocking, err := chooseIO(mode, sd.prof.Strands())
+	if err != nil {
+		return err
+	}
+	sd.blocking = blocking
+	adjustProcs(sd.prof.Strands(), blocking)
+	sd.procsSet = true
+	return nil
 }
 
 // needFDs is how many descriptors this side will hold at most.
@@ -370,7 +407,11 @@ func (sd *side) resumeAll() {
 
 // close releases every socket of the side.
 func (sd *side) close() {
-	sd.closeOnce.Do(func() { adjustProcs(-sd.prof.Strands()) })
+	sd.closeOnce.Do(func() {
+		if sd.procsSet {
+			adjustProcs(-sd.prof.Strands(), sd.blocking)
+		}
+	})
 	sd.cancel()
 	for _, s := range sd.strands {
 		s.closeAll()

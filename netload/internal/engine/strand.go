@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,9 @@ import (
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/wire"
 )
+
+// yieldEvery is how often a strand lets the Go scheduler run (see runStep).
+const yieldEvery = 5 * time.Millisecond
 
 // stepCtl is shared by the strands of one side during one step.
 type stepCtl struct {
@@ -207,11 +211,20 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 	hasDeadline := !deadline.IsZero() && t.Timed()
 	start := time.Now()
 	next := start
+	yielded := start
 	for pass := int64(0); ; pass++ {
 		if t.Iterations > 0 && pass >= t.Iterations {
 			break
 		}
 		now := time.Now()
+		if now.Sub(yielded) >= yieldEvery {
+			// A goroutine that never passes through the scheduler looks
+			// stuck to the runtime's monitor (sysmon): after 10 ms it takes
+			// the P away from the next system call and then polls every
+			// 20 us again, a wake-up per message on this CPU.
+			runtime.Gosched()
+			yielded = now
+		}
 		if hasDeadline && !now.Before(deadline) {
 			break
 		}

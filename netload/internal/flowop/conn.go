@@ -76,7 +76,9 @@ type Conn struct {
 	nc      net.Conn
 	udp     bool
 	timeout time.Duration
-	rc      syscall.RawConn // set in blocking mode
+	file    *os.File        // blocking mode: the socket, outside Go's poller
+	rc      syscall.RawConn // blocking mode: file's raw connection
+	closed  atomic.Bool     // blocking mode: Close was called
 	io      ioState
 	ioFn    func(fd uintptr) bool
 
@@ -95,6 +97,12 @@ func NewConn(nc net.Conn, o Options) *Conn {
 }
 
 // SetBlocking switches a TCP connection to blocking I/O (see Conn).
+//
+// The socket also leaves Go's poller: it moves to a duplicate descriptor
+// that was never registered with epoll, and the original is closed. A
+// socket still registered would wake the runtime's poller thread on every
+// message it receives or sends (edge-triggered epoll), for nothing, since no
+// goroutine ever waits there in blocking mode.
 func (c *Conn) SetBlocking() error {
 	sc, ok := c.nc.(syscall.Conn)
 	if !ok || c.udp {
@@ -105,25 +113,45 @@ func (c *Conn) SetBlocking() error {
 		return err
 	}
 	tv := syscall.NsecToTimeval(BlockingTick.Nanoseconds())
+	nfd := -1
 	var serr error
 	err = rc.Control(func(fd uintptr) {
-		if e := syscall.SetNonblock(int(fd), false); e != nil {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			serr = fmt.Errorf("dup: %w", e)
+			return
+		}
+		nfd = int(r)
+		if e := syscall.SetNonblock(nfd, false); e != nil {
 			serr = e
 			return
 		}
-		if e := syscall.SetsockoptTimeval(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); e != nil {
+		if e := syscall.SetsockoptTimeval(nfd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); e != nil {
 			serr = e
 			return
 		}
-		serr = syscall.SetsockoptTimeval(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
+		serr = syscall.SetsockoptTimeval(nfd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
 	})
 	if err == nil {
 		err = serr
 	}
 	if err != nil {
+		if nfd >= 0 {
+			syscall.Close(nfd)
+		}
 		return fmt.Errorf("blocking I/O: %w", err)
 	}
-	c.rc = rc
+	// A blocking descriptor is not pollable, so os.NewFile keeps it out of
+	// the poller, and its Close does not wait for an operation in progress.
+	f := os.NewFile(uintptr(nfd), "tcp")
+	frc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("blocking I/O: %w", err)
+	}
+	// Closing the original removes it from epoll; the socket lives on in f.
+	_ = c.nc.Close()
+	c.file, c.rc = f, frc
 	c.ioFn = c.ioStep
 	return nil
 }
@@ -184,6 +212,10 @@ func (c *Conn) ioStep(fd uintptr) bool {
 				st.err = ErrInterrupted
 				return true
 			}
+			if c.closed.Load() {
+				st.err = fmt.Errorf("%s: connection closed", st.op)
+				return true
+			}
 			if c.timeout > 0 && time.Since(st.start) >= c.timeout {
 				st.err = fmt.Errorf("%s: timed out after %v", st.op, c.timeout)
 				return true
@@ -209,7 +241,9 @@ func (c *Conn) Interrupt() {
 	c.interrupted = true
 	c.intr.Store(true)
 	c.mu.Unlock()
-	_ = c.nc.SetDeadline(time.Unix(1, 0))
+	if c.file == nil {
+		_ = c.nc.SetDeadline(time.Unix(1, 0))
+	}
 }
 
 // Resume clears an Interrupt.
@@ -217,7 +251,9 @@ func (c *Conn) Resume() {
 	c.mu.Lock()
 	c.interrupted = false
 	c.intr.Store(false)
-	_ = c.nc.SetDeadline(time.Time{})
+	if c.file == nil {
+		_ = c.nc.SetDeadline(time.Time{})
+	}
 	c.mu.Unlock()
 }
 
@@ -292,7 +328,13 @@ func (c *Conn) Write(buf []byte) (int, error) {
 }
 
 // Close closes the connection.
-func (c *Conn) Close() error { return c.nc.Close() }
+func (c *Conn) Close() error {
+	if c.file != nil {
+		c.closed.Store(true)
+		return c.file.Close()
+	}
+	return c.nc.Close()
+}
 
 // sockopts returns a Control function applying wndsz before connect/listen.
 func sockopts(wndsz int) func(network, address string, rc syscall.RawConn) error {

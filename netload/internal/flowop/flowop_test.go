@@ -3,6 +3,7 @@ package flowop
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -216,5 +217,149 @@ func TestAcceptorQueuesReconnectsForOneStrand(t *testing.T) {
 			t.Fatalf("accept %d of %d: %v", i+1, n, err)
 		}
 		c.Close()
+	}
+}
+
+// epollTargets lists the descriptors registered with any epoll instance of
+// this process (the runtime's poller among them), from /proc/self/fdinfo.
+func epollTargets(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	out := map[int]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || l != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "tfd:" {
+				if n, err := strconv.Atoi(f[1]); err == nil {
+					out[n] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+func rawFD(t *testing.T, rc syscall.RawConn) int {
+	t.Helper()
+	fd := -1
+	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// In blocking mode the socket is no longer registered with Go's poller
+// (which would otherwise be woken for every message), it blocks, and the
+// original descriptor is gone.
+func TestBlockingSocketLeavesThePoller(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); peer <- c }()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := <-peer
+	defer p.Close()
+	sc, _ := nc.(*net.TCPConn).SyscallConn()
+	before := rawFD(t, sc)
+	if !epollTargets(t)[before] {
+		t.Fatalf("test premise: fd %d of a new connection is not in the poller", before)
+	}
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	after := rawFD(t, c.rc)
+	if targets := epollTargets(t); targets[after] {
+		t.Fatalf("blocking socket (fd %d) is still registered with the poller", after)
+	}
+	if fl, err := unixFcntl(after, syscall.F_GETFL); err != nil || fl&syscall.O_NONBLOCK != 0 {
+		t.Fatalf("socket flags %#x, %v: not blocking", fl, err)
+	}
+	if after != before {
+		if _, err := unixFcntl(before, syscall.F_GETFD); err != syscall.EBADF {
+			t.Fatalf("the original descriptor %d is still open (%v)", before, err)
+		}
+	}
+	go p.Write([]byte("ping"))
+	buf := make([]byte, 4)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("read %q %v", buf[:n], err)
+	}
+	if n, err := c.Write([]byte("pong")); err != nil || n != 4 {
+		t.Fatalf("write %d %v", n, err)
+	}
+	if _, err := io.ReadFull(p, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("peer read %q %v", buf, err)
+	}
+}
+
+func unixFcntl(fd, cmd int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// Closing a blocking connection while a read waits on it ends that read
+// (within a tick) with an error, and its descriptor is released after.
+func TestBlockingCloseDuringRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); peer <- c }()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := <-peer
+	defer p.Close()
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	fd := rawFD(t, c.rc)
+	done := make(chan error, 1)
+	go func() { _, err := c.Read(make([]byte, 8)); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * BlockingTick):
+		t.Fatal("Close waits for the read in progress")
+	}
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, ErrInterrupted) {
+			t.Fatalf("read on a closed connection: %v", err)
+		}
+	case <-time.After(10 * BlockingTick):
+		t.Fatal("a read on a closed blocking connection did not end")
+	}
+	if _, err := unixFcntl(fd, syscall.F_GETFD); err != syscall.EBADF {
+		t.Fatalf("descriptor %d still open after Close and the read's end (%v)", fd, err)
 	}
 }

@@ -99,6 +99,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("path_cpu_s_per_mb", "s/MB", L, "path CPU per MB"),
     Metric("path_cpu_us_per_txn", "µs", L, "path CPU per transaction"),
     Metric("daemon_cpu_s", "s", L, "forwarding daemons' CPU time"),
+    Metric("ovs_unforwarded_pct", "%", L, "packets Open vSwitch received but did not forward"),
 )
 
 _EXACT = {m.name: m for m in CATALOGUE if m.regex is None}

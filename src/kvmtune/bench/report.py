@@ -13,6 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from kvmtune.bench.net.claims import net_tier
+from kvmtune.bench.report_net import claim_rows as net_claim_rows
+from kvmtune.bench.report_net import net_sections
 from kvmtune.bench.report_parts import (
     CHART_METRICS,
     claims_table,
@@ -137,7 +140,9 @@ table{border-collapse:collapse;font-size:12px;margin:.4em 0 1em}td,th{border:1px
 td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
 .badge{color:#fff;border-radius:3px;padding:1px 7px;white-space:nowrap;font-size:11px}
 .summary{background:#f4f6f8;border:1px solid #d0d7de;padding:.6em 1em;margin-bottom:1em}
-img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}
+img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}.note{color:#555}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:5px}
+td:first-child,td.num{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;column-gap:24px}.chart h3{max-width:600px}
 @media print{body{max-width:none;margin:0}.chart{page-break-inside:avoid}h2{page-break-before:auto}}"""
 
 TIER_WORDS = {"guest": "probe guest (fio inside a booted guest)", "block": "block tier (qemu-storage-daemon + fio "
@@ -171,9 +176,15 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         for tier, tier_cells in sorted(by_tier.items()):  # never one verdict across tiers
             label = tier if tier in ("block", "quick") else f"{tier}, {accel}"
             claim_rows.extend((label, v) for v in verdicts(tier_cells))
+    net_cells = [c for cs in cells_by_accel.values() for c in cs if "topology" in c.config]
+    claim_rows.extend(net_claim_rows(net_cells))
     env = runs[0].env if runs else {}
     n_cells = sum(len(cs) for cs in cells_by_accel.values()) + len(verified)
-    tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs} | {cell_tier(c) for c in verified})
+    tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs} | {cell_tier(c) for c in verified}
+                       | {f"network {net_tier(c)}" for c in net_cells})
+    # an accelerator belongs to a tier that boots a guest; the others have none to name
+    accels = sorted({a for a, cs in storage.items() for c in cs if cell_tier(c) == "guest"}
+                    | {c.accel or "?" for c in net_cells if net_tier(c) == "guest"})
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kvmtune report</title><style>{CSS}</style>"
              "</head><body>"]
     parts.append("<h1>kvmtune benchmark report</h1>")
@@ -182,20 +193,20 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         + f", {html.escape(str(env.get('ncpu') or '?'))} CPUs, kernel {html.escape(str(env.get('host_kernel') or '?'))}"
         + f", QEMU {html.escape(str(env.get('qemu') or '–'))}.</p><p><b>Measured</b>: {len(runs)} run(s) ("
         + ", ".join(html.escape(f"#{r.id} {r.kind}" + (f" {r.preset}" if r.preset else "")) for r in runs)
-        + f"), {n_cells} cells; tier(s): {html.escape(', '.join(tiers_all) or 'network')}; accelerator(s): "
-        + html.escape(", ".join(sorted(cells_by_accel)) or "none (no guest)")
+        + f"), {n_cells} cells; tier(s): {html.escape(', '.join(tiers_all) or 'none')}; accelerator(s): "
+        + html.escape(", ".join(accels) or "none (no guest)")
         + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
         + (f"<p><b>Normalised to</b>: {html.escape(baseline)} = 100 %.</p>" if baseline else "")
         + ("<h2>Verified fixes</h2>" + verified_table(verified) + ratio_chart(verified) if verified else "")
         + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
         + "</div>")
-    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset</th><th>status</th><th>accel</th>"
+    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset or setup</th><th>status</th><th>accel</th>"
                  "<th>host kernel</th><th>QEMU</th><th>fio</th><th>CPU</th><th>note</th></tr>")
     for r in runs:
         e = r.env
         parts.append("<tr>" + "".join(
             f"<td>{html.escape(str(x))}</td>"
-            for x in (r.id, r.kind, r.preset or "", r.status, r.accel or "–", e.get("host_kernel", ""), e.get("qemu", ""),
+            for x in (r.id, r.kind, r.preset or _setup(r), r.status, r.accel or "–", e.get("host_kernel", ""), e.get("qemu", ""),
                       e.get("fio", ""), e.get("cpu_model", ""), r.note or "")) + "</tr>")  # fmt: skip
     parts.append("</table>")
     if len(cells_by_accel) > 1:
@@ -212,11 +223,13 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
                          "these are emulation numbers, not what a KVM guest gets.</p>")
         if any(r.status != "complete" for r in runs):
             parts.append("<p class='warn'>Some runs are partial or had failing cells; see the table.</p>")
+        parts.append("<div class='charts'>")
         for workload in sorted({c.workload for c in cells if not c.workload.startswith("ffsb-")}):
             for metric, unit, scale in CHART_METRICS:
                 svg = grouped_chart(cells, workload, metric, unit, scale, baseline)
                 if svg:
                     parts.append(f"<div class='chart'><h3>{html.escape(workload)}: {html.escape(unit)}</h3>{svg}</div>")
+        parts.append("</div>")
         for title, png in _matplotlib_charts(store, cells):
             parts.append(f"<div class='chart'><h3>{html.escape(title)}</h3>"
                          f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'></div>")
@@ -224,8 +237,18 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         if table:
             parts.append("<h3>Completion latency percentiles</h3>" + table)
         parts.append("<h3>All cells</h3>" + cell_table(cells))
+    parts.extend(net_sections(net_cells, baseline))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _setup(run: RunRow) -> str:
+    """A network run's topology, MTU, hosts and pairs (storage runs without a preset show nothing)."""
+    a = run.args
+    if "topology" not in a:
+        return ""
+    return (f"{a['topology']}, MTU {a.get('mtu', '?')}, {a.get('hosts', '?')} host(s), {a.get('pairs', '?')} pair(s)"
+            + (f", {a['tune']}" if a.get("tune") else ""))
 
 
 def _matplotlib_charts(store: Store, cells: Sequence[CellRow]) -> list[tuple[str, str]]:

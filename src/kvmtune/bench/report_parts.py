@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvmtune.bench.metrics import lookup
+from kvmtune.bench.net.claims import NetClaim
 from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.store import CellRow
+from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
 
 # the dimensions a storage cell varies along, in the order a chart uses them
 DIMENSIONS = ("bus", "fmt", "prealloc", "cache", "aio", "target", "sched", "host_fs")
-PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000")
 # (stored metric, unit shown, divisor): the label and direction come from the metrics catalogue
 CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs", 1.0))
 PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
@@ -50,8 +51,8 @@ def badge(v: Verdict) -> str:
     return "measured"
 
 
-def claims_table(rows: Sequence[tuple[str, Verdict]]) -> str:
-    """One row per seed claim and tier: claim | seed figure | measured here | verdict."""
+def claims_table(rows: Sequence[tuple[str, Verdict | NetClaim]]) -> str:
+    """One row per seed claim and tier: seed | claim | seed figure | measured here | tier | verdict badge."""
     seen: set[tuple[str, str, str, str | None]] = set()
     out = []
     for tier, v in rows:
@@ -59,10 +60,13 @@ def claims_table(rows: Sequence[tuple[str, Verdict]]) -> str:
         if key in seen:  # the same claim measured by the same cells once, not twice
             continue
         seen.add(key)
-        b = badge(v)
+        if isinstance(v, NetClaim):
+            b, figure = v.badge, v.figure
+        else:
+            b, figure = badge(v), seed_figure(v.claim)
         hint = v.hint if v.hint.startswith("run") else f"run {v.hint}"
         measured = e(v.measured) if v.measured is not None else f"<i>{e(hint)}</i>"
-        out.append(f"<tr><td>{e(v.seed)}</td><td>{e(v.claim)}</td><td class='num'>{e(seed_figure(v.claim))}</td>"
+        out.append(f"<tr><td>{e(v.seed)}</td><td>{e(v.claim)}</td><td class='num'>{e(figure)}</td>"
                    f"<td>{measured}</td><td>{e(tier)}</td><td><span class='badge' style='background:{BADGE[b]}'>"
                    f"{e(b)}</span></td></tr>")
     return ("<table class='claims'><tr><th>seed</th><th>claim</th><th>seed figure</th><th>measured here</th>"
@@ -76,7 +80,7 @@ class Point:
     n: int
 
 
-def _point(values: Sequence[float]) -> Point:
+def point(values: Sequence[float]) -> Point:
     m = mean(values)
     if len(values) < 2:
         return Point(m, None, len(values))
@@ -93,8 +97,8 @@ def _label(cell: CellRow, dims: Sequence[str]) -> str:
 
 def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: str, scale: float,
                   baseline: str | None = None) -> str:
-    """Grouped bars: the remaining varying dimensions along x, one colour per cache mode (or the last
-    varying dimension), one panel per aio mode; 95 % interval error bars when repeated."""
+    """Grouped bars: the remaining varying dimensions along x (the first one as the outer group), one colour
+    per cache mode (or the last varying dimension), one panel per aio mode; 95 % whiskers when repeated."""
     ok = [c for c in cells if c.status == "ok" and c.workload == workload and metric in c.metrics]
     if not ok:
         return ""
@@ -102,89 +106,36 @@ def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: st
     colour_dim = "cache" if "cache" in varying else (varying[-1] if varying else "")
     panel_dim = "aio" if "aio" in varying and colour_dim != "aio" else ""
     x_dims = [d for d in varying if d not in (colour_dim, panel_dim)]
-    groups: dict[tuple[str, str, str], list[float]] = {}
+    outer_dims, inner_dims = (x_dims[:1], x_dims[1:]) if len(x_dims) > 1 else ([], x_dims)
+    groups: dict[tuple[XKey, str], list[float]] = {}
     for c in ok:
-        key = (_label(c, [panel_dim]) if panel_dim else "", _label(c, x_dims), str(c.config.get(colour_dim, "")))
-        groups.setdefault(key, []).append(c.metrics[metric] / scale)
-    points = {k: _point(v) for k, v in groups.items()}
+        x = (f"{panel_dim}={c.config.get(panel_dim, '–')}" if panel_dim else "", _label(c, outer_dims) if outer_dims else "",
+             _label(c, inner_dims))
+        groups.setdefault((x, str(c.config.get(colour_dim, "")) or "–"), []).append(c.metrics[metric] / scale)
+    points = {k: point(v) for k, v in groups.items()}
     base_value = None
     if baseline:
-        base = [p.value for (_, x, col), p in points.items() if baseline in (x, col, f"{x} {col}".strip())]
+        base = [p.value for ((_, o, i), col), p in points.items()
+                if baseline in (i, col, f"{o} {i}".strip(), f"{o} {i} {col}".strip(), f"{i} {col}")]
         base_value = base[0] if base else None
+    about = lookup(metric)
     if base_value:
         points = {k: Point(100 * p.value / base_value, None if p.half_width is None else 100 * p.half_width / base_value,
                            p.n) for k, p in points.items()}
-        unit = f"% of {baseline}"
-    values = [p.value for p in points.values() if p.value > 0]
-    log = bool(values) and max(values) / min(values) > 20
-    panels = sorted({k[0] for k in points})
-    xs = sorted({k[1] for k in points})
-    colours = sorted({k[2] for k in points})
-    top = max((p.value + (p.half_width or 0) for p in points.values()), default=1.0) or 1.0
-    bottom = min(values) / 2 if log else 0.0
-    bar_w, plot_h, left, pad = 20, 200, 64, 18
-    group_w = max(bar_w * len(colours) + pad, 96)  # room for an x label such as "qcow2 metadata"
-    panel_w = max(240, group_w * len(xs) + pad)
-    width = max(left + panel_w * len(panels) + 10, left + 80 + len(colours) * 110, 560)
-    height = plot_h + 110
-
-    def y_of(v: float) -> float:
-        if log:
-            v = max(v, bottom)
-            return 20 + plot_h * (1 - (math.log10(v) - math.log10(bottom)) / (math.log10(top) - math.log10(bottom)))
-        return 20 + plot_h * (1 - v / top)
-
-    about = lookup(metric)
-    if about is not None and not base_value:
+        y_title = f"% of {baseline}"
+    elif about is not None:
         better = {"higher": "higher is better", "lower": "lower is better"}.get(about.better.value, "")
-        unit = f"{about.label}, {unit}" + (f" ({better})" if better else "")
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-           f'font-size="10" role="img" aria-label="{e(workload)} {e(unit)}">']
-    for frac in (0, 0.25, 0.5, 0.75, 1.0):
-        v = bottom * (top / bottom) ** frac if log else top * frac
-        y = y_of(v)
-        svg.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#ddd"/>'
-                   f'<text x="{left - 6}" y="{y + 3:.1f}" text-anchor="end">{_tick(v)}</text>')
-    svg.append(f'<text x="12" y="{20 + plot_h / 2}" transform="rotate(-90 12 {20 + plot_h / 2})" '
-               f'text-anchor="middle">{e(unit)}{" (log scale)" if log else ""}</text>')
-    for pi, panel in enumerate(panels):
-        x0 = left + pi * panel_w
-        if panel:
-            svg.append(f'<text x="{x0 + panel_w / 2}" y="12" text-anchor="middle" font-weight="bold">'
-                       f'{e(panel_dim)}={e(panel)}</text>')
-        for xi, xlab in enumerate(xs):
-            gx = x0 + pad + xi * group_w
-            for ci, col in enumerate(colours):
-                p = points.get((panel, xlab, col))
-                if p is None:
-                    continue
-                bx = gx + ci * bar_w
-                y = y_of(p.value)
-                svg.append(f'<rect x="{bx}" y="{y:.1f}" width="{bar_w - 2}" height="{20 + plot_h - y:.1f}" '
-                           f'fill="{PALETTE[ci % len(PALETTE)]}"><title>{e(xlab)} {e(col)}: {p.value:,.4g} {e(unit)}'
-                           f' (n={p.n})</title></rect>')
-                if p.half_width:
-                    y1, y2 = y_of(p.value - p.half_width), y_of(p.value + p.half_width)
-                    cx = bx + (bar_w - 2) / 2
-                    svg.append(f'<path d="M{cx:.1f} {y1:.1f}V{y2:.1f}M{cx - 3:.1f} {y1:.1f}h6M{cx - 3:.1f} {y2:.1f}h6" '
-                               f'stroke="#222" fill="none"/>')
-            svg.append(f'<text x="{gx + group_w / 2 - pad / 2:.1f}" y="{20 + plot_h + 14}" text-anchor="middle">'
-                       f'{e(xlab)}</text>')
-    ly = plot_h + 56
-    svg.append(f'<text x="{left}" y="{ly}">{e(colour_dim or "configuration")}:</text>')
-    for ci, col in enumerate(colours):
-        lx = left + 60 + ci * 110
-        svg.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{PALETTE[ci % len(PALETTE)]}"/>'
-                   f'<text x="{lx + 14}" y="{ly}">{e(col or "–")}</text>')
-    svg.append(f'<text x="{left}" y="{ly + 18}" fill="#555">x: {e(" ".join(x_dims) or "—")}; bars: mean; '
-               f'whiskers: 95 % interval where repeated</text>')
-    svg.append("</svg>")
-    return "".join(svg)
-
-
-def _tick(v: float) -> str:
-    """An axis value people read at a glance: 12,345 rather than 1.23e+04."""
-    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+        y_title = f"{about.label}, {unit}" + (f" ({better})" if better else "")
+    else:
+        y_title = unit
+    xs = sorted({k[0] for k in points})
+    colours = sorted({k[1] for k in points})
+    bars = {k: Bar(p.value, p.half_width, p.n) for k, p in points.items()}
+    return bar_chart(BarChart(
+        label=f"{workload}: {y_title}", y_title=y_title, xs=xs, series=colours, bars=bars,
+        series_title=f"{colour_dim or 'configuration'}:", reference=100.0 if base_value else None,
+        level_names=("", outer_dims[0] if outer_dims else "", " ".join(inner_dims)),
+        footnote=f"x: {' × '.join(x_dims) or '—'}; bars: mean; whiskers: 95 % interval where repeated"))
 
 
 def percentile_table(cells: Sequence[CellRow]) -> str:

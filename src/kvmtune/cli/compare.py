@@ -99,7 +99,10 @@ def _metrics(given: list[str] | None) -> list[str]:
 
 def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
     """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
-    from kvmtune.bench.net.chart import compare_net, seed002_html
+    from kvmtune.bench.net.chart import compare_net
+    from kvmtune.bench.report import CSS
+    from kvmtune.bench.report_net import compare_page
+    from kvmtune.fix.files import write_output
 
     if a.kind != b.kind:
         raise KvmtuneError(f"run {a.id} is a {a.kind} run and run {b.id} a {b.kind} run: nothing to compare")
@@ -115,8 +118,9 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
         print(f"runs {a.id} and {b.id} have no successful test in common")
         return 1
     if args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
+        page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
         try:
-            args.html.write_text(seed002_html(a, b, rows))
+            write_output(args.html, lambda fh: fh.write(page), tag="compare")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
     print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from html import escape
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.net.chart import winners, winners_html
+from kvmtune.bench.net.claims import winners
 from kvmtune.bench.report import render
+from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
@@ -50,7 +50,6 @@ def run_report(args: argparse.Namespace) -> int:
                 if c.status == "interrupted":
                     continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
-        net_html = []
         verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
         if verify_runs:
 
@@ -77,13 +76,10 @@ def run_report(args: argparse.Namespace) -> int:
                 twin = " (macvtap measured as macvlan, its namespace twin)" if tier == "datapath" and any(
                     c.config.get("topology") == "macvtap" for c in tier_cells) else ""
                 lines.extend(f"  seed:002 [{tier} tier]{twin}: " + line for line in winners(tier_cells))
-                net_html.append(f"<h2>Accelerator: {escape(accel)}, {escape(tier)} tier{escape(twin)}</h2>"
-                                + winners_html(tier_cells))
+            lines.extend("  " + claim.line(tier) for tier, claim in net_claim_rows(net_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
             text = render(st, args.runs, baseline=args.baseline)
-            if net_html:
-                text = text.replace("</body>", "".join(net_html) + "</body>", 1)
             try:
                 write_output(args.html, lambda fh: fh.write(text), tag="report")
             except OSError as exc:

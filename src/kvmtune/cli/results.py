@@ -77,7 +77,12 @@ def run_show(args: argparse.Namespace) -> int:
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
             }, indent=1))  # fmt: skip
             return 0
-        print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, {run.env.get('fio')}")
+        if run.env.get("tier") == "datapath":  # no QEMU, no fio: what ran is netload on the host's datapath
+            print(f"run {run.id} ({run.kind}, datapath tier, {run.status}, no guest): {run.env.get('netload')}, "
+                  f"{', '.join(run.env.get('topologies') or [])}")  # fmt: skip
+        else:
+            print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, "
+                  f"{run.env.get('fio')}")  # fmt: skip
         columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
         if run.note:
             print(f"note: {run.note}")

@@ -137,7 +137,6 @@ def test_seed002_rows_sum_pairs_and_signs() -> None:
 
 
 def test_compare_cli_draws_the_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("matplotlib")
     from kvmtune.cli import main
 
     db = tmp_path / "r.db"
@@ -154,11 +153,12 @@ def test_compare_cli_draws_the_chart(tmp_path: Path, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     assert "rr1c-1x1--1" in text and "+50.0%" in text
     page = out.read_text()
-    assert "data:image/png;base64," in page and "run 2: ovs, MTU 1500" in page
+    assert "<svg" in page and "data:image" not in page and "run 2: ovs, MTU 1500" in page  # inline SVG, no PNG
+    assert "topology bridge → ovs" in page
 
 
 def test_winners_table() -> None:
-    from kvmtune.bench.net.chart import winners
+    from kvmtune.bench.net.claims import winners
 
     def cell(run: int, topo: str, test: str, pair: int, tps: float, bps: float, mtu: int = 1500) -> CellRow:
         cfg = {"topology": topo, "mtu": mtu, "hosts": 1, "pairs": 2, "pair": pair, "tunings": {}}
@@ -172,5 +172,5 @@ def test_winners_table() -> None:
     cells.append(cell(4, "macvtap", "rr1c-1x1--1", 0, 1.0, 1.0, mtu=9000))
     lines = winners(cells)
     assert lines[0] == ("MTU 1500, 1 host, 2 pairs: small transactions: ovs (+50% over bridge, 1 test); "
-                        "large transactions: no test in common; streaming: ovs (+300% over bridge, 1 test)")  # fmt: skip
+                        "large transactions: not measured; streaming: ovs (+300% over bridge, 1 test)")  # fmt: skip
     assert lines[1].startswith("MTU 9000, 1 host, 2 pairs: small transactions: only macvtap measured")

@@ -68,6 +68,8 @@ def test_bridge_and_ovs_store_datapath_cells_and_report_the_winner(
     ovs = [c for c in cells if c.config["topology"] == "ovs"]
     if ovs[0].config["ovs_datapath"] == "netdev":  # the userspace datapath forwards in ovs-vswitchd: its CPU counts
         assert sum(c.metrics["daemon_cpu_s"] for c in ovs) > 0
+    assert all(0 <= c.metrics["ovs_unforwarded_pct"] <= 100 for c in ovs)  # read from OVS's own port counters
+    assert not any("ovs_unforwarded_pct" in c.metrics for c in cells if c.config["topology"] == "bridge")
     assert all(c.metrics["daemon_cpu_s"] == 0 for c in cells if c.config["topology"] == "bridge")
     # a 9000-byte MTU really ran end to end: streaming moved full 30 KiB messages without loss of the run
     assert all(c.metrics["bytes"] > 0 for c in cells if c.workload == "str-readx30k--10")

@@ -8,7 +8,7 @@ import pytest
 
 import kvmtune.cli as cli
 from kvmtune.bench.net.catalog import Tunings
-from kvmtune.bench.net.datapath import config_key, path_metrics
+from kvmtune.bench.net.datapath import _unforwarded_pct, config_key, path_metrics, per_test_deadline_s, stall_timeout_s
 from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import TopologySpec
 from kvmtune.bench.store import Store
@@ -98,9 +98,21 @@ def test_report_ranks_each_tier_on_its_own(tmp_path: Path, capsys: pytest.Captur
         ids = [_net_run(st, None, "bridge", 100.0, accel="tcg"), _net_run(st, None, "ovs", 50.0, accel="tcg"),
                _net_run(st, "datapath", "bridge", 900.0), _net_run(st, "datapath", "ovs", 1800.0)]  # fmt: skip
     assert cli.main(["report", *map(str, ids), "--db", str(db)]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if "seed:002" in ln]
+    out = capsys.readouterr().out.splitlines()
+    lines = [ln for ln in out if "seed:002 [" in ln]  # the "which topology won" lines; claims follow as seed:002 p. N
     assert len(lines) == 2, lines
+    claims = [ln for ln in out if "seed:002 p. 38" in ln]  # bridge vs ovs, judged once per tier, never across
+    assert len(claims) == 2 and "[network datapath]" in claims[0] and "[network guest, tcg]" in claims[1], claims
     guest = next(ln for ln in lines if "[guest tier]" in ln)
     datapath = next(ln for ln in lines if "[datapath tier]" in ln)
     assert "small transactions: bridge (+100% over ovs" in guest
     assert "small transactions: ovs (+100% over bridge" in datapath
+
+
+def test_open_vswitch_losses_and_deadlines() -> None:
+    assert _unforwarded_pct((100, 100), (1100, 1000)) == 10.0  # 1000 in, 900 out
+    assert _unforwarded_pct((0, 0), (10, 12)) == 0.0  # a flood sends more than it received: no loss
+    assert _unforwarded_pct(None, (1, 1)) is None and _unforwarded_pct((5, 5), (5, 5)) is None
+    # netload gives up on a stalled run (and says so) before kvmtune would stop it
+    assert stall_timeout_s(1) == 10 and stall_timeout_s(30) == 60
+    assert per_test_deadline_s(5) > 5 + stall_timeout_s(5) + 10

@@ -40,7 +40,7 @@ from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.net.bench import NETLOAD_PORT, describe, netload_metrics, new_token
 from kvmtune.bench.net.catalog import NetTest, Tunings
 from kvmtune.bench.net.netns import NetError, Netns
-from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
+from kvmtune.bench.net.topology import SWITCH, Endpoint, Topology, TopologySpec, make_topology
 from kvmtune.bench.runner import Cell, CellSink, base_environment
 from kvmtune.bench.workdir import stop_process
 from kvmtune.host.process import process_cpu_s
@@ -49,8 +49,20 @@ from kvmtune.runner import Runner
 
 TIER = "datapath"
 READY_TIMEOUT_S = 15.0  # a netload server in a fresh namespace answers within milliseconds
-TEST_SLACK_S = 60.0  # connecting 250 users and reporting, beyond the measured duration
+MIN_STALL_S = 10.0  # netload ends a run in which no operation at all completes for this long, and reports it
+SERVER_CATCH_UP_S = 10.0  # netload's wait for server strands after the client stops
+REPORT_SLACK_S = 15.0  # connecting 250 users and reporting
+
+
+def stall_timeout_s(duration_s: float) -> float:
+    return max(MIN_STALL_S, 2 * duration_s)
+
+
+def per_test_deadline_s(duration_s: float) -> float:
+    """How long one test may take before kvmtune stops it: netload gives up on its own well before."""
+    return duration_s + stall_timeout_s(duration_s) + SERVER_CATCH_UP_S + REPORT_SLACK_S
 NO_GUEST = AccelChoice("none", "the datapath tier runs no guest (netload in namespaces, no QEMU)", 0.0)
+OVS_PORT_PREFIXES = ("kvtap-", SWITCH)  # the guests' ports and the two-host switch veth
 TWIN = {"macvtap": "macvlan", "bridge": "veth", "ovs": "veth", "nat": "veth"}
 
 
@@ -102,6 +114,27 @@ class _Topo:
     def daemon_cpu_s(self) -> float:
         return sum(process_cpu_s(self.ctx.host, pid) or 0.0 for pid in self.topo.daemon_pids())
 
+    def ovs_packets(self) -> tuple[int, int] | None:
+        """(received, sent) packets over every Open vSwitch port of this topology; None for other topologies.
+
+        The kernel's counters of the ports' host ends, read now: OVS's own statistics column lags by up to its
+        5 s stats-update-interval, and for these ports it copies the same kernel counters."""
+        if not self.topo.ovs_instances():
+            return None
+        rx = tx = 0
+        for h in range(self.topo.spec.hosts):
+            res = self.topo.host_ns(h).ip("-s", "-j", "link", "show")
+            try:
+                links = json.loads(res.stdout)
+            except ValueError:
+                return None
+            for link in links:
+                if str(link.get("ifname", "")).startswith(OVS_PORT_PREFIXES):
+                    stats = link.get("stats64") or {}
+                    rx += int((stats.get("rx") or {}).get("packets") or 0)
+                    tx += int((stats.get("tx") or {}).get("packets") or 0)
+        return rx, tx
+
     def config(self, pair: int, pinned: str) -> dict[str, Any]:
         s, f = self.topo.spec, self.topo.facts
         return {
@@ -134,9 +167,10 @@ class DatapathRun:
         return {"NETLOAD_TOKEN": self.token}
 
     def _popen(self, ns: Netns, argv: list[str], out: Path) -> subprocess.Popen[bytes]:
-        with open(out, "wb") as fh:
+        """Start ``argv`` in ``ns``; stdout to ``out``, stderr beside it (``out`` + ``.err``)."""
+        with open(out, "wb") as fh, open(f"{out}.err", "wb") as err:
             return self.ctx.runner.popen(
-                [*ns.exec_prefix, *argv], stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                [*ns.exec_prefix, *argv], stdin=subprocess.DEVNULL, stdout=fh, stderr=err,
                 env={**os.environ, **self.env()},
             )  # fmt: skip
 
@@ -165,14 +199,15 @@ class DatapathRun:
         ctx = self.ctx
         dur = f"{ctx.duration_s:g}s"
         procs: list[tuple[int, subprocess.Popen[bytes], Path]] = []
-        cpu0 = t.daemon_cpu_s()
+        cpu0, packets0 = t.daemon_cpu_s(), t.ovs_packets()
         start = time.monotonic()
         try:
             for client, server in t.topo.pairs():
                 out = t.topo.rundir / f"run-{client.name}.json"
-                argv = _run_argv(ctx, self.client_pin, server, test.workload, test.users, dur, "--json")
+                argv = _run_argv(ctx, self.client_pin, server, test.workload, test.users, dur, "--json",
+                                 "--stall-timeout", f"{stall_timeout_s(ctx.duration_s):g}s")  # fmt: skip
                 procs.append((client.pair, self._popen(t.ns(client), argv, out), out))
-            deadline = start + ctx.duration_s + TEST_SLACK_S
+            deadline = start + per_test_deadline_s(ctx.duration_s)
             for _pair, proc, _out in procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -182,19 +217,22 @@ class DatapathRun:
                     stop_process(proc, grace=2.0)
         wall = time.monotonic() - start
         daemon_s = t.daemon_cpu_s() - cpu0
+        unforwarded = _unforwarded_pct(packets0, t.ovs_packets())
         self.overhead_s.append(max(0.0, wall - ctx.duration_s))
-        docs = [(pair, proc.returncode, _read_doc(out)) for pair, proc, out in procs]
-        total_mb = sum(float(((d or {}).get("summary") or {}).get("bytes") or 0.0) for _p, _rc, d in docs) / 1e6
+        docs = [(pair, proc.returncode, _read_doc(out), _last_line(Path(f"{out}.err"))) for pair, proc, out in procs]
+        total_mb = sum(float(((d or {}).get("summary") or {}).get("bytes") or 0.0) for _p, _rc, d, _e in docs) / 1e6
         cells = []
-        for pair, rc, doc in docs:
+        for pair, rc, doc, stderr in docs:
             cell = Cell(t.key, t.config(pair, self.pinned), test.name, "error", rep=pair, duration_s=wall)
             cell.raw = json.dumps(doc) if doc is not None else None
             if doc is not None and doc.get("error") is None and rc == 0:
                 cell.status = "ok"
                 cell.metrics = path_metrics(doc, daemon_s, total_mb)
+                if unforwarded is not None:
+                    cell.metrics["ovs_unforwarded_pct"] = unforwarded
             else:
                 reason = (doc or {}).get("error") or {}
-                cell.error = (reason.get("message") if isinstance(reason, dict) else None) or (
+                cell.error = (reason.get("message") if isinstance(reason, dict) else None) or stderr or (
                     "netload did not finish in time" if rc is not None and rc < 0 else f"netload exited {rc}")
             cells.append(cell)
         return cells
@@ -218,19 +256,31 @@ class DatapathRun:
                         sink.record(cell)
 
 
+def _unforwarded_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Of the packets Open vSwitch received on its ports during a test, the share it sent on none (dropped:
+    every destination is learned by then, so each received packet leaves by exactly one port)."""
+    if before is None or after is None:
+        return None
+    rx, tx = after[0] - before[0], after[1] - before[1]
+    return 100.0 * max(0, rx - tx) / rx if rx > 0 else None
+
+
 def _read_doc(path: Path) -> dict[str, Any] | None:
+    """netload's JSON document (its stdout), or None when it printed none."""
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    start = text.find("{")
-    if start < 0:
-        return None
-    try:
-        doc = json.loads(text[start:])
-    except ValueError:
+        doc = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def _last_line(path: Path) -> str | None:
+    """The last non-empty line of netload's stderr, shortened, printable (it names what failed)."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return "".join(ch if ch.isprintable() else "?" for ch in lines[-1][:300]) if lines else None
 
 
 def path_metrics(doc: dict[str, Any], daemon_cpu_s: float, topology_mb: float) -> dict[str, float]:

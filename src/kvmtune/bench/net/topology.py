@@ -276,6 +276,9 @@ class Topology:
         """A process (QEMU, a stand-in) to stop at teardown, before the namespaces go."""
         self._procs.append((what, proc))
 
+    def ovs_instances(self) -> list[OvsInstance]:
+        return list(self._ovs)
+
     def daemon_pids(self) -> list[int]:
         """The topology's own forwarding daemons (Open vSwitch), whose CPU time is part of the datapath's cost."""
         return [p.pid for ovs in self._ovs for p in ovs.procs]

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Speed goal of `kvmtune bench net --tier datapath` (issue 22), measured on this host.
+
+    .venv/bin/python bench/net_datapath/run.py                       # bridge and ovs, seed-002 at 5 s per test
+    .venv/bin/python bench/net_datapath/run.py --topology bridge,ovs,macvtap,nat --check
+
+Goal: `--matrix seed-002` (5 workloads × 1/10/50/250 users = 20 tests) at 5 s per test takes at most 150 s of
+wall time per topology. Each topology is one `kvmtune bench net` run (the goal is per topology); its wall time
+is split into the measured seconds (20 × 5 s), the harness overhead per test (the test's wall time beyond its
+5 s: netload connecting its users, reporting, kvmtune reading the result and storing the cell) and the fixed
+cost (interpreter start, topology up and down, netload servers, the results database). Beside the rates, the
+CPU time of the whole path per MB and per transaction (both netloads plus Open vSwitch's daemons), which
+depends little on what else runs on this shared machine. Then `kvmtune report` over the runs prints seed 002's
+"which topology won". Results go to bench/net_datapath/results/latest.json with the load average and core
+count, since other jobs share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS_DIR = REPO / "bench" / "net_datapath" / "results"
+WALL_GOAL_S = 150.0
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v > 0]
+    return statistics.geometric_mean(values) if values else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--topology", default="bridge,ovs")
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--matrix", default="seed-002")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a topology misses the wall-time goal")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+    from kvmtune.bench.store import Store
+
+    netload = REPO / "netload" / "bin" / "netload"
+    extra = ["--netload", str(netload)] if netload.is_file() else []
+    results: dict[str, dict[str, object]] = {}
+    with tempfile.TemporaryDirectory(prefix="kvt-dp-", dir=os.environ.get("KVMTUNE_BENCH_DIR")) as tmp:
+        db, wd = Path(tmp) / "r.db", Path(tmp) / "w"
+        run_ids = []
+        for topo in args.topology.split(","):
+            load_before = os.getloadavg()
+            start = time.monotonic()
+            res = subprocess.run([sys.executable, "-m", "kvmtune", "bench", "net", "--tier", "datapath", "--topology",
+                                  topo, "--matrix", args.matrix, "--duration", f"{args.duration:g}", "--db", str(db),
+                                  "--workdir", str(wd), *extra], capture_output=True, text=True)  # fmt: skip
+            wall = time.monotonic() - start
+            if res.returncode != 0:
+                print(res.stdout + res.stderr, file=sys.stderr)
+                return 1
+            with Store(db) as st:
+                run = st.runs()[0]
+                cells = st.cells(run.id)
+            run_ids.append(run.id)
+            per_test = [c.duration_s - args.duration for c in cells if c.duration_s is not None]
+            ok = [c for c in cells if c.status == "ok"]
+            rr = [c for c in ok if c.workload.startswith("rr")]
+            results[topo] = {
+                "tests": len(cells), "failed": len(cells) - len(ok), "wall_s": round(wall, 1), "wall_goal_s": WALL_GOAL_S,
+                "measured_s": args.duration * len(cells),
+                "overhead_per_test_median_s": round(statistics.median(per_test), 3),
+                "overhead_per_test_max_s": round(max(per_test), 3),
+                "overhead_per_test_median_pct": round(100 * statistics.median(per_test) / args.duration, 1),
+                "fixed_s": round(wall - sum(c.duration_s or 0.0 for c in cells), 1),
+                "path_cpu_us_per_txn_geomean_rr": _geomean([c.metrics.get("path_cpu_us_per_txn", 0.0) for c in rr]),
+                "path_cpu_s_per_gb_geomean_stream": (g * 1000 if (g := _geomean(
+                    [c.metrics.get("path_cpu_s_per_mb", 0.0) for c in ok if c.workload.startswith("str")])) else None),
+                "tps_geomean_rr": _geomean([c.metrics.get("tps", 0.0) for c in rr]),
+                "ovs_datapath": next((c.config.get("ovs_datapath") for c in cells if c.config.get("ovs_datapath")), None),
+                "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+            }  # fmt: skip
+        report = subprocess.run([sys.executable, "-m", "kvmtune", "report", *map(str, run_ids), "--db", str(db)],
+                                capture_output=True, text=True).stdout  # fmt: skip
+    out = {"ncpu": os.cpu_count(), "duration_s": args.duration, "matrix": args.matrix, "topologies": results,
+           "report": report.strip().splitlines()}  # fmt: skip
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "latest.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+    missed = [t for t, r in results.items() if float(r["wall_s"]) > WALL_GOAL_S]  # type: ignore[arg-type]
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The network report and compare page without a browser: the SVG drawing, seed 002's claims and their
+badges, and both pages rendered from real network runs read back from a results store."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmtune import cli
+from kvmtune.bench.net.claims import judge_better, judge_within, net_claims, per_run, winners_by_setting
+from kvmtune.bench.store import CellRow, Store
+from kvmtune.bench.svgchart import Bar, BarChart, bar_chart, log_ticks, nice_ticks, tick_text, wrap
+from kvmtune.bench.verdicts import Ratio
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "bench" / "net_runs_tcg.json"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svg(text: str) -> ET.Element:
+    return ET.fromstring(text)  # well-formed, or this raises
+
+
+def test_ticks() -> None:
+    assert nice_ticks(0, 940) == [0, 200, 400, 600, 800, 1000]
+    assert nice_ticks(-38, 33) == [-40, -20, 0, 20, 40]
+    assert log_ticks(0.0013, 230) == [0.001, 0.01, 0.1, 1, 10, 100, 1000]
+    assert log_ticks(1300, 21000) == [1000, 2000, 5000, 10000, 20000, 50000]
+    assert tick_text(12345) == "12,345" and tick_text(0.00125) == "0.00125" and tick_text(20, percent=True) == "+20 %"
+    assert wrap("a bb ccc dddd", 6) == ["a bb", "ccc", "dddd"]
+
+
+def _chart(values: dict[str, float], **kw: Any) -> str:
+    xs = [("", "rr1c-1x1", "1"), ("", "rr1c-1x1", "10"), ("", "str-readx30k", "1")]
+    bars = {(x, s): Bar(v, kw.pop("hw", None) if s == "ovs" and x == xs[0] else None)
+            for x in xs for s, v in values.items()}
+    return bar_chart(BarChart(label="t", y_title="tx/s", xs=xs, series=list(values), bars=bars, **kw))
+
+
+def test_log_axis_only_beyond_twenty_times() -> None:
+    assert "log scale" not in _chart({"bridge": 100.0, "ovs": 1999.0})
+    assert "log scale" in _chart({"bridge": 100.0, "ovs": 2001.0})
+    signed = _chart({"bridge": -30.0, "ovs": 12.0}, percent=True)
+    assert "log scale" not in signed and "+10 %" in signed and "-30 %" in signed
+
+
+def test_bars_whiskers_groups_and_legend() -> None:
+    root = _svg(_chart({"bridge": 100.0, "ovs": 150.0}, hw=40.0, series_title="configuration:",
+                       level_names=("", "workload", "users")))
+    rects = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]
+    assert len(rects) == 6  # 3 tests × 2 configurations
+    whiskers = [p for p in root.iter(f"{SVG}path") if p.get("stroke") == "#222"]
+    assert len(whiskers) == 1  # only the repeated bar
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    for label in ("rr1c-1x1", "str-readx30k", "bridge", "ovs", "users", "workload", "configuration:"):
+        assert label in texts, (label, texts)
+    assert texts.count("rr1c-1x1") == 1  # the outer group is labelled once, under its bracket
+    # a whisker reaching below zero does not drag the axis below zero
+    low = _svg(_chart({"bridge": 100.0, "ovs": 150.0}, hw=400.0))
+    assert not any((t.text or "").startswith("-") for t in low.iter(f"{SVG}text"))
+
+
+def test_judges() -> None:
+    assert judge_better(Ratio(1.3, None, None, 1), 1.10) == "holds"
+    assert judge_better(Ratio(1.05, None, None, 1), 1.10) == "partly"
+    assert judge_better(Ratio(0.9, None, None, 1), 1.10) == "does not hold"
+    assert judge_better(Ratio(1.3, 0.9, 1.8, 3), 1.10) == "inconclusive"
+    assert judge_better(Ratio(1.3, 1.2, 1.4, 3), 1.10) == "holds"
+    assert judge_better(Ratio(0.8, 0.7, 0.9, 3), 1.10) == "does not hold"
+    assert judge_within(Ratio(1.05, None, None, 1), 0.10) == "holds"
+    assert judge_within(Ratio(1.15, None, None, 1), 0.10) == "partly"
+    assert judge_within(Ratio(1.05, 1.01, 1.09, 3), 0.10) == "holds"
+    assert judge_within(Ratio(1.3, 1.2, 1.4, 3), 0.10) == "does not hold"
+
+
+def _cell(run: int, topo: str, test: str, tps: float, bps: float, mtu: int = 1500, pair: int = 0) -> CellRow:
+    cfg = {"topology": topo, "mtu": mtu, "hosts": 1, "pairs": 1, "pair": pair, "tunings": {}}
+    return CellRow(run * 100 + pair, run, f"{topo}|{test}", cfg, test, pair, "ok", None, "tcg", 1.0,
+                   {"tps": tps, "throughput_Bps": bps})
+
+
+def test_claims_from_cells() -> None:
+    cells = [_cell(1, "bridge", "rr1c-1x1--1", 100, 200), _cell(1, "bridge", "str-readx30k--1", 10, 1e6),
+             _cell(2, "ovs", "rr1c-1x1--1", 105, 210), _cell(2, "ovs", "str-readx30k--1", 10, 1.05e6),
+             _cell(3, "macvtap", "rr1c-1x1--1", 130, 260), _cell(3, "macvtap", "str-readx30k--1", 12, 1.2e6),
+             _cell(4, "bridge", "str-readx30k--1", 20, 1.6e6, mtu=9000)]
+    got = {c.seed.split(" p.")[1].strip(): c for c in net_claims(cells)}
+    assert got["33"].badge == "holds" and "macvtap vs bridge" in (got["33"].measured or "")
+    assert "+30 %" in (got["33"].measured or "")  # tx/s of the one request/response test both ran
+    assert got["38"].badge == "holds"  # bridge within 10 % of ovs
+    assert got["51, fig. 17"].badge == "holds" and "+60 %" in (got["51, fig. 17"].measured or "")
+    assert got["52, fig. 18"].badge == "not measured" and "--hosts 2" in got["52, fig. 18"].hint
+    summary = got["57 (summary table)"]
+    assert summary.badge == "holds" and "streaming → macvtap" in (summary.measured or "")
+    assert "large transactions not measured" in (summary.measured or "")
+    table = winners_by_setting(per_run(cells))
+    assert table[(9000, 1, 1, "")]["streaming"] == "only bridge measured"
+    assert table[(1500, 1, 1, "")]["large transactions"] == "not measured"
+
+
+def test_repeated_runs_give_an_interval() -> None:
+    cells = [_cell(r, "macvtap", "rr1c-1x1--1", 130 + r, 1) for r in (1, 2, 3)]
+    cells += [_cell(r, "bridge", "rr1c-1x1--1", 100 - r, 1) for r in (4, 5, 6)]
+    claim = net_claims(cells)[0]
+    assert "95 % interval" in (claim.measured or "") and claim.badge == "holds"
+
+
+@pytest.fixture
+def net_db(tmp_path: Path) -> Path:
+    """The fixture's real runs (bench net, guest tier under TCG) written back into a results store."""
+    db = tmp_path / "r.db"
+    doc = json.loads(FIXTURE.read_text())
+    with Store(db) as st:
+        for run in doc["runs"]:
+            rid = st.begin_run(run["kind"], run["env"], run["args"])
+            for c in run["cells"]:
+                st.add_cell(rid, c["key"], c["config"], c["workload"], c["status"], c["metrics"], rep=c["rep"],
+                            accel=c["accel"], duration_s=c["duration_s"])
+            st.finish_run(rid, run["status"])
+    return db
+
+
+def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "net.html"
+    assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(out)]) == 0
+    text_out = capsys.readouterr().out
+    assert "seed:002 p. 33 [network guest, tcg]" in text_out and "MTU 1500, 1 host, 1 pair: small transactions" in text_out
+    page = out.read_text()
+    order = ("Seed claims, measured here", "<h2>Runs</h2>", "Network: probe guests, accelerator tcg")
+    assert [page.index(x) for x in order] == sorted(page.index(x) for x in order)
+    assert "Measured under TCG" in page and "network guest" in page and "Accelerator: tcg" not in page
+    assert "Which topology won" in page and "Transaction time percentiles" in page
+    assert "data:image" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    svgs = [page[i:page.index("</svg>", i) + 6] for i in range(len(page)) if page.startswith("<svg", i)]
+    assert len(svgs) == 5  # throughput, tx/s, transaction time, client and server CPU per MB
+    for s in svgs:
+        _svg(s)
+    assert "Mb/s" in svgs[0] and "log scale" in svgs[0]  # TCG guests stay far below a gigabit; 100 B/s to 30 MB/s
+    assert all(label in svgs[1] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500",
+                                               "ovs (userspace) MTU 1500"))  # fmt: skip
+    # bridge MTU 1500 ran twice: its bars carry whiskers, the others none
+    assert "(95 %, n=2)" in svgs[1] and "(95 %, n=1)" not in svgs[1]
+    # normalised to one configuration, test by test
+    base = tmp_path / "base.html"
+    assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
+                     "--baseline", "ovs"]) == 0  # the only configuration whose label begins with it
+    assert "% of ovs (userspace) MTU 1500 in the same test" in base.read_text()
+    assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
+                     "--baseline", "bridge"]) == 0  # two bridge configurations: ambiguous
+    assert "--baseline bridge names no single network configuration" in base.read_text()
+    assert cli.main(["report", "1", "2", "--db", str(net_db), "--html", str(base), "--baseline", "nope"]) == 0
+    assert "--baseline nope names no single network configuration" in base.read_text()
+
+
+def test_network_compare_from_real_runs(net_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cmp.html"
+    assert cli.main(["compare", "1", "2", "--db", str(net_db), "--html", str(out)]) == 0
+    table = capsys.readouterr().out
+    page = out.read_text()
+    assert "topology bridge → ovs" in page and "B against A, summed up" in page and "<svg" in page
+    assert "data:image" not in page
+    root = _svg(page[page.index("<svg"):page.index("</svg>") + 6])
+    bars = {}
+    for tip in (t.text or "" for t in root.iter(f"{SVG}title")):
+        if " — " in tip:
+            where, _, rest = tip.partition(" — ")
+            label, _, value = rest.partition(": ")
+            bars[(where, label)] = float(value.split(" (")[0].replace(",", ""))
+    # every bar's % is the one the text table prints for that test and figure
+    rows = [line for line in table.splitlines()[2:] if not line.startswith("wrote ")]
+    assert len(bars) == 4 * len(rows) == 12
+    for line in rows:
+        test, *pcts = line.split()
+        for label, pct in zip(("throughput", "transaction time", "client CPU efficiency", "server CPU efficiency"),
+                              pcts, strict=True):
+            where = " / ".join(test.split("--"))
+            assert abs(bars[(where, label)] - float(pct.rstrip("%"))) < 0.051, (where, label, pct)
+    assert "Seed 002's claims, measured by these two runs" in page and "the Linux bridge performs within 10 %" in page
