@@ -15,6 +15,7 @@ class VirtioNetRingSize(GuestRule):
     id = "KVM-NET-021"
     slug = "virtio-net-ring-size"
     topic = "net-multiqueue"
+    judges_only = "nics"
     severity = Severity.LOW
     title = "Throughput NIC (multiqueue or vhost-user) keeps virtio-net's default 256-entry rings"
     why = (

@@ -16,6 +16,7 @@ class DiskIoUringOldKernel(GuestRule):
     id = "KVM-STO-021"
     slug = "disk-io-uring-old-kernel"
     topic = "disk-io-mode"
+    judges_only = "disks"
     severity = Severity.MEDIUM
     also_severities = (Severity.HIGH,)
     title = "io='io_uring' on a host kernel too old for it: io='native' is the better choice there"

@@ -15,6 +15,7 @@ class VirtioBlkQueues(GuestRule):
     id = "KVM-STO-022"
     slug = "virtio-blk-queues"
     topic = "iothreads"
+    judges_only = "disks"
     severity = Severity.LOW
     title = "virtio-blk disk with fewer queues than vCPUs, or a queue smaller than QEMU's default"
     why = (
