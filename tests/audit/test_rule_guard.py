@@ -106,6 +106,27 @@ def test_findings_yielded_before_the_raise_are_kept() -> None:
     assert ctx.errors == ["TEST-HST-002: could not be evaluated (Broken: after one)"]
 
 
+def test_a_guest_rule_that_raises_halfway_keeps_what_it_yielded_and_goes_on_to_the_next_guests() -> None:
+    guests = [load_guest_file(p) for p in sorted(EXAMPLES.glob("*.xml"))]
+    assert len(guests) >= 3
+    failing = guests[1].name
+
+    class HalfWayGuest(GuestRule):
+        id = "TEST-GST-002"
+
+        def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+            yield self.finding(target=self.target(guest), actual="a", expected="b", evidence="c")
+            if guest.name == failing:
+                raise Broken(f"after one for {guest.name}")
+            yield self.finding(target=self.target(guest, "second"), actual="a", expected="b", evidence="c")
+
+    ctx = AuditContext(host=HostRoot(str(HOSTS / "rules-default")))
+    found = run_rules(ctx, guests, rules=[HalfWayGuest])
+    per_guest = {g.name: sum(f.target.domain == g.name for f in found) for g in guests}
+    assert per_guest == {g.name: 1 if g.name == failing else 2 for g in guests}
+    assert ctx.errors == [f"TEST-GST-002: could not be evaluated for guest {failing} (Broken: after one for {failing})"]
+
+
 def test_a_rule_that_raises_while_fixing_is_said_in_the_plan() -> None:
     from kvmtune.fix.domains import fix_guest
     from kvmtune.fix.registry import FixOptions

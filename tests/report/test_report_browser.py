@@ -45,6 +45,10 @@ def open_in_chromium(html: Path, out_dir: Path, height: int = 1800) -> tuple[str
     subprocess.run([chromium(), *flags, f"--screenshot={shot}", html.as_uri()], capture_output=True, text=True,
                    timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000, "no screenshot"
+    pdf = out_dir / f"{html.stem}.pdf"  # printed as a reader would print it (the @media print rules apply)
+    subprocess.run([chromium(), *flags, "--no-pdf-header-footer", f"--print-to-pdf={pdf}", html.as_uri()],
+                   capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert pdf.is_file() and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 10_000, "not printed"
     title = re.search(r"<title>(PROBE[^<]*)</title>", dom.stdout)
     assert title, dom.stdout[:500] + dom.stderr[-1000:]
     return title.group(1), dom.stderr

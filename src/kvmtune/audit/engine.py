@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding
@@ -61,13 +62,29 @@ def guarded(rule: Rule, subject: object, check: Callable[..., Iterable[Finding]]
     """Run one rule on one subject (``check(*args)``); a rule that raises costs one error line, not the audit.
 
     Findings it yielded before it raised are kept: they were evaluated. ``subject`` (a guest, an
-    image or a text) is named only when the rule raises: the corpus audit calls this ~100,000 times.
+    image or a text) is named only when the rule raises.
     """
     try:
         for finding in check(*args):
             out.append(finding)
     except Exception as exc:
         ctx.errors.append(f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})")
+
+
+def guarded_each(rule: Rule, check: Callable[[Any, AuditContext], Iterable[Finding]], subjects: Iterable[Any],
+                 ctx: AuditContext, out: list[Finding]) -> None:
+    """:func:`guarded` for one rule over many subjects (``check(subject, ctx)`` each), same contract.
+
+    The guest rules run here ~100,000 times over the corpus: one loop per rule, no call per
+    subject besides the rule's own, is a fifth of the rule pass (``extend`` keeps what a
+    generator yielded before it raised, as the loop in :func:`guarded` does).
+    """
+    extend = out.extend
+    for subject in subjects:
+        try:
+            extend(check(subject, ctx))
+        except Exception as exc:
+            ctx.errors.append(f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})")
 
 
 def _subject(subject: object) -> str:
@@ -89,11 +106,17 @@ def run_rules(
     findings: list[Finding] = []
     ctx.images = list(images)
     audited = [g for g in guests if g.is_kvm_or_qemu]  # other hypervisors' guests: see KVM-GST-001
+    with_devices: dict[tuple[bool, str], list[Guest]] = {}  # (any hypervisor, device list) -> those guests
     for rule_cls in chosen:
         rule = rule_cls()
         if isinstance(rule, GuestRule):
-            for guest in guests if rule.any_hypervisor else audited:
-                guarded(rule, guest, rule.check, ctx, findings, guest, ctx)
+            subjects = guests if rule.any_hypervisor else audited
+            if rule.judges_only is not None:
+                key = (rule.any_hypervisor, rule.judges_only)
+                if key not in with_devices:
+                    with_devices[key] = [g for g in subjects if getattr(g, rule.judges_only)]
+                subjects = with_devices[key]
+            guarded_each(rule, rule.check, subjects, ctx, findings)
         elif isinstance(rule, RunRule):
             if audited:
                 guarded(rule, "", rule.check_run, ctx, findings, audited, ctx)
@@ -101,7 +124,6 @@ def run_rules(
             if audit_host:
                 guarded(rule, "", rule.check_host, ctx, findings, ctx)
         elif isinstance(rule, ImageRule):
-            for image in ctx.images:
-                guarded(rule, image, rule.check_image, ctx, findings, image, ctx)
+            guarded_each(rule, rule.check_image, ctx.images, ctx, findings)
     findings.sort(key=Finding.sort_key)
     return findings

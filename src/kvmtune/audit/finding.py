@@ -54,7 +54,7 @@ TOPICS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     host: str = "localhost"
     domain: str | None = None
@@ -71,14 +71,17 @@ class Target:
 FixKind = Literal["xml", "sysctl", "sysfs", "udev", "modprobe", "image", "manual"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixHint:
     kind: FixKind
     description: str
     safe: bool
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each of its 15 fields through object.__setattr__, which made
+# building a finding four times as costly (~19,000 instructions), and the corpus audit builds ~6,000.
+# Nothing changes a finding after a rule made it; the reporters only read them.
+@dataclass(slots=True)
 class Finding:
     rule: str
     slug: str

@@ -6,9 +6,9 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from kvmtune.audit.finding import TOPICS, Finding, FixHint, FixKind, Severity, Target
 
@@ -66,39 +66,46 @@ class Rule:
         fix_safe: bool | None = None,
         fix_kind: FixKind | None = None,
     ) -> Finding:
-        return Finding(
-            rule=self.id,
-            slug=self.slug,
-            topic=self.topic,
-            severity=self.severity if severity is None else severity,
-            confidence=confidence,
-            target=target,
-            actual=actual,
-            expected=expected,
-            evidence=evidence,
-            summary=summary or self.title,
-            why=why or self.why,
-            fix=FixHint(
+        if fix_kind is None and fix_description is None and fix_safe is None:
+            fix = self.fix_hint
+        else:
+            fix = FixHint(
                 kind=fix_kind or self.fix_kind,
                 description=fix_description or self.fix_description,
                 safe=self.fix_safe if fix_safe is None else fix_safe,
-            ),
-            references=self.references,
-            source=source,
+            )
+        # positional, in Finding's field order: keywords cost a third of building a finding, and
+        # the corpus audit builds ~6,000 of them
+        return Finding(
+            self.id, self.slug, self.topic, self.severity if severity is None else severity, confidence, target,
+            actual, expected, evidence, summary or self.title, why or self.why, fix, self.references, source,
         )
+
+    @cached_property
+    def fix_hint(self) -> FixHint:
+        """The rule's own fix advice, one object shared by its findings that do not change it."""
+        return FixHint(kind=self.fix_kind, description=self.fix_description, safe=self.fix_safe)
+
+
+# the device lists of a Guest a rule may declare it judges exclusively (GuestRule.judges_only)
+DeviceList = Literal["disks", "nics", "rngs"]
 
 
 class GuestRule(Rule):
     """Checks one guest (from domain XML, libvirt or a QEMU command line)."""
 
     scope = "guest"
+    # A rule that only ever reports about a guest's disks (NICs, RNGs) says so here: a guest without
+    # any is then not passed to ``check`` at all. Most corpus guests have no disk and no NIC, so this
+    # halves the calls of the device rules (tests/audit/test_judges_only.py holds each to its word).
+    judges_only: ClassVar[DeviceList | None] = None
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterable[Finding]:
         raise NotImplementedError
 
     @staticmethod
     def target(guest: Guest, device: str | None = None) -> Target:
-        return Target(host="localhost", domain=guest.name, device=device)
+        return Target("localhost", guest.name, device)  # positional: one per finding, keywords cost a third more
 
 
 class RunRule(Rule):

@@ -139,11 +139,14 @@ CSS = """body{font-family:sans-serif;max-width:1250px;margin:1em auto;color:#222
 table{border-collapse:collapse;font-size:12px;margin:.4em 0 1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
 td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
 .badge{color:#fff;border-radius:3px;padding:1px 7px;white-space:nowrap;font-size:11px}
+.badge,.swatch{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 .summary{background:#f4f6f8;border:1px solid #d0d7de;padding:.6em 1em;margin-bottom:1em}
 img,svg{max-width:100%;height:auto}h3{margin-bottom:.2em}.note{color:#555}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:5px}
 td:first-child,td.num{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;column-gap:24px}.chart h3{max-width:600px}
-@media print{body{max-width:none;margin:0}.chart{page-break-inside:avoid}h2{page-break-before:auto}}"""
+table.claims{width:100%}table.claims td:first-child{white-space:normal;min-width:5em}
+@media print{body{max-width:none;margin:0}.chart{page-break-inside:avoid}h2{page-break-before:auto}
+h1,h2,h3{break-after:avoid;page-break-after:avoid}tr{break-inside:avoid}}"""
 
 TIER_WORDS = {"guest": "probe guest (fio inside a booted guest)", "block": "block tier (qemu-storage-daemon + fio "
               "over NBD: QEMU's block layer at host speed, no guest)", "quick": "quick tier (qemu-img bench)"}

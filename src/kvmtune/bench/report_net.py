@@ -101,7 +101,7 @@ def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labe
     better = "" if about is None else {"higher": " (higher is better)", "lower": " (lower is better)"}.get(
         about.better.value, "")
     name = about.label if about is not None else metric
-    y_title = f"{name}, {unit}{better}"
+    y_title = f"{name}{'' if unit == 'tx/s' else ', ' + unit}{better}"  # not "transactions/s, tx/s"
     used = None
     baseline = resolve_baseline(baseline, set(labels.values()))
     if baseline:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmtune.domain.xml import top_elements
 from kvmtune.host.parsers import parse_cpu_list
 from kvmtune.model.guest import Guest
 
@@ -76,11 +77,9 @@ def kids(el: Any, *tags: str) -> dict[str, Any]:
 
 
 def _read_layout(guest: Guest) -> CpuLayout | None:
-    tree: Any = guest.tree
-    if tree is None:
+    if guest.tree is None:
         return None
-    root = tree.getroot() if hasattr(tree, "getroot") else tree
-    top = kids(root, "vcpu", "cputune", "cpu", "numatune")
+    top = top_elements(guest)  # <vcpu>, <cputune>, <cpu>, <numatune>
     out = CpuLayout()
     vcpu = top.get("vcpu")
     if vcpu is not None:

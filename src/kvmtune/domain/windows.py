@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmtune.domain.cputune import kids
+from kvmtune.domain.xml import top_elements
 from kvmtune.model.guest import Guest
 
 LIBOSINFO_NS = "http://libosinfo.org/xmlns/libvirt/domain/1.0"
@@ -25,13 +26,6 @@ class WindowsHint:
     confidence: str  # certain | likely | possible
 
 
-def _root(guest: Guest) -> Any:
-    tree: Any = guest.tree
-    if tree is None:
-        return None
-    return tree.getroot() if hasattr(tree, "getroot") else tree
-
-
 def windows_hint(guest: Guest) -> WindowsHint | None:
     """Why this guest looks like Windows, or ``None``; worked out once per guest (four rules ask)."""
     if "windows_hint" not in guest.derived:
@@ -41,12 +35,9 @@ def windows_hint(guest: Guest) -> WindowsHint | None:
 
 
 def _top(guest: Guest) -> dict[str, Any]:
-    """<metadata>, <features> and <clock> of the guest, looked up once (four rules read them)."""
-    if "windows_top" not in guest.derived:
-        root = _root(guest)
-        guest.derived["windows_top"] = kids(root, "metadata", "features", "clock") if root is not None else {}
-    top: dict[str, Any] = guest.derived["windows_top"]
-    return top
+    """<metadata>, <features> and <clock> of the guest (four rules read them): among the <domain>
+    children the model was built from, not looked up again."""
+    return top_elements(guest)
 
 
 def _read_hint(guest: Guest) -> WindowsHint | None:

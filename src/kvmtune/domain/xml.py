@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from lxml import etree
 
@@ -115,7 +118,7 @@ def _numa_memory_kib(cpu: etree._Element | None) -> int | None:
     if cpu is None:
         return None
     total = 0
-    for cell in cpu.iterfind("numa/cell"):
+    for cell in _grandchildren(cpu, "numa", "cell"):
         size = _int(cell.get("memory"))
         if size is None:
             return None
@@ -136,6 +139,32 @@ def memory_kib(el: etree._Element | None) -> int | None:
 def _line(el: etree._Element) -> int | None:
     line = el.sourceline
     return line if isinstance(line, int) and line > 0 else None
+
+
+def _first(el: etree._Element, tag: str) -> etree._Element | None:
+    """``el.find(tag)`` for a plain tag, without ElementPath: lxml matches the tag in C."""
+    return next(el.iterchildren(tag), None)
+
+
+def _grandchildren(el: etree._Element, tag: str, sub: str) -> Iterator[etree._Element]:
+    """``el.iterfind(f"{tag}/{sub}")`` without ElementPath, in the same (document) order."""
+    for child in el.iterchildren(tag):
+        yield from child.iterchildren(sub)
+
+
+def top_elements(guest: Guest) -> dict[str, Any]:
+    """The first child of each tag of a guest's <domain>, as read when the guest was built (several
+    views of the guest read them: Windows hints, CPU layout); empty without an XML tree."""
+    tree: Any = guest.tree
+    if tree is None:
+        return {}
+    top: dict[str, Any] | None = guest.derived.get(_TOP)
+    if top is None:
+        top = guest.derived[_TOP] = _children(tree.getroot() if hasattr(tree, "getroot") else tree)
+    return top
+
+
+_TOP = "xml_top"
 
 
 def _children(el: etree._Element) -> dict[str, etree._Element]:
@@ -186,21 +215,34 @@ def _disk(el: etree._Element, locator: str) -> Disk:
         readonly="readonly" in kids,
         shareable="shareable" in kids,
         locator=locator,
+        evidence_below=DISK_EVIDENCE,
         element=el,
     )
-    if driver is not None and disk.iothread is None and driver.find("iothreads") is not None:
+    if driver is not None and disk.iothread is None and _first(driver, "iothreads") is not None:
         disk.iothread = "mapped"
-    disk.evidence = {
-        "bus": f"{locator}/target/@bus",
-        "cache": f"{locator}/driver/@cache",
-        "io": f"{locator}/driver/@io",
-        "format": f"{locator}/driver/@type",
-        "discard": f"{locator}/driver/@discard",
-        "iothread": f"{locator}/driver/@iothread",
-        "source": f"{locator}/source",
-        "controller": f"{locator}/address/@controller",
-    }
     return disk
+
+
+# where each attribute of a <disk>/<interface> sits, below the element's own XPath (Disk.where adds it)
+DISK_EVIDENCE = MappingProxyType({
+    "bus": "/target/@bus",
+    "cache": "/driver/@cache",
+    "io": "/driver/@io",
+    "format": "/driver/@type",
+    "discard": "/driver/@discard",
+    "iothread": "/driver/@iothread",
+    "source": "/source",
+    "controller": "/address/@controller",
+})
+NIC_EVIDENCE = MappingProxyType({
+    "model": "/model/@type",
+    "driver_name": "/driver/@name",
+    "queues": "/driver/@queues",
+    "mac": "/mac/@address",
+    "mtu": "/mtu/@size",
+    "type": "/@type",
+    "source_mode": "/source/@mode",
+})
 
 
 def _nic(el: etree._Element, index: int, locator: str) -> Nic:
@@ -212,7 +254,7 @@ def _nic(el: etree._Element, index: int, locator: str) -> Nic:
     mtu = kids.get("mtu")
     target = kids.get("target")
     vport = kids.get("virtualport")
-    nic = Nic(
+    return Nic(
         index=index,
         type=_low(el.get("type")),
         model=_low(model.get("type")) if model is not None else None,
@@ -227,18 +269,9 @@ def _nic(el: etree._Element, index: int, locator: str) -> Nic:
         backend=_low(kids["backend"].get("type")) if "backend" in kids else None,
         teaming=_low(kids["teaming"].get("type")) if "teaming" in kids else None,
         locator=locator,
+        evidence_below=NIC_EVIDENCE,
         element=el,
     )
-    nic.evidence = {
-        "model": f"{locator}/model/@type",
-        "driver_name": f"{locator}/driver/@name",
-        "queues": f"{locator}/driver/@queues",
-        "mac": f"{locator}/mac/@address",
-        "mtu": f"{locator}/mtu/@size",
-        "type": f"{locator}/@type",
-        "source_mode": f"{locator}/source/@mode",
-    }
-    return nic
 
 
 def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "xml") -> Guest:
@@ -255,10 +288,10 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
     if name_el is None or not (name_el.text or "").strip():
         raise InputError(origin, "domain has no <name>", _line(root))
     os_el = top.get("os")
-    os_type = os_el.find("type") if os_el is not None else None
+    os_type = _first(os_el, "type") if os_el is not None else None
     vcpu = top.get("vcpu")
     cpu = top.get("cpu")
-    cpu_model = cpu.find("model") if cpu is not None else None
+    cpu_model = _first(cpu, "model") if cpu is not None else None
     cputune = top.get("cputune")
     backing = top.get("memoryBacking")
     backing_kids = _children(backing) if backing is not None else {}
@@ -277,7 +310,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         memory_kib=_numa_memory_kib(cpu) or memory_kib(top.get("memory")),
         cpu_mode=_low(cpu.get("mode")) if cpu is not None else None,
         cpu_model=((cpu_model.text or "").strip().lower() or None) if cpu_model is not None else None,
-        vcpu_pinned=(cputune is not None and cputune.find("vcpupin") is not None)
+        vcpu_pinned=(cputune is not None and _first(cputune, "vcpupin") is not None)
         or (vcpu is not None and vcpu.get("cpuset") is not None),
         numatune="numatune" in top,
         nosharepages="nosharepages" in backing_kids,
@@ -286,6 +319,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         iothreads=(_int(top["iothreads"].text) or 0) if "iothreads" in top else 0,
         tree=tree,
     )
+    guest.derived[_TOP] = top
     if not guest.iothreads and iothreadids is not None:
         guest.iothreads = len(iothreadids)
     guest.evidence = {
@@ -309,16 +343,15 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         if not isinstance(dtag, str):
             continue
         n = counts[dtag] = counts.get(dtag, 0) + 1
-        locator = f"/domain/devices/{dtag}[{n}]"
         if dtag == "disk":
-            guest.disks.append(_disk(el, locator))
+            guest.disks.append(_disk(el, f"/domain/devices/disk[{n}]"))
         elif dtag == "hostdev":
             if _low(el.get("type")) in ("pci", "mdev"):  # VFIO: pins all guest memory
                 guest.hostdevs += 1
         elif dtag == "interface":
             if _low(el.get("type")) == "hostdev":
                 guest.hostdevs += 1
-            guest.nics.append(_nic(el, len(guest.nics), locator))
+            guest.nics.append(_nic(el, len(guest.nics), f"/domain/devices/interface[{n}]"))
         elif dtag == "controller" and _low(el.get("type")) == "scsi":
             drv = el.find("driver")
             controllers[el.get("index", "0")] = (
@@ -329,12 +362,12 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
             guest.memballoon = _low(el.get("model"))
             guest.balloon_autodeflate = _low(el.get("autodeflate")) == "on"
             guest.balloon_free_page_reporting = _low(el.get("freePageReporting")) == "on"
-            guest.evidence["memballoon"] = locator
+            guest.evidence["memballoon"] = f"/domain/devices/memballoon[{n}]"
         elif dtag == "channel":
-            target = el.find("target")
+            target = _first(el, "target")
             if target is not None and target.get("name") == AGENT_CHANNEL:
                 guest.agent_channel = True
-                guest.evidence["agent_channel"] = locator
+                guest.evidence["agent_channel"] = f"/domain/devices/channel[{n}]"
         elif dtag == "rng":
             backend = el.find("backend")
             guest.rngs.append(
@@ -342,7 +375,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
                     model=_low(el.get("model")),
                     backend_model=_low(backend.get("model")) if backend is not None else None,
                     backend_source=((backend.text or "").strip() or None) if backend is not None else None,
-                    locator=locator,
+                    locator=f"/domain/devices/rng[{n}]",
                 )
             )
     # controllers may follow the disks that use them: resolve SCSI controller models at the end
@@ -352,7 +385,8 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
             ctrl = address.get("controller", "0") if address is not None else "0"
             disk.scsi_controller = ctrl
             disk.scsi_controller_model, disk.scsi_controller_iothread = controllers.get(ctrl, ("default", None))
-    if hotplug_kib and cpu is not None and cpu.find("numa/cell") is not None and guest.memory_kib:
+    if hotplug_kib and cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None \
+            and guest.memory_kib:
         # with NUMA cells libvirt sizes the guest as their sum plus the memory devices
         guest.memory_kib += hotplug_kib
     return guest

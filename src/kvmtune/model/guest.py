@@ -8,10 +8,20 @@ so one rule checks both. Every value keeps where it came from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.model.inside import GuestInside
+
+
+def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, attr: str) -> str:
+    """What a device's ``attr`` was read from: its own evidence, else its locator (plus the path below it)."""
+    found = evidence.get(attr)
+    if found is not None:
+        return found
+    suffix = below.get(attr)
+    return locator if suffix is None else locator + suffix
 
 
 @dataclass
@@ -37,10 +47,12 @@ class Disk:
     shareable: bool = False
     locator: str = ""  # where this disk is described (XPath or command-line option)
     evidence: dict[str, str] = field(default_factory=dict)
+    # XML: where each attribute sits below ``locator`` (one mapping shared by every disk, joined on demand)
+    evidence_below: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     element: Any = None  # the lxml <disk> element when read from XML
 
     def where(self, attr: str) -> str:
-        return self.evidence.get(attr, self.locator)
+        return _where(self.evidence, self.evidence_below, self.locator, attr)
 
     @property
     def label(self) -> str:
@@ -69,10 +81,11 @@ class Nic:
     teaming: str | None = None  # failover pair member (persistent | transient): shares its MAC by design
     locator: str = ""
     evidence: dict[str, str] = field(default_factory=dict)
+    evidence_below: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # as Disk's
     element: Any = None
 
     def where(self, attr: str) -> str:
-        return self.evidence.get(attr, self.locator)
+        return _where(self.evidence, self.evidence_below, self.locator, attr)
 
     @property
     def label(self) -> str:
@@ -136,6 +149,7 @@ class Guest:
     def release_xml(self) -> None:
         """Drop the lxml document and elements: the audit reads only the model (fixes re-read the XML)."""
         self.tree = None
+        self.derived.pop("xml_top", None)  # domain.xml.top_elements: elements of that document
         for disk in self.disks:
             disk.element = None
         for nic in self.nics:

@@ -7,7 +7,6 @@ data, which NICs sit on a tap-like backend, how libvirt fills a default.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from kvmtune.model.guest import Disk, Guest, Nic
 
@@ -23,14 +22,12 @@ def low(value: str | None) -> str | None:
     return value.strip().lower() if isinstance(value, str) else None
 
 
-def data_disks(guest: Guest, *, writable: bool = False) -> Iterator[Disk]:
+def data_disks(guest: Guest, *, writable: bool = False) -> list[Disk]:
     """Disks that hold data (not CD-ROMs or floppies); with ``writable``, not read-only ones either."""
-    for disk in guest.disks:
-        if not disk.is_data_disk:
-            continue
-        if writable and disk.readonly:
-            continue
-        yield disk
+    # a list, not a generator: a dozen rules ask for every guest, most of which have one disk or none
+    if writable:
+        return [d for d in guest.disks if d.is_data_disk and not d.readonly]
+    return [d for d in guest.disks if d.is_data_disk]
 
 
 def is_passthrough_lun(disk: Disk) -> bool:

@@ -305,8 +305,8 @@ def winners(cells: Sequence[CellRow]) -> list[str]:
 
 
 def macvtap_wins_one_host(data: dict[Setup, Any], tier: str = "") -> NetClaim:
-    claim = "on one host macvtap wins small transactions, large transactions and streaming"
-    seed, figure = "seed:002 p. 57 (summary table)", "macvtap ×3"
+    claim = "on one host macvtap wins small transactions, large transactions and streaming (summary table)"
+    seed, figure = "seed:002 p. 57", "macvtap ×3"
     table = {k: v for k, v in winners_by_setting(data).items() if k[1] == 1}
     rows = []
     badges = []

@@ -15,6 +15,7 @@ class MacvtapVepa(GuestRule):
     id = "KVM-NET-005"
     slug = "macvtap-vepa"
     topic = "net-backend"
+    judges_only = "nics"
     severity = Severity.MEDIUM
     title = "macvtap in VEPA mode: traffic between guests on this host leaves through the external switch"
     why = (

@@ -17,6 +17,7 @@ class MtuIneffective(GuestRule):
     id = "KVM-NET-007"
     slug = "mtu-ineffective"
     topic = "mtu"
+    judges_only = "nics"
     severity = Severity.LOW
     also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "<mtu> that does not reach the guest (non-virtio NIC, unsupported type or impossible size)"

@@ -15,6 +15,7 @@ class NetBackendNat(GuestRule):
     id = "KVM-NET-004"
     slug = "net-backend-nat"
     topic = "net-backend"
+    judges_only = "nics"
     severity = Severity.MEDIUM
     title = "NIC is on libvirt's 'default' network, normally NAT behind virbr0"
     why = (

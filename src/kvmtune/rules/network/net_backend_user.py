@@ -13,6 +13,7 @@ class NetBackendUser(GuestRule):
     id = "KVM-NET-003"
     slug = "net-backend-user"
     topic = "net-backend"
+    judges_only = "nics"
     severity = Severity.HIGH
     also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "NIC uses user-mode networking (SLIRP or passt): a TCP/IP stack in userspace, not a real link"

@@ -13,6 +13,7 @@ class NetMultiqueueMissing(GuestRule):
     id = "KVM-NET-008"
     slug = "net-multiqueue-missing"
     topic = "net-multiqueue"
+    judges_only = "nics"
     severity = Severity.LOW
     title = "virtio NIC queues do not match the vCPUs (single queue on a multi-vCPU guest, or more queues than vCPUs)"
     why = (

@@ -21,6 +21,7 @@ class NicModelEmulated(GuestRule):
     id = "KVM-NET-001"
     slug = "nic-model-emulated"
     topic = "nic-model"
+    judges_only = "nics"
     severity = Severity.HIGH
     title = "NIC is an emulated card (e1000, rtl8139, ...) instead of virtio-net"
     why = (

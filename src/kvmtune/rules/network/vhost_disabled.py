@@ -13,6 +13,7 @@ class VhostDisabled(GuestRule):
     id = "KVM-NET-002"
     slug = "vhost-disabled"
     topic = "vhost-net"
+    judges_only = "nics"
     severity = Severity.HIGH
     title = "virtio NIC without vhost-net: every packet is copied through QEMU's userspace"
     why = (

@@ -28,6 +28,7 @@ class VhostUserMemory(GuestRule):
     id = "KVM-NET-020"
     slug = "vhost-user-without-shared-memory"
     topic = "net-backend"
+    judges_only = "nics"
     severity = Severity.HIGH
     also_severities = (Severity.LOW,)
     title = "vhost-user NIC without shared (hugepage-backed) guest memory"

@@ -13,6 +13,7 @@ class RngBackendRandom(GuestRule):
     id = "KVM-SEC-002"
     slug = "rng-backend-random"
     topic = "entropy"
+    judges_only = "rngs"
     severity = Severity.LOW
     title = "virtio-rng reads the host's /dev/random: can block and drain on older host kernels"
     why = (

@@ -13,6 +13,7 @@ class DetectZeroesWithDiscard(GuestRule):
     id = "KVM-STO-020"
     slug = "detect-zeroes-on-with-discard"
     topic = "discard"
+    judges_only = "disks"
     severity = Severity.LOW
     title = "detect_zeroes='on' on a disk that passes discards: zero writes still allocate"
     why = (

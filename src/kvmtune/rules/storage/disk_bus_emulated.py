@@ -14,6 +14,7 @@ class DiskBusEmulated(GuestRule):
     id = "KVM-STO-001"
     slug = "disk-bus-emulated"
     topic = "disk-bus"
+    judges_only = "disks"
     severity = Severity.HIGH
     title = "Data disk on an emulated bus instead of virtio"
     why = (

@@ -13,6 +13,7 @@ class DiskCacheDefault(GuestRule):
     id = "KVM-STO-003"
     slug = "disk-cache-default"
     topic = "disk-cache"
+    judges_only = "disks"
     severity = Severity.MEDIUM
     title = "Disk has no cache mode: QEMU's default (writeback) applies, not a choice anyone made"
     why = (

@@ -13,6 +13,7 @@ class DiskCacheDirectsync(GuestRule):
     id = "KVM-STO-014"
     slug = "disk-cache-directsync"
     topic = "disk-cache"
+    judges_only = "disks"
     severity = Severity.MEDIUM
     title = "Disk uses cache='directsync': every write waits for the device, guest flushes are redundant"
     why = (

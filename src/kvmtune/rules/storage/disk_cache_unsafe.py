@@ -13,6 +13,7 @@ class DiskCacheUnsafe(GuestRule):
     id = "KVM-STO-004"
     slug = "disk-cache-unsafe"
     topic = "disk-cache"
+    judges_only = "disks"
     severity = Severity.CRITICAL
     title = "Disk uses cache='unsafe': guest flushes are ignored, a host crash loses acknowledged data"
     why = (

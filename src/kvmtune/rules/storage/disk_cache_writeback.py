@@ -13,6 +13,7 @@ class DiskCacheWriteback(GuestRule):
     id = "KVM-STO-005"
     slug = "disk-cache-writeback"
     topic = "disk-cache"
+    judges_only = "disks"
     severity = Severity.LOW
     title = "Disk uses cache='writeback': safe only for guests that flush, and cached twice"
     why = (

@@ -13,6 +13,7 @@ class DiskCacheWritethrough(GuestRule):
     id = "KVM-STO-002"
     slug = "disk-cache-writethrough"
     topic = "disk-cache"
+    judges_only = "disks"
     severity = Severity.HIGH
     title = "Disk uses cache='writethrough': every write waits for the host disk"
     why = (

@@ -16,6 +16,7 @@ class DiskDiscardMissing(GuestRule):
     id = "KVM-STO-010"
     slug = "disk-discard-missing"
     topic = "discard"
+    judges_only = "disks"
     severity = Severity.LOW
     title = "Thin qcow2 image without discard='unmap': space the guest frees is never returned"
     why = (

@@ -13,6 +13,7 @@ class DiskFileBacked(GuestRule):
     id = "KVM-STO-013"
     slug = "disk-file-backed"
     topic = "block-vs-file"
+    judges_only = "disks"
     severity = Severity.INFO
     title = "Disk is an image file on a host filesystem rather than a block device"
     why = (

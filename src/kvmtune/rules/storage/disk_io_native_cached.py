@@ -13,6 +13,7 @@ class DiskIoNativeCached(GuestRule):
     id = "KVM-STO-007"
     slug = "disk-io-native-cached"
     topic = "disk-io-mode"
+    judges_only = "disks"
     severity = Severity.CRITICAL
     title = "io='native' on a disk without O_DIRECT: libvirt and QEMU refuse it"
     why = (

@@ -13,6 +13,7 @@ class DiskIoThreads(GuestRule):
     id = "KVM-STO-006"
     slug = "disk-io-threads"
     topic = "disk-io-mode"
+    judges_only = "disks"
     severity = Severity.LOW
     title = "O_DIRECT disk still uses the thread-pool AIO (io='threads' or unset)"
     why = (

@@ -13,6 +13,7 @@ class DiskNoIothread(GuestRule):
     id = "KVM-STO-009"
     slug = "disk-no-iothread"
     topic = "iothreads"
+    judges_only = "disks"
     severity = Severity.LOW
     also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "virtio disk without an IOThread on a multi-vCPU guest: its I/O runs in QEMU's main loop"

@@ -16,6 +16,7 @@ class ImageFormatQcow2(GuestRule):
     id = "KVM-STO-008"
     slug = "image-format-qcow2"
     topic = "image-format"
+    judges_only = "disks"
     severity = Severity.INFO
     title = "Disk image is qcow2 (or another non-raw format): a trade of speed for features"
     why = (

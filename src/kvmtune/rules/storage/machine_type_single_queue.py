@@ -15,6 +15,7 @@ class MachineTypeSingleQueue(GuestRule):
     id = "KVM-STO-011"
     slug = "machine-type-single-queue"
     topic = "iothreads"
+    judges_only = "disks"
     severity = Severity.LOW
     also_severities = (Severity.MEDIUM,)  # what some findings are raised or lowered to
     title = "Machine type older than 5.2 keeps virtio disks on one queue"

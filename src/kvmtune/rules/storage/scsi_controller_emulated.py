@@ -21,6 +21,7 @@ class ScsiControllerEmulated(GuestRule):
     id = "KVM-STO-012"
     slug = "scsi-controller-emulated"
     topic = "disk-bus"
+    judges_only = "disks"
     severity = Severity.HIGH
     title = "SCSI disk on an emulated HBA (LSI, MegaRAID, ...) instead of virtio-scsi"
     why = (

@@ -13,6 +13,7 @@ class ScsiControllerNoIothread(GuestRule):
     id = "KVM-STO-015"
     slug = "scsi-controller-no-iothread"
     topic = "iothreads"
+    judges_only = "disks"
     severity = Severity.LOW
     also_severities = (Severity.MEDIUM,)  # from four vCPUs up
     title = "virtio-scsi controller without an IOThread on a multi-vCPU guest"

@@ -1,0 +1,97 @@
+"""``GuestRule.judges_only``: a rule that only reports about a guest's disks (NICs, RNGs) is not
+called for guests without any. The engine trusts the declaration, so each declaring rule is held
+to it here: on every guest of its own fixtures, of the bundled examples and of the corpus, with
+that device list emptied, it reports nothing. And the engine does skip those guests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import run_rules
+from kvmtune.audit.finding import Finding
+from kvmtune.audit.rule import GuestRule, all_rules
+from kvmtune.cli.audit import EXAMPLES
+from kvmtune.domain.xml import load_guest_file
+from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.cmdline import guest_from_text
+
+TESTS = Path(__file__).resolve().parents[1]
+HOST = TESTS / "fixtures" / "hosts" / "rules-default"
+DECLARING = [r for r in all_rules() if issubclass(r, GuestRule) and r.judges_only is not None]
+
+
+def load(files: list[Path]) -> list[Guest]:
+    guests = []
+    for f in files:
+        try:
+            if f.suffix == ".xml":
+                guests.append(load_guest_file(f))
+            elif f.suffix == ".args":
+                guests.append(guest_from_text(f.read_text(), str(f)))
+        except InputError:
+            continue
+    for guest in guests:
+        guest.on_audited_host = True  # host-relative checks judge them too
+    return guests
+
+
+def silent_without_devices(rule: type[GuestRule], guests: list[Guest]) -> list[str]:
+    """The guests on which ``rule`` still reports something once their judged devices are gone."""
+    assert rule.judges_only is not None
+    ctx = AuditContext(host=HostRoot(str(HOST)))
+    loud = []
+    without: dict[str, Any] = {rule.judges_only: []}
+    for guest in guests:
+        if not getattr(guest, rule.judges_only):
+            continue
+        stripped = dataclasses.replace(guest, **without)
+        if list(rule().check(stripped, ctx)):
+            loud.append(f"{guest.origin} ({guest.name})")
+    return loud
+
+
+def test_some_rules_declare_it() -> None:
+    assert {r.judges_only for r in DECLARING} == {"disks", "nics", "rngs"}
+
+
+@pytest.mark.parametrize("rule", DECLARING, ids=lambda r: r.id)
+def test_a_declaring_rule_reports_nothing_on_its_fixtures_without_those_devices(rule: type[GuestRule]) -> None:
+    files = sorted((TESTS / "rules" / rule.id).glob("*/*")) + sorted(EXAMPLES.glob("*.xml"))
+    guests = load(files)
+    assert rule.judges_only is not None
+    assert any(getattr(g, rule.judges_only) for g in guests), f"{rule.id}: no fixture guest has {rule.judges_only}"
+    assert silent_without_devices(rule, guests) == []
+
+
+def test_every_declaring_rule_reports_nothing_on_the_corpus_without_those_devices(corpus: Path) -> None:
+    guests = load(sorted((corpus / "domains").glob("*.xml")))
+    loud = {r.id: silent_without_devices(r, guests) for r in DECLARING}
+    assert {rule: where[:3] for rule, where in loud.items() if where} == {}
+
+
+def test_the_engine_passes_only_guests_that_have_the_judged_devices() -> None:
+    seen: list[str] = []
+
+    class NicsOnly(GuestRule):
+        id = "TEST-NIC-001"
+        judges_only = "nics"
+
+        def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
+            seen.append(guest.name)
+            yield from ()
+
+    guests = load(sorted(EXAMPLES.glob("*.xml")))
+    without_nics = dataclasses.replace(guests[0], name="no-nics", nics=[])
+    ctx = AuditContext(host=HostRoot(str(HOST)))
+    run_rules(ctx, [*guests, without_nics], rules=[NicsOnly])
+    assert seen == [g.name for g in guests if g.nics]
+    assert "no-nics" not in seen and len(seen) >= 1
