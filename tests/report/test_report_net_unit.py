@@ -180,3 +180,15 @@ def test_network_compare_from_real_runs(net_db: Path, tmp_path: Path, capsys: py
             where = " / ".join(test.split("--"))
             assert abs(bars[(where, label)] - float(pct.rstrip("%"))) < 0.051, (where, label, pct)
     assert "Seed 002's claims, measured by these two runs" in page and "the Linux bridge performs within 10 %" in page
+
+
+def test_network_compare_as_json(net_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compare", "1", "2", "--db", str(net_db)]) == 0
+    text = capsys.readouterr().out
+    assert cli.main(["compare", "1", "2", "--db", str(net_db), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "network" and [t["test"] for t in doc["tests"]] == ["rr1c-1x1--1", "rr1c-1x1--10",
+                                                                             "str-readx30k--1"]
+    first = doc["tests"][0]
+    assert f"{first['pct_better']['throughput']:+.1f}%" in text  # the same figure the text table prints
+    assert first["a"]["tps"] > 0 and first["b"]["lat_avg_us"] > 0

@@ -105,7 +105,7 @@ class GuestRule(Rule):
 
     @staticmethod
     def target(guest: Guest, device: str | None = None) -> Target:
-        return Target("localhost", guest.name, device)  # positional: one per finding, keywords cost a third more
+        return Target("localhost", guest.name, device)  # positional: one per finding, keywords cost more
 
 
 class RunRule(Rule):

@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
         "--across-accelerators", action="store_true",
         help="allow comparing runs made with different accelerators (the output says so loudly)",
     )  # fmt: skip
-    p.add_argument("--format", choices=("text", "json"), default="text", help="storage runs: json for scripts")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json for scripts (network runs: seed 002's four %% figures per test)")
     p.add_argument("--html", type=Path, help="network runs: write seed 002's chart (%% difference per test, B against A) here")
     p.set_defaults(func=run_compare)
 
@@ -99,7 +100,7 @@ def _metrics(given: list[str] | None) -> list[str]:
 
 def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
     """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
-    from kvmtune.bench.net.chart import compare_net
+    from kvmtune.bench.net.chart import BARS, compare_net
     from kvmtune.bench.report import CSS
     from kvmtune.bench.report_net import compare_page
     from kvmtune.fix.files import write_output
@@ -114,15 +115,20 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
                 f"'kvmtune report {run.id}'; compare takes runs of one topology each"
             )
     rows, table = compare_net(st, a, b)
-    if not rows:
-        print(f"runs {a.id} and {b.id} have no successful test in common")
-        return 1
-    if args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
+    if rows and args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
         page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
         try:
             write_output(args.html, lambda fh: fh.write(page), tag="compare")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+    if args.format == "json":  # one entry per test: seed 002's four figures (+ = B better) and both sides' numbers
+        print(json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "kind": "network", "tests": [
+            {"test": r.test, "pct_better": {label: r.pct[label] for label, _ in BARS}, "a": r.a, "b": r.b}
+            for r in rows]}, indent=2))  # fmt: skip
+        return 0 if rows else 1
+    if not rows:
+        print(f"runs {a.id} and {b.id} have no successful test in common")
+        return 1
     print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
           "(time and CPU per MB compared as rates)")  # fmt: skip
     print(table)
