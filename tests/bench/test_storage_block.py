@@ -6,6 +6,7 @@ Cells are short (1 s measured, 0.2 s ramp) and images small: the tests check beh
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -88,6 +89,13 @@ def test_block_tier_measures_against_the_floor_and_leaves_nothing(tmp_path: Path
     fresh = [c for c in cells if c.workload == "randwrite-4k" and c.config.get("fmt") == "qcow2"]
     assert all(50 < c.metrics["unallocated_write_pct"] <= 100 for c in fresh)  # first writes, as seed 003 needs
     assert "(100% of bare metal)" in out.err
+    # each round's fresh images are deleted together once the round is over, not while the next cell measures
+    assert "kvmtune: round 1: deleted 4 images" in out.err and "kvmtune: round 2: deleted 4 images" in out.err
+    assert "median over rounds [95% interval]" in out.out and "% of bare metal (2 rounds)" in out.out
+    assert cli.main(["results", "show", "1", "--db", str(db), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    row = next(r for r in summary if r["key"] == "host/bare-metal|randwrite-4k" and r["metric"] == "iops")
+    assert row["rounds"] == 2 and row["ci95_low"] <= row["median"] <= row["ci95_high"]
     assert ours(wd) == []
 
 
@@ -163,6 +171,28 @@ def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureF
     assert "inconclusive: no interval" in one
     noisy = block_verdicts([cell("off", 100, 0), cell("off", 300, 1), cell("metadata", 120, 0), cell("metadata", 280, 1)])
     assert "inconclusive: the interval includes 1" in noisy[0].line()
+
+
+def test_verdict_ratios_pair_the_rounds_so_drift_between_rounds_cancels() -> None:
+    from kvmtune.bench.stats import summarize
+    from kvmtune.bench.store import CellRow
+    from kvmtune.bench.verdicts import block_verdicts
+
+    def cell(pre: str, iops: float, rep: int) -> CellRow:
+        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file",
+               "tier": "block"}
+        return CellRow(rep, 1, "k", cfg, "randwrite-4k", rep, "ok", None, "none", 1.0, {"iops": iops})
+
+    # the host got twice as fast each round; within each round metadata preallocation was 3× (±2 %) faster
+    off, meta = [100.0, 200.0, 400.0], [300.0, 612.0, 1176.0]
+    line = block_verdicts([cell(p, v, r) for p, vs in (("off", off), ("metadata", meta)) for r, v in enumerate(vs)])[0].line()
+    assert "3.00× (95% interval" in line and "median of 3 per-round ratios" in line and ": holds" in line
+    # the same values unpaired (each side in rounds of its own) cannot tell the effect from the drift
+    unpaired = [cell("off", v, r) for r, v in enumerate(off)] + [cell("metadata", v, r + 3) for r, v in enumerate(meta)]
+    assert "inconclusive" in block_verdicts(unpaired)[0].line()
+    s = summarize([90.0, 100.0, 130.0])
+    assert s.median == 100.0 and s.low is not None and s.high is not None and s.low < 90.0 and s.high > 130.0
+    assert summarize([5.0]).text() == "5 (1 round, no interval)"
 
 
 def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.stats import mean
+from kvmtune.bench.stats import group_metric, mean, summarize
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import KvmtuneError
@@ -135,6 +135,23 @@ def cell_table(cells: Sequence[CellRow]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def median_table(cells: Sequence[CellRow]) -> str:
+    """One row per configuration × workload repeated over rounds: median IOPS and % of bare metal, each with its
+    95 % interval (:func:`kvmtune.bench.stats.summarize`)."""
+    iops, pct = group_metric(cells, "iops"), group_metric(cells, "pct_of_bare_metal")
+    if not iops or max(len(v) for v in iops.values()) < 2:
+        return ""
+    rows = []
+    for key, values in iops.items():
+        config, workload = key.split("|", 1)
+        share = summarize(pct[key]).text() if key in pct and not config.startswith("host/") else ""
+        rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in (
+            config, workload, str(len(values)), summarize(values).text(), share)) + "</tr>")  # fmt: skip
+    head = "".join(f"<th>{h}</th>" for h in ("configuration", "workload", "rounds", "IOPS: median [95 % interval]",
+                                             "% of bare metal: median [95 % interval]"))  # fmt: skip
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
 CSS = """body{font-family:sans-serif;max-width:1250px;margin:1em auto;color:#222}
 table{border-collapse:collapse;font-size:12px;margin:.4em 0 1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
 td.num{text-align:right}.warn{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
@@ -239,6 +256,9 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         table = percentile_table(cells)
         if table:
             parts.append("<h3>Completion latency percentiles</h3>" + table)
+        medians = median_table(cells)
+        if medians:
+            parts.append("<h3>Median over rounds, with 95 % interval</h3>" + medians)
         parts.append("<h3>All cells</h3>" + cell_table(cells))
     parts.extend(net_sections(net_cells, baseline))
     parts.append("</body></html>")

@@ -98,6 +98,62 @@ def welch_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key
     return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, ci, better)
 
 
+def median(xs: Sequence[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One cell's figure over its rounds: the median, and a 95 % interval (None with one round).
+
+    The interval is Student's t on the logarithms of the rounds (on the values themselves when one is not
+    positive): the interval of the typical value, symmetric on the ratio scale that performance figures
+    live on. An interval from order statistics alone needs 6 rounds for 95 % (with 3, the lowest and highest
+    round enclose the median only 75 % of the time), so it is not used for the few rounds a run has.
+    """
+
+    n: int
+    median: float
+    low: float | None
+    high: float | None
+
+    def text(self, digits: int = 0, scale: float = 1.0) -> str:
+        def f(v: float) -> str:
+            return f"{v / scale:,.{digits}f}"
+
+        if self.low is None or self.high is None:
+            return f"{f(self.median)} (1 round, no interval)"
+        return f"{f(self.median)} [{f(self.low)}–{f(self.high)}]"
+
+
+def summarize(xs: Sequence[float]) -> Summary:
+    if not xs:
+        raise ValueError("no values to summarize")
+    if len(xs) < 2:
+        return Summary(len(xs), xs[0], None, None)
+    logs = all(x > 0 for x in xs)
+    ys = [math.log(x) for x in xs] if logs else list(xs)
+    half = t95(len(ys) - 1) * stdev(ys) / math.sqrt(len(ys))
+    low, high = mean(ys) - half, mean(ys) + half
+    if logs:
+        low, high = math.exp(low), math.exp(high)
+    return Summary(len(xs), median(xs), low, high)
+
+
+def cell_summaries(cells: Iterable[CellRow], metrics: Sequence[str] = ("iops", "pct_of_bare_metal")) -> list[dict[str, object]]:
+    """Per configuration × workload and metric: rounds, median and 95 % interval of the cells that succeeded."""
+    out: list[dict[str, object]] = []
+    cells = list(cells)
+    for metric in metrics:
+        for key, values in group_metric(cells, metric).items():
+            s = summarize(values)
+            out.append({"key": key, "metric": metric, "rounds": s.n, "median": s.median, "ci95_low": s.low,
+                        "ci95_high": s.high})  # fmt: skip
+    return out
+
+
 def group_metric(cells: Iterable[CellRow], metric: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for c in cells:

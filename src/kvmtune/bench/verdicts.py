@@ -7,10 +7,10 @@ it says which preset measures them. Ratios use the mean over repetitions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.stats import mean, stdev, t95
+from kvmtune.bench.stats import mean, median, stdev, t95
 from kvmtune.bench.store import CellRow
 
 
@@ -222,19 +222,27 @@ CLAIM_FILE = "a block device gives a guest 90% or more of bare-metal performance
 TIE = (0.8, 1.25)  # a ratio whose whole interval lies here is a tie
 
 
+Round = tuple[int, int, str]  # (run, round, host file system): the cells measured side by side
+
+
 @dataclass(frozen=True)
 class Ratio:
-    """How many times ``num`` exceeds ``den`` (geometric means over rounds) with a 95 % interval (Welch, log scale)."""
+    """How many times ``num`` exceeds ``den``: the median of the per-round ratios, with a 95 % interval (Student's
+    t on their logarithms). Rounds interleave every configuration, so each round's ratio is taken side by side and
+    drift between rounds cancels. Sides measured in different rounds (nothing to pair) fall back to the ratio of
+    the medians, with Welch's interval on the logarithms."""
 
     value: float
     low: float | None
     high: float | None
-    n: int  # rounds on the smaller side
+    n: int  # rounds paired (or on the smaller side)
+    paired: bool = True
 
     def text(self) -> str:
         if self.low is None or self.high is None:
             return f"{self.value:.2f}× (no interval: {self.n} round)"
-        return f"{self.value:.2f}× (95% interval {self.low:.2f}–{self.high:.2f}×, {self.n} rounds)"
+        how = f"median of {self.n} per-round ratios" if self.paired else f"ratio of medians, {self.n} rounds"
+        return f"{self.value:.2f}× (95% interval {self.low:.2f}–{self.high:.2f}×, {how})"
 
     def repeats_for(self, target: float = 1.0) -> int | None:
         """Rounds that would bring the interval's half-width below the distance to ``target`` (log scale)."""
@@ -247,25 +255,49 @@ class Ratio:
         return max(self.n + 1, math.ceil(self.n * (half / gap) ** 2) + 1)
 
 
-def ratio(num: Sequence[float], den: Sequence[float]) -> Ratio | None:
-    a = [math.log(x) for x in num if x > 0]
-    b = [math.log(x) for x in den if x > 0]
-    if not a or not b:
+def ratio(num: Mapping[Round, float] | Sequence[float], den: Mapping[Round, float] | Sequence[float]) -> Ratio | None:
+    """Values keyed by round (the block tier): paired per round where at least two rounds have both sides, else
+    the ratio of the medians. Plain sequences (runs' scores, the network claims): the ratio of geometric means.
+    Either unpaired form carries Welch's interval on the logarithms."""
+    if isinstance(num, Mapping) and isinstance(den, Mapping):
+        both = [k for k in num if k in den and num[k] > 0 and den[k] > 0]
+        if len(both) >= 2:
+            logs = [math.log(num[k] / den[k]) for k in both]
+            half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
+            centre = mean(logs)
+            per_round = [num[k] / den[k] for k in both]
+            return Ratio(median(per_round), math.exp(centre - half), math.exp(centre + half), len(both))
+        pos_a, pos_b = [x for x in num.values() if x > 0], [x for x in den.values() if x > 0]
+        value = median(pos_a) / median(pos_b) if pos_a and pos_b else None
+    else:
+        pos_a = [x for x in (num.values() if isinstance(num, Mapping) else num) if x > 0]
+        pos_b = [x for x in (den.values() if isinstance(den, Mapping) else den) if x > 0]
+        value = None
+    if not pos_a or not pos_b:
         return None
-    value = math.exp(mean(a) - mean(b))
+    a, b = [math.log(x) for x in pos_a], [math.log(x) for x in pos_b]
+    if value is None:
+        value = math.exp(mean(a) - mean(b))
     n = min(len(a), len(b))
     if len(a) < 2 or len(b) < 2:
-        return Ratio(value, None, None, n)
+        return Ratio(value, None, None, n, paired=False)
     va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2
     half = t95(df) * se
-    return Ratio(value, math.exp(mean(a) - mean(b) - half), math.exp(mean(a) - mean(b) + half), n)
+    return Ratio(value, math.exp(mean(a) - mean(b) - half), math.exp(mean(a) - mean(b) + half), n, paired=False)
 
 
-def _values(cells: Sequence[CellRow], workload: str, metric: str = "iops", **cfg: str) -> list[float]:
-    return [c.metrics[metric] for c in cells if c.status == "ok" and c.workload == workload and metric in c.metrics
-            and all(c.config.get(k) == v for k, v in cfg.items())]  # fmt: skip
+def _values(cells: Sequence[CellRow], workload: str, metric: str = "iops", **cfg: str) -> dict[Round, float]:
+    return {(c.run_id, c.rep, str(c.config.get("host_fs") or "")): c.metrics[metric] for c in cells
+            if c.status == "ok" and c.workload == workload and metric in c.metrics
+            and all(c.config.get(k) == v for k, v in cfg.items())}  # fmt: skip
+
+
+def _pct_interval(r: Ratio) -> str:
+    if r.low is None or r.high is None:
+        return " (no interval: 1 round)"
+    return f" (95% interval {100 * r.low:.0f}–{100 * r.high:.0f}%, median of {r.n} rounds)"
 
 
 def _judge(r: Ratio, above: str, below: str) -> str:
@@ -324,10 +356,10 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
         pb = ratio(b, floor) if b else None
         bits = []
         if pf:
-            bits.append(f"image file {100 * pf.value:.0f}% of bare metal")
+            bits.append(f"image file {100 * pf.value:.0f}% of bare metal{_pct_interval(pf)}")
             first = pf.value if first is None else first
         if pb:
-            bits.append(f"block device (loop) {100 * pb.value:.0f}%")
+            bits.append(f"block device (loop) {100 * pb.value:.0f}%{_pct_interval(pb)}")
         if pf and pb:
             rb = ratio(b, f)
             if rb is not None:

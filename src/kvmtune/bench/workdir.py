@@ -69,10 +69,15 @@ class Scratch:
     def path(self, name: str) -> Path:
         return self.root / name
 
-    def add_file(self, path: Path) -> Path:
+    def inside(self, path: Path) -> Path:
+        """``path`` resolved; raises unless it lies inside the work directory."""
         resolved = path.resolve()
         if self.root.resolve() not in resolved.parents:
             raise KvmtuneError(f"{path}: refusing to create a scratch file outside the work directory {self.root}")
+        return resolved
+
+    def add_file(self, path: Path) -> Path:
+        resolved = self.inside(path)
 
         def rm() -> None:
             with contextlib.suppress(FileNotFoundError):

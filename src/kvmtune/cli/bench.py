@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.accel import AccelChoice, choose_accel
-from kvmtune.bench.runner import Benchmark, BenchRunner, RunOutcome
+from kvmtune.bench.runner import Benchmark, BenchRunner, Cell, RunOutcome
 from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
@@ -30,7 +30,7 @@ from kvmtune.bench.storage.matrix import (
 )
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
-from kvmtune.bench.store import Store
+from kvmtune.bench.store import CellRow, Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
 from kvmtune.cli.bench_net import register_net
 from kvmtune.cli.guest import add_guest_options, build_guest
@@ -310,3 +310,23 @@ def _summary(outcome: RunOutcome, first: float | None) -> None:
           + (f"; boot to first fio result {first:.1f}s" if first else ""))  # fmt: skip
     for c in bad:
         print(f"  FAILED {c.config_key} {c.workload}: {c.error}")
+    for line in median_lines(outcome.cells):
+        print(line)
+
+
+def median_lines(cells: Sequence[Cell] | Sequence[CellRow]) -> list[str]:
+    """Each configuration × workload over its rounds: median IOPS [95 % interval], and % of bare metal."""
+    from kvmtune.bench.stats import group_metric, summarize
+
+    rows: Any = [c for c in cells if c.status == "ok"]  # a Cell or a stored CellRow: key, status, metrics
+    iops, pct = group_metric(rows, "iops"), group_metric(rows, "pct_of_bare_metal")
+    if not iops or max(len(v) for v in iops.values()) < 2:
+        return []  # one round: the cells' own lines said it all
+    out = ["  median over rounds [95% interval]:"]
+    for key, values in iops.items():
+        config, workload = key.split("|", 1)
+        line = f"    {config:45} {workload:16} {summarize(values).text()} IOPS"
+        if key in pct and not config.startswith("host/"):
+            line += f", {summarize(pct[key]).text()} % of bare metal"
+        out.append(line + f" ({len(values)} rounds)")
+    return out

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.prometheus import render_run
+from kvmtune.bench.stats import cell_summaries
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
 
@@ -75,6 +76,7 @@ def run_show(args: argparse.Namespace) -> int:
                         "accel": run.accel, "env": run.env},
                 "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
+                "summary": cell_summaries(cells),  # per key and metric over the rounds: median, 95 % interval
             }, indent=1))  # fmt: skip
             return 0
         if run.env.get("tier") == "datapath":  # no QEMU, no fio: what ran is netload on the host's datapath
@@ -93,4 +95,9 @@ def run_show(args: argparse.Namespace) -> int:
             figures = " ".join(_figure(c.metrics, *col) for col in columns)
             extra = f" {c.metrics['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in c.metrics else ""
             print(f"  {c.key.split('|')[0]:45} {c.workload:28} {figures}{extra}")
+        if run.kind != "net":
+            from kvmtune.cli.bench import median_lines
+
+            for line in median_lines(cells):
+                print(line)
     return 0

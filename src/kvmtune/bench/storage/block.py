@@ -24,6 +24,28 @@ its page cache dropped (``POSIX_FADV_DONTNEED`` on the image, nothing
 system-wide) just before the measurement, except where the cache mode reads
 through the host page cache on purpose (writeback, writethrough, unsafe), which
 the cell records as ``warm``.
+
+What the harness costs (issue 22's speed goals; bench/storage/block_speed.py
+measures it):
+
+- one fio process per cell: a write cell's unmeasured ramp is a stonewalled
+  job before the measured one in the same run, and fio reads the time with
+  ``clock_gettime`` (its default CPU clock is calibrated at every start, about
+  0.25 s on a loaded 2-core host; a vDSO clock read costs tens of nanoseconds,
+  nothing beside a 4 KiB request);
+- the floor writes to one file per file system, written through once before
+  the first round and overwritten in place every round. A preallocated but
+  never-written file would split its extents at every random write, and
+  deleting it cost 14–76 s of discards per round on this host's
+  ``discard``-mounted work directory;
+- a round's fresh images are deleted together, in parallel, between rounds,
+  never while a cell measures: on a ``discard``-mounted file system every
+  freed extent is one discard (one per randomly written block), and deleting
+  the images one at a time, right after each cell, ran 1,500 discards/s and
+  left the journal's discards running into the next cell's measurement;
+  deleting them in parallel ran 6,000–7,000 discards/s here. A file in the
+  same directory is then fsync'ed, so the journal commit that carries those
+  discards is over before the next round starts.
 """
 
 from __future__ import annotations
@@ -35,6 +57,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +68,7 @@ from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, 
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
 from kvmtune.bench.storage.hostio import HostSampler, tps
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.workdir import check_free_space, stop_process
+from kvmtune.bench.workdir import check_free_space, free_bytes, stop_process
 from kvmtune.errors import KvmtuneError
 
 TIER = "block"
@@ -54,6 +77,10 @@ FIRST_WRITE_MIB = 16 * 1024  # sparse write images: large enough that most measu
 QCOW2_CLUSTER = 64 * 1024
 FS_BLOCK = 4096
 SOCKET_WAIT_S = 10.0
+FIO_CLOCK = "--clocksource=clock_gettime"  # no CPU-clock calibration at each fio start (see the module docstring)
+RAMP_JOB = "ramp"
+DELETE_THREADS = 8
+FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
 INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
 
 
@@ -147,20 +174,30 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
             socket.unlink()
 
 
-def _fio(ctx: StorageContext, argv: list[str], timeout: float) -> tuple[dict[str, float], str]:
+def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
+    """Run fio; the figures of its first job, or of the job named ``job``."""
     # --thread: fio's jobs are threads of the one process, so stopping fio (Ctrl-C, a timeout) stops them all;
     # a forked job process would outlive its killed parent
-    res = ctx.runner.run(["fio", "--thread", *argv, "--output-format=json"], timeout=timeout)
+    res = ctx.runner.run(["fio", "--thread", FIO_CLOCK, *argv, "--output-format=json"], timeout=timeout)
     if not res.ok:
         raise KvmtuneError(f"fio failed: {res.describe_failure()}")
     try:
-        return fiomod.parse_fio_json(res.stdout), res.stdout
+        return fiomod.parse_fio_json(res.stdout, job), res.stdout
     except ValueError as exc:
         raise KvmtuneError(f"fio output unusable: {exc}") from None
 
 
-def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0) -> list[str]:
-    args = [f"--name={w.name}", f"--rw={w.rw}", f"--bs={w.bs}", f"--iodepth={w.iodepth}", f"--size={size_mib}m",
+def _writes_done(raw: str, job: str) -> float:
+    """Write requests fio's job ``job`` completed (0 when it is absent)."""
+    try:
+        m = fiomod.parse_fio_json(raw, job)
+    except ValueError:
+        return 0.0
+    return m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
+
+
+def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
+    args = [f"--name={name or w.name}", f"--rw={w.rw}", f"--bs={w.bs}", f"--iodepth={w.iodepth}", f"--size={size_mib}m",
             f"--runtime={_ms(seconds)}", "--time_based", "--group_reporting"]  # fmt: skip
     if w.rwmixread is not None:
         args.append(f"--rwmixread={w.rwmixread}")
@@ -192,6 +229,20 @@ def _allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
+def _settle(directory: Path) -> None:
+    """Wait until the journal has committed what was freed in ``directory``'s file system (and, mounted with
+    ``discard``, discarded it): fsync a small file of ours there, which commits the running transaction."""
+    marker = directory / ".kvmtune-settle"
+    with contextlib.suppress(OSError):
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"1")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            marker.unlink()
+
+
 @dataclass
 class BlockPlan:
     configs: list[StorageConfig]  # floor (target=host) included
@@ -213,6 +264,47 @@ class BlockTier:
         self.ctx = ctx
         self.plan = plan
         self.floor = _Floor()
+        self.floor_files: dict[str, str] = {}  # host fs name → the floor's written-through file (or volume)
+        self.floor_problem: dict[str, str] = {}
+        self.graveyard: list[Path] = []  # this round's images and loop backing files, deleted between rounds
+        self.deletions: list[tuple[int, float]] = []  # (files, seconds) of each deletion between rounds
+
+    def bury(self, path: Path) -> Path:
+        """Delete ``path`` (inside the work directory) at the end of the round rather than now."""
+        self.ctx.scratch.inside(path)
+        self.graveyard.append(path)
+        return path
+
+    def flush_graveyard(self) -> tuple[int, float] | None:
+        """Delete the buried files, in parallel, and wait for their file systems' journals to commit it;
+        (files, seconds), or None when there was nothing to delete."""
+        files, self.graveyard = self.graveyard, []
+        if not files:
+            return None
+        started = time.monotonic()
+
+        def remove(path: Path) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+        with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(files))) as pool:
+            list(pool.map(remove, files))
+        for directory in {p.parent for p in files}:
+            _settle(directory)
+        self.deletions.append((len(files), time.monotonic() - started))
+        return self.deletions[-1]
+
+    def prepare_floor(self, fs: HostFs) -> None:
+        """The floor's file for ``fs``, written through once: every round overwrites it in place."""
+        ctx = self.ctx
+        try:
+            target = fs.floor_target(ctx, ctx.disk_mib, f"{os.getpid()}-{fs.name}")
+            _fio(ctx, [f"--filename={target}", "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", "--ioengine=libaio",
+                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)  # fmt: skip
+        except KvmtuneError as exc:
+            self.floor_problem[fs.name] = str(exc)
+            return
+        self.floor_files[fs.name] = target
 
     def image_size(self, cfg: StorageConfig, w: fiomod.Workload, fs_root: Path | None = None) -> int:
         if _writes(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
@@ -225,11 +317,13 @@ class BlockTier:
 
     def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str) -> str:
         if cfg.target in ("block", "device") or fs.vg is not None:  # on lvm an image is a raw logical volume
-            return fs.block_device(self.ctx, size_mib, tag, self.ctx.user_device if cfg.target == "device" else None)
+            user = self.ctx.user_device if cfg.target == "device" else None
+            return fs.block_device(self.ctx, size_mib, tag, user, keep=self.bury)
         need = (size_mib << 20) if cfg.prealloc in ("full", "falloc") else (64 << 20)
+        if self.graveyard and free_bytes(fs.root) < need + FLUSH_BELOW:
+            self.flush_graveyard()  # between cells: the space this round's images took is needed now
         check_free_space(fs.root, need + (64 << 20), f"a {size_mib} MiB {cfg.fmt} image")
-        path = fs.root / f"img-{tag}.{cfg.fmt}"
-        self.ctx.scratch.add_file(path)
+        path = self.bury(fs.root / f"img-{tag}.{cfg.fmt}")
         argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
         if cfg.prealloc != "off":
             argv += ["-o", f"preallocation={cfg.prealloc}"]
@@ -247,13 +341,8 @@ class BlockTier:
         if cfg.target == "host":
             return self._floor_cell(fs, cfg, w, tag, cell, started)
         size = self.image_size(cfg, w, fs.root)
-        image = self.create_image(fs, cfg, size, tag)
-        try:
-            return self._measure(fs, cfg, w, tag, cell, started, image, size)
-        finally:
-            with contextlib.suppress(OSError):
-                if not image.startswith("/dev/"):
-                    Path(image).unlink()  # a fresh image for every round
+        image = self.create_image(fs, cfg, size, tag)  # a fresh image for every round, deleted when the round ends
+        return self._measure(fs, cfg, w, tag, cell, started, image, size)
 
     def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
                  image: str, size: int) -> Cell:  # fmt: skip
@@ -270,22 +359,23 @@ class BlockTier:
                         _drop_cache(image)  # the fill went through O_DIRECT too; this catches what the fs kept
                 else:
                     cell.config["warm"] = True  # reads through the host page cache on purpose
-            before = 0
-            if first_write:
-                _fio(ctx, [*uri, *job_args(w, self.plan.ramp_s, size)], timeout)  # the ramp, unmeasured
-                before = _allocated(image)
-                a = sampler.snap()
-                m, raw = _fio(ctx, [*uri, *job_args(w, seconds, size)], timeout)
+            before = _allocated(image) if first_write else 0
+            if first_write and self.plan.ramp_s > 0:
+                # the ramp is a job of its own before the measured one (stonewall), in the same fio run: a second
+                # fio start would cost more than the ramp; fio's ramp_time would hide how many writes it made
+                jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), "--stonewall"]
             else:
-                a = sampler.snap()
-                m, raw = _fio(ctx, [*uri, *job_args(w, seconds, size, ramp=self.plan.ramp_s)], timeout)
+                jobs = job_args(w, seconds, size, ramp=self.plan.ramp_s)
+            a = sampler.snap()
+            m, raw = _fio(ctx, [*uri, *jobs], timeout, job=w.name)
             b = sampler.snap()
         if first_write:
             unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
             writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
-            new_units = (_allocated(image) - before) / unit
+            # every ramp write is counted as one that found a new cluster: what is left is a lower bound
+            new_units = (_allocated(image) - before) / unit - _writes_done(raw, RAMP_JOB)
             if writes > 0:
-                m["unallocated_write_pct"] = min(100.0, 100.0 * new_units / writes)
+                m["unallocated_write_pct"] = max(0.0, min(100.0, 100.0 * new_units / writes))
         elif _writes(w):
             m["unallocated_write_pct"] = 0.0  # preallocated, or a whole device
         self._host_figures(m, a, b)
@@ -299,10 +389,9 @@ class BlockTier:
     def _floor_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell,
                     started: float) -> Cell:  # fmt: skip
         ctx = self.ctx
-        target = fs.floor_target(ctx, ctx.disk_mib, tag)
-        if not _writes(w):  # reads of never-written (unwritten) extents cost no I/O: fill it like the images
-            _fio(ctx, [f"--filename={target}", "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", "--ioengine=libaio",
-                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)  # fmt: skip
+        target = self.floor_files.get(fs.name)
+        if target is None:
+            raise KvmtuneError(self.floor_problem.get(fs.name, "no floor file"))
         sampler = HostSampler(ctx.host, fs.device, None)
         args = job_args(w, ctx.runtime_s, ctx.disk_mib, ramp=self.plan.ramp_s)
         a = sampler.snap()
@@ -313,9 +402,6 @@ class BlockTier:
         if m.get("iops"):
             self.floor.iops[(cfg.host_fs, w.name)] = m["iops"]
         cell.metrics, cell.raw, cell.duration_s = m, raw, time.monotonic() - started
-        if fs.vg is None:
-            with contextlib.suppress(OSError):
-                Path(target).unlink()
         return cell
 
     @staticmethod
@@ -334,12 +420,18 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
     n = 0
     with contextlib.ExitStack() as stack:
         systems = [stack.enter_context(make_host_fs(ctx, name)) for name in plan.host_fs]
+        stack.callback(tier.flush_graveyard)  # also on Ctrl-C, and before a scratch file system is unmounted
         for fs in systems:
             if fs.discards:
                 print(f"kvmtune: note: {fs.root} is on a file system mounted with 'discard': deleting each round's "
-                      "freshly written image costs the kernel one discard per extent (seconds per cell); "
-                      "--host-fs ext4 measures on a scratch file system without it", file=sys.stderr)  # fmt: skip
+                      "freshly written images costs the kernel one discard per freed extent (tens of seconds per "
+                      "round, between rounds, never while a cell measures); --host-fs ext4 measures on a scratch "
+                      "file system without it", file=sys.stderr)  # fmt: skip
+            if any(c.target == "host" for c in plan.configs):
+                tier.prepare_floor(fs)
         for rep in range(ctx.repeat):
+            if rep:
+                _round_done(tier, rep)
             for fs in systems:
                 for cfg in plan.configs:
                     cfg = replace(cfg, host_fs=fs.name)
@@ -358,6 +450,15 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
                                 ctx.scratch.cleanup(mark)  # the cell's daemon, socket, image, loop device
                         cell.rep = rep
                         sink.record(cell)
+        _round_done(tier, ctx.repeat)
+
+
+def _round_done(tier: BlockTier, rounds: int) -> None:
+    """Delete the finished round's images and say what it cost (the benchmark under bench/ reads this line)."""
+    done = tier.flush_graveyard()
+    if done is not None:
+        clear = "\r\033[K" if sys.stderr.isatty() else ""  # over the progress line, which the next cell redraws
+        print(f"{clear}kvmtune: round {rounds}: deleted {done[0]} images in {done[1]:.1f} s", file=sys.stderr, flush=True)
 
 
 def _block_problem(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> str | None:
@@ -437,4 +538,3 @@ class BlockBenchmark:
         problems = self.ctx.scratch.cleanup()
         shutil.rmtree(self.ctx.scratch.root, ignore_errors=True)
         return problems
-

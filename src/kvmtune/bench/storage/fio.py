@@ -324,8 +324,9 @@ def _percentiles(clat: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def parse_fio_json(text: str) -> dict[str, float]:
-    """Metrics from fio's JSON (first job, which is the group with --group_reporting).
+def parse_fio_json(text: str, job_name: str | None = None) -> dict[str, float]:
+    """Metrics from fio's JSON: the first job (the group, with --group_reporting), or the job named ``job_name``
+    when one run held several (a stonewalled ramp before the measured job).
 
     Raises ValueError with a one-line reason when the text is not a usable fio result.
     """
@@ -337,8 +338,10 @@ def parse_fio_json(text: str) -> dict[str, float]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"fio JSON is malformed ({exc.msg} at char {exc.pos})") from None
     jobs = data.get("jobs") or []
+    if job_name is not None:
+        jobs = [j for j in jobs if isinstance(j, dict) and j.get("jobname") == job_name]
     if not jobs:
-        raise ValueError("fio JSON has no jobs")
+        raise ValueError("fio JSON has no jobs" + (f" named {job_name}" if job_name is not None else ""))
     job = jobs[0]
     if job.get("error"):
         raise ValueError(f"fio job error {job['error']}")

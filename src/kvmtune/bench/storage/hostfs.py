@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +63,16 @@ class HostFs:
             raise KvmtuneError(f"{path}: cannot allocate the bare-metal test file ({res.describe_failure()})")
         return str(path)
 
-    def block_device(self, ctx: StorageContext, size_mib: int, tag: str, user_device: str | None) -> str:
-        """A raw block device for the image: the user's ``--device``, an LVM volume, or a loop device."""
+    def block_device(self, ctx: StorageContext, size_mib: int, tag: str, user_device: str | None,
+                     keep: Callable[[Path], Path] | None = None) -> str:  # fmt: skip
+        """A raw block device for the image: the user's ``--device``, an LVM volume, or a loop device (whose
+        backing file ``keep`` takes, to delete later, instead of the scratch directory's undo list)."""
         if user_device:
             return user_device
         if self.vg is not None:
             return self._volume(ctx, size_mib, f"img-{tag}")
         backing = self.root / f"loop-{tag}.img"
-        ctx.scratch.add_file(backing)
+        (keep or ctx.scratch.add_file)(backing)
         res = ctx.runner.run(["fallocate", "-l", f"{size_mib}M", str(backing)], timeout=120)
         if not res.ok:
             raise KvmtuneError(f"{backing}: cannot allocate the loop device's backing file ({res.describe_failure()})")
