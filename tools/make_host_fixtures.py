@@ -63,8 +63,12 @@ class Tree:
 
     # -- building blocks -----------------------------------------------------------------
 
-    def cpus(self, n: int, flags: str, model: str, nodes: int = 1) -> None:
+    def cpus(self, n: int, flags: str, model: str, nodes: int = 1, smt: int = 1) -> None:
         self.w("/sys/devices/system/cpu/online", f"0-{n - 1}")
+        if smt > 1:  # siblings numbered next to each other (as many AMD and some Intel firmware enumerate)
+            for i in range(n):
+                first = i - i % smt
+                self.w(f"/sys/devices/system/cpu/cpu{i}/topology/thread_siblings_list", f"{first}-{first + smt - 1}")
         blocks = []
         for i in range(n):
             blocks.append(
@@ -390,7 +394,7 @@ def pinned_latency(t: Tree) -> None:
                "sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc arch_perfmon nonstop_tsc cpuid "
                "aperfmperf pni pclmulqdq monitor vmx est ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt "
                "tsc_deadline_timer aes xsave avx f16c rdrand lahf_lm abm epb ept vpid avx2 invtsc",
-           "Intel(R) Xeon(R) Gold 6226R CPU @ 2.90GHz", nodes=2)
+           "Intel(R) Xeon(R) Gold 6226R CPU @ 2.90GHz", nodes=2, smt=2)
     total = 128 * GiB_KB
     t.w("/proc/meminfo", f"MemTotal:       {total} kB\nMemFree:        {total // 3} kB\n"
                          f"MemAvailable:   {total // 3} kB\nSwapTotal:      0 kB\nSwapFree:       0 kB\n"

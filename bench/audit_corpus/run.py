@@ -9,6 +9,9 @@ runs), plus the core count and the load average before and after. Exits 1 if the
 wall-clock ratio is above 3.0 or the audit takes 2 s or more.
 
     taskset -c 1 .venv/bin/python bench/audit_corpus/run.py [--rounds N] [CORPUS]
+
+``instructions.py`` beside it gives the same ratio in instructions (valgrind), which no other
+load changes: the figure to compare two versions by on a shared machine.
 """
 
 from __future__ import annotations

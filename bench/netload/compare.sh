@@ -220,7 +220,7 @@ summary = {
 med = lambda tool, key: statistics.median(row[tool][key] for row in rounds)
 res = {"host": platform.node(), "kernel": platform.release(), "ncpu": os.cpu_count(), "rounds": ROUNDS, "duration_s": DURATION,
        "client_cpu": CCPU, "server_cpu": SCPU, "netload": NETLOAD,
-       "gomaxprocs": "Go's default: the CPUs the process may run on, so 1 when pinned",
+       "gomaxprocs": os.environ.get("GOMAXPROCS") or "netload's own choice: with one user in blocking I/O, 2 (the strand's P and a spare)",
        "load_average_1m": [row["load_average_1m"] for row in rounds], "per_round": rounds, "ratios": summary, "users250": users250}
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 json.dump(res, open(OUT, "w"), indent=2)

@@ -97,3 +97,32 @@ def test_not_qemu_is_an_input_error() -> None:
         guest_from_argv(["/bin/ls", "-l"], "x")
     with pytest.raises(InputError, match="empty command line"):
         guest_from_argv([], "x")
+
+
+def test_virtio_queue_sizes_are_read() -> None:
+    """virtio-blk num-queues/queue-size and virtio-net rx/tx ring sizes (KVM-STO-022, KVM-NET-021)."""
+    g = guest_from_text(
+        "qemu-system-x86_64 -smp 4 -blockdev driver=file,filename=/v/a.raw,node-name=f0 "
+        "-blockdev driver=raw,file=f0,node-name=d0 -device virtio-blk-pci,drive=d0,id=vda,num-queues=2,queue-size=128 "
+        "-netdev tap,id=n0,vhost=on,queues=4 -device virtio-net-pci,netdev=n0,mq=on,rx_queue_size=1024,tx_queue_size=256",
+        "t",
+    )
+    (disk,) = g.disks
+    assert (disk.queues, disk.queue_size) == (2, 128) and disk.where("queue_size").endswith("queue-size=")
+    (nic,) = g.nics
+    assert (nic.queues, nic.rx_queue_size, nic.tx_queue_size) == (4, 1024, 256)
+
+
+def test_agent_socket_of_a_command_line() -> None:
+    from kvmtune.qemu.agent_channel import agent_socket_path
+
+    argv = ["qemu-system-x86_64", "-chardev", "socket,path=/run/vm/qga.sock,server=on,wait=off,id=qga0",
+            "-device", "virtio-serial-pci", "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0"]
+    assert agent_socket_path(argv) == (True, "/run/vm/qga.sock")
+    libvirt_fd = ["qemu-system-x86_64", "-chardev", "socket,id=charchannel0,fd=33,server=on,wait=off",
+                  "-device", "virtserialport,chardev=charchannel0,id=channel0,name=org.qemu.guest_agent.0"]
+    assert agent_socket_path(libvirt_fd) == (True, None)
+    client = ["qemu-system-x86_64", "-chardev", "socket,path=/tmp/other.sock,id=c0",
+              "-device", "virtserialport,chardev=c0,name=org.qemu.guest_agent.0"]
+    assert agent_socket_path(client) == (True, None)  # QEMU does not listen there: someone else's server
+    assert agent_socket_path(["qemu-system-x86_64", "-m", "1G"]) == (False, None)

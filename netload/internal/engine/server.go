@@ -121,10 +121,8 @@ func (s *Server) Serve(ctx context.Context) error {
 				s.pending.Remove(ss.pendingAt)
 				ss.pendingAt = nil
 			}
-			if ss.counted {
-				s.running--
-			}
 			s.mu.Unlock()
+			ss.release()
 		}
 		if s.Once {
 			// serve clients one at a time until one really ran (a port
@@ -164,6 +162,16 @@ type session struct {
 	sd        *side
 	err       error
 	started   bool // the hello was accepted
+}
+
+// release gives back the session's MaxSessions slot (once).
+func (ss *session) release() {
+	ss.srv.mu.Lock()
+	if ss.counted {
+		ss.srv.running--
+		ss.counted = false
+	}
+	ss.srv.mu.Unlock()
 }
 
 func (ss *session) refuse(format string, a ...any) {
@@ -377,6 +385,9 @@ func (ss *session) run() {
 				return
 			case wire.TBye:
 				abortStep()
+				// the client takes this reply as the end of its run and may start the next at
+				// once: its slot must be free by then, not after this session's teardown
+				ss.release()
 				_ = ss.wc.Send(&wire.Msg{Type: wire.TBye, Stats: &wire.SideStats{PeakRSS: sysstat.PeakRSS()}})
 				ss.srv.logf("%v: run finished", peer)
 				return

@@ -76,11 +76,10 @@ type Conn struct {
 	nc      net.Conn
 	udp     bool
 	timeout time.Duration
-	file    *os.File        // blocking mode: the socket, outside Go's poller
-	rc      syscall.RawConn // blocking mode: file's raw connection
-	closed  atomic.Bool     // blocking mode: Close was called
-	io      ioState
-	ioFn    func(fd uintptr) bool
+	// blocking mode: the socket's own descriptor, outside Go's poller
+	// (-1 otherwise), and its users (fdState).
+	fd      int
+	fdState atomic.Uint32
 
 	mu          sync.Mutex
 	interrupted bool
@@ -93,7 +92,36 @@ const BlockingTick = 100 * time.Millisecond
 
 // NewConn wraps an established connection.
 func NewConn(nc net.Conn, o Options) *Conn {
-	return &Conn{nc: nc, udp: o.Protocol == "udp", timeout: o.Timeout}
+	return &Conn{nc: nc, udp: o.Protocol == "udp", timeout: o.Timeout, fd: -1}
+}
+
+// fdState of a blocking-mode Conn: fdClosed once Close was called, plus
+// fdUser for each operation using the descriptor. The last one out closes
+// it, so a descriptor number is never reused under an operation.
+const (
+	fdClosed = 1
+	fdUser   = 2
+)
+
+// acquireFD registers an operation on the descriptor (false once closed).
+func (c *Conn) acquireFD() bool {
+	for {
+		st := c.fdState.Load()
+		if st&fdClosed != 0 {
+			return false
+		}
+		if c.fdState.CompareAndSwap(st, st+fdUser) {
+			return true
+		}
+	}
+}
+
+// releaseFD ends an operation, and closes the descriptor if Close came
+// meanwhile.
+func (c *Conn) releaseFD() {
+	if c.fdState.Add(^uint32(fdUser-1)) == fdClosed {
+		_ = syscall.Close(c.fd)
+	}
 }
 
 // SetBlocking switches a TCP connection to blocking I/O (see Conn).
@@ -141,95 +169,58 @@ func (c *Conn) SetBlocking() error {
 		}
 		return fmt.Errorf("blocking I/O: %w", err)
 	}
-	// A blocking descriptor is not pollable, so os.NewFile keeps it out of
-	// the poller, and its Close does not wait for an operation in progress.
-	f := os.NewFile(uintptr(nfd), "tcp")
-	frc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("blocking I/O: %w", err)
-	}
-	// Closing the original removes it from epoll; the socket lives on in f.
+	// Closing the original removes it from epoll; the socket lives on in nfd.
 	_ = c.nc.Close()
-	c.file, c.rc = f, frc
-	c.ioFn = c.ioStep
+	c.fd = nfd
 	return nil
 }
 
 // blockingIO runs read(2) or write(2) on buf until it is done, the
-// connection is interrupted, the per-operation timeout passes or an error
-// occurs. It returns the bytes moved. The state lives in the Conn and the
-// callback is bound once, so a message costs no allocation.
+// connection is interrupted or closed, the per-operation timeout passes or
+// an error occurs. It returns the bytes moved. It calls the system
+// directly on the descriptor: no poller, no callback, no allocation.
 func (c *Conn) blockingIO(op string, buf []byte, write bool) (int, error) {
-	c.io = ioState{op: op, buf: buf, write: write}
+	if !c.acquireFD() {
+		return 0, fmt.Errorf("%s: connection closed", op)
+	}
+	defer c.releaseFD()
+	var start time.Time
 	if c.timeout > 0 {
-		c.io.start = time.Now()
+		start = time.Now()
 	}
-	var err error
-	if write {
-		err = c.rc.Write(c.ioFn)
-	} else {
-		err = c.rc.Read(c.ioFn)
-	}
-	st := &c.io
-	if st.err == nil && err != nil {
-		st.err = c.classify(op, err)
-	}
-	done, ioErr := st.done, st.err
-	c.io = ioState{}
-	return done, ioErr
-}
-
-// ioState is the state of one blocking operation.
-type ioState struct {
-	op    string
-	buf   []byte
-	write bool
-	done  int
-	start time.Time
-	err   error
-}
-
-// ioStep is the raw-connection callback of blockingIO.
-func (c *Conn) ioStep(fd uintptr) bool {
-	st := &c.io
-	for st.done < len(st.buf) {
+	done := 0
+	for done < len(buf) {
 		var n int
 		var err error
-		if st.write {
-			n, err = syscall.Write(int(fd), st.buf[st.done:])
+		if write {
+			n, err = syscall.Write(c.fd, buf[done:])
 		} else {
-			n, err = syscall.Read(int(fd), st.buf[st.done:])
+			n, err = syscall.Read(c.fd, buf[done:])
 		}
 		if n > 0 {
-			st.done += n
+			done += n
 		}
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
+			// a BlockingTick passed with nothing moved
 			if c.intr.Load() {
-				st.err = ErrInterrupted
-				return true
+				return done, ErrInterrupted
 			}
-			if c.closed.Load() {
-				st.err = fmt.Errorf("%s: connection closed", st.op)
-				return true
+			if c.fdState.Load()&fdClosed != 0 {
+				return done, fmt.Errorf("%s: connection closed", op)
 			}
-			if c.timeout > 0 && time.Since(st.start) >= c.timeout {
-				st.err = fmt.Errorf("%s: timed out after %v", st.op, c.timeout)
-				return true
+			if c.timeout > 0 && time.Since(start) >= c.timeout {
+				return done, fmt.Errorf("%s: timed out after %v", op, c.timeout)
 			}
-			continue
 		case err != nil:
-			st.err = c.classify(st.op, err)
-			return true
-		case n == 0 && !st.write:
-			st.err = c.classify(st.op, io.EOF)
-			return true
+			return done, c.classify(op, err)
+		case n == 0 && !write:
+			return done, c.classify(op, io.EOF)
 		}
 	}
-	return true
+	return done, nil
 }
 
 // ErrInterrupted marks an operation stopped by Interrupt.
@@ -241,7 +232,7 @@ func (c *Conn) Interrupt() {
 	c.interrupted = true
 	c.intr.Store(true)
 	c.mu.Unlock()
-	if c.file == nil {
+	if c.fd < 0 {
 		_ = c.nc.SetDeadline(time.Unix(1, 0))
 	}
 }
@@ -251,7 +242,7 @@ func (c *Conn) Resume() {
 	c.mu.Lock()
 	c.interrupted = false
 	c.intr.Store(false)
-	if c.file == nil {
+	if c.fd < 0 {
 		_ = c.nc.SetDeadline(time.Time{})
 	}
 	c.mu.Unlock()
@@ -295,7 +286,7 @@ func (c *Conn) classify(op string, err error) error {
 // full, for UDP one datagram. It returns the bytes received even when it
 // fails part way.
 func (c *Conn) Read(buf []byte) (int, error) {
-	if c.rc != nil {
+	if c.fd >= 0 {
 		return c.blockingIO("read", buf, false)
 	}
 	c.armTimeout()
@@ -319,7 +310,7 @@ func (c *Conn) Read(buf []byte) (int, error) {
 
 // Write sends one message (TCP: all of buf; UDP: one datagram).
 func (c *Conn) Write(buf []byte) (int, error) {
-	if c.rc != nil {
+	if c.fd >= 0 {
 		return c.blockingIO("write", buf, true)
 	}
 	c.armTimeout()
@@ -329,11 +320,21 @@ func (c *Conn) Write(buf []byte) (int, error) {
 
 // Close closes the connection.
 func (c *Conn) Close() error {
-	if c.file != nil {
-		c.closed.Store(true)
-		return c.file.Close()
+	if c.fd < 0 {
+		return c.nc.Close()
 	}
-	return c.nc.Close()
+	for {
+		st := c.fdState.Load()
+		if st&fdClosed != 0 {
+			return net.ErrClosed
+		}
+		if c.fdState.CompareAndSwap(st, st|fdClosed) {
+			if st == 0 {
+				return syscall.Close(c.fd)
+			}
+			return nil // the operation in progress closes it (releaseFD)
+		}
+	}
 }
 
 // sockopts returns a Control function applying wndsz before connect/listen.

@@ -284,7 +284,7 @@ func TestBlockingSocketLeavesThePoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	after := rawFD(t, c.rc)
+	after := c.fd
 	if targets := epollTargets(t); targets[after] {
 		t.Fatalf("blocking socket (fd %d) is still registered with the poller", after)
 	}
@@ -337,7 +337,7 @@ func TestBlockingCloseDuringRead(t *testing.T) {
 	if err := c.SetBlocking(); err != nil {
 		t.Fatal(err)
 	}
-	fd := rawFD(t, c.rc)
+	fd := c.fd
 	done := make(chan error, 1)
 	go func() { _, err := c.Read(make([]byte, 8)); done <- err }()
 	time.Sleep(20 * time.Millisecond)

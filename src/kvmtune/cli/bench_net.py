@@ -97,16 +97,19 @@ def _auto_tier(runner: Runner, host: HostRoot, workdir: Path, args: argparse.Nam
     """guest where KVM really boots a guest (the probe is cached), datapath where it does not."""
     import sys
 
-    from kvmtune.bench.accel import choose_accel
+    from kvmtune.bench.accel import detect_accel
     from kvmtune.bench.guest import GuestBuilder
 
+    why = "/dev/kvm is absent or not usable by this user"
     if host.exists("/dev/kvm") and host.access("/dev/kvm", 6):
         extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
         guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
-        if choose_accel("auto", guest, workdir, runner, host).accel == "kvm":
+        choice = detect_accel(guest, workdir, runner, host)  # cached: the guest tier's probe
+        if choice.accel == "kvm":
             return "guest"
-    print("kvmtune: KVM does not boot a guest here: running the datapath tier (netload in namespaces on the host's "
-          "datapath, no guest); --tier guest runs probe guests under TCG instead", file=sys.stderr)  # fmt: skip
+        why = choice.reason.split(": ", 1)[0]
+    print(f"kvmtune: KVM does not boot a guest here ({why}): running the datapath tier (netload in namespaces on the "
+          "host's datapath, no guest); --tier guest runs probe guests under TCG instead", file=sys.stderr)  # fmt: skip
     return "datapath"
 
 

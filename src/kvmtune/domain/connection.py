@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvmtune.domain.cputune import cpu_layout
+from kvmtune.domain.windows import windows_hint
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.model.guest import Guest
@@ -67,7 +69,7 @@ def read_domains(uri: str) -> tuple[list[Guest], list[str]]:
                 origin = f"{uri}#{name}"
                 guest = guest_from_tree(parse_xml_bytes(xml.encode(), origin), origin, "libvirt")
                 guest.active = active
-                guest.release_xml()
+                _release_unless_needed(guest)
                 guests.append(guest)
             except libvirt.libvirtError as exc:
                 errors.append(f"{uri}#{name}: {_first_line(exc)}")
@@ -76,6 +78,16 @@ def read_domains(uri: str) -> tuple[list[Guest], list[str]]:
     finally:
         conn.close()
     return guests, errors
+
+
+def _release_unless_needed(guest: Guest) -> None:
+    """Drop the lxml document, keeping what the rules read from it: the CPU layout is kept as data;
+    the few guests whose rules walk the document itself (Windows guests' Hyper-V and clock elements,
+    vhost-user NICs' memory backing) keep it."""
+    cpu_layout(guest)
+    if windows_hint(guest) is not None or any(n.type == "vhostuser" for n in guest.nics):
+        return
+    guest.release_xml()
 
 
 def libvirt_answers(uri: str) -> bool:

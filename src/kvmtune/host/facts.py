@@ -187,6 +187,18 @@ class HostFacts:
             return set(range(n)) if n else None
         return None
 
+    @cached_property
+    def thread_siblings(self) -> dict[int, frozenset[int]]:
+        """Online CPU → the CPUs sharing its core (SMT siblings, itself included); {} when the kernel does
+        not say (no topology directory, or a captured tree without it)."""
+        out: dict[int, frozenset[int]] = {}
+        for cpu in sorted(self.online_cpus or ()):
+            siblings = self.parsed(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list",
+                                   parse_cpu_list, quiet=True)
+            if siblings:
+                out[cpu] = frozenset(siblings)
+        return out
+
     @property
     def cpu_count(self) -> int | None:
         return len(self.online_cpus) if self.online_cpus else None

@@ -39,6 +39,7 @@ class Disk:
     detect_zeroes: str | None = None
     iothread: str | None = None
     queues: int | None = None
+    queue_size: int | None = None  # virtio-blk descriptors per queue (libvirt queue_size, QEMU queue-size)
     source_type: str | None = None  # file | block | network | volume | nvme | vhostuser | dir
     source: str | None = None  # path, device or URL
     protocol: str | None = None  # QEMU's protocol driver: file | host_device | rbd | iscsi | nbd | …
@@ -74,6 +75,8 @@ class Nic:
     driver_name: str | None = None  # vhost | qemu (XML); None = default
     vhost: bool | None = None  # effective, when a command line tells it
     queues: int | None = None
+    rx_queue_size: int | None = None  # virtio-net ring sizes; None: QEMU's default (256)
+    tx_queue_size: int | None = None
     mac: str | None = None
     mtu: int | None = None
     target_dev: str | None = None

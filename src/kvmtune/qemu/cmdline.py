@@ -485,11 +485,10 @@ def _disk_from_device(
         iothread=str(p["iothread"]) if "iothread" in p else ("mapped" if "iothread-vq-mapping" in p else None),
         locator=dev.label,
     )
-    if "num-queues" in p:
-        try:
-            disk.queues = int(str(p["num-queues"]))
-        except ValueError:
-            pass
+    for key, attr in (("num-queues", "queues"), ("queue-size", "queue_size")):
+        if str(p.get(key, "")).isdigit():
+            setattr(disk, attr, int(str(p[key])))
+            disk.evidence[attr] = f"{dev.label} {key}="
     if bus == "scsi":
         ctrl_id = str(p.get("bus", "scsi0.0")).split(".")[0]
         model, iothread = controllers.get(ctrl_id, ("default", None))
@@ -561,6 +560,9 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
         nic.teaming = "persistent"
     mac = dp.get("mac", bp.get("mac"))
     nic.mac = str(mac).lower() if mac else None
+    for key in ("rx_queue_size", "tx_queue_size"):
+        if str(dp.get(key, "")).isdigit():
+            setattr(nic, key, int(str(dp[key])))
     mtu = dp.get("host_mtu")
     nic.mtu = int(str(mtu)) if mtu is not None and str(mtu).isdigit() else None
     where_dev = device.label if device else (backend.label if backend else "")
@@ -573,6 +575,8 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
         "mac": f"{where_dev} mac=",
         "queues": f"{where_back} queues=",
         "mtu": f"{where_dev} host_mtu=",
+        "rx_queue_size": f"{where_dev} rx_queue_size=",
+        "tx_queue_size": f"{where_dev} tx_queue_size=",
     }
     return nic
 

@@ -32,6 +32,7 @@ DISK_EXPERIMENTS: dict[str, FioJob | str] = {
     "KVM-STO-004": CACHE_JOB,  # unsafe → none + native
     "KVM-STO-005": CACHE_JOB,  # writeback → none + native
     "KVM-STO-006": FioJob("aio", "randrw", "4k", 32, rwmixread=70),  # threads → native
+    "KVM-STO-021": FioJob("aio", "randrw", "4k", 32, rwmixread=70),  # io_uring → native (old host kernels)
     "KVM-STO-007": CACHE_JOB,  # native + cached → cache none
     "KVM-STO-014": CACHE_JOB,  # directsync → none
     "KVM-STO-008": FioJob("format", "randwrite", "4k", 16, fsync=32),  # qcow2 → raw (by hand)
@@ -62,6 +63,8 @@ NOT_MEASURABLE: dict[str, str] = {
     "KVM-NET-002": "vhost-net carries a guest NIC's traffic; " + GUEST_TIER,
     "KVM-NET-005": "macvtap bridge vs VEPA needs a physical lower device and an external switch; not measured",
     "KVM-NET-008": "virtio-net multiqueue " + GUEST_TIER,
+    "KVM-NET-021": "virtio-net ring sizes act in the guest's driver under line-rate bursts; " + GUEST_TIER,
+    "KVM-STO-022": "virtio-blk queues and ring size are the guest's blk-mq contexts; " + GUEST_TIER,
     "KVM-NET-006": "a duplicate MAC is a correctness fault, not a speed setting; nothing to measure",
     "KVM-CPU-002": "vCPU count " + GUEST_TIER,
     "KVM-CPU-001": "CPU model " + GUEST_TIER,

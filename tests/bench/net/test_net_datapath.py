@@ -16,7 +16,9 @@ import pytest
 from net_helpers import processes_mentioning, root_namespace_leftovers, run_seeing_own_namespaces
 
 import kvmtune.cli as cli
+from kvmtune.bench.net import TopologySpec, make_topology
 from kvmtune.bench.net.bench import find_netload
+from kvmtune.bench.net.netns import Netns
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
@@ -44,6 +46,29 @@ def _nothing_left(workdir: Path) -> None:
     assert not runs.exists() or not list(runs.iterdir()), list(runs.iterdir())
     assert not processes_mentioning(str(workdir)), processes_mentioning(str(workdir))
     assert not root_namespace_leftovers()
+
+
+@pytest.mark.parametrize("kind", ["bridge", "macvtap"])
+def test_namespace_twins_are_configured_as_the_guests_would_be(kind: str, workdir: Path) -> None:
+    spec = TopologySpec(kind, mtu=9000, txqueuelen=500, attach="netns")
+    with make_topology(spec, workdir=workdir) as topo:
+        client, server = topo.pairs()[0]
+        for ep in (client, server):
+            assert ep.guest_netns == f"kvmtune-{topo.runid}-g{ep.name}"
+            eth0 = Netns(ep.guest_netns, Runner()).link_json("eth0")
+            assert eth0["address"] == ep.mac and eth0["mtu"] == 9000 and eth0["txqlen"] == 500
+            addrs = Runner().run(["ip", "-n", ep.guest_netns, "-4", "-o", "addr", "show", "dev", "eth0"]).stdout
+            assert ep.address in addrs
+            info = eth0["linkinfo"]
+            if kind == "macvtap":  # the twin: a macvlan in bridge mode on the topology's lower device
+                assert info["info_kind"] == "macvlan" and info["info_data"]["mode"] == "bridge"
+            else:  # a veth whose host end is a bridge port where the guest's tap would be
+                assert info["info_kind"] == "veth"
+                host_end = topo.host_ns(0).link_json(ep.ifname or "")
+                assert host_end["master"] == "kvbr0" and host_end["txqlen"] == 500
+        rundir = topo.rundir
+    _nothing_left(workdir)
+    assert not rundir.exists()
 
 
 def test_bridge_and_ovs_store_datapath_cells_and_report_the_winner(

@@ -46,3 +46,13 @@ def nic_queues(call: FixCall) -> str:
     old = nic.queues
     call.set_child_attrs(nic.element, "driver", queues=str(want))
     return f"driver queues {old or 'unset (1)'} → {want}"
+
+
+@xml_fixer("KVM-NET-021", "virtio-net rx_queue_size='1024' (vhost-user: tx_queue_size too)")
+def nic_ring_size(call: FixCall) -> str:
+    nic = call.nic()
+    attrs = {"rx_queue_size": "1024"}
+    if nic.type == "vhostuser":
+        attrs["tx_queue_size"] = "1024"
+    call.set_child_attrs(nic.element, "driver", **attrs)
+    return ", ".join(f"driver {k} → {v}" for k, v in attrs.items())

@@ -225,3 +225,24 @@ def scsi_controller_iothread(call: FixCall) -> str:
 @xml_fixer("KVM-STO-020", "detect_zeroes='unmap' on a disk that passes discards")
 def detect_zeroes_unmap(call: FixCall) -> str:
     return set_disk_driver(call, call.disk(), detect_zeroes="unmap")
+
+
+@xml_fixer("KVM-STO-021", "io='native' (or threads) instead of io_uring on an old host kernel")
+def io_uring_to_native(call: FixCall) -> str:
+    disk = call.disk()
+    odirect = (disk.cache or "").lower() in ("none", "directsync") or (disk.shareable and not disk.cache)
+    return set_disk_driver(call, disk, io="native" if odirect else "threads")
+
+
+@xml_fixer("KVM-STO-022", "virtio-blk queues = vCPUs, queue_size >= 256")
+def virtio_blk_queues(call: FixCall) -> str:
+    disk = call.disk()
+    attrs = {}
+    vcpus = max(1, call.guest.vcpus or 1)
+    if disk.queues is not None and disk.queues < vcpus:
+        attrs["queues"] = str(vcpus)
+    if disk.queue_size is not None and disk.queue_size < 256:
+        attrs["queue_size"] = "256"
+    if not attrs:
+        raise NotFixable("queues and queue_size already suit the guest")
+    return set_disk_driver(call, disk, **attrs)

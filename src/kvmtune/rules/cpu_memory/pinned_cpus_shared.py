@@ -41,8 +41,9 @@ class PinnedCpusShared(RunRule):
             if layout is not None and layout.vcpupins:
                 pinned.append((g, layout.vcpu_cpus))
         for i, (guest, cpus) in enumerate(pinned):
-            clashes = [(other, cpus & ocpus) for j, (other, ocpus) in enumerate(pinned)
-                       if j != i and other.name != guest.name and cpus & ocpus]
+            # by name: the finding reads the same whichever order the guests were listed in (files, libvirt)
+            clashes = sorted(((other, cpus & ocpus) for j, (other, ocpus) in enumerate(pinned)
+                              if j != i and other.name != guest.name and cpus & ocpus), key=lambda c: c[0].name)
             if not clashes:
                 continue
             shared = set().union(*(c for _, c in clashes))
