@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.stats import mean, median, stdev, t95
+from kvmtune.bench.stats import mean, median, stdev, summarize, t95
 from kvmtune.bench.store import CellRow
 
 
@@ -262,11 +262,8 @@ def ratio(num: Mapping[Round, float] | Sequence[float], den: Mapping[Round, floa
     if isinstance(num, Mapping) and isinstance(den, Mapping):
         both = [k for k in num if k in den and num[k] > 0 and den[k] > 0]
         if len(both) >= 2:
-            logs = [math.log(num[k] / den[k]) for k in both]
-            half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
-            centre = mean(logs)
-            per_round = [num[k] / den[k] for k in both]
-            return Ratio(median(per_round), math.exp(centre - half), math.exp(centre + half), len(both))
+            s = summarize([num[k] / den[k] for k in both])  # positive: the interval is on the logarithms
+            return Ratio(s.median, s.low, s.high, s.n)
         pos_a, pos_b = [x for x in num.values() if x > 0], [x for x in den.values() if x > 0]
         value = median(pos_a) / median(pos_b) if pos_a and pos_b else None
     else:
