@@ -6,6 +6,7 @@ Registered under ``kvmtune bench`` by :mod:`kvmtune.cli.bench`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,7 @@ def run_net_cli(args: argparse.Namespace) -> int:
     if tier == "auto":
         tier = _auto_tier(runner, host, workdir, args, netload)
         if tier == "datapath":
-            specs = [TopologySpec(s.kind, pairs=s.pairs, hosts=s.hosts, mtu=s.mtu, ovs_datapath=s.ovs_datapath,
-                                  attach="netns") for s in specs]  # fmt: skip
+            specs = [dataclasses.replace(s, attach="netns") for s in specs]
     args.tier = tier
     if tier == "datapath":
         return _run_datapath(args, runner, host, workdir, specs, tests, tunings, netload)
