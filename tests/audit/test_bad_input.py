@@ -72,22 +72,24 @@ def test_unbalanced_quote_in_cmdline(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_unreadable_file(tmp_path: Path) -> None:
     """Root reads everything, so the CLI runs as 'nobody' to meet a file it may not read."""
     tmp_path = Path(tempfile.mkdtemp(prefix="kvmtune-test-", dir="/tmp"))
-    os.chmod(tmp_path, 0o755)
-    secret = tmp_path / "secret.xml"
-    secret.write_bytes(EXAMPLE.read_bytes())
-    os.chmod(secret, 0o600)
-    visible = tmp_path / "visible.xml"
-    visible.write_bytes(EXAMPLE.read_bytes())
-    os.chmod(visible, 0o644)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvmtune", "audit", "--format", "json", str(secret), str(visible)],
-        capture_output=True, text=True, user=65534, group=65534, env={**os.environ, "HOME": "/tmp"},
-        check=False,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == f"kvmtune: {secret}: not readable (permission denied)"
-    assert json.loads(proc.stdout)["summary"]["findings"] > 0
-    shutil.rmtree(tmp_path)
+    try:
+        os.chmod(tmp_path, 0o755)
+        secret = tmp_path / "secret.xml"
+        secret.write_bytes(EXAMPLE.read_bytes())
+        os.chmod(secret, 0o600)
+        visible = tmp_path / "visible.xml"
+        visible.write_bytes(EXAMPLE.read_bytes())
+        os.chmod(visible, 0o644)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvmtune", "audit", "--format", "json", str(secret), str(visible)],
+            capture_output=True, text=True, user=65534, group=65534, env={**os.environ, "HOME": "/tmp"},
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == f"kvmtune: {secret}: not readable (permission denied)"
+        assert json.loads(proc.stdout)["summary"]["findings"] > 0
+    finally:
+        shutil.rmtree(tmp_path)  # a failed assertion used to leave the directory (and its copy) in /tmp
 
 
 def test_bad_fail_on_and_bad_root(capsys: pytest.CaptureFixture[str]) -> None:
