@@ -33,8 +33,8 @@ def _virtio_targets(guest: Guest) -> tuple[str, ...]:
     return tuple(d.target for d in guest.disks if d.is_data_disk and d.bus == "virtio")
 
 
-def _socket_problem(guest: Guest) -> str | None:
-    """Why this process's agent socket is not opened, or None when it may be."""
+def _socket_problem(guest: Guest) -> str | os.stat_result:
+    """Why this process's agent socket is not opened, or its ``lstat`` when it may be."""
     path = guest.agent_socket
     if path is None:
         return "its agent port's chardev is not a socket QEMU listens on by path"
@@ -47,7 +47,7 @@ def _socket_problem(guest: Guest) -> str | None:
     owner = guest.process_owner
     if not stat.S_ISSOCK(st.st_mode) or owner is None or st.st_uid != owner[0]:
         return "its agent path is not a socket owned by the QEMU process's user; not opened"
-    return None
+    return st
 
 
 def _ask(open_agent: Callable[[Deadline], Agent], via: str, timeout: float,
@@ -71,8 +71,24 @@ def _libvirt_opener(domain: Any) -> Callable[[Deadline], Agent]:
     return lambda deadline: LibvirtAgent(domain, deadline)
 
 
-def _socket_opener(path: str) -> Callable[[Deadline], Agent]:
-    return lambda deadline: SocketAgent(path, deadline)
+def _socket_opener(path: str, checked: os.stat_result) -> Callable[[Deadline], Agent]:
+    """Connect to the very socket :func:`_socket_problem` checked: the path is the QEMU process owner's
+    to change, so a socket swapped for a link (to another user's socket) after the check is not followed."""
+
+    def open_agent(deadline: Deadline) -> Agent:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise AgentError(f"cannot connect ({exc.strerror})") from None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (checked.st_dev, checked.st_ino):
+                raise AgentError("its agent socket changed after it was checked; not opened")
+            return SocketAgent(f"/proc/self/fd/{fd}", deadline)
+        finally:
+            os.close(fd)
+
+    return open_agent
 
 
 def _libvirt_domains(uris: set[str], result: AuditResult) -> dict[tuple[str, str], Any]:
@@ -113,12 +129,12 @@ def add_guest_insides(result: AuditResult, *, timeout: float = DEFAULT_TIMEOUT_S
         elif guest.process_owner is not None and live_host:
             if guest.uuid and guest.uuid.lower() in libvirt_uuids:
                 continue  # libvirt holds this agent's socket; it was asked through libvirt
-            problem = _socket_problem(guest)
-            if problem is not None:
-                skipped.append(f"guest {safe(guest.name)}: inside not read: {problem}")
+            checked = _socket_problem(guest)
+            if isinstance(checked, str):
+                skipped.append(f"guest {safe(guest.name)}: inside not read: {checked}")
                 continue
             path = str(guest.agent_socket)
-            jobs.append((guest, _socket_opener(path), f"agent socket {path}"))
+            jobs.append((guest, _socket_opener(path, checked), f"agent socket {path}"))
     result.looked_at.extend(skipped)
     if not jobs:
         return

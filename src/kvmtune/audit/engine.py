@@ -68,7 +68,7 @@ def guarded(rule: Rule, subject: object, check: Callable[..., Iterable[Finding]]
         for finding in check(*args):
             out.append(finding)
     except Exception as exc:
-        ctx.errors.append(f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})")
+        ctx.errors.append(_failed(rule, subject, exc))
 
 
 def guarded_each(rule: Rule, check: Callable[[Any, AuditContext], Iterable[Finding]], subjects: Iterable[Any],
@@ -84,7 +84,12 @@ def guarded_each(rule: Rule, check: Callable[[Any, AuditContext], Iterable[Findi
         try:
             extend(check(subject, ctx))
         except Exception as exc:
-            ctx.errors.append(f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})")
+            ctx.errors.append(_failed(rule, subject, exc))
+
+
+def _failed(rule: Rule, subject: object, exc: Exception) -> str:
+    """The one error line of a rule that raised (built only then: the loops above stay lean)."""
+    return f"{rule.id}: could not be evaluated{_subject(subject)} ({type(exc).__name__}: {exc})"
 
 
 def _subject(subject: object) -> str:

@@ -282,8 +282,7 @@ def headline_table(rows: Sequence[Row]) -> str:
     """Per seed-002 figure: in how many tests B was better, the median and the range of the % differences."""
     out = []
     for (label, _metric), colour in zip(BARS, SEED002_COLOURS, strict=True):
-        vals = [r.pct[label] for r in rows if r.pct[label] is not None]
-        got = [v for v in vals if v is not None]
+        got = [v for r in rows if (v := r.pct[label]) is not None]
         if not got:
             out.append(f"<tr><td>{_swatch(colour)}{e(label)}</td><td colspan='3'><i>not measured</i></td></tr>")
             continue

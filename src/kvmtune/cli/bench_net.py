@@ -6,6 +6,7 @@ Registered under ``kvmtune bench`` by :mod:`kvmtune.cli.bench`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from kvmtune.cli.guest import add_guest_options, parse_extra
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
+from kvmtune.textsafe import safe
 
 NET_TIERS = ("auto", "guest", "datapath")
 # options that mean something to the guest tier only (the datapath tier runs no guest): (dest, flag)
@@ -149,8 +151,7 @@ def run_net_cli(args: argparse.Namespace) -> int:
     if tier == "auto":
         tier = _auto_tier(runner, host, workdir, args, netload)
         if tier == "datapath":
-            specs = [TopologySpec(s.kind, pairs=s.pairs, hosts=s.hosts, mtu=s.mtu, ovs_datapath=s.ovs_datapath,
-                                  attach="netns") for s in specs]  # fmt: skip
+            specs = [dataclasses.replace(s, attach="netns") for s in specs]
     args.tier = tier
     if tier == "datapath":
         return _run_datapath(args, runner, host, workdir, specs, tests, tunings, netload)
@@ -167,7 +168,8 @@ def _store_and_run(args: argparse.Namespace, runner: Runner, workdir: Path, benc
 def _print_failures(outcome: Any) -> None:
     for c in outcome.cells:
         if not c.ok:
-            print(f"  FAILED {c.config.get('topology', '')} pair {c.rep} {c.workload}: {c.error}")
+            # the guest tier's error text comes from the guest's console: never raw control characters to a terminal
+            print(f"  FAILED {c.config.get('topology', '')} pair {c.rep} {c.workload}: {safe(c.error)}")
 
 
 def _run_datapath(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir: Path, specs: list[TopologySpec],

@@ -53,6 +53,9 @@ READY_TIMEOUT_S = 15.0  # a netload server in a fresh namespace answers within m
 MIN_STALL_S = 10.0  # netload ends a run in which no operation at all completes for this long, and reports it
 SERVER_CATCH_UP_S = 10.0  # netload's wait for server strands after the client stops
 REPORT_SLACK_S = 5.0  # connecting 250 users and reporting (a tenth of a second on a bridge)
+NO_GUEST = AccelChoice("none", "the datapath tier runs no guest (netload in namespaces, no QEMU)", 0.0)
+OVS_PORT_PREFIXES = ("kvtap-", SWITCH)  # the guests' ports and the two-host switch veth
+TWIN = {"macvtap": "macvlan", "bridge": "veth", "ovs": "veth", "nat": "veth"}
 
 
 def stall_timeout_s(duration_s: float) -> float:
@@ -62,9 +65,6 @@ def stall_timeout_s(duration_s: float) -> float:
 def per_test_deadline_s(duration_s: float) -> float:
     """How long one test may take before kvmtune stops it: netload gives up on its own well before."""
     return duration_s + stall_timeout_s(duration_s) + SERVER_CATCH_UP_S + REPORT_SLACK_S
-NO_GUEST = AccelChoice("none", "the datapath tier runs no guest (netload in namespaces, no QEMU)", 0.0)
-OVS_PORT_PREFIXES = ("kvtap-", SWITCH)  # the guests' ports and the two-host switch veth
-TWIN = {"macvtap": "macvlan", "bridge": "veth", "ovs": "veth", "nat": "veth"}
 
 
 @dataclass(kw_only=True)

@@ -66,6 +66,8 @@ class VcpuTopologySmt(GuestRule):
                 source=guest.origin,
             )
             return
+        if not single:
+            return  # every vCPU floats over several CPUs: no vCPU sits on a particular sibling
         broken = []
         for first in range(0, max(single) + 1, threads):
             group = [v for v in range(first, first + threads) if v in single]
