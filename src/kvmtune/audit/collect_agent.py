@@ -20,6 +20,7 @@ from kvmtune.audit.engine import AuditResult
 from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import Agent, AgentError, Deadline, LibvirtAgent, SocketAgent
 from kvmtune.guestagent.inside import read_inside
+from kvmtune.host.sockets import SocketChanged, same_socket
 from kvmtune.model.guest import Guest
 from kvmtune.model.inside import GuestInside
 from kvmtune.textsafe import safe
@@ -77,16 +78,12 @@ def _socket_opener(path: str, checked: os.stat_result) -> Callable[[Deadline], A
 
     def open_agent(deadline: Deadline) -> Agent:
         try:
-            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with same_socket(path, checked) as reachable:
+                return SocketAgent(reachable, deadline)
+        except SocketChanged:
+            raise AgentError("its agent socket changed after it was checked; not opened") from None
         except OSError as exc:
             raise AgentError(f"cannot connect ({exc.strerror})") from None
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (checked.st_dev, checked.st_ino):
-                raise AgentError("its agent socket changed after it was checked; not opened")
-            return SocketAgent(f"/proc/self/fd/{fd}", deadline)
-        finally:
-            os.close(fd)
 
     return open_agent
 

@@ -24,6 +24,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_proc_stat
 from kvmtune.host.root import HostRoot
+from kvmtune.host.sockets import SocketChanged, same_socket
 from kvmtune.live.model import (
     DiskCounters,
     GuestSample,
@@ -254,7 +255,11 @@ class ProcQemuSource:
             g.notes.append("disks: the QMP path is not a socket owned by the process's user; not opened")
             return None
         try:
-            self._qmp[pid] = Qmp(self._map(path), timeout=QMP_TIMEOUT_S)
+            # the path is the QEMU process owner's to change: connect to the socket just checked, not a link
+            with same_socket(str(self._map(path)), st) as reachable:
+                self._qmp[pid] = Qmp(Path(reachable), timeout=QMP_TIMEOUT_S)
+        except SocketChanged:
+            g.notes.append("disks: the QMP socket changed after it was checked; not opened")
         except (OSError, ValueError, KvmtuneError) as exc:
             g.notes.append(f"disks: QMP did not answer ({exc.__class__.__name__})")
         return self._qmp[pid]
