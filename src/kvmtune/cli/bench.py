@@ -37,6 +37,7 @@ from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
+from kvmtune.textsafe import safe
 
 KEEP_LEFTOVERS_HELP = (
     "do not remove what killed runs left (namespaces, loop devices, scratch directories of dead owners); "
@@ -309,7 +310,7 @@ def _summary(outcome: RunOutcome, first: float | None) -> None:
     print(f"run {outcome.run_id}: {len(outcome.cells) - len(bad)} cells ok, {len(bad)} failed, {outcome.took_s:.1f}s"
           + (f"; boot to first fio result {first:.1f}s" if first else ""))  # fmt: skip
     for c in bad:
-        print(f"  FAILED {c.config_key} {c.workload}: {c.error}")
+        print(f"  FAILED {c.config_key} {c.workload}: {safe(c.error)}")
     for line in median_lines(outcome.cells):
         print(line)
 

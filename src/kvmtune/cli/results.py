@@ -12,6 +12,7 @@ from kvmtune.bench.prometheus import render_run
 from kvmtune.bench.stats import cell_summaries
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
+from kvmtune.textsafe import safe
 
 
 def register(sub: Any) -> None:
@@ -90,7 +91,7 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"note: {run.note}")
         for c in cells:
             if c.status != "ok":
-                print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {c.error}")
+                print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {safe(c.error)}")
                 continue
             figures = " ".join(_figure(c.metrics, *col) for col in columns)
             extra = f" {c.metrics['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in c.metrics else ""
