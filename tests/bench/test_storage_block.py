@@ -137,6 +137,29 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
     assert ours(wd) == []
 
 
+@pytest.mark.integration
+def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> None:
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
+         "--disk-size", "64", "--format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
+         "native", "--workload", "randwrite-4k", "--db", str(db), "--workdir", str(wd)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    images: list[Path] = []
+    while time.monotonic() < deadline and len(images) < 3:  # raw, qcow2, qcow2+metadata: made while the floor runs
+        images = list(wd.glob("scratch-*/img-*"))
+        time.sleep(0.1)
+    assert {p.suffix for p in images} == {".raw", ".qcow2"}, images
+    assert not any("qemu-storage-daemon" in x for x in ours(wd))  # made ahead: no cell has opened them yet
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert not any(p.exists() for p in images) and ours(wd) == []
+
+
 def test_compare_refuses_to_mix_tiers_and_report_names_the_tier(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     db = tmp_path / "r.db"

@@ -40,13 +40,19 @@ measures it):
   deleting it cost 14–76 s of discards per round on this host's
   ``discard``-mounted work directory;
 - a round's fresh images are deleted together, in parallel, between rounds,
-  never while a cell measures: on a ``discard``-mounted file system every
-  freed extent is one discard (one per randomly written block), and deleting
-  the images one at a time, right after each cell, ran 1,500 discards/s and
-  left the journal's discards running into the next cell's measurement;
-  deleting them in parallel ran 6,000–7,000 discards/s here. A file in the
-  same directory is then fsync'ed, so the journal commit that carries those
-  discards is over before the next round starts.
+  never while a cell measures. On a file system mounted with ``discard`` (this
+  host's root: ext4 without a journal, which discards each freed extent inside
+  unlink, one at a time) a randomly written image is one extent per written
+  block, and a fresh qcow2 two per cluster: deleting a seed-003 round's seven
+  images took about 590,000 discards, 17–47 s. Each image's extents are first
+  merged (:func:`kvmtune.bench.workdir.coalesce_extents`: metadata only), which
+  left about 17,000 discards and 3–6 s per round. A file in the same directory
+  is then fsync'ed, so that on a journalled file system the commit that carries
+  the discards is over before the next round starts;
+- while they are deleted, the next round's sparse images are made (and
+  synced), so no cell waits for ``qemu-img create`` and none measures the
+  write-back of the metadata it wrote. Each is still fresh: nothing writes to
+  it before its own cell.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, 
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
 from kvmtune.bench.storage.hostio import HostSampler, tps
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.workdir import check_free_space, free_bytes, stop_process
+from kvmtune.bench.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.errors import KvmtuneError
 
 TIER = "block"
@@ -245,6 +251,20 @@ def _settle(directory: Path) -> None:
             marker.unlink()
 
 
+def _sync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _made_ahead(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> bool:
+    """A sparse image file that :meth:`BlockTier.prepare_round` makes before the round."""
+    return (cfg.target == "file" and fs.vg is None and cfg.prealloc in ("off", "metadata")
+            and not (cfg.problem() or _block_problem(cfg, w, fs)))  # fmt: skip
+
+
 @dataclass
 class BlockPlan:
     configs: list[StorageConfig]  # floor (target=host) included
@@ -269,32 +289,65 @@ class BlockTier:
         self.floor_files: dict[str, str] = {}  # host fs name → the floor's written-through file (or volume)
         self.floor_problem: dict[str, str] = {}
         self.graveyard: list[Path] = []  # this round's images and loop backing files, deleted between rounds
+        self.discarding: set[Path] = set()  # directories on file systems mounted with 'discard'
+        self.ready: dict[tuple[str, str, str], tuple[str, int] | KvmtuneError] = {}  # made ahead: (image, MiB)
         self.deletions: list[tuple[int, float]] = []  # (files, seconds) of each deletion between rounds
 
     def bury(self, path: Path) -> Path:
         """Delete ``path`` (inside the work directory) at the end of the round rather than now."""
-        self.ctx.scratch.inside(path)
-        self.graveyard.append(path)
+        self.graveyard.append(self.ctx.scratch.inside(path))
         return path
 
     def flush_graveyard(self) -> tuple[int, float] | None:
         """Delete the buried files, in parallel, and wait for their file systems' journals to commit it;
         (files, seconds), or None when there was nothing to delete."""
         files, self.graveyard = self.graveyard, []
+        return self._delete(files)
+
+    def between_rounds(self, systems: Sequence[HostFs], next_rep: int | None) -> tuple[int, float] | None:
+        """Delete the finished round's images while the next round's are made (see :meth:`prepare_round`)."""
+        files, self.graveyard = self.graveyard, []
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=1) as maker:
+            made = maker.submit(self.prepare_round, systems, next_rep) if next_rep is not None else None
+            done = self._delete(files)
+            if made is not None:
+                made.result()
+        if done is not None:
+            self.deletions[-1] = (done[0], time.monotonic() - started)
+            return self.deletions[-1]
+        return None
+
+    def _delete(self, files: list[Path]) -> tuple[int, float] | None:
         if not files:
             return None
         started = time.monotonic()
-
-        def remove(path: Path) -> None:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
         with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(files))) as pool:
-            list(pool.map(remove, files))
+            list(pool.map(lambda path: release_file(path, path.parent in self.discarding), files))
         for directory in {p.parent for p in files}:
             _settle(directory)
         self.deletions.append((len(files), time.monotonic() - started))
         return self.deletions[-1]
+
+    def prepare_round(self, systems: Sequence[HostFs], rep: int) -> None:
+        """Make round ``rep``'s sparse images before its first cell, so that no cell waits for ``qemu-img
+        create``. Each is still fresh (never written) when its cell starts, and is synced now, so the
+        metadata ``qemu-img`` wrote is not written back while a cell measures. Preallocated images (falloc,
+        full) take their whole size at once and are still made by their own cell, one at a time."""
+        for fs in systems:
+            for cfg in self.plan.configs:
+                cfg = replace(cfg, host_fs=fs.name)
+                for w in self.plan.workloads:
+                    if not _made_ahead(cfg, w, fs):
+                        continue
+                    size = self.image_size(cfg, w, fs.root)
+                    tag = f"{os.getpid()}-r{rep}-{len(self.ready)}"
+                    try:
+                        image = self.create_image(fs, cfg, size, tag, ahead=True)
+                        _sync(image)
+                        self.ready[(fs.name, cfg.key, w.name)] = (image, size)
+                    except (KvmtuneError, OSError) as exc:
+                        self.ready[(fs.name, cfg.key, w.name)] = KvmtuneError(str(exc))
 
     def prepare_floor(self, fs: HostFs) -> None:
         """The floor's file for ``fs``, written through once: every round overwrites it in place."""
@@ -317,12 +370,12 @@ class BlockTier:
             return size
         return self.ctx.disk_mib
 
-    def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str) -> str:
+    def create_image(self, fs: HostFs, cfg: StorageConfig, size_mib: int, tag: str, *, ahead: bool = False) -> str:
         if cfg.target in ("block", "device") or fs.vg is not None:  # on lvm an image is a raw logical volume
             user = self.ctx.user_device if cfg.target == "device" else None
             return fs.block_device(self.ctx, size_mib, tag, user, keep=self.bury)
         need = (size_mib << 20) if cfg.prealloc in ("full", "falloc") else (64 << 20)
-        if self.graveyard and free_bytes(fs.root) < need + FLUSH_BELOW:
+        if self.graveyard and not ahead and free_bytes(fs.root) < need + FLUSH_BELOW:
             self.flush_graveyard()  # between cells: the space this round's images took is needed now
         check_free_space(fs.root, need + (64 << 20), f"a {size_mib} MiB {cfg.fmt} image")
         path = self.bury(fs.root / f"img-{tag}.{cfg.fmt}")
@@ -342,8 +395,14 @@ class BlockTier:
         started = time.monotonic()
         if cfg.target == "host":
             return self._floor_cell(fs, cfg, w, tag, cell, started)
-        size = self.image_size(cfg, w, fs.root)
-        image = self.create_image(fs, cfg, size, tag)  # a fresh image for every round, deleted when the round ends
+        ready = self.ready.pop((fs.name, cfg.key, w.name), None)
+        if isinstance(ready, KvmtuneError):
+            raise ready
+        if ready is not None:
+            image, size = ready  # made before the round started, never written since
+        else:
+            size = self.image_size(cfg, w, fs.root)
+            image = self.create_image(fs, cfg, size, tag)  # a fresh image for every round, deleted when it ends
         return self._measure(fs, cfg, w, tag, cell, started, image, size)
 
     def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
@@ -429,15 +488,20 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
         stack.callback(tier.flush_graveyard)  # also on Ctrl-C, and before a scratch file system is unmounted
         for fs in systems:
             if fs.discards:
-                print(f"kvmtune: note: {fs.root} is on a file system mounted with 'discard': deleting each round's "
-                      "freshly written images costs the kernel one discard per freed extent (tens of seconds per "
-                      "round, between rounds, never while a cell measures); --host-fs ext4 measures on a scratch "
-                      "file system without it", file=sys.stderr)  # fmt: skip
-            if any(c.target == "host" for c in plan.configs):
-                tier.prepare_floor(fs)
+                tier.discarding.add(fs.root.resolve())
+                print(f"kvmtune: note: {fs.root} is on a file system mounted with 'discard': each round's freshly "
+                      "written images are deleted between rounds, never while a cell measures, after their extents "
+                      "are merged (one discard per freed extent otherwise: tens of seconds per round)",
+                      file=sys.stderr)  # fmt: skip
+        with ThreadPoolExecutor(max_workers=1) as maker:  # the first round's images, while the floors are written
+            made = maker.submit(tier.prepare_round, systems, 0)
+            for fs in systems:
+                if any(c.target == "host" for c in plan.configs):
+                    tier.prepare_floor(fs)
+            made.result()
         for rep in range(ctx.repeat):
             if rep:
-                _round_done(tier, rep)
+                _round_done(tier, systems, rep)
             for fs in systems:
                 for cfg in plan.configs:
                     cfg = replace(cfg, host_fs=fs.name)
@@ -456,12 +520,13 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
                                 ctx.scratch.cleanup(mark)  # the cell's daemon, socket, image, loop device
                         cell.rep = rep
                         sink.record(cell)
-        _round_done(tier, ctx.repeat)
+        _round_done(tier, systems, ctx.repeat)
 
 
-def _round_done(tier: BlockTier, rounds: int) -> None:
-    """Delete the finished round's images and say what it cost (the benchmark under bench/ reads this line)."""
-    done = tier.flush_graveyard()
+def _round_done(tier: BlockTier, systems: Sequence[HostFs], rounds: int) -> None:
+    """Delete the finished round's images (making the next round's meanwhile) and say what it cost (the
+    benchmark under bench/ reads this line)."""
+    done = tier.between_rounds(systems, rounds if rounds < tier.ctx.repeat else None)
     if done is not None:
         clear = "\r\033[K" if sys.stderr.isatty() else ""  # over the progress line, which the next cell redraws
         print(f"{clear}kvmtune: round {rounds}: deleted {done[0]} images in {done[1]:.1f} s", file=sys.stderr, flush=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kvmtune.bench.storage.bench import StorageContext
 from kvmtune.bench.storage.hostio import device_of_path
+from kvmtune.bench.workdir import release_file
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
@@ -140,8 +141,9 @@ def make_host_fs(ctx: StorageContext, name: str) -> Iterator[HostFs]:
         return
     base = ctx.scratch.path(f"hostfs-{name}")
     ctx.scratch.add_dir(base)
-    backing = base / "backing.img"
-    ctx.scratch.add_file(backing)
+    backing = ctx.scratch.inside(base / "backing.img")
+    coalesce = _mount_of(ctx, backing.parent)[1]  # the work directory discards: merge the loop file's extents first
+    ctx.scratch.add_undo(f"file {backing}", lambda: release_file(backing, coalesce))
     with open(backing, "wb") as f:
         f.truncate(BACKING_MIB << 20)
     mark = ctx.scratch.mark()
