@@ -9,11 +9,12 @@ Goals: the seed-003 preset's 24 cells (8 configurations × 3 interleaved rounds,
 fio measurement) take at most 150 s of wall time, and the harness adds at most 10 % of the measured fio time per
 cell. Per cell, ``overhead`` = the time from the previous cell's completion (or the round's start) to this
 cell's completion, minus its ramp and measured seconds: the image, the storage daemon, fio's start and stop,
-parsing and storing. Deleting a round's images happens between rounds and is reported on its own
-(``deletion_s``): on a file system mounted with ``discard`` (this host's root file system) the kernel issues one
-discard per randomly written block, which no harness can avoid without measuring warm images; the wall goal is
-judged with and without it. Printed with the core count and the load average (other jobs share this machine);
-results go to bench/storage/results/block-HOSTFS-latest.json.
+parsing and storing. Deleting a round's images (while the next round's are made) happens between rounds and is
+reported on its own (``deletion_s``, and ``discards``: what the work directory's device completed during the run). On a file system
+mounted with ``discard`` (this host's root file system) the kernel issues one discard per freed extent; the tier
+merges an image's extents before deleting it (kvmtune.bench.workdir.coalesce_extents). The wall goal includes it.
+Printed with the core count and the load average (other jobs share this machine); results go to
+bench/storage/results/block-HOSTFS-latest.json.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ WALL_GOAL_S, OVERHEAD_GOAL = 150.0, 0.10
 DELETED = re.compile(r"kvmtune: round (\d+): deleted (\d+) images in ([0-9.]+) s")
 
 
+def discards_of(path: Path) -> int | None:
+    """Discards the block device holding ``path`` has completed (/proc/diskstats, kernel ≥ 4.18)."""
+    dev = os.stat(path).st_dev
+    with open("/proc/diskstats") as f:
+        for line in f:
+            v = line.split()
+            if (int(v[0]), int(v[1])) == (os.major(dev), os.minor(dev)) and len(v) > 14:
+                return int(v[14])
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
@@ -52,6 +64,7 @@ def main() -> int:
         give_up = time.monotonic() + args.wait
         while True:  # another benchmark holds the host (kvmtune refuses to run beside it): wait for it
             load_before = os.getloadavg()
+            discards_before = discards_of(Path(tmp))
             start = time.time()
             res = subprocess.run([sys.executable, "-m", "kvmtune", "bench", "storage", "--tier", "block", "--preset",
                                   "seed-003", "--runtime", f"{args.runtime:g}", "--repeat", str(args.repeat),
@@ -62,6 +75,7 @@ def main() -> int:
                 break
             time.sleep(5)
         load_after = os.getloadavg()
+        discards_after = discards_of(Path(tmp))
         if res.returncode != 0:
             print(res.stdout + res.stderr, file=sys.stderr)
             return 1
@@ -89,6 +103,8 @@ def main() -> int:
         # the last round's deletion, then removing scratch file systems (a --host-fs loop file's discards)
         "after_last_cell_s": round(start + wall - last_cell, 1),
         "fio_measured_s": round(sum(measured), 1),
+        # the work directory's device, whole run (other processes' deletions on it count too)
+        "discards": None if discards_before is None or discards_after is None else discards_after - discards_before,
         "overhead_per_cell_median": round(statistics.median(overheads), 3) if overheads else None,
         "overhead_per_cell_max": round(max(overheads), 3) if overheads else None,
         "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
