@@ -9,11 +9,12 @@ Goals: the seed-003 preset's 24 cells (8 configurations × 3 interleaved rounds,
 fio measurement) take at most 150 s of wall time, and the harness adds at most 10 % of the measured fio time per
 cell. Per cell, ``overhead`` = the time from the previous cell's completion (or the round's start) to this
 cell's completion, minus its ramp and measured seconds: the image, the storage daemon, fio's start and stop,
-parsing and storing. Deleting a round's images (while the next round's are made) happens between rounds and is
-reported on its own (``deletion_s``, and ``discards``: what the work directory's device completed during the
-run). On a file system mounted with ``discard`` (this host's root file system) the kernel issues one discard per freed extent; the tier
-merges an image's extents before deleting it (kvmtune.bench.workdir.coalesce_extents). The wall goal includes it.
-Printed with the core count and the load average (other jobs share this machine); results go to
+parsing and storing. Deleting a round's images (while the next round's are made) happens between rounds
+and is reported on its own: ``deletion_s``, and ``discards`` (what the work directory's device completed during
+the run). On a file system mounted with ``discard`` (this host's root file system) the kernel issues one
+discard per freed extent; the tier merges an image's extents before deleting it
+(kvmtune.bench.workdir.coalesce_extents). The wall goal includes the deletions. Printed with the core count
+and the load average (other jobs share this machine); results go to
 bench/storage/results/block-HOSTFS-latest.json.
 """
 
