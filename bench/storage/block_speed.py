@@ -82,7 +82,7 @@ def main() -> int:
             return 1
         with Store(db) as st:
             run = st.runs()[0]
-            rows = st.db.execute("SELECT started, rep FROM cells WHERE run_id=? ORDER BY id", (run.id,)).fetchall()
+            rows = st.db.execute("SELECT started, rep, key FROM cells WHERE run_id=? ORDER BY id", (run.id,)).fetchall()
             measured = [c.metrics.get("fio_runtime_s", 0.0) for c in st.cells(run.id)]
             first_cell, last_cell = min(r[0] for r in rows), max(r[0] for r in rows)
             report = subprocess.run([sys.executable, "-m", "kvmtune", "report", str(run.id), "--db", str(db)],
@@ -91,10 +91,12 @@ def main() -> int:
     # per cell: completion to completion within a round; a round's first cell counts from the end of the previous
     # round's deletion (the first round's from the end of the floor's one-off preparation, not measured here)
     overheads = []
+    worst = []
     for i in range(1, len(rows)):
-        (prev, prev_rep), (this, rep) = rows[i - 1], rows[i]
+        (prev, prev_rep, _), (this, rep, key) = rows[i - 1], rows[i]
         gap = this - prev - (deletions.get(prev_rep + 1, 0.0) if rep != prev_rep else 0.0)
         overheads.append((gap - RAMP_S - args.runtime) / args.runtime)
+        worst.append((round(overheads[-1], 3), rep, key))
     deletion_s = sum(deletions.values())
     out = {
         "cells": len(rows), "rounds": args.repeat, "wall_s": round(wall, 1), "wall_goal_s": WALL_GOAL_S,
@@ -108,6 +110,7 @@ def main() -> int:
         "discards": None if discards_before is None or discards_after is None else discards_after - discards_before,
         "overhead_per_cell_median": round(statistics.median(overheads), 3) if overheads else None,
         "overhead_per_cell_max": round(max(overheads), 3) if overheads else None,
+        "overhead_worst_cells": sorted(worst, reverse=True)[:3],  # (overhead, round, configuration)
         "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
         "cores": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
         "verdicts": report.strip().splitlines(),
