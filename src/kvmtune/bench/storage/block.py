@@ -441,6 +441,9 @@ class BlockTier:
             a = sampler.snap()
             m, raw = _fio(ctx, [*uri, *jobs], timeout, job=w.name)
             b = sampler.snap()
+            measured_end = time.monotonic()
+        # writeback: the daemon writes back what the cell left dirty before it exits, and the next cell waits for it
+        m["daemon_exit_s"] = time.monotonic() - measured_end
         if first_write:
             unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
             writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
