@@ -97,7 +97,7 @@ func usage(w io.Writer) {
   netload version
 
 run options: --var K=V (repeatable), --iterations N, --interval 1s, --json, -o FILE,
-             --stream FILE, --peer-timeout 10s, --connect-timeout 5s
+             --stream FILE, --peer-timeout 10s, --connect-timeout 5s, --drain 1s
 exit codes: 0 ok, 1 run failed, 2 usage/profile, 3 cannot connect, 4 refused, 5 peer died/hung
 `)
 }
@@ -187,6 +187,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return exitRun
 	}
 	return exitOK
+}
+
+// drainOpt maps --drain to RunConfig.Drain, where 0 means the default and a
+// negative value means no drain limit.
+func drainOpt(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // remoteAddr adds the default port when ADDR has none.
@@ -348,6 +357,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	peerTimeout := fs.Duration("peer-timeout", 10*time.Second, "end the run when the server is silent this long")
 	connectTimeout := fs.Duration("connect-timeout", 5*time.Second, "control connection timeout")
 	stallTimeout := fs.Duration("stall-timeout", 60*time.Second, "end the run when no operation completes for this long")
+	drain := fs.Duration("drain", engine.DefaultDrain, "after a timed transaction, how long the server waits for data still in flight before it reports it as undelivered (0: until its step grace, then fail)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	ioMode := fs.String("io", engine.IOAuto, "data I/O: blocking (a thread per user, lowest latency), poll (Go's poller, many users) or auto")
 	pos, err := parseArgs(fs, args)
@@ -362,8 +372,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	if o.users < 0 || o.iterations < 0 || o.duration < 0 || *interval < 0 {
-		fmt.Fprintln(stderr, "netload run: --users, --iterations, --duration and --interval must not be negative")
+	if o.users < 0 || o.iterations < 0 || o.duration < 0 || *interval < 0 || *drain < 0 {
+		fmt.Fprintln(stderr, "netload run: --users, --iterations, --duration, --interval and --drain must not be negative")
 		return exitUsage
 	}
 	if *remote != "" {
@@ -387,7 +397,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return runMulti(l, engine.RunConfig{Token: *token, Source: l.source, XML: l.xml, Vars: l.vars, IOMode: *ioMode,
-			PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}, *asJSON, *out, stdout, stderr)
+			PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout, Drain: drainOpt(*drain)}, *asJSON, *out, stdout, stderr)
 	}
 	r := *remote
 	if r == "" {
@@ -412,7 +422,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		streamFile = f
 	}
 	cfg := engine.RunConfig{Remote: addr, Token: *token, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
-		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}
+		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout,
+		Drain: drainOpt(*drain)}
 	cfg.OnInterval = func(iv report.Interval) {
 		if !*quiet && !*asJSON {
 			fmt.Fprintln(stderr, report.IntervalLine(iv))

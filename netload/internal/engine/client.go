@@ -69,6 +69,11 @@ type RunConfig struct {
 	PeerTimeout    time.Duration // silence after which the peer is dead (default 10s)
 	StepGrace      time.Duration // how long the server may take to end a step (default 15s)
 	StallTimeout   time.Duration // no operation at all for this long ends the run (default 60s)
+	// Drain is how long, after a timed transaction, the server waits for
+	// what is still in flight on connections that are only closed
+	// afterwards (default 1s; negative: until its step grace, then fail).
+	// What has not arrived then is reported (short_passes), not waited for.
+	Drain time.Duration
 }
 
 func (c *RunConfig) defaults() {
@@ -83,6 +88,9 @@ func (c *RunConfig) defaults() {
 	}
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = 60 * time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
 	}
 	// a think or a paced gap longer than the stall timeout is not a stall
 	for _, g := range c.Profile.Groups {
@@ -104,6 +112,20 @@ func (c *RunConfig) defaults() {
 			}
 		}
 	}
+}
+
+// DefaultDrain is RunConfig.Drain's default: on a healthy path the data
+// still queued when a timed transaction ends arrives within milliseconds.
+const DefaultDrain = time.Second
+
+// stepTimed reports whether step k has a timed transaction in some group.
+func stepTimed(p *profile.Profile, k int) bool {
+	for gi := range p.Groups {
+		if ts := p.Groups[gi].Transactions; k < len(ts) && ts[k].Timed() {
+			return true
+		}
+	}
+	return false
 }
 
 func hostInfo() *wire.HostInfo {
@@ -285,7 +307,11 @@ stepLoop:
 		cst, chist := sd.collect(rs)
 		var sst *wire.SideStats
 		if !peerDead {
-			if err := wc.Send(&wire.Msg{Type: wire.TEnd, Step: k, Targets: sd.passes()}); err != nil {
+			end := &wire.Msg{Type: wire.TEnd, Step: k, Targets: sd.passes()}
+			if cfg.Drain > 0 && stepTimed(cfg.Profile, k) {
+				end.DrainMs = max(1, cfg.Drain.Milliseconds())
+			}
+			if err := wc.Send(end); err != nil {
 				runErr = peerErr(err)
 				peerDead = true
 			}
@@ -506,6 +532,7 @@ func summarize(doc *report.Document, p *profile.Profile, cs, ss []*wire.SideStat
 			sum.Transactions += t.Passes
 			sum.Operations += t.Ops
 			sum.Errors += t.Errors
+			sum.CutStrands += t.CutStrands
 			if t.ElapsedNs > elapsed {
 				elapsed = t.ElapsedNs
 			}
@@ -520,8 +547,20 @@ func summarize(doc *report.Document, p *profile.Profile, cs, ss []*wire.SideStat
 				sum.ServerBytes += t.BytesRead + t.BytesWritten
 				sum.ServerOperations += t.Ops
 				sum.ServerErrors += t.Errors
+				sum.UndeliveredStrands += t.CutStrands
+				sum.UndeliveredMessages += t.ShortPasses
 			}
 			scpu = scpu.Add(ss[k].CPU)
+		}
+	}
+	for k := range cs {
+		for _, t := range cs[k].Txns {
+			sum.Retransmits += t.Retransmits
+		}
+		if k < len(ss) && ss[k] != nil {
+			for _, t := range ss[k].Txns {
+				sum.Retransmits += t.Retransmits
+			}
 		}
 	}
 	sum.Bytes = sum.BytesRead + sum.BytesWritten

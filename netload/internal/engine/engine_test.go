@@ -172,6 +172,12 @@ func TestTimedRuns(t *testing.T) {
 					if s.ServerBytes < s.Bytes {
 						t.Fatalf("server wrote %d, client read %d", s.ServerBytes, s.Bytes)
 					}
+				case "rr1c-200x1000":
+					// a client pass cut at the end of the measured time may have had its request
+					// answered already: at most one pass per user more on the server
+					if extra := s.ServerBytes - s.Bytes; extra < 0 || extra > int64(2)*(r+w) {
+						t.Fatalf("server moved %d bytes, client %d", s.ServerBytes, s.Bytes)
+					}
 				default:
 					if s.ServerBytes != s.Bytes {
 						t.Fatalf("server moved %d bytes, client %d", s.ServerBytes, s.Bytes)

@@ -371,6 +371,10 @@ func (sd *side) collect(rs *runningStep) (*wire.SideStats, []*histogram.Histogra
 		ts.Ops += r.ops
 		ts.Passes += r.passes
 		ts.Errors += r.errors
+		ts.Retransmits += r.retransmits
+		if r.cut {
+			ts.CutStrands++
+		}
 		if ts.FirstError == "" && r.firstErr != nil {
 			ts.FirstError = fmt.Sprintf("strand %d: %v", s.id, r.firstErr)
 		}

@@ -48,6 +48,10 @@ type op struct {
 type ptxn struct {
 	t   *profile.Transaction
 	ops []op
+	// final: no later transaction of the group reads or writes on the
+	// connections this one uses (at most closes them), so a message cut
+	// short when a timed transaction ends cannot misalign a later step.
+	final bool
 }
 
 // strand is one user: it runs its group's transactions in order.
@@ -82,6 +86,8 @@ type stepResult struct {
 	ops          int64
 	passes       int64
 	errors       int64
+	retransmits  int64 // TCP segments sent again on the strand's connections (TCP_INFO)
+	cut          bool  // an operation in progress was cut at the timed transaction's end
 	firstErr     error
 	flow         []wire.FlowopStats
 	hist         histogram.Histogram
@@ -115,6 +121,9 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 			pt.ops = append(pt.ops, o)
 		}
 		s.txns = append(s.txns, pt)
+	}
+	for ti := range s.txns {
+		s.txns[ti].final = finalTxn(s.txns, ti)
 	}
 	s.conns = make([]*flowop.Conn, len(dense))
 	s.buf = make([]byte, maxBuf)
@@ -209,6 +218,11 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 		deadline = ctl.deadlines[s.group]
 	}
 	hasDeadline := !deadline.IsZero() && t.Timed()
+	if hasDeadline && pt.final {
+		s.bound(deadline)
+		defer s.bound(time.Time{})
+	}
+	defer s.countRetransmits(r)
 	start := time.Now()
 	next := start
 	yielded := start
@@ -246,10 +260,19 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 			}
 			next = next.Add(pace)
 		}
+		read0, written0 := r.bytesRead, r.bytesWritten
 		end, err := s.pass(pt, r, now)
 		if err != nil {
 			if errors.Is(err, flowop.ErrInterrupted) && (ctl.aborted.Load() || ctl.stop.Load()) {
-				break // stopped by the controller: not an error
+				r.bytesRead, r.bytesWritten = read0, written0 // stopped by the controller: not an error, nor a pass
+				break
+			}
+			if errors.Is(err, flowop.ErrDeadline) {
+				// the measured time is over: the pass in progress does not count, nor do its bytes,
+				// so that bytes stay whole passes, as the server counts them
+				r.bytesRead, r.bytesWritten = read0, written0
+				r.cut = true
+				break
 			}
 			r.errors++
 			if r.firstErr == nil {
@@ -266,6 +289,47 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 	r.end = time.Now()
 }
 
+// bound ends every operation on the strand's open connections at t (zero:
+// no bound); see flowop.Conn.SetUntil.
+func (s *strand) bound(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if c != nil {
+			c.SetUntil(t)
+		}
+	}
+}
+
+// countRetransmits adds what TCP retransmitted on the strand's open
+// connections since the last look.
+func (s *strand) countRetransmits(r *stepResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if c != nil {
+			r.retransmits += c.Retransmits()
+		}
+	}
+}
+
+// finalTxn reports whether transaction ti of txns is the last to move data
+// on each connection it uses.
+func finalTxn(txns []ptxn, ti int) bool {
+	used := map[int]bool{}
+	for _, o := range txns[ti].ops {
+		used[o.ci] = true
+	}
+	for _, later := range txns[ti+1:] {
+		for _, o := range later.ops {
+			if used[o.ci] && (o.typ == profile.OpRead || o.typ == profile.OpWrite) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // pass runs every flowop of the transaction once (each count times).
 func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) {
 	prev := t0
@@ -275,8 +339,8 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			s.lastPiece = c == o.count-1
 			err := o.exec(s, o, r)
 			now := time.Now()
-			if err != nil && errors.Is(err, flowop.ErrInterrupted) {
-				return now, err // stopped from outside: not an operation
+			if err != nil && (errors.Is(err, flowop.ErrInterrupted) || errors.Is(err, flowop.ErrDeadline)) {
+				return now, err // stopped from outside or by the clock: not an operation
 			}
 			fs := &r.flow[i]
 			d := uint64(now.Sub(prev))
@@ -430,8 +494,9 @@ func (s *strand) write(o *op, r *stepResult) error {
 	return err
 }
 
-func (s *strand) disconnect(o *op, _ *stepResult) error {
+func (s *strand) disconnect(o *op, r *stepResult) error {
 	if conn := s.conns[o.ci]; conn != nil {
+		r.retransmits += conn.Retransmits()
 		s.setConn(o.ci, nil)
 		conn.Close()
 	}

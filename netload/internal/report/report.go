@@ -75,6 +75,18 @@ type Summary struct {
 	// BytesDifferencePct is (server - client) / client bytes of the
 	// measured phase, uperf's master/slave "Difference(%)".
 	BytesDifferencePct float64 `json:"bytes_difference_pct"`
+	// Retransmits counts the TCP segments both sides sent again on the data
+	// connections over the whole run (TCP_INFO total_retrans): the loss the
+	// path caused, which TCP repaired.
+	Retransmits int64 `json:"tcp_retransmits"`
+	// CutStrands counts client strands whose operation in progress was cut
+	// when the timed transaction ended (a send or receive blocked then).
+	CutStrands int64 `json:"cut_strands"`
+	// UndeliveredMessages counts messages the client completed that the
+	// server had not received when its drain time after the measured phase
+	// was up (UndeliveredStrands strands): still in flight, not lost.
+	UndeliveredMessages int64 `json:"undelivered_messages"`
+	UndeliveredStrands  int64 `json:"undelivered_strands"`
 }
 
 // CPUReport is the CPU of each side over the measured phase.

@@ -162,6 +162,11 @@ func (d *Document) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%-16s %8.2fs %12s %14s %12d %8d\n", host(d.Server, "server"), s.DurationS, Bytes(float64(s.ServerBytes)), Bits(sbps), s.ServerOperations, s.ServerErrors)
 	fmt.Fprintln(&b, rule)
 	fmt.Fprintf(&b, "%-16s %9s %11.2f%%\n", "Difference(%)", "", s.BytesDifferencePct)
+	if s.Retransmits > 0 || s.UndeliveredMessages > 0 {
+		fmt.Fprintf(&b, "TCP retransmits %d; messages cut at the end of the measured time (not counted): %d; "+
+			"still in flight when the server stopped waiting: %d messages on %d connections\n",
+			s.Retransmits, s.CutStrands, s.UndeliveredMessages, s.UndeliveredStrands)
+	}
 	fmt.Fprintf(&b, "\nPeak memory (VmHWM): client %s, server %s\n", Bytes(float64(d.PeakRSSBytes.Client)), Bytes(float64(d.PeakRSSBytes.Server)))
 	if d.Error != nil {
 		fmt.Fprintf(&b, "\nERROR (%s): %s\n", d.Error.Class, d.Error.Message)

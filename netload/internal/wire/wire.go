@@ -55,6 +55,10 @@ type Msg struct {
 	Host       *HostInfo        `json:"host,omitempty"`
 	Step       int              `json:"step,omitempty"`
 	Targets    []int64          `json:"targets,omitempty"` // end: passes done per strand
+	// end of a timed step: how long the server may take to receive what is
+	// still in flight on connections that are only closed afterwards
+	// (0: as long as its step grace, then fail, as before)
+	DrainMs int64 `json:"drain_ms,omitempty"`
 	Stats      *SideStats       `json:"stats,omitempty"`
 	Error      string           `json:"error,omitempty"`
 	ErrorClass string           `json:"error_class,omitempty"`
@@ -115,6 +119,15 @@ type TxnStats struct {
 	Errors       int64         `json:"errors"`
 	FirstError   string        `json:"first_error,omitempty"`
 	Flowops      []FlowopStats `json:"flowops"`
+	// TCP segments retransmitted on the group's data connections (TCP_INFO)
+	Retransmits int64 `json:"retransmits,omitempty"`
+	// controller: strands whose operation in progress was cut when the
+	// timed transaction ended; server: strands still short of the
+	// controller's count when the drain time was up
+	CutStrands int64 `json:"cut_strands,omitempty"`
+	// server: messages (passes) the controller completed that had not
+	// arrived when the drain time was up; still in flight, not lost
+	ShortPasses int64 `json:"short_passes,omitempty"`
 }
 
 // SideStats is one side's account of a step.
