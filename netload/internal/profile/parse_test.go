@@ -115,8 +115,13 @@ func TestSeedWorkloadsMeaning(t *testing.T) {
 					t.Fatalf("server flowop %d: %s %d", i, f.Type, f.Size)
 				}
 			}
-			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || !conn.NoDelay || conn.RemoteHost != "198.18.0.2" {
+			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || conn.RemoteHost != "198.18.0.2" {
 				t.Fatalf("connect flowop %+v", conn)
+			}
+			// request/response without Nagle (seed 002's TCP_RR); streams with
+			// it, as iperf3 and bulk transfers run
+			if conn := g.Transactions[0].Flowops[0]; conn.NoDelay != (w.Kind == "rr") {
+				t.Fatalf("%s: tcp_nodelay %v", c.name, conn.NoDelay)
 			}
 		})
 	}
