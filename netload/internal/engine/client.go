@@ -23,7 +23,7 @@ import (
 )
 
 // Version is netload's version, reported in every document.
-var Version = "0.2.0"
+var Version = "0.3.0"
 
 // Error classes (report.ErrorInfo.Class) and the exit codes the CLI maps
 // them to.

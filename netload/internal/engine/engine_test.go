@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"kvmtune/netload/internal/flowop"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/report"
 	"kvmtune/netload/internal/wire"
@@ -471,4 +472,83 @@ func TestEveryFlowopOfTheTableHasAnExecutor(t *testing.T) {
 			t.Errorf("flowop %s: opposite %s does not lead back", sp.Op, sp.Opposite)
 		}
 	}
+}
+
+// After a timed step, a server strand short of the client's count on a
+// connection that is only closed afterwards (data still in flight, as
+// behind a sender's retransmission timeout) waits the client's drain time,
+// then reports the shortfall instead of failing the step. Without a drain
+// time it waits its step grace and fails, as before.
+func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
+	srv, addr := startServer(t)
+	srv.StepGrace = 2 * time.Second
+	p := builtin(t, "str-writex30k", 1, map[string]string{"duration": "1s"})
+	msg := int(p.Groups[0].Transactions[1].Flowops[0].Size)
+	for _, drain := range []time.Duration{300 * time.Millisecond, 0} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := wire.NewConn(nc)
+		runID := uint32(77)
+		if err := wc.Send(&wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: wire.Version, RunID: runID, Profile: p}); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := wc.Recv(3 * time.Second)
+		if err != nil || ok.Type != wire.THelloOK {
+			t.Fatalf("hello: %+v %v", ok, err)
+		}
+		step := func(k int, targets []int64, drainMs int64, work func()) (*wire.Msg, time.Duration) {
+			t.Helper()
+			if err := wc.Send(&wire.Msg{Type: wire.TBegin, Step: k}); err != nil {
+				t.Fatal(err)
+			}
+			work()
+			start := time.Now()
+			if err := wc.Send(&wire.Msg{Type: wire.TEnd, Step: k, Targets: targets, DrainMs: drainMs}); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				m, err := wc.Recv(10 * time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.Type == wire.TEnded {
+					return m, time.Since(start)
+				}
+			}
+		}
+		var data net.Conn
+		step(0, []int64{1}, 0, func() {
+			data, err = net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ok.TCPPort)))
+			if err == nil {
+				_, err = data.Write(flowopHeader(runID))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+		// three messages arrive; the client claims five, as if two were still in flight
+		ended, took := step(1, []int64{5}, drain.Milliseconds(), func() {
+			if _, err := data.Write(make([]byte, 3*msg)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		txn := ended.Stats.Txns[0]
+		if drain > 0 {
+			if txn.Errors != 0 || txn.ShortPasses != 2 || txn.CutStrands != 1 || txn.Passes != 3 || took > drain+time.Second {
+				t.Fatalf("drain %v: %+v after %v", drain, txn, took)
+			}
+		} else if txn.Errors == 0 || took < srv.StepGrace {
+			t.Fatalf("no drain: the short step did not fail after the step grace: %+v after %v", txn, took)
+		}
+		data.Close()
+		_ = wc.Send(&wire.Msg{Type: wire.TAbort})
+		nc.Close()
+	}
+}
+
+// flowopHeader introduces a data connection of strand 0, connection 0.
+func flowopHeader(runID uint32) []byte {
+	return flowop.Header{RunID: runID}.Encode()
 }

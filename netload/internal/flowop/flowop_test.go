@@ -112,6 +112,55 @@ func TestPerOperationTimeout(t *testing.T) {
 	nc.Close()
 }
 
+// A write that waits for room in a send buffer the peer never drains ends
+// at SetUntil's bound in both I/O modes, with ErrDeadline, and the
+// connection is usable again once the bound is lifted.
+func TestUntilEndsABlockedWrite(t *testing.T) {
+	for _, blocking := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); peer <- c }()
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := <-peer
+		c := NewConn(nc, Options{Protocol: "tcp"})
+		if blocking {
+			if err := c.SetBlocking(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bound := time.Now().Add(300 * time.Millisecond)
+		c.SetUntil(bound)
+		buf := make([]byte, 1<<20)
+		var werr error
+		for werr == nil && time.Now().Before(bound.Add(5*time.Second)) {
+			_, werr = c.Write(buf) // the peer reads nothing: the buffers fill, then a write blocks
+		}
+		if !errors.Is(werr, ErrDeadline) {
+			t.Fatalf("blocking=%v: blocked write ended with %v", blocking, werr)
+		}
+		if late := time.Since(bound); late > 2*BlockingTick+100*time.Millisecond {
+			t.Fatalf("blocking=%v: the write ended %v after the bound", blocking, late)
+		}
+		c.SetUntil(time.Time{})
+		go func() { _, _ = io.Copy(io.Discard, p) }()
+		if n, err := c.Write(buf[:1000]); err != nil || n != 1000 {
+			t.Fatalf("blocking=%v: write after the bound was lifted: %d %v", blocking, n, err)
+		}
+		if r := c.Retransmits(); r < 0 {
+			t.Fatalf("retransmits %d", r)
+		}
+		c.Close()
+		p.Close()
+		ln.Close()
+	}
+}
+
 func TestAcceptorRoutesByHeader(t *testing.T) {
 	var fatal error
 	a, err := Listen("127.0.0.1", 0, 0, 42, func(e error) { fatal = e })
