@@ -772,8 +772,9 @@ func (ps *parser) validate(p *Profile) error {
 		if total > MaxStrands {
 			return &Error{File: ps.file, Pos: g.Pos, Msg: fmt.Sprintf("the profile asks for more than %d strands in all", MaxStrands)}
 		}
-		open := map[int]string{} // conn id -> protocol
-		last := -1               // most recently opened conn
+		open := map[int]string{}   // conn id -> protocol
+		hostOf := map[int]string{} // conn id -> remotehost ("" = the default server)
+		last := -1                 // most recently opened conn
 		for ti := range g.Transactions {
 			t := &g.Transactions[ti]
 			for fi := range t.Flowops {
@@ -797,6 +798,7 @@ func (ps *parser) validate(p *Profile) error {
 						}
 					}
 					open[f.Conn] = f.Protocol
+					hostOf[f.Conn] = f.RemoteHost
 					last = f.Conn
 				case OpRead, OpWrite, OpDisconnect:
 					if f.Conn < 0 {
@@ -814,6 +816,9 @@ func (ps *parser) validate(p *Profile) error {
 					if !ok {
 						return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("flowop %s uses connection %d, which no earlier connect or accept opens", f.Type, f.Conn)}
 					}
+					// an op goes to the host its connection goes to (a remotehost
+					// written on disconnect is ignored, as before)
+					f.RemoteHost = hostOf[f.Conn]
 					if f.Type == OpDisconnect {
 						delete(open, f.Conn)
 						if last == f.Conn {

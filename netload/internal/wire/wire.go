@@ -19,10 +19,16 @@ import (
 	"kvmtune/netload/internal/sysstat"
 )
 
-// Magic and Version identify the protocol; a server refuses another version.
+// Magic and Version identify the protocol. A server accepts MinVersion to
+// Version and refuses others. Version 2 adds flowops marked "elsewhere" (a
+// multi-host run: ops on another host's connection, which this server
+// leaves out); a controller sends it only with such a profile, so a
+// single-host run still works against a version-1 server, and a version-1
+// server refuses a multi-host run instead of running ops that are not its own.
 const (
-	Magic   = "netload-control"
-	Version = 1
+	Magic      = "netload-control"
+	Version    = 2
+	MinVersion = 1
 )
 
 // Message types.
