@@ -91,6 +91,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   netload serve [--listen ADDR:PORT] [--once]          serve runs (default :20000)
   netload run PROFILE.xml --remote HOST[:PORT] [opts]   run a uperf profile
+  netload run PROFILE.xml [opts]                        its remotehost(s): one netload serve per host
   netload run --workload NAME[--USERS] [--users N] [--duration 30s] --remote HOST[:PORT]
   netload workloads                                    list the built-in workloads
   netload profile PROFILE.xml | --workload NAME        check a profile, print it resolved

@@ -3,7 +3,10 @@
 // object per line. The controller sends hello, then begin/end for every
 // transaction step, then bye; the server answers hello_ok, ended for each
 // step and bye. Both sides send hb (heartbeat) every second, so a side
-// that stops hearing from its peer knows it died or hangs.
+// that stops hearing from its peer knows it died or hangs. A profile that
+// names several remote hosts has one such connection per host's server,
+// driven in step by the one controller (see engine.Run); abort calls a run
+// off after hello_ok when another host refused it.
 package wire
 
 import (
