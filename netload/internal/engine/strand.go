@@ -102,7 +102,7 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 				dense[f.Conn] = ci
 			}
 			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
-				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
+				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), CC: f.CC, Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			o.exec = executors[f.Type]
 			o.last = int(f.LastSize)
