@@ -25,7 +25,7 @@ import (
 )
 
 // Version is netload's version, reported in every document.
-var Version = "0.1.0"
+var Version = "0.2.0"
 
 // Error classes (report.ErrorInfo.Class) and the exit codes the CLI maps
 // them to.

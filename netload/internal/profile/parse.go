@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -515,6 +516,9 @@ func (ps *parser) txnAttrs(el element) (*Transaction, error) {
 	return t, nil
 }
 
+// ccName is a Linux congestion control name (TCP_CA_NAME_MAX is 16 with the NUL).
+var ccName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,14}$`)
+
 // option names netload knows from uperf but does not implement.
 var unsupportedOptions = map[string]string{
 	"localhost":    "binding to a local address",
@@ -522,9 +526,6 @@ var unsupportedOptions = map[string]string{
 	"batch_size":   "sendmmsg/recvmmsg batching",
 	"non_blocking": "non-blocking sockets",
 	"encaps":       "SCTP over UDP",
-	"cc":           "choosing the congestion control",
-	"stack":        "FreeBSD TCP stacks",
-	"bblog":        "FreeBSD black-box logging",
 	"engine":       "SSL",
 	"cipher":       "SSL",
 	"method":       "SSL",
@@ -730,6 +731,16 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 			}
 		case "tcp_nodelay":
 			f.NoDelay = true
+		case "cc":
+			if !ccName.MatchString(val) {
+				return bad("%q is not a congestion control name (like cubic or bbr)", val)
+			}
+			f.CC = val
+		case "stack", "bblog":
+			// uperf sets these only where FreeBSD's TCP_FUNCTION_BLK and
+			// TCP_LOG exist and warns elsewhere; Linux has neither
+			ps.warnf(tok.off, "option %s is ignored: it is a FreeBSD TCP option, and uperf ignores it on Linux too", key)
+			continue
 		case "busy":
 			f.Busy = true
 		case "idle":

@@ -116,8 +116,13 @@ func TestSeedWorkloadsMeaning(t *testing.T) {
 					t.Fatalf("server flowop %d: %s %d", i, f.Type, f.Size)
 				}
 			}
-			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || !conn.NoDelay || conn.RemoteHost != "198.18.0.2" {
+			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || conn.RemoteHost != "198.18.0.2" {
 				t.Fatalf("connect flowop %+v", conn)
+			}
+			// request/response without Nagle (seed 002's TCP_RR); streams with
+			// it, as iperf3 and bulk transfers run
+			if conn := g.Transactions[0].Flowops[0]; conn.NoDelay != (w.Kind == "rr") {
+				t.Fatalf("%s: tcp_nodelay %v", c.name, conn.NoDelay)
 			}
 		})
 	}
@@ -528,5 +533,28 @@ func TestFlowopWithoutConnUsesTheAnonymousConnection(t *testing.T) {
 	tx := p.Groups[0].Transactions
 	if tx[1].Flowops[0].Conn != 0 || tx[1].Flowops[1].Conn != 1 || tx[2].Flowops[0].Conn != 0 || tx[2].Flowops[1].Conn != 1 {
 		t.Fatalf("connections: %+v %+v", tx[1].Flowops, tx[2].Flowops)
+	}
+}
+
+func TestTCPOptionsFromUperf(t *testing.T) {
+	src := `<profile name="x"><group nthreads="1"><transaction iterations="1">
+    <flowop type="connect" options="remotehost=a cc=cubic stack=rack bblog=1"/></transaction></group></profile>`
+	p, err := Parse([]byte(src), "p.xml", MapLookup(nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := p.Groups[0].Transactions[0].Flowops[0]; f.CC != "cubic" {
+		t.Fatalf("cc: %+v", f)
+	}
+	if len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], "option stack is ignored: it is a FreeBSD TCP option") ||
+		!strings.Contains(p.Warnings[1], "option bblog is ignored") {
+		t.Fatalf("warnings %q", p.Warnings)
+	}
+	for _, bad := range []string{"cc=Cubic", "cc=../x", "cc=averyveryverylongname"} {
+		src := `<profile name="x"><group nthreads="1"><transaction iterations="1">
+    <flowop type="connect" options="remotehost=a ` + bad + `"/></transaction></group></profile>`
+		if _, err := Parse([]byte(src), "p.xml", MapLookup(nil, nil)); err == nil || !strings.Contains(err.Error(), "is not a congestion control name") {
+			t.Fatalf("%s: %v", bad, err)
+		}
 	}
 }

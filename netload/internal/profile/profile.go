@@ -91,6 +91,7 @@ type Flowop struct {
 	Protocol   string        `json:"protocol,omitempty"` // tcp or udp (connect/accept)
 	NoDelay    bool          `json:"tcp_nodelay,omitempty"`
 	WndSz      int64         `json:"wndsz,omitempty"`
+	CC         string        `json:"cc,omitempty"`       // TCP congestion control (TCP_CONGESTION)
 	Duration   time.Duration `json:"duration,omitempty"` // think time
 	Busy       bool          `json:"busy,omitempty"`     // think by spinning
 	CanFail    bool          `json:"canfail,omitempty"`
