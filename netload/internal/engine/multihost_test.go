@@ -256,3 +256,39 @@ func TestControlVersions(t *testing.T) {
 		wc.Close()
 	}
 }
+
+// A server builds nothing for the other hosts' connections: no listener, no
+// UDP endpoint, no op in its strands (two servers on one machine would
+// otherwise both bind a fixed port=), and no GOMAXPROCS share for a strand
+// that never touches it.
+func TestServerLeavesOtherHostsOpsOut(t *testing.T) {
+	src := `<profile name="v">
+  <group nthreads="2">
+    <transaction><flowop type="connect" options="remotehost=$h1"/><flowop type="connect" options="conn=1 remotehost=$h2 protocol=udp"/><flowop type="connect" options="conn=2 remotehost=$h2 port=20999"/></transaction>
+    <transaction iterations="5"><flowop type="write" options="size=10"/><flowop type="read" options="conn=1 size=20"/><flowop type="write" options="conn=2 size=30"/></transaction>
+  </group>
+  <group nthreads="3"><transaction><flowop type="connect" options="conn=3 remotehost=$h2"/></transaction></group>
+</profile>`
+	p, err := profile.Parse([]byte(src), "v.xml", profile.MapLookup(map[string]string{"h1": "a", "h2": "b"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := newSide("server", p.ServerView(p.RemoteHosts(), 0).Opposite(), 1, nil)
+	defer sd.close()
+	if err := sd.setupListeners([]string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.udp) != 0 || len(sd.listeners) != 1 || sd.peers[0].acceptors[0] == nil || sd.peers[0].acceptors[20999] != nil {
+		t.Fatalf("host a's server opened udp %v, listeners %v", sd.udp, sd.peers[0].acceptors)
+	}
+	s := sd.strands[0]
+	if ops := s.txns[1].ops; len(ops) != 1 || ops[0].typ != profile.OpRead || ops[0].fi != 0 {
+		t.Fatalf("strand 0 step 2 ops %+v", ops)
+	}
+	if got := sd.activeStrands(); got != 2 {
+		t.Fatalf("%d active strands on host a, want 2 (group 2 talks only to b)", got)
+	}
+	if !sd.strands[2].txns[0].idle() {
+		t.Fatal("group 2 is host b's only")
+	}
+}
