@@ -18,12 +18,19 @@ import (
 
 func startServer(t *testing.T) (*Server, string) {
 	t.Helper()
-	srv, err := Listen("127.0.0.1:0")
+	return startServerAt(t, "127.0.0.1:0", nil)
+}
+
+// startServerAt starts a server on addr; logf, when given, receives its log.
+func startServerAt(t *testing.T, addr string, logf func(string, ...any)) (*Server, string) {
+	t.Helper()
+	srv, err := Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.PeerTimeout = 3 * time.Second
 	srv.StepGrace = 3 * time.Second
+	srv.Logf = logf
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { srv.Serve(ctx); close(done) }()

@@ -283,8 +283,8 @@ func (ss *session) run() {
 		ss.refuse("busy: this server already serves %d runs (serve --max-sessions)", ss.srv.MaxSessions)
 		return
 	}
-	if m.Version != wire.Version {
-		ss.refuse("control protocol version %d, this server speaks %d (use the same netload on both sides)", m.Version, wire.Version)
+	if m.Version < wire.MinVersion || m.Version > wire.Version {
+		ss.refuse("control protocol version %d, this server speaks %d to %d (use the same netload on both sides)", m.Version, wire.MinVersion, wire.Version)
 		return
 	}
 	if err := checkProfile(m.Profile); err != nil {
@@ -299,19 +299,22 @@ func (ss *session) run() {
 	}
 	local := ss.wc.Net().LocalAddr().(*net.TCPAddr).IP.String()
 	remote := peer.(*net.TCPAddr).IP.String()
-	sd := newSide("server", sprof, m.RunID)
+	// a multi-host run's profile marks the ops this server leaves out
+	// (Elsewhere); strands, connections and flowop positions are the whole
+	// profile's, so the client's pass counts (end's targets) apply as they are
+	sd := newSide("server", sprof, m.RunID, nil)
 	ss.sd = sd
 	defer sd.close()
 	if err := sd.setIO(m.IOMode); err != nil {
 		ss.refuse("%v", err)
 		return
 	}
-	if err := sd.setupListeners(local); err != nil {
+	if err := sd.setupListeners([]string{local}); err != nil {
 		ss.refuse("%v", err)
 		return
 	}
-	sd.setPeer(remote, m.TCPPort, m.UDPPorts)
-	if err := ss.wc.Send(&wire.Msg{Type: wire.THelloOK, Version: wire.Version, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: hostInfo()}); err != nil {
+	sd.setPeer(0, remote, m.TCPPort, m.UDPPorts)
+	if err := ss.wc.Send(&wire.Msg{Type: wire.THelloOK, Version: wire.Version, TCPPort: sd.tcpPort(0), UDPPorts: sd.udpPorts(), Host: hostInfo()}); err != nil {
 		ss.err = err
 		return
 	}
@@ -386,6 +389,7 @@ func (ss *session) run() {
 				sd.resumeAll()
 			case wire.TAbort:
 				abortStep()
+				ss.srv.logf("%v: the client called the run off", peer)
 				return
 			case wire.TBye:
 				abortStep()

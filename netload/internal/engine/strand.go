@@ -35,6 +35,8 @@ type op struct {
 	size    int
 	count   int64
 	ci      int // dense connection index in the strand
+	fi      int // position in the transaction (its statistics slot)
+	host    int // the peer its connection goes to (side.peers)
 	connID  int
 	port    int
 	opts    flowop.Options
@@ -44,7 +46,8 @@ type op struct {
 	timeout time.Duration
 }
 
-// ptxn is a transaction prepared for execution.
+// ptxn is a transaction prepared for execution: the ops this side runs,
+// which on a server of a multi-host run leave out the ops marked Elsewhere.
 type ptxn struct {
 	t   *profile.Transaction
 	ops []op
@@ -53,6 +56,11 @@ type ptxn struct {
 	// short when a timed transaction ends cannot misalign a later step.
 	final bool
 }
+
+// idle reports whether none of the transaction's flowops runs here (a
+// server of a multi-host run whose host this transaction does not touch):
+// the strand sits the step out instead of counting empty passes.
+func (pt *ptxn) idle() bool { return len(pt.ops) == 0 }
 
 // strand is one user: it runs its group's transactions in order.
 type strand struct {
@@ -101,14 +109,17 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 	for ti := range g.Transactions {
 		t := &g.Transactions[ti]
 		pt := ptxn{t: t}
-		for _, f := range t.Flowops {
+		for fi, f := range t.Flowops {
+			if f.Elsewhere {
+				continue
+			}
 			ci, ok := dense[f.Conn]
 			if !ok {
 				ci = len(dense)
 				dense[f.Conn] = ci
 			}
-			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
-				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
+			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, fi: fi, host: sd.hostOf(&f), connID: f.Conn, port: f.Port,
+				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), CC: f.CC, Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			o.exec = executors[f.Type]
 			o.last = int(f.LastSize)
@@ -198,16 +209,18 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 	*r = stepResult{hist: r.hist}
 	r.hist.Reset()
 	s.stepPasses.Store(0)
-	if k >= len(s.txns) {
+	if k >= len(s.txns) || s.txns[k].idle() {
 		r.end = time.Now()
 		return
 	}
 	r.ran = true
 	pt := &s.txns[k]
 	t := pt.t
-	r.flow = make([]wire.FlowopStats, len(pt.ops))
-	for i := range pt.ops {
-		r.flow[i].Type = string(pt.ops[i].typ)
+	// one slot per flowop of the transaction, also those another host runs,
+	// so that every host's statistics merge slot by slot
+	r.flow = make([]wire.FlowopStats, len(t.Flowops))
+	for i := range t.Flowops {
+		r.flow[i].Type = string(t.Flowops[i].Type)
 	}
 	var pace time.Duration
 	if t.Rate > 0 {
@@ -351,7 +364,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			if err != nil && (errors.Is(err, flowop.ErrInterrupted) || errors.Is(err, flowop.ErrDeadline)) {
 				return now, err // stopped from outside or by the clock: not an operation
 			}
-			fs := &r.flow[i]
+			fs := &r.flow[o.fi]
 			d := uint64(now.Sub(prev))
 			if fs.Count == 0 || d < fs.MinNs {
 				fs.MinNs = d
@@ -384,18 +397,19 @@ func (s *strand) connect(o *op, _ *stepResult) error {
 		s.setConn(o.ci, nil)
 		old.Close()
 	}
+	p := &s.sd.peers[o.host]
 	port := o.port
 	if o.opts.Protocol == "udp" {
 		if port == 0 {
-			port = s.sd.peerUDP[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
+			port = p.udp[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
 		}
 	} else if port == 0 {
-		port = s.sd.peerTCPPort
+		port = p.tcpPort
 	}
 	if port == 0 {
 		return fmt.Errorf("connect: the peer announced no port for connection %d", o.connID)
 	}
-	addr := net.JoinHostPort(s.sd.peerHost, strconv.Itoa(port))
+	addr := net.JoinHostPort(p.host, strconv.Itoa(port))
 	h := flowop.Header{RunID: s.sd.runID, Strand: uint32(s.id), Conn: uint32(o.connID)}
 	c, err := flowop.Dial(s.sd.ctx, addr, h, o.opts)
 	if err != nil {
@@ -429,7 +443,7 @@ func (s *strand) accept(o *op, _ *stepResult) error {
 		}
 		c, err = ep.Accept(flowop.Header{RunID: s.sd.runID, Strand: key.Strand, Conn: key.Conn}, o.opts, s.cancelCh(), o.timeout)
 	} else {
-		a := s.sd.acceptors[o.port]
+		a := s.sd.peers[o.host].acceptors[o.port]
 		if a == nil {
 			return fmt.Errorf("accept: no listener on port %d", o.port)
 		}
@@ -523,10 +537,10 @@ func (o *op) sizeNow(last bool) int {
 	return o.size
 }
 
-// readsUDP reports whether the transaction reads from a UDP connection.
+// readsUDP reports whether this side reads from a UDP connection in the transaction.
 func (pt *ptxn) readsUDP() bool {
-	for _, f := range pt.t.Flowops {
-		if f.Type == profile.OpRead && f.Protocol == "udp" {
+	for i := range pt.ops {
+		if pt.ops[i].typ == profile.OpRead && pt.ops[i].opts.Protocol == "udp" {
 			return true
 		}
 	}

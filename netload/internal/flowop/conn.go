@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -60,6 +61,7 @@ type Options struct {
 	Protocol string // "tcp" or "udp"
 	NoDelay  bool
 	WndSz    int
+	CC       string        // TCP congestion control; "" keeps the system's default
 	Timeout  time.Duration // per-operation timeout (0 = none)
 }
 
@@ -445,7 +447,34 @@ func applyTCP(nc net.Conn, o Options) error {
 		_ = tc.SetReadBuffer(o.WndSz)
 		_ = tc.SetWriteBuffer(o.WndSz)
 	}
+	if o.CC != "" {
+		// uperf warns and goes on; a measurement that silently ran another
+		// congestion control than the profile asks for would be wrong, so
+		// netload fails the connection with the reason instead
+		raw, err := tc.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("TCP_CONGESTION %s: %w", o.CC, err)
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptString(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CONGESTION, o.CC)
+		}); err != nil {
+			return fmt.Errorf("TCP_CONGESTION %s: %w", o.CC, err)
+		}
+		if serr != nil {
+			return fmt.Errorf("congestion control %q cannot be set (%v); this kernel offers: %s", o.CC, serr, availableCC())
+		}
+	}
 	return nil
+}
+
+// availableCC lists the congestion controls this kernel has loaded.
+func availableCC() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // DefaultConnectTimeout bounds a connect when the flowop gives no timeout.

@@ -26,16 +26,35 @@ type Document struct {
 	Remote        string         `json:"remote"`
 	Client        *wire.HostInfo `json:"client,omitempty"`
 	Server        *wire.HostInfo `json:"server,omitempty"`
-	Summary       Summary        `json:"summary"`
-	CPU           CPUReport      `json:"cpu"`
-	Steps         []Step         `json:"steps"`
-	IntervalS     float64        `json:"interval_s,omitempty"`
-	Intervals     []Interval     `json:"intervals,omitempty"`
+	// Servers, in a run of a profile that names several remote hosts, is
+	// each host's server and its share of the measured phase. Remote then
+	// lists their addresses, comma-separated, Server is the first one's, and
+	// every "server" figure elsewhere in the document covers them all.
+	Servers   []ServerShare `json:"servers,omitempty"`
+	Summary   Summary       `json:"summary"`
+	CPU       CPUReport     `json:"cpu"`
+	Steps     []Step        `json:"steps"`
+	IntervalS float64       `json:"interval_s,omitempty"`
+	Intervals []Interval    `json:"intervals,omitempty"`
 	// TxnTimeHistogram is the merged transaction-time histogram (ns) of the
 	// measured phase, mergeable with other runs' histograms.
 	TxnTimeHistogram *histogram.Snapshot `json:"txn_time_histogram_ns,omitempty"`
 	PeakRSSBytes     PeakRSS             `json:"peak_rss_bytes"`
 	Error            *ErrorInfo          `json:"error"`
+}
+
+// ServerShare is one host's server in a multi-host run, over the measured
+// phase. Its CPU per MB and per transaction are of the client's bytes and
+// transactions, like the document's server CPU.
+type ServerShare struct {
+	Remotehost   string         `json:"remotehost"` // as the profile names it, variables resolved
+	Remote       string         `json:"remote"`     // address of its netload serve
+	Host         *wire.HostInfo `json:"host,omitempty"`
+	Bytes        int64          `json:"bytes"` // payload this server read and wrote
+	Operations   int64          `json:"operations"`
+	Errors       int64          `json:"errors"`
+	CPU          SideCPU        `json:"cpu"`
+	PeakRSSBytes int64          `json:"peak_rss_bytes"`
 }
 
 // Tool names the producer.
