@@ -487,8 +487,7 @@ func TestEveryFlowopOfTheTableHasAnExecutor(t *testing.T) {
 // then reports the shortfall instead of failing the step. Without a drain
 // time it waits its step grace and fails, as before.
 func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
-	srv, addr := startServer(t)
-	srv.StepGrace = 2 * time.Second
+	srv, addr := startServer(t) // its step grace: 3 s
 	p := builtin(t, "str-writex30k", 1, map[string]string{"duration": "1s"})
 	msg := int(p.Groups[0].Transactions[1].Flowops[0].Size)
 	for _, drain := range []time.Duration{300 * time.Millisecond, 0} {

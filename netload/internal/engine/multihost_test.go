@@ -136,9 +136,11 @@ func TestTimedTwoHostStepEndsCleanly(t *testing.T) {
 	if txns == 0 || doc.Summary.Errors != 0 || doc.Summary.ServerErrors != 0 {
 		t.Fatalf("summary %+v", doc.Summary)
 	}
-	// host 1 read exactly what the client wrote; host 2 wrote at least what it read
-	if sv := doc.Servers[0]; sv.Bytes != 300*txns {
-		t.Errorf("host 1 moved %d bytes, want %d", sv.Bytes, 300*txns)
+	// host 1 read what the client counted, plus at most one message per user: a pass the client cut at
+	// the end of the measured time (waiting for host 2's datagram) had already written to host 1; host 2
+	// wrote at least what the client read
+	if sv := doc.Servers[0]; sv.Bytes < 300*txns || sv.Bytes > 300*(txns+2) {
+		t.Errorf("host 1 moved %d bytes, want %d to %d", sv.Bytes, 300*txns, 300*(txns+2))
 	}
 	if sv := doc.Servers[1]; sv.Bytes < 300*txns {
 		t.Errorf("host 2 wrote %d bytes, fewer than the client read (%d)", sv.Bytes, 300*txns)
