@@ -9,7 +9,9 @@ wall time per topology. Each topology is one `kvmtune bench net` run (the goal i
 is split into the measured seconds (20 × 5 s), the overhead per test (the test's wall time beyond its 5 s:
 netload connecting its users, draining what a slow datapath still holds, reporting, kvmtune reading the result
 and storing the cell; "harness only" leaves out the drain, i.e. counts beyond netload's own measured phase) and
-the fixed cost (interpreter start, topology up and down, netload servers, the results database). Beside the rates, the
+the fixed cost (interpreter start, topology up and down, netload servers, the results database); for every test in
+which TCP retransmitted, the loss figures ("losses": retransmits, messages still in flight after netload's drain,
+and for Open vSwitch's userspace datapath the share of packets its AF_PACKET sockets dropped). Beside the rates, the
 CPU time of the whole path per MB and per transaction (both netloads plus Open vSwitch's daemons), which
 depends little on what else runs on this shared machine. Then `kvmtune report` over the runs prints seed 002's
 "which topology won". Results go to bench/net_datapath/results/latest.json with the load average and core
@@ -90,6 +92,16 @@ def main() -> int:
                     [c.metrics.get("path_cpu_s_per_mb", 0.0) for c in ok if c.workload.startswith("str")])) else None),
                 "tps_geomean_rr": _geomean([c.metrics.get("tps", 0.0) for c in rr]),
                 "ovs_datapath": next((c.config.get("ovs_datapath") for c in cells if c.config.get("ovs_datapath")), None),
+                # where the path lost packets and what that cost, per test that saw TCP retransmit: the test's wall
+                # time, the retransmits, the messages still in flight when netload's 1 s drain was up, and (OVS's
+                # userspace datapath) the share of packets its AF_PACKET sockets dropped
+                "losses": {c.workload: {"wall_s": round(c.duration_s or 0.0, 2), "status": c.status,
+                                        "tcp_retransmits": int(c.metrics.get("tcp_retransmits", 0)),
+                                        "undelivered_messages": int(c.metrics.get("undelivered_messages", 0)),
+                                        "ovs_socket_drop_pct": (round(c.metrics["ovs_socket_drop_pct"], 2)
+                                                                if "ovs_socket_drop_pct" in c.metrics else None),
+                                        "throughput_Gbps": round(8 * c.metrics.get("throughput_Bps", 0.0) / 1e9, 2)}
+                           for c in cells if c.metrics.get("tcp_retransmits", 0) > 0},
                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             }  # fmt: skip
         report = subprocess.run([sys.executable, "-m", "kvmtune", "report", *map(str, run_ids), "--db", str(db)],

@@ -9,10 +9,9 @@
 #     ROUNDS rounds (default 5) of DURATION seconds (default 3);
 #   * the summary is the median of the per-round ratios with their spread,
 #     beside the core count and the load average of every round;
-#   * the stream is compared twice: with `iperf3 -l 30720` as the issue states,
-#     and with `iperf3 -l 30720 -N`, the same TCP_NODELAY that netload's
-#     str-writex30k (like uperf's profiles) sets; on loopback Nagle otherwise
-#     merges the 30 KiB writes into 64 KiB segments (half the packets and ACKs);
+#   * the stream is compared with `iperf3 -l 30720`, as the issue states; both
+#     leave Nagle on (netload 0.2.0's stream workloads set no tcp_nodelay, as
+#     iperf3 without -N and bulk transfers do; its request/response ones do);
 #   * rr1c-1x1--250 and str-readx30k--250 are checked for errors, with each
 #     side's peak memory.
 #
@@ -160,16 +159,6 @@ def iperf3_stream(srv):
     gb = e["bytes"] / 1e9  # the client also spends CPU on its 0.5-1 s of setup; counted, as for netload
     return {"gbps": e["bits_per_second"] / 1e9, "client_cpu_s_per_gb": ccpu / gb, "server_cpu_s_per_gb": scpu / gb}
 
-def iperf3_stream_nodelay(srv):
-    """iperf3 with TCP_NODELAY (-N), the socket option netload's str-writex30k sets as uperf's profiles do:
-    without it, Nagle coalesces the 30 KiB writes into 64 KiB loopback segments, half the packets and ACKs."""
-    rc, out, err, ccpu, scpu = measured(srv, ["iperf3", "-c", HOST, "-p", str(IP_PORT), "-l", "30720", "-N", "-t", str(DURATION), "-J"])
-    if rc != 0:
-        sys.exit(f"compare.sh: iperf3 -N failed: {(out + err)[-300:]}")
-    e = json.loads(out)["end"]["sum_received"]
-    gb = e["bytes"] / 1e9
-    return {"gbps": e["bits_per_second"] / 1e9, "client_cpu_s_per_gb": ccpu / gb, "server_cpu_s_per_gb": scpu / gb}
-
 def vmhwm_run(workload):
     port = NL_PORT + 10
     srv = subprocess.Popen(pin(SCPU, [NETLOAD, "serve", "--listen", f"{HOST}:{port}", "--once", "-q"]),
@@ -197,15 +186,13 @@ try:
     for r in range(ROUNDS):
         row = {"load_average_1m": os.getloadavg()[0]}
         rr = [("netload_rr", lambda: netload_rr(nl)), ("sockperf", lambda: sockperf_rr(sp))]
-        stream = [("netload_stream", lambda: netload_stream(nl)), ("iperf3", lambda: iperf3_stream(ip)),
-                  ("iperf3_nodelay", lambda: iperf3_stream_nodelay(ip))]
+        stream = [("netload_stream", lambda: netload_stream(nl)), ("iperf3", lambda: iperf3_stream(ip))]
         order = rr + stream if r % 2 == 0 else rr[::-1] + stream[::-1]
         for name, fn in order:
             row[name] = fn()
         rounds.append(row)
         print(f"   round {r + 1}: load average {row['load_average_1m']:.2f}; netload {row['netload_rr']['tps']:.0f} txn/s, "
-              f"sockperf {row['sockperf']['tps']:.0f}; netload {row['netload_stream']['gbps']:.2f} Gb/s, iperf3 {row['iperf3']['gbps']:.2f}, "
-              f"iperf3 -N {row['iperf3_nodelay']['gbps']:.2f}", flush=True)
+              f"sockperf {row['sockperf']['tps']:.0f}; netload {row['netload_stream']['gbps']:.2f} Gb/s, iperf3 {row['iperf3']['gbps']:.2f}", flush=True)
     users250 = {w: vmhwm_run(w) for w in ("rr1c-1x1--250", "str-readx30k--250")}
 finally:
     stop_servers()
@@ -232,9 +219,6 @@ summary = {
     "stream_cpu_per_gb_client": ratios("netload_stream", "iperf3", "client_cpu_s_per_gb"),
     "stream_cpu_per_gb_server": ratios("netload_stream", "iperf3", "server_cpu_s_per_gb"),
     "stream_cpu_per_gb_total": ratios("netload_stream", "iperf3", None, ("client_cpu_s_per_gb", "server_cpu_s_per_gb")),
-    "stream_nodelay_throughput": ratios("netload_stream", "iperf3_nodelay", "gbps"),
-    "stream_nodelay_cpu_per_gb_client": ratios("netload_stream", "iperf3_nodelay", "client_cpu_s_per_gb"),
-    "stream_nodelay_cpu_per_gb_server": ratios("netload_stream", "iperf3_nodelay", "server_cpu_s_per_gb"),
 }
 med = lambda tool, key: statistics.median(row[tool][key] for row in rounds)
 res = {"host": platform.node(), "kernel": platform.release(), "ncpu": os.cpu_count(), "rounds": ROUNDS, "duration_s": DURATION,
@@ -264,9 +248,6 @@ line("  CPU-s per GB, client", "netload_stream", "iperf3", "client_cpu_s_per_gb"
 line("  CPU-s per GB, server", "netload_stream", "iperf3", "server_cpu_s_per_gb", "", "{:.3f}", "stream_cpu_per_gb_server")
 s = summary["stream_cpu_per_gb_total"]
 print(f"{'  CPU-s per GB, client + server':44s} {'':>10s} {'':>10s}   {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})")
-line("same, vs iperf3 -N (TCP_NODELAY on both)", "netload_stream", "iperf3_nodelay", "gbps", "", "{:.2f}", "stream_nodelay_throughput")
-line("  CPU-s per GB, client", "netload_stream", "iperf3_nodelay", "client_cpu_s_per_gb", "", "{:.3f}", "stream_nodelay_cpu_per_gb_client")
-line("  CPU-s per GB, server", "netload_stream", "iperf3_nodelay", "server_cpu_s_per_gb", "", "{:.3f}", "stream_nodelay_cpu_per_gb_server")
 for w, v in users250.items():
     if "error" in v:
         print(f"{w}: {v['error']}"); continue

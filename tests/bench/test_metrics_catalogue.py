@@ -41,7 +41,7 @@ def test_every_metric_fio_and_netload_store_is_in_the_catalogue(tmp_path: Path) 
     stored = set(fiomod.parse_fio_json(res.stdout))
     doc = {
         "summary": {"throughput_bytes_per_s": 2e6, "transactions_per_s": 1000.0, "bytes": 6e6, "transactions": 3000,
-                    "errors": 0, "duration_s": 3.0,
+                    "errors": 0, "duration_s": 3.0, "tcp_retransmits": 7, "undelivered_messages": 2,
                     "txn_time_ns": {"count": 3000, "avg": 2500.0, "p50": 2000, "p90": 3000, "p99": 9000, "p99_9": 20000}},
         "cpu": {side: {"system_cpu_s_per_mb": 0.5, "system_cpu_us_per_txn": 40.0, "system_busy_share": 0.25}
                 for side in ("client", "server")},

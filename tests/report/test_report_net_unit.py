@@ -192,3 +192,15 @@ def test_network_compare_as_json(net_db: Path, capsys: pytest.CaptureFixture[str
     first = doc["tests"][0]
     assert f"{first['pct_better']['throughput']:+.1f}%" in text  # the same figure the text table prints
     assert first["a"]["tps"] > 0 and first["b"]["lat_avg_us"] > 0
+
+
+def test_network_compare_warns_when_netload_versions_differ(net_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compare", "1", "2", "--db", str(net_db)]) == 0
+    assert "WARNING" not in capsys.readouterr().err  # both runs: netload 0.1.0
+    with Store(net_db) as st:
+        env = dict(st.run(2).env, netload="netload 0.2.0")
+        with st.db:
+            st.db.execute("UPDATE runs SET env = ? WHERE id = 2", (json.dumps(env),))
+    assert cli.main(["compare", "1", "2", "--db", str(net_db)]) == 0
+    err = capsys.readouterr().err
+    assert "run 1 was measured with netload 0.1.0 and run 2 with netload 0.2.0" in err

@@ -91,13 +91,14 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   netload serve [--listen ADDR:PORT] [--once]          serve runs (default :20000)
   netload run PROFILE.xml --remote HOST[:PORT] [opts]   run a uperf profile
+  netload run PROFILE.xml [opts]                        its remotehost(s): one netload serve per host
   netload run --workload NAME[--USERS] [--users N] [--duration 30s] --remote HOST[:PORT]
   netload workloads                                    list the built-in workloads
   netload profile PROFILE.xml | --workload NAME        check a profile, print it resolved
   netload version
 
 run options: --var K=V (repeatable), --iterations N, --interval 1s, --json, -o FILE,
-             --stream FILE, --peer-timeout 10s, --connect-timeout 5s
+             --stream FILE, --peer-timeout 10s, --connect-timeout 5s, --drain 1s
 exit codes: 0 ok, 1 run failed, 2 usage/profile, 3 cannot connect, 4 refused, 5 peer died/hung
 `)
 }
@@ -187,6 +188,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return exitRun
 	}
 	return exitOK
+}
+
+// drainOpt maps --drain to RunConfig.Drain, where 0 means the default and a
+// negative value means no drain limit.
+func drainOpt(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // remoteAddr adds the default port when ADDR has none.
@@ -348,6 +358,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	peerTimeout := fs.Duration("peer-timeout", 10*time.Second, "end the run when the server is silent this long")
 	connectTimeout := fs.Duration("connect-timeout", 5*time.Second, "control connection timeout")
 	stallTimeout := fs.Duration("stall-timeout", 60*time.Second, "end the run when no operation completes for this long")
+	drain := fs.Duration("drain", engine.DefaultDrain, "after a timed transaction, how long the server waits for data still in flight before it reports it as undelivered (0: until its step grace, then fail)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	ioMode := fs.String("io", engine.IOAuto, "data I/O: blocking (a thread per user, lowest latency), poll (Go's poller, many users) or auto")
 	pos, err := parseArgs(fs, args)
@@ -362,8 +373,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	if o.users < 0 || o.iterations < 0 || o.duration < 0 || *interval < 0 {
-		fmt.Fprintln(stderr, "netload run: --users, --iterations, --duration and --interval must not be negative")
+	if o.users < 0 || o.iterations < 0 || o.duration < 0 || *interval < 0 || *drain < 0 {
+		fmt.Fprintln(stderr, "netload run: --users, --iterations, --duration, --interval and --drain must not be negative")
 		return exitUsage
 	}
 	if *remote != "" {
@@ -381,24 +392,33 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	for _, w := range l.prof.Warnings {
 		fmt.Fprintf(stderr, "netload: %s\n", w)
 	}
+	var remotes []engine.Remote
+	addr := ""
 	if hosts := l.prof.RemoteHosts(); len(hosts) > 1 {
+		// one netload serve per remote host, all in one run (engine.Run)
 		if *remote != "" {
 			fmt.Fprintf(stderr, "netload: --remote names one server, but the profile names %d hosts (%s): start a netload serve on each\n", len(hosts), strings.Join(hosts, ", "))
 			return exitUsage
 		}
-		return runMulti(l, engine.RunConfig{Token: *token, Source: l.source, XML: l.xml, Vars: l.vars, IOMode: *ioMode,
-			PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}, *asJSON, *out, stdout, stderr)
-	}
-	r := *remote
-	if r == "" {
-		if hosts := l.prof.RemoteHosts(); len(hosts) == 1 {
+		for _, h := range hosts {
+			a, err := remoteAddr(h)
+			if err != nil {
+				fmt.Fprintf(stderr, "netload: %s: remotehost %q: %v\n", l.source, h, err)
+				return exitUsage
+			}
+			remotes = append(remotes, engine.Remote{Name: h, Addr: a})
+		}
+	} else {
+		r := *remote
+		if r == "" && len(hosts) == 1 {
 			r = hosts[0]
 		}
-	}
-	addr, err := remoteAddr(r)
-	if err != nil {
-		fmt.Fprintf(stderr, "netload: %v\n", err)
-		return exitUsage
+		a, err := remoteAddr(r)
+		if err != nil {
+			fmt.Fprintf(stderr, "netload: %v\n", err)
+			return exitUsage
+		}
+		addr = a
 	}
 
 	var streamFile *os.File
@@ -411,8 +431,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		streamFile = f
 	}
-	cfg := engine.RunConfig{Remote: addr, Token: *token, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
-		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout}
+	cfg := engine.RunConfig{Remote: addr, Remotes: remotes, Token: *token, Profile: l.prof, Test: l.test, Source: l.source, XML: l.xml, Vars: l.vars,
+		IOMode: *ioMode, Interval: *interval, PeerTimeout: *peerTimeout, ConnectTimeout: *connectTimeout, StallTimeout: *stallTimeout,
+		Drain: drainOpt(*drain)}
 	cfg.OnInterval = func(iv report.Interval) {
 		if !*quiet && !*asJSON {
 			fmt.Fprintln(stderr, report.IntervalLine(iv))
@@ -537,73 +558,4 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 	b, _ := json.MarshalIndent(l.prof, "", "  ")
 	fmt.Fprintf(stdout, "%s\n", b)
 	return exitOK
-}
-
-// runMulti runs a profile that names several remote hosts: the groups of
-// each host go to the netload serve on that host (HOST or HOST:PORT, as the
-// profile's remotehost resolves), all hosts at once. Each host's run keeps
-// its own steps, so steps are in step within one host, not across hosts
-// (uperf's master holds every host to the same barrier). The text report
-// has one section per host; --json prints {"schema_version", "hosts": [...]}
-// with one document per host.
-func runMulti(l *loaded, base engine.RunConfig, asJSON bool, out string, stdout, stderr io.Writer) int {
-	hosts, parts, err := l.prof.SplitByHost()
-	if err != nil {
-		fmt.Fprintf(stderr, "netload: %s: %v\n", l.source, err)
-		return exitUsage
-	}
-	type result struct {
-		Remotehost string           `json:"remotehost"`
-		Document   *report.Document `json:"document"`
-		err        error
-	}
-	results := make([]result, len(hosts))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	done := make(chan struct{}, len(hosts))
-	for i, h := range hosts {
-		addr, err := remoteAddr(h)
-		if err != nil {
-			fmt.Fprintf(stderr, "netload: remotehost %q: %v\n", h, err)
-			return exitUsage
-		}
-		cfg := base
-		cfg.Remote, cfg.Profile = addr, parts[h]
-		cfg.Test = fmt.Sprintf("%s@%s", l.test, h)
-		go func(i int, h string, cfg engine.RunConfig) {
-			doc, err := engine.Run(ctx, cfg)
-			results[i] = result{Remotehost: h, Document: doc, err: err}
-			done <- struct{}{}
-		}(i, h, cfg)
-	}
-	for range hosts {
-		<-done
-	}
-	doc := struct {
-		SchemaVersion int      `json:"schema_version"`
-		Hosts         []result `json:"hosts"`
-	}{report.SchemaVersion, results}
-	b, jerr := json.MarshalIndent(doc, "", "  ")
-	if out != "" && jerr == nil {
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(stderr, "netload: writing %s: %v\n", out, err)
-		}
-	}
-	if asJSON && jerr == nil {
-		stdout.Write(append(b, '\n'))
-	}
-	code := exitOK
-	for _, r := range results {
-		if !asJSON && r.Document != nil && (r.err == nil || len(r.Document.Steps) > 0) {
-			fmt.Fprintf(stdout, "== remotehost %s\n", r.Remotehost)
-			r.Document.WriteText(stdout)
-		}
-		if r.err != nil {
-			fmt.Fprintf(stderr, "netload: error: remotehost %s: %v\n", r.Remotehost, r.err)
-			if c := exitCode(r.err); code == exitOK || c > code {
-				code = c
-			}
-		}
-	}
-	return code
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,12 @@ func runCmd(t *testing.T, timeout time.Duration, cmd *exec.Cmd) result {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return freePortOn(t, "127.0.0.1")
+}
+
+func freePortOn(t *testing.T, ip string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,16 +91,42 @@ func freePort(t *testing.T) string {
 // ulimit) and waits until it listens.
 func server(t *testing.T, shellPrefix string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
-	addr := freePort(t)
-	args := append([]string{"serve", "--listen", addr, "-q"}, extra...)
+	cmd, addr, _ := serverOn(t, "127.0.0.1", shellPrefix, append([]string{"-q"}, extra...)...)
+	return cmd, addr
+}
+
+// lockedBuffer is a server's stderr, read while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serverOn starts `netload serve` on a free port of ip; its stderr (the
+// session log unless extra has -q) comes back as it runs.
+func serverOn(t *testing.T, ip, shellPrefix string, extra ...string) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
+	addr := freePortOn(t, ip)
+	args := append([]string{"serve", "--listen", addr}, extra...)
 	var cmd *exec.Cmd
 	if shellPrefix != "" {
 		cmd = exec.Command("sh", append([]string{"-c", shellPrefix + " && exec \"$0\" \"$@\"", bin}, args...)...)
 	} else {
 		cmd = exec.Command(bin, args...)
 	}
-	var se bytes.Buffer
-	cmd.Stderr = &se
+	se := &lockedBuffer{}
+	cmd.Stderr = se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +139,12 @@ func server(t *testing.T, shellPrefix string, extra ...string) (*exec.Cmd, strin
 	for time.Now().Before(deadline) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return cmd, addr
+			return cmd, addr, se
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("server did not start: %s", se.String())
-	return nil, ""
+	return nil, "", nil
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -454,7 +486,7 @@ func TestUperfFeatureProfilesRunAgainstARealServer(t *testing.T) {
 		t.Fatalf("no testdata profiles: %v", err)
 	}
 	_, addr := server(t, "")
-	_, addr2 := server(t, "")
+	_, addr2, _ := serverOn(t, "127.0.0.2", "", "-q")
 	host, _, _ := net.SplitHostPort(addr)
 	type summary struct {
 		Transactions int64   `json:"transactions"`
@@ -462,8 +494,14 @@ func TestUperfFeatureProfilesRunAgainstARealServer(t *testing.T) {
 		ServerErrors int64   `json:"server_errors"`
 		DiffPct      float64 `json:"bytes_difference_pct"`
 	}
+	type share struct {
+		Remotehost string `json:"remotehost"`
+		Bytes      int64  `json:"bytes"`
+		Errors     int64  `json:"errors"`
+	}
 	type document struct {
 		Summary summary `json:"summary"`
+		Servers []share `json:"servers"`
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -479,52 +517,78 @@ func TestUperfFeatureProfilesRunAgainstARealServer(t *testing.T) {
 			if r.code != exitOK {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
-			var docs []document
+			var doc document
+			if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.Summary.Errors != 0 || doc.Summary.ServerErrors != 0 || doc.Summary.DiffPct != 0 || doc.Summary.Transactions == 0 {
+				t.Fatalf("summary %+v", doc.Summary)
+			}
 			if multi {
-				var all struct {
-					Hosts []struct {
-						Remotehost string   `json:"remotehost"`
-						Document   document `json:"document"`
-					} `json:"hosts"`
+				// one document; each host's server and its share of the bytes
+				if len(doc.Servers) != 2 || doc.Servers[0].Remotehost != addr || doc.Servers[1].Remotehost != addr2 {
+					t.Fatalf("servers %+v", doc.Servers)
 				}
-				if err := json.Unmarshal([]byte(r.stdout), &all); err != nil {
-					t.Fatal(err)
+				for _, sv := range doc.Servers {
+					if sv.Bytes == 0 || sv.Errors != 0 {
+						t.Fatalf("server %+v", sv)
+					}
 				}
-				if len(all.Hosts) != 2 || all.Hosts[0].Remotehost != addr || all.Hosts[1].Remotehost != addr2 {
-					t.Fatalf("hosts %+v", all.Hosts)
-				}
-				for _, h := range all.Hosts {
-					docs = append(docs, h.Document)
-				}
-			} else {
-				var doc document
-				if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
-					t.Fatal(err)
-				}
-				docs = append(docs, doc)
+			} else if len(doc.Servers) != 0 {
+				t.Fatalf("a one-host run lists servers: %+v", doc.Servers)
 			}
-			for _, doc := range docs {
-				if doc.Summary.Errors != 0 || doc.Summary.ServerErrors != 0 || doc.Summary.DiffPct != 0 || doc.Summary.Transactions == 0 {
-					t.Fatalf("summary %+v", doc.Summary)
+			switch filepath.Base(f) {
+			case "ignored-options.xml", "tcp-options.xml":
+				if strings.Count(r.stderr, "warning:") != 2 {
+					t.Fatalf("want two warnings, got:\n%s", r.stderr)
 				}
-			}
-			if filepath.Base(f) == "ignored-options.xml" && strings.Count(r.stderr, "warning:") != 2 {
-				t.Fatalf("want two warnings, got:\n%s", r.stderr)
 			}
 		})
 	}
 }
 
-func TestAGroupTalkingToTwoHostsIsRefused(t *testing.T) {
-	p := writeFile(t, "two.xml", `<profile name="x"><group nthreads="1"><transaction>
-  <flowop type="connect" options="conn=1 remotehost=127.0.0.1:1"/><flowop type="connect" options="conn=2 remotehost=127.0.0.1:2"/>
-</transaction></group></profile>`)
-	r := runBin(t, 10*time.Second, "run", p)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "talks to 127.0.0.1:1 and 127.0.0.1:2") {
+// One strand talks to two `netload serve` (127.0.0.1 and 127.0.0.2): the
+// text report has each host's share, and both servers end the run cleanly.
+func TestOneStrandTalksToTwoServers(t *testing.T) {
+	_, a1, log1 := serverOn(t, "127.0.0.1", "")
+	_, a2, log2 := serverOn(t, "127.0.0.2", "")
+	c := exec.Command(bin, "run", "../../testdata/one-strand-two-hosts.xml", "-q")
+	c.Env = append(os.Environ(), "h1="+a1, "h2="+a2)
+	r := runCmd(t, 60*time.Second, c)
+	if r.code != exitOK || r.stderr != "" {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	r = runBin(t, 10*time.Second, "run", p, "--remote", "127.0.0.1:9")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "start a netload serve on each") {
+	// host 1: 2 strands x (100 x 120 B + 30 x 1 KiB); host 2: 2 x 100 x 350 B
+	for _, want := range []string{"server " + a1 + "," + a2, " " + a1 + " ", "83.44KB", " " + a2 + " ", "68.36KB", "Difference(%)                     0.00%"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("no %q in the report:\n%s", want, r.stdout)
+		}
+	}
+	for _, l := range []*lockedBuffer{log1, log2} {
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(l.String(), "run finished") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if out := l.String(); !strings.Contains(out, "run finished") || strings.Contains(out, "interrupted") || strings.Contains(out, "reached") || strings.Contains(out, "lost") {
+			t.Errorf("server log:\n%s", out)
+		}
+	}
+}
+
+// A remote host nobody serves ends the run with one line naming it (exit 3);
+// --remote cannot stand for several hosts.
+func TestUnreachableSecondHost(t *testing.T) {
+	_, a1 := server(t, "")
+	closed := freePortOn(t, "127.0.0.2")
+	c := exec.Command(bin, "run", "../../testdata/one-strand-two-hosts.xml", "-q")
+	c.Env = append(os.Environ(), "h1="+a1, "h2="+closed)
+	r := runCmd(t, 30*time.Second, c)
+	if r.code != exitConnect || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "remotehost "+closed) {
+		t.Fatalf("exit %d: %q", r.code, r.stderr)
+	}
+	c = exec.Command(bin, "run", "../../testdata/one-strand-two-hosts.xml", "--remote", a1)
+	c.Env = append(os.Environ(), "h1="+a1, "h2="+closed)
+	if r := runCmd(t, 10*time.Second, c); r.code != exitUsage || !strings.Contains(r.stderr, "start a netload serve on each") {
 		t.Fatalf("--remote with two hosts: exit %d: %s", r.code, r.stderr)
 	}
 }

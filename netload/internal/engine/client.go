@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,7 +25,7 @@ import (
 )
 
 // Version is netload's version, reported in every document.
-var Version = "0.1.0"
+var Version = "0.3.0"
 
 // Error classes (report.ErrorInfo.Class) and the exit codes the CLI maps
 // them to.
@@ -51,7 +53,10 @@ func classed(class string, format string, a ...any) *RunError {
 
 // RunConfig describes one run from the controller side.
 type RunConfig struct {
-	Remote  string // host:port of `netload serve`
+	Remote string // host:port of `netload serve`
+	// Remotes, for a profile that names several remote hosts, is one server
+	// per host, the first one also serving connections that name none (see Run).
+	Remotes []Remote
 	Profile *profile.Profile
 	Test    string // test name for the report (e.g. rr1c-1x1--1)
 	Source  string // profile path or builtin:NAME
@@ -69,6 +74,11 @@ type RunConfig struct {
 	PeerTimeout    time.Duration // silence after which the peer is dead (default 10s)
 	StepGrace      time.Duration // how long the server may take to end a step (default 15s)
 	StallTimeout   time.Duration // no operation at all for this long ends the run (default 60s)
+	// Drain is how long, after a timed transaction, the server waits for
+	// what is still in flight on connections that are only closed
+	// afterwards (default 1s; negative: until its step grace, then fail).
+	// What has not arrived then is reported (short_passes), not waited for.
+	Drain time.Duration
 }
 
 func (c *RunConfig) defaults() {
@@ -83,6 +93,9 @@ func (c *RunConfig) defaults() {
 	}
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = 60 * time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
 	}
 	// a think or a paced gap longer than the stall timeout is not a stall
 	for _, g := range c.Profile.Groups {
@@ -104,6 +117,20 @@ func (c *RunConfig) defaults() {
 			}
 		}
 	}
+}
+
+// DefaultDrain is RunConfig.Drain's default: on a healthy path the data
+// still queued when a timed transaction ends arrives within milliseconds.
+const DefaultDrain = time.Second
+
+// stepTimed reports whether step k has a timed transaction in some group.
+func stepTimed(p *profile.Profile, k int) bool {
+	for gi := range p.Groups {
+		if ts := p.Groups[gi].Transactions; k < len(ts) && ts[k].Timed() {
+			return true
+		}
+	}
+	return false
 }
 
 func hostInfo() *wire.HostInfo {
@@ -135,10 +162,64 @@ func newRunID() uint32 {
 	return binary.BigEndian.Uint32(b[:]) | 1
 }
 
-// Run drives one run against a server. It always returns a document
-// (partial when the run failed); the error, if any, is a *RunError.
+// Remote is one server of a run that names several remote hosts.
+type Remote struct {
+	Name string // the profile's remotehost (resolved), as its flowops name it
+	Addr string // host:port of the netload serve for it
+}
+
+// hostLink is the control connection to one server.
+type hostLink struct {
+	Remote
+	wc     *wire.Conn
+	link   *controlLink
+	server *wire.HostInfo
+	dead   bool  // lost: nothing more is sent to it
+	rss    int64 // its peak memory, from its last stats or bye
+	stats  []*wire.SideStats
+}
+
+// hostMsg and hostErr carry one server's control messages and its loss into
+// the run's single loop.
+type hostMsg struct {
+	h int
+	m *wire.Msg
+}
+
+type hostErr struct {
+	h   int
+	err error
+}
+
+// Run drives one run against its servers: cfg.Remote, or one per remote
+// host (cfg.Remotes) for a profile that names several.
+//
+// With several hosts, one control connection goes to each server, and each
+// gets its own view of the profile (profile.ServerView): the ops on other
+// hosts' connections are marked Elsewhere and its strands leave them out.
+// The client side runs the whole profile, every strand with its connections
+// to every host. Steps are held together across hosts as uperf's master
+// holds its slaves to one barrier: begin k goes to every server before the
+// client's strands start, end k (with the client's pass counts) goes to
+// every server once they stop, and step k+1 begins only when every server
+// has ended step k. A server stops its strands at the client's count, which
+// fits each host because every pass of a client strand runs the ops of that
+// host once; a strand with no op on a host in a step sits it out there
+// (target 0). Durations are only the client's: servers run until its count.
+// The document merges the servers' statistics (Document.Servers keeps each
+// host's share). It always returns a document (partial when the run
+// failed); the error, if any, is a *RunError.
 func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 	cfg.defaults()
+	remotes := cfg.Remotes
+	if len(remotes) == 0 {
+		remotes = []Remote{{Addr: cfg.Remote}}
+	}
+	multi := len(remotes) > 1
+	addrs := make([]string, len(remotes))
+	for i, r := range remotes {
+		addrs[i] = r.Addr
+	}
 	doc := &report.Document{
 		SchemaVersion: report.SchemaVersion,
 		Tool:          report.Tool{Name: "netload", Version: Version},
@@ -146,7 +227,7 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 		Profile: report.ProfileInfo{Name: cfg.Profile.Name, Source: cfg.Source, Users: cfg.Profile.Strands(),
 			XML: cfg.XML, Vars: cfg.Vars},
 		StartedAt: time.Now().UTC(),
-		Remote:    cfg.Remote,
+		Remote:    strings.Join(addrs, ","),
 		Client:    hostInfo(),
 		Steps:     []report.Step{},
 	}
@@ -158,59 +239,144 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 		doc.PeakRSSBytes.Client = sysstat.PeakRSS()
 		return doc, err
 	}
-	if err := flowop.CheckFDs(needFDs(cfg.Profile)+2, "the client"); err != nil {
+	// who names server h in messages: as before with one server, by its
+	// remotehost with several
+	who := func(h int) string {
+		if !multi {
+			return "the server"
+		}
+		return fmt.Sprintf("the server of remotehost %s", remotes[h].Name)
+	}
+	if err := flowop.CheckFDs(needFDs(cfg.Profile)+2*len(remotes), "the client"); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}
 
+	links := make([]*hostLink, len(remotes))
+	locals := make([]string, len(remotes))
+	peerHosts := make([]string, len(remotes))
 	d := net.Dialer{Timeout: cfg.ConnectTimeout}
-	nc, err := d.DialContext(ctx, "tcp", cfg.Remote)
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return fail(classed(ClassConnect, "cannot reach the server at %s: no answer within %v", cfg.Remote, cfg.ConnectTimeout))
+	for i, r := range remotes {
+		nc, err := d.DialContext(ctx, "tcp", r.Addr)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fail(classed(ClassConnect, "cannot reach %s at %s: no answer within %v", who(i), r.Addr, cfg.ConnectTimeout))
+			}
+			return fail(classed(ClassConnect, "cannot reach %s at %s: %v", who(i), r.Addr, flowop.Explain(err)))
 		}
-		return fail(classed(ClassConnect, "cannot reach the server at %s: %v", cfg.Remote, flowop.Explain(err)))
+		links[i] = &hostLink{Remote: r, wc: wire.NewConn(nc)}
+		defer links[i].wc.Close()
+		locals[i] = nc.LocalAddr().(*net.TCPAddr).IP.String()
+		peerHosts[i] = nc.RemoteAddr().(*net.TCPAddr).IP.String()
 	}
-	wc := wire.NewConn(nc)
-	defer wc.Close()
-	localHost := nc.LocalAddr().(*net.TCPAddr).IP.String()
-	peerHost := nc.RemoteAddr().(*net.TCPAddr).IP.String()
 
-	sd := newSide("client", cfg.Profile, newRunID())
+	var hostNames []string
+	if multi {
+		for _, r := range remotes {
+			hostNames = append(hostNames, r.Name)
+		}
+	}
+	sd := newSide("client", cfg.Profile, newRunID(), hostNames)
 	defer sd.close()
 	if err := sd.setIO(cfg.IOMode); err != nil {
 		return fail(&RunError{ClassUsage, err})
 	}
-	if err := sd.setupListeners(localHost); err != nil {
+	if err := sd.setupListeners(locals); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}
-	hello := &wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: wire.Version, RunID: sd.runID, Token: cfg.Token,
-		Profile: cfg.Profile, IOMode: cfg.IOMode, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: doc.Client}
-	if err := wc.Send(hello); err != nil {
-		return fail(classed(ClassConnect, "server at %s: %v", cfg.Remote, err))
-	}
-	m, err := wc.Recv(2 * cfg.ConnectTimeout)
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return fail(classed(ClassConnect, "the server at %s accepted the connection but did not answer within %v (is it `netload serve`?)", cfg.Remote, 2*cfg.ConnectTimeout))
+	// servers that accepted the hello wait for steps: tell them the run is off
+	abortAccepted := func(upTo int) {
+		for _, l := range links[:upTo] {
+			_ = l.wc.Send(&wire.Msg{Type: wire.TAbort})
 		}
-		return fail(classed(ClassConnect, "the server at %s closed the control connection during setup: %v", cfg.Remote, err))
 	}
-	switch m.Type {
-	case wire.THelloOK:
-	case wire.TError:
-		return fail(classed(ClassSetup, "server refused the run: %s", m.Error))
-	default:
-		return fail(classed(ClassConnect, "the server at %s answered %q, not hello_ok", cfg.Remote, m.Type))
+	for i, l := range links {
+		view, version := cfg.Profile, wire.MinVersion
+		if multi {
+			view = cfg.Profile.ServerView(hostNames, i)
+			if view.HasElsewhere() {
+				version = wire.Version
+			}
+		}
+		hello := &wire.Msg{Type: wire.THello, Magic: wire.Magic, Version: version, RunID: sd.runID, Token: cfg.Token,
+			Profile: view, IOMode: cfg.IOMode, TCPPort: sd.tcpPort(i), UDPPorts: sd.udpPorts(), Host: doc.Client}
+		if err := l.wc.Send(hello); err != nil {
+			abortAccepted(i)
+			return fail(classed(ClassConnect, "%s at %s: %v", who(i), l.Addr, err))
+		}
+		m, err := l.wc.Recv(2 * cfg.ConnectTimeout)
+		if err != nil {
+			abortAccepted(i)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fail(classed(ClassConnect, "%s at %s accepted the connection but did not answer within %v (is it `netload serve`?)", who(i), l.Addr, 2*cfg.ConnectTimeout))
+			}
+			return fail(classed(ClassConnect, "%s at %s closed the control connection during setup: %v", who(i), l.Addr, err))
+		}
+		switch m.Type {
+		case wire.THelloOK:
+		case wire.TError:
+			abortAccepted(i)
+			if multi {
+				return fail(classed(ClassSetup, "%s at %s refused the run: %s", who(i), l.Addr, m.Error))
+			}
+			return fail(classed(ClassSetup, "server refused the run: %s", m.Error))
+		default:
+			abortAccepted(i)
+			return fail(classed(ClassConnect, "%s at %s answered %q, not hello_ok", who(i), l.Addr, m.Type))
+		}
+		l.server = m.Host
+		sd.setPeer(i, peerHosts[i], m.TCPPort, m.UDPPorts)
 	}
-	doc.Server = m.Host
-	sd.setPeer(peerHost, m.TCPPort, m.UDPPorts)
+	doc.Server = links[0].server
 
-	// reader: every message from the server; silence means a dead peer
-	link := startControlLink(wc, cfg.PeerTimeout)
-	defer link.close()
-	msgs, readErr := link.msgs, link.readErr
+	// every server's messages come into one loop; silence means a dead peer
+	msgs := make(chan hostMsg, 16*len(links))
+	readErr := make(chan hostErr, len(links))
+	stopFwd := make(chan struct{})
+	var fwd sync.WaitGroup
+	for i, l := range links {
+		l.link = startControlLink(l.wc, cfg.PeerTimeout)
+		fwd.Add(1)
+		go func(h int, cl *controlLink) {
+			defer fwd.Done()
+			for {
+				select {
+				case m := <-cl.msgs:
+					select {
+					case msgs <- hostMsg{h, m}:
+					case <-stopFwd:
+						return
+					}
+				case err := <-cl.readErr:
+					// what the server sent before it hung up comes first (its bye)
+					for drained := false; !drained; {
+						select {
+						case m := <-cl.msgs:
+							select {
+							case msgs <- hostMsg{h, m}:
+							case <-stopFwd:
+								return
+							}
+						default:
+							drained = true
+						}
+					}
+					readErr <- hostErr{h, err}
+					return
+				case <-stopFwd:
+					return
+				}
+			}
+		}(i, l.link)
+	}
+	defer func() {
+		close(stopFwd)
+		fwd.Wait()
+		for _, l := range links {
+			l.link.close()
+		}
+	}()
 
 	// interval sampler
 	runStart := time.Now()
@@ -218,12 +384,22 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 	sampler := startSampler(sd, cfg, runStart, func() int { return int(curStep.Load()) })
 	defer sampler.stop()
 
-	peerErr := func(err error) *RunError {
+	peerErr := func(h int, err error) *RunError {
+		links[h].dead = true
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return classed(ClassPeer, "the server stopped answering: no message for %v", cfg.PeerTimeout)
+			return classed(ClassPeer, "%s stopped answering: no message for %v", who(h), cfg.PeerTimeout)
+		}
+		if multi {
+			return classed(ClassPeer, "lost %s: %v", who(h), err)
 		}
 		return classed(ClassPeer, "lost the server: %v", err)
+	}
+	serverSays := func(h int, msg string) *RunError {
+		if multi {
+			return classed(ClassRun, "server of remotehost %s: %s", remotes[h].Name, msg)
+		}
+		return classed(ClassRun, "server: %s", msg)
 	}
 
 	var runErr *RunError
@@ -235,13 +411,14 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 stepLoop:
 	for k := 0; k < steps; k++ {
 		curStep.Store(int64(k + 1))
-		if err := wc.Send(&wire.Msg{Type: wire.TBegin, Step: k}); err != nil {
-			runErr = peerErr(err)
-			break
+		for h, l := range links {
+			if err := l.wc.Send(&wire.Msg{Type: wire.TBegin, Step: k}); err != nil {
+				runErr = peerErr(h, err)
+				break stepLoop
+			}
 		}
 		rs := sd.startStep(k, true)
 		var stepErr *RunError
-		peerDead := false
 		stall := newStallWatch(sd, cfg.StallTimeout)
 	wait:
 		for {
@@ -258,16 +435,18 @@ stepLoop:
 					stepErr = &RunError{ClassRun, fmt.Errorf("client: %w", err)}
 				}
 				sd.abort(rs)
-			case m := <-msgs:
-				if m.Type == wire.TError {
+			case hm := <-msgs:
+				if hm.m.Type == wire.TError {
 					if stepErr == nil {
-						stepErr = classed(ClassRun, "server: %s", m.Error)
+						stepErr = serverSays(hm.h, hm.m.Error)
 					}
 					sd.abort(rs)
 				}
-			case err := <-readErr:
-				runErr = peerErr(err)
-				peerDead = true
+			case he := <-readErr:
+				if runErr == nil {
+					runErr = peerErr(he.h, he.err)
+				}
+				links[he.h].dead = true
 				sd.abort(rs)
 			case <-stall.C():
 				if stall.stalled() && stepErr == nil {
@@ -283,40 +462,69 @@ stepLoop:
 		}
 		stall.stop()
 		cst, chist := sd.collect(rs)
-		var sst *wire.SideStats
-		if !peerDead {
-			if err := wc.Send(&wire.Msg{Type: wire.TEnd, Step: k, Targets: sd.passes()}); err != nil {
-				runErr = peerErr(err)
-				peerDead = true
+		// every live server ends the step at the client's counts; their
+		// accounts come back in any order
+		ssts := make([]*wire.SideStats, len(links))
+		pending := 0
+		for h, l := range links {
+			if l.dead {
+				continue
 			}
+			end := &wire.Msg{Type: wire.TEnd, Step: k, Targets: sd.passes()}
+			if cfg.Drain > 0 && stepTimed(cfg.Profile, k) {
+				end.DrainMs = max(1, cfg.Drain.Milliseconds())
+			}
+			if err := l.wc.Send(end); err != nil {
+				if runErr == nil {
+					runErr = peerErr(h, err)
+				}
+				continue
+			}
+			pending++
 		}
-		if !peerDead {
+		if pending > 0 {
 			timer := time.NewTimer(cfg.StepGrace + cfg.PeerTimeout)
 		ended:
-			for {
+			for pending > 0 {
 				select {
-				case m := <-msgs:
-					switch m.Type {
+				case hm := <-msgs:
+					switch hm.m.Type {
 					case wire.TEnded:
-						sst = m.Stats
-						break ended
+						if ssts[hm.h] == nil {
+							ssts[hm.h] = hm.m.Stats
+							pending--
+						}
 					case wire.TError:
 						if stepErr == nil {
-							stepErr = classed(ClassRun, "server: %s", m.Error)
+							stepErr = serverSays(hm.h, hm.m.Error)
 						}
 					}
-				case err := <-readErr:
-					runErr = peerErr(err)
-					peerDead = true
-					break ended
+				case he := <-readErr:
+					if runErr == nil {
+						runErr = peerErr(he.h, he.err)
+					}
+					links[he.h].dead = true
+					if ssts[he.h] == nil {
+						pending--
+					}
 				case <-timer.C:
-					runErr = classed(ClassPeer, "the server did not end step %d within %v", k+1, cfg.StepGrace+cfg.PeerTimeout)
-					peerDead = true
+					for h, l := range links {
+						if !l.dead && ssts[h] == nil {
+							l.dead = true
+							if runErr == nil {
+								runErr = classed(ClassPeer, "%s did not end step %d within %v", who(h), k+1, cfg.StepGrace+cfg.PeerTimeout)
+							}
+						}
+					}
 					break ended
 				}
 			}
 			timer.Stop()
 		}
+		for h, l := range links {
+			l.stats = append(l.stats, ssts[h])
+		}
+		sst := mergeServers(ssts)
 		clientStats = append(clientStats, cst)
 		serverStats = append(serverStats, sst)
 		hists = append(hists, chist)
@@ -326,11 +534,15 @@ stepLoop:
 			cfg.OnStep(step)
 		}
 		sd.resumeAll()
-		if runErr == nil && stepErr == nil && sst != nil {
-			for _, t := range sst.Txns {
-				if t.Errors > 0 {
-					stepErr = classed(ClassRun, "server: %s", t.FirstError)
-					break
+		if runErr == nil && stepErr == nil {
+			for h, s := range ssts {
+				if s == nil {
+					continue
+				}
+				for _, t := range s.Txns {
+					if t.Errors > 0 && stepErr == nil {
+						stepErr = serverSays(h, t.FirstError)
+					}
 				}
 			}
 		}
@@ -344,41 +556,132 @@ stepLoop:
 	sampler.stop()
 	doc.Intervals = sampler.rows()
 
-	if runErr == nil || runErr.Class != ClassPeer {
-		// say goodbye; the server answers with its peak memory
-		if err := wc.Send(&wire.Msg{Type: wire.TBye}); err == nil {
-			timer := time.NewTimer(2 * time.Second)
-		bye:
-			for {
-				select {
-				case m := <-msgs:
-					if m.Type == wire.TBye {
-						if m.Stats != nil {
-							doc.PeakRSSBytes.Server = m.Stats.PeakRSS
-						}
-						break bye
-					}
-				case <-readErr:
-					break bye
-				case <-timer.C:
-					break bye
-				}
-			}
-			timer.Stop()
+	// say goodbye to every server still there; each answers with its peak
+	// memory and then hangs up (that hang-up must not count for another host)
+	waiting := map[int]bool{}
+	for h, l := range links {
+		if !l.dead && l.wc.Send(&wire.Msg{Type: wire.TBye}) == nil {
+			waiting[h] = true
 		}
+	}
+	if len(waiting) > 0 {
+		timer := time.NewTimer(2 * time.Second)
+	bye:
+		for len(waiting) > 0 {
+			select {
+			case hm := <-msgs:
+				if hm.m.Type == wire.TBye {
+					if hm.m.Stats != nil {
+						links[hm.h].rss = max(links[hm.h].rss, hm.m.Stats.PeakRSS)
+					}
+					delete(waiting, hm.h)
+				}
+			case he := <-readErr:
+				delete(waiting, he.h)
+			case <-timer.C:
+				break bye
+			}
+		}
+		timer.Stop()
 	}
 	summarize(doc, cfg.Profile, clientStats, serverStats, hists)
 	doc.PeakRSSBytes.Client = sysstat.PeakRSS()
-	for _, s := range serverStats {
-		if s != nil && s.PeakRSS > doc.PeakRSSBytes.Server {
-			doc.PeakRSSBytes.Server = s.PeakRSS
+	for _, l := range links {
+		for _, s := range l.stats {
+			if s != nil {
+				l.rss = max(l.rss, s.PeakRSS)
+			}
 		}
+		doc.PeakRSSBytes.Server = max(doc.PeakRSSBytes.Server, l.rss)
+	}
+	if multi {
+		doc.Servers = serverShares(doc, cfg.Profile, links)
 	}
 	if runErr != nil {
 		doc.Error = &report.ErrorInfo{Class: runErr.Class, Message: runErr.Error()}
 		return doc, runErr
 	}
 	return doc, nil
+}
+
+// mergeServers combines the servers' accounts of one step into the one the
+// report's rows show: for each group, bytes, operations and errors add up
+// over the hosts (so do retransmits and what was still in flight); strands,
+// passes and elapsed time are the largest host's
+// (every host runs the same strands the same number of passes); flowop
+// statistics merge slot by slot (a slot counts on the host that runs it).
+// nil when no server answered.
+func mergeServers(all []*wire.SideStats) *wire.SideStats {
+	var out *wire.SideStats
+	for _, s := range all {
+		if s == nil {
+			continue
+		}
+		if out == nil {
+			out = &wire.SideStats{Step: s.Step, CPU: s.CPU, PeakRSS: s.PeakRSS}
+		} else {
+			out.CPU = out.CPU.Beside(s.CPU)
+			out.PeakRSS = max(out.PeakRSS, s.PeakRSS)
+		}
+	txns:
+		for _, t := range s.Txns {
+			for i := range out.Txns {
+				o := &out.Txns[i]
+				if o.Group != t.Group {
+					continue
+				}
+				o.Strands = max(o.Strands, t.Strands)
+				o.Passes = max(o.Passes, t.Passes)
+				o.ElapsedNs = max(o.ElapsedNs, t.ElapsedNs)
+				o.BytesRead += t.BytesRead
+				o.BytesWritten += t.BytesWritten
+				o.Ops += t.Ops
+				o.Errors += t.Errors
+				o.Retransmits += t.Retransmits
+				o.CutStrands += t.CutStrands
+				o.ShortPasses += t.ShortPasses
+				if o.FirstError == "" {
+					o.FirstError = t.FirstError
+				}
+				for j := range t.Flowops {
+					if j < len(o.Flowops) {
+						o.Flowops[j].Add(t.Flowops[j])
+					}
+				}
+				continue txns
+			}
+			t.Flowops = append([]wire.FlowopStats(nil), t.Flowops...)
+			out.Txns = append(out.Txns, t)
+		}
+	}
+	if out != nil {
+		sort.Slice(out.Txns, func(i, j int) bool { return out.Txns[i].Group < out.Txns[j].Group })
+	}
+	return out
+}
+
+// serverShares is each host's part of the measured phase in a multi-host run.
+func serverShares(doc *report.Document, p *profile.Profile, links []*hostLink) []report.ServerShare {
+	out := make([]report.ServerShare, len(links))
+	for h, l := range links {
+		sh := report.ServerShare{Remotehost: l.Name, Remote: l.Addr, Host: l.server, PeakRSSBytes: l.rss}
+		var cpu sysstat.CPU
+		for _, k := range doc.Summary.MeasuredSteps {
+			if k-1 >= len(l.stats) || l.stats[k-1] == nil {
+				continue
+			}
+			s := l.stats[k-1]
+			for _, t := range s.Txns {
+				sh.Bytes += t.BytesRead + t.BytesWritten
+				sh.Operations += t.Ops
+				sh.Errors += t.Errors
+			}
+			cpu = cpu.Add(s.CPU)
+		}
+		sh.CPU = report.Efficiency(cpu, doc.Summary.Bytes, doc.Summary.Transactions)
+		out[h] = sh
+	}
+	return out
 }
 
 // stallWatch notices when no strand completes any operation for a while.
@@ -506,6 +809,7 @@ func summarize(doc *report.Document, p *profile.Profile, cs, ss []*wire.SideStat
 			sum.Transactions += t.Passes
 			sum.Operations += t.Ops
 			sum.Errors += t.Errors
+			sum.CutStrands += t.CutStrands
 			if t.ElapsedNs > elapsed {
 				elapsed = t.ElapsedNs
 			}
@@ -520,8 +824,20 @@ func summarize(doc *report.Document, p *profile.Profile, cs, ss []*wire.SideStat
 				sum.ServerBytes += t.BytesRead + t.BytesWritten
 				sum.ServerOperations += t.Ops
 				sum.ServerErrors += t.Errors
+				sum.UndeliveredStrands += t.CutStrands
+				sum.UndeliveredMessages += t.ShortPasses
 			}
 			scpu = scpu.Add(ss[k].CPU)
+		}
+	}
+	for k := range cs {
+		for _, t := range cs[k].Txns {
+			sum.Retransmits += t.Retransmits
+		}
+		if k < len(ss) && ss[k] != nil {
+			for _, t := range ss[k].Txns {
+				sum.Retransmits += t.Retransmits
+			}
 		}
 	}
 	sum.Bytes = sum.BytesRead + sum.BytesWritten

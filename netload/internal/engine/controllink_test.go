@@ -158,7 +158,7 @@ func TestOnlyUDPReadersShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd := newSide("server", p.Opposite(), 1)
+	sd := newSide("server", p.Opposite(), 1, nil)
 	defer sd.close()
 	for _, c := range []struct {
 		step int

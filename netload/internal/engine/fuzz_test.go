@@ -13,6 +13,7 @@ var helloSeeds = [][]byte{
 	[]byte(`{"type":"hello","magic":"netload-control","version":1,"run_id":7,"profile":{"name":"p","groups":[{"name":"g","strands":1,"transactions":[{"iterations":1,"flowops":[{"type":"connect","count":1,"conn":0,"protocol":"tcp"}]},{"iterations":3,"flowops":[{"type":"write","size":10,"count":1,"conn":0},{"type":"read","size":5,"count":1,"conn":0}]}]}]}}`),
 	[]byte(`{"type":"hello","magic":"netload-control","version":1,"profile":{"name":"p","groups":[{"name":"g","strands":2,"transactions":[{"iterations":1,"flowops":[{"type":"accept","count":1,"conn":1,"protocol":"udp","port":70000}]}]}]}}`),
 	[]byte(`{"type":"hello","magic":"netload-control","version":1,"profile":{"name":"p","groups":[{"name":"g","strands":100000,"transactions":[{"iterations":1,"flowops":[{"type":"read","size":1073741824,"count":1,"conn":0}]}]}]}}`),
+	[]byte(`{"type":"hello","magic":"netload-control","version":2,"run_id":9,"profile":{"name":"p","groups":[{"name":"g","strands":1,"transactions":[{"iterations":1,"flowops":[{"type":"connect","count":1,"conn":0,"protocol":"tcp","elsewhere":true},{"type":"connect","count":1,"conn":1,"protocol":"tcp"}]},{"iterations":3,"flowops":[{"type":"write","size":10,"count":1,"conn":0,"elsewhere":true}]}]}]}}`),
 	[]byte(`{"type":"begin","step":3}`),
 }
 
@@ -34,7 +35,7 @@ func FuzzHelloProfile(f *testing.F) {
 		if bufferBytes(sprof) > 64<<20 || sprof.Strands() > 2000 {
 			return // valid, but too big to build once per fuzz input
 		}
-		sd := newSide("server", sprof, m.RunID)
+		sd := newSide("server", sprof, m.RunID, nil)
 		sd.close()
 	})
 }

@@ -283,8 +283,8 @@ func (ss *session) run() {
 		ss.refuse("busy: this server already serves %d runs (serve --max-sessions)", ss.srv.MaxSessions)
 		return
 	}
-	if m.Version != wire.Version {
-		ss.refuse("control protocol version %d, this server speaks %d (use the same netload on both sides)", m.Version, wire.Version)
+	if m.Version < wire.MinVersion || m.Version > wire.Version {
+		ss.refuse("control protocol version %d, this server speaks %d to %d (use the same netload on both sides)", m.Version, wire.MinVersion, wire.Version)
 		return
 	}
 	if err := checkProfile(m.Profile); err != nil {
@@ -299,19 +299,22 @@ func (ss *session) run() {
 	}
 	local := ss.wc.Net().LocalAddr().(*net.TCPAddr).IP.String()
 	remote := peer.(*net.TCPAddr).IP.String()
-	sd := newSide("server", sprof, m.RunID)
+	// a multi-host run's profile marks the ops this server leaves out
+	// (Elsewhere); strands, connections and flowop positions are the whole
+	// profile's, so the client's pass counts (end's targets) apply as they are
+	sd := newSide("server", sprof, m.RunID, nil)
 	ss.sd = sd
 	defer sd.close()
 	if err := sd.setIO(m.IOMode); err != nil {
 		ss.refuse("%v", err)
 		return
 	}
-	if err := sd.setupListeners(local); err != nil {
+	if err := sd.setupListeners([]string{local}); err != nil {
 		ss.refuse("%v", err)
 		return
 	}
-	sd.setPeer(remote, m.TCPPort, m.UDPPorts)
-	if err := ss.wc.Send(&wire.Msg{Type: wire.THelloOK, Version: wire.Version, TCPPort: sd.tcpPort(), UDPPorts: sd.udpPorts(), Host: hostInfo()}); err != nil {
+	sd.setPeer(0, remote, m.TCPPort, m.UDPPorts)
+	if err := ss.wc.Send(&wire.Msg{Type: wire.THelloOK, Version: wire.Version, TCPPort: sd.tcpPort(0), UDPPorts: sd.udpPorts(), Host: hostInfo()}); err != nil {
 		ss.err = err
 		return
 	}
@@ -358,13 +361,17 @@ func (ss *session) run() {
 					abortStep()
 					return
 				}
-				note := ss.endStep(rs, m.Targets, readErr)
+				short, note := ss.endStep(rs, m.Targets, time.Duration(m.DrainMs)*time.Millisecond, readErr)
 				if note == errPeerGone {
 					abortStep()
 					ss.err = errors.New("client went away")
 					return
 				}
 				st, _ := sd.collect(rs)
+				for i := range st.Txns {
+					f := short[st.Txns[i].Group]
+					st.Txns[i].CutStrands, st.Txns[i].ShortPasses = f.strands, f.passes
+				}
 				if note != nil {
 					for i := range st.Txns {
 						if st.Txns[i].FirstError == "" {
@@ -382,6 +389,7 @@ func (ss *session) run() {
 				sd.resumeAll()
 			case wire.TAbort:
 				abortStep()
+				ss.srv.logf("%v: the client called the run off", peer)
 				return
 			case wire.TBye:
 				abortStep()
@@ -414,13 +422,28 @@ func (ss *session) run() {
 
 var errPeerGone = errors.New("peer gone")
 
+// shortfall is what a group's strands had not received of the client's
+// count when the drain time was up.
+type shortfall struct{ strands, passes int64 }
+
 // endStep stops the step at the client's pass counts and waits for the
-// strands. It returns a note when stragglers had to be cut off.
-func (ss *session) endStep(rs *runningStep, targets []int64, readErr chan error) error {
+// strands. It returns a note when stragglers had to be cut off. With a
+// drain time (the end of a timed step), strands whose connections are only
+// closed afterwards wait that long for what is still in flight; what has
+// not arrived by then is returned per group as a shortfall, not an error:
+// TCP still owes it (a sender in retransmission backoff), nothing was lost,
+// and a later step cannot be misaligned by it.
+func (ss *session) endStep(rs *runningStep, targets []int64, drain time.Duration, readErr chan error) (map[int]shortfall, error) {
 	sd := ss.sd
 	sd.stop(rs, targets)
 	grace := time.NewTimer(ss.srv.StepGrace)
 	defer grace.Stop()
+	var drained <-chan time.Time
+	if drain > 0 && drain < ss.srv.StepGrace {
+		t := time.NewTimer(drain)
+		defer t.Stop()
+		drained = t.C
+	}
 	// UDP readers may never reach the client's count: lost datagrams are not
 	// sent again. Once only they are left, they are stopped after a short
 	// wait and their shortfall is the loss the report shows, not an error.
@@ -430,7 +453,17 @@ wait:
 	for {
 		select {
 		case <-rs.done:
-			return nil
+			return nil, nil
+		case <-drained:
+			drained = nil
+			if sd.onlyFinalShort(rs) {
+				sd.interruptAll()
+				select {
+				case <-rs.done:
+				case <-time.After(5 * time.Second):
+				}
+				return sd.shortfalls(rs), nil
+			}
 		case <-grace.C:
 			break wait
 		case <-udpCheck.C:
@@ -440,11 +473,11 @@ wait:
 				case <-rs.done:
 				case <-time.After(5 * time.Second):
 				}
-				return nil
+				return nil, nil
 			}
 		case err := <-readErr:
 			readErr <- err
-			return errPeerGone
+			return nil, errPeerGone
 		}
 	}
 	short := 0
@@ -459,9 +492,41 @@ wait:
 	case <-time.After(5 * time.Second):
 	}
 	if short == 0 {
-		return fmt.Errorf("server strands did not stop within %v after the client stopped", ss.srv.StepGrace)
+		return nil, fmt.Errorf("server strands did not stop within %v after the client stopped", ss.srv.StepGrace)
 	}
-	return fmt.Errorf("%d server strands had not reached the client's transaction count %v after the client stopped", short, ss.srv.StepGrace)
+	return nil, fmt.Errorf("%d server strands had not reached the client's transaction count %v after the client stopped", short, ss.srv.StepGrace)
+}
+
+// onlyFinalShort reports whether some strand is short of the client's count
+// in step rs and every such strand runs a final transaction there (its
+// connections carry no data after this step).
+func (sd *side) onlyFinalShort(rs *runningStep) bool {
+	short := false
+	for _, s := range sd.strands {
+		if s.stepPasses.Load() >= rs.ctl.targets[s.id] {
+			continue
+		}
+		short = true
+		if rs.k >= len(s.txns) || !s.txns[rs.k].final {
+			return false
+		}
+	}
+	return short
+}
+
+// shortfalls counts, per group, the strands short of the client's count in
+// step rs and the passes they miss.
+func (sd *side) shortfalls(rs *runningStep) map[int]shortfall {
+	out := map[int]shortfall{}
+	for _, s := range sd.strands {
+		if miss := rs.ctl.targets[s.id] - s.stepPasses.Load(); miss > 0 {
+			f := out[s.group]
+			f.strands++
+			f.passes += miss
+			out[s.group] = f
+		}
+	}
+	return out
 }
 
 // udpLossWait is how long the server waits for UDP readers that are short of

@@ -27,13 +27,13 @@ type side struct {
 	runID   uint32
 	strands []*strand
 
-	localHost string
-	acceptors map[int]*flowop.Acceptor // by port; 0 = the default listener
+	// peers are the other ends: one server for a server's side and for a
+	// single-host run, one per remote host for a multi-host run (indexed as
+	// the hosts of RunConfig.Remotes; an op's host picks its peer).
+	peers     []peer
+	hostIndex map[string]int // remotehost -> index in peers (client side)
+	listeners []*flowop.Acceptor
 	udp       map[flowop.Key]*flowop.UDPEndpoint
-
-	peerHost    string
-	peerTCPPort int
-	peerUDP     map[flowop.Key]int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -49,11 +49,35 @@ type side struct {
 	fatalCh chan error // acceptor failures (buffered 1)
 }
 
-func newSide(role string, p *profile.Profile, runID uint32) *side {
+// peer is one other end of the run and what this side knows of it.
+type peer struct {
+	host    string             // its address, for data connections
+	tcpPort int                // its default data listener
+	udp     map[flowop.Key]int // its UDP endpoints
+	// local is this side's address toward it; the acceptors listen there
+	// (by port; 0 = the default listener).
+	local     string
+	acceptors map[int]*flowop.Acceptor
+}
+
+// newSide makes a side for profile p. hosts names the remote hosts of a
+// multi-host run, in the order of the peers (nil: one peer, which every op
+// uses).
+func newSide(role string, p *profile.Profile, runID uint32, hosts []string) *side {
 	ctx, cancel := context.WithCancel(context.Background())
-	sd := &side{role: role, prof: p, runID: runID, acceptors: map[int]*flowop.Acceptor{},
-		udp: map[flowop.Key]*flowop.UDPEndpoint{}, peerUDP: map[flowop.Key]int{},
+	sd := &side{role: role, prof: p, runID: runID, udp: map[flowop.Key]*flowop.UDPEndpoint{},
 		ctx: ctx, cancel: cancel, failCh: make(chan error, 1), fatalCh: make(chan error, 1)}
+	n := max(len(hosts), 1)
+	sd.peers = make([]peer, n)
+	for i := range sd.peers {
+		sd.peers[i] = peer{udp: map[flowop.Key]int{}, acceptors: map[int]*flowop.Acceptor{}}
+	}
+	if len(hosts) > 1 {
+		sd.hostIndex = map[string]int{}
+		for i, h := range hosts {
+			sd.hostIndex[h] = i
+		}
+	}
 	id := 0
 	for gi := range p.Groups {
 		g := &p.Groups[gi]
@@ -140,14 +164,31 @@ func procsFor(strands, blocking, ncpu int) int {
 
 // setIO resolves the side's I/O mode and counts its strands in GOMAXPROCS.
 func (sd *side) setIO(mode string) error {
-	blocking, err := chooseIO(mode, sd.prof.Strands())
+	blocking, err := chooseIO(mode, sd.activeStrands())
 	if err != nil {
 		return err
 	}
 	sd.blocking = blocking
-	adjustProcs(sd.prof.Strands(), blocking)
+	adjustProcs(sd.activeStrands(), blocking)
 	sd.procsSet = true
 	return nil
+}
+
+// activeStrands counts the strands with something to run on this side: on
+// a server of a multi-host run, the strands of a group that never touches
+// its host only sit their steps out, and must not count in GOMAXPROCS or
+// in the choice of I/O mode.
+func (sd *side) activeStrands() int {
+	n := 0
+	for _, s := range sd.strands {
+		for i := range s.txns {
+			if !s.txns[i].idle() {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // needFDs is how many descriptors this side will hold at most.
@@ -159,25 +200,42 @@ func needFDs(p *profile.Profile) int {
 	return n
 }
 
-// setupListeners opens what this side's accept flowops need.
-func (sd *side) setupListeners(host string) error {
-	sd.localHost = host
-	tcpW := map[int]int{}
+// hostOf is the peer an op uses: its connection's host, the first peer for
+// an op naming none (and always on a server's side, whose peer is one).
+func (sd *side) hostOf(f *profile.Flowop) int {
+	if f.RemoteHost == "" || sd.hostIndex == nil {
+		return 0
+	}
+	return sd.hostIndex[f.RemoteHost]
+}
+
+// setupListeners opens what this side's accept flowops need; locals[i] is
+// this side's address toward peer i (the local address of its control
+// connection). Peers reached from the same address share a listener per
+// port: the data connection's header (run, strand, connection) tells them
+// apart, and a strand's connection ids are distinct across hosts.
+func (sd *side) setupListeners(locals []string) error {
+	type lkey struct {
+		local string
+		port  int
+	}
+	tcpW := map[lkey]int{}
 	id := 0
 	for gi := range sd.prof.Groups {
 		g := &sd.prof.Groups[gi]
 		for ti := range g.Transactions {
 			for _, f := range g.Transactions[ti].Flowops {
-				if f.Type != profile.OpAccept {
+				if f.Type != profile.OpAccept || f.Elsewhere {
 					continue
 				}
+				local := locals[sd.hostOf(&f)]
 				if f.Protocol == "udp" {
 					for i := 0; i < g.Strands; i++ {
 						k := flowop.Key{Strand: uint32(id + i), Conn: uint32(f.Conn)}
 						if sd.udp[k] != nil {
 							continue
 						}
-						ep, err := flowop.ListenUDP(host, int(f.WndSz))
+						ep, err := flowop.ListenUDP(local, int(f.WndSz))
 						if err != nil {
 							return err
 						}
@@ -185,30 +243,47 @@ func (sd *side) setupListeners(host string) error {
 					}
 					continue
 				}
-				if w, ok := tcpW[f.Port]; !ok || int(f.WndSz) > w {
-					tcpW[f.Port] = int(f.WndSz)
+				lk := lkey{local, f.Port}
+				if w, ok := tcpW[lk]; !ok || int(f.WndSz) > w {
+					tcpW[lk] = int(f.WndSz)
 				}
 			}
 		}
 		id += g.Strands
 	}
-	ports := make([]int, 0, len(tcpW))
-	for p := range tcpW {
-		ports = append(ports, p)
+	keys := make([]lkey, 0, len(tcpW))
+	for k := range tcpW {
+		keys = append(keys, k)
 	}
-	sort.Ints(ports)
-	for _, p := range ports {
-		a, err := flowop.Listen(host, p, tcpW[p], sd.runID, sd.fatal)
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].local != keys[j].local {
+			return keys[i].local < keys[j].local
+		}
+		return keys[i].port < keys[j].port
+	})
+	opened := map[lkey]*flowop.Acceptor{}
+	for _, k := range keys {
+		a, err := flowop.Listen(k.local, k.port, tcpW[k], sd.runID, sd.fatal)
 		if err != nil {
 			return err
 		}
-		sd.acceptors[p] = a
+		opened[k] = a
+		sd.listeners = append(sd.listeners, a)
+	}
+	for i := range sd.peers {
+		sd.peers[i].local = locals[i]
+		for k, a := range opened {
+			if k.local == locals[i] {
+				sd.peers[i].acceptors[k.port] = a
+			}
+		}
 	}
 	return nil
 }
 
-func (sd *side) tcpPort() int {
-	if a := sd.acceptors[0]; a != nil {
+// tcpPort is this side's default data listener toward peer i (0 = none).
+func (sd *side) tcpPort(i int) int {
+	if a := sd.peers[i].acceptors[0]; a != nil {
 		return a.Port()
 	}
 	return 0
@@ -228,10 +303,11 @@ func (sd *side) udpPorts() []wire.UDPPort {
 	return out
 }
 
-func (sd *side) setPeer(host string, tcpPort int, udp []wire.UDPPort) {
-	sd.peerHost, sd.peerTCPPort = host, tcpPort
+func (sd *side) setPeer(i int, host string, tcpPort int, udp []wire.UDPPort) {
+	p := &sd.peers[i]
+	p.host, p.tcpPort = host, tcpPort
 	for _, u := range udp {
-		sd.peerUDP[flowop.Key{Strand: uint32(u.Strand), Conn: uint32(u.Conn)}] = u.Port
+		p.udp[flowop.Key{Strand: uint32(u.Strand), Conn: uint32(u.Conn)}] = u.Port
 	}
 }
 
@@ -287,6 +363,10 @@ func (sd *side) startStep(k int, timed bool) *runningStep {
 	var wg sync.WaitGroup
 	for _, s := range sd.strands {
 		s := s
+		if k >= len(s.txns) || s.txns[k].idle() {
+			s.runStep(k, ctl) // nothing to run: it returns at once, no goroutine needed
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -305,6 +385,13 @@ func (sd *side) startStep(k int, timed bool) *runningStep {
 func (sd *side) stop(rs *runningStep, targets []int64) {
 	t := make([]int64, len(sd.strands))
 	copy(t, targets)
+	for _, s := range sd.strands {
+		if rs.k < len(s.txns) && s.txns[rs.k].idle() {
+			// a multi-host step with nothing on this host for the strand: it
+			// ran no pass here, whatever the client counted
+			t[s.id] = 0
+		}
+	}
 	rs.ctl.targets = t
 	rs.ctl.stop.Store(true)
 	for _, s := range sd.strands {
@@ -371,6 +458,10 @@ func (sd *side) collect(rs *runningStep) (*wire.SideStats, []*histogram.Histogra
 		ts.Ops += r.ops
 		ts.Passes += r.passes
 		ts.Errors += r.errors
+		ts.Retransmits += r.retransmits
+		if r.cut {
+			ts.CutStrands++
+		}
 		if ts.FirstError == "" && r.firstErr != nil {
 			ts.FirstError = fmt.Sprintf("strand %d: %v", s.id, r.firstErr)
 		}
@@ -409,14 +500,14 @@ func (sd *side) resumeAll() {
 func (sd *side) close() {
 	sd.closeOnce.Do(func() {
 		if sd.procsSet {
-			adjustProcs(-sd.prof.Strands(), sd.blocking)
+			adjustProcs(-sd.activeStrands(), sd.blocking)
 		}
 	})
 	sd.cancel()
 	for _, s := range sd.strands {
 		s.closeAll()
 	}
-	for _, a := range sd.acceptors {
+	for _, a := range sd.listeners {
 		a.Close()
 	}
 	for _, u := range sd.udp {

@@ -35,6 +35,8 @@ type op struct {
 	size    int
 	count   int64
 	ci      int // dense connection index in the strand
+	fi      int // position in the transaction (its statistics slot)
+	host    int // the peer its connection goes to (side.peers)
 	connID  int
 	port    int
 	opts    flowop.Options
@@ -44,11 +46,21 @@ type op struct {
 	timeout time.Duration
 }
 
-// ptxn is a transaction prepared for execution.
+// ptxn is a transaction prepared for execution: the ops this side runs,
+// which on a server of a multi-host run leave out the ops marked Elsewhere.
 type ptxn struct {
 	t   *profile.Transaction
 	ops []op
+	// final: no later transaction of the group reads or writes on the
+	// connections this one uses (at most closes them), so a message cut
+	// short when a timed transaction ends cannot misalign a later step.
+	final bool
 }
+
+// idle reports whether none of the transaction's flowops runs here (a
+// server of a multi-host run whose host this transaction does not touch):
+// the strand sits the step out instead of counting empty passes.
+func (pt *ptxn) idle() bool { return len(pt.ops) == 0 }
 
 // strand is one user: it runs its group's transactions in order.
 type strand struct {
@@ -82,6 +94,8 @@ type stepResult struct {
 	ops          int64
 	passes       int64
 	errors       int64
+	retransmits  int64 // TCP segments sent again on the strand's connections (TCP_INFO)
+	cut          bool  // an operation in progress was cut at the timed transaction's end
 	firstErr     error
 	flow         []wire.FlowopStats
 	hist         histogram.Histogram
@@ -95,14 +109,17 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 	for ti := range g.Transactions {
 		t := &g.Transactions[ti]
 		pt := ptxn{t: t}
-		for _, f := range t.Flowops {
+		for fi, f := range t.Flowops {
+			if f.Elsewhere {
+				continue
+			}
 			ci, ok := dense[f.Conn]
 			if !ok {
 				ci = len(dense)
 				dense[f.Conn] = ci
 			}
-			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, connID: f.Conn, port: f.Port,
-				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), Timeout: f.Timeout},
+			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, fi: fi, host: sd.hostOf(&f), connID: f.Conn, port: f.Port,
+				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), CC: f.CC, Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			o.exec = executors[f.Type]
 			o.last = int(f.LastSize)
@@ -115,6 +132,9 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 			pt.ops = append(pt.ops, o)
 		}
 		s.txns = append(s.txns, pt)
+	}
+	for ti := range s.txns {
+		s.txns[ti].final = finalTxn(s.txns, ti)
 	}
 	s.conns = make([]*flowop.Conn, len(dense))
 	s.buf = make([]byte, maxBuf)
@@ -189,16 +209,18 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 	*r = stepResult{hist: r.hist}
 	r.hist.Reset()
 	s.stepPasses.Store(0)
-	if k >= len(s.txns) {
+	if k >= len(s.txns) || s.txns[k].idle() {
 		r.end = time.Now()
 		return
 	}
 	r.ran = true
 	pt := &s.txns[k]
 	t := pt.t
-	r.flow = make([]wire.FlowopStats, len(pt.ops))
-	for i := range pt.ops {
-		r.flow[i].Type = string(pt.ops[i].typ)
+	// one slot per flowop of the transaction, also those another host runs,
+	// so that every host's statistics merge slot by slot
+	r.flow = make([]wire.FlowopStats, len(t.Flowops))
+	for i := range t.Flowops {
+		r.flow[i].Type = string(t.Flowops[i].Type)
 	}
 	var pace time.Duration
 	if t.Rate > 0 {
@@ -209,20 +231,29 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 		deadline = ctl.deadlines[s.group]
 	}
 	hasDeadline := !deadline.IsZero() && t.Timed()
+	if hasDeadline && pt.final {
+		s.bound(deadline)
+		defer s.bound(time.Time{})
+	}
+	defer s.countRetransmits(r)
 	start := time.Now()
 	next := start
 	yielded := start
+	// The end of one pass is the start of the next: one clock read per
+	// pass, not two (a 30 KiB stream write takes about 10 us, of which a
+	// clock read is about 1 %).
+	now := start
 	for pass := int64(0); ; pass++ {
 		if t.Iterations > 0 && pass >= t.Iterations {
 			break
 		}
-		now := time.Now()
 		if now.Sub(yielded) >= yieldEvery {
 			// A goroutine that never passes through the scheduler looks
 			// stuck to the runtime's monitor (sysmon): after 10 ms it takes
 			// the P away from the next system call and then polls every
 			// 20 us again, a wake-up per message on this CPU.
 			runtime.Gosched()
+			now = time.Now()
 			yielded = now
 		}
 		if hasDeadline && !now.Before(deadline) {
@@ -246,10 +277,19 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 			}
 			next = next.Add(pace)
 		}
+		read0, written0 := r.bytesRead, r.bytesWritten
 		end, err := s.pass(pt, r, now)
 		if err != nil {
 			if errors.Is(err, flowop.ErrInterrupted) && (ctl.aborted.Load() || ctl.stop.Load()) {
-				break // stopped by the controller: not an error
+				r.bytesRead, r.bytesWritten = read0, written0 // stopped by the controller: not an error, nor a pass
+				break
+			}
+			if errors.Is(err, flowop.ErrDeadline) {
+				// the measured time is over: the pass in progress does not count, nor do its bytes,
+				// so that bytes stay whole passes, as the server counts them
+				r.bytesRead, r.bytesWritten = read0, written0
+				r.cut = true
+				break
 			}
 			r.errors++
 			if r.firstErr == nil {
@@ -259,11 +299,57 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 			break
 		}
 		r.hist.Record(uint64(end.Sub(now)))
+		if len(pt.ops) > 0 {
+			now = end
+		} else {
+			now = time.Now() // an empty pass reads no clock: the deadline must still come
+		}
 		r.passes++
 		s.stepPasses.Store(r.passes)
 		s.passes.Add(1)
 	}
 	r.end = time.Now()
+}
+
+// bound ends every operation on the strand's open connections at t (zero:
+// no bound); see flowop.Conn.SetUntil.
+func (s *strand) bound(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if c != nil {
+			c.SetUntil(t)
+		}
+	}
+}
+
+// countRetransmits adds what TCP retransmitted on the strand's open
+// connections since the last look.
+func (s *strand) countRetransmits(r *stepResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if c != nil {
+			r.retransmits += c.Retransmits()
+		}
+	}
+}
+
+// finalTxn reports whether transaction ti of txns is the last to move data
+// on each connection it uses.
+func finalTxn(txns []ptxn, ti int) bool {
+	used := map[int]bool{}
+	for _, o := range txns[ti].ops {
+		used[o.ci] = true
+	}
+	for _, later := range txns[ti+1:] {
+		for _, o := range later.ops {
+			if used[o.ci] && (o.typ == profile.OpRead || o.typ == profile.OpWrite) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // pass runs every flowop of the transaction once (each count times).
@@ -275,10 +361,10 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			s.lastPiece = c == o.count-1
 			err := o.exec(s, o, r)
 			now := time.Now()
-			if err != nil && errors.Is(err, flowop.ErrInterrupted) {
-				return now, err // stopped from outside: not an operation
+			if err != nil && (errors.Is(err, flowop.ErrInterrupted) || errors.Is(err, flowop.ErrDeadline)) {
+				return now, err // stopped from outside or by the clock: not an operation
 			}
-			fs := &r.flow[i]
+			fs := &r.flow[o.fi]
 			d := uint64(now.Sub(prev))
 			if fs.Count == 0 || d < fs.MinNs {
 				fs.MinNs = d
@@ -311,18 +397,19 @@ func (s *strand) connect(o *op, _ *stepResult) error {
 		s.setConn(o.ci, nil)
 		old.Close()
 	}
+	p := &s.sd.peers[o.host]
 	port := o.port
 	if o.opts.Protocol == "udp" {
 		if port == 0 {
-			port = s.sd.peerUDP[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
+			port = p.udp[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
 		}
 	} else if port == 0 {
-		port = s.sd.peerTCPPort
+		port = p.tcpPort
 	}
 	if port == 0 {
 		return fmt.Errorf("connect: the peer announced no port for connection %d", o.connID)
 	}
-	addr := net.JoinHostPort(s.sd.peerHost, strconv.Itoa(port))
+	addr := net.JoinHostPort(p.host, strconv.Itoa(port))
 	h := flowop.Header{RunID: s.sd.runID, Strand: uint32(s.id), Conn: uint32(o.connID)}
 	c, err := flowop.Dial(s.sd.ctx, addr, h, o.opts)
 	if err != nil {
@@ -356,7 +443,7 @@ func (s *strand) accept(o *op, _ *stepResult) error {
 		}
 		c, err = ep.Accept(flowop.Header{RunID: s.sd.runID, Strand: key.Strand, Conn: key.Conn}, o.opts, s.cancelCh(), o.timeout)
 	} else {
-		a := s.sd.acceptors[o.port]
+		a := s.sd.peers[o.host].acceptors[o.port]
 		if a == nil {
 			return fmt.Errorf("accept: no listener on port %d", o.port)
 		}
@@ -430,8 +517,9 @@ func (s *strand) write(o *op, r *stepResult) error {
 	return err
 }
 
-func (s *strand) disconnect(o *op, _ *stepResult) error {
+func (s *strand) disconnect(o *op, r *stepResult) error {
 	if conn := s.conns[o.ci]; conn != nil {
+		r.retransmits += conn.Retransmits()
 		s.setConn(o.ci, nil)
 		conn.Close()
 	}
@@ -449,10 +537,10 @@ func (o *op) sizeNow(last bool) int {
 	return o.size
 }
 
-// readsUDP reports whether the transaction reads from a UDP connection.
+// readsUDP reports whether this side reads from a UDP connection in the transaction.
 func (pt *ptxn) readsUDP() bool {
-	for _, f := range pt.t.Flowops {
-		if f.Type == profile.OpRead && f.Protocol == "udp" {
+	for i := range pt.ops {
+		if pt.ops[i].typ == profile.OpRead && pt.ops[i].opts.Protocol == "udp" {
 			return true
 		}
 	}

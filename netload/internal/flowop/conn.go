@@ -12,10 +12,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // HeaderSize is the size of the hello a connecting side sends first on
@@ -59,6 +61,7 @@ type Options struct {
 	Protocol string // "tcp" or "udp"
 	NoDelay  bool
 	WndSz    int
+	CC       string        // TCP congestion control; "" keeps the system's default
 	Timeout  time.Duration // per-operation timeout (0 = none)
 }
 
@@ -84,6 +87,13 @@ type Conn struct {
 	mu          sync.Mutex
 	interrupted bool
 	intr        atomic.Bool // mirror of interrupted for the blocking loops
+
+	// until, when set, is the end of the timed transaction using this
+	// connection: an operation still blocked then ends with ErrDeadline.
+	// Only the owning strand sets it, between its own operations.
+	until time.Time
+	// lastRetrans is TCP_INFO's total_retrans when Retransmits last looked.
+	lastRetrans uint32
 }
 
 // BlockingTick bounds how long a blocking-mode operation sleeps before it
@@ -200,6 +210,9 @@ func (c *Conn) blockingIO(op string, buf []byte, write bool) (int, error) {
 		if n > 0 {
 			done += n
 		}
+		if !c.until.IsZero() && (err == syscall.EAGAIN || (err == nil && n > 0 && done < len(buf))) && !time.Now().Before(c.until) {
+			return done, ErrDeadline
+		}
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -226,6 +239,59 @@ func (c *Conn) blockingIO(op string, buf []byte, write bool) (int, error) {
 // ErrInterrupted marks an operation stopped by Interrupt.
 var ErrInterrupted = errors.New("interrupted")
 
+// ErrDeadline marks an operation still blocked when its timed transaction
+// ended (SetUntil): the bytes it moved count, the message does not.
+var ErrDeadline = errors.New("the timed transaction ended during the operation")
+
+// SetUntil bounds every operation on c by t, the end of the timed
+// transaction (zero: no bound). Without it a write that waits for room in a
+// send buffer, behind a retransmission timeout, would hold the transaction
+// open for as long as the network takes to recover.
+func (c *Conn) SetUntil(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.until = t
+	if c.fd < 0 && !c.interrupted {
+		_ = c.nc.SetDeadline(t)
+	}
+}
+
+// Retransmits returns the segments TCP retransmitted on c since the last
+// call (TCP_INFO's total_retrans); 0 for UDP or when the kernel does not say.
+func (c *Conn) Retransmits() int64 {
+	if c.udp {
+		return 0
+	}
+	var total uint32
+	var ok bool
+	read := func(fd uintptr) {
+		var info syscall.TCPInfo
+		size := uint32(syscall.SizeofTCPInfo)
+		_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.IPPROTO_TCP, syscall.TCP_INFO,
+			uintptr(unsafe.Pointer(&info)), uintptr(unsafe.Pointer(&size)), 0)
+		if e == 0 && size >= uint32(unsafe.Offsetof(info.Total_retrans)+4) {
+			total, ok = info.Total_retrans, true
+		}
+	}
+	if c.fd >= 0 {
+		if !c.acquireFD() {
+			return 0
+		}
+		read(uintptr(c.fd))
+		c.releaseFD()
+	} else if sc, isSC := c.nc.(syscall.Conn); isSC {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(read)
+		}
+	}
+	if !ok || total < c.lastRetrans {
+		return 0
+	}
+	d := total - c.lastRetrans
+	c.lastRetrans = total
+	return int64(d)
+}
+
 // Interrupt unblocks any pending or future I/O on c until Resume.
 func (c *Conn) Interrupt() {
 	c.mu.Lock()
@@ -243,7 +309,7 @@ func (c *Conn) Resume() {
 	c.interrupted = false
 	c.intr.Store(false)
 	if c.fd < 0 {
-		_ = c.nc.SetDeadline(time.Time{})
+		_ = c.nc.SetDeadline(c.until)
 	}
 	c.mu.Unlock()
 }
@@ -259,7 +325,11 @@ func (c *Conn) armTimeout() {
 	if c.timeout <= 0 {
 		return
 	}
-	_ = c.nc.SetDeadline(time.Now().Add(c.timeout))
+	d := time.Now().Add(c.timeout)
+	if !c.until.IsZero() && c.until.Before(d) {
+		d = c.until
+	}
+	_ = c.nc.SetDeadline(d)
 	if c.isInterrupted() {
 		_ = c.nc.SetDeadline(time.Unix(1, 0))
 	}
@@ -273,6 +343,9 @@ func (c *Conn) classify(op string, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		if c.isInterrupted() {
 			return ErrInterrupted
+		}
+		if !c.until.IsZero() && !time.Now().Before(c.until) {
+			return ErrDeadline
 		}
 		return fmt.Errorf("%s: timed out after %v", op, c.timeout)
 	}
@@ -374,7 +447,34 @@ func applyTCP(nc net.Conn, o Options) error {
 		_ = tc.SetReadBuffer(o.WndSz)
 		_ = tc.SetWriteBuffer(o.WndSz)
 	}
+	if o.CC != "" {
+		// uperf warns and goes on; a measurement that silently ran another
+		// congestion control than the profile asks for would be wrong, so
+		// netload fails the connection with the reason instead
+		raw, err := tc.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("TCP_CONGESTION %s: %w", o.CC, err)
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptString(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CONGESTION, o.CC)
+		}); err != nil {
+			return fmt.Errorf("TCP_CONGESTION %s: %w", o.CC, err)
+		}
+		if serr != nil {
+			return fmt.Errorf("congestion control %q cannot be set (%v); this kernel offers: %s", o.CC, serr, availableCC())
+		}
+	}
 	return nil
+}
+
+// availableCC lists the congestion controls this kernel has loaded.
+func availableCC() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // DefaultConnectTimeout bounds a connect when the flowop gives no timeout.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestHeader(t *testing.T) {
@@ -110,6 +111,55 @@ func TestPerOperationTimeout(t *testing.T) {
 		}
 	}
 	nc.Close()
+}
+
+// A write that waits for room in a send buffer the peer never drains ends
+// at SetUntil's bound in both I/O modes, with ErrDeadline, and the
+// connection is usable again once the bound is lifted.
+func TestUntilEndsABlockedWrite(t *testing.T) {
+	for _, blocking := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); peer <- c }()
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := <-peer
+		c := NewConn(nc, Options{Protocol: "tcp"})
+		if blocking {
+			if err := c.SetBlocking(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bound := time.Now().Add(300 * time.Millisecond)
+		c.SetUntil(bound)
+		buf := make([]byte, 1<<20)
+		var werr error
+		for werr == nil && time.Now().Before(bound.Add(5*time.Second)) {
+			_, werr = c.Write(buf) // the peer reads nothing: the buffers fill, then a write blocks
+		}
+		if !errors.Is(werr, ErrDeadline) {
+			t.Fatalf("blocking=%v: blocked write ended with %v", blocking, werr)
+		}
+		if late := time.Since(bound); late > 2*BlockingTick+100*time.Millisecond {
+			t.Fatalf("blocking=%v: the write ended %v after the bound", blocking, late)
+		}
+		c.SetUntil(time.Time{})
+		go func() { _, _ = io.Copy(io.Discard, p) }()
+		if n, err := c.Write(buf[:1000]); err != nil || n != 1000 {
+			t.Fatalf("blocking=%v: write after the bound was lifted: %d %v", blocking, n, err)
+		}
+		if r := c.Retransmits(); r < 0 {
+			t.Fatalf("retransmits %d", r)
+		}
+		c.Close()
+		p.Close()
+		ln.Close()
+	}
 }
 
 func TestAcceptorRoutesByHeader(t *testing.T) {
@@ -361,5 +411,68 @@ func TestBlockingCloseDuringRead(t *testing.T) {
 	}
 	if _, err := unixFcntl(fd, syscall.F_GETFD); err != syscall.EBADF {
 		t.Fatalf("descriptor %d still open after Close and the read's end (%v)", fd, err)
+	}
+}
+
+// congestion reads a socket's TCP_CONGESTION (the syscall package has no
+// GetsockoptString).
+func congestion(t *testing.T, c *Conn) string {
+	t.Helper()
+	raw, err := c.nc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	n := uint32(len(buf))
+	var errno syscall.Errno
+	raw.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.IPPROTO_TCP, syscall.TCP_CONGESTION,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+	})
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	return strings.TrimRight(string(buf[:n]), "\x00")
+}
+
+// uperf's cc= option sets TCP_CONGESTION on both ends; one the kernel
+// refuses fails the connection with the reason and what the kernel has.
+func TestCongestionControlOption(t *testing.T) {
+	a, err := Listen("127.0.0.1", 0, 0, 5, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port()))
+	o := Options{Protocol: "tcp", CC: "reno"} // built into every kernel, and not the default
+	c, err := Dial(context.Background(), addr, Header{RunID: 5, Strand: 1}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := a.Accept(Key{1, 0}, o, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, want := congestion(t, c), "reno"; got != want {
+		t.Fatalf("client socket: %q, want %q", got, want)
+	}
+	if got := congestion(t, s); got != "reno" {
+		t.Fatalf("server socket: %q", got)
+	}
+	plain, err := Dial(context.Background(), addr, Header{RunID: 5, Strand: 2}, Options{Protocol: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	def, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if got := congestion(t, plain); got != strings.TrimSpace(string(def)) {
+		t.Fatalf("without cc=: %q, want the system default %q", got, def)
+	}
+	_, err = Dial(context.Background(), addr, Header{RunID: 5, Strand: 3}, Options{Protocol: "tcp", CC: "nosuchcc"})
+	if err == nil || !strings.Contains(err.Error(), `congestion control "nosuchcc" cannot be set`) ||
+		!strings.Contains(err.Error(), "this kernel offers: ") {
+		t.Fatalf("unknown congestion control: %v", err)
 	}
 }

@@ -89,7 +89,17 @@ func (w *Workload) XML() string {
 	fmt.Fprintf(&b, "<profile name=\"%s\">\n", w.Base)
 	b.WriteString("  <group nprocs=\"$nprocs\">\n")
 	b.WriteString("    <transaction iterations=\"1\">\n")
-	b.WriteString("      <flowop type=\"connect\" options=\"remotehost=$h protocol=tcp tcp_nodelay\"/>\n")
+	// Request/response sets tcp_nodelay, as seed 002's own TCP_RR profile
+	// does: a transaction must not wait for Nagle. Streams leave Nagle on,
+	// as bulk transfers (backup, file copy) and iperf3 do and as uperf's
+	// manual/throughput.xml does; with tcp_nodelay every 30 KiB write is
+	// pushed as its own segment and a stream pays for twice the packets and
+	// ACKs that the applications it stands for pay for.
+	if w.Kind == "rr" {
+		b.WriteString("      <flowop type=\"connect\" options=\"remotehost=$h protocol=tcp tcp_nodelay\"/>\n")
+	} else {
+		b.WriteString("      <flowop type=\"connect\" options=\"remotehost=$h protocol=tcp\"/>\n")
+	}
 	b.WriteString("    </transaction>\n")
 	b.WriteString("    <transaction duration=\"$duration\">\n")
 	switch {

@@ -17,7 +17,7 @@ type Spec struct {
 	Needs    string   // an option it cannot do without ("" = none)
 }
 
-var connOptions = []string{"remotehost", "port", "protocol", "tcp_nodelay", "wndsz", "conn", "canfail", "timeout"}
+var connOptions = []string{"remotehost", "port", "protocol", "tcp_nodelay", "wndsz", "conn", "canfail", "timeout", "cc", "stack", "bblog"}
 var dataOptions = []string{"size", "rsize", "count", "conn", "canfail", "timeout", "duration"}
 
 // Flowops is the flowop table.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -515,6 +516,9 @@ func (ps *parser) txnAttrs(el element) (*Transaction, error) {
 	return t, nil
 }
 
+// ccName is a Linux congestion control name (TCP_CA_NAME_MAX is 16 with the NUL).
+var ccName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,14}$`)
+
 // option names netload knows from uperf but does not implement.
 var unsupportedOptions = map[string]string{
 	"localhost":    "binding to a local address",
@@ -522,9 +526,6 @@ var unsupportedOptions = map[string]string{
 	"batch_size":   "sendmmsg/recvmmsg batching",
 	"non_blocking": "non-blocking sockets",
 	"encaps":       "SCTP over UDP",
-	"cc":           "choosing the congestion control",
-	"stack":        "FreeBSD TCP stacks",
-	"bblog":        "FreeBSD black-box logging",
 	"engine":       "SSL",
 	"cipher":       "SSL",
 	"method":       "SSL",
@@ -730,6 +731,16 @@ func (ps *parser) options(f *Flowop, a *attr) error {
 			}
 		case "tcp_nodelay":
 			f.NoDelay = true
+		case "cc":
+			if !ccName.MatchString(val) {
+				return bad("%q is not a congestion control name (like cubic or bbr)", val)
+			}
+			f.CC = val
+		case "stack", "bblog":
+			// uperf sets these only where FreeBSD's TCP_FUNCTION_BLK and
+			// TCP_LOG exist and warns elsewhere; Linux has neither
+			ps.warnf(tok.off, "option %s is ignored: it is a FreeBSD TCP option, and uperf ignores it on Linux too", key)
+			continue
 		case "busy":
 			f.Busy = true
 		case "idle":
@@ -772,8 +783,9 @@ func (ps *parser) validate(p *Profile) error {
 		if total > MaxStrands {
 			return &Error{File: ps.file, Pos: g.Pos, Msg: fmt.Sprintf("the profile asks for more than %d strands in all", MaxStrands)}
 		}
-		open := map[int]string{} // conn id -> protocol
-		last := -1               // most recently opened conn
+		open := map[int]string{}   // conn id -> protocol
+		hostOf := map[int]string{} // conn id -> remotehost ("" = the default server)
+		last := -1                 // most recently opened conn
 		for ti := range g.Transactions {
 			t := &g.Transactions[ti]
 			for fi := range t.Flowops {
@@ -797,6 +809,7 @@ func (ps *parser) validate(p *Profile) error {
 						}
 					}
 					open[f.Conn] = f.Protocol
+					hostOf[f.Conn] = f.RemoteHost
 					last = f.Conn
 				case OpRead, OpWrite, OpDisconnect:
 					if f.Conn < 0 {
@@ -814,6 +827,9 @@ func (ps *parser) validate(p *Profile) error {
 					if !ok {
 						return &Error{File: ps.file, Pos: f.Pos, Msg: fmt.Sprintf("flowop %s uses connection %d, which no earlier connect or accept opens", f.Type, f.Conn)}
 					}
+					// an op goes to the host its connection goes to (a remotehost
+					// written on disconnect is ignored, as before)
+					f.RemoteHost = hostOf[f.Conn]
 					if f.Type == OpDisconnect {
 						delete(open, f.Conn)
 						if last == f.Conn {

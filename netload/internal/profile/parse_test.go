@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -115,8 +116,13 @@ func TestSeedWorkloadsMeaning(t *testing.T) {
 					t.Fatalf("server flowop %d: %s %d", i, f.Type, f.Size)
 				}
 			}
-			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || !conn.NoDelay || conn.RemoteHost != "198.18.0.2" {
+			if conn := g.Transactions[0].Flowops[0]; conn.Type != OpConnect || conn.RemoteHost != "198.18.0.2" {
 				t.Fatalf("connect flowop %+v", conn)
+			}
+			// request/response without Nagle (seed 002's TCP_RR); streams with
+			// it, as iperf3 and bulk transfers run
+			if conn := g.Transactions[0].Flowops[0]; conn.NoDelay != (w.Kind == "rr") {
+				t.Fatalf("%s: tcp_nodelay %v", c.name, conn.NoDelay)
 			}
 		})
 	}
@@ -452,28 +458,63 @@ func TestOppositeWithRSizeMovesTheSameBytes(t *testing.T) {
 	}
 }
 
-func TestSplitByHost(t *testing.T) {
+// Every op on a connection is bound to the host its connection goes to, and
+// each server's view marks the ops on other hosts' connections (uperf's
+// two-hosts.xml: one strand writes to $h1 and reads from $h2 in one pass).
+func TestServerViewSplitsAStrandsOpsByHost(t *testing.T) {
 	src := `<profile name="m">
-  <group nthreads="2"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
-  <group nthreads="1"><transaction><flowop type="connect" options="remotehost=$h2"/><flowop type="disconnect" options="remotehost=$h2"/></transaction></group>
-  <group nthreads="4"><transaction><flowop type="connect" options="remotehost=$h1"/></transaction></group>
+  <group nthreads="2">
+    <transaction><flowop type="connect" options="remotehost=$h1"/><flowop type="connect" options="conn=1 remotehost=$h2 protocol=udp"/></transaction>
+    <transaction duration="1s"><flowop type="write" options="size=300"/><flowop type="read" options="conn=1 size=300"/><flowop type="think" options="duration=1ms"/></transaction>
+    <transaction><flowop type="disconnect" options="remotehost=$h2"/><flowop type="disconnect" options="conn=1"/></transaction>
+  </group>
+  <group nthreads="1"><transaction><flowop type="connect" options="conn=3"/><flowop type="write" options="conn=3 size=1"/></transaction></group>
 </profile>`
 	p, err := Parse([]byte(src), "m.xml", MapLookup(map[string]string{"h1": "a", "h2": "b"}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, parts, err := p.SplitByHost()
-	if err != nil || len(hosts) != 2 || hosts[0] != "a" || parts["a"].Strands() != 6 || parts["b"].Strands() != 1 {
-		t.Fatalf("%v %v %v", hosts, parts, err)
+	if hosts := p.RemoteHosts(); len(hosts) != 2 || hosts[0] != "a" || hosts[1] != "b" {
+		t.Fatalf("hosts %v", hosts)
 	}
-	bad, err := Parse([]byte(`<profile name="x"><group nthreads="1"><transaction>
-  <flowop type="connect" options="conn=1 remotehost=a"/><flowop type="connect" options="conn=2 remotehost=b"/>
-</transaction></group></profile>`), "x.xml", nil)
-	if err != nil {
-		t.Fatal(err)
+	g := p.Groups[0].Transactions
+	// a data op or a disconnect takes its connection's host (the remotehost
+	// written on a disconnect is not the one that counts)
+	for _, c := range []struct {
+		f    Flowop
+		host string
+	}{{g[1].Flowops[0], "a"}, {g[1].Flowops[1], "b"}, {g[1].Flowops[2], ""}, {g[2].Flowops[0], "a"}, {g[2].Flowops[1], "b"}} {
+		if c.f.RemoteHost != c.host {
+			t.Errorf("%s conn %d: host %q, want %q", c.f.Type, c.f.Conn, c.f.RemoteHost, c.host)
+		}
 	}
-	if _, _, err := bad.SplitByHost(); err == nil || !strings.Contains(err.Error(), "talks to a and b") {
-		t.Fatalf("a group with two hosts: %v", err)
+	hosts := p.RemoteHosts()
+	elsewhere := func(q *Profile) [][]bool {
+		var out [][]bool
+		for _, g := range q.Groups {
+			for _, t := range g.Transactions {
+				var row []bool
+				for _, f := range t.Flowops {
+					row = append(row, f.Elsewhere)
+				}
+				out = append(out, row)
+			}
+		}
+		return out
+	}
+	a, b := p.ServerView(hosts, 0), p.ServerView(hosts, 1)
+	// think runs on every server; group 2 names no host, so it is the first host's
+	wantA := [][]bool{{false, true}, {false, true, false}, {false, true}, {false, false}}
+	wantB := [][]bool{{true, false}, {true, false, false}, {true, false}, {true, true}}
+	if fmt.Sprint(elsewhere(a)) != fmt.Sprint(wantA) || fmt.Sprint(elsewhere(b)) != fmt.Sprint(wantB) {
+		t.Fatalf("views:\n a %v, want %v\n b %v, want %v", elsewhere(a), wantA, elsewhere(b), wantB)
+	}
+	if !a.HasElsewhere() || p.HasElsewhere() || elsewhere(p)[0][1] {
+		t.Fatal("the view must be a copy: the profile itself is unmarked")
+	}
+	// the serving side's opposite keeps the marks
+	if o := b.Opposite(); !o.Groups[0].Transactions[1].Flowops[0].Elsewhere || o.Groups[0].Transactions[1].Flowops[1].Type != OpWrite {
+		t.Fatalf("opposite of the view: %+v", o.Groups[0].Transactions[1].Flowops)
 	}
 }
 
@@ -492,5 +533,28 @@ func TestFlowopWithoutConnUsesTheAnonymousConnection(t *testing.T) {
 	tx := p.Groups[0].Transactions
 	if tx[1].Flowops[0].Conn != 0 || tx[1].Flowops[1].Conn != 1 || tx[2].Flowops[0].Conn != 0 || tx[2].Flowops[1].Conn != 1 {
 		t.Fatalf("connections: %+v %+v", tx[1].Flowops, tx[2].Flowops)
+	}
+}
+
+func TestTCPOptionsFromUperf(t *testing.T) {
+	src := `<profile name="x"><group nthreads="1"><transaction iterations="1">
+    <flowop type="connect" options="remotehost=a cc=cubic stack=rack bblog=1"/></transaction></group></profile>`
+	p, err := Parse([]byte(src), "p.xml", MapLookup(nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := p.Groups[0].Transactions[0].Flowops[0]; f.CC != "cubic" {
+		t.Fatalf("cc: %+v", f)
+	}
+	if len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], "option stack is ignored: it is a FreeBSD TCP option") ||
+		!strings.Contains(p.Warnings[1], "option bblog is ignored") {
+		t.Fatalf("warnings %q", p.Warnings)
+	}
+	for _, bad := range []string{"cc=Cubic", "cc=../x", "cc=averyveryverylongname"} {
+		src := `<profile name="x"><group nthreads="1"><transaction iterations="1">
+    <flowop type="connect" options="remotehost=a ` + bad + `"/></transaction></group></profile>`
+		if _, err := Parse([]byte(src), "p.xml", MapLookup(nil, nil)); err == nil || !strings.Contains(err.Error(), "is not a congestion control name") {
+			t.Fatalf("%s: %v", bad, err)
+		}
 	}
 }

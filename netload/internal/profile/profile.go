@@ -91,11 +91,23 @@ type Flowop struct {
 	Protocol   string        `json:"protocol,omitempty"` // tcp or udp (connect/accept)
 	NoDelay    bool          `json:"tcp_nodelay,omitempty"`
 	WndSz      int64         `json:"wndsz,omitempty"`
+	CC         string        `json:"cc,omitempty"`       // TCP congestion control (TCP_CONGESTION)
 	Duration   time.Duration `json:"duration,omitempty"` // think time
 	Busy       bool          `json:"busy,omitempty"`     // think by spinning
 	CanFail    bool          `json:"canfail,omitempty"`
 	Timeout    time.Duration `json:"timeout,omitempty"` // per-operation timeout
-	Pos        Pos           `json:"pos"`
+	// Elsewhere is set only in the copy of a multi-host profile that the
+	// controller sends to one server (see ServerView): the op runs on a
+	// connection to another host, so this server leaves it out.
+	Elsewhere bool `json:"elsewhere,omitempty"`
+	Pos       Pos  `json:"pos"`
+}
+
+// UsesConn reports whether the op works on a connection (and so on the
+// host that connection goes to); think and nop do not.
+func (f *Flowop) UsesConn() bool {
+	s := f.Type.spec()
+	return s != nil && (s.Opens || s.Moves || s.Closes)
 }
 
 // PeerSize is the size the opposite side uses.
@@ -167,12 +179,13 @@ func (p *Profile) Steps() int {
 }
 
 // ConnsPerStrand is the number of distinct connections a strand of group g
-// opens (the file descriptors it needs at once, at most).
+// opens (the file descriptors it needs at once, at most; those on another
+// host's connections do not count).
 func (g *Group) ConnsPerStrand() int {
 	seen := map[int]bool{}
 	for _, t := range g.Transactions {
 		for _, f := range t.Flowops {
-			if f.Type == OpConnect || f.Type == OpAccept {
+			if (f.Type == OpConnect || f.Type == OpAccept) && !f.Elsewhere {
 				seen[f.Conn] = true
 			}
 		}
@@ -181,6 +194,8 @@ func (g *Group) ConnsPerStrand() int {
 }
 
 // RemoteHosts lists the distinct remotehost values, in order of appearance.
+// Every op on a connection carries its connection's host (the parser binds
+// it), so this is the list of servers a run needs.
 func (p *Profile) RemoteHosts() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -230,35 +245,53 @@ func (t *Transaction) BytesPerPass() (read, written int64) {
 	return
 }
 
-// SplitByHost gives each remote host the groups that talk to it, for a
-// profile that names several (uperf's two-hosts, VoIP, netBackup, SpecWeb):
-// netload runs one server per host. A group that names no host goes with
-// the first one; a group that names two cannot be split.
-func (p *Profile) SplitByHost() ([]string, map[string]*Profile, error) {
-	hosts := p.RemoteHosts()
-	out := map[string]*Profile{}
+// ServerView is the profile the controller sends to the server of
+// hosts[i] when the profile names several hosts (uperf's two-hosts, VoIP,
+// netBackup, SpecWeb): a copy in which every op on a connection to another
+// host is marked Elsewhere. A strand of any group may talk to several hosts
+// (two-hosts.xml writes to $h1 and reads from $h2 in one pass); each server
+// mirrors only the ops on its own connections, the way uperf's master turns
+// the other hosts' flowops into nops before it sends a slave its group.
+// An op on a connection opened without remotehost belongs to hosts[0]; ops
+// on no connection (think, nop) run on every server, as uperf's slaves run
+// them. Strand ids, connection ids and flowop positions stay those of the
+// whole profile, so every server's statistics line up with the client's.
+func (p *Profile) ServerView(hosts []string, i int) *Profile {
+	q := &Profile{Name: p.Name, Groups: make([]Group, len(p.Groups))}
+	for gi, g := range p.Groups {
+		ng := g
+		ng.Transactions = make([]Transaction, len(g.Transactions))
+		for ti, t := range g.Transactions {
+			nt := t
+			nt.Flowops = make([]Flowop, len(t.Flowops))
+			for fi, f := range t.Flowops {
+				if f.UsesConn() {
+					h := f.RemoteHost
+					if h == "" {
+						h = hosts[0]
+					}
+					f.Elsewhere = h != hosts[i]
+				}
+				nt.Flowops[fi] = f
+			}
+			ng.Transactions[ti] = nt
+		}
+		q.Groups[gi] = ng
+	}
+	return q
+}
+
+// HasElsewhere reports whether some op of the profile is marked Elsewhere
+// (a server view of a multi-host profile).
+func (p *Profile) HasElsewhere() bool {
 	for _, g := range p.Groups {
-		mine := ""
 		for _, t := range g.Transactions {
 			for _, f := range t.Flowops {
-				if f.RemoteHost == "" || f.RemoteHost == mine {
-					continue
+				if f.Elsewhere {
+					return true
 				}
-				if mine != "" {
-					return nil, nil, fmt.Errorf("group %q talks to %s and %s; netload runs one server per host and a group's strands talk to one of them", g.Name, mine, f.RemoteHost)
-				}
-				mine = f.RemoteHost
 			}
 		}
-		if mine == "" && len(hosts) > 0 {
-			mine = hosts[0]
-		}
-		sub := out[mine]
-		if sub == nil {
-			sub = &Profile{Name: p.Name}
-			out[mine] = sub
-		}
-		sub.Groups = append(sub.Groups, g)
 	}
-	return hosts, out, nil
+	return false
 }

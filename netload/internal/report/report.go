@@ -26,16 +26,35 @@ type Document struct {
 	Remote        string         `json:"remote"`
 	Client        *wire.HostInfo `json:"client,omitempty"`
 	Server        *wire.HostInfo `json:"server,omitempty"`
-	Summary       Summary        `json:"summary"`
-	CPU           CPUReport      `json:"cpu"`
-	Steps         []Step         `json:"steps"`
-	IntervalS     float64        `json:"interval_s,omitempty"`
-	Intervals     []Interval     `json:"intervals,omitempty"`
+	// Servers, in a run of a profile that names several remote hosts, is
+	// each host's server and its share of the measured phase. Remote then
+	// lists their addresses, comma-separated, Server is the first one's, and
+	// every "server" figure elsewhere in the document covers them all.
+	Servers   []ServerShare `json:"servers,omitempty"`
+	Summary   Summary       `json:"summary"`
+	CPU       CPUReport     `json:"cpu"`
+	Steps     []Step        `json:"steps"`
+	IntervalS float64       `json:"interval_s,omitempty"`
+	Intervals []Interval    `json:"intervals,omitempty"`
 	// TxnTimeHistogram is the merged transaction-time histogram (ns) of the
 	// measured phase, mergeable with other runs' histograms.
 	TxnTimeHistogram *histogram.Snapshot `json:"txn_time_histogram_ns,omitempty"`
 	PeakRSSBytes     PeakRSS             `json:"peak_rss_bytes"`
 	Error            *ErrorInfo          `json:"error"`
+}
+
+// ServerShare is one host's server in a multi-host run, over the measured
+// phase. Its CPU per MB and per transaction are of the client's bytes and
+// transactions, like the document's server CPU.
+type ServerShare struct {
+	Remotehost   string         `json:"remotehost"` // as the profile names it, variables resolved
+	Remote       string         `json:"remote"`     // address of its netload serve
+	Host         *wire.HostInfo `json:"host,omitempty"`
+	Bytes        int64          `json:"bytes"` // payload this server read and wrote
+	Operations   int64          `json:"operations"`
+	Errors       int64          `json:"errors"`
+	CPU          SideCPU        `json:"cpu"`
+	PeakRSSBytes int64          `json:"peak_rss_bytes"`
 }
 
 // Tool names the producer.
@@ -75,6 +94,18 @@ type Summary struct {
 	// BytesDifferencePct is (server - client) / client bytes of the
 	// measured phase, uperf's master/slave "Difference(%)".
 	BytesDifferencePct float64 `json:"bytes_difference_pct"`
+	// Retransmits counts the TCP segments both sides sent again on the data
+	// connections over the whole run (TCP_INFO total_retrans): the loss the
+	// path caused, which TCP repaired.
+	Retransmits int64 `json:"tcp_retransmits"`
+	// CutStrands counts client strands whose operation in progress was cut
+	// when the timed transaction ended (a send or receive blocked then).
+	CutStrands int64 `json:"cut_strands"`
+	// UndeliveredMessages counts messages the client completed that the
+	// server had not received when its drain time after the measured phase
+	// was up (UndeliveredStrands strands): still in flight, not lost.
+	UndeliveredMessages int64 `json:"undelivered_messages"`
+	UndeliveredStrands  int64 `json:"undelivered_strands"`
 }
 
 // CPUReport is the CPU of each side over the measured phase.

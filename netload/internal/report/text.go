@@ -160,9 +160,32 @@ func (d *Document) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "%-16s %8.2fs %12s %14s %12d %8d\n", host(d.Client, "client"), s.DurationS, Bytes(float64(s.Bytes)), Bits(s.ThroughputBitsPerS), s.Operations, s.Errors)
 	fmt.Fprintf(&b, "%-16s %8.2fs %12s %14s %12d %8d\n", host(d.Server, "server"), s.DurationS, Bytes(float64(s.ServerBytes)), Bits(sbps), s.ServerOperations, s.ServerErrors)
+	for _, sv := range d.Servers {
+		bps := 0.0
+		if s.DurationS > 0 {
+			bps = 8 * float64(sv.Bytes) / s.DurationS
+		}
+		fmt.Fprintf(&b, "%-16s %8.2fs %12s %14s %12d %8d\n", clipName(" "+sv.Remotehost, 16), s.DurationS, Bytes(float64(sv.Bytes)), Bits(bps), sv.Operations, sv.Errors)
+	}
 	fmt.Fprintln(&b, rule)
 	fmt.Fprintf(&b, "%-16s %9s %11.2f%%\n", "Difference(%)", "", s.BytesDifferencePct)
+	if s.Retransmits > 0 || s.UndeliveredMessages > 0 {
+		fmt.Fprintf(&b, "TCP retransmits %d; messages cut at the end of the measured time (not counted): %d; "+
+			"still in flight when the server stopped waiting: %d messages on %d connections\n",
+			s.Retransmits, s.CutStrands, s.UndeliveredMessages, s.UndeliveredStrands)
+	}
 	fmt.Fprintf(&b, "\nPeak memory (VmHWM): client %s, server %s\n", Bytes(float64(d.PeakRSSBytes.Client)), Bytes(float64(d.PeakRSSBytes.Server)))
+	if len(d.Servers) > 0 {
+		fmt.Fprintf(&b, "\nServers (one per remote host; the server rows above are their sum)\n")
+		for _, sv := range d.Servers {
+			name := ""
+			if sv.Host != nil {
+				name = " (" + sv.Host.Hostname + ")"
+			}
+			fmt.Fprintf(&b, "  %s at %s%s: %s, %d ops, %d errors, cpu %.2fs, peak memory %s\n", sv.Remotehost, sv.Remote, name,
+				Bytes(float64(sv.Bytes)), sv.Operations, sv.Errors, sv.CPU.ProcS, Bytes(float64(sv.PeakRSSBytes)))
+		}
+	}
 	if d.Error != nil {
 		fmt.Fprintf(&b, "\nERROR (%s): %s\n", d.Error.Class, d.Error.Message)
 	}

@@ -143,3 +143,17 @@ func PeakRSS() int64 {
 	}
 	return 0
 }
+
+// Beside combines the CPU of two processes over the same span, such as the
+// servers of a multi-host run: process times and busy CPU-seconds add up,
+// the wall time is the longer one, and the busy share is that of all their
+// machines' CPUs together (servers on one machine count its CPUs twice).
+func (c CPU) Beside(o CPU) CPU {
+	r := CPU{WallS: max(c.WallS, o.WallS), UserS: c.UserS + o.UserS, SysS: c.SysS + o.SysS,
+		ProcS: c.ProcS + o.ProcS, NCPU: c.NCPU + o.NCPU, SystemBusyS: c.SystemBusyS + o.SystemBusyS,
+		SystemMeasure: c.SystemMeasure && o.SystemMeasure}
+	if r.WallS > 0 && r.NCPU > 0 {
+		r.SystemBusy = r.SystemBusyS / (r.WallS * float64(r.NCPU))
+	}
+	return r
+}

@@ -3,7 +3,10 @@
 // object per line. The controller sends hello, then begin/end for every
 // transaction step, then bye; the server answers hello_ok, ended for each
 // step and bye. Both sides send hb (heartbeat) every second, so a side
-// that stops hearing from its peer knows it died or hangs.
+// that stops hearing from its peer knows it died or hangs. A profile that
+// names several remote hosts has one such connection per host's server,
+// driven in step by the one controller (see engine.Run); abort calls a run
+// off after hello_ok when another host refused it.
 package wire
 
 import (
@@ -19,10 +22,16 @@ import (
 	"kvmtune/netload/internal/sysstat"
 )
 
-// Magic and Version identify the protocol; a server refuses another version.
+// Magic and Version identify the protocol. A server accepts MinVersion to
+// Version and refuses others. Version 2 adds flowops marked "elsewhere" (a
+// multi-host run: ops on another host's connection, which this server
+// leaves out); a controller sends it only with such a profile, so a
+// single-host run still works against a version-1 server, and a version-1
+// server refuses a multi-host run instead of running ops that are not its own.
 const (
-	Magic   = "netload-control"
-	Version = 1
+	Magic      = "netload-control"
+	Version    = 2
+	MinVersion = 1
 )
 
 // Message types.
@@ -43,21 +52,25 @@ type Msg struct {
 	Type string `json:"type"`
 
 	// hello
-	Magic      string           `json:"magic,omitempty"`
-	Version    int              `json:"version,omitempty"`
-	RunID      uint32           `json:"run_id,omitempty"`
-	Token      string           `json:"token,omitempty"` // the server's shared secret, when it has one
-	Profile    *profile.Profile `json:"profile,omitempty"`
-	NeedFDs    int              `json:"need_fds,omitempty"`
-	IOMode     string           `json:"io_mode,omitempty"`
-	TCPPort    int              `json:"tcp_port,omitempty"`  // sender's default data listener
-	UDPPorts   []UDPPort        `json:"udp_ports,omitempty"` // sender's UDP endpoints
-	Host       *HostInfo        `json:"host,omitempty"`
-	Step       int              `json:"step,omitempty"`
-	Targets    []int64          `json:"targets,omitempty"` // end: passes done per strand
-	Stats      *SideStats       `json:"stats,omitempty"`
-	Error      string           `json:"error,omitempty"`
-	ErrorClass string           `json:"error_class,omitempty"`
+	Magic    string           `json:"magic,omitempty"`
+	Version  int              `json:"version,omitempty"`
+	RunID    uint32           `json:"run_id,omitempty"`
+	Token    string           `json:"token,omitempty"` // the server's shared secret, when it has one
+	Profile  *profile.Profile `json:"profile,omitempty"`
+	NeedFDs  int              `json:"need_fds,omitempty"`
+	IOMode   string           `json:"io_mode,omitempty"`
+	TCPPort  int              `json:"tcp_port,omitempty"`  // sender's default data listener
+	UDPPorts []UDPPort        `json:"udp_ports,omitempty"` // sender's UDP endpoints
+	Host     *HostInfo        `json:"host,omitempty"`
+	Step     int              `json:"step,omitempty"`
+	Targets  []int64          `json:"targets,omitempty"` // end: passes done per strand
+	// end of a timed step: how long the server may take to receive what is
+	// still in flight on connections that are only closed afterwards
+	// (0: as long as its step grace, then fail, as before)
+	DrainMs    int64      `json:"drain_ms,omitempty"`
+	Stats      *SideStats `json:"stats,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	ErrorClass string     `json:"error_class,omitempty"`
 }
 
 // UDPPort maps one strand's UDP connection to its bound port.
@@ -115,6 +128,15 @@ type TxnStats struct {
 	Errors       int64         `json:"errors"`
 	FirstError   string        `json:"first_error,omitempty"`
 	Flowops      []FlowopStats `json:"flowops"`
+	// TCP segments retransmitted on the group's data connections (TCP_INFO)
+	Retransmits int64 `json:"retransmits,omitempty"`
+	// controller: strands whose operation in progress was cut when the
+	// timed transaction ended; server: strands still short of the
+	// controller's count when the drain time was up
+	CutStrands int64 `json:"cut_strands,omitempty"`
+	// server: messages (passes) the controller completed that had not
+	// arrived when the drain time was up; still in flight, not lost
+	ShortPasses int64 `json:"short_passes,omitempty"`
 }
 
 // SideStats is one side's account of a step.

@@ -89,6 +89,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("transactions", "count", N, "transactions", summed_over_pairs=True),
     Metric("errors", "count", L, "errors"),
     Metric("measured_s", "s", N, "netload measured time"),
+    Metric("tcp_retransmits", "count", L, "TCP segments retransmitted (both sides, TCP_INFO)"),
+    Metric("undelivered_messages", "count", L, "messages still in flight when netload's drain time was up"),
     Metric("lat_STAT_us", "µs", L, "transaction time", regex=r"lat_(?:avg|p50|p90|p99|p99_9)_us"),
     Metric("SIDE_cpu_s_per_mb", "s/MB", L, "CPU per MB", regex=r"(?:client|server)_cpu_s_per_mb"),
     Metric("SIDE_cpu_us_per_txn", "µs", L, "CPU per transaction", regex=r"(?:client|server)_cpu_us_per_txn"),
@@ -101,6 +103,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("path_cpu_us_per_txn", "µs", L, "path CPU per transaction"),
     Metric("daemon_cpu_s", "s", L, "forwarding daemons' CPU time"),
     Metric("ovs_unforwarded_pct", "%", L, "packets Open vSwitch received but did not forward"),
+    Metric("ovs_socket_drop_pct", "%", L, "packets Open vSwitch's AF_PACKET sockets dropped (receive buffer full)"),
 )
 
 _EXACT = {m.name: m for m in CATALOGUE if m.regex is None}

@@ -114,6 +114,10 @@ def test_netload_metrics() -> None:
     assert m["throughput_Bps"] == 2e6 and m["tps"] == 1000 and m["errors"] == 1
     assert m["lat_avg_us"] == 2.5 and m["lat_p99_us"] == 9.0 and m["lat_p99_9_us"] == 20.0
     assert m["client_cpu_s_per_mb"] == 0.5 and m["server_cpu_us_per_txn"] == 20.0 and m["server_cpu_busy_pct"] == 50.0
+    assert "tcp_retransmits" not in m  # netload before 0.3.0 does not count them: absent, not 0
+    doc["summary"] |= {"tcp_retransmits": 1234, "undelivered_messages": 5}
+    m = netload_metrics(doc)
+    assert m["tcp_retransmits"] == 1234 and m["undelivered_messages"] == 5
 
 
 def _cell(test: str, pair: int, **metrics: float) -> CellRow:

@@ -11,13 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from net_helpers import processes_mentioning, root_namespace_leftovers, run_seeing_own_namespaces
 
 import kvmtune.cli as cli
 from kvmtune.bench.net import TopologySpec, make_topology
-from kvmtune.bench.net.bench import find_netload
+from kvmtune.bench.net.bench import NETLOAD_PORT, find_netload
+from kvmtune.bench.net.datapath import DatapathRun
 from kvmtune.bench.net.netns import Netns
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
@@ -109,6 +111,47 @@ def test_bridge_and_ovs_store_datapath_cells_and_report_the_winner(
     # a run of two topologies is summarised by report, not compared cell by cell
     assert cli.main(["compare", str(run.id), str(run.id), "--db", str(db)]) == 2
     assert "kvmtune report" in capsys.readouterr().err
+
+
+# what a lossy link does, inside the server's stand-in namespace (sch_netem is not always there; nftables is):
+# a share of the TCP data segments that reach the server is dropped; never a SYN (connecting is not what is
+# measured) and never the control connection's
+LOSS_RULES = """table inet kvmtune_loss {{
+  chain input {{ type filter hook input priority 0; meta l4proto tcp tcp sport != {port} tcp dport != {port}
+                 tcp flags & syn == 0 meta length > 200 numgen random mod 100 < {pct} drop; }}
+}}"""
+
+
+def test_a_lossy_path_ends_a_timed_test_on_time_and_records_the_retransmits(
+    workdir: Path, netload: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TCP on a path that drops 20 % of the data segments backs off (netload 0.2.0 then held the test for 20 s
+    and failed it: a write blocked behind a retransmission timeout, and the server waiting for what was still in
+    flight); the test still ends about its duration after it started: the writes still blocked at the end are
+    cut, the server waits netload's drain (1 s) for what is in flight, and the cell is ok, with the retransmits
+    TCP made and the messages still undelivered then."""
+    start_servers = DatapathRun.start_servers
+
+    def lossy(self: DatapathRun, t: Any) -> None:
+        for _client, server in t.topo.pairs():
+            t.ns(server).exec("nft", "-f", "-", input_text=LOSS_RULES.format(port=NETLOAD_PORT, pct=20))
+        start_servers(self, t)
+
+    monkeypatch.setattr(DatapathRun, "start_servers", lossy)
+    db = tmp_path / "r.db"
+    duration = 2.0
+    argv = ["bench", "net", "--tier", "datapath", "--topology", "bridge", "--tests", "str-writex30k--50",
+            "--duration", f"{duration:g}", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+    assert cli.main(argv) == 0, capsys.readouterr().out
+    with Store(db) as st:
+        (cell,) = st.cells(st.runs()[0].id)
+    assert cell.status == "ok", cell.error
+    assert cell.metrics["tcp_retransmits"] > 100  # the loss is recorded, not hidden
+    assert cell.metrics["measured_s"] <= duration + 0.5  # the measured phase is the duration
+    # start, 50 connects, the drain (at most 1 s) and the report: seconds, not the tens of seconds of TCP backoff
+    assert cell.duration_s is not None and cell.duration_s <= duration + 1.0 + 4.0, cell.duration_s
+    assert cell.metrics["undelivered_messages"] >= 0 and cell.metrics["bytes"] > 0
+    _nothing_left(workdir)
 
 
 def test_macvtap_twin_and_nat_two_hosts(workdir: Path, netload: str, tmp_path: Path,

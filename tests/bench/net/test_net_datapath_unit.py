@@ -8,7 +8,15 @@ import pytest
 
 import kvmtune.cli as cli
 from kvmtune.bench.net.catalog import Tunings
-from kvmtune.bench.net.datapath import _unforwarded_pct, config_key, path_metrics, per_test_deadline_s, stall_timeout_s
+from kvmtune.bench.net.datapath import (
+    _SOCKET_DROPS,
+    _socket_drop_pct,
+    _unforwarded_pct,
+    config_key,
+    path_metrics,
+    per_test_deadline_s,
+    stall_timeout_s,
+)
 from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import TopologySpec
 from kvmtune.bench.store import Store
@@ -110,9 +118,15 @@ def test_report_ranks_each_tier_on_its_own(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_open_vswitch_losses_and_deadlines() -> None:
-    assert _unforwarded_pct((100, 100), (1100, 1000)) == 10.0  # 1000 in, 900 out
-    assert _unforwarded_pct((0, 0), (10, 12)) == 0.0  # a flood sends more than it received: no loss
-    assert _unforwarded_pct(None, (1, 1)) is None and _unforwarded_pct((5, 5), (5, 5)) is None
+    assert _unforwarded_pct((100, 100, None), (1100, 1000, None)) == 10.0  # 1000 in, 900 out
+    assert _unforwarded_pct((0, 0, None), (10, 12, None)) == 0.0  # a flood sends more than it received: no loss
+    assert _unforwarded_pct(None, (1, 1, 0)) is None and _unforwarded_pct((5, 5, 0), (5, 5, 0)) is None
+    # of 1000 packets the ports received, OVS's packet sockets dropped 150 (their sk_drops as ss -m shows them)
+    assert _socket_drop_pct((100, 100, 50), (1100, 900, 200)) == 15.0
+    assert _socket_drop_pct((100, 100, None), (1100, 900, None)) is None  # kernel datapath: no such sockets
+    ss = ("p_raw UNCONN 0 0 *:kvtap-c0 * skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d11491)\n"
+          "p_raw UNCONN 0 0 [0]:* * skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d7)\n")  # fmt: skip
+    assert [int(d) for d in _SOCKET_DROPS.findall(ss)] == [11491, 7]
     # netload gives up on a stalled run (and says so) before kvmtune would stop it
     assert stall_timeout_s(1) == 10 and stall_timeout_s(30) == 60
     assert per_test_deadline_s(5) > 5 + stall_timeout_s(5) + 10

@@ -217,6 +217,9 @@ def netload_metrics(doc: dict[str, Any]) -> dict[str, float]:
         "errors": float(s.get("errors", 0) + s.get("server_errors", 0)),
         "measured_s": float(s.get("duration_s", 0.0)),
     }
+    for key in ("tcp_retransmits", "undelivered_messages"):  # netload 0.3.0 and later
+        if s.get(key) is not None:
+            m[key] = float(s[key])
     for name, q in (("avg", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99_9", "p99_9")):
         if txn.get(q) is not None and txn.get("count"):
             m[f"lat_{name}_us"] = float(txn[q]) / 1000.0

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Sequence
@@ -115,16 +116,23 @@ class _Topo:
     def daemon_cpu_s(self) -> float:
         return sum(process_cpu_s(self.ctx.host, pid) or 0.0 for pid in self.topo.daemon_pids())
 
-    def ovs_packets(self) -> tuple[int, int] | None:
-        """(received, sent) packets over every Open vSwitch port of this topology; None for other topologies.
+    def ovs_packets(self) -> tuple[int, int, int | None] | None:
+        """(received, sent, dropped by OVS's packet sockets) over every Open vSwitch port of this topology; None
+        for other topologies.
 
         The kernel's counters of the ports' host ends, read now: OVS's own statistics column lags by up to its
-        5 s stats-update-interval, and for these ports it copies the same kernel counters."""
+        5 s stats-update-interval, and for these ports it copies the same kernel counters. The userspace
+        datapath reads each port through an AF_PACKET socket; a packet that finds that socket's receive buffer
+        full is counted as received by the port and dropped by the socket (its ``sk_drops``, which ``ss -m``
+        shows as ``d``, and which OVS's own statistics do not include). None for that figure where OVS has no
+        such sockets (the kernel datapath) or ``ss`` is missing."""
         if not self.topo.ovs_instances():
             return None
         rx = tx = 0
+        drops: int | None = None
         for h in range(self.topo.spec.hosts):
-            res = self.topo.host_ns(h).ip("-s", "-j", "link", "show")
+            ns = self.topo.host_ns(h)
+            res = ns.ip("-s", "-j", "link", "show")
             try:
                 links = json.loads(res.stdout)
             except ValueError:
@@ -134,7 +142,11 @@ class _Topo:
                     stats = link.get("stats64") or {}
                     rx += int((stats.get("rx") or {}).get("packets") or 0)
                     tx += int((stats.get("tx") or {}).get("packets") or 0)
-        return rx, tx
+            if self.topo.facts.get("ovs_datapath") == "netdev":
+                sockets = ns.exec("ss", "-0", "-a", "-m", "-n", "-H", check=False)
+                if sockets.ok:
+                    drops = (drops or 0) + sum(int(d) for d in _SOCKET_DROPS.findall(sockets.stdout))
+        return rx, tx, drops
 
     def config(self, pair: int, pinned: str) -> dict[str, Any]:
         s, f = self.topo.spec, self.topo.facts
@@ -218,7 +230,9 @@ class DatapathRun:
                     stop_process(proc, grace=2.0)
         wall = time.monotonic() - start
         daemon_s = t.daemon_cpu_s() - cpu0
-        unforwarded = _unforwarded_pct(packets0, t.ovs_packets())
+        packets1 = t.ovs_packets()
+        unforwarded = _unforwarded_pct(packets0, packets1)
+        socket_drops = _socket_drop_pct(packets0, packets1)
         self.overhead_s.append(max(0.0, wall - ctx.duration_s))
         docs = [(pair, proc.returncode, _read_doc(out), _last_line(Path(f"{out}.err"))) for pair, proc, out in procs]
         total_mb = sum(float(((d or {}).get("summary") or {}).get("bytes") or 0.0) for _p, _rc, d, _e in docs) / 1e6
@@ -231,6 +245,8 @@ class DatapathRun:
                 cell.metrics = path_metrics(doc, daemon_s, total_mb)
                 if unforwarded is not None:
                     cell.metrics["ovs_unforwarded_pct"] = unforwarded
+                if socket_drops is not None:
+                    cell.metrics["ovs_socket_drop_pct"] = socket_drops
             else:
                 reason = (doc or {}).get("error") or {}
                 cell.error = (reason.get("message") if isinstance(reason, dict) else None) or stderr or (
@@ -259,13 +275,26 @@ class DatapathRun:
                         sink.record(cell)
 
 
-def _unforwarded_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+_SOCKET_DROPS = re.compile(r"skmem:\([^)]*\bd(\d+)\)")
+_Packets = tuple[int, int, int | None]
+
+
+def _unforwarded_pct(before: _Packets | None, after: _Packets | None) -> float | None:
     """Of the packets Open vSwitch received on its ports during a test, the share it sent on none (dropped:
     every destination is learned by then, so each received packet leaves by exactly one port)."""
     if before is None or after is None:
         return None
     rx, tx = after[0] - before[0], after[1] - before[1]
     return 100.0 * max(0, rx - tx) / rx if rx > 0 else None
+
+
+def _socket_drop_pct(before: _Packets | None, after: _Packets | None) -> float | None:
+    """Of the packets Open vSwitch's ports received during a test, the share its userspace datapath's AF_PACKET
+    sockets dropped because their receive buffer was full."""
+    if before is None or after is None or before[2] is None or after[2] is None:
+        return None
+    rx = after[0] - before[0]
+    return 100.0 * max(0, after[2] - before[2]) / rx if rx > 0 else None
 
 
 def _read_doc(path: Path) -> dict[str, Any] | None:
