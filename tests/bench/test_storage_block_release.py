@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.workdir import coalesce_extents, release_file
+from kvmtune.bench.leftovers import sweep
+from kvmtune.bench.workdir import OWNER_FILE, coalesce_extents, release_file
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
 
 BLOCK = 4096
 pytestmark = pytest.mark.skipif(shutil.which("filefrag") is None, reason="needs filefrag (e2fsprogs)")
@@ -77,3 +80,19 @@ def test_a_link_or_a_non_file_in_the_work_directory_is_never_zeroed(tmp_path: Pa
     assert not link.is_symlink() and foreign.read_bytes() == b"not ours" * 512
     assert coalesce_extents(tmp_path / "work") is False  # a directory
     assert coalesce_extents(tmp_path / "missing.raw") is False
+
+
+def test_a_killed_runs_images_are_swept_and_a_link_in_its_scratch_leaves_its_target_alone(tmp_path: Path) -> None:
+    dead = tmp_path / "work" / "scratch-100"  # a run killed with SIGKILL left its scratch directory behind
+    dead.mkdir(parents=True)
+    (dead / OWNER_FILE).write_text('{"pid": 999999999, "start": "1", "boot": ""}')
+    try:
+        randomly_written(dead / "img-1-r0-0.raw", 256 << 20, 500)
+    except OSError as exc:
+        pytest.skip(f"no O_DIRECT here ({exc.strerror})")
+    foreign = tmp_path / "foreign.dat"
+    foreign.write_bytes(b"not ours" * 512)
+    (dead / "img-1-r0-1.qcow2").symlink_to(foreign)
+    report = sweep(Runner(), HostRoot(), tmp_path / "work")
+    assert "scratch-100/" in (report.line() or "") and report.problems == []
+    assert not dead.exists() and foreign.read_bytes() == b"not ours" * 512

@@ -29,12 +29,14 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvmtune.bench.net.netns import NETNS_DIR
-from kvmtune.bench.workdir import OWNER_FILE, read_owner
+from kvmtune.bench.workdir import OWNER_FILE, read_owner, release_file
+from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
@@ -111,7 +113,30 @@ def _scratch_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool
             res = runner.run(["losetup", "-d", dev], timeout=30)
             if not res.ok:
                 report.problems.append(f"{dev}: {res.describe_failure()}")
+        if _discards(host, d):  # a killed block-tier run's images: merge their extents first, as the run would have
+            for path in _regular_files(d):
+                release_file(path, coalesce=True)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _discards(host: HostRoot, path: Path) -> bool:
+    """``path`` lies on a file system mounted with ``discard`` (each freed extent costs one discard)."""
+    best, found = "", False
+    for m in HostFacts(host).mounts:
+        inside = str(path) == m.mountpoint or str(path).startswith(m.mountpoint.rstrip("/") + "/")
+        if inside and len(m.mountpoint) >= len(best):
+            best, found = m.mountpoint, m.has_option("discard")
+    return found
+
+
+def _regular_files(directory: Path) -> list[Path]:
+    """Regular files under ``directory``: links are not followed, other file systems not entered."""
+    found: list[Path] = []
+    dev = directory.lstat().st_dev
+    for root, dirs, files in os.walk(directory):  # does not descend into links to directories
+        dirs[:] = [n for n in dirs if os.lstat(os.path.join(root, n)).st_dev == dev]
+        found += [Path(root, n) for n in files if stat.S_ISREG(os.lstat(os.path.join(root, n)).st_mode)]
+    return found
 
 
 def _young(name: str) -> bool:
