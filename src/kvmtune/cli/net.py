@@ -84,8 +84,10 @@ def run_up(args: argparse.Namespace) -> int:
             if args.standins:
                 for ep in topo.endpoints:
                     attach_standin(topo, ep)
-            print(json.dumps(topo.describe()), flush=True)
+            # held before the announcement: a reader may send Ctrl-C the moment the line arrives,
+            # before the statement after the print runs, and that is the normal way to end
             held = True
+            print(json.dumps(topo.describe()), flush=True)
             print(f"kvmtune: {spec.kind} topology {topo.runid} is up; Ctrl-C tears it down", file=sys.stderr, flush=True)
             if args.seconds > 0:
                 time.sleep(args.seconds)
