@@ -504,6 +504,21 @@ func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
 		if err != nil || ok.Type != wire.THelloOK {
 			t.Fatalf("hello: %+v %v", ok, err)
 		}
+		// heartbeats, as a real client sends them: the step grace below is as
+		// long as the server's peer timeout, and a silent client would race it
+		hbStop := make(chan struct{})
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					_ = wc.Send(&wire.Msg{Type: wire.THB})
+				case <-hbStop:
+					return
+				}
+			}
+		}()
 		step := func(k int, targets []int64, drainMs int64, work func()) (*wire.Msg, time.Duration) {
 			t.Helper()
 			if err := wc.Send(&wire.Msg{Type: wire.TBegin, Step: k}); err != nil {
@@ -548,6 +563,7 @@ func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
 		} else if txn.Errors == 0 || took < srv.StepGrace {
 			t.Fatalf("no drain: the short step did not fail after the step grace: %+v after %v", txn, took)
 		}
+		close(hbStop)
 		data.Close()
 		_ = wc.Send(&wire.Msg{Type: wire.TAbort})
 		nc.Close()
