@@ -23,6 +23,9 @@ from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
 
 MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
+# kvmtune as a subprocess, with only the command modules in MINE loaded
+KVMTUNE_MINE = [sys.executable, "-c", "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE)
+                + "; sys.exit(c.main(sys.argv[1:]))"]
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]
 
 pytestmark = pytest.mark.skipif(
@@ -104,8 +107,7 @@ def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_pat
     bin_dir.mkdir()
     for tool in ("qemu-img", "fio"):  # no qemu-storage-daemon on this PATH
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
-    res = subprocess.run([sys.executable, "-c", code, "bench", "storage", *FAST, "--repeat", "1", "--db",
+    res = subprocess.run([*KVMTUNE_MINE, "bench", "storage", *FAST, "--repeat", "1", "--db",
                           str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(bin_dir)})  # fmt: skip
     lines = res.stderr.strip().splitlines()
@@ -116,9 +118,8 @@ def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_pat
 @pytest.mark.integration
 def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
+        [*KVMTUNE_MINE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
          "--disk-size", "64", "--target", "block", "--workload", "randread-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -140,9 +141,8 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
 @pytest.mark.integration
 def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
+        [*KVMTUNE_MINE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
          "--disk-size", "64", "--format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
          "native", "--workload", "randwrite-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -340,12 +340,19 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 		fwd.Add(1)
 		go func(h int, cl *controlLink) {
 			defer fwd.Done()
+			// forward passes one message on; false once the run stops listening
+			forward := func(m *wire.Msg) bool {
+				select {
+				case msgs <- hostMsg{h, m}:
+					return true
+				case <-stopFwd:
+					return false
+				}
+			}
 			for {
 				select {
 				case m := <-cl.msgs:
-					select {
-					case msgs <- hostMsg{h, m}:
-					case <-stopFwd:
+					if !forward(m) {
 						return
 					}
 				case err := <-cl.readErr:
@@ -353,9 +360,7 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 					for drained := false; !drained; {
 						select {
 						case m := <-cl.msgs:
-							select {
-							case msgs <- hostMsg{h, m}:
-							case <-stopFwd:
+							if !forward(m) {
 								return
 							}
 						default:

@@ -44,21 +44,29 @@ func TestThink(t *testing.T) {
 	}
 }
 
+// tcpPair is a connected loopback TCP pair: nc, the dialled side (to wrap
+// in a Conn), and its accepted peer.
+func tcpPair(t *testing.T) (nc, peer net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); accepted <- c }()
+	nc, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, <-accepted
+}
+
 // Interrupt unblocks a read in both I/O modes, and Resume makes the
 // connection usable again.
 func TestInterruptAndResume(t *testing.T) {
 	for _, blocking := range []bool{false, true} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); peer <- c }()
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := <-peer
+		nc, p := tcpPair(t)
 		c := NewConn(nc, Options{Protocol: "tcp"})
 		if blocking {
 			if err := c.SetBlocking(); err != nil {
@@ -87,7 +95,6 @@ func TestInterruptAndResume(t *testing.T) {
 			t.Fatalf("blocking=%v: read from a closed peer: %v", blocking, err)
 		}
 		c.Close()
-		ln.Close()
 	}
 }
 
@@ -118,17 +125,7 @@ func TestPerOperationTimeout(t *testing.T) {
 // connection is usable again once the bound is lifted.
 func TestUntilEndsABlockedWrite(t *testing.T) {
 	for _, blocking := range []bool{false, true} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); peer <- c }()
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := <-peer
+		nc, p := tcpPair(t)
 		c := NewConn(nc, Options{Protocol: "tcp"})
 		if blocking {
 			if err := c.SetBlocking(); err != nil {
@@ -158,7 +155,6 @@ func TestUntilEndsABlockedWrite(t *testing.T) {
 		}
 		c.Close()
 		p.Close()
-		ln.Close()
 	}
 }
 
@@ -311,18 +307,7 @@ func rawFD(t *testing.T, rc syscall.RawConn) int {
 // (which would otherwise be woken for every message), it blocks, and the
 // original descriptor is gone.
 func TestBlockingSocketLeavesThePoller(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); peer <- c }()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := <-peer
+	nc, p := tcpPair(t)
 	defer p.Close()
 	sc, _ := nc.(*net.TCPConn).SyscallConn()
 	before := rawFD(t, sc)
@@ -370,18 +355,7 @@ func unixFcntl(fd, cmd int) (int, error) {
 // Closing a blocking connection while a read waits on it ends that read
 // (within a tick) with an error, and its descriptor is released after.
 func TestBlockingCloseDuringRead(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); peer <- c }()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := <-peer
+	nc, p := tcpPair(t)
 	defer p.Close()
 	c := NewConn(nc, Options{Protocol: "tcp"})
 	if err := c.SetBlocking(); err != nil {
