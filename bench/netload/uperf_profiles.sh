@@ -77,7 +77,8 @@ try:
             result = "bad-profile"
         else:
             result = "failed"
-        why = first.replace(SRC + os.sep, "")[:300]
+        # netload quotes what it takes from a profile; escape the rest anyway: the files are not ours
+        why = first.replace(SRC + os.sep, "")[:300].encode("unicode_escape").decode("ascii")
         rows.append({"profile": rel, "result": result, "exit": p.returncode, "seconds": round(time.monotonic() - t0, 2),
                      "message": why, "warnings": len(warnings)})
         print(f"{result:12s} {rel}  {why}", flush=True)
