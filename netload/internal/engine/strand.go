@@ -500,7 +500,7 @@ func (s *strand) read(o *op, r *stepResult) error {
 	if conn == nil {
 		return fmt.Errorf("read: connection %d is not open", o.connID)
 	}
-	n, err := conn.Read(s.buf[:o.sizeNow(s.lastPiece)])
+	n, err := conn.Discard(o.sizeNow(s.lastPiece), s.buf)
 	r.bytesRead += int64(n)
 	s.bytes.Add(int64(n))
 	return err

@@ -450,3 +450,68 @@ func TestCongestionControlOption(t *testing.T) {
 		t.Fatalf("unknown congestion control: %v", err)
 	}
 }
+
+// inQueue is the number of bytes waiting in a socket's receive queue
+// (SIOCINQ, which Linux numbers as TIOCINQ/FIONREAD).
+func inQueue(t *testing.T, c *Conn) int {
+	t.Helper()
+	var queued int32
+	n, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(c.fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&queued)))
+	if e != 0 || n != 0 {
+		t.Fatalf("SIOCINQ: %v", e)
+	}
+	return int(queued)
+}
+
+// In blocking mode, Discard takes the socket's whole receive queue (up to a
+// few messages) in one read(2), and the next calls consume it without
+// another; the stream's bytes stay in order for a Read that follows.
+func TestBlockingDiscardReadsAhead(t *testing.T) {
+	nc, p := tcpPair(t)
+	defer p.Close()
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	defer c.Close()
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	const size = 1000
+	msg := make([]byte, 3*size)
+	copy(msg[2*size:], "third message")
+	if _, err := p.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	// the three messages left in one write; wait until all have arrived
+	for deadline := time.Now().Add(5 * time.Second); inQueue(t, c) < len(msg); {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d bytes arrived", inQueue(t, c), len(msg))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	scratch := make([]byte, size)
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("discard: %d %v", n, err)
+	}
+	if q := inQueue(t, c); q != 0 {
+		t.Fatalf("%d bytes still in the socket after the first Discard: it did not read ahead", q)
+	}
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("second discard: %d %v", n, err)
+	}
+	buf := make([]byte, size)
+	if n, err := c.Read(buf); n != size || err != nil || string(buf[:13]) != "third message" {
+		t.Fatalf("read after discards: %d %v %q", n, err, buf[:13])
+	}
+	// a message split over two writes is still whole, and the peer's close ends the stream
+	go func() {
+		p.Write(make([]byte, size/2))
+		time.Sleep(20 * time.Millisecond)
+		p.Write(make([]byte, size/2))
+		p.Close()
+	}()
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("discard of a split message: %d %v", n, err)
+	}
+	if _, err := c.Discard(size, scratch); err == nil {
+		t.Fatal("discard after the peer closed: no error")
+	}
+}
