@@ -121,6 +121,10 @@ def main() -> int:
         "overhead_per_cell_median_without_writeback": round(statistics.median(harness), 3) if harness else None,
         "overhead_per_cell_max_without_writeback": round(max(harness), 3) if harness else None,
         "writeback_at_exit_s": [round(d, 2) for d in deferred if d],
+        # per first-write configuration, per round: the share of measured writes that found a new cluster/block
+        "unallocated_write_pct": {k: [round(c.metrics["unallocated_write_pct"], 1) for c in cells
+                                      if c.key == k and "unallocated_write_pct" in c.metrics]
+                                  for k in dict.fromkeys(c.key for c in cells if c.metrics.get("unallocated_write_pct"))},
         "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
         "cores": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
         "verdicts": report.strip().splitlines(),

@@ -14,11 +14,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.storage.block import CACHE_MODES, daemon_argv
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.block import CACHE_MODES, BlockPlan, BlockTier, daemon_argv
+from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
 
@@ -69,6 +73,18 @@ def test_cache_modes_are_libvirts() -> None:
     assert "driver=qcow2,node-name=fmt0,file=proto0,cache.direct=off,cache.no-flush=off" in joined
     assert "writethrough=on" in joined
     assert "writethrough=off" in " ".join(daemon_argv("/w/i", "raw", "none", "native", Path("/w/s")))
+
+
+def test_first_write_images_hold_many_allocation_units_and_clusters_need_the_larger_image() -> None:
+    tier = BlockTier(cast(Any, SimpleNamespace(disk_mib=1024)), BlockPlan(configs=[], workloads=[]))
+    write, read = fiomod.BASIC["randwrite-4k"], fiomod.BASIC["randread-4k"]
+
+    def size(fmt: str, prealloc: str, w: fiomod.Workload = write) -> int:
+        return tier.image_size(StorageConfig(bus="nbd", fmt=fmt, prealloc=prealloc, tier="block"), w)
+
+    assert size("qcow2", "off") == 16 * 1024  # 262,144 clusters of 64 KiB
+    assert size("raw", "off") == size("qcow2", "metadata") == 4 * 1024  # 1,048,576 blocks of 4 KiB
+    assert size("raw", "off", read) == 1024  # a read cell's image is filled whole: the disk size
 
 
 @pytest.mark.integration
