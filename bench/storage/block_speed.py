@@ -6,15 +6,15 @@
     .venv/bin/python bench/storage/block_speed.py --check         # exit 1 when a goal is missed
 
 Goals: the seed-003 preset's 24 cells (8 configurations × 3 interleaved rounds, 5 s measured each, so 120 s of
-fio measurement) take at most 150 s of wall time, and the harness adds at most 10 % of the measured fio time per
-cell. Per cell, ``overhead`` = the time from the previous cell's completion (or the round's start) to this
-cell's completion, minus its ramp and measured seconds: the image, the storage daemon, fio's start and stop,
-parsing and storing. Deleting a round's images (while the next round's are made) happens between rounds
-and is reported on its own: ``deletion_s``, and ``discards`` (what the work directory's device completed during
-the run). On a file system mounted with ``discard`` (this host's root file system) the kernel issues one
-discard per freed extent; the tier merges an image's extents before deleting it
-(kvmtune.bench.workdir.coalesce_extents). The wall goal includes the deletions. Printed with the core count
-and the load average (other jobs share this machine); results go to
+fio measurement) take at most 150 s of wall time, and the harness adds at most 10 % of the measured fio time
+per cell. Per cell, ``overhead`` = its ``slot_s`` (the time from the previous cell's completion, or the
+round's start, to this cell's completion), minus its ramp and measured seconds: the storage daemon, fio's
+start and stop, the gaps between a batch's jobs, parsing and storing. Deleting a round's images (while the
+next round's are made) happens between rounds and is reported on its own: ``deletion_s``, and ``discards``
+(what the work directory's device completed during the run). On a file system mounted with ``discard`` (this
+host's root file system) the kernel issues one discard per freed extent; the tier merges an image's extents
+before deleting it (kvmtune.bench.workdir.coalesce_extents). The wall goal includes the deletions.
+Printed with the core count and the load average (other jobs share this machine); results go to
 bench/storage/results/block-HOSTFS-latest.json.
 """
 
@@ -93,16 +93,16 @@ def main() -> int:
             report = subprocess.run([sys.executable, "-m", "kvmtune", "report", str(run.id), "--db", str(db)],
                                     capture_output=True, text=True).stdout  # fmt: skip
     deletions = {int(m[1]): float(m[3]) for m in DELETED.finditer(res.stderr)}
-    # per cell: completion to completion within a round; a round's first cell counts from the end of the previous
-    # round's deletion (the first round's from the end of the floor's one-off preparation, not measured here)
+    # per cell: its slot (the tier's ``slot_s``: wall time from the previous cell's end, or the round's start
+    # after the previous round's deletion, to its own end), less its ramp and measured seconds
     overheads = []
     worst, harness = [], []
-    for i in range(1, len(rows)):
-        (prev, prev_rep, _), (this, rep, key) = rows[i - 1], rows[i]
-        gap = this - prev - (deletions.get(prev_rep + 1, 0.0) if rep != prev_rep else 0.0)
-        overheads.append((gap - RAMP_S - args.runtime) / args.runtime)
+    for i, c in enumerate(cells):
+        if "slot_s" not in c.metrics:
+            continue
+        overheads.append((c.metrics["slot_s"] - RAMP_S - args.runtime) / args.runtime)
         harness.append(overheads[-1] - deferred[i] / args.runtime)
-        worst.append((round(overheads[-1], 3), rep, key))
+        worst.append((round(overheads[-1], 3), c.rep, c.key))
     deletion_s = sum(deletions.values())
     out = {
         "cells": len(rows), "rounds": args.repeat, "wall_s": round(wall, 1), "wall_goal_s": WALL_GOAL_S,
@@ -121,6 +121,10 @@ def main() -> int:
         "overhead_per_cell_median_without_writeback": round(statistics.median(harness), 3) if harness else None,
         "overhead_per_cell_max_without_writeback": round(max(harness), 3) if harness else None,
         "writeback_at_exit_s": [round(d, 2) for d in deferred if d],
+        # per first-write configuration, per round: the share of measured writes that found a new cluster/block
+        "unallocated_write_pct": {k: [round(c.metrics["unallocated_write_pct"], 1) for c in cells
+                                      if c.key == k and "unallocated_write_pct" in c.metrics]
+                                  for k in dict.fromkeys(c.key for c in cells if c.metrics.get("unallocated_write_pct"))},
         "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
         "cores": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
         "verdicts": report.strip().splitlines(),
@@ -129,7 +133,7 @@ def main() -> int:
     suffix = "" if args.repeat == 3 else f"-r{args.repeat}"
     (RESULTS_DIR / f"block-{args.host_fs}{suffix}-latest.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
-    missed = out["wall_s"] > WALL_GOAL_S or (out["overhead_per_cell_median"] or 0) > OVERHEAD_GOAL
+    missed = out["wall_s"] > WALL_GOAL_S or (out["overhead_per_cell_max"] or 0) > OVERHEAD_GOAL  # every cell
     return 1 if args.check and missed else 0
 
 

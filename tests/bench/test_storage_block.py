@@ -14,18 +14,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.storage.block import CACHE_MODES, daemon_argv
+from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage.block import CACHE_MODES, BlockPlan, BlockTier, daemon_argv
+from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
 
 MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 # kvmtune as a subprocess, with only the command modules in MINE loaded
-KVMTUNE_MINE = [sys.executable, "-c", "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE)
-                + "; sys.exit(c.main(sys.argv[1:]))"]
+KVMTUNE_MINE = [
+    sys.executable,
+    "-c",
+    "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))",
+]
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]
 
 pytestmark = pytest.mark.skipif(
@@ -66,6 +73,18 @@ def test_cache_modes_are_libvirts() -> None:
     assert "driver=qcow2,node-name=fmt0,file=proto0,cache.direct=off,cache.no-flush=off" in joined
     assert "writethrough=on" in joined
     assert "writethrough=off" in " ".join(daemon_argv("/w/i", "raw", "none", "native", Path("/w/s")))
+
+
+def test_first_write_images_hold_many_allocation_units_and_clusters_need_the_larger_image() -> None:
+    tier = BlockTier(cast(Any, SimpleNamespace(disk_mib=1024)), BlockPlan(configs=[], workloads=[]))
+    write, read = fiomod.BASIC["randwrite-4k"], fiomod.BASIC["randread-4k"]
+
+    def size(fmt: str, prealloc: str, w: fiomod.Workload = write) -> int:
+        return tier.image_size(StorageConfig(bus="nbd", fmt=fmt, prealloc=prealloc, tier="block"), w)
+
+    assert size("qcow2", "off") == 16 * 1024  # 262,144 clusters of 64 KiB
+    assert size("raw", "off") == size("qcow2", "metadata") == 4 * 1024  # 1,048,576 blocks of 4 KiB
+    assert size("raw", "off", read) == 1024  # a read cell's image is filled whole: the disk size
 
 
 @pytest.mark.integration
@@ -139,6 +158,39 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
 
 
 @pytest.mark.integration
+def test_a_rounds_write_cells_share_one_fio_process_without_overlapping(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--format", "raw,qcow2", "--prealloc", "off",
+                     "--cache", "writeback,none", "--aio", "threads", "--workload", "randwrite-4k",
+                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    with Store(db) as st:
+        (run,) = st.runs()
+        cells = st.cells(run.id)
+        rows = st.db.execute("SELECT raw FROM cells WHERE run_id=? ORDER BY id", (run.id,)).fetchall()
+    raws = [json.loads(r[0][r[0].index("{") :]) for r in rows]  # a cell run on its own keeps fio's messages
+    assert len(cells) == 2 * 5 and all(c.status == "ok" for c in cells), [c.error for c in cells]
+    for rep in (0, 1):
+        mine = [(c, raw) for c, raw in zip(cells, raws, strict=True) if c.rep == rep]
+        # the floor opens the round; the writeback cells, which leave dirty pages behind, close it
+        assert [c.config["cache"] for c, _ in mine] == ["none", "none", "none", "writeback", "writeback"]
+        # one fio process ran the round up to the first cell that leaves dirty pages (they would be written
+        # back while the next cell measures), the same time stamp in each cell's own JSON; the last ran alone
+        stamps = [raw["timestamp_ms"] for _, raw in mine]
+        assert len(set(stamps[:4])) == 1 and stamps[4] != stamps[3]
+        for k, (c, raw) in enumerate(mine):
+            names = [j["jobname"] for j in raw["jobs"]]  # a cell on its own has a ramp job; in a batch, fio's ramp_time
+            assert names == ["randwrite-4k"] if k < 4 else names[-1] == "randwrite-4k"
+            # ramp, measured time and the gap after the previous job; fio's start and stop count in the first and last
+            assert c.metrics["slot_s"] >= 0.2 + 1 and c.metrics["window_s"] >= 1
+            assert c.metrics["host_tps"] > 0 or c.config["cache"] == "writeback"  # in the page cache, maybe all of it
+            if c.config.get("fmt") == "qcow2":
+                assert 50 < c.metrics["unallocated_write_pct"] <= 100, c.key  # counted after the ramp
+    assert ours(wd) == []
+
+
+@pytest.mark.integration
 def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     proc = subprocess.Popen(
@@ -186,8 +238,7 @@ def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureF
     from kvmtune.bench.verdicts import block_verdicts
 
     def cell(pre: str, iops: float, rep: int) -> CellRow:
-        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file",
-               "tier": "block"}
+        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": "block"}
         return CellRow(rep, 1, "k", cfg, "randwrite-4k", rep, "ok", None, "none", 1.0, {"iops": iops})
 
     one = block_verdicts([cell("off", 100, 0), cell("metadata", 500, 0)])[0].line()
@@ -202,8 +253,7 @@ def test_verdict_ratios_pair_the_rounds_so_drift_between_rounds_cancels() -> Non
     from kvmtune.bench.verdicts import block_verdicts
 
     def cell(pre: str, iops: float, rep: int) -> CellRow:
-        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file",
-               "tier": "block"}
+        cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": "block"}
         return CellRow(rep, 1, "k", cfg, "randwrite-4k", rep, "ok", None, "none", 1.0, {"iops": iops})
 
     # the host got twice as fast each round; within each round metadata preallocation was 3× (±2 %) faster

@@ -28,12 +28,16 @@ the cell records as ``warm``.
 What the harness costs (issue 22's speed goals; bench/storage/block_speed.py
 measures it):
 
-- one fio process per cell: a write cell's unmeasured ramp is a job of its
-  own before the measured one in the same run (the measured job's
-  ``startdelay`` is the ramp plus 20 ms), and fio reads the time with
-  ``clock_gettime`` (its default CPU clock is calibrated at every start, about
-  0.25 s on a loaded 2-core host; a vDSO clock read costs tens of nanoseconds,
-  nothing beside a 4 KiB request);
+- one fio process per round (:meth:`BlockTier.run_batch`, :mod:`~kvmtune.bench.storage.fiobatch`) for
+  the consecutive write cells on images made ahead, and the floor: fio's start (its libraries, a CPU-clock
+  calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and the jobs follow
+  each other 0.1 s apart. Cells that leave dirty pages in the host page cache (writeback, unsafe) run last
+  in the round; the last is killed without writing back, as the round's deletion follows. Other cells
+  (reads, images their own cell makes) run one fio process each: a first-write cell's unmeasured ramp is
+  then a job of its own before the measured one (the measured job's ``startdelay`` is the ramp plus 20
+  ms). fio reads the time with ``clock_gettime`` (its default CPU clock is calibrated at every start,
+  about 0.25 s on a loaded 2-core host; a vDSO clock read costs tens of nanoseconds, nothing beside a
+  4 KiB request);
 - the floor writes to one file per file system, written through once before
   the first round and overwritten in place every round. A preallocated but
   never-written file would split its extents at every random write, and
@@ -58,12 +62,13 @@ measures it):
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,16 +76,25 @@ from typing import Any
 
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.bench.storage import fio as fiomod
+from kvmtune.bench.storage import fiobatch
 from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
-from kvmtune.bench.storage.hostio import HostSampler, tps
+from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.errors import KvmtuneError
 
 TIER = "block"
 RAMP_S = 0.5
-FIRST_WRITE_MIB = 16 * 1024  # sparse write images: large enough that most measured 4 KiB writes find a new cluster
+# sparse write images: large enough that most measured 4 KiB writes find an allocation unit not allocated
+# yet. fio's random map writes no 4 KiB block twice in a pass over the file, so where the unit is the host
+# file system's 4 KiB block (raw, and a qcow2 whose clusters are preallocated in its metadata) the image only
+# needs more blocks than a cell writes: 4 GiB holds 1,048,576, eight times the 121,000 writes of a 22k-IOPS
+# cell (measured: 99.9-100 % fresh), and merging its extents before deletion (coalesce_extents) costs about
+# a third less than at 16 GiB. A fresh qcow2's unit is its 64 KiB cluster, which 16 different blocks share:
+# 16 GiB is 262,144 clusters, and 81-99 % of the measured writes found a new one here
+FIRST_WRITE_MIB = 16 * 1024
+BLOCK_UNIT_SHARE = 4  # images whose unit is the file system's block are FIRST_WRITE_MIB / this
 QCOW2_CLUSTER = 64 * 1024
 FS_BLOCK = 4096
 SOCKET_WAIT_S = 10.0
@@ -88,6 +102,7 @@ SOCKET_POLL_S = 0.002
 FIO_CLOCK = "--clocksource=clock_gettime"  # no CPU-clock calibration at each fio start (see the module docstring)
 RAMP_JOB = "ramp"
 RAMP_GAP_S = 0.02  # between the ramp job's end (its last requests drained) and the measured job's start
+BATCH_SAMPLE_S = 0.02  # /proc/diskstats while a batch runs: a cell's window is known to this much
 DELETE_THREADS = 8
 FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
 INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
@@ -157,8 +172,14 @@ def check_tools(ctx: StorageContext) -> None:
 
 
 @contextlib.contextmanager
-def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str) -> Iterator[Path]:
-    """Run qemu-storage-daemon for ``image`` until the block exits; yields the NBD socket."""
+def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str, *, write_back: bool = True,
+                   started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Iterator[Path]:  # fmt: skip
+    """Run qemu-storage-daemon for ``image`` until the block exits; yields the NBD socket.
+
+    ``write_back=False``: the daemon is killed even where its cache mode left the cell's writes dirty in the
+    host page cache (writeback, unsafe), because the image is scratch and is deleted before any other cell
+    measures (:func:`leaves_dirty`); deleting it drops those pages without writing them. ``started`` is given
+    the daemon's process (a batch kills its daemons together, :func:`killed_at_end`)."""
     socket = ctx.scratch.path(f"nbd-{tag}.sock")
     ctx.scratch.add_file(socket)
     argv = daemon_argv(image, cfg.fmt, cfg.cache, cfg.aio, socket, device=image.startswith("/dev/"))
@@ -167,6 +188,8 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
     with open(log, "wb") as err:
         proc = ctx.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
     ctx.scratch.add_process(proc)
+    if started is not None:
+        started(proc)
     try:
         deadline = time.monotonic() + SOCKET_WAIT_S
         while not socket.exists():
@@ -178,15 +201,27 @@ def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str
             time.sleep(SOCKET_POLL_S)
         yield socket
     finally:
-        mode = CACHE_MODES[cfg.cache]
-        if mode.direct or not mode.write_cache:
-            # nothing of the cell's is left dirty in the host page cache, and the image is scratch: on SIGTERM
-            # QEMU would write back its own qcow2 metadata caches and sync the image (60-70 ms), for nothing
+        if killed_at_end(cfg, write_back):
+            # nothing of the cell's is left dirty in the host page cache (or it goes with the image), and the
+            # image is scratch: on SIGTERM QEMU would write back its qcow2 metadata caches and sync the image
+            # (60-70 ms here; a writeback cell's whole write-back: 0.2-0.6 s), for nothing
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         stop_process(proc)  # writeback, unsafe: the daemon writes back what the cell left dirty, before the next cell
         with contextlib.suppress(FileNotFoundError):
             socket.unlink()
+
+
+def killed_at_end(cfg: StorageConfig, write_back: bool) -> bool:
+    """Whether :func:`storage_daemon` kills the daemon rather than letting it write back and exit."""
+    return not (write_back and leaves_dirty(cfg))
+
+
+def leaves_dirty(cfg: StorageConfig) -> bool:
+    """Whether a cell of ``cfg`` leaves its writes dirty in the host page cache when it ends (writeback,
+    unsafe): QEMU writes them back as it exits, or the kernel does later, while another cell measures."""
+    mode = CACHE_MODES[cfg.cache]
+    return not mode.direct and mode.write_cache
 
 
 def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
@@ -264,6 +299,45 @@ def _sync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _last_before(series: Sequence[Snapshot], t: float) -> Snapshot | None:
+    before = [s for s in series if s.t <= t]
+    return before[-1] if before else None
+
+
+def _first_after(series: Sequence[Snapshot], t: float) -> Snapshot | None:
+    return next((s for s in series if s.t >= t), None)
+
+
+def _allocation(images: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for image in images:
+        with contextlib.suppress(OSError):
+            out[image] = _allocated(image)
+    return out
+
+
+def _own_jobs(raw: str, rename: dict[str, str]) -> str:
+    """fio's JSON with only the jobs in ``rename``, under their new names: what one cell's own fio run prints."""
+    try:
+        data = json.loads(raw[raw.index("{") :])
+    except (ValueError, json.JSONDecodeError):
+        return raw
+    jobs = [j for j in data.get("jobs") or [] if isinstance(j, dict) and j.get("jobname") in rename]
+    for j in jobs:
+        j["jobname"] = rename[j["jobname"]]
+    data["jobs"] = jobs
+    return json.dumps(data, indent=1)
+
+
+def _first_write(cfg: StorageConfig, w: fiomod.Workload, image: str) -> bool:
+    """A write cell on a fresh sparse image file: what it measures is writes to clusters not allocated yet."""
+    return _writes(w) and cfg.prealloc == "off" and _scratch_file(cfg, image)
+
+
+def _scratch_file(cfg: StorageConfig, image: str) -> bool:
+    return cfg.target == "file" and not image.startswith("/dev/")
 
 
 def _made_ahead(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> bool:
@@ -370,7 +444,8 @@ class BlockTier:
 
     def image_size(self, cfg: StorageConfig, w: fiomod.Workload, fs_root: Path | None = None) -> int:
         if _writes(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
-            size = max(self.ctx.disk_mib, self.plan.first_write_mib)
+            cluster_unit = cfg.fmt == "qcow2" and cfg.prealloc == "off"
+            size = max(self.ctx.disk_mib, self.plan.first_write_mib // (1 if cluster_unit else BLOCK_UNIT_SHARE))
             if fs_root is not None:  # never larger than half the file system it lives on (scratch --host-fs are 8 GiB)
                 st = os.statvfs(fs_root)
                 size = max(self.ctx.disk_mib, min(size, st.f_blocks * st.f_frsize // 2 >> 20))
@@ -394,11 +469,16 @@ class BlockTier:
             raise KvmtuneError(f"{path.name}: qemu-img create failed: {res.describe_failure()}")
         return str(path)
 
-    def run_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str) -> Cell:
-        seconds = self.ctx.runtime_s
+    def new_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> Cell:
         cell = storage_cell(cfg, w.name)
-        cell.config.update({"bs": w.bs, "iodepth": w.iodepth, "runtime_s": seconds, "ramp_s": self.plan.ramp_s,
+        cell.config.update({"bs": w.bs, "iodepth": w.iodepth, "runtime_s": self.ctx.runtime_s, "ramp_s": self.plan.ramp_s,
                             "fs_type": fs.fs_type, "device": fs.device})  # fmt: skip
+        return cell
+
+    def run_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, *, last_in_round: bool = False) -> Cell:
+        """One cell in a fio process of its own. ``last_in_round``: no other cell measures before the round's
+        images are deleted, so a writeback daemon need not write back (:func:`storage_daemon`)."""
+        cell = self.new_cell(fs, cfg, w)
         started = time.monotonic()
         if cfg.target == "host":
             return self._floor_cell(fs, cfg, w, tag, cell, started)
@@ -410,16 +490,17 @@ class BlockTier:
         else:
             size = self.image_size(cfg, w, fs.root)
             image = self.create_image(fs, cfg, size, tag)  # a fresh image for every round, deleted when it ends
-        return self._measure(fs, cfg, w, tag, cell, started, image, size)
+        write_back = not (last_in_round and _scratch_file(cfg, image))
+        return self._measure(fs, cfg, w, tag, cell, started, image, size, write_back)
 
     def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
-                 image: str, size: int) -> Cell:  # fmt: skip
+                 image: str, size: int, write_back: bool) -> Cell:  # fmt: skip
         ctx, seconds = self.ctx, self.ctx.runtime_s
         sampler = HostSampler(ctx.host, fs.device, None)
-        with storage_daemon(ctx, image, cfg, tag) as socket:
+        with storage_daemon(ctx, image, cfg, tag, write_back=write_back) as socket:
             uri = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
             timeout = seconds * 3 + 60
-            first_write = _writes(w) and cfg.prealloc == "off" and cfg.target == "file" and not image.startswith("/dev/")
+            first_write = _first_write(cfg, w, image)
             if not _writes(w):
                 _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", f"--size={size}m"], 300)
                 if CACHE_MODES[cfg.cache].direct:
@@ -444,19 +525,8 @@ class BlockTier:
             measured_end = time.monotonic()
         # writeback: the daemon writes back what the cell left dirty before it exits, and the next cell waits for it
         m["daemon_exit_s"] = time.monotonic() - measured_end
-        if first_write:
-            unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
-            writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
-            # every ramp write is counted as one that found a new cluster: what is left is a lower bound
-            new_units = (_allocated(image) - before) / unit - _writes_done(raw, RAMP_JOB)
-            if writes > 0:
-                m["unallocated_write_pct"] = max(0.0, min(100.0, 100.0 * new_units / writes))
-        elif _writes(w):
-            m["unallocated_write_pct"] = 0.0  # preallocated, or a whole device
+        self._image_figures(m, cfg, w, image, before, _writes_done(raw, RAMP_JOB))
         self._host_figures(m, a, b)
-        floor = self.floor.iops.get((cfg.host_fs, w.name))
-        if floor and m.get("iops"):
-            m["pct_of_bare_metal"] = 100.0 * m["iops"] / floor
         cell.metrics, cell.raw = m, raw
         cell.duration_s = time.monotonic() - started
         return cell
@@ -478,6 +548,133 @@ class BlockTier:
             self.floor.iops[(cfg.host_fs, w.name)] = m["iops"]
         cell.metrics, cell.raw, cell.duration_s = m, raw, time.monotonic() - started
         return cell
+
+    def batchable(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> bool:
+        """Whether a cell can share a fio process with its neighbours (:meth:`run_batch`): the floor, and write
+        cells on an image made before the round. A read cell fills its image and drops its cache first."""
+        if cfg.target == "host":
+            return fs.name in self.floor_files
+        return _writes(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
+
+    def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
+                  last_in_round: bool = False, since: float | None = None) -> list[Cell]:  # fmt: skip
+        """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.bench.storage.fiobatch`):
+        every daemon is started first, each cell's jobs run on a schedule, and the jobs' own time stamps say
+        when each cell measured, for its host figures, and that no two cells overlapped. Each cell keeps its
+        own fio JSON (its jobs, under the names a cell of its own would have). ``last_in_round``: the last
+        cell's daemon need not write back (:func:`storage_daemon`). Each cell's ``slot_s`` is the wall time
+        from the previous cell's end (``since``, wall clock) to its own."""
+        ctx, seconds, ramp = self.ctx, self.ctx.runtime_s, self.plan.ramp_s
+        epoch0 = since if since is not None else time.time()
+        mono_minus_epoch = time.monotonic() - time.time()
+        cells: list[Cell] = [self.new_cell(fs, cfg, w) for cfg, w, _ in units]
+        plans: list[tuple[int, str, str]] = []  # (unit, job, image)
+        jobs: list[fiobatch.BatchJob] = []
+        killed: list[subprocess.Popen[bytes]] = []  # daemons stopped by SIGKILL once fio is done, all at once
+        workdir = ctx.scratch.add_dir(ctx.scratch.path(f"batch-{units[0][2]}"))  # fio writes its stamps here
+        with contextlib.ExitStack() as daemons:
+            for i, (cfg, w, tag) in enumerate(units):
+                try:
+                    if cfg.target == "host":
+                        target = self.floor_files[fs.name]
+                        opts = [f"--filename={target}", "--ioengine=libaio", "--direct=1"]
+                        image, size = target, ctx.disk_mib
+                    else:
+                        image, size = self._take_ready(fs, cfg, w)
+                        write_back = not (last_in_round and i == len(units) - 1 and _scratch_file(cfg, image))
+                        kill = killed.append if killed_at_end(cfg, write_back) else None
+                        socket = daemons.enter_context(storage_daemon(ctx, image, cfg, tag, write_back=write_back, started=kill))
+                        opts = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
+                except KvmtuneError as exc:
+                    cells[i] = storage_cell(cfg, w.name, "error", error=str(exc))
+                    continue
+                # one job, its ramp fio's ramp_time: a first-write cell's share of new clusters is then
+                # counted from an allocation sample taken after the ramp (see below), not from a ramp job of
+                # its own, which would cost another gap between jobs
+                name = f"c{i}"
+                jobs.append(fiobatch.BatchJob(name, (*opts, *job_args(w, seconds, size, ramp=ramp)[1:]), ramp + seconds))
+                plans.append((i, name, image))
+            if not jobs:
+                return cells
+            fresh = [image for i, _, image in plans if _first_write(units[i][0], units[i][1], image)]
+            sampler = HostSampler(ctx.host, fs.device, None, interval=BATCH_SAMPLE_S, extra=lambda: _allocation(fresh))
+            sampler.start()
+            try:
+                timeout = fiobatch.planned_seconds(jobs) * 2 + 60
+                res = ctx.runner.run(["fio", "--thread", FIO_CLOCK, *fiobatch.batch_argv(jobs), "--output-format=json"],
+                                     timeout=timeout, cwd=str(workdir))  # fmt: skip
+            finally:
+                sampler.stop()
+                for proc in killed:  # together rather than one after the other (about 30 ms each)
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+        done = time.time()  # every daemon stopped
+        times = fiobatch.read_times(workdir, [j.name for j in jobs])
+        names = [j.name for j in jobs]
+        previous_end = epoch0
+        for k, (i, name, image) in enumerate(plans):
+            cfg, w, _ = units[i]
+            cell = cells[i]
+            try:
+                m = fiomod.parse_fio_json(res.stdout, name)
+            except ValueError as exc:
+                why = f"fio: {exc}" + ("" if res.ok else f" ({res.describe_failure()})")
+                cells[i] = storage_cell(cfg, w.name, "error", error=why)
+                continue
+            when = times.get(name)
+            if when is None:
+                cells[i] = storage_cell(cfg, w.name, "error", error="fio did not stamp this cell's start and end")
+                continue
+            overlap = fiobatch.overlap_s(times, names, name)
+            if overlap:
+                cells[i] = storage_cell(cfg, w.name, "error", error=f"fio started this cell {overlap * 1000:.0f} ms "
+                                        "before the previous one had ended: its figures are not its own")  # fmt: skip
+                continue
+            if cfg.target == "host":
+                m["pct_of_bare_metal"] = 100.0
+                if m.get("iops"):
+                    self.floor.iops[(cfg.host_fs, w.name)] = m["iops"]
+            else:
+                # the first sample safely after the ramp: clusters allocated before it are not counted, so the
+                # share of measured writes that found a new cluster stays a lower bound, as in _measure
+                after_ramp = _first_after(sampler.series, when.start + ramp + mono_minus_epoch + BATCH_SAMPLE_S / 2)
+                allocated = after_ramp.extra.get(image) if after_ramp is not None else None
+                if allocated is not None or not _first_write(cfg, w, image):
+                    self._image_figures(m, cfg, w, image, allocated or 0, 0.0)
+            a = _last_before(sampler.series, when.start + mono_minus_epoch)
+            b = _first_after(sampler.series, when.end + mono_minus_epoch)
+            if a is not None and b is not None:
+                self._host_figures(m, a, b)
+            end = done if k == len(plans) - 1 else when.end
+            m["slot_s"] = end - previous_end
+            previous_end = end
+            cell.metrics, cell.raw = m, _own_jobs(res.stdout, {name: w.name})
+            cell.duration_s = when.end - when.start
+        return cells
+
+    def _take_ready(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> tuple[str, int]:
+        ready = self.ready.pop((fs.name, cfg.key, w.name), None)
+        if isinstance(ready, KvmtuneError):
+            raise ready
+        if ready is None:
+            raise KvmtuneError("no image was made for this cell before the round")
+        return ready
+
+    def _image_figures(self, m: dict[str, float], cfg: StorageConfig, w: fiomod.Workload, image: str,
+                       allocated_before: int, ramp_writes: float) -> None:  # fmt: skip
+        """The share of measured writes that found a new cluster, and the cell against its round's floor."""
+        if _first_write(cfg, w, image):
+            unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
+            writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
+            # every ramp write is counted as one that found a new cluster: what is left is a lower bound
+            new_units = (_allocated(image) - allocated_before) / unit - ramp_writes
+            if writes > 0:
+                m["unallocated_write_pct"] = max(0.0, min(100.0, 100.0 * new_units / writes))
+        elif _writes(w):
+            m["unallocated_write_pct"] = 0.0  # preallocated, or a whole device
+        floor = self.floor.iops.get((cfg.host_fs, w.name))
+        if floor and m.get("iops"):
+            m["pct_of_bare_metal"] = 100.0 * m["iops"] / floor
 
     @staticmethod
     def _host_figures(m: dict[str, float], a: Any, b: Any) -> None:
@@ -512,25 +709,63 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
         for rep in range(ctx.repeat):
             if rep:
                 _round_done(tier, systems, rep)
-            for fs in systems:
-                for cfg in plan.configs:
-                    cfg = replace(cfg, host_fs=fs.name)
-                    for w in plan.workloads:
-                        n += 1
-                        problem = cfg.problem() or _block_problem(cfg, w, fs)
-                        if problem:
-                            cell = storage_cell(cfg, w.name, "error", error=problem)
-                        else:
-                            mark = ctx.scratch.mark()
-                            try:
-                                cell = tier.run_cell(fs, cfg, w, f"{os.getpid()}-{n}")
-                            except KvmtuneError as exc:
-                                cell = storage_cell(cfg, w.name, "error", error=str(exc))
-                            finally:
-                                ctx.scratch.cleanup(mark)  # the cell's daemon, socket, image, loop device
-                        cell.rep = rep
-                        sink.record(cell)
+            units = [(fs, replace(cfg, host_fs=fs.name), w) for fs in systems for cfg in round_order(plan.configs)
+                     for w in plan.workloads]  # fmt: skip
+            last_end, i = time.time(), 0
+            while i < len(units):
+                j = _batch_end(tier, units, i)
+                tags = [f"{os.getpid()}-{n + k + 1}" for k in range(j - i)]
+                n += j - i
+                fs = units[i][0]
+                mark = ctx.scratch.mark()
+                try:
+                    if j - i > 1:
+                        batch = [(cfg, w, tag) for (_, cfg, w), tag in zip(units[i:j], tags, strict=True)]
+                        cells = tier.run_batch(fs, batch, last_in_round=j == len(units), since=last_end)
+                    else:
+                        cells = [_single_cell(tier, units[i], tags[0], last_in_round=j == len(units))]
+                        if cells[0].ok:
+                            cells[0].metrics["slot_s"] = time.time() - last_end
+                finally:
+                    ctx.scratch.cleanup(mark)  # the cells' daemons, sockets, images, loop devices
+                for cell in cells:
+                    cell.rep = rep
+                    sink.record(cell)
+                last_end, i = time.time(), j
         _round_done(tier, systems, ctx.repeat)
+
+
+def round_order(configs: Sequence[StorageConfig]) -> list[StorageConfig]:
+    """The configurations in the order a round measures them: as given (the floor first), except that those
+    whose cells leave dirty pages in the host page cache come last, so that the round's deletion drops those
+    pages instead of a daemon writing them back (:func:`storage_daemon`)."""
+    return sorted(configs, key=leaves_dirty)
+
+
+def _batch_end(tier: BlockTier, units: Sequence[tuple[HostFs, StorageConfig, fiomod.Workload]], i: int) -> int:
+    """Where the batch that starts at ``units[i]`` ends (exclusive): consecutive batchable cells of one file
+    system, closed after a cell that leaves dirty pages (they would be written back during the next cell)."""
+    j = i
+    while j < len(units):
+        fs, cfg, w = units[j]
+        if fs is not units[i][0] or cfg.problem() or _block_problem(cfg, w, fs) or not tier.batchable(fs, cfg, w):
+            break
+        j += 1
+        if leaves_dirty(cfg):
+            break
+    return max(j, i + 1)
+
+
+def _single_cell(tier: BlockTier, unit: tuple[HostFs, StorageConfig, fiomod.Workload], tag: str, *,
+                 last_in_round: bool) -> Cell:  # fmt: skip
+    fs, cfg, w = unit
+    problem = cfg.problem() or _block_problem(cfg, w, fs)
+    if problem:
+        return storage_cell(cfg, w.name, "error", error=problem)
+    try:
+        return tier.run_cell(fs, cfg, w, tag, last_in_round=last_in_round)
+    except KvmtuneError as exc:
+        return storage_cell(cfg, w.name, "error", error=str(exc))
 
 
 def _round_done(tier: BlockTier, systems: Sequence[HostFs], rounds: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvmtune.host.facts import HostFacts
@@ -29,6 +30,7 @@ class Snapshot:
     t: float
     disk: DiskCounters | None
     cpu_s: float | None
+    extra: dict[str, int] = field(default_factory=dict)  # what the sampler's ``extra`` read at the same moment
 
 
 def tps(a: Snapshot, b: Snapshot) -> float | None:
@@ -51,6 +53,7 @@ class HostSampler:
     device: str | None
     pid: int | None = None
     interval: float = 0.5
+    extra: Callable[[], dict[str, int]] | None = None  # more figures to read with each snapshot
     series: list[Snapshot] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -61,7 +64,7 @@ class HostSampler:
             text = self.host.read_optional("/proc/diskstats") or ""
             disk = parse_diskstats(text).get(self.device)
         cpu = process_cpu_s(self.host, self.pid) if self.pid else None
-        return Snapshot(time.monotonic(), disk, cpu)
+        return Snapshot(time.monotonic(), disk, cpu, self.extra() if self.extra else {})
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
