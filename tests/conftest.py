@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,6 +10,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Tests press Ctrl-C (SIGINT) on kvmtune children, as a user at a terminal would. A background job of a
+# non-interactive shell (`.ci/run &` in a script) starts with SIGINT ignored, and its children inherit that, so
+# they would never see the key; a handler, unlike SIG_IGN, is reset to the default when a child execs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus" / "libvirt"
 
