@@ -44,11 +44,12 @@ def test_stamps_are_read_and_a_job_without_both_is_left_out(tmp_path: Path) -> N
 
 
 def test_a_job_that_started_before_the_previous_one_ended_is_an_overlap() -> None:
-    names = ["c0", "c1", "c2"]
-    times = {"c0": JobTimes(0.0, 5.5), "c1": JobTimes(5.495, 11.0), "c2": JobTimes(10.9, 16.0)}
+    names = ["c0", "c1", "c2", "c3"]
+    times = {"c0": JobTimes(0.0, 5.5), "c1": JobTimes(5.6, 11.0), "c2": JobTimes(10.9, 16.0), "c3": JobTimes(15.0, 16.5)}
     assert fiobatch.overlap_s(times, names, "c0") == 0.0
-    assert fiobatch.overlap_s(times, names, "c1") == 0.0  # 5 ms: the previous job's end stamp comes late
+    assert fiobatch.overlap_s(times, names, "c1") == 0.0
     assert fiobatch.overlap_s(times, names, "c2") == pytest.approx(0.1)
+    assert fiobatch.overlap_s(times, names, "c3") == pytest.approx(1.0)  # any job before it counts
 
 
 def cfg(cache: str, **kw: str) -> StorageConfig:

@@ -75,6 +75,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("window_s", "s", N, "measured window"),
     Metric("daemon_exit_s", "s", N, "storage daemon exit after the cell (writeback: its write-back)"),
     Metric("slot_s", "s", N, "wall time from the previous cell's end to this cell's"),
+    Metric("ramp_overlap_ms", "ms", N, "the previous cell's last requests, during this cell's ramp"),
     # seed 001's boot-write-shutdown cycle and the disk it is set against
     Metric("host_tps_per_vm", "tps", L, "host tps per VM"),
     Metric("vm_lifetime_s", "s", N, "VM lifetime"),

@@ -626,9 +626,10 @@ class BlockTier:
                 cells[i] = storage_cell(cfg, w.name, "error", error="fio did not stamp this cell's start and end")
                 continue
             overlap = fiobatch.overlap_s(times, names, name)
-            if overlap:
+            if overlap > ramp:
                 cells[i] = storage_cell(cfg, w.name, "error", error=f"fio started this cell {overlap * 1000:.0f} ms "
-                                        "before the previous one had ended: its figures are not its own")  # fmt: skip
+                                        "before the previous one had ended, more than its ramp: its figures are not "
+                                        "its own")  # fmt: skip
                 continue
             if cfg.target == "host":
                 m["pct_of_bare_metal"] = 100.0
@@ -646,6 +647,8 @@ class BlockTier:
             if a is not None and b is not None:
                 self._host_figures(m, a, b)
             end = done if k == len(plans) - 1 else when.end
+            if overlap:
+                m["ramp_overlap_ms"] = overlap * 1000  # the previous cell's last requests, during this one's ramp
             m["slot_s"] = end - previous_end
             previous_end = end
             cell.metrics, cell.raw = m, _own_jobs(res.stdout, {name: w.name})
