@@ -224,11 +224,20 @@ def leaves_dirty(cfg: StorageConfig) -> bool:
     return not mode.direct and mode.write_cache
 
 
-def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
-    """Run fio; the figures of its first job, or of the job named ``job``."""
+def _fio_argv(args: Sequence[str]) -> list[str]:
     # --thread: fio's jobs are threads of the one process, so stopping fio (Ctrl-C, a timeout) stops them all;
     # a forked job process would outlive its killed parent
-    res = ctx.runner.run(["fio", "--thread", FIO_CLOCK, *argv, "--output-format=json"], timeout=timeout)
+    return ["fio", "--thread", FIO_CLOCK, *args, "--output-format=json"]
+
+
+def _floor_options(target: str) -> list[str]:
+    """The floor: fio straight on the host file (or device), O_DIRECT."""
+    return [f"--filename={target}", "--ioengine=libaio", "--direct=1"]
+
+
+def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
+    """Run fio; the figures of its first job, or of the job named ``job``."""
+    res = ctx.runner.run(_fio_argv(argv), timeout=timeout)
     if not res.ok:
         raise KvmtuneError(f"fio failed: {res.describe_failure()}")
     try:
@@ -482,9 +491,7 @@ class BlockTier:
         started = time.monotonic()
         if cfg.target == "host":
             return self._floor_cell(fs, cfg, w, tag, cell, started)
-        ready = self.ready.pop((fs.name, cfg.key, w.name), None)
-        if isinstance(ready, KvmtuneError):
-            raise ready
+        ready = self._take_ready(fs, cfg, w)
         if ready is not None:
             image, size = ready  # made before the round started, never written since
         else:
@@ -540,7 +547,7 @@ class BlockTier:
         sampler = HostSampler(ctx.host, fs.device, None)
         args = job_args(w, ctx.runtime_s, ctx.disk_mib, ramp=self.plan.ramp_s)
         a = sampler.snap()
-        m, raw = _fio(ctx, [f"--filename={target}", "--ioengine=libaio", "--direct=1", *args], ctx.runtime_s * 3 + 60)
+        m, raw = _fio(ctx, [*_floor_options(target), *args], ctx.runtime_s * 3 + 60)
         b = sampler.snap()
         self._host_figures(m, a, b)
         m["pct_of_bare_metal"] = 100.0
@@ -577,10 +584,13 @@ class BlockTier:
                 try:
                     if cfg.target == "host":
                         target = self.floor_files[fs.name]
-                        opts = [f"--filename={target}", "--ioengine=libaio", "--direct=1"]
+                        opts = _floor_options(target)
                         image, size = target, ctx.disk_mib
                     else:
-                        image, size = self._take_ready(fs, cfg, w)
+                        ready = self._take_ready(fs, cfg, w)
+                        if ready is None:
+                            raise KvmtuneError("no image was made for this cell before the round")
+                        image, size = ready
                         write_back = not (last_in_round and i == len(units) - 1 and _scratch_file(cfg, image))
                         kill = killed.append if killed_at_end(cfg, write_back) else None
                         socket = daemons.enter_context(storage_daemon(ctx, image, cfg, tag, write_back=write_back, started=kill))
@@ -601,7 +611,7 @@ class BlockTier:
             sampler.start()
             try:
                 timeout = fiobatch.planned_seconds(jobs) * 2 + 60
-                res = ctx.runner.run(["fio", "--thread", FIO_CLOCK, *fiobatch.batch_argv(jobs), "--output-format=json"],
+                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)),
                                      timeout=timeout, cwd=str(workdir))  # fmt: skip
             finally:
                 sampler.stop()
@@ -655,12 +665,11 @@ class BlockTier:
             cell.duration_s = when.end - when.start
         return cells
 
-    def _take_ready(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> tuple[str, int]:
+    def _take_ready(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> tuple[str, int] | None:
+        """The cell's image made before the round, (path, MiB); None when none was; raises what making it did."""
         ready = self.ready.pop((fs.name, cfg.key, w.name), None)
         if isinstance(ready, KvmtuneError):
             raise ready
-        if ready is None:
-            raise KvmtuneError("no image was made for this cell before the round")
         return ready
 
     def _image_figures(self, m: dict[str, float], cfg: StorageConfig, w: fiomod.Workload, image: str,
