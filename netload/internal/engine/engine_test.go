@@ -574,3 +574,32 @@ func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
 func flowopHeader(runID uint32) []byte {
 	return flowop.Header{RunID: runID}.Encode()
 }
+
+// Only the reading side of a stream (a timed, unpaced transaction that only
+// reads, from one connection) gets a streaming receiver.
+func TestStreamConnIsTheReceivingSideOfAStream(t *testing.T) {
+	a, b := &flowop.Conn{}, &flowop.Conn{}
+	s := &strand{conns: []*flowop.Conn{a, b}}
+	timed := &profile.Transaction{Duration: time.Second}
+	counted := &profile.Transaction{Iterations: 10}
+	read := func(ci int) op { return op{typ: profile.OpRead, ci: ci} }
+	cases := []struct {
+		name string
+		pt   ptxn
+		pace time.Duration
+		want *flowop.Conn
+	}{
+		{"timed reads on one connection", ptxn{t: timed, ops: []op{read(1), read(1)}}, 0, b},
+		{"paced", ptxn{t: timed, ops: []op{read(0)}}, time.Millisecond, nil},
+		{"counted", ptxn{t: counted, ops: []op{read(0)}}, 0, nil},
+		{"read then write", ptxn{t: timed, ops: []op{read(0), {typ: profile.OpWrite, ci: 0}}}, 0, nil},
+		{"read then think", ptxn{t: timed, ops: []op{read(0), {typ: profile.OpThink}}}, 0, nil},
+		{"two connections", ptxn{t: timed, ops: []op{read(0), read(1)}}, 0, nil},
+		{"nothing here", ptxn{t: timed}, 0, nil},
+	}
+	for _, c := range cases {
+		if got := s.streamConn(&c.pt, c.pace); got != c.want {
+			t.Errorf("%s: %p, want %p", c.name, got, c.want)
+		}
+	}
+}

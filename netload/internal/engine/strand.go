@@ -236,6 +236,10 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 		defer s.bound(time.Time{})
 	}
 	defer s.countRetransmits(r)
+	if c := s.streamConn(pt, pace); c != nil {
+		c.SetStreaming(true)
+		defer c.SetStreaming(false)
+	}
 	start := time.Now()
 	next := start
 	yielded := start
@@ -309,6 +313,23 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 		s.passes.Add(1)
 	}
 	r.end = time.Now()
+}
+
+// streamConn returns the connection a timed, unpaced transaction only
+// reads from, message after message: the receiving side of a stream,
+// whose reads may wait for several messages at a time
+// (flowop.Conn.SetStreaming, which leaves UDP alone). nil for any other
+// transaction.
+func (s *strand) streamConn(pt *ptxn, pace time.Duration) *flowop.Conn {
+	if !pt.t.Timed() || pace > 0 || len(pt.ops) == 0 {
+		return nil
+	}
+	for _, o := range pt.ops {
+		if o.typ != profile.OpRead || o.ci != pt.ops[0].ci {
+			return nil
+		}
+	}
+	return s.conns[pt.ops[0].ci]
 }
 
 // bound ends every operation on the strand's open connections at t (zero:

@@ -99,6 +99,12 @@ type Conn struct {
 	// which the next reads consume first.
 	ahead              []byte
 	aheadOff, aheadLen int
+	// Streaming receiver (SetStreaming): stream is the owner's promise to
+	// only read; lowat is the SO_RCVLOWAT in force (0: the kernel's 1) and
+	// sinceCheck counts reads since the receive buffer was last looked at.
+	stream     bool
+	lowat      int
+	sinceCheck int
 }
 
 // BlockingTick bounds how long a blocking-mode operation sleeps before it
@@ -270,9 +276,78 @@ func (c *Conn) consumeAhead(n int) {
 }
 
 // aheadSize is the read-ahead buffer for messages of size bytes: room for
-// a few of them, within 256 KiB.
-func aheadSize(size int) int {
+// a few of them, within 256 KiB; a streaming receiver's is 256 KiB, room
+// for its largest SO_RCVLOWAT and more.
+func (c *Conn) aheadSize(size int) int {
+	if c.stream {
+		return max(size, 256<<10)
+	}
 	return max(size, min(4*size, 256<<10))
+}
+
+// A streaming receiver sleeps until StreamLowat bytes are queued
+// (SO_RCVLOWAT), at most a quarter of its receive buffer, so that the
+// kernel never grows the buffer for it, nor clamps the window (Linux's
+// tcp_set_rcvlowat does both for a larger one). CoalesceTick (its
+// SO_RCVTIMEO, which the kernel rounds up to its clock tick: 4 ms at
+// HZ=250) bounds how long data that has arrived waits for more.
+const (
+	StreamLowat  = 160 << 10
+	CoalesceTick = 2 * time.Millisecond
+	// the receive buffer grows while a stream starts (autotuning): it is
+	// looked at again every lowatRecheck reads until it allows StreamLowat
+	lowatRecheck = 16
+)
+
+// SetStreaming says that the connection's owner will, until it says
+// otherwise, only read from it, message after message, with no pause of
+// its own: the receiving side of a stream. Discard then lets the kernel
+// wake it once per StreamLowat bytes instead of once per arriving segment
+// (see Discard). A stream that pauses or ends costs its receiver at most a
+// CoalesceTick: the first read that waits that long with nothing arriving
+// goes back to waking on every segment until the next message. A
+// no-op outside blocking mode.
+func (c *Conn) SetStreaming(on bool) {
+	if c.fd < 0 || c.stream == on || !c.acquireFD() {
+		return
+	}
+	defer c.releaseFD()
+	c.stream = on
+	if !on && c.lowat > 0 {
+		c.setLowat(0)
+	}
+}
+
+// setLowat sets SO_RCVLOWAT to lowat bytes with SO_RCVTIMEO CoalesceTick,
+// or, for 0, back to the kernel's 1 byte and BlockingTick. A socket that
+// refuses stays as it was (the stream is then received as before).
+func (c *Conn) setLowat(lowat int) {
+	tick := BlockingTick
+	if lowat > 0 {
+		tick = CoalesceTick
+	}
+	tv := syscall.NsecToTimeval(tick.Nanoseconds())
+	if syscall.SetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, max(lowat, 1)) != nil {
+		return
+	}
+	if syscall.SetsockoptTimeval(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv) != nil {
+		_ = syscall.SetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, max(c.lowat, 1))
+		return
+	}
+	c.lowat = lowat
+	c.sinceCheck = 0
+}
+
+// coalesce raises SO_RCVLOWAT as far as the receive buffer allows now.
+func (c *Conn) coalesce() {
+	rcvbuf, err := syscall.GetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+	if err != nil {
+		return
+	}
+	if want := min(StreamLowat, rcvbuf/4); want > c.lowat {
+		c.setLowat(want)
+	}
+	c.sinceCheck = 0
 }
 
 // Discard receives one message of n bytes (TCP: all of them; UDP: one
@@ -285,9 +360,14 @@ func aheadSize(size int) int {
 // several messages instead of once per message or per segment. That is
 // cheaper for the receiver and for the sender too: on loopback the
 // sender's CPU runs the receiver's TCP input, and wakes the receiver, for
-// every segment that arrives while the receiver is not inside a read, and
+// every segment that arrives while the receiver is asleep in a read, and
 // waking an idle CPU costs an interrupt. The bytes in the stream, and the
 // messages counted, are the same; Read, too, takes read-ahead bytes first.
+//
+// A streaming receiver (SetStreaming) also raises SO_RCVLOWAT, so that it
+// sleeps until StreamLowat bytes have arrived, not until the next segment:
+// a receiver faster than its sender otherwise catches up, and sleeps,
+// every segment or two.
 func (c *Conn) Discard(n int, scratch []byte) (int, error) {
 	if c.fd < 0 {
 		return c.Read(scratch[:n])
@@ -301,8 +381,11 @@ func (c *Conn) Discard(n int, scratch []byte) (int, error) {
 	if done == n {
 		return n, nil
 	}
-	if len(c.ahead) < aheadSize(n) {
-		c.ahead = make([]byte, aheadSize(n))
+	if len(c.ahead) < c.aheadSize(n) {
+		c.ahead = make([]byte, c.aheadSize(n))
+	}
+	if c.stream && (c.lowat == 0 || (c.lowat < StreamLowat && c.sinceCheck >= lowatRecheck)) {
+		c.coalesce()
 	}
 	var start time.Time
 	if c.timeout > 0 {
@@ -311,6 +394,13 @@ func (c *Conn) Discard(n int, scratch []byte) (int, error) {
 	for done < n {
 		// nothing is left ahead here, so the whole buffer is free
 		got, err := syscall.Read(c.fd, c.ahead)
+		if c.lowat > 0 {
+			c.sinceCheck++
+			if err == syscall.EAGAIN {
+				// a CoalesceTick with nothing: the stream paused or ended
+				c.setLowat(0)
+			}
+		}
 		if got > n-done {
 			c.aheadOff, c.aheadLen = n-done, got-(n-done)
 			got = n - done

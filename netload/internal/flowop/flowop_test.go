@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -513,5 +514,149 @@ func TestBlockingDiscardReadsAhead(t *testing.T) {
 	}
 	if _, err := c.Discard(size, scratch); err == nil {
 		t.Fatal("discard after the peer closed: no error")
+	}
+}
+
+// lowatOf reads the socket's SO_RCVLOWAT and SO_RCVTIMEO back.
+func lowatOf(t *testing.T, c *Conn) (int, time.Duration) {
+	t.Helper()
+	lowat, err := syscall.GetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tv syscall.Timeval
+	size := uint32(unsafe.Sizeof(tv))
+	if _, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(c.fd), syscall.SOL_SOCKET, syscall.SO_RCVTIMEO,
+		uintptr(unsafe.Pointer(&tv)), uintptr(unsafe.Pointer(&size)), 0); e != 0 {
+		t.Fatal(e)
+	}
+	return lowat, time.Duration(tv.Nano())
+}
+
+// coalescing tells a CoalesceTick read back from SO_RCVTIMEO: the kernel
+// rounds it up to its clock tick (4 ms at HZ=250, 10 ms at 100).
+func coalescing(tick time.Duration) bool { return tick >= CoalesceTick && tick <= 10*time.Millisecond }
+
+// threadSleeps counts the calling thread's voluntary context switches.
+func threadSleeps(t *testing.T) int64 {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return ru.Nvcsw
+}
+
+// A streaming receiver that is faster than its sender sleeps once per
+// StreamLowat bytes (or CoalesceTick), not once per message: 128 messages
+// of 1,000 bytes sent 50 us apart, each in its own segment, wake it a few
+// times, where a receiver waking on every arrival sleeps about 128 times.
+func TestStreamingReceiverSleepsPerLowat(t *testing.T) {
+	const size, count = 1000, 128
+	for _, streaming := range []bool{true, false} {
+		nc, p := tcpPair(t)
+		p.(*net.TCPConn).SetNoDelay(true)
+		c := NewConn(nc, Options{Protocol: "tcp"})
+		if err := c.SetBlocking(); err != nil {
+			t.Fatal(err)
+		}
+		c.SetStreaming(streaming)
+		go func() {
+			msg := make([]byte, size)
+			for i := 0; i < count; i++ {
+				p.Write(msg)
+				for t0 := time.Now(); time.Since(t0) < 50*time.Microsecond; {
+				}
+			}
+		}()
+		runtime.LockOSThread()
+		scratch := make([]byte, size)
+		before := threadSleeps(t)
+		for i := 0; i < count; i++ {
+			if n, err := c.Discard(size, scratch); n != size || err != nil {
+				t.Fatalf("discard %d: %d %v", i, n, err)
+			}
+		}
+		sleeps := threadSleeps(t) - before
+		runtime.UnlockOSThread()
+		lowat, tick := lowatOf(t, c)
+		t.Logf("streaming %v: %d sleeps for %d messages; SO_RCVLOWAT %d, SO_RCVTIMEO %v", streaming, sleeps, count, lowat, tick)
+		if streaming {
+			if sleeps > count/4 {
+				t.Errorf("a streaming receiver slept %d times for %d messages of %d bytes", sleeps, count, size)
+			}
+			if lowat < size || lowat > StreamLowat || !coalescing(tick) {
+				t.Errorf("streaming: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+			}
+		} else if lowat != 1 || tick != BlockingTick {
+			t.Errorf("not streaming: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+		}
+		c.Close()
+		p.Close()
+	}
+}
+
+// SO_RCVLOWAT stays within a quarter of the receive buffer (a larger one
+// would make Linux grow the buffer and clamp the window), and a stream
+// that ends leaves its last message waiting a CoalesceTick or so, not a
+// BlockingTick; the quiet read puts the socket back to waking on every
+// segment, and SetStreaming(false) does too.
+func TestStreamingReceiverBounds(t *testing.T) {
+	nc, p := tcpPair(t)
+	defer p.Close()
+	// a small fixed buffer, as uperf's wndsz option sets one
+	if err := p.(*net.TCPConn).SetWriteBuffer(8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.(*net.TCPConn).SetReadBuffer(8192); err != nil {
+		t.Fatal(err)
+	}
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	defer c.Close()
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetStreaming(true)
+	const size = 1000
+	scratch := make([]byte, size)
+	if _, err := p.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("discard: %d %v", n, err)
+	}
+	if took := time.Since(start); took > BlockingTick/2 {
+		t.Errorf("the last message of a stream waited %v", took)
+	}
+	rcvbuf, err := syscall.GetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lowat, _ := lowatOf(t, c); lowat > rcvbuf/4 || lowat < 2 {
+		t.Errorf("SO_RCVLOWAT %d with a receive buffer of %d", lowat, rcvbuf)
+	}
+	// the peer pauses for several ticks before the next message
+	go func() {
+		time.Sleep(20 * CoalesceTick)
+		p.Write(make([]byte, size))
+	}()
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("discard after a pause: %d %v", n, err)
+	}
+	if lowat, tick := lowatOf(t, c); lowat != 1 || tick != BlockingTick {
+		t.Errorf("after a pause: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+	}
+	// the next message raises it again, and SetStreaming(false) lowers it
+	p.Write(make([]byte, size))
+	if n, err := c.Discard(size, scratch); n != size || err != nil {
+		t.Fatalf("discard: %d %v", n, err)
+	}
+	if lowat, tick := lowatOf(t, c); lowat < 2 || !coalescing(tick) {
+		t.Errorf("streaming again: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+	}
+	c.SetStreaming(false)
+	if lowat, tick := lowatOf(t, c); lowat != 1 || tick != BlockingTick {
+		t.Errorf("after SetStreaming(false): SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
 	}
 }
