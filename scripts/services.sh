@@ -5,6 +5,19 @@ set -euo pipefail
 
 libvirtd_running() { virsh -c qemu:///system version >/dev/null 2>&1; }
 
+# A daemon keeps every descriptor it inherits for as long as it runs, so it
+# starts with none but 0-2: otherwise it would hold its caller's lock (flock)
+# or pipe open, and whoever waits for that would wait for ever.
+daemon() {
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done
+    exec "$@" </dev/null
+  )
+}
+
 case "${1:-}" in
   libvirtd-start)
     if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
@@ -12,8 +25,8 @@ case "${1:-}" in
     fi
     if ! libvirtd_running; then
       mkdir -p /run/libvirt /var/run/libvirt
-      pgrep -x virtlogd >/dev/null || virtlogd -d
-      pgrep -x libvirtd >/dev/null || libvirtd -d
+      pgrep -x virtlogd >/dev/null || daemon virtlogd -d
+      pgrep -x libvirtd >/dev/null || daemon libvirtd -d
       for _ in $(seq 1 50); do libvirtd_running && break; sleep 0.2; done
     fi
     libvirtd_running || { echo "services.sh: libvirtd did not answer on qemu:///system" >&2; exit 1; }
