@@ -36,6 +36,7 @@ from kvmtune.bench.guest import ExtraFile, GuestBuilder
 from kvmtune.bench.net.bench import find_netload
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
+from proc_helpers import descendants, proc_stat
 
 pytestmark = pytest.mark.integration
 
@@ -43,32 +44,6 @@ SEED = int(os.environ.get("KVMTUNE_KILL_SUITE_SEED", "19"))
 KILLS_DEFAULT = 2
 KILLS = int(os.environ.get("KVMTUNE_KILL_SUITE_KILLS", str(KILLS_DEFAULT)))
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
-
-
-def _stat(pid: int) -> tuple[int, str, str] | None:
-    """(ppid, state, start time) of ``pid``."""
-    try:
-        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(rest[1]), rest[0], rest[19]
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """pid → start time of every live descendant of ``root``."""
-    parents: dict[int, list[int]] = {}
-    starts: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (st := _stat(int(entry))) is not None and st[1] not in ("Z", "X"):
-            parents.setdefault(st[0], []).append(int(entry))
-            starts[int(entry)] = st[2]
-    out: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out[child] = starts[child]
-            todo.append(child)
-    return out
 
 
 def _mentioning(text: str) -> dict[int, str]:
@@ -80,7 +55,7 @@ def _mentioning(text: str) -> dict[int, str]:
             raw = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        st = _stat(int(entry))
+        st = proc_stat(int(entry))
         if st and st[1] not in ("Z", "X") and text.encode() in raw:
             out[int(entry)] = raw.replace(b"\0", b" ").decode(errors="replace")[:100]
     return out
@@ -110,7 +85,7 @@ def _exit_wait(pid: int) -> str:
 
 
 def _survivors(procs: dict[int, str]) -> list[int]:
-    return [pid for pid, start in procs.items() if (st := _stat(pid)) and st[2] == start and st[1] not in ("Z", "X")]
+    return [pid for pid, start in procs.items() if (st := proc_stat(pid)) and st[2] == start and st[1] not in ("Z", "X")]
 
 
 def _loops_under(directory: Path) -> list[str]:
@@ -215,11 +190,11 @@ def test_sigkill_at_random_points_leaves_nothing(env: tuple[Path, str], kind: st
         namespaces: set[str] = set()
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and proc.poll() is None:
-            seen.update(_descendants(proc.pid))  # also children that came and went before the kill
+            seen.update(descendants(proc.pid))  # also children that came and went before the kill
             namespaces |= _ours(work)
             time.sleep(0.05)
-        seen.update(_descendants(proc.pid))
-        seen.update({pid: st[2] for pid in _mentioning(str(work)) if (st := _stat(pid)) is not None})
+        seen.update(descendants(proc.pid))
+        seen.update({pid: st[2] for pid in _mentioning(str(work)) if (st := proc_stat(pid)) is not None})
         namespaces |= _ours(work)
         finished = proc.poll() is not None
         if kind == "block" and finished and proc.returncode == 2 and n == 0:

@@ -24,6 +24,7 @@ from kvmtune.bench.net.netns import Netns
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
+from proc_helpers import descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
 MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
@@ -188,27 +189,6 @@ def test_interrupt_mid_test_leaves_nothing_and_marks_the_run_partial(workdir: Pa
         assert st.runs()[0].status == "partial"
 
 
-def _descendants(root: int) -> dict[int, str]:
-    """pid → start time of every live descendant of ``root``."""
-    parents: dict[int, list[int]] = {}
-    starts: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                rest = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            parents.setdefault(int(rest[1]), []).append(int(entry))
-            starts[int(entry)] = rest[19]
-    out: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out[child] = starts[child]
-            todo.append(child)
-    return out
-
-
 def _alive(procs: dict[int, str]) -> list[int]:
     out = []
     for pid, start in procs.items():
@@ -229,12 +209,12 @@ def test_sigkill_mid_test_leaves_no_process_and_cleanup_removes_the_rest(workdir
     seen: dict[int, str] = {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
-        seen.update(_descendants(proc.pid))
+        seen.update(descendants(proc.pid))
         if list((workdir / "net").glob("*/run-c0.json")):  # a client is measuring
             break
         time.sleep(0.05)
     time.sleep(0.3)
-    seen.update(_descendants(proc.pid))
+    seen.update(descendants(proc.pid))
     assert proc.poll() is None, "the run ended before netload ran"
     assert len(seen) >= 4, seen  # OVS daemons, netload server and client
     os.kill(proc.pid, signal.SIGKILL)
