@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -100,11 +101,14 @@ type Conn struct {
 	ahead              []byte
 	aheadOff, aheadLen int
 	// Streaming receiver (SetStreaming): stream is the owner's promise to
-	// only read; lowat is the SO_RCVLOWAT in force (0: the kernel's 1) and
-	// sinceCheck counts reads since the receive buffer was last looked at.
-	stream     bool
-	lowat      int
-	sinceCheck int
+	// only read; lowat is the SO_RCVLOWAT in force (0: the kernel's 1);
+	// lookIn counts down the reads until the receive buffer is looked at
+	// again (coalesce). fixedBuf: the buffer was set (wndsz), so
+	// autotuning never grows it and one look is enough.
+	stream   bool
+	lowat    int
+	lookIn   int
+	fixedBuf bool
 }
 
 // BlockingTick bounds how long a blocking-mode operation sleeps before it
@@ -113,7 +117,7 @@ const BlockingTick = 100 * time.Millisecond
 
 // NewConn wraps an established connection.
 func NewConn(nc net.Conn, o Options) *Conn {
-	return &Conn{nc: nc, udp: o.Protocol == "udp", timeout: o.Timeout, fd: -1}
+	return &Conn{nc: nc, udp: o.Protocol == "udp", timeout: o.Timeout, fd: -1, fixedBuf: o.WndSz > 0}
 }
 
 // fdState of a blocking-mode Conn: fdClosed once Close was called, plus
@@ -288,15 +292,20 @@ func (c *Conn) aheadSize(size int) int {
 // A streaming receiver sleeps until StreamLowat bytes are queued
 // (SO_RCVLOWAT), at most a quarter of its receive buffer, so that the
 // kernel never grows the buffer for it, nor clamps the window (Linux's
-// tcp_set_rcvlowat does both for a larger one). CoalesceTick (its
-// SO_RCVTIMEO, which the kernel rounds up to its clock tick: 4 ms at
-// HZ=250) bounds how long data that has arrived waits for more.
+// tcp_set_rcvlowat does both for a larger one), and not at all where that
+// quarter is below MinLowat: the few wake-ups it would save are not worth
+// holding back a small window's worth of data. CoalesceTick (its
+// SO_RCVTIMEO) bounds how long data that has arrived waits for more: the
+// kernel rounds it up to its clock tick and its timers add up to one
+// more, so one to two ticks (4-8 ms at HZ=250, 10-20 ms at HZ=100).
 const (
 	StreamLowat  = 160 << 10
+	MinLowat     = 32 << 10
 	CoalesceTick = 2 * time.Millisecond
 	// the receive buffer grows while a stream starts (autotuning): it is
 	// looked at again every lowatRecheck reads until it allows StreamLowat
 	lowatRecheck = 16
+	never        = math.MaxInt
 )
 
 // SetStreaming says that the connection's owner will, until it says
@@ -304,15 +313,16 @@ const (
 // its own: the receiving side of a stream. Discard then lets the kernel
 // wake it once per StreamLowat bytes instead of once per arriving segment
 // (see Discard). A stream that pauses or ends costs its receiver at most a
-// CoalesceTick: the first read that waits that long with nothing arriving
-// goes back to waking on every segment until the next message. A
-// no-op outside blocking mode.
+// CoalesceTick as the kernel counts it (4-8 ms at HZ=250): the first read
+// that waits that long with nothing arriving goes back to waking on every
+// segment until the next message. A no-op outside blocking mode.
 func (c *Conn) SetStreaming(on bool) {
 	if c.fd < 0 || c.stream == on || !c.acquireFD() {
 		return
 	}
 	defer c.releaseFD()
 	c.stream = on
+	c.lookIn = 0
 	if !on && c.lowat > 0 {
 		c.setLowat(0)
 	}
@@ -335,19 +345,22 @@ func (c *Conn) setLowat(lowat int) {
 		return
 	}
 	c.lowat = lowat
-	c.sinceCheck = 0
 }
 
 // coalesce raises SO_RCVLOWAT as far as the receive buffer allows now.
 func (c *Conn) coalesce() {
+	c.lookIn = lowatRecheck
+	if c.fixedBuf {
+		c.lookIn = never
+	}
 	rcvbuf, err := syscall.GetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF)
 	if err != nil {
+		c.lookIn = never
 		return
 	}
-	if want := min(StreamLowat, rcvbuf/4); want > c.lowat {
+	if want := min(StreamLowat, rcvbuf/4); want > c.lowat && want >= MinLowat {
 		c.setLowat(want)
 	}
-	c.sinceCheck = 0
 }
 
 // Discard receives one message of n bytes (TCP: all of them; UDP: one
@@ -384,7 +397,7 @@ func (c *Conn) Discard(n int, scratch []byte) (int, error) {
 	if len(c.ahead) < c.aheadSize(n) {
 		c.ahead = make([]byte, c.aheadSize(n))
 	}
-	if c.stream && (c.lowat == 0 || (c.lowat < StreamLowat && c.sinceCheck >= lowatRecheck)) {
+	if c.stream && c.lowat < StreamLowat && c.lookIn <= 0 {
 		c.coalesce()
 	}
 	var start time.Time
@@ -394,12 +407,14 @@ func (c *Conn) Discard(n int, scratch []byte) (int, error) {
 	for done < n {
 		// nothing is left ahead here, so the whole buffer is free
 		got, err := syscall.Read(c.fd, c.ahead)
-		if c.lowat > 0 {
-			c.sinceCheck++
-			if err == syscall.EAGAIN {
-				// a CoalesceTick with nothing: the stream paused or ended
-				c.setLowat(0)
-			}
+		if c.stream {
+			c.lookIn--
+		}
+		if c.lowat > 0 && err == syscall.EAGAIN {
+			// a CoalesceTick with nothing: the stream paused or ended;
+			// the next message raises the lowat again
+			c.setLowat(0)
+			c.lookIn = 0
 		}
 		if got > n-done {
 			c.aheadOff, c.aheadLen = n-done, got-(n-done)

@@ -604,13 +604,6 @@ func TestStreamingReceiverSleepsPerLowat(t *testing.T) {
 func TestStreamingReceiverBounds(t *testing.T) {
 	nc, p := tcpPair(t)
 	defer p.Close()
-	// a small fixed buffer, as uperf's wndsz option sets one
-	if err := p.(*net.TCPConn).SetWriteBuffer(8192); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.(*net.TCPConn).SetReadBuffer(8192); err != nil {
-		t.Fatal(err)
-	}
 	c := NewConn(nc, Options{Protocol: "tcp"})
 	defer c.Close()
 	if err := c.SetBlocking(); err != nil {
@@ -633,7 +626,7 @@ func TestStreamingReceiverBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lowat, _ := lowatOf(t, c); lowat > rcvbuf/4 || lowat < 2 {
+	if lowat, _ := lowatOf(t, c); lowat > rcvbuf/4 || lowat < MinLowat {
 		t.Errorf("SO_RCVLOWAT %d with a receive buffer of %d", lowat, rcvbuf)
 	}
 	// the peer pauses for several ticks before the next message
@@ -652,11 +645,38 @@ func TestStreamingReceiverBounds(t *testing.T) {
 	if n, err := c.Discard(size, scratch); n != size || err != nil {
 		t.Fatalf("discard: %d %v", n, err)
 	}
-	if lowat, tick := lowatOf(t, c); lowat < 2 || !coalescing(tick) {
+	if lowat, tick := lowatOf(t, c); lowat < MinLowat || !coalescing(tick) {
 		t.Errorf("streaming again: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
 	}
 	c.SetStreaming(false)
 	if lowat, tick := lowatOf(t, c); lowat != 1 || tick != BlockingTick {
 		t.Errorf("after SetStreaming(false): SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+	}
+}
+
+// A small receive buffer set by hand (uperf's wndsz) leaves no room for a
+// lowat worth having: the receiver wakes on every segment, as before.
+func TestStreamingReceiverLeavesASmallWindowAlone(t *testing.T) {
+	nc, p := tcpPair(t)
+	defer p.Close()
+	if err := nc.(*net.TCPConn).SetReadBuffer(16384); err != nil {
+		t.Fatal(err)
+	}
+	c := NewConn(nc, Options{Protocol: "tcp", WndSz: 16384})
+	defer c.Close()
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetStreaming(true)
+	const size = 1000
+	scratch := make([]byte, size)
+	for i := 0; i < 3; i++ {
+		p.Write(make([]byte, size))
+		if n, err := c.Discard(size, scratch); n != size || err != nil {
+			t.Fatalf("discard: %d %v", n, err)
+		}
+		if lowat, tick := lowatOf(t, c); lowat != 1 || tick != BlockingTick {
+			t.Errorf("a 16 KiB window: SO_RCVLOWAT %d, SO_RCVTIMEO %v", lowat, tick)
+		}
 	}
 }

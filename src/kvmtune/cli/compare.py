@@ -116,10 +116,12 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
             )
     tool_a, tool_b = a.env.get("netload"), b.env.get("netload")
     if tool_a and tool_b and tool_a != tool_b:
-        # a workload's definition can change between versions (netload 0.2.0
-        # streams with Nagle on, 0.1.0 with tcp_nodelay), so the difference may be the tool's
+        # a workload's definition or the instrument's own cost can change between versions (netload 0.2.0
+        # streams with Nagle on, 0.1.0 with tcp_nodelay; 0.4.0's stream receivers wake less often), so the
+        # difference may be the tool's
         print(f"WARNING: run {a.id} was measured with {tool_a} and run {b.id} with {tool_b}: the workloads "
-              "may be defined differently (see netload's README, 'Built-in workloads')", file=sys.stderr)  # fmt: skip
+              "may be defined or measured differently (see netload's README, 'Built-in workloads' and "
+              "'Performance notes')", file=sys.stderr)  # fmt: skip
     rows, table = compare_net(st, a, b)
     if rows and args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
         page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
