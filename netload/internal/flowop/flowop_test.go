@@ -464,17 +464,25 @@ func inQueue(t *testing.T, c *Conn) int {
 	return int(queued)
 }
 
+// blockingPair returns a blocking-mode TCP Conn and its peer, both closed
+// when the test ends.
+func blockingPair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	nc, p := tcpPair(t)
+	t.Cleanup(func() { p.Close() })
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetBlocking(); err != nil {
+		t.Fatal(err)
+	}
+	return c, p
+}
+
 // In blocking mode, Discard takes the socket's whole receive queue (up to a
 // few messages) in one read(2), and the next calls consume it without
 // another; the stream's bytes stay in order for a Read that follows.
 func TestBlockingDiscardReadsAhead(t *testing.T) {
-	nc, p := tcpPair(t)
-	defer p.Close()
-	c := NewConn(nc, Options{Protocol: "tcp"})
-	defer c.Close()
-	if err := c.SetBlocking(); err != nil {
-		t.Fatal(err)
-	}
+	c, p := blockingPair(t)
 	const size = 1000
 	msg := make([]byte, 3*size)
 	copy(msg[2*size:], "third message")
@@ -602,13 +610,7 @@ func TestStreamingReceiverSleepsPerLowat(t *testing.T) {
 // BlockingTick; the quiet read puts the socket back to waking on every
 // segment, and SetStreaming(false) does too.
 func TestStreamingReceiverBounds(t *testing.T) {
-	nc, p := tcpPair(t)
-	defer p.Close()
-	c := NewConn(nc, Options{Protocol: "tcp"})
-	defer c.Close()
-	if err := c.SetBlocking(); err != nil {
-		t.Fatal(err)
-	}
+	c, p := blockingPair(t)
 	c.SetStreaming(true)
 	const size = 1000
 	scratch := make([]byte, size)
