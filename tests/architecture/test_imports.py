@@ -1,4 +1,4 @@
-"""The package's layers: no import loops, and the readers (host/, qemu/) never reach up into the auditor.
+"""The package's layers: no import loops, and every import follows docs/architecture.md §2.
 
 Every import counts, including those inside functions and under ``TYPE_CHECKING``:
 a loop hidden behind a lazy import is still two modules that cannot be understood
@@ -98,6 +98,68 @@ def test_no_import_loops() -> None:
     # a package's __init__ naming its own submodules (and they it) is how Python packages work, not a loop
     pruned = {m: {t for t in ts if not _is_package_to_own_child(m, t)} for m, ts in graph.items()}
     assert cycles(pruned) == []
+
+
+# docs/architecture.md §2, arrow for arrow: what each top-level package (or module) may import besides itself.
+BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "prometheus"})
+READERS = frozenset({"model", "host", "domain", "qemu", "guestagent"})
+LAYERS: dict[str, frozenset[str]] = {
+    "__main__": frozenset({"cli"}),
+    "cli": frozenset({"verify", "bench", "fix", "audit", "live", "fleet"}) | READERS | BASE,
+    "verify": frozenset({"bench", "fix", "audit"}) | READERS | BASE,
+    "live": frozenset({"audit"}) | READERS | BASE,
+    "bench": READERS | BASE,
+    "fix": frozenset({"audit"}) | READERS | BASE,
+    "audit": frozenset({"rules"}) | READERS | BASE,  # rules/: the package only, to discover its modules
+    "rules": frozenset({"audit"}) | READERS | BASE,
+    "fleet": BASE,
+    "domain": frozenset({"model", "host"}) | BASE,
+    "qemu": frozenset({"model", "host"}) | BASE,
+    "guestagent": frozenset({"model"}) | BASE,
+    "host": frozenset({"model"}) | BASE,
+    "model": BASE,
+    "kvmtune": frozenset(),
+    "errors": frozenset(),
+    "textsafe": frozenset(),
+    "runner": frozenset({"errors"}),
+    "inputs": frozenset({"errors"}),
+    "prometheus": frozenset({"textsafe", "errors"}),
+}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out: list[str] = []
+    for m, targets in graph.items():
+        a = _layer(m)
+        for t in targets:
+            b = _layer(t)
+            if a == b:
+                continue
+            if a == "audit" and b == "rules" and t != "kvmtune.rules":
+                out.append(f"{m} -> {t} (audit/ discovers rules/, it never imports one by name)")
+            elif b not in LAYERS.get(a, frozenset()):
+                out.append(f"{m} -> {t}")
+    return sorted(out)
+
+
+def test_every_import_follows_the_documented_layers() -> None:
+    """Lazy imports and ``TYPE_CHECKING`` imports count: the AST walk sees every import statement."""
+    assert layer_violations(import_graph()) == []
+
+
+def test_every_package_has_a_layer() -> None:
+    assert sorted({_layer(m) for m in import_graph()} - set(LAYERS)) == []
+
+
+def test_the_layer_check_sees_a_lazy_import_upwards() -> None:
+    assert layer_violations({"kvmtune.host.facts": {"kvmtune.bench.workdir"}}) == ["kvmtune.host.facts -> kvmtune.bench.workdir"]
+    assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules.storage.cache_mode"}}) != []
+    assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules"}}) == []
 
 
 def test_readers_do_not_import_the_auditor() -> None:

@@ -13,6 +13,7 @@ from kvmtune.audit.rule import HostRule, all_rules
 from kvmtune.cli import main
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostReadError, HostRoot
+from kvmtune.qemu.process import running_qemu_guests
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
@@ -27,7 +28,7 @@ def audit(root: Path | HostRoot) -> tuple[set[str], list[str]]:
 
 
 def test_facts_of_the_overcommitted_host() -> None:
-    f = HostFacts(HostRoot(str(HOSTS / "ksm-overcommit")))
+    f = HostFacts(HostRoot(str(HOSTS / "ksm-overcommit")), guests=running_qemu_guests)
     assert f.kernel_version == (5, 14) and f.cpu_count == 16 and f.cpu_vendor_virt_flag == "vmx"
     assert sorted(f.numa_nodes) == [0, 1] and f.numa_nodes[1] == set(range(8, 16))
     assert len(f.guests) == 12 and f.guest_vcpus == 72 and f.memory_ratio == pytest.approx(1.5)
@@ -42,7 +43,7 @@ def test_facts_of_the_overcommitted_host() -> None:
 
 
 def test_rhel6_specifics() -> None:
-    f = HostFacts(HostRoot(str(HOSTS / "rhel6-old")))
+    f = HostFacts(HostRoot(str(HOSTS / "rhel6-old")), guests=running_qemu_guests)
     assert f.thp is not None and f.thp.base.endswith("redhat_transparent_hugepage")
     assert f.module_param("kvm", "halt_poll_ns") is None
     assert [g.name for g in f.guests] == ["rhel6guest"] and f.guests[0].virt_type == "kvm"  # /usr/libexec/qemu-kvm
@@ -51,7 +52,7 @@ def test_rhel6_specifics() -> None:
 
 
 def test_macvtap_and_lower(make_variant) -> None:  # type: ignore[no-untyped-def]
-    f = HostFacts(HostRoot(str(HOSTS / "nvme-modern")))
+    f = HostFacts(HostRoot(str(HOSTS / "nvme-modern")), guests=running_qemu_guests)
     mv = f.net_devices["macvtap0"]
     assert mv.kind == "macvtap" and mv.lower == ["ens1f1"]
 
@@ -127,7 +128,7 @@ def test_root_that_is_not_a_directory(tmp_path: Path, capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize("scenario", ["this-machine", "rhel6-old", "nvme-modern", "ksm-overcommit"])
 def test_every_fixture_reads_cleanly(scenario: str) -> None:
-    f = HostFacts(HostRoot(str(HOSTS / scenario)))
+    f = HostFacts(HostRoot(str(HOSTS / scenario)), guests=running_qemu_guests)
     f.load_all()
     assert f.errors == []
     assert f.cpu_count and f.mem_total_kib and f.kernel_release
@@ -143,7 +144,7 @@ def test_live_host_audit_is_fast() -> None:
 
 
 def test_facts_of_the_pinned_latency_host() -> None:
-    f = HostFacts(HostRoot(str(HOSTS / "pinned-latency")))
+    f = HostFacts(HostRoot(str(HOSTS / "pinned-latency")), guests=running_qemu_guests)
     assert set(f.cpu_governors.values()) == {"powersave"} and len(f.cpu_governors) == 16
     assert set(f.energy_perf_bias.values()) == {6}
     assert [(s.name, s.latency_us) for s in f.cpuidle_states] == [("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]
@@ -157,7 +158,7 @@ def test_facts_of_the_pinned_latency_host() -> None:
 def test_cpu_lists_on_the_kernel_command_line(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc" / "cmdline").write_text("ro isolcpus=managed_irq,domain,2-5,9 nohz_full=2-5 rcu_nocbs=2-5\n")
-    f = HostFacts(HostRoot(str(tmp_path)))
+    f = HostFacts(HostRoot(str(tmp_path)), guests=running_qemu_guests)
     assert f.cmdline_cpus("isolcpus") == {2, 3, 4, 5, 9}
     assert f.cmdline_cpus("isolcpus", "nohz_full") == {2, 3, 4, 5, 9}
     assert f.cmdline_cpus("missing") == set()

@@ -14,8 +14,10 @@ from pathlib import Path
 
 from kvmtune.audit.finding import Target
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.probe import AccelVerdict
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.image import DiskImage
+from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.runner import Runner, default_runner
 
 
@@ -28,12 +30,15 @@ class AuditContext:
     # every image of this run, for rules that add up across images (set by the engine before the rules run)
     images: list[DiskImage] = field(default_factory=list)
     host_facts: HostFacts | None = None  # given (capture-host records its reads) or read on first use
+    # what `kvmtune guest accel` last found on this machine (the CLI reads bench/'s cache and passes it in)
+    accel_verdict: AccelVerdict | None = None
 
     @property
     def facts(self) -> HostFacts:
         """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
         if self.host_facts is None:
-            self.host_facts = HostFacts(self.host, errors=self.errors)
+            self.host_facts = HostFacts(self.host, errors=self.errors, guests=running_qemu_guests,
+                                        accel_verdict=self.accel_verdict)
         return self.host_facts
 
     def host_cpu_count(self) -> int | None:

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from kvmtune.bench.workdir import default_workdir
+from kvmtune.host.probe import AccelVerdict
+from kvmtune.host.root import HostRoot
 
 CACHE_NAME = "accel.json"
 CACHE_TTL_S = 24 * 3600
 
 
-@dataclass(frozen=True)
-class CachedVerdict:
-    accel: str  # "kvm" | "tcg"
-    reason: str
-    age_s: float
-    path: Path
-
-
-def read_cached_verdict(workdir: Path, osrelease: str, now: float | None = None) -> CachedVerdict | None:
+def read_cached_verdict(workdir: Path, osrelease: str, now: float | None = None) -> AccelVerdict | None:
     """The cached verdict if it is for this kernel and younger than a day; else None.
 
     The cache key is ``probe guest|QEMU version|kernel release``; QEMU is not asked
@@ -42,4 +37,13 @@ def read_cached_verdict(workdir: Path, osrelease: str, now: float | None = None)
         return None
     if accel not in ("kvm", "tcg"):
         return None
-    return CachedVerdict(accel, reason, age, path)
+    return AccelVerdict(accel, reason, age, path)
+
+
+def verdict_for(host: HostRoot) -> AccelVerdict | None:
+    """The cached verdict for the machine ``host`` is, for :class:`~kvmtune.host.facts.HostFacts`: a live root
+    only (the cache in the work directory is this machine's, not a captured tree's)."""
+    if not host.is_live:
+        return None
+    osrelease = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
+    return read_cached_verdict(default_workdir(), osrelease)

@@ -10,10 +10,8 @@ to ask which accelerator is really active and to quit politely.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +22,7 @@ from typing import Any
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.qemu.qmp import Qmp
 from kvmtune.runner import Runner
 
 QEMU = "qemu-system-x86_64"
@@ -115,54 +114,6 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
     if spec.incoming is not None:
         argv += ["-incoming", "exec:cat " + shlex.quote(str(spec.incoming))]
     return argv
-
-
-class Qmp:
-    """A minimal synchronous QMP client."""
-
-    def __init__(self, path: Path, timeout: float = 5.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.sock.connect(str(path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if time.monotonic() > deadline:
-                    self.sock.close()
-                    raise
-                time.sleep(0.02)
-        self._buf = b""
-        self._read()  # greeting
-        self.execute("qmp_capabilities")
-
-    def _read(self) -> dict[str, Any]:
-        while b"\n" not in self._buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("QMP socket closed")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        msg: dict[str, Any] = json.loads(line)
-        return msg
-
-    def execute(self, cmd: str, **args: Any) -> Any:
-        req: dict[str, Any] = {"execute": cmd}
-        if args:
-            req["arguments"] = args
-        self.sock.sendall(json.dumps(req).encode() + b"\n")
-        while True:
-            msg = self._read()
-            if "event" in msg:
-                continue
-            if "error" in msg:
-                raise KvmtuneError(f"QMP {cmd}: {msg['error'].get('desc', msg['error'])}")
-            return msg.get("return")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
 
 
 @dataclass

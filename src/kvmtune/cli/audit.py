@@ -18,6 +18,7 @@ from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
+from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.cli import audit_host
 from kvmtune.errors import UsageError
 from kvmtune.fix.files import write_output
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rules = select_rules(_split(args.only), _split(args.skip))
     moved = domain_files_among_images(args)
-    ctx = AuditContext(host=HostRoot(args.root))
+    ctx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
     result = gather(args, ctx)
     result.host = ctx.host_label()
     result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)

@@ -25,9 +25,10 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import HostRule, all_rules
 from kvmtune.host.facts import HostFacts
+from kvmtune.host.process import is_qemu_binary
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.cmdline import split_proc_cmdline
-from kvmtune.qemu.process import is_qemu_binary
+from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.qemu.redact import redact_argv
 
 PID_PATH = re.compile(r"^/proc/(\d+)/")
@@ -80,7 +81,7 @@ def redact_cmdline(data: bytes) -> tuple[bytes, int]:
 def capture(src_root: str, dest: Path) -> dict[str, Any]:
     """Run the host audit against ``src_root`` while recording, and write the tree to ``dest``."""
     rec = RecordingHostRoot(src_root)
-    facts = HostFacts(rec, probe=False)
+    facts = HostFacts(rec, probe=False, guests=running_qemu_guests)
     facts.load_all()
     ctx = AuditContext(host=rec, host_facts=facts)
     host_rules = [r for r in all_rules() if issubclass(r, HostRule)]

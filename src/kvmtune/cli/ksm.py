@@ -11,6 +11,7 @@ from typing import Any
 
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.process import running_qemu_guests
 
 # ksm.rst: "a high ratio of pages_sharing to pages_shared indicates good sharing, but a high ratio of
 # pages_unshared to pages_sharing indicates wasted effort".
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
         return 2
     host = HostRoot(args.root)
-    facts = HostFacts(host)
+    facts = HostFacts(host, guests=running_qemu_guests)
     rep = build_report(facts)
     where = "this host" if host.is_live else args.root
     if args.format == "json":

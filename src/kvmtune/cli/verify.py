@@ -16,6 +16,7 @@ from typing import Any
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
+from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     deadline = started + args.budget if args.budget else None
     for attr, default in (("qemu_cmdline", []), ("running", False), ("no_images", False)):
         setattr(args, attr, getattr(args, attr, default))
-    actx = AuditContext(host=HostRoot(args.root))
+    actx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
     result = gather(args, actx)
     if args.domain:
         names = set(args.domain)

@@ -39,6 +39,7 @@ from kvmtune.host.settings import (
     scheduler_want,
     tap_qlen_want,
 )
+from kvmtune.qemu.process import running_qemu_guests
 
 SYSCTL_DROPIN = "/etc/sysctl.d/90-kvmtune.conf"
 TMPFILES_DROPIN = "/etc/tmpfiles.d/90-kvmtune.conf"
@@ -71,7 +72,7 @@ class HostPlanner:
             raise ValueError(f"unknown profile {profile!r} (one of: {', '.join(PROFILES)})")
         self.root = Path(root)
         self.host = HostRoot(root)
-        self.facts = HostFacts(self.host)
+        self.facts = HostFacts(self.host, guests=running_qemu_guests)
         self.profile = PROFILE_DEFS[profile]
         self.plan = Plan()
         self.runtime: list[SysfsWrite] = []

@@ -48,12 +48,16 @@ from kvmtune.host.parsers import (
     parse_uptime,
     sysctl_key,
 )
+from kvmtune.host.process import is_qemu_binary
 from kvmtune.host.root import HostReadError, HostRoot
 
 if TYPE_CHECKING:
-    from kvmtune.bench.accel_cache import CachedVerdict
-    from kvmtune.host.probe import KvmProbe
+    from kvmtune.host.probe import AccelVerdict, KvmProbe
     from kvmtune.model.guest import Guest
+
+    # who finds the running guests: the caller passes ``kvmtune.qemu.process.running_qemu_guests``
+    # (the host reader does not parse QEMU command lines)
+    GuestFinder = Callable[[HostRoot], tuple[list[Guest], list[str]]]
 
 T = TypeVar("T")
 
@@ -121,11 +125,17 @@ class ThpState:
 class HostFacts:
     """Lazily read, cached facts about one host root."""
 
-    def __init__(self, host: HostRoot, errors: list[str] | None = None, *, probe: bool | None = None) -> None:
+    def __init__(self, host: HostRoot, errors: list[str] | None = None, *, probe: bool | None = None,
+                 guests: GuestFinder | None = None, accel_verdict: AccelVerdict | None = None) -> None:
+        """``guests`` finds the running guests (``kvmtune.qemu.process.running_qemu_guests``); without it
+        :attr:`guests` is a programming error. ``accel_verdict`` is what ``kvmtune guest accel`` last found on
+        this machine, read by the caller (``kvmtune.bench.accel_cache.verdict_for``): host/ reads no cache of bench/."""
         self.host = host
         self.errors: list[str] = errors if errors is not None else []
         self._reported: set[str] = set()
         self.probe_enabled = host.is_live if probe is None else probe
+        self._find_guests = guests
+        self._accel_verdict = accel_verdict
 
     # -- reading helpers -------------------------------------------------------------------
 
@@ -373,17 +383,11 @@ class HostFacts:
 
         return probe_kvm("/dev/kvm")
 
-    @cached_property
-    def accel_verdict(self) -> CachedVerdict | None:
-        """What ``kvmtune guest accel`` last found on this machine: live root only, since the
-        cache in the work directory is this machine's, not a captured tree's."""
-        if not self.probe_enabled:
-            return None
-        from kvmtune.bench.accel_cache import read_cached_verdict
-        from kvmtune.bench.workdir import default_workdir
-
-        osrelease = (self.text("/proc/sys/kernel/osrelease") or "").strip()
-        return read_cached_verdict(default_workdir(), osrelease)
+    @property
+    def accel_verdict(self) -> AccelVerdict | None:
+        """What ``kvmtune guest accel`` last found on this machine, as the caller passed it in: live root
+        only, since the cache in the work directory is this machine's, not a captured tree's."""
+        return self._accel_verdict if self.probe_enabled else None
 
     @cached_property
     def entropy_avail(self) -> int | None:
@@ -502,10 +506,10 @@ class HostFacts:
 
     @cached_property
     def guests(self) -> list[Guest]:
-        """Guests running on this host, from the QEMU processes under /proc."""
-        from kvmtune.qemu.process import running_qemu_guests
-
-        guests, errors = running_qemu_guests(self.host)
+        """Guests running on this host, from the QEMU processes under /proc (found by the caller's finder)."""
+        if self._find_guests is None:
+            raise RuntimeError("HostFacts.guests needs a guest finder: HostFacts(host, guests=running_qemu_guests)")
+        guests, errors = self._find_guests(self.host)
         for err in errors:
             if err not in self._reported:
                 self._reported.add(err)
@@ -613,8 +617,6 @@ class HostFacts:
     @cached_property
     def qemu_pids(self) -> list[int]:
         """QEMU processes under /proc (the same test as :attr:`guests`)."""
-        from kvmtune.qemu.process import is_qemu_binary
-
         out: list[int] = []
         for entry in self.host.listdir("/proc"):
             if not entry.isdigit():

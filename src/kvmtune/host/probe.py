@@ -6,6 +6,7 @@ import errno
 import fcntl
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 KVM_GET_API_VERSION = 0xAE00
 KVM_CREATE_VM = 0xAE01
@@ -17,6 +18,18 @@ class KvmProbe:
     api_version: int | None
     vm_created: bool  # KVM_CREATE_VM succeeded (the VM is destroyed at once)
     detail: str  # one line for the report
+
+
+@dataclass(frozen=True)
+class AccelVerdict:
+    """What a booted probe guest (``kvmtune guest accel``) found: the accelerator that works and why.
+
+    bench/ boots the guest and caches this; callers pass it into :class:`~kvmtune.host.facts.HostFacts`."""
+
+    accel: str  # "kvm" | "tcg"
+    reason: str
+    age_s: float
+    path: Path  # the cache file it was read from
 
 
 def probe_kvm(device: str = "/dev/kvm") -> KvmProbe:

@@ -1,4 +1,4 @@
-"""Per-process facts from ``/proc/<pid>/stat``, read through a :class:`HostRoot`."""
+"""Per-process facts from ``/proc/<pid>/stat``, read through a :class:`HostRoot`, and which binaries are QEMU."""
 
 from __future__ import annotations
 
@@ -6,6 +6,12 @@ import os
 
 from kvmtune.host.parsers import PidStat, parse_pid_stat
 from kvmtune.host.root import HostRoot
+
+
+def is_qemu_binary(path: str) -> bool:
+    """qemu-system-*, and RHEL's /usr/libexec/qemu-kvm (RHEL 6-9 run guests with it)."""
+    base = path.rsplit("/", 1)[-1]
+    return "qemu-system-" in base or base == "qemu-kvm"
 
 
 def read_pid_stat(host: HostRoot, pid: int | str) -> PidStat | None:

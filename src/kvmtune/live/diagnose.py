@@ -19,6 +19,7 @@ from kvmtune.host.parsers import mount_for
 from kvmtune.host.root import HostRoot
 from kvmtune.live.model import GuestSample, Snapshot
 from kvmtune.live.signals import GuestRates, Rates
+from kvmtune.qemu.process import running_qemu_guests
 
 NO_RULE = "no rule explains this"
 
@@ -87,7 +88,7 @@ class Diagnoser:
 
     def __init__(self, host: HostRoot) -> None:
         self.host = host
-        self.facts = HostFacts(host, probe=False)
+        self.facts = HostFacts(host, probe=False, guests=running_qemu_guests)
         self.ctx = AuditContext(host=host, host_facts=self.facts)
         self.host_findings: list[Finding] = run_rules(self.ctx, (), (), audit_host=True)
         self._guest_findings: dict[str, list[Finding]] = {}

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.qemu import Qmp
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_proc_stat
@@ -35,6 +34,8 @@ from kvmtune.live.model import (
     VcpuCounters,
 )
 from kvmtune.qemu.cmdline import guest_from_argv, parse_keyval, parse_options, split_proc_cmdline
+from kvmtune.qemu.process import running_qemu_guests
+from kvmtune.qemu.qmp import Qmp
 
 QMP_TIMEOUT_S = 1.0
 KVM_DEBUGFS = "/sys/kernel/debug/kvm"
@@ -93,7 +94,7 @@ def _cpu_list(text: str) -> frozenset[int] | None:
 
 
 def sample_host(host: HostRoot) -> HostSample:
-    facts = HostFacts(host, probe=False)
+    facts = HostFacts(host, probe=False, guests=running_qemu_guests)
     out = HostSample(page_size=facts.page_size)
     text = host.read_optional("/proc/stat")
     if text:

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from kvmtune.errors import InputError
+from kvmtune.host.process import is_qemu_binary
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.agent_channel import agent_socket_path
 from kvmtune.qemu.cmdline import guest_from_argv, split_proc_cmdline
-
-
-def is_qemu_binary(path: str) -> bool:
-    """qemu-system-*, and RHEL's /usr/libexec/qemu-kvm (RHEL 6-9 run guests with it)."""
-    base = path.rsplit("/", 1)[-1]
-    return "qemu-system-" in base or base == "qemu-kvm"
 
 
 def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:

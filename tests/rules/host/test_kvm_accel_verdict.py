@@ -13,7 +13,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import rule_by_id
-from kvmtune.bench.accel_cache import read_cached_verdict
+from kvmtune.bench.accel_cache import read_cached_verdict, verdict_for
 from kvmtune.host.root import HostRoot
 
 OSRELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
@@ -31,7 +31,8 @@ def live_hst001(monkeypatch: pytest.MonkeyPatch, cache_home: Path) -> list:  # t
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     rule = rule_by_id("KVM-HST-001")
     assert rule is not None
-    return run_rules(AuditContext(host=HostRoot("/")), audit_host=True, rules=[rule])
+    host = HostRoot("/")  # as the CLI builds it: bench/'s cache read by the caller, passed in
+    return run_rules(AuditContext(host=host, accel_verdict=verdict_for(host)), audit_host=True, rules=[rule])
 
 
 @pytest.fixture
@@ -66,3 +67,16 @@ def test_a_verdict_for_another_kernel_or_too_old_is_not_evidence(tmp_path: Path)
     write_verdict(tmp_path, "tcg", "x")
     verdict = read_cached_verdict(tmp_path, OSRELEASE)
     assert verdict is not None and verdict.accel == "tcg"
+
+
+@pytest.mark.usefixtures("usable_dev_kvm")
+def test_the_audit_command_passes_the_cached_verdict_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """host/ reads no cache of bench/: `kvmtune audit --host` reads it and hands it to the host facts."""
+    from kvmtune.cli import main
+
+    cache = write_verdict(tmp_path / "kvmtune", "tcg", "a probe guest did not boot under KVM within 8s")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    out = tmp_path / "audit.json"
+    main(["audit", "--host", "--no-images", "--only", "KVM-HST-001", "--format", "json", "-o", str(out)])
+    findings = [f for f in json.loads(out.read_text())["findings"] if f["rule"] == "KVM-HST-001"]
+    assert [str(cache) in f["evidence"] for f in findings] == [True]
