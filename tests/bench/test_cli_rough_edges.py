@@ -12,12 +12,12 @@ from kvmtune.errors import InputError
 
 
 def test_virtio_means_virtio_blk_and_typos_get_a_suggestion() -> None:
-    cells = build_matrix(["virtio"], ["none"], ["native"], ["raw"], ["off"])
+    cells = build_matrix({"bus": ["virtio"], "aio": ["native"]})
     assert {c.bus for c in cells} == {"virtio-blk"}
     with pytest.raises(InputError, match=r"did you mean virtio-blk"):
-        build_matrix(["virtio-blck"], ["none"], ["native"], ["raw"], ["off"])
+        build_matrix({"bus": ["virtio-blck"], "aio": ["native"]})
     with pytest.raises(InputError, match=r"did you mean writethrough"):
-        build_matrix(["ide"], ["writethru"], ["threads"], ["raw"], ["off"])
+        build_matrix({"bus": ["ide"], "cache": ["writethru"]})
 
 
 def test_eta_from_the_pace_so_far() -> None:

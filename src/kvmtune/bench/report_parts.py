@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from kvmtune.bench.metrics import lookup
 from kvmtune.bench.net.claims import NetClaim
 from kvmtune.bench.stats import mean, stdev, t95
+from kvmtune.bench.storage.matrix import DIMENSIONS as STORAGE_DIMENSIONS
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
 
-# the dimensions a storage cell varies along, in the order a chart uses them
-DIMENSIONS = ("bus", "fmt", "prealloc", "cache", "aio", "target", "sched", "host_fs")
+# the dimensions a storage cell varies along, in the order a chart uses them (one list: bench/storage/matrix.py)
+DIMENSIONS = tuple(d.field for d in STORAGE_DIMENSIONS)
 # (stored metric, unit shown, divisor): the label and direction come from the metrics catalogue
 CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs", 1.0))
 PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")

@@ -14,20 +14,8 @@ from kvmtune.bench.runner import Benchmark, BenchRunner, Cell, RunOutcome
 from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
-from kvmtune.bench.storage.hostfs import HOST_FS, check_host_fs
-from kvmtune.bench.storage.matrix import (
-    AIOS,
-    BUSES,
-    CACHES,
-    FORMATS,
-    PREALLOCS,
-    PRESETS,
-    SCHEDS,
-    TARGETS,
-    StorageConfig,
-    build_matrix,
-    preset,
-)
+from kvmtune.bench.storage.hostfs import check_host_fs
+from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS, SWEEP, StorageConfig, build_matrix, preset
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import CellRow, Store
@@ -65,16 +53,11 @@ def register(sub: Any) -> None:
         help="guest: fio in a probe guest; block: fio through qemu-storage-daemon over NBD, no guest, next to the "
         "bare-metal floor; auto (default): guest where KVM boots a guest, block where it does not",
     )  # fmt: skip
-    s.add_argument("--host-fs", action="append", help=f"block tier: comma list of {', '.join(HOST_FS)} (scratch file systems)")
     s.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
     s.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
-    s.add_argument("--bus", action="append", help=f"comma list of {', '.join(BUSES)}")
-    s.add_argument("--cache", action="append", help=f"comma list of {', '.join(CACHES)}")
-    s.add_argument("--aio", action="append", help=f"comma list of {', '.join(AIOS)}")
-    s.add_argument("--format", action="append", help=f"comma list of {', '.join(FORMATS)}")
-    s.add_argument("--prealloc", action="append", help=f"comma list of {', '.join(PREALLOCS)}")
-    s.add_argument("--target", action="append", help=f"comma list of {', '.join(TARGETS)} (default file)")
-    s.add_argument("--sched", action="append", help=f"guest I/O scheduler: comma list of {', '.join(SCHEDS)}")
+    for d in DIMENSIONS:  # --bus, --format, --prealloc, --cache, --aio, --target, --sched, --host-fs
+        s.add_argument(f"--{d.option}", action="append",
+                       help=f"{d.help}: comma list of {', '.join(d.values)} (default {d.default})")
     s.add_argument(
         "--workload", action="append",
         help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
@@ -261,17 +244,13 @@ def _guest_matrix(args: argparse.Namespace, threads: tuple[int, ...]) -> tuple[l
     else:
         dims = {}
         workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
-    for name in ("bus", "cache", "aio", "format", "prealloc", "target", "sched"):
-        given = _csv(getattr(args, name))
+    for d in DIMENSIONS:
+        given = _csv(getattr(args, d.option.replace("-", "_"))) if d.field in SWEEP else None
         if given:
-            dims[name] = tuple(given)
+            dims[d.field] = tuple(given)
     if args.device:
         dims.setdefault("target", ("device",))
-    configs = build_matrix(
-        dims.get("bus", ("virtio-blk",)), dims.get("cache", ("none",)), dims.get("aio", ("threads",)),
-        dims.get("format", ("raw",)), dims.get("prealloc", ("off",)), dims.get("target", ("file",)),
-        dims.get("sched", ("default",)),
-    )  # fmt: skip
+    configs = build_matrix(dims)
     if any(c.target == "device" for c in configs) and not args.device:
         raise InputError("--target", "target=device needs --device PATH --destroy-data")
     return configs, workloads
@@ -298,8 +277,8 @@ def _block_matrix(args: argparse.Namespace) -> tuple[list[StorageConfig], list[f
                                          "(the bare-metal floor is always measured)")  # fmt: skip
     if "device" in targets and not args.device:
         raise InputError("--target", "target=device needs --device PATH --destroy-data")
-    grid = build_matrix(["virtio-blk"], _csv(args.cache) or ["none"], _csv(args.aio) or ["native"],
-                        _csv(args.format) or ["raw"], _csv(args.prealloc) or ["off"], targets)  # fmt: skip
+    grid = build_matrix({"cache": _csv(args.cache) or ["none"], "aio": _csv(args.aio) or ["native"],
+                         "fmt": _csv(args.format) or ["raw"], "prealloc": _csv(args.prealloc) or ["off"], "target": targets})
     images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
     modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
     return block_configs(images, modes, targets), workloads

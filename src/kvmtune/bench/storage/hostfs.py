@@ -28,13 +28,13 @@ from pathlib import Path
 
 from kvmtune.bench.storage.bench import StorageContext
 from kvmtune.bench.storage.hostio import device_of_path
+from kvmtune.bench.storage.matrix import HOST_FS
 from kvmtune.bench.workdir import release_file
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
 
-HOST_FS = ("workdir", "ext4", "xfs", "btrfs", "lvm")
 BACKING_MIB = 8192  # sparse: only what the cells write takes space
 MKFS = {
     "ext4": (["mkfs.ext4", "-q", "-F"], "e2fsprogs"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from kvmtune.bench.storage.fio import Workload, cycle_workload, ffsb_workloads, lookup
@@ -20,9 +20,44 @@ PREALLOCS = ("off", "metadata", "falloc", "full")
 # device: a block device the user named with the destructive-test flag
 TARGETS = ("file", "block", "host", "device")
 SCHEDS = ("default", "none", "mq-deadline", "bfq", "kyber")
+# the file system under the image: the work directory's, or a scratch one the block tier makes (--host-fs)
+HOST_FS = ("workdir", "ext4", "xfs", "btrfs", "lvm")
 
 
 @dataclass(frozen=True)
+class Dimension:
+    """One axis a storage cell varies along: its :class:`StorageConfig` field, the ``bench storage`` option
+    that sets it, the values it may take and its default."""
+
+    field: str
+    option: str  # --OPTION on `kvmtune bench storage`
+    values: tuple[str, ...]
+    default: str
+    help: str
+
+
+# Every dimension, in the order a report's charts and tables name them. The matrix, the cell key, the CLI
+# options and the report all read this list; a new dimension is one row here, one field in StorageConfig,
+# and its place in StorageConfig.key (tests/bench/test_storage_matrix_unit.py checks all three agree).
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("bus", "bus", BUSES, "virtio-blk", "guest disk bus"),
+    Dimension("fmt", "format", FORMATS, "raw", "image format"),
+    Dimension("prealloc", "prealloc", PREALLOCS, "off", "image preallocation"),
+    Dimension("cache", "cache", CACHES, "none", "QEMU cache mode"),
+    Dimension("aio", "aio", AIOS, "threads", "QEMU I/O backend"),
+    Dimension("target", "target", TARGETS, "file", "what the disk is"),
+    Dimension("sched", "sched", SCHEDS, "default", "guest I/O scheduler"),
+    Dimension("host_fs", "host-fs", HOST_FS, "workdir", "block tier: scratch file system under the image"),
+)
+# the order build_matrix sweeps the dimensions in (outermost first): one target's cells together
+SWEEP = ("target", "bus", "fmt", "prealloc", "cache", "aio", "sched")
+
+
+def dimension(name: str) -> Dimension:
+    return next(d for d in DIMENSIONS if d.field == name)
+
+
+@dataclass(frozen=True, kw_only=True)
 class StorageConfig:
     bus: str = "virtio-blk"
     cache: str = "none"
@@ -73,30 +108,25 @@ def _check(kind: str, values: Sequence[str], allowed: Sequence[str]) -> None:
             raise InputError(f"--{kind}", f"unknown {kind} {v!r} (choose from {', '.join(allowed)}){hint}")
 
 
-def build_matrix(
-    buses: Sequence[str],
-    caches: Sequence[str],
-    aios: Sequence[str],
-    formats: Sequence[str],
-    preallocs: Sequence[str],
-    targets: Sequence[str] = ("file",),
-    scheds: Sequence[str] = ("default",),
-) -> list[StorageConfig]:
-    """Every combination, invalid ones included (they are reported, not silently dropped),
-    except that a host (bare-metal) target appears once and, when several formats are
-    asked for at once, each preallocation goes with the format it belongs to."""
-    buses = [BUS_ALIASES.get(b, b) for b in buses]
-    _check("bus", buses, BUSES)
-    _check("cache", caches, CACHES)
-    _check("aio", aios, AIOS)
-    _check("format", formats, FORMATS)
-    _check("prealloc", preallocs, PREALLOCS)
-    _check("target", targets, TARGETS)
-    _check("sched", scheds, SCHEDS)
+def build_matrix(choices: Mapping[str, Sequence[str]]) -> list[StorageConfig]:
+    """Every combination of the values given per dimension (``{"cache": ["none", "writeback"], …}``, by
+    :class:`StorageConfig` field; a dimension not given takes its default), invalid ones included (they
+    are reported, not silently dropped), except that a host (bare-metal) target appears once and, when
+    several formats are asked for at once, each preallocation goes with the format it belongs to."""
+    unknown = sorted(set(choices) - set(SWEEP))
+    if unknown:
+        raise ValueError(f"build_matrix: not a swept dimension: {', '.join(unknown)}")
+    given = {d.field: list(choices.get(d.field) or (d.default,)) for d in DIMENSIONS if d.field in SWEEP}
+    given["bus"] = [BUS_ALIASES.get(b, b) for b in given["bus"]]
+    for d in DIMENSIONS:
+        if d.field in given:
+            _check(d.option, given[d.field], d.values)
+    formats, preallocs = given["fmt"], given["prealloc"]
     out: list[StorageConfig] = []
     seen: set[str] = set()
-    for t, b, f, p, c, a, s in itertools.product(targets, buses, formats, preallocs, caches, aios, scheds):
-        cfg = StorageConfig(b, c, a, f, p, t, s)
+    for values in itertools.product(*(given[name] for name in SWEEP)):
+        cfg = StorageConfig(**dict(zip(SWEEP, values, strict=True)))
+        t, f, p = cfg.target, cfg.fmt, cfg.prealloc
         # a preallocation list naming both formats' kinds (metadata is qcow2's, falloc/full are raw's)
         # pairs each with its own format; an explicit impossible request (--format raw --prealloc
         # metadata, or off,metadata) still reaches the matrix and is reported as an error
@@ -120,7 +150,7 @@ class Preset:
     description: str
     configs: list[StorageConfig]
     workloads: list[Workload]
-    dims: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    dims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # by StorageConfig field, for build_matrix
 
 
 def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int = 64, cycle_idle_s: float = 3.0) -> Preset:
@@ -129,7 +159,7 @@ def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int =
             "bus": ("ide", "virtio-blk"),
             "cache": ("none", "writethrough", "writeback"),
             "aio": ("threads",),
-            "format": ("raw", "qcow2"),
+            "fmt": ("raw", "qcow2"),
             "prealloc": ("off", "metadata", "full"),
         }
         return Preset(
@@ -144,7 +174,7 @@ def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int =
             "bus": ("ide", "virtio-blk", "virtio-scsi"),
             "cache": ("none",),
             "aio": ("threads",),
-            "format": ("qcow2",),
+            "fmt": ("qcow2",),
             "prealloc": ("off",),
         }
         return Preset(
@@ -159,7 +189,7 @@ def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int =
             "bus": ("virtio-blk", "ide"),
             "cache": ("none",),
             "aio": ("native",),
-            "format": ("raw",),
+            "fmt": ("raw",),
             "prealloc": ("off",),
         }
         return Preset(
@@ -174,7 +204,7 @@ def preset(name: str, ffsb_threads: Sequence[int] = (1, 8, 16), cycle_mib: int =
             "bus": ("virtio-blk",),
             "cache": ("none",),
             "aio": ("native",),
-            "format": ("raw",),
+            "fmt": ("raw",),
             "prealloc": ("off",),
             "target": ("host", "file", "block"),
         }

@@ -68,14 +68,13 @@ def quick_configs(
 ) -> list[StorageConfig]:
     if not any((caches, aios, formats, preallocs)):
         return default_quick_configs()
-    cfgs = build_matrix(
-        ["virtio-blk"],
-        caches or ["none", "writeback", "writethrough"],
-        aios or ["threads", "native"],
-        formats or ["raw", "qcow2"],
-        preallocs or (["off", "metadata"] if not formats or "qcow2" in formats else ["off"]),
-    )
-    return [StorageConfig("none", c.cache, c.aio, c.fmt, c.prealloc, tier="quick") for c in cfgs]
+    cfgs = build_matrix({
+        "cache": caches or ["none", "writeback", "writethrough"],
+        "aio": aios or ["threads", "native"],
+        "fmt": formats or ["raw", "qcow2"],
+        "prealloc": preallocs or (["off", "metadata"] if not formats or "qcow2" in formats else ["off"]),
+    })
+    return [StorageConfig(bus="none", cache=c.cache, aio=c.aio, fmt=c.fmt, prealloc=c.prealloc, tier="quick") for c in cfgs]
 
 
 _DONE = re.compile(r"Run completed in ([0-9.]+) seconds")
