@@ -76,7 +76,9 @@ def test_fleet_report_merges_hosts_and_tracks_changes(tmp_path: Path, capsys: py
     captured = capsys.readouterr()
     assert "junk.json: not JSON" in captured.err
     out = captured.out
-    assert "fleet: 4 host(s), 3 audited, 1 failed; stored as collection 1" in out
+    assert out.startswith("fleet: 4 host(s), 3 audited, 1 failed, 1 file(s) rejected (their hosts are not in this "
+                          "report); stored as collection 1\n")
+    assert f"  REJECTED {hosts / 'junk.json'}: not JSON" in out  # in the report itself, not only on stderr
     assert "FAILED hv4: unreachable: \\x1b[2Jno route" in out  # the escape sequence is shown, not obeyed
     docs = {n: json.loads(p.read_text()) for n, p in paths.items()}
     weights = {"critical": 100, "high": 10, "medium": 3, "low": 1, "info": 0}

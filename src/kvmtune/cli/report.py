@@ -18,6 +18,7 @@ from kvmtune.fix.files import write_output
 from kvmtune.fleet.collect import read_collection
 from kvmtune.fleet.history import History
 from kvmtune.fleet.report import build, render_html, render_text
+from kvmtune.textsafe import safe
 
 
 def register(sub: Any) -> None:
@@ -92,13 +93,13 @@ def run_report(args: argparse.Namespace) -> int:
 def run_fleet_report(args: argparse.Namespace) -> int:
     hosts, errors = read_collection(args.runs)
     for err in errors:
-        print(f"kvmtune: {err}", file=sys.stderr)
+        print(f"kvmtune: {safe(err)}", file=sys.stderr)
     if not hosts:
         raise KvmtuneError("no host's result could be read")
     with History(args.db or default_db()) as hist:
         cid = None if args.no_save else hist.save(hosts, args.label)
         previous = hist.previous(cid) if cid is not None else hist.previous(10**18)
-        view = build(hosts, previous, hist.trend(), cid)
+        view = build(hosts, previous, hist.trend(), cid, errors)
     if args.html:
         try:
             write_output(args.html, lambda fh: fh.write(render_html(view)), tag="report")

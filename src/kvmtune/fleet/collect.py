@@ -3,22 +3,32 @@
 Each host leaves either its ``kvmtune audit --format json`` document, or a status document saying why
 there is none (unreachable, no Python, kvmtune exited 2). Files are untrusted: each is size-limited,
 must be a regular file, and a bad one becomes one line naming it; the rest of the fleet is still read.
+
+Who a file speaks for: in a fleet directory (contrib/ansible fetches ``<inventory_hostname>.json``) the
+file's name is the host's identity and the document's ``host`` only a claim, which must agree with it
+(the same name, ignoring case, or one the other's first DNS label: ``web01`` in ``web01.example.com.json``);
+a file named on the command line keeps the document's ``host``, marked as claimed. A document whose claim
+disagrees, and every file of a host read more than once, are rejected, so no file can stand in for
+another host. A finding whose rule id is not ``KVM-XXX-NNN`` or whose severity is not one of the five,
+and any field of the wrong JSON type, reject the file too: it is reported, never silently thinned.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import InputError
+from kvmtune.inputs import read_regular
 
 MAX_FILE = 64 * 1024 * 1024
 SEVERITY_WEIGHT = {"critical": 100, "high": 10, "medium": 3, "low": 1, "info": 0}
 STATUS_KIND = "kvmtune-fleet-status"
+RULE_ID = re.compile(r"KVM-[A-Z]{3}-[0-9]{3}")  # the catalogue's ids (tests/rules/test_rule_docs.py), ASCII only
 
 
 @dataclass(frozen=True)
@@ -46,81 +56,151 @@ class HostResult:
     findings: list[FleetFinding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     generated: str = ""
+    claimed: bool = False  # the name is the document's own claim (a file named on the command line)
 
     @property
     def score(self) -> int:
         return sum(SEVERITY_WEIGHT.get(f.severity, 0) for f in self.findings)
 
 
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    in_directory: bool  # found in a fleet directory: its name is the host's identity
+
+
 def _read_json(path: Path) -> Any:
+    data = read_regular(str(path), MAX_FILE)
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(str(path), "not a regular file")
-    if st.st_size > MAX_FILE:
-        raise InputError(str(path), f"larger than {MAX_FILE // 2**20} MiB")
-    try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read(MAX_FILE + 1))
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(data)
+    except RecursionError:
+        raise InputError(str(path), "JSON nested too deeply to read") from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise InputError(str(path), f"not JSON ({str(exc).splitlines()[0]})") from None
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
-def host_result(path: Path) -> HostResult:
+def _wrong(path: Path, where: str, want: str, value: Any) -> InputError:
+    return InputError(str(path), f"{where}: expected {want}, found {_json_type(value)}; rejected")
+
+
+def _string(path: Path, obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> str:
+    """``obj[key]``, a string; ``optional``: may also be missing or null (then "")."""
+    if key not in obj and not optional:
+        raise InputError(str(path), f"{where}{key}: missing; rejected")
+    value = obj.get(key)
+    if isinstance(value, str):
+        return value
+    if value is None and optional:
+        return ""
+    raise _wrong(path, f"{where}{key}", "a string" + (" or null" if optional else ""), value)
+
+
+def same_host(claim: str, name: str) -> bool:
+    """Whether a document's ``host`` agrees with the file name it was fetched under."""
+    a, b = claim.casefold(), name.casefold()
+    return a == b or a.split(".")[0] == b or b.split(".")[0] == a
+
+
+def host_result(path: Path, identity: str | None = None) -> HostResult:
+    """One host file. ``identity``: the host's name from a fleet directory's file name (the document's
+    ``host`` must agree); ``None``: the document's own ``host``, kept as claimed."""
     doc = _read_json(path)
     if not isinstance(doc, dict):
         raise InputError(str(path), "not a kvmtune audit or fleet status document")
+    claim = _string(path, doc, "host", "")
+    if not claim:
+        raise InputError(str(path), "host: empty; rejected")
+    if identity is not None and not same_host(claim, identity):
+        raise InputError(str(path), f"the document says host {claim!r}, its file name says {identity!r} "
+                                    "(a fleet directory's files are named after their inventory host); rejected")
+    host = claim if identity is None else identity
+    claimed = identity is None
     if doc.get("kind") == STATUS_KIND:
-        host = _text(doc.get("host")) or path.stem
-        return HostResult(host=host, file=str(path), status="failed", problem=_text(doc.get("problem")) or "failed")
-    if doc.get("schema_version") != 1 or not isinstance(doc.get("findings"), list):
+        problem = _string(path, doc, "problem", "", optional=True)
+        return HostResult(host=host, file=str(path), status="failed", problem=problem or "failed", claimed=claimed)
+    if type(doc.get("schema_version")) is not int or doc.get("schema_version") != 1:
         raise InputError(str(path), "not a kvmtune audit JSON document (schema_version 1)")
-    host = _text(doc.get("host")) or path.stem
-    out = HostResult(host=host, file=str(path), generated=_text(doc.get("generated")))
-    out.errors = [e for e in doc.get("errors", []) if isinstance(e, str)]
-    for f in doc["findings"]:
+    findings, errors = doc.get("findings"), doc.get("errors", [])
+    if not isinstance(findings, list):
+        raise _wrong(path, "findings", "an array", findings)
+    if not isinstance(errors, list):
+        raise _wrong(path, "errors", "an array", errors)
+    out = HostResult(host=host, file=str(path), generated=_string(path, doc, "generated", "", optional=True),
+                     claimed=claimed)
+    for i, e in enumerate(errors):
+        if not isinstance(e, str):
+            raise _wrong(path, f"errors[{i}]", "a string", e)
+        out.errors.append(e)
+    for i, f in enumerate(findings):
+        where = f"findings[{i}]"
         if not isinstance(f, dict):
-            continue
-        raw_target = f.get("target")
-        target: dict[str, Any] = raw_target if isinstance(raw_target, dict) else {}
+            raise _wrong(path, where, "an object", f)
+        rule = _string(path, f, "rule", f"{where}.")
+        if not RULE_ID.fullmatch(rule):
+            raise InputError(str(path), f"{where}.rule: {rule!r} is not a kvmtune rule id (KVM-XXX-NNN); rejected")
+        severity = _string(path, f, "severity", f"{where}.")
+        if severity not in SEVERITY_WEIGHT:
+            raise InputError(str(path), f"{where}.severity: {severity!r} is not one of "
+                                        f"{', '.join(SEVERITY_WEIGHT)}; rejected")
+        target = f.get("target", {})
+        if not isinstance(target, dict):
+            raise _wrong(path, f"{where}.target", "an object", target)
         out.findings.append(FleetFinding(
-            host=host, rule=_text(f.get("rule")), severity=_text(f.get("severity")), topic=_text(f.get("topic")),
-            domain=_text(target.get("domain")), device=_text(target.get("device")), summary=_text(f.get("summary")),
+            host=host, rule=rule, severity=severity, topic=_string(path, f, "topic", f"{where}.", optional=True),
+            domain=_string(path, target, "domain", f"{where}.target.", optional=True),
+            device=_string(path, target, "device", f"{where}.target.", optional=True),
+            summary=_string(path, f, "summary", f"{where}.", optional=True),
         ))
     return out
 
 
-def expand(paths: list[str]) -> list[Path]:
-    out: list[Path] = []
+def expand(paths: list[str]) -> list[Source]:
+    """The files to read: a directory's ``*.json`` (named after their hosts), and files named as such.
+    A file reached twice (the same directory given twice) is read once."""
+    out: list[Source] = []
+    seen: set[str] = set()
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            out.extend(sorted(q for q in p.iterdir() if q.suffix == ".json"))
-        else:
-            out.append(p)
+        found = [Source(q, True) for q in sorted(p.iterdir()) if q.suffix == ".json"] if p.is_dir() else [Source(p, False)]
+        for src in found:
+            real = os.path.realpath(src.path)
+            if real not in seen:
+                seen.add(real)
+                out.append(src)
     return out
 
 
 def read_collection(paths: list[str]) -> tuple[list[HostResult], list[str]]:
-    """Every host's result, and one line per file that could not be used."""
-    hosts: dict[str, HostResult] = {}
-    errors: list[str] = []
-    for path in expand(paths):
+    """Every accepted host's result, and one line per file that could not be used (path order)."""
+    read: list[HostResult] = []
+    problems: list[tuple[str, str]] = []
+    for src in expand(paths):
         try:
-            r = host_result(path)
+            read.append(host_result(src.path, src.path.stem if src.in_directory else None))
         except InputError as exc:
-            errors.append(str(exc))
+            problems.append((str(src.path), str(exc)))
+    by_host: dict[str, list[HostResult]] = {}
+    for r in read:
+        by_host.setdefault(r.host.casefold(), []).append(r)
+    hosts: list[HostResult] = []
+    for group in by_host.values():
+        if len(group) == 1:
+            hosts.append(group[0])
             continue
-        if r.host in hosts:
-            errors.append(f"{path}: host {r.host!r} already read from {hosts[r.host].file}; this file is skipped")
-            continue
-        hosts[r.host] = r
-    return sorted(hosts.values(), key=lambda h: h.host), errors
+        for r in group:  # which one is the host's own cannot be told: none is used
+            others = ", ".join(o.file for o in group if o is not r)
+            problems.append((r.file, f"{r.file}: host {r.host!r} comes from {others} too; every file of this host "
+                                     "is rejected"))
+    return sorted(hosts, key=lambda h: h.host), [line for _, line in sorted(problems, key=lambda p: p[0])]

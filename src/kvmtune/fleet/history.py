@@ -1,13 +1,15 @@
 """Each collection kept in the results database, so the fleet report can say what changed and show trends.
 
-Tables of their own (``fleet_*``) beside the benchmark tables, created when first needed.
+Tables of their own (``fleet_*``) beside the benchmark tables, created when first needed. Only the hosts
+the collection accepted are kept, under the name it accepted (``claimed`` when that name is a document's own
+claim, not a fleet directory's file name); a rejected file leaves nothing here.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
@@ -16,7 +18,8 @@ from kvmtune.fleet.collect import FleetFinding, HostResult
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fleet_collections (id INTEGER PRIMARY KEY, created REAL NOT NULL, label TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fleet_hosts (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
-    host TEXT NOT NULL, status TEXT NOT NULL, problem TEXT NOT NULL, PRIMARY KEY (collection, host));
+    host TEXT NOT NULL, status TEXT NOT NULL, problem TEXT NOT NULL, claimed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (collection, host));
 CREATE TABLE IF NOT EXISTS fleet_findings (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
     host TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, topic TEXT NOT NULL, domain TEXT NOT NULL,
     device TEXT NOT NULL, summary TEXT NOT NULL);
@@ -30,6 +33,7 @@ class Collection:
     label: str
     hosts: dict[str, tuple[str, str]]  # host -> (status, problem)
     findings: list[FleetFinding]
+    claimed: set[str] = field(default_factory=set)  # hosts named by their document's claim
 
 
 class History:
@@ -39,6 +43,8 @@ class History:
             self.db = sqlite3.connect(path, timeout=10)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.executescript(SCHEMA)
+            if "claimed" not in {r[1] for r in self.db.execute("PRAGMA table_info(fleet_hosts)")}:
+                self.db.execute("ALTER TABLE fleet_hosts ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0")
         except sqlite3.DatabaseError as exc:
             raise KvmtuneError(f"{path}: cannot use as a results database ({exc})") from None
 
@@ -55,8 +61,8 @@ class History:
         with self.db:
             cur = self.db.execute("INSERT INTO fleet_collections (created, label) VALUES (?, ?)", (time.time(), label))
             cid = int(cur.lastrowid or 0)
-            self.db.executemany("INSERT INTO fleet_hosts VALUES (?, ?, ?, ?)",
-                                [(cid, h.host, h.status, h.problem) for h in hosts])
+            self.db.executemany("INSERT INTO fleet_hosts (collection, host, status, problem, claimed) VALUES (?, ?, ?, ?, ?)",
+                                [(cid, h.host, h.status, h.problem, int(h.claimed)) for h in hosts])
             self.db.executemany(
                 "INSERT INTO fleet_findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(cid, f.host, f.rule, f.severity, f.topic, f.domain, f.device, f.summary)
@@ -67,12 +73,13 @@ class History:
         row = self.db.execute("SELECT id, created, label FROM fleet_collections WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise KvmtuneError(f"no fleet collection {cid}")
-        hosts = {h: (s, p) for h, s, p in self.db.execute(
-            "SELECT host, status, problem FROM fleet_hosts WHERE collection = ?", (cid,))}
+        rows = self.db.execute("SELECT host, status, problem, claimed FROM fleet_hosts WHERE collection = ?",
+                               (cid,)).fetchall()
+        hosts = {h: (s, p) for h, s, p, _ in rows}
         findings = [FleetFinding(*r) for r in self.db.execute(
             "SELECT host, rule, severity, topic, domain, device, summary FROM fleet_findings WHERE collection = ?",
             (cid,))]
-        return Collection(row[0], row[1], row[2], hosts, findings)
+        return Collection(row[0], row[1], row[2], hosts, findings, {h for h, _, _, c in rows if c})
 
     def previous(self, cid: int) -> Collection | None:
         row = self.db.execute("SELECT max(id) FROM fleet_collections WHERE id < ?", (cid,)).fetchone()
