@@ -84,32 +84,10 @@ def _read_layout(guest: Guest) -> CpuLayout | None:
     vcpu = top.get("vcpu")
     if vcpu is not None:
         out.vcpu_cpuset = _cpus(vcpu.get("cpuset"))
-    tune = top.get("cputune")
-    if tune is not None:
-        for pin in tune:
-            if pin.tag == "vcpupin":
-                n, cpus = _int(pin.get("vcpu")), _cpus(pin.get("cpuset"))
-                if n is not None and cpus:
-                    out.vcpupins[n] = cpus
-            elif pin.tag == "emulatorpin":
-                out.emulatorpin = _cpus(pin.get("cpuset"))
-            elif pin.tag == "iothreadpin":
-                n, cpus = _int(pin.get("iothread")), _cpus(pin.get("cpuset"))
-                if n is not None and cpus:
-                    out.iothreadpins[n] = cpus
-    cpu = top.get("cpu")
-    if cpu is not None:
-        out.migratable = cpu.get("migratable")
-        for child in cpu:
-            if child.tag == "topology":
-                for key in ("sockets", "dies", "clusters", "cores", "threads"):
-                    value = _int(child.get(key))
-                    if value is not None and value > 0:
-                        out.topology[key] = value
-            elif child.tag == "numa":
-                out.numa_cells = sum(1 for c in child if c.tag == "cell")
-            elif child.tag == "feature" and child.get("name"):
-                out.features[child.get("name")] = child.get("policy", "require")
+    if top.get("cputune") is not None:
+        _read_pins(out, top["cputune"])
+    if top.get("cpu") is not None:
+        _read_cpu(out, top["cpu"])
     numatune = top.get("numatune")
     mem = kids(numatune, "memory").get("memory") if numatune is not None else None
     if mem is not None:
@@ -117,3 +95,33 @@ def _read_layout(guest: Guest) -> CpuLayout | None:
         nodeset = mem.get("nodeset")
         out.numatune_nodeset = _cpus(nodeset) if nodeset else None
     return out
+
+
+def _read_pins(out: CpuLayout, tune: Any) -> None:
+    """<cputune>: <vcpupin>, <emulatorpin>, <iothreadpin>."""
+    for pin in tune:
+        if pin.tag == "vcpupin":
+            n, cpus = _int(pin.get("vcpu")), _cpus(pin.get("cpuset"))
+            if n is not None and cpus:
+                out.vcpupins[n] = cpus
+        elif pin.tag == "emulatorpin":
+            out.emulatorpin = _cpus(pin.get("cpuset"))
+        elif pin.tag == "iothreadpin":
+            n, cpus = _int(pin.get("iothread")), _cpus(pin.get("cpuset"))
+            if n is not None and cpus:
+                out.iothreadpins[n] = cpus
+
+
+def _read_cpu(out: CpuLayout, cpu: Any) -> None:
+    """<cpu migratable=…>: <topology>, <numa> cells, <feature>s."""
+    out.migratable = cpu.get("migratable")
+    for child in cpu:
+        if child.tag == "topology":
+            for key in ("sockets", "dies", "clusters", "cores", "threads"):
+                value = _int(child.get(key))
+                if value is not None and value > 0:
+                    out.topology[key] = value
+        elif child.tag == "numa":
+            out.numa_cells = sum(1 for c in child if c.tag == "cell")
+        elif child.tag == "feature" and child.get("name"):
+            out.features[child.get("name")] = child.get("policy", "require")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from functools import lru_cache
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +20,7 @@ from lxml import etree
 from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
+from kvmtune.model.values import VFIO_HOSTDEV_TYPES, disk_protocol, low, switch_on, unit_kib, xml_int
 
 MAX_XML_BYTES = 16 * 1024 * 1024
 # the virtio-serial port name QEMU's guest agent listens on (libvirt's <channel><target name=...>)
@@ -27,13 +28,6 @@ AGENT_CHANNEL = "org.qemu.guest_agent.0"
 # XML keywords are case-sensitive and an ENTITY can only be declared inside a DOCTYPE, so
 # one plain search finds every DTD; bytes.find is much cheaper than a regular expression here.
 _DOCTYPE = b"<!DOCTYPE"
-
-_UNIT_KIB = {
-    "b": 1 / 1024, "bytes": 1 / 1024, "k": 1, "kib": 1, "kb": 1000 / 1024,
-    "m": 1024, "mib": 1024, "mb": 1e6 / 1024, "g": 1024**2, "gib": 1024**2,
-    "gb": 1e9 / 1024, "t": 1024**3, "tib": 1024**3, "tb": 1e12 / 1024,
-}
-
 
 _local = threading.local()
 
@@ -101,41 +95,26 @@ def read_xml_file(path: str | Path) -> etree._ElementTree:
     return parse_xml_bytes(data, str(path))
 
 
-@lru_cache(maxsize=512)  # ~20,000 attribute values per corpus audit, most of them the same few dozen words
-def _low(value: str | None) -> str | None:
-    return value.strip().lower() if value is not None else None
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        return None
-
-
 def _numa_memory_kib(cpu: etree._Element | None) -> int | None:
     """With guest NUMA cells libvirt sizes the guest by their sum and ignores <memory>."""
     if cpu is None:
         return None
     total = 0
     for cell in _grandchildren(cpu, "numa", "cell"):
-        size = _int(cell.get("memory"))
+        size = xml_int(cell.get("memory"))
         if size is None:
             return None
-        total += int(size * _UNIT_KIB.get((cell.get("unit") or "KiB").lower(), 1))
+        total += unit_kib(size, cell.get("unit"))
     return total or None
 
 
 def memory_kib(el: etree._Element | None) -> int | None:
     if el is None or el.text is None:
         return None
-    value = _int(el.text)
+    value = xml_int(el.text)
     if value is None:
         return None
-    unit = (el.get("unit") or "KiB").lower()
-    return int(value * _UNIT_KIB.get(unit, 1))
+    return unit_kib(value, el.get("unit"))
 
 
 def _line(el: etree._Element) -> int | None:
@@ -152,6 +131,16 @@ def _grandchildren(el: etree._Element, tag: str, sub: str) -> Iterator[etree._El
     """``el.iterfind(f"{tag}/{sub}")`` without ElementPath, in the same (document) order."""
     for child in el.iterchildren(tag):
         yield from child.iterchildren(sub)
+
+
+def _text(el: etree._Element | None) -> str | None:
+    """An element's text, stripped; ``None`` when the element is absent or its text empty."""
+    return ((el.text or "").strip() or None) if el is not None else None
+
+
+def _attr(el: etree._Element | None, name: str) -> str | None:
+    """An attribute of an element that may be absent."""
+    return el.get(name) if el is not None else None
 
 
 def top_elements(guest: Guest) -> dict[str, Any]:
@@ -179,9 +168,12 @@ def _children(el: etree._Element) -> dict[str, etree._Element]:
     return out
 
 
-# libvirt disk type -> the QEMU protocol driver it opens (network disks name theirs in source/@protocol)
-_PROTOCOL_OF_TYPE = {"file": "file", "block": "host_device", "nvme": "nvme", "vhostuser": "virtio-blk-vhost-user",
-                     "vhostvdpa": "virtio-blk-vhost-vdpa", "dir": "vvfat"}
+# --- devices: one reader per element below <devices> ---------------------------------------------
+
+def _disk_source(source: etree._Element | None) -> str | None:
+    if source is None:
+        return None
+    return source.get("file") or source.get("dev") or source.get("name") or source.get("dir") or source.get("volume")
 
 
 def _disk(el: etree._Element, locator: str) -> Disk:
@@ -189,32 +181,23 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     driver = kids.get("driver")
     target = kids.get("target")
     source = kids.get("source")
-    src_type = _low(el.get("type")) or "file"  # libvirt: a disk without type is a file
-    src = None
-    if source is not None:
-        src = source.get("file") or source.get("dev") or source.get("name") or source.get("dir") or source.get("volume")
-    protocol = _PROTOCOL_OF_TYPE.get(src_type)
-    if src_type == "network" and source is not None:
-        protocol = _low(source.get("protocol"))
-    elif protocol == "host_device" and _low(el.get("device")) == "cdrom":
-        protocol = "host_cdrom"
-    bus = _low(target.get("bus")) if target is not None else None
-    d = driver.get if driver is not None else (lambda _k, _d=None: None)
+    src_type = low(el.get("type")) or "file"  # libvirt: a disk without type is a file
+    device = low(el.get("device"))
     disk = Disk(
-        target=(target.get("dev") if target is not None else None) or "?",
-        device=_low(el.get("device")) or "disk",
-        bus=bus,
-        cache=_low(d("cache")),
-        io=_low(d("io")),
-        format=_low(d("type")),
-        discard=_low(d("discard")),
-        detect_zeroes=_low(d("detect_zeroes")),
-        iothread=d("iothread"),
-        queues=_int(d("queues")),
-        queue_size=_int(d("queue_size")),
+        target=_attr(target, "dev") or "?",
+        device=device or "disk",
+        bus=low(_attr(target, "bus")),
+        cache=low(_attr(driver, "cache")),
+        io=low(_attr(driver, "io")),
+        format=low(_attr(driver, "type")),
+        discard=low(_attr(driver, "discard")),
+        detect_zeroes=low(_attr(driver, "detect_zeroes")),
+        iothread=_attr(driver, "iothread"),
+        queues=xml_int(_attr(driver, "queues")),
+        queue_size=xml_int(_attr(driver, "queue_size")),
         source_type=src_type,
-        source=src,
-        protocol=protocol,
+        source=_disk_source(source),
+        protocol=disk_protocol(src_type, device, low(_attr(source, "protocol"))),
         readonly="readonly" in kids,
         shareable="shareable" in kids,
         locator=locator,
@@ -254,151 +237,129 @@ NIC_EVIDENCE = MappingProxyType({
 
 def _nic(el: etree._Element, index: int, locator: str) -> Nic:
     kids = _children(el)
-    model = kids.get("model")
     source = kids.get("source")
     driver = kids.get("driver")
-    mac = kids.get("mac")
-    mtu = kids.get("mtu")
-    target = kids.get("target")
-    vport = kids.get("virtualport")
     return Nic(
         index=index,
-        type=_low(el.get("type")),
-        model=_low(model.get("type")) if model is not None else None,
+        type=low(el.get("type")),
+        model=low(_attr(kids.get("model"), "type")),
         source=(source.get("network") or source.get("bridge") or source.get("dev")) if source is not None else None,
-        source_mode=_low(source.get("mode")) if source is not None else None,
-        virtualport=_low(vport.get("type")) if vport is not None else None,
-        driver_name=_low(driver.get("name")) if driver is not None else None,
-        queues=_int(driver.get("queues")) if driver is not None else None,
-        rx_queue_size=_int(driver.get("rx_queue_size")) if driver is not None else None,
-        tx_queue_size=_int(driver.get("tx_queue_size")) if driver is not None else None,
-        mac=_low(mac.get("address")) if mac is not None else None,
-        mtu=_int(mtu.get("size")) if mtu is not None else None,
-        target_dev=target.get("dev") if target is not None else None,
-        backend=_low(kids["backend"].get("type")) if "backend" in kids else None,
-        teaming=_low(kids["teaming"].get("type")) if "teaming" in kids else None,
+        source_mode=low(_attr(source, "mode")),
+        virtualport=low(_attr(kids.get("virtualport"), "type")),
+        driver_name=low(_attr(driver, "name")),
+        queues=xml_int(_attr(driver, "queues")),
+        rx_queue_size=xml_int(_attr(driver, "rx_queue_size")),
+        tx_queue_size=xml_int(_attr(driver, "tx_queue_size")),
+        mac=low(_attr(kids.get("mac"), "address")),
+        mtu=xml_int(_attr(kids.get("mtu"), "size")),
+        target_dev=_attr(kids.get("target"), "dev"),
+        backend=low(_attr(kids.get("backend"), "type")),
+        teaming=low(_attr(kids.get("teaming"), "type")),
         locator=locator,
         evidence_below=NIC_EVIDENCE,
         element=el,
     )
 
 
-def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "xml") -> Guest:
-    """Build the :class:`Guest` view; raise :class:`InputError` if this is no domain."""
-    root = tree.getroot()
-    tag = root.tag.rsplit("}", 1)[-1] if isinstance(root.tag, str) else ""
-    if tag != "domain":
-        what = {"network": "a libvirt network", "pool": "a storage pool", "volume": "a storage volume"}.get(
-            tag, f"<{tag}>"
-        )
-        raise InputError(origin, f"not a libvirt domain: the root element is {what}", _line(root))
-    top = _children(root)
-    name_el = top.get("name")
-    if name_el is None or not (name_el.text or "").strip():
-        raise InputError(origin, "domain has no <name>", _line(root))
-    os_el = top.get("os")
-    os_type = _first(os_el, "type") if os_el is not None else None
-    vcpu = top.get("vcpu")
-    cpu = top.get("cpu")
-    cpu_model = _first(cpu, "model") if cpu is not None else None
-    cputune = top.get("cputune")
-    backing = top.get("memoryBacking")
-    backing_kids = _children(backing) if backing is not None else {}
-    iothreadids = top.get("iothreadids")
-    uuid_el = top.get("uuid")
-    guest = Guest(
-        name=(name_el.text or "").strip(),
-        uuid=((uuid_el.text or "").strip() or None) if uuid_el is not None else None,
-        origin=origin,
-        origin_kind=origin_kind,
-        virt_type=_low(root.get("type")),
-        arch=_low(os_type.get("arch")) if os_type is not None else None,
-        machine=_low(os_type.get("machine")) if os_type is not None else None,
-        # vCPUs online at boot (current=), as on the command line's -smp; the maximum only matters for hot-plug
-        vcpus=(_int(vcpu.get("current")) or _int(vcpu.text)) if vcpu is not None else 1,
-        memory_kib=_numa_memory_kib(cpu) or memory_kib(top.get("memory")),
-        cpu_mode=_low(cpu.get("mode")) if cpu is not None else None,
-        cpu_model=((cpu_model.text or "").strip().lower() or None) if cpu_model is not None else None,
-        vcpu_pinned=(cputune is not None and _first(cputune, "vcpupin") is not None)
-        or (vcpu is not None and vcpu.get("cpuset") is not None),
-        numatune="numatune" in top,
-        nosharepages="nosharepages" in backing_kids,
-        hugepages="hugepages" in backing_kids,
-        memory_locked="locked" in backing_kids,
-        iothreads=(_int(top["iothreads"].text) or 0) if "iothreads" in top else 0,
-        tree=tree,
-    )
-    guest.derived[_TOP] = top
-    if not guest.iothreads and iothreadids is not None:
-        guest.iothreads = len(iothreadids)
-    guest.evidence = {
-        "virt_type": "/domain/@type",
-        "vcpus": "/domain/vcpu",
-        "memory": "/domain/memory",
-        "cpu": "/domain/cpu/@mode" if cpu is not None else "/domain/cpu",
-        "machine": "/domain/os/type/@machine",
-        "vcpupin": "/domain/cputune/vcpupin",
-        "memoryBacking": "/domain/memoryBacking",
-        "iothreads": "/domain/iothreads",
-    }
-    devices = top.get("devices")
-    if devices is None:
-        return guest
-    controllers: dict[str, tuple[str, str | None]] = {}
-    hotplug_kib = 0
+@dataclass
+class _Devices:
+    """What reading <devices> gathers besides the guest: SCSI controllers (disks may come before them)
+    and the memory devices' sizes."""
+
+    guest: Guest
+    controllers: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # index -> (model, iothread)
+    hotplug_kib: int = 0
+
+
+def _read_disk(seen: _Devices, el: etree._Element, n: int) -> None:
+    seen.guest.disks.append(_disk(el, f"/domain/devices/disk[{n}]"))
+
+
+def _read_hostdev(seen: _Devices, el: etree._Element, n: int) -> None:
+    if low(el.get("type")) in VFIO_HOSTDEV_TYPES:  # VFIO: pins all guest memory
+        seen.guest.hostdevs += 1
+
+
+def _read_interface(seen: _Devices, el: etree._Element, n: int) -> None:
+    guest = seen.guest
+    if low(el.get("type")) == "hostdev":
+        guest.hostdevs += 1
+    guest.nics.append(_nic(el, len(guest.nics), f"/domain/devices/interface[{n}]"))
+
+
+def _read_controller(seen: _Devices, el: etree._Element, n: int) -> None:
+    if low(el.get("type")) == "scsi":
+        seen.controllers[el.get("index", "0")] = (low(el.get("model")) or "default",
+                                                  _attr(_first(el, "driver"), "iothread"))
+
+
+def _read_memory_device(seen: _Devices, el: etree._Element, n: int) -> None:
+    seen.hotplug_kib += _memory_device_kib(el)
+
+
+def _read_memballoon(seen: _Devices, el: etree._Element, n: int) -> None:
+    guest = seen.guest
+    guest.memballoon = low(el.get("model"))
+    guest.balloon_autodeflate = switch_on(el.get("autodeflate"))
+    guest.balloon_free_page_reporting = switch_on(el.get("freePageReporting"))
+    guest.evidence["memballoon"] = f"/domain/devices/memballoon[{n}]"
+
+
+def _read_channel(seen: _Devices, el: etree._Element, n: int) -> None:
+    if _attr(_first(el, "target"), "name") == AGENT_CHANNEL:
+        seen.guest.agent_channel = True
+        seen.guest.evidence["agent_channel"] = f"/domain/devices/channel[{n}]"
+
+
+def _read_rng(seen: _Devices, el: etree._Element, n: int) -> None:
+    backend = _first(el, "backend")
+    seen.guest.rngs.append(Rng(model=low(el.get("model")), backend_model=low(_attr(backend, "model")),
+                               backend_source=_text(backend), locator=f"/domain/devices/rng[{n}]"))
+
+
+DeviceReader = Callable[[_Devices, etree._Element, int], None]
+# <devices> child tag -> its reader, called with the element and its 1-based position among its kind
+DEVICE_READERS: dict[str, DeviceReader] = {
+    "disk": _read_disk,
+    "hostdev": _read_hostdev,
+    "interface": _read_interface,
+    "controller": _read_controller,
+    "memory": _read_memory_device,
+    "memballoon": _read_memballoon,
+    "channel": _read_channel,
+    "rng": _read_rng,
+}
+
+
+def _read_devices(guest: Guest, devices: etree._Element, cpu: etree._Element | None) -> None:
+    seen = _Devices(guest)
     counts: dict[str, int] = {}
     for el in devices:
-        dtag = el.tag
-        if not isinstance(dtag, str):
+        tag = el.tag
+        if not isinstance(tag, str):
             continue
-        n = counts[dtag] = counts.get(dtag, 0) + 1
-        if dtag == "disk":
-            guest.disks.append(_disk(el, f"/domain/devices/disk[{n}]"))
-        elif dtag == "hostdev":
-            if _low(el.get("type")) in ("pci", "mdev"):  # VFIO: pins all guest memory
-                guest.hostdevs += 1
-        elif dtag == "interface":
-            if _low(el.get("type")) == "hostdev":
-                guest.hostdevs += 1
-            guest.nics.append(_nic(el, len(guest.nics), f"/domain/devices/interface[{n}]"))
-        elif dtag == "controller" and _low(el.get("type")) == "scsi":
-            drv = _first(el, "driver")
-            controllers[el.get("index", "0")] = (
-                _low(el.get("model")) or "default", drv.get("iothread") if drv is not None else None)
-        elif dtag == "memory":
-            hotplug_kib += _memory_device_kib(el)
-        elif dtag == "memballoon":
-            guest.memballoon = _low(el.get("model"))
-            guest.balloon_autodeflate = _low(el.get("autodeflate")) == "on"
-            guest.balloon_free_page_reporting = _low(el.get("freePageReporting")) == "on"
-            guest.evidence["memballoon"] = f"/domain/devices/memballoon[{n}]"
-        elif dtag == "channel":
-            target = _first(el, "target")
-            if target is not None and target.get("name") == AGENT_CHANNEL:
-                guest.agent_channel = True
-                guest.evidence["agent_channel"] = f"/domain/devices/channel[{n}]"
-        elif dtag == "rng":
-            backend = _first(el, "backend")
-            guest.rngs.append(
-                Rng(
-                    model=_low(el.get("model")),
-                    backend_model=_low(backend.get("model")) if backend is not None else None,
-                    backend_source=((backend.text or "").strip() or None) if backend is not None else None,
-                    locator=f"/domain/devices/rng[{n}]",
-                )
-            )
-    # controllers may follow the disks that use them: resolve SCSI controller models at the end
+        n = counts[tag] = counts.get(tag, 0) + 1
+        read = DEVICE_READERS.get(tag)
+        if read is not None:
+            read(seen, el, n)
+    _resolve_scsi_controllers(guest, seen.controllers)
+    _add_memory_devices(guest, cpu, seen.hotplug_kib)
+
+
+def _resolve_scsi_controllers(guest: Guest, controllers: dict[str, tuple[str, str | None]]) -> None:
+    """Controllers may follow the disks that use them: SCSI controller models are resolved at the end."""
     for disk in guest.disks:
         if disk.bus == "scsi" and disk.element is not None:
             address = _first(disk.element, "address")
-            ctrl = address.get("controller", "0") if address is not None else "0"
-            disk.scsi_controller = ctrl
+            disk.scsi_controller = ctrl = address.get("controller", "0") if address is not None else "0"
             disk.scsi_controller_model, disk.scsi_controller_iothread = controllers.get(ctrl, ("default", None))
+
+
+def _add_memory_devices(guest: Guest, cpu: etree._Element | None, hotplug_kib: int) -> None:
+    """With NUMA cells libvirt sizes the guest as their sum plus the memory devices."""
     if hotplug_kib and cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None \
             and guest.memory_kib:
-        # with NUMA cells libvirt sizes the guest as their sum plus the memory devices
         guest.memory_kib += hotplug_kib
-    return guest
 
 
 def _memory_device_kib(el: etree._Element) -> int:
@@ -406,10 +367,119 @@ def _memory_device_kib(el: etree._Element) -> int:
     target = _first(el, "target")
     if target is None:
         return 0
-    size_el = _first(target, "requested") if _low(el.get("model")) == "virtio-mem" else None
+    size_el = _first(target, "requested") if low(el.get("model")) == "virtio-mem" else None
     if size_el is None:
         size_el = _first(target, "size")
     return memory_kib(size_el) or 0
+
+
+# --- the domain: one reader per top-level element -------------------------------------------------
+
+def _read_os(guest: Guest, top: dict[str, etree._Element]) -> None:
+    os_el = top.get("os")
+    os_type = _first(os_el, "type") if os_el is not None else None
+    guest.arch = low(_attr(os_type, "arch"))
+    guest.machine = low(_attr(os_type, "machine"))
+
+
+def _read_vcpu(guest: Guest, top: dict[str, etree._Element]) -> None:
+    # vCPUs online at boot (current=), as on the command line's -smp; the maximum only matters for hot-plug
+    vcpu = top.get("vcpu")
+    guest.vcpus = (xml_int(vcpu.get("current")) or xml_int(vcpu.text)) if vcpu is not None else 1
+
+
+def _read_memory(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.memory_kib = _numa_memory_kib(top.get("cpu")) or memory_kib(top.get("memory"))
+
+
+def _read_cpu(guest: Guest, top: dict[str, etree._Element]) -> None:
+    cpu = top.get("cpu")
+    guest.cpu_mode = low(_attr(cpu, "mode"))
+    model = _text(_first(cpu, "model") if cpu is not None else None)
+    guest.cpu_model = model.lower() if model is not None else None
+
+
+def _read_cputune(guest: Guest, top: dict[str, etree._Element]) -> None:
+    cputune, vcpu = top.get("cputune"), top.get("vcpu")
+    guest.vcpu_pinned = (cputune is not None and _first(cputune, "vcpupin") is not None) or \
+        _attr(vcpu, "cpuset") is not None
+
+
+def _read_numatune(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.numatune = "numatune" in top
+
+
+def _read_memory_backing(guest: Guest, top: dict[str, etree._Element]) -> None:
+    backing = top.get("memoryBacking")
+    kids = _children(backing) if backing is not None else {}
+    guest.nosharepages = "nosharepages" in kids
+    guest.hugepages = "hugepages" in kids
+    guest.memory_locked = "locked" in kids
+
+
+def _read_iothreads(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.iothreads = (xml_int(top["iothreads"].text) or 0) if "iothreads" in top else 0
+    if not guest.iothreads and "iothreadids" in top:
+        guest.iothreads = len(top["iothreadids"])
+
+
+DomainReader = Callable[[Guest, dict[str, etree._Element]], None]
+# top-level element -> its reader; every reader runs for every domain (an absent element sets the default)
+# and gets all top-level elements, for values libvirt derives from two (memory from <cpu><numa>)
+DOMAIN_READERS: dict[str, DomainReader] = {
+    "os": _read_os,
+    "vcpu": _read_vcpu,
+    "memory": _read_memory,
+    "cpu": _read_cpu,
+    "cputune": _read_cputune,
+    "numatune": _read_numatune,
+    "memoryBacking": _read_memory_backing,
+    "iothreads": _read_iothreads,
+}
+
+_EVIDENCE = {
+    "virt_type": "/domain/@type",
+    "vcpus": "/domain/vcpu",
+    "memory": "/domain/memory",
+    "cpu": "/domain/cpu",
+    "machine": "/domain/os/type/@machine",
+    "vcpupin": "/domain/cputune/vcpupin",
+    "memoryBacking": "/domain/memoryBacking",
+    "iothreads": "/domain/iothreads",
+}
+
+
+def _domain_root(tree: etree._ElementTree, origin: str) -> etree._Element:
+    """The <domain> element; :class:`InputError` if the document is something else."""
+    root = tree.getroot()
+    tag = root.tag.rsplit("}", 1)[-1] if isinstance(root.tag, str) else ""
+    if tag != "domain":
+        what = {"network": "a libvirt network", "pool": "a storage pool", "volume": "a storage volume"}.get(
+            tag, f"<{tag}>"
+        )
+        raise InputError(origin, f"not a libvirt domain: the root element is {what}", _line(root))
+    return root
+
+
+def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "xml") -> Guest:
+    """Build the :class:`Guest` view; raise :class:`InputError` if this is no domain."""
+    root = _domain_root(tree, origin)
+    top = _children(root)
+    name = _text(top.get("name"))
+    if name is None:
+        raise InputError(origin, "domain has no <name>", _line(root))
+    guest = Guest(name=name, uuid=_text(top.get("uuid")), origin=origin, origin_kind=origin_kind,
+                  virt_type=low(root.get("type")), tree=tree)
+    guest.derived[_TOP] = top
+    for read in DOMAIN_READERS.values():
+        read(guest, top)
+    guest.evidence = dict(_EVIDENCE)
+    if "cpu" in top:
+        guest.evidence["cpu"] = "/domain/cpu/@mode"
+    devices = top.get("devices")
+    if devices is not None:
+        _read_devices(guest, devices, top.get("cpu"))
+    return guest
 
 
 def load_guest_file(path: str | Path) -> Guest:

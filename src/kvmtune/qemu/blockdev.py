@@ -15,7 +15,7 @@ real generators use all of them:
 the protocol node and works out what QEMU runs with: the protocol node's effective
 ``cache.direct``/``cache.no-flush`` (inline children inherit them from their parent, as in
 QEMU's ``bdrv_inherited_options``), ``aio``, and ``discard``. The device's ``write-cache``
-completes the cache mode in :func:`kvmtune.qemu.cmdline.effective_cache`.
+completes the cache mode in :func:`kvmtune.model.values.cache_mode`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvmtune.model.values import CACHE_MODES, DISCARD_PASSES, SOURCE_TYPE_OF_PROTOCOL, qemu_bool
 
 FORMAT_DRIVERS = frozenset(
     {"raw", "qcow2", "qcow", "qed", "vmdk", "vdi", "vpc", "vhdx", "luks", "parallels", "bochs", "dmg", "cloop",
@@ -33,12 +35,6 @@ FILTER_CHILD = {
     "throttle": "file", "copy-on-read": "file", "preallocate": "file", "compress": "file", "blkdebug": "image",
     "blklogwrites": "file", "blkverify": "test", "copy-before-write": "file", "snapshot-access": "file",
     "zeroinit": "file", "alloc-track": "file", "replication": "file",
-}
-# protocol driver -> the source type the rules know (libvirt's disk types); anything else is "network"
-PROTOCOL_SOURCE_TYPE = {
-    "file": "file", "host_device": "block", "host_cdrom": "block", "nvme": "nvme", "null-co": "null",
-    "null-aio": "null", "virtio-blk-vhost-user": "vhostuser", "virtio-blk-vhost-vdpa": "vhostvdpa",
-    "virtio-blk-vfio-pci": "nvme", "nvme-io_uring": "block", "io_uring": "block",
 }
 NETWORK_PROTOCOLS = frozenset(
     {"rbd", "iscsi", "nbd", "gluster", "nfs", "ssh", "http", "https", "ftp", "ftps", "sheepdog", "vxhs", "curl",
@@ -52,21 +48,6 @@ _URL_PROTOCOLS = (
     ("https://", "https"), ("http://", "http"), ("ftps://", "ftps"), ("ftp://", "ftp"),
     ("sheepdog:", "sheepdog"), ("host_device:", "host_device"), ("file:", "file"),
 )
-# -drive cache= modes as (cache.direct, cache.no-flush, guest-visible write cache)
-CACHE_MODES = {
-    "none": (True, False, True), "off": (True, False, True), "directsync": (True, False, False),
-    "writeback": (False, False, True), "writethrough": (False, False, False), "unsafe": (False, True, True),
-}
-
-
-def on(value: Any) -> bool | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("on", "true", "yes", "1")
-
-
 def nest(flat: dict[str, Any]) -> dict[str, Any]:
     """``{"file.driver": "file", "cache.direct": "on"}`` -> nested dicts, as QEMU's keyval parser builds them."""
     out: dict[str, Any] = {}
@@ -108,11 +89,11 @@ class BlockNode:
 
     @property
     def direct(self) -> bool | None:
-        return on(_get(self.opts, "cache.direct"))
+        return qemu_bool(_get(self.opts, "cache.direct"))
 
     @property
     def no_flush(self) -> bool | None:
-        return on(_get(self.opts, "cache.no-flush"))
+        return qemu_bool(_get(self.opts, "cache.no-flush"))
 
 
 @dataclass
@@ -220,15 +201,15 @@ class BlockGraph:
         policy_nodes = [n for n in (fmt, proto) if n is not None]
         # guest discards reach the storage only if the format node and the protocol node below it pass them on
         out.discard = bool(policy_nodes) and all(
-            str(n.opts.get("discard", "ignore")).lower() in ("unmap", "on") for n in policy_nodes
+            str(n.opts.get("discard", "ignore")).lower() in DISCARD_PASSES for n in policy_nodes
         )
         upper = fmt or proto
         if upper is not None and "detect-zeroes" in upper.opts:
             out.detect_zeroes = str(upper.opts["detect-zeroes"])
-        out.read_only = any(on(n.opts.get("read-only")) for n in (top, *policy_nodes))
+        out.read_only = any(qemu_bool(n.opts.get("read-only")) for n in (top, *policy_nodes))
         if proto is not None:
             out.protocol = proto.driver
-            out.source_type = PROTOCOL_SOURCE_TYPE.get(proto.driver, "network")
+            out.source_type = SOURCE_TYPE_OF_PROTOCOL.get(proto.driver, "network")  # any other protocol is a network one
             out.path = protocol_path(proto.driver, proto.opts)
             out.direct, out.no_flush = proto.direct, proto.no_flush
             if fmt is not None:  # O_DIRECT is the protocol node's, but a flush stops at the first no-flush node
@@ -336,8 +317,8 @@ def drive_tree(props: dict[str, Any]) -> tuple[dict[str, Any], bool | None]:
         cache.setdefault("direct", direct)
         cache.setdefault("no-flush", no_flush)
         opts["cache"] = cache
-    if on(_get(opts, "cache.writeback")) is not None:  # legacy -drive cache.writeback=
-        wce = bool(on(_get(opts, "cache.writeback")))
+    if qemu_bool(_get(opts, "cache.writeback")) is not None:  # legacy -drive cache.writeback=
+        wce = bool(qemu_bool(_get(opts, "cache.writeback")))
     fmt = opts.pop("format", None) or opts.get("driver")
     file_opt = opts.get("file")
     child: dict[str, Any]

@@ -12,11 +12,25 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.errors import InputError
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
+from kvmtune.model.values import (
+    BUS_OF_DEVICE,
+    BUS_OF_DRIVE_IF,
+    LUN_DEVICES,
+    NIC_MODEL_OF_DEVICE,
+    NIC_TYPE_OF_NETDEV,
+    RNG_BACKEND_OF_OBJECT,
+    cache_mode,
+    machine_bus,
+    qemu_bool,
+    qemu_object_kib,
+    qemu_size_kib,
+)
 from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -34,25 +48,6 @@ _IMPLIED_KEY = {
     "-device": "driver", "-netdev": "type", "-machine": "type", "-M": "type", "-cpu": "model",
     "-smp": "cpus", "-m": "size", "-object": "qom-type", "-accel": "accel", "-chardev": "backend",
     "-name": "guest", "-nic": "type", "-net": "type", "-blockdev": "driver",
-}
-
-BUS_OF_DEVICE = {
-    "virtio-blk-pci": "virtio", "virtio-blk-ccw": "virtio", "virtio-blk-device": "virtio",
-    "virtio-blk": "virtio", "virtio-blk-pci-non-transitional": "virtio",
-    "virtio-blk-pci-transitional": "virtio", "vhost-user-blk-pci": "virtio",
-    "ide-hd": "ide", "ide-cd": "ide", "ide-drive": "ide",
-    "scsi-hd": "scsi", "scsi-cd": "scsi", "scsi-block": "scsi", "scsi-generic": "scsi", "scsi-disk": "scsi",
-    "usb-storage": "usb", "usb-bot": "usb", "floppy": "fdc", "isa-fdc": "fdc", "sd-card": "sd",
-    "nvme": "nvme", "nvme-ns": "nvme",
-}
-
-NIC_MODEL_OF_DEVICE = {
-    "virtio-net-pci": "virtio", "virtio-net-ccw": "virtio", "virtio-net-device": "virtio",
-    "virtio-net-pci-non-transitional": "virtio", "virtio-net-pci-transitional": "virtio", "virtio-net": "virtio",
-    "e1000": "e1000", "e1000-82540em": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139",
-    "ne2k_pci": "ne2k_pci", "ne2k_isa": "ne2k_isa", "pcnet": "pcnet", "vmxnet3": "vmxnet3",
-    "i82551": "i82551", "i82557b": "i82557b", "i82559er": "i82559er", "usb-net": "usb-net",
-    "spapr-vlan": "spapr-vlan",
 }
 
 # the short options that stand for a -drive (QEMU's drive_add with these interfaces)
@@ -186,37 +181,8 @@ def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
     return binary, options
 
 
-def _on(value: Any) -> bool | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("on", "true", "yes", "1")
-
-
-def _size_kib(text: str) -> int | None:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
-    if not m:
-        return None
-    num = float(m.group(1))
-    unit = m.group(2).lower() or "m"  # QEMU: a bare -m number is MiB
-    return int(num * {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}[unit])
-
-
-def effective_cache(direct: bool | None, no_flush: bool | None, write_cache: bool | None) -> str | None:
-    """Map QEMU's cache.direct / cache.no-flush / write-cache to libvirt's cache names."""
-    if direct is None and no_flush is None and write_cache is None:
-        return None
-    if no_flush:
-        return "unsafe"
-    wce = True if write_cache is None else write_cache
-    if direct:
-        return "none" if wce else "directsync"
-    return "writeback" if wce else "writethrough"
-
-
-# devices that hand SCSI commands to the host device (device='lun'): no host page cache in the data path
-LUN_DEVICES = frozenset({"scsi-block"})
+# the cache mode QEMU's cache options amount to, under the name outside tools know
+effective_cache = cache_mode
 
 
 class _Storage:
@@ -263,7 +229,7 @@ def _node_options(value: str) -> dict[str, Any]:
 
 def _apply_resolved(disk: Disk, res: ResolvedDisk, write_cache: bool | None) -> None:
     wce = write_cache if write_cache is not None else res.wce_default
-    disk.cache = effective_cache(res.direct, res.no_flush, wce)
+    disk.cache = cache_mode(res.direct, res.no_flush, wce)
     disk.io = res.aio
     disk.format = res.format
     disk.source = res.path
@@ -275,160 +241,297 @@ def _apply_resolved(disk: Disk, res: ResolvedDisk, write_cache: bool | None) -> 
     disk.readonly = disk.readonly or res.read_only
 
 
+@dataclass
+class _Reading:
+    """What reading one command line gathers besides the guest, for the devices and checks that need all options."""
+
+    guest: Guest
+    binary: str
+    accel: str | None = None
+    cpu_seen: bool = False
+    balloon: bool = False
+    storage: _Storage = field(default_factory=_Storage)
+    devices: list[Option] = field(default_factory=list)
+    netdevs: dict[str, Option] = field(default_factory=dict)
+    objects: dict[str, Option] = field(default_factory=dict)
+    legacy_disks: list[tuple[str, Option]] = field(default_factory=list)  # (-drive id, option): disks without -device
+    scsi_controllers: dict[str, tuple[str, Any]] = field(default_factory=dict)  # -device id -> (driver, iothread)
+
+
+# --- options: one reader per option (or family of options) ---------------------------------------
+
+def _read_name(r: _Reading, opt: Option) -> None:
+    r.guest.name = str(opt.props.get("guest") or opt.value or "?")
+
+
+def _read_uuid(r: _Reading, opt: Option) -> None:
+    r.guest.uuid = (opt.value or "").strip() or None
+
+
+def _read_smbios(r: _Reading, opt: Option) -> None:
+    if r.guest.uuid is not None:
+        return
+    smbios = parse_keyval(opt.value or "")
+    if smbios.get("type") == "1" and smbios.get("uuid"):
+        r.guest.uuid = str(smbios["uuid"]).strip()  # Proxmox VE sets the VM's UUID here, not with -uuid
+
+
+def _read_machine(r: _Reading, opt: Option) -> None:
+    p, guest = opt.props, r.guest
+    guest.machine = str(p.get("type", "")).lower() or guest.machine
+    if "accel" in p:
+        r.accel = str(p["accel"]).split(":")[0]
+    if qemu_bool(p.get("mem-merge")) is False:
+        guest.nosharepages = True
+        guest.evidence["memoryBacking"] = f"{opt.label} mem-merge=off"
+    guest.evidence["machine"] = opt.label
+
+
+def _read_accel(r: _Reading, opt: Option) -> None:
+    r.accel = r.accel or str(opt.props.get("accel", ""))
+
+
+def _read_enable_kvm(r: _Reading, opt: Option) -> None:
+    r.accel = "kvm"
+
+
+def _read_cpu(r: _Reading, opt: Option) -> None:
+    r.cpu_seen = True
+    model = str(opt.props.get("model", "")).lower()
+    r.guest.cpu_mode = {"host": "host-passthrough", "max": "maximum"}.get(model, "custom")
+    r.guest.cpu_model = None if model in ("host", "max") else model
+    r.guest.evidence["cpu"] = opt.label
+
+
+def _read_smp(r: _Reading, opt: Option) -> None:
+    cpus = opt.props.get("cpus")
+    if cpus is None and "maxcpus" in opt.props:
+        cpus = opt.props["maxcpus"]
+    try:
+        r.guest.vcpus = int(str(cpus)) if cpus is not None else r.guest.vcpus
+    except ValueError:
+        pass
+    r.guest.evidence["vcpus"] = opt.label
+
+
+def _read_memory(r: _Reading, opt: Option) -> None:
+    size = opt.props.get("size")
+    if size is not None:
+        r.guest.memory_kib = qemu_size_kib(str(size))
+    r.guest.evidence["memory"] = opt.label
+
+
+def _read_mem_lock(r: _Reading, opt: Option) -> None:
+    if qemu_bool(opt.props.get("mem-lock")) or qemu_bool(parse_keyval(opt.value or "").get("mlock")):
+        r.guest.memory_locked = True
+
+
+def _read_mem_path(r: _Reading, opt: Option) -> None:
+    if opt.value and "huge" in opt.value:
+        r.guest.hugepages = True
+
+
+def _read_object(r: _Reading, opt: Option) -> None:
+    p, guest = opt.props, r.guest
+    r.objects[str(p.get("id", ""))] = opt
+    qom = str(p.get("qom-type", ""))
+    if qom == "iothread":
+        guest.iothreads += 1
+    is_file_backend = qom in ("memory-backend-file", "memory-backend-memfd")
+    if is_file_backend and ("huge" in str(p.get("mem-path", "")) or qemu_bool(p.get("hugetlb"))):
+        guest.hugepages = True
+        guest.evidence["memoryBacking"] = opt.label
+    if qom.startswith("memory-backend") and qemu_bool(p.get("merge")) is False:
+        guest.nosharepages = True
+
+
+def _read_blockdev(r: _Reading, opt: Option) -> None:
+    r.storage.add_blockdev(opt)
+
+
+def _read_drive(r: _Reading, opt: Option) -> None:
+    drive_id = r.storage.add_drive(opt)
+    default_if = "ide" if r.guest.arch in ("x86_64", "i386") else "none"
+    if str(opt.props.get("if", default_if)) != "none" or "id" not in opt.props:
+        r.legacy_disks.append((drive_id, opt))
+
+
+def _read_legacy_drive(r: _Reading, opt: Option) -> None:
+    """-hda, -cdrom, -pflash, ...: a -drive with that interface."""
+    props: dict[str, Any] = {"file": opt.value, "if": _LEGACY_DRIVE_OPTIONS[opt.name], "id": f"{opt.name[1:]}#{opt.index}"}
+    if opt.name == "-cdrom":
+        props["media"] = "cdrom"
+    drive = Option("-drive", opt.value, opt.index, props)
+    r.legacy_disks.append((r.storage.add_drive(drive), drive))
+
+
+def _read_device(r: _Reading, opt: Option) -> None:
+    r.devices.append(opt)  # read once every option is known: devices name drives, netdevs and objects
+
+
+def _read_netdev(r: _Reading, opt: Option) -> None:
+    r.netdevs[str(opt.props.get("id", ""))] = opt
+
+
+def _read_nic(r: _Reading, opt: Option) -> None:
+    r.guest.nics.append(_nic_from_backend(len(r.guest.nics), opt, str(opt.props.get("model", "e1000"))))
+
+
+OptionReader = Callable[[_Reading, Option], None]
+# option -> its reader, called in command-line order (later options override earlier ones, as in QEMU)
+OPTION_READERS: dict[str, OptionReader] = {
+    "-name": _read_name,
+    "-uuid": _read_uuid,
+    "-smbios": _read_smbios,
+    "-machine": _read_machine,
+    "-M": _read_machine,
+    "-accel": _read_accel,
+    "-enable-kvm": _read_enable_kvm,
+    "-cpu": _read_cpu,
+    "-smp": _read_smp,
+    "-m": _read_memory,
+    "-overcommit": _read_mem_lock,
+    "-realtime": _read_mem_lock,
+    "-mem-path": _read_mem_path,
+    "-object": _read_object,
+    "-blockdev": _read_blockdev,
+    "-drive": _read_drive,
+    **dict.fromkeys(_LEGACY_DRIVE_OPTIONS, _read_legacy_drive),
+    "-device": _read_device,
+    "-netdev": _read_netdev,
+    "-nic": _read_nic,
+}
+
+
+# --- devices: one reader per kind of -device, named after libvirt's element ---------------------
+
+def _device_kind(drv: str, props: dict[str, Any]) -> str | None:
+    """Which reader a ``-device`` goes to (the first that claims it); ``None``: none of kvmtune's business."""
+    if drv == "scsi-generic":
+        return None  # SCSI host device passthrough (<hostdev type='scsi'>), not a disk
+    if "drive" in props and drv in BUS_OF_DEVICE:
+        return "disk"
+    if drv.startswith("vhost-user-blk"):
+        return "vhostuser-disk"
+    if drv in NIC_MODEL_OF_DEVICE or "netdev" in props:
+        return "interface"
+    if drv.startswith("vfio-") or drv in ("pci-assign", "kvm-pci-assign"):
+        return "hostdev"
+    if drv.startswith("virtio-balloon"):
+        return "memballoon"
+    if drv.startswith("virtio-rng"):
+        return "rng"
+    return None
+
+
+def _read_disk_device(r: _Reading, dev: Option, drv: str) -> None:
+    r.guest.disks.append(_disk_from_device(dev, str(dev.props["drive"]), r.storage, r.scsi_controllers, r.guest))
+
+
+def _read_vhostuser_disk(r: _Reading, dev: Option, drv: str) -> None:
+    # served by an external process over a socket (<disk type='vhostuser'>): no QEMU block layer
+    r.guest.disks.append(Disk(target=str(dev.props.get("id", dev.label)), bus="virtio", source_type="vhostuser",
+                              protocol="vhost-user-blk", locator=dev.label))
+
+
+def _read_nic_device(r: _Reading, dev: Option, drv: str) -> None:
+    backend = r.netdevs.get(str(dev.props.get("netdev", "")))
+    r.guest.nics.append(_nic_from_backend(len(r.guest.nics), backend, drv, dev))
+
+
+def _read_hostdev(r: _Reading, dev: Option, drv: str) -> None:
+    r.guest.hostdevs += 1
+
+
+def _read_balloon(r: _Reading, dev: Option, drv: str) -> None:
+    r.balloon = True
+    r.guest.balloon_free_page_reporting = qemu_bool(dev.props.get("free-page-reporting")) is True
+    r.guest.balloon_autodeflate = qemu_bool(dev.props.get("deflate-on-oom")) is True
+    r.guest.evidence["memballoon"] = dev.label
+
+
+def _read_rng(r: _Reading, dev: Option, drv: str) -> None:
+    obj = r.objects.get(str(dev.props.get("rng", "")))
+    qom = str(obj.props.get("qom-type", "")) if obj else ""
+    r.guest.rngs.append(
+        Rng(
+            model="virtio",
+            backend_model=RNG_BACKEND_OF_OBJECT.get(qom, qom),
+            backend_source=str(obj.props.get("filename", "/dev/random")) if qom == "rng-random" and obj else None,
+            locator=dev.label,
+        )
+    )
+
+
+DeviceReader = Callable[[_Reading, Option, str], None]
+# kind of -device (_device_kind) -> its reader, called with the device and its driver name in lower case
+DEVICE_READERS: dict[str, DeviceReader] = {
+    "disk": _read_disk_device,
+    "vhostuser-disk": _read_vhostuser_disk,
+    "interface": _read_nic_device,
+    "hostdev": _read_hostdev,
+    "memballoon": _read_balloon,
+    "rng": _read_rng,
+}
+
+
+# --- what QEMU derives from the whole command line -----------------------------------------------
+
+def _settle_accel(r: _Reading) -> None:
+    guest, base = r.guest, r.binary.rsplit("/", 1)[-1]
+    if r.accel is None and (base in ("kvm", "qemu-kvm") or base.startswith("qemu-kvm")):
+        r.accel = "kvm"  # RHEL's qemu-kvm and Debian's kvm wrapper default to KVM
+        guest.evidence["virt_type"] = f"({base} defaults to KVM)"
+    guest.virt_type = "kvm" if r.accel in ("kvm",) else ("qemu" if r.accel in ("tcg", None) else r.accel)
+    guest.evidence.setdefault("virt_type", "-accel" if r.accel else "(no -accel/-enable-kvm: QEMU uses TCG)")
+
+
+def _settle_cpu(r: _Reading) -> None:
+    if not r.cpu_seen and r.guest.is_x86:
+        r.guest.cpu_mode = "custom"
+        r.guest.cpu_model = "qemu64"
+        r.guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
+
+
+def _read_devices(r: _Reading) -> None:
+    r.scsi_controllers = {
+        str(d.props.get("id")): (str(d.props.get("driver", "")).lower(), d.props.get("iothread"))
+        for d in r.devices if "id" in d.props
+    }
+    for dev in r.devices:
+        drv = str(dev.props.get("driver", "")).lower()
+        kind = _device_kind(drv, dev.props)
+        if kind is not None:
+            DEVICE_READERS[kind](r, dev, drv)
+    for drive_id, opt in r.legacy_disks:
+        r.guest.disks.append(_disk_from_drive(drive_id, opt, r.storage, r.guest))
+    r.guest.memballoon = "virtio" if r.balloon else "none"
+
+
+def _settle_memory(r: _Reading) -> None:
+    guest = r.guest
+    plugged = _hotplugged_memory_kib(r.devices, r.objects)
+    if plugged and guest.memory_kib is not None:
+        guest.memory_kib += plugged  # -m is the boot RAM; pc-dimm/nvdimm/virtio-mem add to it
+        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
+
+
 def guest_from_argv(argv: list[str], origin: str) -> Guest:
     try:
         binary, options = parse_options(argv)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
     arch = binary.rsplit("qemu-system-", 1)[-1] if "qemu-system-" in binary else "x86_64"
-    guest = Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch)
-    guest.vcpus = 1
-    accel: str | None = None
-    storage = _Storage()
-    devices: list[Option] = []
-    netdevs: dict[str, Option] = {}
-    objects: dict[str, Option] = {}
-    cpu_seen = False
-    legacy_disks: list[tuple[str, Option]] = []
-
+    r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch, vcpus=1), binary)
     for opt in options:
-        p = opt.props
-        if opt.name == "-name":
-            guest.name = str(p.get("guest") or opt.value or "?")
-        elif opt.name == "-uuid":
-            guest.uuid = (opt.value or "").strip() or None
-        elif opt.name == "-smbios" and guest.uuid is None:
-            smbios = parse_keyval(opt.value or "")
-            if smbios.get("type") == "1" and smbios.get("uuid"):
-                guest.uuid = str(smbios["uuid"]).strip()  # Proxmox VE sets the VM's UUID here, not with -uuid
-        elif opt.name in ("-machine", "-M"):
-            guest.machine = str(p.get("type", "")).lower() or guest.machine
-            if "accel" in p:
-                accel = str(p["accel"]).split(":")[0]
-            if _on(p.get("mem-merge")) is False:
-                guest.nosharepages = True
-                guest.evidence["memoryBacking"] = f"{opt.label} mem-merge=off"
-            guest.evidence["machine"] = opt.label
-        elif opt.name == "-accel":
-            accel = accel or str(p.get("accel", ""))
-        elif opt.name == "-enable-kvm":
-            accel = "kvm"
-        elif opt.name == "-cpu":
-            cpu_seen = True
-            model = str(p.get("model", "")).lower()
-            guest.cpu_mode = {"host": "host-passthrough", "max": "maximum"}.get(model, "custom")
-            guest.cpu_model = None if model in ("host", "max") else model
-            guest.evidence["cpu"] = opt.label
-        elif opt.name == "-smp":
-            cpus = p.get("cpus")
-            if cpus is None and "maxcpus" in p:
-                cpus = p["maxcpus"]
-            try:
-                guest.vcpus = int(str(cpus)) if cpus is not None else guest.vcpus
-            except ValueError:
-                pass
-            guest.evidence["vcpus"] = opt.label
-        elif opt.name == "-m":
-            size = p.get("size")
-            if size is not None:
-                guest.memory_kib = _size_kib(str(size))
-            guest.evidence["memory"] = opt.label
-        elif opt.name in ("-overcommit", "-realtime"):
-            if _on(opt.props.get("mem-lock")) or _on(parse_keyval(opt.value or "").get("mlock")):
-                guest.memory_locked = True
-        elif opt.name == "-mem-path":
-            if opt.value and "huge" in opt.value:
-                guest.hugepages = True
-        elif opt.name == "-object":
-            oid = str(p.get("id", ""))
-            objects[oid] = opt
-            qom = str(p.get("qom-type", ""))
-            if qom == "iothread":
-                guest.iothreads += 1
-            is_file_backend = qom in ("memory-backend-file", "memory-backend-memfd")
-            if is_file_backend and ("huge" in str(p.get("mem-path", "")) or _on(p.get("hugetlb"))):
-                guest.hugepages = True
-                guest.evidence["memoryBacking"] = opt.label
-            if qom.startswith("memory-backend") and _on(p.get("merge")) is False:
-                guest.nosharepages = True
-        elif opt.name == "-blockdev":
-            storage.add_blockdev(opt)
-        elif opt.name == "-drive":
-            drive_id = storage.add_drive(opt)
-            if str(p.get("if", "ide" if arch in ("x86_64", "i386") else "none")) != "none" or "id" not in p:
-                legacy_disks.append((drive_id, opt))
-        elif opt.name in _LEGACY_DRIVE_OPTIONS:
-            iface = _LEGACY_DRIVE_OPTIONS[opt.name]
-            props: dict[str, Any] = {"file": opt.value, "if": iface, "id": f"{opt.name[1:]}#{opt.index}"}
-            if opt.name == "-cdrom":
-                props["media"] = "cdrom"
-            drive = Option("-drive", opt.value, opt.index, props)
-            legacy_disks.append((storage.add_drive(drive), drive))
-        elif opt.name == "-device":
-            devices.append(opt)
-        elif opt.name == "-netdev":
-            netdevs[str(p.get("id", ""))] = opt
-        elif opt.name == "-nic":
-            nic = _nic_from_backend(len(guest.nics), opt, str(p.get("model", "e1000")))
-            guest.nics.append(nic)
-
-    base = binary.rsplit("/", 1)[-1]
-    if accel is None and (base in ("kvm", "qemu-kvm") or base.startswith("qemu-kvm")):
-        accel = "kvm"  # RHEL's qemu-kvm and Debian's kvm wrapper default to KVM
-        guest.evidence["virt_type"] = f"({base} defaults to KVM)"
-    guest.virt_type = "kvm" if accel in ("kvm",) else ("qemu" if accel in ("tcg", None) else accel)
-    guest.evidence.setdefault("virt_type", "-accel" if accel else "(no -accel/-enable-kvm: QEMU uses TCG)")
-    if not cpu_seen and guest.is_x86:
-        guest.cpu_mode = "custom"
-        guest.cpu_model = "qemu64"
-        guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
-
-    scsi_controllers = {
-        str(d.props.get("id")): (str(d.props.get("driver", "")).lower(), d.props.get("iothread"))
-        for d in devices if "id" in d.props
-    }
-    balloon = False
-    for dev in devices:
-        p = dev.props
-        drv = str(p.get("driver", "")).lower()
-        if drv == "scsi-generic":
-            continue  # SCSI host device passthrough (<hostdev type='scsi'>), not a disk
-        if "drive" in p and drv in BUS_OF_DEVICE:
-            guest.disks.append(_disk_from_device(dev, str(p["drive"]), storage, scsi_controllers, guest))
-        elif drv.startswith("vhost-user-blk"):
-            # served by an external process over a socket (<disk type='vhostuser'>): no QEMU block layer
-            guest.disks.append(Disk(target=str(p.get("id", dev.label)), bus="virtio", source_type="vhostuser",
-                                    protocol="vhost-user-blk", locator=dev.label))
-        elif drv in NIC_MODEL_OF_DEVICE or "netdev" in p:
-            backend = netdevs.get(str(p.get("netdev", "")))
-            nic = _nic_from_backend(len(guest.nics), backend, drv, dev)
-            guest.nics.append(nic)
-        elif drv.startswith("vfio-") or drv in ("pci-assign", "kvm-pci-assign"):
-            guest.hostdevs += 1
-        elif drv.startswith("virtio-balloon"):
-            balloon = True
-            guest.balloon_free_page_reporting = _on(p.get("free-page-reporting")) is True
-            guest.balloon_autodeflate = _on(p.get("deflate-on-oom")) is True
-            guest.evidence["memballoon"] = dev.label
-        elif drv.startswith("virtio-rng"):
-            obj = objects.get(str(p.get("rng", "")))
-            qom = str(obj.props.get("qom-type", "")) if obj else ""
-            guest.rngs.append(
-                Rng(
-                    model="virtio",
-                    backend_model={"rng-random": "random", "rng-builtin": "builtin", "rng-egd": "egd"}.get(qom, qom),
-                    backend_source=str(obj.props.get("filename", "/dev/random")) if qom == "rng-random" and obj else None,
-                    locator=dev.label,
-                )
-            )
-    for drive_id, opt in legacy_disks:
-        guest.disks.append(_disk_from_drive(drive_id, opt, storage, guest))
-    guest.memballoon = "virtio" if balloon else "none"
-    plugged = _hotplugged_memory_kib(devices, objects)
-    if plugged and guest.memory_kib is not None:
-        guest.memory_kib += plugged  # -m is the boot RAM; pc-dimm/nvdimm/virtio-mem add to it
-        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
-    return guest
+        read = OPTION_READERS.get(opt.name)
+        if read is not None:
+            read(r, opt)
+    _settle_accel(r)
+    _settle_cpu(r)
+    _read_devices(r)
+    _settle_memory(r)
+    return r.guest
 
 
 _MEMORY_DEVICES = ("pc-dimm", "nvdimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device", "virtio-pmem-pci")
@@ -445,19 +548,9 @@ def _hotplugged_memory_kib(devices: list[Option], objects: dict[str, Option]) ->
         else:
             backend = objects.get(str(dev.props.get("memdev", "")))
             size = backend.props.get("size") if backend is not None else None
-        kib = _bytes_or_suffixed_kib(size)
+        kib = qemu_object_kib(size)
         total += kib or 0
     return total
-
-
-def _bytes_or_suffixed_kib(value: Any) -> int | None:
-    """Object sizes: a bare number is bytes (unlike -m, where it is MiB)."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if text.isdigit():
-        return int(text) // 1024
-    return _size_kib(text)
 
 
 def _disk_from_device(
@@ -469,9 +562,7 @@ def _disk_from_device(
 ) -> Disk:
     p = dev.props
     drv = str(p.get("driver", "")).lower()
-    bus = BUS_OF_DEVICE[drv]
-    if bus == "ide" and guest.machine and "q35" in guest.machine:
-        bus = "sata"
+    bus = machine_bus(BUS_OF_DEVICE[drv], guest.machine)
     if drv in LUN_DEVICES:
         device = "lun"
     elif drv in ("ide-cd", "scsi-cd") or (drv == "scsi-disk" and str(p.get("media", "")).lower() == "cdrom"):
@@ -497,7 +588,7 @@ def _disk_from_device(
         disk.scsi_controller_iothread = str(iothread) if iothread else None
         disk.evidence["controller"] = f"-device id={ctrl_id}"
     wc = str(p.get("write-cache", "auto")).lower()
-    write_cache = None if wc == "auto" else _on(wc)
+    write_cache = None if wc == "auto" else qemu_bool(wc)
     resolved, drive_opt = storage.resolve(drive_ref)
     if resolved is not None:
         _apply_resolved(disk, resolved, write_cache)
@@ -514,9 +605,7 @@ def _disk_from_device(
 def _disk_from_drive(drive_id: str, opt: Option, storage: _Storage, guest: Guest) -> Disk:
     p = opt.props
     iface = str(p.get("if", "ide")).lower()
-    bus = {"none": None, "mtd": "mtd", "pflash": "pflash", "floppy": "fdc"}.get(iface, iface)
-    if bus == "ide" and guest.machine and "q35" in guest.machine:
-        bus = "sata"
+    bus = machine_bus(BUS_OF_DRIVE_IF.get(iface, iface), guest.machine)
     if iface == "pflash":
         device = "firmware"  # the UEFI code or its variable store, not a guest data disk
     elif str(p.get("media", "")).lower() == "cdrom":
@@ -538,12 +627,11 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     dp = device.props if device else {}
     btype = str(bp.get("type", "")).lower() or None
     nic = Nic(index=index, model=NIC_MODEL_OF_DEVICE.get(driver.lower(), driver.lower()))
-    nic.type = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuser", "bridge": "bridge",
-                "vhost-vdpa": "vdpa", "socket": "socket", "stream": "stream", "passt": "user"}.get(btype or "", btype)
+    nic.type = NIC_TYPE_OF_NETDEV.get(btype or "", btype)
     if btype == "passt" or (btype == "stream" and "passt" in str(bp.get("addr.path", ""))):
         nic.type, nic.backend = "user", "passt"
     if btype == "tap" or btype == "bridge":
-        vhost = _on(bp.get("vhost"))
+        vhost = qemu_bool(bp.get("vhost"))
         nic.vhost = bool(vhost) or "vhostfd" in bp or "vhostfds" in bp
         nic.driver_name = "vhost" if nic.vhost else "qemu"
     elif btype == "vhost-user":
@@ -556,7 +644,7 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     elif "fds" in bp:
         nic.queues = len(str(bp["fds"]).split(":"))
     nic.source = str(bp["br"]) if "br" in bp else (str(bp["ifname"]) if "ifname" in bp else None)
-    if _on(dp.get("failover")):
+    if qemu_bool(dp.get("failover")):
         nic.teaming = "persistent"
     mac = dp.get("mac", bp.get("mac"))
     nic.mac = str(mac).lower() if mac else None

@@ -336,17 +336,24 @@ def read_image(
         _check_qcow2(img, spec, runner)
         if img.broken is None:
             _qcow2_preallocation(img, spec, runner)
-    elif img.read_format == "raw" and not img.is_block_device and img.virtual_size:
-        frac = img.allocated_fraction
-        if frac is not None:
-            img.preallocation = "full" if frac >= 0.9 else "sparse"
-            img.preallocation_evidence = (
-                f"{img.allocated_size} bytes allocated of {img.virtual_size} virtual (st_blocks × 512 vs virtual size)"
-            )
+    elif img.read_format == "raw":
+        _raw_preallocation(img)
     chain_unread = bool(img.backing_file) and img.read_format == img.format and spec.backing is None
     if read_partitions and img.read_format in NATIVE_FORMATS and img.broken is None and not chain_unread:
         _read_partitions(img, spec, runner)
     return img
+
+
+def _raw_preallocation(img: DiskImage) -> None:
+    """A raw file's preallocation, from how much of it is allocated (a block device has none to tell)."""
+    if img.is_block_device or not img.virtual_size:
+        return
+    frac = img.allocated_fraction
+    if frac is not None:
+        img.preallocation = "full" if frac >= 0.9 else "sparse"
+        img.preallocation_evidence = (
+            f"{img.allocated_size} bytes allocated of {img.virtual_size} virtual (st_blocks × 512 vs virtual size)"
+        )
 
 
 def _fill_from_qemu_img(img: DiskImage, info: dict[str, Any]) -> None:
