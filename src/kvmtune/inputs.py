@@ -63,6 +63,49 @@ def read_regular(path: str, limit: int, what: str = "") -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
             raise InputError(path, "replaced while being opened; not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return _read_fd(fd, st, path, limit, what)
+
+
+def check_private(path: str, st: os.stat_result, what: str) -> None:
+    """:class:`InputError` unless ``st`` (of ``path``) is owned by the invoking user (euid) and not writable by
+    group or others: what another user could have written is not trusted to say what root should do."""
+    if st.st_uid != os.geteuid():
+        raise InputError(path, f"{what} owned by uid {st.st_uid}, not by the invoking user (uid {os.geteuid()}); "
+                         "refused")
+    if st.st_mode & 0o022:
+        raise InputError(path, f"{what} writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); refused")
+
+
+def read_private(path: str, limit: int, what: str = "", noun: str = "a file") -> bytes:
+    """At most ``limit`` bytes of a regular file that only the invoking user can have written.
+
+    Not a symbolic link (``O_NOFOLLOW``), not a FIFO or device (``O_NONBLOCK``, then ``fstat``), owned by the
+    effective uid and not group- or other-writable (:func:`check_private`), and no larger than ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(path, "a symbolic link; not followed") from None
+        raise _os_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(path, "is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(path, f"not a regular file ({kind_of(st.st_mode)}); not read")
+        check_private(path, st, noun)
+    except BaseException:
+        os.close(fd)
+        raise
+    return _read_fd(fd, st, path, limit, what)
+
+
+def _read_fd(fd: int, st: os.stat_result, path: str, limit: int, what: str) -> bytes:
+    """Read ``fd`` (a regular file, ``st`` its fstat) up to ``limit`` bytes, then close it."""
+    try:
         if st.st_size > limit:
             raise InputError(path, f"larger than {_size(limit)}{what}, refused")
         parts: list[bytes] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -66,3 +67,11 @@ def snapshot_tree(root: Path) -> dict[str, bytes]:
 
 def tree_dirs(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+def undo_argv(out: str) -> list[str]:
+    """The arguments of the ``Undo with: kvmtune undo ...`` command ``fix --apply`` printed (for ``main``)."""
+    line = next(ln for ln in out.splitlines() if ln.startswith("Undo with: "))
+    argv = shlex.split(line.removeprefix("Undo with: "))
+    assert argv[:2] == ["kvmtune", "undo"], line
+    return argv[1:]

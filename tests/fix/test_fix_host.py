@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fixhelpers import snapshot_tree, tree_dirs, write
+from fixhelpers import snapshot_tree, tree_dirs, undo_argv, write
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
@@ -37,10 +37,6 @@ def files(root: Path) -> dict[str, bytes]:
     return {k: v for k, v in snapshot_tree(root).items() if not k.startswith(RUNTIME)}
 
 
-def jid_of(out: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith("Undo with:")).rsplit(" ", 1)[1]
-
-
 def test_dry_run_changes_nothing(seed_host: Path, journal_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot_tree(seed_host)
     assert main(["fix", "--host", "--root", str(seed_host)]) == 0
@@ -55,7 +51,7 @@ def test_dry_run_changes_nothing(seed_host: Path, journal_dir: Path, capsys: pyt
 def test_virtual_host_apply_fix_again_undo(seed_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files_before, values_before, dirs_before = files(seed_host), values(seed_host), tree_dirs(seed_host)
     assert main(["fix", "--host", "--apply", "--yes", "--root", str(seed_host)]) == 0
-    jid = jid_of(capsys.readouterr().out)
+    undo = undo_argv(capsys.readouterr().out)
 
     def v(path: str) -> str | None:
         return value(seed_host, path)
@@ -82,7 +78,7 @@ def test_virtual_host_apply_fix_again_undo(seed_host: Path, capsys: pytest.Captu
     assert main(["fix", "--host", "--root", str(seed_host)]) == 0
     assert "Nothing to change." in capsys.readouterr().out
 
-    assert main(["undo", jid]) == 0
+    assert main(undo) == 0
     capsys.readouterr()
     assert files(seed_host) == files_before  # drop-ins gone, other files byte-identical
     assert values(seed_host) == values_before  # every runtime value as before
@@ -124,15 +120,15 @@ def test_network_throughput_and_storage_profiles(seed_host: Path, capsys: pytest
 def test_profile_switch_and_undo_in_reverse(seed_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files_before, values_before = files(seed_host), values(seed_host)
     assert main(["fix", "--host", "--apply", "--yes", "--root", str(seed_host)]) == 0
-    first = jid_of(capsys.readouterr().out)
+    first = undo_argv(capsys.readouterr().out)
     assert main(["fix", "--profile", "network-throughput", "--apply", "--yes", "--root", str(seed_host)]) == 0
-    second = jid_of(capsys.readouterr().out)
+    second = undo_argv(capsys.readouterr().out)
     assert "profile network-throughput" in (seed_host / "etc/sysctl.d/90-kvmtune.conf").read_text()
     assert main(["fix", "--profile", "network-throughput", "--root", str(seed_host)]) == 0
     assert "Nothing to change." in capsys.readouterr().out
-    assert main(["undo", second]) == 0
+    assert main(second) == 0
     assert "profile virtual-host" in (seed_host / "etc/sysctl.d/90-kvmtune.conf").read_text()
-    assert main(["undo", first]) == 0
+    assert main(first) == 0
     capsys.readouterr()
     assert files(seed_host) == files_before
     assert values(seed_host) == values_before
@@ -173,7 +169,7 @@ def test_kill_between_two_host_changes(seed_host: Path, journal_dir: Path) -> No
     assert doc["state"] == "applying"
     assert [e["status"] for e in doc["changes"][:3]] == ["done", "planned", "planned"]
     assert value(seed_host, "/proc/sys/vm/dirty_ratio") == "40"  # change 2 was made, not journaled as done
-    assert main(["undo", jfile.stem]) == 0
+    assert main(["undo", jfile.stem, "--root", str(seed_host)]) == 0
     assert files(seed_host) == files_before
     assert values(seed_host) == values_before
 
@@ -201,7 +197,7 @@ def test_captured_hosts_round_trip(fixture: Path, profile: str, tmp_path: Path,
     ctx = AuditContext(host=HostRoot(str(root)))
     assert [f.rule for f in run_rules(ctx, audit_host=True, rules=answered)] == []
     if "Undo with:" in out:
-        assert main(["undo", jid_of(out)]) == 0
+        assert main(undo_argv(out)) == 0
         capsys.readouterr()
     assert files(root) == files_before
     assert values(root) == values_before

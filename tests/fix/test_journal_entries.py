@@ -87,7 +87,7 @@ def test_a_journal_in_the_pre_typed_shape_is_undone(tmp_path: Path, capsys: pyte
         ],
     }
     (journals / f"{jid}.json").write_text(json.dumps(doc))
-    assert main(["undo", jid, "--yes", "--journal-dir", str(journals)]) == 0, capsys.readouterr()
+    assert main(["undo", jid, "--yes", "--journal-dir", str(journals), "--root", str(root)]) == 0, capsys.readouterr()
     assert not conf.exists()
     assert value.read_text() == "60\n"
     after = json.loads((journals / f"{jid}.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
-from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
+from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, Journal, default_dir, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
@@ -86,6 +87,16 @@ def _argv(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def undo_command(journal: Journal) -> str:
+    """The ``kvmtune undo`` command line that finds and undoes ``journal`` (shell-quoted), from any directory."""
+    cmd = ["kvmtune", "undo"]
+    if journal.root != "/":
+        cmd += ["--root", journal.root]
+    if os.path.abspath(journal.directory) != os.path.abspath(default_dir(journal.root)):
+        cmd += ["--journal-dir", os.path.abspath(journal.directory)]
+    return shlex.join([*cmd, journal.id])
+
+
 def build_plan(args: argparse.Namespace) -> Plan:
     from kvmtune.fix.domains import plan_files, plan_libvirt
     from kvmtune.fix.host import plan_host
@@ -94,6 +105,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
     if not os.path.isdir(args.root):
         raise KvmtuneError(f"--root {args.root}: not a directory")
+    # absolute before planning: the journal holds absolute paths only, undo may run from anywhere
+    args.root = os.path.realpath(args.root)
     rules = select_rules(_split(args.only), _split(args.skip))
     options = FixOptions(allow_bus_change=args.allow_bus_change, host=HostRoot(args.root))
     plan = Plan()
@@ -176,22 +189,25 @@ def run(args: argparse.Namespace) -> int:
         out.write("Aborted; nothing changed.\n")
         return 1
     out.flush()
-    directory = journal_dir(args.journal_dir, root=args.root)
+    # the tree is the journal's root only for the host changes made in it; domain files, libvirt domains
+    # and images are this host's, whatever --root the rules read (a tree's journal names only paths in it)
+    root = args.root if (args.host or args.profile) else "/"
+    directory = journal_dir(args.journal_dir, root=root)
     try:
         with locked(directory):
-            journal = apply_plan(plan, directory, argv=_argv(args), root=args.root, purge_backups=args.purge_backups)
+            journal = apply_plan(plan, directory, argv=_argv(args), root=root, purge_backups=args.purge_backups)
     except ApplyFailed as exc:
         j = exc.journal
         made = sum(1 for e in j.entries if e.status == "done")
         print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
-            f"({j.path}); 'kvmtune undo {j.id}' restores them",
+            f"({safe(str(j.path))}); '{safe(undo_command(j))}' restores them",
             file=sys.stderr,
         )
         return EXIT_APPLY_FAILED
-    out.write(f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({journal.path}).\n")
-    out.write(f"Undo with: kvmtune undo {journal.id}\n")
+    out.write(f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({safe(str(journal.path))}).\n")
+    out.write(f"Undo with: {safe(undo_command(journal))}\n")
     if restarts:
         out.write(f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n")
     if refused:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"no journals in {directory}")
         for jid, journal, problem in found:
             if journal is None:
-                print(f"{jid}  corrupt   {safe(problem)}")
+                print(f"{jid}  refused   {safe(problem)}")
                 continue
             cmd = " ".join(journal.argv[1:]) if journal.argv else ""
             where = f"  (in the tree {journal.root}, not this host)" if journal.root != "/" else ""
@@ -57,13 +57,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.id:
         print("kvmtune: error: give a journal ID (see 'kvmtune undo --list')", file=sys.stderr)
         return 2
-    load(args.id, directory)  # a bad id or a corrupt journal: one line, before anything else
+    # a bad id, a corrupt or untrusted journal, one made for another root or reaching outside its own:
+    # one line, before anything else (the journal is read and checked whole, then acted on)
+    load(args.id, directory, root=args.root)
     with locked(directory):
         return _undo(args, directory)
 
 
 def _undo(args: argparse.Namespace, directory: Path) -> int:
-    journal = load(args.id, directory)
+    journal = load(args.id, directory, root=args.root)
     if args.purge_backups:
         from kvmtune.fix.undo import purge_backups
 

@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
         return 2
+    args.root = os.path.realpath(args.root)  # a journal holds absolute paths only
     if args.apply and not args.yes and not _confirm():
         print("Aborted; nothing changed.")
         return 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import TargetBusy, lock_targets
-from kvmtune.fix.journal import Journal
+from kvmtune.fix.journal import Journal, refusals
 from kvmtune.fix.plan import ApplyContext, Plan
 from kvmtune.runner import Runner, default_runner
 
@@ -44,7 +44,7 @@ def apply_plan(
     runner: Runner | None = None,
     purge_backups: bool = False,
 ) -> Journal:
-    journal = Journal.create(directory, list(argv), str(Path(root).resolve()))
+    journal = Journal.create(directory, list(argv), os.path.realpath(root))
     ctx = ApplyContext(journal=journal, runner=runner or default_runner(), purge_backups=purge_backups)
     held: list[int] = []
     try:
@@ -55,6 +55,9 @@ def apply_plan(
         except OSError as exc:
             raise KvmtuneError(f"{exc.filename}: cannot lock it ({exc.strerror or exc}); nothing changed") from None
         journal.entries = [change.snapshot(ctx) for change in plan.changes]
+        problems = refusals(journal)  # what undo would refuse is not done: every path inside the root
+        if problems:
+            raise KvmtuneError(f"refused: {'; '.join(problems)}; nothing changed")
         journal.log(f"created with {len(journal.entries)} change(s)")
         try:
             journal.save()

@@ -5,30 +5,41 @@ One JSON file per ``fix --apply`` in the journal directory (``/var/lib/kvmtune/j
 (file bytes or their absence, runtime values, domain XML, image backup name), the
 state after, and whether the change was carried out. It is rewritten atomically
 after every change, so a crash leaves a journal ``undo`` can use.
+
+A journal is input to ``undo``, which runs as root: it is read only from a directory and a file
+the invoking user owns and no one else can write (regular file, no link followed, size bounded),
+and every path it names must lie inside its root (:func:`refusals`): a journal in a host tree
+(``--root``) touches nothing outside that tree, and restores only values the settings table sets.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.errors import KvmtuneError
-from kvmtune.fix.entries import AnyEntry, entry_from_json
+from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.fix.entries import AnyEntry, DomainEntry, FileEntry, ImageEntry, Restore, RuntimeEntry, entry_from_json
 from kvmtune.fix.files import write_atomic
+from kvmtune.host.root import HostReadError, HostRoot
+from kvmtune.host.settings import known_runtime_path
+from kvmtune.inputs import check_private, read_private
 
 DEFAULT_DIR = "/var/lib/kvmtune/journal"
 ENV_DIR = "KVMTUNE_JOURNAL_DIR"
 FORMAT = 1
 ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
 STATES = ("applying", "applied", "failed", "undoing", "undone", "undo-incomplete")
+MAX_BYTES = 64 * 1024 * 1024  # a journal holds prior file contents (domain XML is at most 16 MiB each)
 
 
 class JournalError(KvmtuneError):
@@ -40,7 +51,11 @@ def locked(directory: Path) -> Iterator[None]:
     """One ``fix --apply`` or ``undo`` at a time per journal directory (an flock, released on exit or crash)."""
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise JournalError(f"cannot write the journal in {directory}: {exc.strerror or exc}; nothing changed") from None
+    check_directory(directory)
+    try:
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise JournalError(f"cannot write the journal in {directory}: {exc.strerror or exc}; nothing changed") from None
     try:
@@ -64,12 +79,39 @@ def _remove_stray_temps(directory: Path) -> None:
                 p.unlink()
 
 
+def check_directory(directory: Path) -> None:
+    """:class:`JournalError` unless ``directory`` (when it exists) is a directory the invoking user owns and no
+    one else can write: journals found there tell root what to write and delete."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalError(f"{directory}: cannot use the journal directory ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise JournalError(f"{directory}: the journal directory is not a directory")
+    try:
+        check_private(str(directory), st, "a journal directory")
+    except InputError as exc:
+        raise JournalError(str(exc)) from None
+
+
+def default_dir(root: str = "/") -> Path:
+    """Where journals go without ``--journal-dir`` or ``$KVMTUNE_JOURNAL_DIR``."""
+    return Path(root) / DEFAULT_DIR.lstrip("/")
+
+
 def journal_dir(explicit: str | None = None, root: str = "/") -> Path:
     """``--journal-dir``, else ``$KVMTUNE_JOURNAL_DIR``, else the default directory below ``root``:
-    a tree's journal stays in the tree, away from the real host's changes in ``undo --list``."""
+    a tree's journal stays in the tree, away from the real host's changes in ``undo --list``. A tree
+    whose journal directory is a link out of the tree is refused."""
     if explicit or os.environ.get(ENV_DIR):
         return Path(explicit or os.environ[ENV_DIR])
-    return Path(root) / DEFAULT_DIR.lstrip("/")
+    try:
+        HostRoot(root).beneath(DEFAULT_DIR)
+    except HostReadError as exc:
+        raise JournalError(f"{exc}; no journal is read or written there") from None
+    return default_dir(root)
 
 
 def new_id() -> str:
@@ -109,6 +151,8 @@ class Journal:
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = (json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n").encode()
+        if len(data) > MAX_BYTES:  # load() would refuse it: never write a journal undo cannot read
+            raise OSError(errno.EFBIG, f"the journal would be larger than {MAX_BYTES // 2**20} MiB")
         write_atomic(self.path, data, mode=0o600, tag="journal")
 
     def log(self, text: str) -> None:
@@ -131,16 +175,21 @@ class Journal:
         return ", ".join(f"{n} {names.get(k, k)}" for k, n in counts.items()) or "nothing"
 
 
-def load(journal_id: str, directory: Path) -> Journal:
+def load(journal_id: str, directory: Path, root: str | None = None) -> Journal:
+    """The journal ``journal_id`` of ``directory``, read as untrusted input.
+
+    With ``root`` (the ``--root`` of ``undo``), a journal made for another root, or with an entry that
+    reaches outside its root (:func:`refusals`), is refused as a whole: nothing of it is undone."""
     if not ID_RE.match(journal_id):
         raise JournalError(f"{journal_id!r} is not a journal id (see 'kvmtune undo --list')")
+    check_directory(directory)
     path = directory / f"{journal_id}.json"
+    if not os.path.lexists(path):
+        raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')") from None
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot read the journal ({exc.strerror})") from None
+        raw = read_private(str(path), MAX_BYTES, " (a journal)", noun="a journal")
+    except InputError as exc:
+        raise JournalError(str(exc)) from None
     try:
         doc = json.loads(raw)
         if not isinstance(doc, dict) or doc.get("kvmtune_journal") != FORMAT:
@@ -153,33 +202,144 @@ def load(journal_id: str, directory: Path) -> Journal:
         if not isinstance(changes, list):
             raise ValueError("no list of changes")
         entries = [entry_from_json(e, n) for n, e in enumerate(changes, 1)]
-        root = doc.get("root")
-        if not isinstance(root, str) or not root.startswith("/"):
+        root_ = doc.get("root")
+        if not isinstance(root_, str) or not _normal_absolute(root_):
             raise ValueError("no absolute root")
     except (ValueError, UnicodeDecodeError) as exc:
         raise JournalError(f"{path}: corrupt journal: {exc}") from None
-    return Journal(
+    journal = Journal(
         id=journal_id,
         directory=directory,
         argv=list(doc.get("argv") or []),
-        root=root,
+        root=root_,
         created=str(doc.get("created") or ""),
         state=doc["state"],
         entries=entries,
         error=doc.get("error"),
         history=list(doc.get("history") or []),
     )
+    if root is not None:
+        problems = refusals(journal, root)
+        if problems:
+            raise JournalError(f"{path}: refused, nothing restored: {'; '.join(problems)}")
+    return journal
+
+
+# --------------------------------------------------------------------------- what a journal may touch
+
+
+def _normal_absolute(p: str) -> bool:
+    """An absolute path with no ``.``, ``..``, empty or trailing component (``os.path.normpath`` keeps it as is)."""
+    return p.startswith("/") and not p.startswith("//") and os.path.normpath(p) == p and "\0" not in p
+
+
+def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
+    """Why ``journal`` must not be carried out or undone: one line per refused entry (none: it may be).
+
+    A journal's root is the real path of the ``--root`` it was made for; ``given_root`` (``undo --root``,
+    default ``/``) must be that same directory. Every path an entry names (file, temp file, directories it
+    created, runtime value and the values undo writes back, image, its backup and temp file) must lie inside
+    the root, the way :class:`HostRoot` maps paths (no link leading out of a tree). Values written back are only
+    the /proc/sys and /sys files of the settings table. A tree's journal may not redefine libvirt domains.
+    Each entry's printed name (``shown``) is set here from its path, never taken from the file."""
+    root = journal.root
+    if given_root is not None and os.path.realpath(given_root) != root:
+        made = "this host (/)" if root == "/" else f"the tree {root}"
+        flag = "without --root" if root == "/" else f"with --root {root}"
+        return [f"journal {journal.id} was made for {made}, not --root {given_root} (run kvmtune undo {flag})"]
+    tree = root != "/"
+    host = HostRoot(root)
+    problems: list[str] = []
+
+    def host_path(p: str, what: str) -> str | None:
+        """``p`` as a host path below the root (``/etc/x``), or None after adding the problem."""
+        if not _normal_absolute(p):
+            problems.append(f"{label}: {what} {p!r} is not a normal absolute path")
+            return None
+        if not tree:
+            return p
+        if not p.startswith(root + "/"):
+            problems.append(f"{label}: {what} {p} is outside the tree {root}")
+            return None
+        hp = p[len(root):]
+        try:
+            host.beneath(hp)
+        except HostReadError as exc:
+            problems.append(f"{label}: {what} {p} {exc.problem}")
+            return None
+        return hp
+
+    def beside(p: str, other: str, what: str, pattern: str) -> None:
+        """``other`` must be a kvmtune file next to ``p``, named by ``pattern`` (``{name}``: p's file name)."""
+        if host_path(other, what) is None:
+            return
+        directory, name = os.path.split(p)
+        prefix, suffix = pattern.format(name=name).split("*")
+        base = os.path.basename(other)
+        if os.path.dirname(other) != directory or not (base.startswith(prefix) and base.endswith(suffix)) \
+                or len(base) < len(prefix) + len(suffix):
+            problems.append(f"{label}: {what} {other} is not a file kvmtune names beside {p}")
+
+    for n, e in enumerate(journal.entries, 1):
+        label = f"change {n} ({e.kind})"
+        if isinstance(e, FileEntry):
+            if host_path(e.path, "file") is None:
+                continue
+            beside(e.path, e.temp, "temp file", ".{name}.kvmtune-*.tmp")
+            for d in e.created_dirs:
+                if host_path(d, "created directory") is not None and not e.path.startswith(d.rstrip("/") + "/"):
+                    problems.append(f"{label}: created directory {d} is not a directory above {e.path}")
+                elif d in ("/", root):
+                    problems.append(f"{label}: created directory {d} is the root itself")
+            e.shown = e.path
+        elif isinstance(e, RuntimeEntry):
+            hp = host_path(e.real_path, "runtime value")
+            if hp is None:
+                continue
+            if not known_runtime_path(hp):
+                problems.append(f"{label}: {hp} is not a value kvmtune sets")
+                continue
+            if e.path != hp:
+                problems.append(f"{label}: names {e.path!r} but writes {e.real_path}")
+                continue
+            restore: list[Restore] = []
+            for r in e.restore:
+                target = host_path(r.target, "restore target")
+                if target is None:
+                    continue
+                if not known_runtime_path(target):
+                    problems.append(f"{label}: restore target {target} is not a value kvmtune sets")
+                    continue
+                restore.append(Restore(r.target, r.value, target))
+            e.restore = restore
+        elif isinstance(e, ImageEntry):
+            if host_path(e.path, "image") is None:
+                continue
+            beside(e.path, e.temp, "temp file", ".{name}.kvmtune-*.tmp")
+            beside(e.path, e.backup, "backup", "{name}.kvmtune-orig-*")
+        elif isinstance(e, DomainEntry) and tree:
+            problems.append(f"{label}: a journal of the tree {root} may not redefine libvirt domain {e.name!r}")
+    return problems
 
 
 def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:
-    """Every journal in ``directory``, oldest first: (id, journal or None, problem)."""
+    """Every journal in ``directory``, oldest first: (id, journal or None, problem). A journal that cannot be
+    read (not a regular file, a link, too large, another user's, corrupt) or that reaches outside its own root
+    is listed with its problem; a directory another user can write is refused as a whole."""
+    check_directory(directory)
     out: list[tuple[str, Journal | None, str]] = []
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for p in sorted(directory.iterdir()):
             if p.suffix != ".json" or not ID_RE.match(p.stem):
                 continue
             try:
-                out.append((p.stem, load(p.stem, directory), ""))
+                journal = load(p.stem, directory)
             except JournalError as exc:
                 out.append((p.stem, None, str(exc)))
+                continue
+            problems = refusals(journal)
+            if problems:
+                out.append((p.stem, None, f"{journal.path}: refused: {'; '.join(problems)}"))
+            else:
+                out.append((p.stem, journal, ""))
     return out

@@ -22,6 +22,7 @@ raised only where taps drop).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -249,8 +250,11 @@ class Setting:
             return None
 
 
+KSM_RUN = "/sys/kernel/mm/ksm/run"
+
+
 def _ksm(_f: HostFacts) -> str | None:
-    return "/sys/kernel/mm/ksm/run"
+    return KSM_RUN
 
 
 def _thp(leaf: str) -> Callable[[HostFacts], str | None]:
@@ -388,6 +392,37 @@ def answers(rule_id: str, target: str | None, profile: str) -> bool:
         rule_id in d.rules and profile in d.profiles and (target or "").startswith(d.target_prefix)
         for d in DEVICE_SETTINGS
     )
+
+
+# the per-device runtime values fix --host writes (kvmtune.fix.host), as host paths
+_DEVICE_PATHS = (
+    re.compile(r"/sys/block/[^/]+/queue/scheduler"),
+    re.compile(r"/sys/class/net/[^/]+/tx_queue_len"),
+    re.compile(r"/sys/class/net/[^/]+/queues/rx-0/rps_cpus"),
+    re.compile(r"/sys/module/kvm/parameters/halt_poll_ns"),
+)
+_THP_BASES = ("/sys/kernel/mm/transparent_hugepage", "/sys/kernel/mm/redhat_transparent_hugepage")
+
+
+def runtime_paths() -> set[str]:
+    """The /proc/sys and /sys files of the table's settings (every profile's, and the sysctls they are coupled
+    with), on any host: the only values besides :data:`_DEVICE_PATHS` that ``kvmtune undo`` writes back."""
+    out = {KSM_RUN}
+    out |= {f"{base}/{leaf}" for base in _THP_BASES for leaf in ("enabled", "defrag")}
+    for profile in PROFILE_DEFS.values():
+        for s in profile.settings:
+            if s.is_sysctl:
+                out.add(HostFacts.sysctl_path(s.name))
+            if s.couple:
+                out.add(HostFacts.sysctl_path(s.couple))
+    return out
+
+
+def known_runtime_path(host_path: str) -> bool:
+    """Is ``host_path`` a runtime value the settings table sets (a sysctl, KSM, THP, or a device value)?"""
+    if any(part in ("", ".", "..") for part in host_path.split("/")[1:]):
+        return False
+    return host_path in runtime_paths() or any(p.fullmatch(host_path) for p in _DEVICE_PATHS)
 
 
 def host_fixed_rules() -> set[str]:
