@@ -89,7 +89,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  netload serve [--listen ADDR:PORT] [--once]          serve runs (default :20000)
+  netload serve [--listen ADDR:PORT] [--once]          serve runs (default 127.0.0.1:20000;
+                                                       beyond loopback only with --token T)
   netload run PROFILE.xml --remote HOST[:PORT] [opts]   run a uperf profile
   netload run PROFILE.xml [opts]                        its remotehost(s): one netload serve per host
   netload run --workload NAME[--USERS] [--users N] [--duration 30s] --remote HOST[:PORT]
@@ -144,6 +145,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	maxSessions := fs.Int("max-sessions", 8, "runs served at once; more are refused")
 	maxPending := fs.Int("max-pending", 256, "connections still owing their hello; past it the oldest is closed")
 	maxProfile := fs.Int("max-profile-bytes", 1<<20, "largest hello (it carries the profile) a client may send")
+	maxRunMem := fs.String("max-run-memory", profile.FormatSize(engine.DefaultMaxRunMemory), "most memory one run may make the server hold (message buffers and strands)")
+	maxMem := fs.String("max-memory", profile.FormatSize(engine.DefaultMaxMemory), "most memory the runs served at once may make the server hold")
 	once := fs.Bool("once", false, "exit after serving one run")
 	quiet := fs.Bool("q", false, "do not log sessions")
 	peerTimeout := fs.Duration("peer-timeout", 10*time.Second, "end a session when the client is silent this long")
@@ -155,6 +158,23 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netload serve: unexpected argument %q\n", pos[0])
 		return exitUsage
 	}
+	if *maxSessions < 1 || *maxPending < 1 || *maxProfile < 1024 {
+		fmt.Fprintln(stderr, "netload serve: --max-sessions and --max-pending must be at least 1, --max-profile-bytes at least 1024")
+		return exitUsage
+	}
+	var mem [2]int64
+	for i, o := range []struct{ name, val string }{{"max-run-memory", *maxRunMem}, {"max-memory", *maxMem}} {
+		n, err := profile.ParseSize(o.val)
+		if err != nil || n < 1<<20 {
+			fmt.Fprintf(stderr, "netload serve: --%s %q: want a size of at least 1M (uperf units: 256M, 1G)\n", o.name, o.val)
+			return exitUsage
+		}
+		mem[i] = n
+	}
+	if mem[0] > mem[1] {
+		fmt.Fprintln(stderr, "netload serve: --max-run-memory is more than --max-memory: such a run could never start")
+		return exitUsage
+	}
 	addr := *listen
 	if !strings.Contains(addr, ":") {
 		addr = net.JoinHostPort(addr, strconv.Itoa(DefaultPort))
@@ -164,13 +184,18 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netload serve: %v\n", err)
 		return exitSetup
 	}
-	if *maxSessions < 1 || *maxPending < 1 || *maxProfile < 1024 {
-		fmt.Fprintln(stderr, "netload serve: --max-sessions and --max-pending must be at least 1, --max-profile-bytes at least 1024")
+	// anyone who can reach a port beyond loopback could otherwise run any
+	// profile here: such a server needs a token (where it listens is known
+	// only once it does: a name, or :PORT, which means every address)
+	if ip := srv.Addr().(*net.TCPAddr).IP; *token == "" && !ip.IsLoopback() {
+		srv.Close()
+		fmt.Fprintf(stderr, "netload serve: --listen %s is not a loopback address: give a token (--token T or $%s), which clients must send\n", *listen, TokenEnv)
 		return exitUsage
 	}
 	srv.PeerTimeout = *peerTimeout
 	srv.Token = *token
 	srv.MaxSessions, srv.MaxPending, srv.MaxProfileBytes = *maxSessions, *maxPending, *maxProfile
+	srv.MaxRunMemory, srv.MaxMemory = mem[0], mem[1]
 	srv.Once = *once
 	if !*quiet {
 		srv.Logf = func(format string, a ...any) {

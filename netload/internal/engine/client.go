@@ -25,7 +25,7 @@ import (
 )
 
 // Version is netload's version, reported in every document.
-var Version = "0.4.0"
+var Version = "0.4.1"
 
 // Error classes (report.ErrorInfo.Class) and the exit codes the CLI maps
 // them to.

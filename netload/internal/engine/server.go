@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -38,12 +39,20 @@ type Server struct {
 	// HelloTimeout is the time a new connection has to send its whole hello
 	// (default 5s): a slow sender is cut off then, however it trickles.
 	HelloTimeout time.Duration
+	// MaxRunMemory bounds what one run may make the server hold (see
+	// runMemory: its strands' message buffers plus StrandCost per strand;
+	// default DefaultMaxRunMemory). A larger run is refused at its hello.
+	MaxRunMemory int64
+	// MaxMemory bounds the same over every run served at once (default
+	// DefaultMaxMemory); a run that would pass it is refused as busy.
+	MaxMemory int64
 
 	ln       net.Listener
 	mu       sync.Mutex
 	sessions map[*session]bool
 	pending  *list.List // of *session, oldest first
 	running  int        // sessions past the hello
+	reserved int64      // runMemory of the sessions past the hello
 	wg       sync.WaitGroup
 }
 
@@ -85,6 +94,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.HelloTimeout <= 0 {
 		s.HelloTimeout = 5 * time.Second
 	}
+	if s.MaxRunMemory <= 0 {
+		s.MaxRunMemory = DefaultMaxRunMemory
+	}
+	if s.MaxMemory <= 0 {
+		s.MaxMemory = DefaultMaxMemory
+	}
 	go func() {
 		<-ctx.Done()
 		s.ln.Close()
@@ -122,6 +137,7 @@ func (s *Server) Serve(ctx context.Context) error {
 				ss.pendingAt = nil
 			}
 			s.mu.Unlock()
+			ss.giveBack()
 			ss.release()
 		}
 		if s.Once {
@@ -159,19 +175,49 @@ type session struct {
 	wc        *wire.Conn
 	pendingAt *list.Element // in srv.pending until the hello is read
 	counted   bool          // holds one of srv.MaxSessions
+	mem       int64         // the share of srv.MaxMemory it holds
 	sd        *side
 	err       error
 	started   bool // the hello was accepted
 }
 
-// release gives back the session's MaxSessions slot (once).
-func (ss *session) release() {
+// releaseSlot gives back the session's MaxSessions slot (once).
+func (ss *session) releaseSlot() {
 	ss.srv.mu.Lock()
 	if ss.counted {
 		ss.srv.running--
 		ss.counted = false
 	}
 	ss.srv.mu.Unlock()
+}
+
+// release, at the end of the session, gives back its slot and its share of
+// MaxMemory (after giveBack: the buffers are gone by then).
+func (ss *session) release() {
+	ss.releaseSlot()
+	ss.srv.mu.Lock()
+	ss.srv.reserved -= ss.mem
+	ss.mem = 0
+	ss.srv.mu.Unlock()
+}
+
+// giveBackAt is the run memory from which a session's end returns the
+// freed heap to the system at once (debug.FreeOSMemory, which also runs a
+// garbage collection). Below it (every built-in workload up to 250 users
+// is) the runtime's own collection and scavenger are left to do it, so
+// that a small run's end does not stall the runs still being measured.
+const giveBackAt = 16 << 20
+
+// giveBack drops what the ended session held; when its strands made large
+// buffers, the memory goes back to the system now, not minutes later when
+// the runtime gets to it (an idle server allocates nothing, so nothing
+// would start a collection).
+func (ss *session) giveBack() {
+	allocated := ss.sd != nil && ss.sd.allocated
+	ss.sd = nil
+	if allocated && ss.mem >= giveBackAt {
+		debug.FreeOSMemory()
+	}
 }
 
 func (ss *session) refuse(format string, a ...any) {
@@ -219,15 +265,31 @@ func checkProfile(p *profile.Profile) error {
 	if total > profile.MaxStrands {
 		return fmt.Errorf("%d strands is more than %d", total, profile.MaxStrands)
 	}
-	if mem := bufferBytes(p); mem > maxBufferBytes {
-		return fmt.Errorf("the strands' buffers would take %d MiB, more than %d MiB", mem>>20, maxBufferBytes>>20)
-	}
 	return nil
 }
 
-// maxBufferBytes bounds the message buffers a client can make a server
-// allocate (one buffer of the largest message per strand).
-const maxBufferBytes = 2 << 30
+// What a client may make a server hold. A real profile needs far less: the
+// largest of netload's and kvmtune's (profiles/, bench/net's catalogue, at
+// most 1,000 users) is 1,000 strands of 64 KiB, 96 MiB with StrandCost;
+// seed 002's largest (250 users of 30 KiB) is 15 MiB. Probe guests have
+// 512 MiB by default.
+const (
+	DefaultMaxRunMemory int64 = 256 << 20 // one run
+	DefaultMaxMemory    int64 = 512 << 20 // every run served at once
+	// StrandCost is what a strand holds besides its message buffer: its
+	// goroutine's stack, its statistics and histogram pages, its
+	// connections' state. A server's peak RSS grew by 20 KiB per strand
+	// for rr1c-1x1 with 1,000 users (27 KiB with 250), the collector's
+	// headroom included.
+	StrandCost int64 = 32 << 10
+)
+
+// runMemory is what profile p may make a side hold: one buffer of the
+// largest message per strand (a server's strand uses the size or the rsize
+// of the client's flowops) and StrandCost per strand.
+func runMemory(p *profile.Profile) int64 {
+	return bufferBytes(p) + int64(p.Strands())*StrandCost
+}
 
 func bufferBytes(p *profile.Profile) int64 {
 	var total int64
@@ -242,6 +304,33 @@ func bufferBytes(p *profile.Profile) int64 {
 	}
 	return total
 }
+
+// reserve takes need bytes of the server's MaxMemory for the session, or
+// refuses the run (a clear error to the client, a line in the log).
+func (ss *session) reserve(need int64, strands int) bool {
+	srv := ss.srv
+	if need > srv.MaxRunMemory {
+		ss.refuse("the run would hold %s on this server (the message buffers of its %d strands and %s per strand), more than its limit of %s per run (serve --max-run-memory)",
+			mib(need), strands, kib(StrandCost), mib(srv.MaxRunMemory))
+		return false
+	}
+	srv.mu.Lock()
+	held := srv.reserved
+	ok := held+need <= srv.MaxMemory
+	if ok {
+		srv.reserved += need
+		ss.mem = need
+	}
+	srv.mu.Unlock()
+	if !ok {
+		ss.refuse("busy: the run would hold %s on this server, and the runs it serves hold %s of its %s (serve --max-memory)",
+			mib(need), mib(held), mib(srv.MaxMemory))
+	}
+	return ok
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+func kib(n int64) string { return fmt.Sprintf("%d KiB", n>>10) }
 
 func (ss *session) run() {
 	defer ss.wc.Close()
@@ -289,6 +378,9 @@ func (ss *session) run() {
 	}
 	if err := checkProfile(m.Profile); err != nil {
 		ss.refuse("bad profile: %v", err)
+		return
+	}
+	if !ss.reserve(runMemory(m.Profile), m.Profile.Strands()) {
 		return
 	}
 	sprof := m.Profile.Opposite()
@@ -395,7 +487,8 @@ func (ss *session) run() {
 				abortStep()
 				// the client takes this reply as the end of its run and may start the next at
 				// once: its slot must be free by then, not after this session's teardown
-				ss.release()
+				// (its share of MaxMemory stays taken until the buffers are given back)
+				ss.releaseSlot()
 				_ = ss.wc.Send(&wire.Msg{Type: wire.TBye, Stats: &wire.SideStats{PeakRSS: sysstat.PeakRSS()}})
 				ss.srv.logf("%v: run finished", peer)
 				return

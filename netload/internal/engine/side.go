@@ -39,6 +39,7 @@ type side struct {
 	cancel context.CancelFunc
 
 	blocking  bool // TCP data connections use blocking I/O (flowop.Conn)
+	allocated bool // a strand made its message buffer (strand.makeBuf)
 	procsSet  bool // the strands count in GOMAXPROCS (setIO)
 	closeOnce sync.Once
 
@@ -350,6 +351,13 @@ type runningStep struct {
 func (sd *side) startStep(k int, timed bool) *runningStep {
 	ctl := &stepCtl{deadlines: make([]time.Time, len(sd.prof.Groups))}
 	rs := &runningStep{k: k, ctl: ctl, done: make(chan struct{})}
+	// buffers are made when a step first needs them, before its CPU time is
+	// taken (the strands are not running: no step is)
+	for _, s := range sd.strands {
+		if s.makeBuf(k) {
+			sd.allocated = true
+		}
+	}
 	rs.cpu0 = sysstat.Take()
 	rs.start = rs.cpu0.At
 	if timed {

@@ -55,6 +55,8 @@ type ptxn struct {
 	// connections this one uses (at most closes them), so a message cut
 	// short when a timed transaction ends cannot misalign a later step.
 	final bool
+	// moves: some op reads or writes messages (the strand's buffer is needed)
+	moves bool
 }
 
 // idle reports whether none of the transaction's flowops runs here (a
@@ -68,8 +70,12 @@ type strand struct {
 	group int
 	sd    *side
 	txns  []ptxn
-	buf   []byte
-	conns []*flowop.Conn
+	// buf holds one message of the largest size (bufSize); it is made by the
+	// first step that moves data (side.startStep), not when the run is set
+	// up, so a hello commits no memory, and it goes with the strand.
+	buf     []byte
+	bufSize int
+	conns   []*flowop.Conn
 
 	lastPiece bool // the flowop being run is at its last count (op.last applies)
 
@@ -129,6 +135,9 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 			if o.size > maxBuf {
 				maxBuf = o.size
 			}
+			if f.Type.Moves() {
+				pt.moves = true
+			}
 			pt.ops = append(pt.ops, o)
 		}
 		s.txns = append(s.txns, pt)
@@ -137,11 +146,21 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 		s.txns[ti].final = finalTxn(s.txns, ti)
 	}
 	s.conns = make([]*flowop.Conn, len(dense))
-	s.buf = make([]byte, maxBuf)
+	s.bufSize = maxBuf
+	return s
+}
+
+// makeBuf makes the strand's message buffer before step k if that step
+// moves data and the buffer is not there yet; it reports whether it did.
+func (s *strand) makeBuf(k int) bool {
+	if s.buf != nil || k >= len(s.txns) || !s.txns[k].moves {
+		return false
+	}
+	s.buf = make([]byte, s.bufSize)
 	for i := range s.buf {
 		s.buf[i] = byte('a' + i%26)
 	}
-	return s
+	return true
 }
 
 // interrupt unblocks whatever the strand is waiting for.

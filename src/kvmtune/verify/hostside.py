@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.bench import find_netload, netload_metrics
+from kvmtune.bench.net.bench import find_netload, netload_metrics, new_token
 from kvmtune.bench.net.netns import NetError, Netns, require_net_admin
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
@@ -130,6 +130,8 @@ class _NamespacePair:
         self.server = Netns(f"kvmtune-{tag}-s", ctx.runner)
         self.made: list[Netns] = []
         self.proc: subprocess.Popen[bytes] | None = None
+        # netload serves a veth address, not loopback: it needs a token (in the environment, out of argv)
+        self.env = {"NETLOAD_TOKEN": new_token()}
 
     def __enter__(self) -> _NamespacePair:
         try:
@@ -144,6 +146,7 @@ class _NamespacePair:
             self.proc = self.ctx.runner.popen(
                 [*self.server.exec_prefix, self.netload, "serve", "-q", "--listen", f"{NET_B}:{NETLOAD_PORT}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                env={**os.environ, **self.env},
             )
         except BaseException:
             self.close()
@@ -166,7 +169,7 @@ class _NamespacePair:
         argv = [self.netload, "run", "--workload", workload, "--users", str(users), "--duration", duration,
                 "--remote", f"{NET_B}:{NETLOAD_PORT}", "-q", "--json"]
         for _try in range(20):  # the server may still be starting
-            res = self.client.exec(*argv, check=False, timeout=seconds + 30)
+            res = self.ctx.runner.run([*self.client.exec_prefix, *argv], timeout=seconds + 30, env=self.env)
             if res.ok:
                 try:
                     return netload_metrics(json.loads(res.stdout))
