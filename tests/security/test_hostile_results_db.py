@@ -17,6 +17,8 @@ from kvmtune.bench.store import SCHEMA, SCHEMA_VERSION, Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.fleet.history import SCHEMA as FLEET_SCHEMA
 
+ESC = "\x1b"
+EVIL = f"db01\nKVM-STO-004 db01 forged: HELPS; kept{ESC}]0;owned\x07\u202e\x9b"
 RUN_COLUMNS = "id, started, finished, kind, preset, status, accel, env, args, note, owner_pid, owner_start, owner_boot"
 
 
@@ -187,3 +189,80 @@ def test_wrong_types_and_deep_json_are_one_line(tmp_path: Path, sql: str, argv: 
     con.commit()
     con.close()
     one_line_error(kvmtune(*argv, "--db", str(db)), str(db), message)
+
+
+# ------------------------------------------------------------------ item 7: database strings on the terminal
+
+
+def assert_escaped(text: str) -> None:
+    for bad in (ESC, "\x07", "\u202e", "\x9b", "\r"):
+        assert bad not in text, repr(text[-400:])
+    assert not any(line.startswith("KVM-STO-004 db01 forged") for line in text.splitlines()), text
+
+
+def test_results_report_and_compare_escape_database_strings(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        for _ in range(2):
+            rid = st.begin_run("storage", {"accel": "tcg", "qemu": EVIL}, {}, preset=EVIL)
+            for rep in range(2):
+                st.add_cell(rid, f"{EVIL}|{EVIL}", {"bus": EVIL}, EVIL, "ok", {"iops": 100.0 + rep}, rep=rep, accel="tcg")
+            st.add_cell(rid, f"x|{EVIL}", {}, EVIL, "error", error=EVIL, accel="tcg")
+            st.finish_run(rid, "errors", note=EVIL)
+        vid = st.begin_run("verify", {"accel": "none"}, {})
+        st.add_cell(vid, f"KVM-STO-004|{EVIL}", {"rule": "KVM-STO-004", "target": EVIL, "change": EVIL, "tier": "block",
+                    "verdict": "helps", "action": EVIL, "metric": "iops", "unit": EVIL}, "w", "ok",
+                    {"before": 1.0, "after": 2.0, "ratio": 2.0})  # fmt: skip
+        st.add_cell(vid, "KVM-STO-002|x", {"rule": "KVM-STO-002", "target": EVIL}, "w", "error", error=EVIL)
+        st.finish_run(vid, "errors", note=EVIL)
+    for argv in (["results", "list"], ["results", "show", "1"], ["report", "1", "2", "3"], ["compare", "1", "2"]):
+        res = kvmtune(*argv, "--db", str(db))
+        assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-600:]
+        assert_escaped(res.stdout + res.stderr)
+        assert "\\x1b]0;owned\\x07" in res.stdout, (argv, res.stdout[-600:])
+
+
+# ------------------------------------------------------------------ item 6: verify and domain names
+
+
+def test_verify_escapes_a_domain_name_from_xml(tmp_path: Path) -> None:
+    """XML 1.0 lets a <name> carry a newline, U+202E and U+009B as character references (libvirt's own parser
+    refuses some of them; kvmtune reads the file). --budget 1 skips every experiment: the lines still print."""
+    name = "db01&#10;KVM-STO-004 db01 forged: HELPS; kept&#x202e;&#x9b;&#13;"
+    xml = tmp_path / "dom.xml"
+    xml.write_text(f"""<domain type='kvm'><name>{name}</name><memory unit='GiB'>1</memory><vcpu>1</vcpu>
+      <os><type arch='x86_64' machine='q35'>hvm</type></os><devices>
+      <disk type='file' device='disk'><driver name='qemu' type='qcow2' cache='writethrough'/>
+      <source file='/nonexistent/x.qcow2'/><target dev='vda' bus='virtio'/></disk></devices></domain>""")
+    res = kvmtune("verify", str(xml), "--budget", "1", "--no-store", "--workdir", str(tmp_path / "w"), timeout=60)
+    assert res.returncode in (0, 2, 3), res.stderr[-600:]
+    assert "Traceback" not in res.stderr
+    assert "db01\\x0aKVM-STO-004 db01 forged" in res.stdout, res.stdout
+    assert_escaped(res.stdout + res.stderr)
+
+
+def test_verify_lines_of_measured_and_failed_experiments_are_escaped(tmp_path: Path) -> None:
+    """What ``kvmtune verify`` prints for an experiment that ran (or failed): its line, its notes, the run's notes."""
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.engine import run_rules
+    from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
+    from kvmtune.host.root import HostRoot
+    from kvmtune.runner import Runner
+    from kvmtune.verify.engine import plan_all, render_text, subjects
+    from kvmtune.verify.experiments import VerifyContext
+
+    xml = (b"<domain type='kvm'><name>db01&#10;KVM-STO-004 db01 forged: HELPS; kept&#x202e;</name><memory>1048576</memory>"
+           b"<vcpu>1</vcpu><os><type arch='x86_64' machine='q35'>hvm</type></os><devices><disk type='file' device='disk'>"
+           b"<driver name='qemu' type='qcow2' cache='writethrough'/><source file='/nonexistent/x.qcow2'/>"
+           b"<target dev='vda' bus='virtio'/></disk></devices></domain>")  # fmt: skip
+    guest = guest_from_tree(parse_xml_bytes(xml, "t.xml"), "t.xml", "xml")
+    findings = run_rules(AuditContext(host=HostRoot("/")), [guest])
+    ctx = VerifyContext(runner=Runner(), host=HostRoot("/"), root="/", workdir=tmp_path)
+    planned = plan_all(subjects(findings, [guest], []), ctx)
+    assert planned
+    for p in planned:
+        p.result.error, p.result.notes = EVIL, [EVIL]
+    ctx.notes.append(EVIL)
+    text = render_text([p.result for p in planned], ctx, 1.0)
+    assert_escaped(text)
+    assert "measurement failed: db01\\x0aKVM-STO-004 db01 forged" in text
