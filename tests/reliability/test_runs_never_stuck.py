@@ -18,7 +18,7 @@ import pytest
 
 from kvmtune.bench.leftovers import sweep
 from kvmtune.bench.runner import BenchBusy, BenchRunner, Cell, CellSink, HostBenchLock
-from kvmtune.bench.store import SCHEMA_VERSION, Store
+from kvmtune.bench.store import SCHEMA, SCHEMA_VERSION, Store
 from kvmtune.bench.workdir import OWNER_FILE, Scratch, read_owner
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
@@ -153,14 +153,8 @@ def test_two_first_benchmarks_on_a_new_database(tmp_path: Path) -> None:
 def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     con = sqlite3.connect(db)
-    con.executescript(
-        "CREATE TABLE runs (id INTEGER PRIMARY KEY, started REAL NOT NULL, finished REAL, kind TEXT NOT NULL,"
-        " preset TEXT, status TEXT NOT NULL, accel TEXT, env TEXT NOT NULL, args TEXT NOT NULL, note TEXT);"
-        "CREATE TABLE cells (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, key TEXT NOT NULL, config TEXT NOT NULL,"
-        " workload TEXT NOT NULL, rep INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, error TEXT, accel TEXT,"
-        " started REAL, duration_s REAL, raw TEXT);"
-        "CREATE TABLE metrics (cell_id INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL);"
-        "CREATE TABLE samples (cell_id INTEGER NOT NULL, t REAL NOT NULL, name TEXT NOT NULL, value REAL NOT NULL);"
+    con.executescript(  # schema 1 as kvmtune created it: schema 2 without runs' three owner columns
+        SCHEMA.replace(",\n    owner_pid INTEGER,\n    owner_start TEXT,\n    owner_boot TEXT", "") +
         "INSERT INTO runs (started, kind, status, env, args) VALUES (1, 'storage', 'running', '{}', '{}');"
         "PRAGMA user_version = 1;"
     )

@@ -64,6 +64,7 @@ from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
+from kvmtune.textsafe import safe
 
 EXIT_OK, EXIT_CELLS_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 LOCK_ENV = "KVMTUNE_BENCH_LOCK"
@@ -343,7 +344,7 @@ class BenchRunner(CellSink):
         filled = int(width * done / max(1, total))
         what = bench.describe(cell) if cell.ok else f"ERROR: {cell.error}"
         line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}{_eta(self._measuring_since, done, total)} " \
-               f"{cell.config_key} {cell.workload}: {what}"
+               f"{safe(cell.config_key)} {safe(cell.workload)}: {safe(what)}"  # verify's keys name domains
         self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
         self.stream.flush()
 

@@ -14,6 +14,15 @@ half-made one. A run records its owner (pid, process start time, boot id);
 a ``running`` run whose owner is gone reads back as ``abandoned``. SQLite errors
 (damaged pages included) become one line naming the file; benchmarks run
 :meth:`Store.check` (``PRAGMA quick_check``) before measuring anything.
+
+A results database is untrusted input (``--db``, or a file others can write): before anything is
+read or written its schema must be one kvmtune made (the tables and index of schema 1 or 2, the
+fleet tables of :mod:`kvmtune.fleet.history` beside them, no views, triggers or virtual tables),
+else it is "not a kvmtune results database" and is left as it was (no migration, no journal-mode
+change). SQLite runs with ``trusted_schema`` off, a cap on any one value (:data:`MAX_VALUE_BYTES`)
+and a progress handler that stops a statement after :data:`QUERY_TIME_LIMIT_S`; every value read
+back is type-checked and JSON columns depth-checked, so a hostile file costs one line, not a
+traceback, a hang or gigabytes.
 """
 
 from __future__ import annotations
@@ -33,6 +42,11 @@ from kvmtune.host.root import HostRoot
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
+MAX_VALUE_BYTES = 32 << 20  # SQLITE_LIMIT_LENGTH: a cell's raw fio JSON is kilobytes; no value of a real database nears it
+MAX_JSON_CHARS = 1 << 20  # env, args, a cell's configuration: a few KiB in a real database
+MAX_JSON_DEPTH = 32
+QUERY_TIME_LIMIT_S = 60.0  # one statement; a real database answers in well under a second
+PROGRESS_STEPS = 10_000  # SQLite VM steps between looks at the clock
 
 SCHEMA = """
 CREATE TABLE runs (
@@ -90,6 +104,34 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+# the stored JSON keys whose type kvmtune's readers rely on (null allowed): anything else may hold any JSON
+ENV_TYPES: dict[str, tuple[type, ...]] = {
+    k: (str,) for k in ("tier", "netload", "qemu", "fio", "accel", "cpu_model", "host_kernel", "kvmtune")
+} | {"topologies": (list,), "ncpu": (int,)}
+CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    k: (str,) for k in ("tier", "topology", "rule", "target", "change", "verdict", "action", "metric", "unit", "seed",
+                        "bus", "sched", "host_fs", "ovs_datapath")
+} | {k: (int,) for k in ("mtu", "hosts", "pairs", "pair")} | {"tunings": (dict,)}
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose every statement gets :data:`QUERY_TIME_LIMIT_S` from its start (the progress
+    handler set in :class:`Store` looks at ``deadline``), so a runaway query ends as an error."""
+
+    deadline = 0.0
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        self.deadline = time.monotonic() + QUERY_TIME_LIMIT_S
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        self.deadline = time.monotonic() + QUERY_TIME_LIMIT_S
+        return super().executemany(sql, parameters)
+
+    def past_deadline(self) -> int:
+        return int(time.monotonic() > self.deadline)
+
+
 @dataclass(frozen=True)
 class Owner:
     """The process that runs a benchmark: pid, its start time (clock ticks since boot) and the boot id."""
@@ -144,7 +186,58 @@ def _hint(exc: sqlite3.Error) -> str:
         return " (the file is damaged; keep a copy and use another --db)"
     if "locked" in text or "busy" in text:
         return f" (another kvmtune held it for over {BUSY_TIMEOUT_S:.0f} s)"
+    if "interrupted" in text:
+        return f" (a query ran for over {QUERY_TIME_LIMIT_S:.0f} s: a hostile or damaged database?)"
+    if "too big" in text:
+        return f" (a value larger than {MAX_VALUE_BYTES >> 20} MiB: not one kvmtune wrote)"
     return ""
+
+
+def _reference() -> dict[str, tuple[Any, ...]]:
+    """The shape of every object kvmtune creates (schema 2 and the fleet tables), from an in-memory copy."""
+    from kvmtune.fleet.history import SCHEMA as FLEET_SCHEMA
+
+    con = sqlite3.connect(":memory:")
+    try:
+        con.executescript(SCHEMA + FLEET_SCHEMA)
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master")]
+        return {name: _shape(con, name) for name in names}
+    finally:
+        con.close()
+
+
+_REFERENCE: dict[str, tuple[Any, ...]] = {}
+V1_DROPPED = 3  # schema 1's runs had no owner_pid, owner_start, owner_boot (MIGRATIONS[1] adds them at the end)
+
+
+def _shape(con: sqlite3.Connection, name: str) -> tuple[Any, ...]:
+    """(type, table, normalised SQL for an index, columns, foreign keys / index columns) of one schema object."""
+    type_, tbl, sql, rootpage = con.execute(
+        "SELECT type, tbl_name, sql, rootpage FROM sqlite_master WHERE name=?", (name,)
+    ).fetchone()
+    if type_ == "table":
+        if not isinstance(sql, str) or sql.lstrip().upper().startswith("CREATE VIRTUAL") or not rootpage:
+            return ("virtual table", tbl, None, (), ())
+        cols = tuple(con.execute('SELECT cid, name, type, "notnull", dflt_value, pk, hidden FROM pragma_table_xinfo(?)',
+                                 (name,)).fetchall())
+        fks = tuple(con.execute("SELECT * FROM pragma_foreign_key_list(?)", (name,)).fetchall())
+        return (type_, tbl, None, cols, fks)
+    text = " ".join(sql.split()) if isinstance(sql, str) else None
+    cols = tuple(con.execute("SELECT * FROM pragma_index_xinfo(?)", (name,)).fetchall())
+    return (type_, tbl, text, cols, ())
+
+
+def _json_depth_ok(doc: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return False
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return True
 
 
 @dataclass(frozen=True)
@@ -188,42 +281,83 @@ class Store:
             raise KvmtuneError(f"{path}: {what} (benchmarks create it; --db names another)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S)
+            self.db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, factory=_Connection)
         except (OSError, sqlite3.Error) as exc:
             raise KvmtuneError(f"{path}: cannot open results database ({exc})") from None
+        conn = self.db
+        assert isinstance(conn, _Connection)
         try:
-            self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self.db.execute("PRAGMA foreign_keys = ON")
-            version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+            # before the first look at the file: its schema and rows are someone else's input
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+            conn.set_progress_handler(conn.past_deadline, PROGRESS_STEPS)
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("BEGIN")  # the version and the schema it describes read together (another kvmtune may be creating it)
+            try:
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                if version > SCHEMA_VERSION:
+                    raise KvmtuneError(
+                        f"{path}: results database schema {version} is newer than this kvmtune ({SCHEMA_VERSION}); "
+                        "upgrade kvmtune"
+                    )
+                self._validate(version)  # nothing is written to a database that is not kvmtune's
+            finally:
+                conn.rollback()
             if version < SCHEMA_VERSION:
                 self._create_or_upgrade()
-            elif version > SCHEMA_VERSION:
-                raise KvmtuneError(
-                    f"{path}: results database schema {version} is newer than this kvmtune ({SCHEMA_VERSION}); "
-                    "upgrade kvmtune"
-                )
-            if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self._validate(SCHEMA_VERSION)
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 try:
-                    self.db.execute("PRAGMA journal_mode = WAL")
+                    conn.execute("PRAGMA journal_mode = WAL")
                 except sqlite3.OperationalError:
                     pass  # read-only file or directory, or a file system without shared memory: stay in rollback mode
         except sqlite3.DatabaseError as exc:
-            self.db.close()
-            raise KvmtuneError(f"{path}: not a kvmtune results database ({exc})") from None
+            conn.close()
+            raise KvmtuneError(f"{path}: not a kvmtune results database ({exc}{_hint(exc)})") from None
         except KvmtuneError:
-            self.db.close()
+            conn.close()
             raise
+
+    def _not_ours(self, why: str) -> KvmtuneError:
+        return KvmtuneError(f"{self.path}: not a kvmtune results database ({why}); left as it is")
+
+    def _validate(self, version: int) -> None:
+        """Raise unless every object in the file is one kvmtune makes, in the shape of ``version``: the
+        benchmark tables (none at version 0, where only the fleet tables may exist), the fleet tables or not."""
+        if version < 0:
+            raise self._not_ours(f"schema version {version}")
+        if not _REFERENCE:
+            _REFERENCE.update(_reference())
+        objects = self.db.execute("SELECT type, name FROM sqlite_master LIMIT 100").fetchall()
+        if len(objects) >= 100:
+            raise self._not_ours("too many schema objects")
+        found = set()
+        for type_, name in objects:
+            shown = repr(name)[:60]
+            if type_ not in ("table", "index"):
+                raise self._not_ours(f"it holds a {str(type_)[:10]} {shown}; kvmtune makes no views or triggers")
+            if not isinstance(name, str) or name not in _REFERENCE:
+                raise self._not_ours(f"unexpected {type_} {shown}")
+            expected = _REFERENCE[name]
+            if name == "runs" and version == 1:
+                expected = (*expected[:3], expected[3][:-V1_DROPPED], expected[4])
+            if _shape(self.db, name) != expected:
+                raise self._not_ours(f"{type_} {shown} is not the one kvmtune creates (schema {version})")
+            found.add(name)
+        bench = {n for n, shape in _REFERENCE.items() if not n.startswith(("fleet_", "sqlite_autoindex_fleet_"))}
+        if version == 0 and found & bench:
+            raise self._not_ours("unversioned benchmark tables present")
+        if version > 0 and bench - found:
+            raise self._not_ours(f"schema {version} without {', '.join(sorted(bench - found))}")
 
     def _create_or_upgrade(self) -> None:
         """Schema and user_version in one write transaction: a second kvmtune creating the same new
-        database waits for it and then finds it made."""
+        database waits for it and then finds it made. Only after :meth:`_validate`."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
             version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
             if version == 0:
-                tables = self.db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
-                if tables:
-                    raise KvmtuneError(f"{self.path}: not a kvmtune results database (unversioned tables present)")
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
                         self.db.execute(statement)
@@ -332,51 +466,111 @@ class Store:
 
     # ------------------------------------------------------------------ reading
 
+    def _bad(self, where: str, problem: str) -> KvmtuneError:
+        return KvmtuneError(f"{self.path}: {where}: {problem} (not what kvmtune stores: a damaged or hostile database)")
+
+    def _check(self, where: str, row: tuple[Any, ...], columns: tuple[tuple[str, tuple[type, ...]], ...]) -> None:
+        """Each column of ``row`` of one of its SQL types (``type(None)`` where NULL is allowed)."""
+        for value, (name, kinds) in zip(row, columns, strict=True):
+            if type(value) not in kinds:
+                raise self._bad(where, f"{name} is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}")
+
+    def _json_object(self, where: str, name: str, text: Any, known: Mapping[str, tuple[type, ...]]) -> dict[str, Any]:
+        """A stored JSON object, bounded in size and depth, its known keys of the types kvmtune's readers expect."""
+        if not isinstance(text, str):
+            raise self._bad(where, f"{name} is {type(text).__name__}, not JSON text")
+        if len(text) > MAX_JSON_CHARS:
+            raise self._bad(where, f"{name} is larger than {MAX_JSON_CHARS >> 20} MiB")
+        try:
+            doc = json.loads(text)
+        except RecursionError:
+            raise self._bad(where, f"{name} is nested deeper than {MAX_JSON_DEPTH} levels") from None
+        except ValueError as exc:
+            raise self._bad(where, f"{name} is not JSON ({str(exc)[:80]})") from None
+        if not isinstance(doc, dict):
+            raise self._bad(where, f"{name} is a JSON {type(doc).__name__}, not an object")
+        if not _json_depth_ok(doc):
+            raise self._bad(where, f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
+        for key, kinds in known.items():
+            value = doc.get(key)
+            if value is not None and not isinstance(value, kinds):
+                raise self._bad(where, f"{name}[{key!r}] is a JSON {type(value).__name__}")
+        return doc
+
+    _RUN_COLUMNS = (
+        ("id", (int,)), ("started", (float, int)), ("finished", (float, int, type(None))), ("kind", (str,)),
+        ("preset", (str, type(None))), ("status", (str,)), ("accel", (str, type(None))), ("env", (str,)), ("args", (str,)),
+        ("cells", (int,)), ("failed", (int,)), ("note", (str, type(None))), ("owner_pid", (int, type(None))),
+        ("owner_start", (str, type(None))), ("owner_boot", (str, type(None))),
+    )  # fmt: skip
+    _RUN_SELECT = (
+        "SELECT r.id, r.started, r.finished, r.kind, r.preset, r.status, r.accel, r.env, r.args,"
+        " (SELECT count(*) FROM cells c WHERE c.run_id=r.id),"
+        " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok'), r.note,"
+        " r.owner_pid, r.owner_start, r.owner_boot"
+        " FROM runs r"
+    )
+
+    def _run_row(self, r: tuple[Any, ...], host: HostRoot) -> RunRow:
+        where = f"run {r[0]}" if type(r[0]) is int else "a run"
+        self._check(where, r, self._RUN_COLUMNS)
+        if not 0 <= r[1] < 1e11 or (r[2] is not None and not 0 <= r[2] < 1e11):
+            raise self._bad(where, "started or finished is not a time")
+        env = self._json_object(where, "env", r[7], ENV_TYPES)
+        topologies = env.get("topologies")
+        if topologies is not None and not all(isinstance(t, str) for t in topologies):
+            raise self._bad(where, "env['topologies'] is not a list of strings")
+        args = self._json_object(where, "args", r[8], {})
+        status = r[5]
+        if status == "running" and r[12] is not None and not Owner(r[12], r[13] or "", r[14] or "").alive(host):
+            status = "abandoned"  # its owner died without closing it (SIGKILL, power loss)
+        return RunRow(r[0], float(r[1]), None if r[2] is None else float(r[2]), r[3], r[4], status, r[6], env, args, r[9],
+                      r[10], r[11])  # fmt: skip
+
     @_one_line
     def runs(self) -> list[RunRow]:
-        rows = self.db.execute(
-            "SELECT r.id, r.started, r.finished, r.kind, r.preset, r.status, r.accel, r.env, r.args,"
-            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id),"
-            " (SELECT count(*) FROM cells c WHERE c.run_id=r.id AND c.status!='ok'), r.note,"
-            " r.owner_pid, r.owner_start, r.owner_boot"
-            " FROM runs r ORDER BY r.id"
-        ).fetchall()
         host = HostRoot()
-        out = []
-        for r in rows:
-            status = r[5]
-            if status == "running" and r[12] is not None and not Owner(r[12], r[13] or "", r[14] or "").alive(host):
-                status = "abandoned"  # its owner died without closing it (SIGKILL, power loss)
-            out.append(
-                RunRow(r[0], r[1], r[2], r[3], r[4], status, r[6], json.loads(r[7]), json.loads(r[8]), r[9], r[10], r[11])
-            )
-        return out
+        return [self._run_row(r, host) for r in self.db.execute(self._RUN_SELECT + " ORDER BY r.id")]
 
+    @_one_line
     def run(self, run_id: int) -> RunRow:
-        for r in self.runs():
-            if r.id == run_id:
-                return r
-        raise KvmtuneError(f"{self.path}: no run {run_id} (see 'kvmtune results list')")
+        row = self.db.execute(self._RUN_SELECT + " WHERE r.id=?", (run_id,)).fetchone()
+        if row is None:
+            raise KvmtuneError(f"{self.path}: no run {run_id} (see 'kvmtune results list')")
+        return self._run_row(row, HostRoot())
+
+    _CELL_COLUMNS = (
+        ("id", (int,)), ("run_id", (int,)), ("key", (str,)), ("config", (str,)), ("workload", (str,)), ("rep", (int,)),
+        ("status", (str,)), ("error", (str, type(None))), ("accel", (str, type(None))),
+        ("duration_s", (float, int, type(None))),
+    )  # fmt: skip
 
     @_one_line
     def cells(self, run_id: int) -> list[CellRow]:
-        rows = self.db.execute(
-            "SELECT id, run_id, key, config, workload, rep, status, error, accel, duration_s FROM cells"
-            " WHERE run_id=? ORDER BY id",
-            (run_id,),
-        ).fetchall()
         metrics: dict[int, dict[str, float]] = {}
-        for cid, name, value in self.db.execute(
+        for row in self.db.execute(
             "SELECT m.cell_id, m.name, m.value FROM metrics m JOIN cells c ON c.id=m.cell_id WHERE c.run_id=?",
             (run_id,),
         ):
-            metrics.setdefault(cid, {})[name] = value
-        return [
-            CellRow(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], metrics.get(r[0], {})) for r in rows
-        ]
+            self._check(f"run {run_id}: a metric", row, (("cell_id", (int,)), ("name", (str,)), ("value", (float, int))))
+            metrics.setdefault(row[0], {})[row[1]] = float(row[2])
+        out = []
+        for r in self.db.execute(
+            "SELECT id, run_id, key, config, workload, rep, status, error, accel, duration_s FROM cells"
+            " WHERE run_id=? ORDER BY id",
+            (run_id,),
+        ):
+            where = f"run {run_id}: cell {r[0]}"
+            self._check(where, r, self._CELL_COLUMNS)
+            config = self._json_object(where, "config", r[3], CONFIG_TYPES)
+            duration = None if r[9] is None else float(r[9])
+            out.append(CellRow(r[0], r[1], r[2], config, r[4], r[5], r[6], r[7], r[8], duration, metrics.get(r[0], {})))
+        return out
 
     @_one_line
     def samples(self, cell_id: int) -> list[tuple[float, str, float]]:
-        return [
-            (t, n, v) for t, n, v in self.db.execute("SELECT t, name, value FROM samples WHERE cell_id=? ORDER BY t", (cell_id,))
-        ]
+        out = []
+        for row in self.db.execute("SELECT t, name, value FROM samples WHERE cell_id=? ORDER BY t", (cell_id,)):
+            self._check(f"cell {cell_id}: a sample", row, (("t", (float, int)), ("name", (str,)), ("value", (float, int))))
+            out.append((float(row[0]), row[1], float(row[2])))
+        return out

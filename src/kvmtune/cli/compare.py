@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
 from kvmtune.bench.store import RunRow, Store
 from kvmtune.bench.workdir import default_db
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.textsafe import safe
 
 # a run's kind names its tier (storage runs before tiers existed were guest runs)
 TIER_OF_KIND = {"storage": "guest", "quick": "quick", "block": "block", "net": "network guest"}
@@ -60,7 +62,7 @@ def run_compare(args: argparse.Namespace) -> int:
                     f"run {a.id} used {a.accel} and run {b.id} used {b.accel}: results of different accelerators "
                     "are not comparable (pass --across-accelerators to see them side by side anyway)"
                 )
-            print(f"WARNING: comparing {a.accel} (run {a.id}) with {b.accel} (run {b.id}): "
+            print(f"WARNING: comparing {safe(a.accel)} (run {a.id}) with {safe(b.accel)} (run {b.id}): "
                   "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
         if "net" in (a.kind, b.kind):
             if args.metric:
@@ -84,7 +86,7 @@ def run_compare(args: argparse.Namespace) -> int:
             verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
                        "differs": "different (no better direction)",
                        "unknown": "no interval (1 sample a side): no verdict"}[d.better]  # fmt: skip
-            print(f"{d.key.split('|')[0]:45} {d.key.split('|')[-1]:24} {d.metric:20} "
+            print(f"{safe(d.key.split('|')[0]):45} {safe(d.key.split('|')[-1]):24} {d.metric:20} "
                   f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  {d.describe()}  {verdict}")  # fmt: skip
     return 0
 
@@ -100,7 +102,7 @@ def _metrics(given: list[str] | None) -> list[str]:
 
 def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
     """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
-    from kvmtune.bench.net.chart import BARS, compare_net
+    from kvmtune.bench.net.chart import BARS, seed002_rows, text_table
     from kvmtune.bench.report import CSS
     from kvmtune.bench.report_net import compare_page
     from kvmtune.fix.files import write_output
@@ -119,10 +121,10 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
         # a workload's definition or the instrument's own cost can change between versions (netload 0.2.0
         # streams with Nagle on, 0.1.0 with tcp_nodelay; 0.4.0's stream receivers wake less often), so the
         # difference may be the tool's
-        print(f"WARNING: run {a.id} was measured with {tool_a} and run {b.id} with {tool_b}: the workloads "
+        print(f"WARNING: run {a.id} was measured with {safe(tool_a)} and run {b.id} with {safe(tool_b)}: the workloads "
               "may be defined or measured differently (see netload's README, 'Built-in workloads' and "
               "'Performance notes')", file=sys.stderr)  # fmt: skip
-    rows, table = compare_net(st, a, b)
+    rows = seed002_rows(st.cells(a.id), st.cells(b.id))
     if rows and args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
         page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
         try:
@@ -139,7 +141,8 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
         return 1
     print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
           "(time and CPU per MB compared as rates)")  # fmt: skip
-    print(table)
+    # test names come from the database: each escaped on its own, so none can end a line of the table
+    print(text_table([dataclasses.replace(r, test=safe(r.test)) for r in rows]))
     if args.html:
         print(f"wrote {args.html}")
     return 0

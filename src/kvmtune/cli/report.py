@@ -43,15 +43,16 @@ def run_report(args: argparse.Namespace) -> int:
     lines: list[str] = []
     with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
+        runs = {rid: st.run(rid) for rid in args.runs}  # each run read once
         for rid in args.runs:
-            run = st.run(rid)
+            run = runs[rid]
             if run.kind == "verify":
                 continue
             for c in st.cells(run.id):
                 if c.status == "interrupted":
                     continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
-        verify_runs = [st.run(rid) for rid in args.runs if st.run(rid).kind == "verify"]
+        verify_runs = [runs[rid] for rid in args.runs if runs[rid].kind == "verify"]
         if verify_runs:
 
             from kvmtune.verify.engine import verified_fix_lines
@@ -59,7 +60,7 @@ def run_report(args: argparse.Namespace) -> int:
             print("verified fixes:")
             for run in verify_runs:
                 for line in verified_fix_lines(st.cells(run.id)):
-                    print(f"  run {run.id}: {line}")
+                    print(f"  run {run.id}: {safe(line)}")  # targets are domain names, changes and errors stored text
         # the HTML report puts verified fixes in its summary (bench.report.render)
         for accel, cells in sorted(by_accel.items()):
             lines.append(f"[{accel}]")
@@ -86,7 +87,7 @@ def run_report(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
             lines.append(f"wrote {args.html}")
-    print("\n".join(lines))
+    print("\n".join(safe(line) for line in lines))  # every line embeds names and labels read from the database
     return 0
 
 

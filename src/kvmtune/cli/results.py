@@ -44,8 +44,8 @@ def run_list(args: argparse.Namespace) -> int:
         for r in runs:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             print(
-                f"{r.id:>4} {when:19} {r.kind:8} {r.preset or '-':14} {r.accel or '-':5} {r.status:9} {r.cells:>5} {r.failed:>6}"
-                f" {r.note or ''}".rstrip()
+                f"{r.id:>4} {when:19} {safe(r.kind):8} {safe(r.preset or '-'):14} {safe(r.accel or '-'):5} {safe(r.status):9}"
+                f" {r.cells:>5} {r.failed:>6} {safe(r.note or '')}".rstrip()
             )
     return 0
 
@@ -81,24 +81,24 @@ def run_show(args: argparse.Namespace) -> int:
             }, indent=1))  # fmt: skip
             return 0
         if run.env.get("tier") == "datapath":  # no QEMU, no fio: what ran is netload on the host's datapath
-            print(f"run {run.id} ({run.kind}, datapath tier, {run.status}, no guest): {run.env.get('netload')}, "
-                  f"{', '.join(run.env.get('topologies') or [])}")  # fmt: skip
+            print(f"run {run.id} ({safe(run.kind)}, datapath tier, {safe(run.status)}, no guest): "
+                  f"{safe(run.env.get('netload'))}, {safe(', '.join(run.env.get('topologies') or []))}")  # fmt: skip
         else:
-            print(f"run {run.id} ({run.kind}, {run.status}, accelerator {run.accel}): {run.env.get('qemu')}, "
-                  f"{run.env.get('fio')}")  # fmt: skip
+            print(f"run {run.id} ({safe(run.kind)}, {safe(run.status)}, accelerator {safe(run.accel)}): "
+                  f"{safe(run.env.get('qemu'))}, {safe(run.env.get('fio'))}")  # fmt: skip
         columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
         if run.note:
-            print(f"note: {run.note}")
+            print(f"note: {safe(run.note)}")
         for c in cells:
             if c.status != "ok":
-                print(f"  {c.key.split('|')[0]:45} {c.workload:28} {c.status}: {safe(c.error)}")
+                print(f"  {safe(c.key.split('|')[0]):45} {safe(c.workload):28} {safe(c.status)}: {safe(c.error)}")
                 continue
             figures = " ".join(_figure(c.metrics, *col) for col in columns)
             extra = f" {c.metrics['host_tps_per_vm']:.1f} tps/VM" if "host_tps_per_vm" in c.metrics else ""
-            print(f"  {c.key.split('|')[0]:45} {c.workload:28} {figures}{extra}")
+            print(f"  {safe(c.key.split('|')[0]):45} {safe(c.workload):28} {figures}{extra}")
         if run.kind != "net":
             from kvmtune.cli.bench import median_lines
 
             for line in median_lines(cells):
-                print(line)
+                print(safe(line))  # configuration and workload names from the database
     return 0

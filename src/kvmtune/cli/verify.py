@@ -22,6 +22,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.textsafe import safe
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)(i?B)?$", re.I)
 
@@ -149,13 +150,14 @@ def run(args: argparse.Namespace) -> int:
         names = set(args.domain)
         missing = names - {g.name for g in result.guests}
         if missing:
-            print(f"kvmtune: error: --domain {', '.join(sorted(missing))}: no such domain among the inputs", file=sys.stderr)
+            print(f"kvmtune: error: --domain {safe(', '.join(sorted(missing)))}: no such domain among the inputs",
+                  file=sys.stderr)
             return 2
         result.guests = [g for g in result.guests if g.name in names]
     rules = select_rules(_split(args.only), _split(args.skip))
     findings = run_rules(actx, result.guests, result.images, result.host_audited, rules)
     for err in [*result.errors, *actx.errors]:
-        print(f"kvmtune: {err}", file=sys.stderr)
+        print(f"kvmtune: {safe(err)}", file=sys.stderr)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     ctx = VerifyContext(
         runner=default_runner(), host=actx.host, root=args.root, workdir=workdir, size=args.size, seconds=args.seconds,

@@ -21,6 +21,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
+from kvmtune.textsafe import safe
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
 from kvmtune.verify.experiments import (
     DISK_EXPERIMENTS,
@@ -295,14 +296,15 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
         out.append("# host tier: the sides are measured in two blocks (before, after the change), not alternated")
     measured = [r for r in results if r.measured or r.error]
     rest = [r for r in results if not (r.measured or r.error)]
+    # a line names a domain (from its XML or libvirt), a disk, an error's text: each escaped as one line (textsafe)
     for r in measured:
-        out.append(r.line())
-        out.extend(f"    note: {n}" for n in dict.fromkeys(r.notes))
+        out.append(safe(r.line()))
+        out.extend(f"    note: {safe(n)}" for n in dict.fromkeys(r.notes))
     if rest:
         out.append("")
         out.append("Not measured:")
-        out.extend("  " + r.line() for r in rest)
-    out.extend(f"note: {n}" for n in ctx.notes)
+        out.extend("  " + safe(r.line()) for r in rest)
+    out.extend(f"note: {safe(n)}" for n in ctx.notes)
     counts = {v: sum(1 for r in results if r.verdict == v) for v in ("helps", "no measurable effect", "hurts")}
     skipped = sum(1 for r in results if r.skipped_budget)
     summary = (f"{len(measured)} of {len(results)} finding(s) measured in {elapsed:.0f}s: {counts['helps']} help, "
