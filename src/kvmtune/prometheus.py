@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from kvmtune.textsafe import safe
+
 
 def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value others may have written (a domain name, a database string): control characters shown as
+    ``\\xNN`` first (the file is read by people too, with cat), then the exposition format's own escapes."""
+    shown = "\n".join(safe(part) for part in value.split("\n"))  # a newline keeps the format's own \\n
+    return shown.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class Metrics:

@@ -112,7 +112,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "fix": frozenset({"audit"}) | READERS | BASE,
     "audit": frozenset({"rules"}) | READERS | BASE,  # rules/: the package only, to discover its modules
     "rules": frozenset({"audit"}) | READERS | BASE,
-    "fleet": BASE,
+    "fleet": frozenset({"bench"}) | BASE,  # bench/store.py: the results database the fleet history lives in
     "domain": frozenset({"model", "host"}) | BASE,
     "qemu": frozenset({"model", "host"}) | BASE,
     "guestagent": frozenset({"model"}) | BASE,

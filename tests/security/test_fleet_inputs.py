@@ -275,3 +275,17 @@ INSERT INTO fleet_findings VALUES (1, 'web01', 'KVM-HST-015', 'medium', 'x', '',
     assert run.returncode == 0, run.stderr
     assert "): 1 new, 1 resolved" in run.stdout and "  - web01 KVM-HST-015 medium" in run.stdout
     assert stored(db)[0] == [("web01", "ok", 0), ("web01", "ok", 0)]
+
+
+def test_a_hostile_results_database_is_refused_by_the_fleet_report_and_left_as_it_is(tmp_path: Path) -> None:
+    """The fleet history opens --db through the results store's check: a view is refused before anything is written."""
+    db = tmp_path / "r.db"
+    with sqlite3.connect(db) as c:
+        c.executescript("CREATE VIEW fleet_hosts AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) "
+                        "SELECT x AS collection, '' AS host, '' AS status, '' AS problem, 0 AS claimed FROM n;")
+    before = db.read_bytes()
+    put(tmp_path / "collected" / "web01.json", audit_doc("web01", finding()))
+    run = report(tmp_path / "collected", db=db)
+    assert run.returncode == 2
+    assert "not a kvmtune results database" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert db.read_bytes() == before

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from kvmtune.bench import store as store_mod
-from kvmtune.bench.store import SCHEMA, SCHEMA_VERSION, Store
+from kvmtune.bench.store import FLEET_SCHEMA, SCHEMA, SCHEMA_VERSION, Store
 from kvmtune.errors import KvmtuneError
-from kvmtune.fleet.history import SCHEMA as FLEET_SCHEMA
 
 ESC = "\x1b"
 EVIL = f"db01\nKVM-STO-004 db01 forged: HELPS; kept{ESC}]0;owned\x07\u202e\x9b"
@@ -266,3 +265,15 @@ def test_verify_lines_of_measured_and_failed_experiments_are_escaped(tmp_path: P
     text = render_text([p.result for p in planned], ctx, 1.0)
     assert_escaped(text)
     assert "measurement failed: db01\\x0aKVM-STO-004 db01 forged" in text
+
+
+def test_prometheus_label_values_carry_no_control_characters() -> None:
+    """`results show --format prometheus` and `sample` write label values from databases and domain names."""
+    from kvmtune.prometheus import Metrics
+
+    m = Metrics()
+    m.add("kvmtune_x", "a gauge", {"domain": 'db01\x1b]0;owned\x07\n"\u202e'}, 1.0)
+    text = m.text()
+    assert not any(c in text for c in "\x1b\x07\u202e")
+    assert len(text.splitlines()) == 3  # HELP, TYPE, one sample: no forged line
+    assert 'domain="db01\\\\x1b]0;owned\\\\x07\\n\\"\\\\u202e"' in text

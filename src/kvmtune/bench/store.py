@@ -193,10 +193,21 @@ def _hint(exc: sqlite3.Error) -> str:
     return ""
 
 
+# the fleet report's history (kvmtune.fleet.history), beside the benchmark tables in the same file
+FLEET_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fleet_collections (id INTEGER PRIMARY KEY, created REAL NOT NULL, label TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fleet_hosts (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
+    host TEXT NOT NULL, status TEXT NOT NULL, problem TEXT NOT NULL, claimed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (collection, host));
+CREATE TABLE IF NOT EXISTS fleet_findings (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
+    host TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, topic TEXT NOT NULL, domain TEXT NOT NULL,
+    device TEXT NOT NULL, summary TEXT NOT NULL);
+"""
+FLEET_HOSTS_ADDED = 1  # fleet_hosts before `claimed` (ensure_fleet_tables adds it at the end)
+
+
 def _reference() -> dict[str, tuple[Any, ...]]:
     """The shape of every object kvmtune creates (schema 2 and the fleet tables), from an in-memory copy."""
-    from kvmtune.fleet.history import SCHEMA as FLEET_SCHEMA
-
     con = sqlite3.connect(":memory:")
     try:
         con.executescript(SCHEMA + FLEET_SCHEMA)
@@ -342,7 +353,8 @@ class Store:
             expected = _REFERENCE[name]
             if name == "runs" and version == 1:
                 expected = (*expected[:3], expected[3][:-V1_DROPPED], expected[4])
-            if _shape(self.db, name) != expected:
+            older = (*expected[:3], expected[3][:-FLEET_HOSTS_ADDED], expected[4]) if name == "fleet_hosts" else None
+            if _shape(self.db, name) not in (expected, older):
                 raise self._not_ours(f"{type_} {shown} is not the one kvmtune creates (schema {version})")
             found.add(name)
         bench = {n for n, shape in _REFERENCE.items() if not n.startswith(("fleet_", "sqlite_autoindex_fleet_"))}
@@ -370,6 +382,15 @@ class Store:
         except BaseException:
             self.db.rollback()
             raise
+
+    def ensure_fleet_tables(self) -> None:
+        """The fleet history's tables, made or brought up to date (only on a database :meth:`_validate` passed)."""
+        with self.db:
+            for statement in FLEET_SCHEMA.split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+            if "claimed" not in {r[1] for r in self.db.execute("SELECT * FROM pragma_table_info('fleet_hosts')")}:
+                self.db.execute("ALTER TABLE fleet_hosts ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0")
 
     @_one_line
     def check(self) -> None:

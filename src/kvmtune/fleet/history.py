@@ -12,18 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.fleet.collect import FleetFinding, HostResult
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS fleet_collections (id INTEGER PRIMARY KEY, created REAL NOT NULL, label TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS fleet_hosts (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
-    host TEXT NOT NULL, status TEXT NOT NULL, problem TEXT NOT NULL, claimed INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (collection, host));
-CREATE TABLE IF NOT EXISTS fleet_findings (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
-    host TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, topic TEXT NOT NULL, domain TEXT NOT NULL,
-    device TEXT NOT NULL, summary TEXT NOT NULL);
-"""
 
 
 @dataclass
@@ -38,18 +29,18 @@ class Collection:
 
 class History:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Through :class:`~kvmtune.bench.store.Store`: a file that is not a kvmtune results database (views,
+        triggers, foreign tables) is refused before anything is written to it."""
+        self.store = Store(path)
+        self.db = self.store.db
         try:
-            self.db = sqlite3.connect(path, timeout=10)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(SCHEMA)
-            if "claimed" not in {r[1] for r in self.db.execute("PRAGMA table_info(fleet_hosts)")}:
-                self.db.execute("ALTER TABLE fleet_hosts ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0")
+            self.store.ensure_fleet_tables()
         except sqlite3.DatabaseError as exc:
+            self.store.close()
             raise KvmtuneError(f"{path}: cannot use as a results database ({exc})") from None
 
     def close(self) -> None:
-        self.db.close()
+        self.store.close()
 
     def __enter__(self) -> History:
         return self
