@@ -23,11 +23,12 @@ from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
 from kvmtune.host.root import HostRoot
-from kvmtune.live.diagnose import THRESHOLDS, Diagnoser, Diagnosis
+from kvmtune.live.diagnose import Diagnoser, Diagnosis
 from kvmtune.live.model import Snapshot
 from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import Rates, rates
 from kvmtune.live.sources import Sampler
+from kvmtune.live.symptoms import thresholds_json
 from kvmtune.textsafe import safe
 
 SORT_KEYS = ("guest", "delay", "disk", "net")
@@ -212,7 +213,7 @@ def run_sample(args: argparse.Namespace) -> int:
         sampler.close()
     if args.format == "json":
         doc = {"schema_version": 1, "kind": "kvmtune-sample", "duration_s": whole.interval_s,
-               "interval_s": args.interval, "thresholds": {k: vars(v) for k, v in THRESHOLDS.items()},
+               "interval_s": args.interval, "thresholds": thresholds_json(),
                "summary": rates_json(whole, diagnoses), "intervals": per_interval}
         _write(json.dumps(doc, indent=2) + "\n", args.output)
     elif args.format == "prometheus":

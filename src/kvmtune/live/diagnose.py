@@ -1,8 +1,8 @@
 """Live signals past their thresholds, tied to the audit rules that explain them.
 
-The thresholds and their sources are listed in ``THRESHOLDS``; the rule docs of the topics each
-signal points to quote them. A signal that no finding of the guest or the host explains is still
-shown, marked "no rule explains this".
+The signals, their thresholds and the topics they point to are the list ``symptoms.SIGNALS``; this
+module only walks it. A signal that no finding of the guest or the host explains is still shown,
+marked "no rule explains this".
 """
 
 from __future__ import annotations
@@ -19,46 +19,10 @@ from kvmtune.host.parsers import mount_for
 from kvmtune.host.root import HostRoot
 from kvmtune.live.model import GuestSample, Snapshot
 from kvmtune.live.signals import GuestRates, Rates
+from kvmtune.live.symptoms import SIGNALS, Reading, Signal, Subject
 from kvmtune.qemu.process import running_qemu_guests
 
 NO_RULE = "no rule explains this"
-
-
-@dataclass(frozen=True)
-class Threshold:
-    warn: float
-    critical: float
-    unit: str
-    source: str
-
-
-THRESHOLDS: dict[str, Threshold] = {
-    "vcpu-delay": Threshold(0.05, 0.10, "fraction of the interval per vCPU",
-                            "VMware's CPU Ready guidance (5 % per vCPU worth a look, 10 % a problem)"),
-    "host-cpu": Threshold(0.80, 0.95, "fraction of all host CPUs", "seed:000 (target system use at 80 % or lower)"),
-    "disk-latency-flash": Threshold(2.0, 10.0, "ms per operation", "storage vendors' knowledge-base guidance"),
-    "disk-latency-hdd": Threshold(10.0, 25.0, "ms per operation",
-                                  "storage vendors' knowledge-base guidance (HDD or network storage)"),
-    "net-drops": Threshold(0.0, 0.01, "fraction of packets dropped",
-                           "node-mixin's network alerts (any sustained drop; 1 % critical)"),
-    "psi-memory": Threshold(10.0, 10.0, "% (some avg10 warns, full avg10 is critical)",
-                            "kernel PSI documentation, systemd-oomd's default"),
-    "balloon": Threshold(0.90, 0.75, "balloon size / defined memory (lower is worse)",
-                         "kvmtune's own value: a guest ballooned below 90 % of its memory is being squeezed"),
-}
-
-# Which audit topics can explain each signal.
-TOPICS_FOR: dict[str, frozenset[str]] = {
-    "vcpu-delay": frozenset({"vcpu-overcommit", "vcpu-pinning", "cpu-utilization", "halt-polling", "kvm-acceleration"}),
-    "host-cpu": frozenset({"cpu-utilization", "vcpu-overcommit", "ksm", "kvm-acceleration"}),
-    "disk-latency": frozenset({"disk-cache", "disk-io-mode", "image-preallocation", "image-format", "iothreads",
-                               "io-scheduler", "storage-overcommit", "block-vs-file", "nfs-storage", "qcow2-cache",
-                               "backing-chain", "disk-bus", "partition-alignment"}),
-    "net-drops": frozenset({"txqueuelen", "vhost-net", "nic-model", "net-multiqueue", "rps", "net-backend",
-                            "tcp-sysctl", "mtu"}),
-    "psi-memory": frozenset({"swap", "memory-overcommit", "ksm", "thp", "hugepages", "balloon"}),
-    "balloon": frozenset({"balloon", "memory-overcommit", "ksm"}),
-}
 
 
 @dataclass
@@ -124,89 +88,45 @@ class Diagnoser:
         self._media[key] = medium
         return medium
 
-    def _explain(self, signal: str, findings: list[Finding]) -> tuple[list[str], str]:
-        topics = TOPICS_FOR[signal]
-        hits = [f for f in findings if f.topic in topics]
+    def _explain(self, signal: Signal, findings: list[Finding]) -> tuple[list[str], str]:
+        hits = [f for f in findings if f.topic in signal.topics]
         rules = sorted({f.rule for f in hits})
         return rules, (hits[0].fix.description if hits else "")
 
-    def diagnose(self, r: Rates, snap: Snapshot) -> list[Diagnosis]:
+    def _diagnoses(self, guest: str, subject: Subject, scope: str, findings: list[Finding]) -> list[Diagnosis]:
         out: list[Diagnosis] = []
-        t = THRESHOLDS
-        hc = r.host.cpu_busy
-        if hc is not None and hc >= t["host-cpu"].warn:
-            rules, fix = self._explain("host-cpu", self.host_findings)
-            out.append(Diagnosis("", "host-cpu", _level(hc, t["host-cpu"]), f"{hc:.0%} busy",
-                                 "80 % / 95 % (seed:000)", rules, fix))
-        some, full = r.host.psi_some.get("memory"), r.host.psi_full.get("memory")
-        if (some or 0) >= t["psi-memory"].warn or (full or 0) >= t["psi-memory"].critical:
-            rules, fix = self._explain("psi-memory", self.host_findings)
-            level = "critical" if (full or 0) >= t["psi-memory"].critical else "warn"
-            out.append(Diagnosis("", "psi-memory", level, f"some {some or 0:.1f} % full {full or 0:.1f} %",
-                                 "some avg10 10 % / full avg10 10 %", rules, fix))
+        for signal in SIGNALS:
+            if signal.scope != scope:
+                continue
+            for reading in signal.read(subject):
+                diagnosis = self._judge(guest, signal, reading, findings)
+                if diagnosis is not None:
+                    out.append(diagnosis)
+        return out
+
+    def _judge(self, guest: str, signal: Signal, reading: Reading, findings: list[Finding]) -> Diagnosis | None:
+        threshold = signal.thresholds[reading.variant]
+        level = signal.verdict(reading, threshold)
+        if level is None:
+            return None
+        rules, fix = self._explain(signal, findings)
+        cause = reading.cause() if reading.cause is not None else None
+        if cause is not None:  # a cause seen live comes before what the configuration suggests
+            rule = _host_rule_for(cause.topic)
+            if rule:
+                rules = [rule, *(x for x in rules if x != rule)]
+            fix = cause.fix
+        name = f"{signal.name} {reading.part}" if reading.part else signal.name
+        return Diagnosis(guest, name, level, reading.shown, threshold.label(reading.note), rules, fix)
+
+    def diagnose(self, r: Rates, snap: Snapshot) -> list[Diagnosis]:
+        out = self._diagnoses("", Subject(r.host, snap), "host", self.host_findings)
         for gr in r.guests:
             g = snap.guests.get(gr.key)
             if g is not None:
-                out.extend(self._guest(gr, g, snap))
+                out.extend(self._guest(gr, g, r, snap))
         return out
 
-    def _guest(self, gr: GuestRates, g: GuestSample, snap: Snapshot) -> list[Diagnosis]:
-        out: list[Diagnosis] = []
-        t = THRESHOLDS
-        findings = self.findings_for(g) + self.host_findings
-        delay = gr.max_vcpu_delay
-        if delay is not None and delay >= t["vcpu-delay"].warn:
-            rules, fix = self._explain("vcpu-delay", findings)
-            shared = _shared_cpus(g, snap)
-            if shared:  # the most specific cause seen live comes first
-                rule = _host_rule_for("vcpu-overcommit")
-                if rule:
-                    rules = [rule, *(x for x in rules if x != rule)]
-                fix = f"{shared}: give each busy guest its own host CPUs, or fewer vCPUs"
-            out.append(Diagnosis(gr.key, "vcpu-delay", _level(delay, t["vcpu-delay"]), f"{delay:.0%} run delay",
-                                 "5 % / 10 % per vCPU (CPU Ready)", rules, fix))
-        for name, d in gr.disks.items():
-            worst = max((x for x in (d.read_ms, d.write_ms) if x is not None), default=None)
-            if worst is None:
-                continue
-            medium = self.medium(g, name)
-            th = t["disk-latency-flash"] if medium == "flash" else t["disk-latency-hdd"]
-            if worst >= th.warn:
-                rules, fix = self._explain("disk-latency", findings)
-                out.append(Diagnosis(gr.key, f"disk-latency {name}", _level(worst, th), f"{worst:.1f} ms/op",
-                                     f"{th.warn:g} / {th.critical:g} ms ({medium})", rules, fix))
-        for name, n in gr.nics.items():
-            if n.drops > 0:
-                rules, fix = self._explain("net-drops", findings)
-                level = "critical" if n.drop_fraction >= t["net-drops"].critical else "warn"
-                out.append(Diagnosis(gr.key, f"net-drops {name}", level, f"{n.drops} drops ({n.drop_fraction:.2%})",
-                                     "any / 1 %", rules, fix))
-        if gr.balloon_fraction is not None and gr.balloon_fraction < t["balloon"].warn:
-            rules, fix = self._explain("balloon", findings)
-            level = "critical" if gr.balloon_fraction < t["balloon"].critical else "warn"
-            out.append(Diagnosis(gr.key, "balloon", level, f"{gr.balloon_fraction:.0%} of its memory",
-                                 "90 % / 75 % (kvmtune)", rules, fix))
-        return out
-
-
-def _level(value: float, th: Threshold) -> str:
-    return "critical" if value >= th.critical else "warn"
-
-
-def _shared_cpus(g: GuestSample, snap: Snapshot) -> str:
-    """Describe host CPUs that hold more busy vCPUs than they have room for (affinity), if any."""
-    mine = [v.allowed_cpus for v in g.vcpus.values() if v.allowed_cpus]
-    if not mine:
-        return ""
-    cpus = frozenset().union(*mine)
-    vcpus = 0
-    guests = 0
-    for other in snap.guests.values():
-        inside = [v for v in other.vcpus.values() if v.allowed_cpus and v.allowed_cpus <= cpus]
-        if inside:
-            vcpus += len(inside)
-            guests += 1
-    if vcpus <= len(cpus):
-        return ""
-    listed = ",".join(str(c) for c in sorted(cpus))
-    return f"{vcpus} vCPUs of {guests} guests confined to {len(cpus)} host CPU(s) {{{listed}}}"
+    def _guest(self, gr: GuestRates, g: GuestSample, r: Rates, snap: Snapshot) -> list[Diagnosis]:
+        subject = Subject(r.host, snap, gr, g, lambda disk: self.medium(g, disk))
+        return self._diagnoses(gr.key, subject, "guest", self.findings_for(g) + self.host_findings)
