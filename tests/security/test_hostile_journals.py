@@ -333,3 +333,16 @@ def test_a_tree_run_that_would_journal_a_file_outside_the_tree_is_refused_before
     after = {k: v for k, v in digest(tree).items() if not k.startswith("var")}  # the journal directory's lock only
     assert after == before and xml.read_bytes() == xml_before
     assert list(tree_journals(tree).glob("*.json")) == []
+
+
+def test_every_undo_hint_comes_from_the_journal_itself(tmp_path: Path) -> None:
+    """fix's "Undo with:" and verify's "kept …; 'kvmtune undo …' restores" print the same command."""
+    from kvmtune.fix.journal import Journal, default_dir
+
+    tree = tmp_path / "a tree; $x"
+    j = Journal.create(default_dir(str(tree)), ["kvmtune"], str(tree))
+    assert j.undo_command() == f"kvmtune undo --root '{tree}' {j.id}"
+    other = Journal.create(tmp_path / "jd", ["kvmtune"], "/")
+    assert other.undo_command() == f"kvmtune undo --journal-dir {tmp_path / 'jd'} {other.id}"
+    hostside = (Path(__file__).parents[2] / "src/kvmtune/verify/hostside.py").read_text()
+    assert "journal.undo_command()" in hostside and "'kvmtune undo {journal.id}'" not in hostside

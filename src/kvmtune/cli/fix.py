@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
-from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, Journal, default_dir, journal_dir, locked
+from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
@@ -85,16 +84,6 @@ def _argv(args: argparse.Namespace) -> list[str]:
     if args.allow_bus_change:
         out.append("--allow-bus-change")
     return out
-
-
-def undo_command(journal: Journal) -> str:
-    """The ``kvmtune undo`` command line that finds and undoes ``journal`` (shell-quoted), from any directory."""
-    cmd = ["kvmtune", "undo"]
-    if journal.root != "/":
-        cmd += ["--root", journal.root]
-    if os.path.abspath(journal.directory) != os.path.abspath(default_dir(journal.root)):
-        cmd += ["--journal-dir", os.path.abspath(journal.directory)]
-    return shlex.join([*cmd, journal.id])
 
 
 def build_plan(args: argparse.Namespace) -> Plan:
@@ -202,12 +191,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvmtune: apply stopped: {safe(exc)}", file=sys.stderr)
         print(
             f"kvmtune: {made} of {len(j.entries)} change(s) were made; journal {j.id} "
-            f"({safe(str(j.path))}); '{safe(undo_command(j))}' restores them",
+            f"({safe(str(j.path))}); '{safe(j.undo_command())}' restores them",
             file=sys.stderr,
         )
         return EXIT_APPLY_FAILED
     out.write(f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({safe(str(journal.path))}).\n")
-    out.write(f"Undo with: {safe(undo_command(journal))}\n")
+    out.write(f"Undo with: {safe(journal.undo_command())}\n")
     if restarts:
         out.write(f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n")
     if refused:

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,6 +167,15 @@ class Journal:
             j.id = new_id()
         j.created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return j
+
+    def undo_command(self) -> str:
+        """The ``kvmtune undo`` command line that finds and undoes this journal (shell-quoted), from any directory."""
+        cmd = ["kvmtune", "undo"]
+        if self.root != "/":
+            cmd += ["--root", self.root]
+        if os.path.abspath(self.directory) != os.path.abspath(default_dir(self.root)):
+            cmd += ["--journal-dir", os.path.abspath(self.directory)]
+        return shlex.join([*cmd, self.id])
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

@@ -294,7 +294,7 @@ class SchedulerExperiment:
                    "workload": self.workload}
         if kept:
             why = "--keep" if ctx.keep and j.verdict != "helps" else "it helps"
-            action = f"kept ({why}); journal {journal.id}: 'kvmtune undo {journal.id}' restores {self.write.prior}"
+            action = f"kept ({why}); journal {journal.id}: '{journal.undo_command()}' restores {self.write.prior}"
         else:
             action = f"undone automatically (journal {journal.id}); {self.write.path} is {now} again"
         return Outcome(j, action, [], details)
