@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from kvmtune.audit.finding import TOPICS, Finding, FixHint, FixKind, Severity, Target
+from kvmtune.audit.verifyplan import VerifyPlan
 
 if TYPE_CHECKING:
     from kvmtune.audit.context import AuditContext
@@ -32,6 +33,9 @@ class Rule:
     fix_description: ClassVar[str] = ""
     fix_safe: ClassVar[bool] = False
     references: ClassVar[tuple[str, ...]] = ()
+    # what `kvmtune verify` measures for the fix, or why nothing (audit/verifyplan.py); every rule
+    # whose fix_kind is not manual sets it (tests/verify/test_verify_plans.py)
+    verify: ClassVar[VerifyPlan | None] = None
     scope: ClassVar[str] = ""
     # guest rules see only KVM/QEMU guests unless they say they judge any hypervisor's
     any_hypervisor: ClassVar[bool] = False

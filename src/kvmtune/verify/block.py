@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvmtune.audit.verifyplan import FioJob
 from kvmtune.bench.storage.block import CACHE_MODES, CacheMode
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
@@ -158,26 +159,6 @@ def create_replica(runner: Runner, path: Path, lay: Layout, size: int) -> None:
     res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", ",".join(opts), str(path), str(size)], timeout=120)
     if not res.ok:
         raise KvmtuneError(f"cannot create the scratch replica {path}: {res.describe_failure()}")
-
-
-@dataclass(frozen=True)
-class FioJob:
-    """One fio workload against an NBD export; ``fsync``: flush every N writes, as a guest file system does."""
-
-    name: str
-    rw: str
-    bs: str = "4k"
-    iodepth: int = 16
-    fsync: int = 0
-    rwmixread: int | None = None
-
-    def describe(self) -> str:
-        text = f"fio {self.rw} {self.bs} QD{self.iodepth}"
-        if self.rwmixread is not None:
-            text += f" {self.rwmixread}% reads"
-        if self.fsync:
-            text += f", flush every {self.fsync} writes"
-        return text
 
 
 class BlockPair:

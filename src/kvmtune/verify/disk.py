@@ -3,7 +3,7 @@
 Side B is not guessed: the rule's own fixer edits a copy of the guest's domain
 XML (exactly what ``kvmtune fix`` would write), and the edited disk is read back
 into the model. Fixes that are not XML edits (format, preallocation) name their
-layout change in :data:`~kvmtune.verify.experiments.MANUAL_DISK_CHANGES`.
+layout change in their rule's :class:`~kvmtune.audit.verifyplan.BlockExperiment` (``layout``, ``by``).
 """
 
 from __future__ import annotations
@@ -13,20 +13,14 @@ from dataclasses import dataclass, field, replace
 from lxml import etree
 
 from kvmtune.audit.rule import all_rules
+from kvmtune.audit.verifyplan import BlockExperiment, FioJob
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.domains import fix_guest
 from kvmtune.fix.registry import FixOptions
 from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import BlockPair, DiscardProbe, FioJob, Layout, Unreplicable, layout_of, scratch_parent
-from kvmtune.verify.experiments import (
-    DISK_EXPERIMENTS,
-    MANUAL_DISK_CHANGES,
-    Outcome,
-    Subject,
-    Unmeasurable,
-    VerifyContext,
-)
+from kvmtune.verify.block import BlockPair, DiscardProbe, Layout, Unreplicable, layout_of, scratch_parent
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Probe, alternate, judge
 
 
@@ -99,7 +93,7 @@ class _IopsProbe:
         return self.pair.sample(side)
 
 
-def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
+def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> DiskExperiment:
     f, guest, disk = subject.finding, subject.guest, subject.disk
     if disk is None:
         raise Unmeasurable("the finding names no disk of an audited guest and no image")
@@ -112,9 +106,8 @@ def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
     if disk.source_type == "block":
         assumed.append("a block device is replicated as a raw file on the work directory's file system")
     by = "kvmtune fix"
-    if f.rule in MANUAL_DISK_CHANGES:
-        change, by = MANUAL_DISK_CHANGES[f.rule]
-        after = replace(before, **change)  # type: ignore[arg-type]
+    if plan.layout:
+        after, by = replace(before, **plan.layout), plan.by  # type: ignore[arg-type]
         if after.format != "qcow2":
             after = replace(after, cluster_size=None)
     elif guest is None:
@@ -125,4 +118,4 @@ def plan_disk(subject: Subject, ctx: VerifyContext) -> DiskExperiment:
         raise Unmeasurable("the fix changes nothing the block tier can see")
     source = disk.source if disk.source_type in (None, "file") else None
     _parent, note = scratch_parent(source, ctx.workdir)
-    return DiskExperiment(subject, before, after, DISK_EXPERIMENTS[f.rule], note, assumed, by)
+    return DiskExperiment(subject, before, after, plan.job, note, assumed, by)

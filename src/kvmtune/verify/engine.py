@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.audit.finding import Finding
+from kvmtune.audit.verifyplan import BlockExperiment, NoExperiment
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
@@ -23,18 +24,9 @@ from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
-from kvmtune.verify.experiments import (
-    DISK_EXPERIMENTS,
-    NOT_MEASURABLE,
-    SAFETY_FIRST,
-    Experiment,
-    Subject,
-    Unmeasurable,
-    VerifyContext,
-    seed_figure,
-)
+from kvmtune.verify.experiments import Experiment, Subject, Unmeasurable, VerifyContext, seed_figure
 from kvmtune.verify.measure import OutOfTime
-from kvmtune.verify.planner import plan_experiment
+from kvmtune.verify.planner import plan_experiment, plan_for
 
 TIER_LABELS = {
     "block": "block tier: qemu-storage-daemon + fio over NBD on scratch replicas, at host speed (no guest, no TCG)",
@@ -94,7 +86,9 @@ class VerifyResult:
 
 
 def _has_fix(f: Finding) -> bool:
-    return f.rule in all_fixers() or f.rule in DISK_EXPERIMENTS or f.fix.kind in ("sysctl", "udev", "image", "sysfs")
+    if f.rule in all_fixers() or isinstance(plan_for(f.rule), BlockExperiment):
+        return True
+    return f.fix.kind in ("sysctl", "udev", "image", "sysfs")
 
 
 def subjects(findings: Sequence[Finding], guests: Sequence[Guest], images: Sequence[DiskImage]) -> list[Subject]:
@@ -154,7 +148,7 @@ def plan_all(subs: Sequence[Subject], ctx: VerifyContext) -> list[Planned]:
         f = s.finding
         r = VerifyResult(f, seed=seed_figure(f.rule))
         exp: Experiment | None = None
-        if not _has_fix(f) and f.rule not in NOT_MEASURABLE:
+        if not _has_fix(f) and not isinstance(plan_for(f.rule), NoExperiment):
             r.reason = "no automatic fix to verify ('kvmtune audit' explains it)"
         else:
             try:
@@ -207,8 +201,9 @@ def execute_one(p: Planned, ctx: VerifyContext) -> None:
         r.seconds = time.monotonic() - start
     r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
     r.notes.extend(out.notes)
-    if r.finding.rule in SAFETY_FIRST:
-        r.notes.append(SAFETY_FIRST[r.finding.rule])
+    plan = plan_for(r.finding.rule)
+    if isinstance(plan, BlockExperiment) and plan.note:
+        r.notes.append(plan.note)
     r.details = out.details
     if out.cut_short:
         r.notes.append(f"--budget: {out.judgement.n if out.judgement else 0} of {ctx.repeat} repeats")

@@ -1,19 +1,35 @@
-"""Which experiment measures a finding's fix: the guest-disk table first, then the host fix plan."""
+"""Which experiment measures a finding's fix: what the finding's rule declares (its ``verify`` attribute)."""
 
 from __future__ import annotations
 
+from functools import cache
+
+from kvmtune.audit.rule import all_rules
+from kvmtune.audit.verifyplan import BlockExperiment, HostFixExperiment, NoExperiment, VerifyPlan
 from kvmtune.verify.disk import plan_disk
-from kvmtune.verify.experiments import DISK_EXPERIMENTS, NOT_MEASURABLE, Experiment, Subject, Unmeasurable, VerifyContext
+from kvmtune.verify.experiments import Experiment, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.hostside import plan_host_finding
+
+NO_PLAN = "no experiment measures this rule's fix"
+
+
+@cache
+def _plans() -> dict[str, VerifyPlan]:
+    return {r.id: r.verify for r in all_rules() if r.verify is not None}
+
+
+def plan_for(rule_id: str) -> VerifyPlan | None:
+    """The verify plan the rule ``rule_id`` declares, or ``None`` (no such rule, or it declares none)."""
+    return _plans().get(rule_id)
 
 
 def plan_experiment(subject: Subject, ctx: VerifyContext) -> Experiment:
     """The experiment for ``subject``'s finding; raises :class:`Unmeasurable` with the reason."""
-    rule = subject.finding.rule
-    if rule in DISK_EXPERIMENTS:
-        return plan_disk(subject, ctx)
-    if rule.startswith("KVM-HST-") and rule not in NOT_MEASURABLE:
+    plan = plan_for(subject.finding.rule)
+    if isinstance(plan, BlockExperiment):
+        return plan_disk(subject, ctx, plan)
+    if isinstance(plan, HostFixExperiment):
         return plan_host_finding(subject, ctx)
-    if rule in NOT_MEASURABLE:
-        raise Unmeasurable(NOT_MEASURABLE[rule])
-    raise Unmeasurable("no experiment measures this rule's fix")
+    if isinstance(plan, NoExperiment):
+        raise Unmeasurable(plan.reason)
+    raise Unmeasurable(NO_PLAN)

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 
 
@@ -31,6 +32,7 @@ class BalloonFreePageReporting(GuestRule):
         "QEMU virtio-balloon free-page-reporting property (5.1)",
         "Linux Documentation/mm/free_page_reporting.rst",
     )
+    verify = NoExperiment("free page reporting returns guest memory to the host; no speed effect to measure")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.memballoon != "virtio" or guest.balloon_free_page_reporting or guest.origin_kind == "cmdline":

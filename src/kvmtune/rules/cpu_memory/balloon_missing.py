@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
@@ -32,6 +33,7 @@ class BalloonMissing(GuestRule):
         "libvirt formatdomain: memory balloon device (autodeflate, freePageReporting)",
         "Proxmox qm.adoc: leave ballooning enabled; nova mem_stats_period_seconds=10",
     )
+    verify = NoExperiment("a balloon device reports and reclaims guest memory; no speed effect to measure")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if low(guest.memballoon) != "none":

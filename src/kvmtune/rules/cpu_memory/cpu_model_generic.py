@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
@@ -38,6 +39,7 @@ class CpuModelGeneric(GuestRule):
         "libvirt formatdomain: CPU model and topology (host-passthrough, host-model)",
         "nova [libvirt]cpu_mode default host-model; Proxmox: UI default x86-64-v2-AES instead of kvm64",
     )
+    verify = NoExperiment("CPU model " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if not guest.is_x86 or low(guest.virt_type) != "kvm":

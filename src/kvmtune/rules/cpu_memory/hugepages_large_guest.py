@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 
 LARGE_KIB = 16 * 1024 * 1024  # 16 GiB
@@ -34,6 +35,7 @@ class HugepagesLargeGuest(GuestRule):
         "Linux Documentation/admin-guide/mm/hugetlbpage.rst",
         "tuned: network-latency sets transparent_hugepages=never (latency guests rely on static pages)",
     )
+    verify = NoExperiment("hugepages back guest RAM " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.hugepages or not guest.memory_kib or guest.memory_kib < LARGE_KIB:

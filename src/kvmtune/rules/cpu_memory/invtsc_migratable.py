@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.cputune import cpu_layout
 from kvmtune.model.guest import Guest
 
@@ -35,6 +36,7 @@ class InvtscMigratable(GuestRule):
         "QEMU target/i386: invtsc is a migration blocker unless the CPU is not migratable",
         "RHEL 9 Optimizing virtual machine performance: CPU models and live migration",
     )
+    verify = NoExperiment("migratable='off' changes what may migrate, not speed; invtsc needs KVM, which does not boot here")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.cpu_mode not in ("host-passthrough", "maximum"):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 
 
@@ -38,6 +39,7 @@ class PinnedWithoutNosharepages(GuestRule):
         "Linux Documentation/admin-guide/mm/ksm.rst: merge_across_nodes",
         "RHEL 7 Virtualization Tuning Guide 9.4: KSM and NUMA",
     )
+    verify = NoExperiment("KSM merging of a pinned guest's memory " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if not (guest.vcpu_pinned or guest.numatune) or guest.nosharepages or guest.hugepages:

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_int
 from kvmtune.host.settings import KERNEL_HALT_POLL_NS, SEED_HALT_POLL_NS, halt_poll_want
@@ -33,6 +34,7 @@ class HaltPolling(HostFactsRule):
         "Linux Documentation/virt/kvm/halt-polling.rst",
         "Linux arch/x86/include/asm/kvm_host.h: KVM_HALT_POLL_NS_DEFAULT 200000",
     )
+    verify = NoExperiment("halt polling acts on KVM vCPUs going idle; KVM does not boot guests here")
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         path = "/sys/module/kvm/parameters/halt_poll_ns"

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import BlockDevice, HostFacts
 from kvmtune.host.settings import SCHED_GOOD, SCHED_GOOD_LEGACY
 from kvmtune.rules.host import HostFactsRule
@@ -41,6 +42,7 @@ class IoSchedulerMismatch(HostFactsRule):
         "Red Hat, RHEL 9 Monitoring and managing system status and performance: Setting the disk scheduler",
         "tuned commit ef339e1 (2013): elevator=deadline dropped from the profiles",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         for dev in facts.block_devices:

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.rules.host import HostFactsRule, gib
 
@@ -28,6 +29,7 @@ class KsmOffWithOvercommit(HostFactsRule):
         "seed:000 (Over-commit memory by page sharing or ballooning, not swapping)",
         "Linux Documentation/admin-guide/mm/ksm.rst",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         ratio = facts.memory_ratio

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import KSM_NOT_OVERCOMMITTED
 from kvmtune.rules.host import HostFactsRule, gib
@@ -32,6 +33,7 @@ class KsmWithoutOvercommit(HostFactsRule):
         "seed:000 (KSM: scanning is processor intensive; ksmd can use a whole CPU thread)",
         "RHEL 7 Virtualization Tuning and Optimization Guide §9.4 (disable KSM unless oversubscribing)",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         ksm = facts.ksm

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import BACKLOG
 from kvmtune.rules.host import HostFactsRule
@@ -30,6 +31,7 @@ class NetdevBacklog(HostFactsRule):
         "Linux Documentation/networking/scaling.rst: netdev_max_backlog 1000 or 10000",
         "Linux Documentation/admin-guide/sysctl/net.rst: netdev_max_backlog",
     )
+    verify = NoExperiment("netdev_max_backlog is not per namespace and matters only under receive bursts that drop")
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         backlog = facts.sysctl_int("net.core.netdev_max_backlog")

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_list
 from kvmtune.rules.host import HostFactsRule
@@ -31,6 +32,7 @@ class NumaBalancingPinned(HostFactsRule):
         "Documentation/admin-guide/sysctl/kernel.rst: numa_balancing",
         "OpenStack Nova hw:cpu_policy=dedicated, hw:numa_nodes (pinned, NUMA-placed guests)",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         pinned = facts.pinned_guest_cpus

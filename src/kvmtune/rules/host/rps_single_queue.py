@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_mask
 from kvmtune.host.settings import rps_want
@@ -31,6 +32,7 @@ class RpsSingleQueue(HostFactsRule):
         "seed:002 (RPS bitmap of all host CPUs gave the best overall improvement)",
         "Linux Documentation/networking/scaling.rst: RPS configuration",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         cpus = facts.online_cpus or set()

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import SWAPPINESS
 from kvmtune.rules.host import HostFactsRule
@@ -26,6 +27,7 @@ class SwappinessHigh(HostFactsRule):
         "tuned profiles/throughput-performance/tuned.conf: vm.swappiness=10 (included by virtual-host)",
         "seed:000 (Swapping)",
     )
+    verify = NoExperiment("swappiness acts only under memory pressure; verify does not push this host into swapping")
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         if not facts.kvm_loaded and not facts.guests:

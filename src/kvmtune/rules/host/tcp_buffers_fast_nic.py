@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import NOTSENT_LOWAT, TCP_BUFFER_MAX, VERY_FAST_NIC_MBPS, fast_nics
 from kvmtune.rules.host import HostFactsRule
@@ -33,6 +34,7 @@ class TcpBuffersSmallForFastNic(HostFactsRule):
         "tuned profiles/network-throughput/tuned.conf: tcp_rmem=\"4096 131072 16777216\", tcp_wmem=\"4096 16384 16777216\"",
         "Linux Documentation/networking/ip-sysctl.rst: tcp_rmem, tcp_wmem",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         fast = fast_nics(facts)

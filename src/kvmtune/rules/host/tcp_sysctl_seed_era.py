@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import TCP_LOW_LATENCY_GONE, TSQ_LOW
 from kvmtune.rules.host import HostFactsRule
@@ -29,6 +30,7 @@ class TcpSysctlSeedEra(HostFactsRule):
         "Linux Documentation/networking/ip-sysctl.rst: tcp_tw_reuse (default 2), tcp_low_latency (obsolete)",
         "Linux commit 4396e46187ca (4.12): remove tcp_tw_recycle",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         def hit(key: str, actual: str, expected: str, summary: str, severity: Severity = Severity.LOW) -> Finding:

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.rules.host import HostFactsRule
 
@@ -31,6 +32,7 @@ class TransparentHugePages(HostFactsRule):
         "tuned profiles: network-latency sets transparent_hugepages=never only for latency tiers",
         "seed:000 (RHEL 6: guest memory backed by transparent huge pages)",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         thp = facts.thp

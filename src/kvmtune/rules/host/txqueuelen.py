@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import TAP_QLEN
 from kvmtune.rules.host import HostFactsRule
@@ -35,6 +36,7 @@ class TxQueueLen(HostFactsRule):
         "Linux include/uapi/linux/if_tun.h: TUN_READQ_SIZE 500 (tap default)",
         "libvirt formatdomain: interface driver queues",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         for dev in sorted(facts.net_devices.values(), key=lambda d: d.name):

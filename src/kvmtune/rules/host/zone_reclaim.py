@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
 from kvmtune.host.facts import HostFacts
 from kvmtune.rules.host import HostFactsRule
 
@@ -27,6 +28,7 @@ class ZoneReclaim(HostFactsRule):
         "Documentation/admin-guide/sysctl/vm.rst: zone_reclaim_mode",
         "RHEL 9 Optimizing virtual machine performance: NUMA (memory locality vs reclaim)",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         if not facts.kvm_loaded and not facts.guests:

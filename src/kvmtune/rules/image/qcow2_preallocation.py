@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import PREALLOC_JOB, BlockExperiment
 from kvmtune.qemu.image import DiskImage
 from kvmtune.rules.image import DiskImageRule
 
@@ -31,6 +32,7 @@ class Qcow2NoPreallocation(DiskImageRule):
         "QEMU docs/system/qemu-block-drivers.rst: qcow2 preallocation (off, metadata, falloc, full)",
         "virt-manager issue #56 (libvirt ≥ 4.3 uses falloc when allocation equals capacity)",
     )
+    verify = BlockExperiment(PREALLOC_JOB, layout={"preallocation": "metadata"}, by="kvmtune fix --images")
 
     def check_disk_image(self, image: DiskImage, ctx: AuditContext) -> Iterator[Finding]:
         if image.format != "qcow2" or not image.preallocation or not image.preallocation.startswith("off"):

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.verifyplan import PREALLOC_JOB, BlockExperiment
 from kvmtune.qemu.image import DiskImage
 from kvmtune.rules.image import DiskImageRule, size
 
@@ -27,6 +28,7 @@ class RawImageSparse(DiskImageRule):
         "seed:000 (Sparse files: allocation on write, over-committed storage when the maximum exceeds free space)",
         "QEMU docs/system/qemu-block-drivers.rst: raw preallocation (falloc, full)",
     )
+    verify = BlockExperiment(PREALLOC_JOB, layout={"preallocation": "falloc"}, by="kvmtune fix --images")
 
     def check_disk_image(self, image: DiskImage, ctx: AuditContext) -> Iterator[Finding]:
         if image.format != "raw" or image.preallocation != "sparse":

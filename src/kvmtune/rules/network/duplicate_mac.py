@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule, RunRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest, Nic
 
 _HEX = re.compile(r"[^0-9a-f]")
@@ -45,6 +46,7 @@ class DuplicateMac(RunRule):
         "libvirt formatdomain: interface mac address (generated when omitted)",
         "IEEE 802.1D: a MAC address identifies one station on a bridged LAN",
     )
+    verify = NoExperiment("a duplicate MAC is a correctness fault, not a speed setting; nothing to measure")
 
     def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterator[Finding]:
         # who uses each MAC: {mac: {guest identity: [(guest, nic), ...]}}. A guest is its UUID, else its

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
@@ -33,6 +34,7 @@ class MacvtapVepa(GuestRule):
         "seed:002 (MacVTap modes: VEPA default, hairpin needed; bridge mode for inter-guest traffic)",
         "libvirt formatdomain: direct attachment to physical interface (mode vepa default)",
     )
+    verify = NoExperiment("macvtap bridge vs VEPA needs a physical lower device and an external switch; not measured")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for nic in guest.nics:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import is_virtio_model, on_tap, vhost_off
 
@@ -34,6 +35,7 @@ class NetMultiqueueMissing(GuestRule):
         "Proxmox qm.adoc: queues = vCPUs",
         "seed:002 (RPS and txqueuelen tuning for single-queue devices)",
     )
+    verify = NoExperiment("virtio-net multiqueue " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         vcpus = guest.vcpus or 1

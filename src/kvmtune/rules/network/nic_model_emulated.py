@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import default_nic_model, low
 
@@ -42,6 +43,7 @@ class NicModelEmulated(GuestRule):
         "nova vif.get_vif_model (virtio for KVM); Proxmox qm.adoc (virtio for maximum performance)",
         "libvirt formatdomain: interface model",
     )
+    verify = NoExperiment("NIC model change " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for nic in guest.nics:

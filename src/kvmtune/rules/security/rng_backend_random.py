@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 
@@ -31,6 +32,7 @@ class RngBackendRandom(GuestRule):
         "Linux 5.6 random: /dev/random no longer blocks after CRNG initialisation",
         "seed:000 (seed /dev/urandom in guests: the 2012 alternative to a virtual RNG)",
     )
+    verify = NoExperiment("the RNG backend's effect is guest entropy; not a speed setting")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for rng in guest.rngs:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 
 
@@ -29,6 +30,7 @@ class RngMissing(GuestRule):
         "seed:000 (security key strength: entropy on virtual machines, keys or entropy must not be cloned)",
         "libvirt formatdomain: random number generator device",
     )
+    verify = NoExperiment("an RNG device's effect is guest entropy; not a speed setting")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.rngs:

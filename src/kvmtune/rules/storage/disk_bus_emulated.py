@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 
 EMULATED_BUSES = {"ide", "sata", "fdc", "usb", "sd"}
@@ -33,6 +34,7 @@ class DiskBusEmulated(GuestRule):
         "libvirt formatdomain: disk target bus",
         "nova blockinfo.get_disk_bus_for_device_type (virtio for KVM disks)",
     )
+    verify = NoExperiment("bus change " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
@@ -34,6 +35,7 @@ class DiskCacheDefault(GuestRule):
         "libvirt formatdomain: disk driver cache ('default' = hypervisor default)",
         "QEMU docs: -drive cache= (default writeback)",
     )
+    verify = BlockExperiment(CACHE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, is_passthrough_lun, low
 
@@ -33,6 +34,7 @@ class DiskCacheDirectsync(GuestRule):
         "libvirt formatdomain: disk driver cache (directsync since 0.9.5)",
         "seed:003 (write-through modes: every write waits for the disk)",
     )
+    verify = BlockExperiment(CACHE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):

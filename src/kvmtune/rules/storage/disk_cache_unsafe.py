@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, is_passthrough_lun, low
 
@@ -28,6 +29,11 @@ class DiskCacheUnsafe(GuestRule):
         "seed:000 (unsafe ignores flushes; for temporary data only, never in production)",
         "libvirt formatdomain: disk driver cache='unsafe'",
         "QEMU docs: cache.no-flush",
+    )
+    verify = BlockExperiment(
+        CACHE_JOB,
+        note="a safety fix: cache=unsafe drops the guest's flushes, so a host crash loses data the guest "
+        "was told is on disk; expect it to measure slower, and apply it anyway",
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:

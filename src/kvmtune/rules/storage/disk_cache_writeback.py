@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, is_local, is_passthrough_lun, low
 
@@ -32,6 +33,7 @@ class DiskCacheWriteback(GuestRule):
         "libvirt formatdomain: disk driver cache; nova driver.disk_cachemode (none, else writeback)",
         "kubevirt/kubevirt#6968 (writeback preferable to writethrough for guests that flush)",
     )
+    verify = BlockExperiment(CACHE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import is_passthrough_lun
 
@@ -28,6 +29,7 @@ class DiskCacheWritethrough(GuestRule):
         "libvirt formatdomain: disk driver cache",
         "QEMU docs: block device cache modes",
     )
+    verify = BlockExperiment(CACHE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:

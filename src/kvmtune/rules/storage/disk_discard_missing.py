@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import DISCARD, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low
 
@@ -35,6 +36,7 @@ class DiskDiscardMissing(GuestRule):
         "nova [libvirt]hw_disk_discard=unmap",
         "Proxmox qm.adoc: discard (virtio-blk needs guest kernel >= 5.0)",
     )
+    verify = BlockExperiment(DISCARD)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest, writable=True):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import cache_mode, is_local, is_passthrough_lun, local_confidence
 
@@ -30,6 +31,7 @@ class DiskIoNativeCached(GuestRule):
         "nova driver._set_cache_mode: io=native downgraded to threads for non-O_DIRECT modes (LP#1841363)",
         "libvirt qemu_validate.c: io='native' needs either no disk cache or directsync cache mode",
     )
+    verify = BlockExperiment(CACHE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:

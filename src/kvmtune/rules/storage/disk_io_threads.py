@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import AIO_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
@@ -30,6 +31,7 @@ class DiskIoThreads(GuestRule):
         "libvirt formatdomain: disk driver io (threads, native; io_uring since 6.3.0)",
         "Proxmox qemu-server Drive.pm aio_cmdline_option (io_uring default, native on LVM)",
     )
+    verify = BlockExperiment(AIO_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import AIO_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low
 
@@ -35,6 +36,7 @@ class DiskIoUringOldKernel(GuestRule):
         "Proxmox VE 7.0 release notes: io_uring the default async I/O (kernel 5.11, QEMU 6.0)",
         "Linux io_uring(7): available since 5.1",
     )
+    verify = BlockExperiment(AIO_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if not guest.on_audited_host:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import BlockExperiment, FioJob
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low
 
@@ -37,6 +38,11 @@ class ImageFormatQcow2(GuestRule):
         "seed:000 (use raw unless you need qcow2 features such as snapshots)",
         "QEMU docs/qcow2-cache.txt (L2 cache sizing)",
         "QEMU docs: qemu-block-drivers (preallocation, cluster_size)",
+    )
+    verify = BlockExperiment(
+        FioJob("format", "randwrite", "4k", 16, fsync=32),
+        layout={"format": "raw"},
+        by="by hand: qemu-img convert -O raw with the guest stopped",
     )
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:

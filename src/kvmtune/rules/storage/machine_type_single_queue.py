@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low, machine_version, many_vcpus
 
@@ -34,6 +35,7 @@ class MachineTypeSingleQueue(GuestRule):
         "QEMU hw/core/machine.c hw_compat_5_1: virtio-blk/virtio-scsi num-queues=1",
         "libvirt formatdomain: disk driver queues (since 3.9.0)",
     )
+    verify = NoExperiment("virtio-blk queues are per vCPU inside the guest; " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         version = machine_version(guest.machine)

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.domain.windows import timer, windows_hint
 from kvmtune.model.guest import Guest
 
@@ -28,6 +29,7 @@ class HpetOn(GuestRule):
         "virt-manager/libosinfo defaults for Windows: hpet present='no'",
         "RHEL 9 Optimizing virtual machine performance: Windows guest timers",
     )
+    verify = NoExperiment("the HPET's cost is a Windows guest's timer exits; " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = windows_hint(guest)

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.windows import missing_enlightenments, windows_hint
 from kvmtune.model.guest import Guest
 
@@ -36,6 +37,7 @@ class HypervEnlightenments(GuestRule):
         "RHEL 9 Optimizing virtual machine performance: 'Enabling Hyper-V enlightenments' for Windows guests",
         "Proxmox VE: ostype win* enables the Hyper-V enlightenments",
     )
+    verify = NoExperiment("Hyper-V enlightenments act inside a Windows guest under KVM, which does not boot here")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = windows_hint(guest)

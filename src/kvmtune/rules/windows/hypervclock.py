@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.windows import timer, windows_hint
 from kvmtune.model.guest import Guest
 
@@ -28,6 +29,7 @@ class Hypervclock(GuestRule):
         "QEMU docs/system/i386/hyperv.rst: hv-time (reference TSC page), needed by hv-stimer",
         "RHEL 9 Optimizing virtual machine performance: Hyper-V enlightenments (hypervclock)",
     )
+    verify = NoExperiment("hypervclock acts inside a Windows guest under KVM, which does not boot here")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = windows_hint(guest)

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.windows import timer, windows_hint
 from kvmtune.model.guest import Guest
 
@@ -27,6 +28,7 @@ class RtcCatchup(GuestRule):
         "libvirt formatdomain 'Time keeping': timer tickpolicy (delay, catchup, merge, discard)",
         "virt-manager/libosinfo defaults for Windows: rtc tickpolicy='catchup', pit tickpolicy='delay'",
     )
+    verify = NoExperiment("RTC catch-up is guest timekeeping, not a speed setting")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = windows_hint(guest)

@@ -1,0 +1,79 @@
+"""What ``kvmtune verify`` measures for a rule's fix: plain data a rule declares, verify/ interprets.
+
+A rule whose fix kvmtune carries out (``fix_kind`` other than ``manual``) sets its
+``verify`` class attribute to one of these, in its own file:
+
+* :class:`BlockExperiment` — a guest disk (or image) fix measured on scratch
+  replicas of the disk, as it is and as fixed (``verify/disk.py``);
+* :class:`HostFixExperiment` — a host fix measured through the runtime value the
+  host fix plan writes for the finding (``verify/hostside.py``);
+* :class:`NoExperiment` — a one-line reason why nothing is measured.
+
+``tests/verify/test_verify_plans.py`` holds every fixable rule to having one. This
+module is plain data: rules/ may import it, and only verify/ gives it a meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GUEST_TIER = "needs the guest tier (a booted guest); KVM does not boot guests here and TCG would measure the emulator"
+
+
+@dataclass(frozen=True)
+class FioJob:
+    """One fio workload against an NBD export; ``fsync``: flush every N writes, as a guest file system does."""
+
+    name: str
+    rw: str
+    bs: str = "4k"
+    iodepth: int = 16
+    fsync: int = 0
+    rwmixread: int | None = None
+
+    def describe(self) -> str:
+        text = f"fio {self.rw} {self.bs} QD{self.iodepth}"
+        if self.rwmixread is not None:
+            text += f" {self.rwmixread}% reads"
+        if self.fsync:
+            text += f", flush every {self.fsync} writes"
+        return text
+
+
+# the jobs the disk rules share
+CACHE_JOB = FioJob("cache", "randwrite", "4k", 16, fsync=32)
+AIO_JOB = FioJob("aio", "randrw", "4k", 32, rwmixread=70)
+PREALLOC_JOB = FioJob("prealloc", "randwrite", "4k", 16, fsync=32)
+DISCARD = "discard"  # measure the host space returned after a trim instead of speed
+
+
+@dataclass(frozen=True)
+class BlockExperiment:
+    """The disk as it is vs as fixed, on scratch replicas (block tier).
+
+    ``job``: the fio job that shows the fix's effect, or :data:`DISCARD`. Side B is what the rule's
+    fixer writes; a fix that is not an XML edit names its layout change instead (``layout``: Layout
+    field → value, e.g. ``{"format": "raw"}``) and who makes it (``by``). ``note``: a line added to
+    every measured result (a safety fix that is expected to measure slower says so).
+    """
+
+    job: FioJob | str
+    layout: dict[str, str] = field(default_factory=dict)
+    by: str = "kvmtune fix"
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class HostFixExperiment:
+    """The runtime value ``kvmtune fix --host`` writes for the finding, measured in kvmtune's namespaces
+    (per-namespace network settings) or, with ``--apply``, on the host through the journal."""
+
+
+@dataclass(frozen=True)
+class NoExperiment:
+    """Nothing is measured for this rule's fix; ``reason`` says why, in one line."""
+
+    reason: str
+
+
+VerifyPlan = BlockExperiment | HostFixExperiment | NoExperiment
