@@ -38,7 +38,7 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
     from kvmtune.bench.accel import AccelChoice
     from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.storage import fio as fiomod
-    from kvmtune.bench.storage.bench import StorageContext, run_matrix
+    from kvmtune.bench.storage.guest import StorageContext, run_matrix
     from kvmtune.bench.storage.matrix import StorageConfig
     from kvmtune.bench.storage.snapshot import SnapshotCache
     from kvmtune.bench.workdir import Scratch

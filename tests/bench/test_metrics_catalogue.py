@@ -9,7 +9,7 @@ import pytest
 
 import kvmtune.cli as cli
 from kvmtune.bench.metrics import CATALOGUE, Better, lookup, lower_is_better, metric, names
-from kvmtune.bench.net.bench import netload_metrics
+from kvmtune.bench.net.guest import netload_metrics
 from kvmtune.bench.stats import welch_diff
 from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.store import Store

@@ -46,7 +46,7 @@ def test_device_needs_the_destructive_flag(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_mounted_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmtune.bench.storage.bench import check_user_device
+    from kvmtune.bench.storage.guest import check_user_device
     from kvmtune.errors import KvmtuneError
     from kvmtune.host.root import HostRoot
 

@@ -22,7 +22,7 @@ from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import GuestBuilder, ProbeGuest
 from kvmtune.bench.runner import CellSink
 from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.bench import StorageContext, run_matrix
+from kvmtune.bench.storage.guest import StorageContext, run_matrix
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import OWNER_FILE, Scratch

@@ -18,8 +18,8 @@ from net_helpers import processes_mentioning, root_namespace_leftovers, run_seei
 
 import kvmtune.cli as cli
 from kvmtune.bench.net import TopologySpec, make_topology
-from kvmtune.bench.net.bench import NETLOAD_PORT, find_netload
 from kvmtune.bench.net.datapath import DatapathRun
+from kvmtune.bench.net.guest import NETLOAD_PORT, find_netload
 from kvmtune.bench.net.netns import Netns
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
