@@ -24,13 +24,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 
 
 def cli(args: list[str]) -> tuple[int, float, str]:
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     start = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True)
     return res.returncode, time.monotonic() - start, res.stdout + res.stderr
 
 

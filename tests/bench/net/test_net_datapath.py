@@ -27,7 +27,6 @@ from kvmtune.runner import Runner
 from proc_helpers import descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
 
 
@@ -37,11 +36,6 @@ def netload() -> str:
         return find_netload(None, Runner())
     except KvmtuneError as exc:
         pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
 
 
 def _nothing_left(workdir: Path) -> None:
