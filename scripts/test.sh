@@ -1,17 +1,45 @@
 #!/usr/bin/env bash
 # Run every test: lint, types, unit and integration tests (real QEMU under TCG, libvirtd,
 # namespaces), and netload's Go tests. Installs what is missing first (idempotent).
+#   --fast   the development loop: ruff, mypy and the unit tier (pytest -m "not integration"),
+#            with the .venv already there (no install.sh, no integration tests, no Go tests)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh --deps-only || { echo "test.sh: install failed" >&2; exit 1; }
+fast=0
+case "${1:-}" in
+  "") ;;
+  --fast) fast=1 ;;
+  *) echo "usage: $0 [--fast]" >&2; exit 2 ;;
+esac
+if [ $fast -eq 1 ]; then
+  for tool in python ruff mypy pytest; do
+    if [ ! -x ".venv/bin/$tool" ]; then
+      echo "test.sh: .venv/bin/$tool is missing: run 'bash scripts/install.sh' once (test.sh --fast never installs)" >&2
+      exit 1
+    fi
+  done
+else
+  bash scripts/install.sh --deps-only || { echo "test.sh: install failed" >&2; exit 1; }
+fi
+# this checkout's code, even where .venv is shared with another checkout (a git worktree)
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PATH:/usr/local/go/bin"
 status=0
-step() { echo "== $*"; "$@" || status=1; }
+step() {
+  local start=$SECONDS
+  echo "== $*"
+  "$@" || status=1
+  echo "== $(( SECONDS - start )) s: $1"
+}
 step .venv/bin/ruff check src tests bench tools
 step .venv/bin/mypy
-step .venv/bin/pytest -q -p no:cacheprovider tests
-if [ -f netload/Makefile ]; then
-  step make -s -C netload test
+if [ $fast -eq 1 ]; then
+  step .venv/bin/pytest -q -p no:cacheprovider -m "not integration" tests
+else
+  step .venv/bin/pytest -q -p no:cacheprovider tests
+  if [ -f netload/Makefile ]; then
+    step make -s -C netload test
+  fi
 fi
 if [ $status -ne 0 ]; then echo "test.sh: FAILED" >&2; fi
 exit $status

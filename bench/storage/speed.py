@@ -24,13 +24,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 
 
 def cli(args: list[str]) -> tuple[int, float, str]:
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     start = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True)
     return res.returncode, time.monotonic() - start, res.stdout + res.stderr
 
 
@@ -38,7 +36,7 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
     from kvmtune.bench.accel import AccelChoice
     from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.storage import fio as fiomod
-    from kvmtune.bench.storage.bench import StorageContext, run_matrix
+    from kvmtune.bench.storage.guest import StorageContext, run_matrix
     from kvmtune.bench.storage.matrix import StorageConfig
     from kvmtune.bench.storage.snapshot import SnapshotCache
     from kvmtune.bench.workdir import Scratch

@@ -13,7 +13,7 @@ import pytest
 
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.runner import BenchRunner, Cell, CellSink
-from kvmtune.bench.storage.bench import StorageContext
+from kvmtune.bench.storage.guest import StorageContext
 from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, default_quick_configs
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch

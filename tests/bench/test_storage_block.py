@@ -26,23 +26,12 @@ from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
 
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
-# kvmtune as a subprocess, with only the command modules in MINE loaded
-KVMTUNE_MINE = [
-    sys.executable,
-    "-c",
-    "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))",
-]
+KVMTUNE = [sys.executable, "-m", "kvmtune"]
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("qemu-storage-daemon") and shutil.which("fio")), reason="needs qemu-storage-daemon and fio"
 )
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
 
 
 def ours(workdir: Path) -> list[str]:
@@ -126,7 +115,7 @@ def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_pat
     bin_dir.mkdir()
     for tool in ("qemu-img", "fio"):  # no qemu-storage-daemon on this PATH
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
-    res = subprocess.run([*KVMTUNE_MINE, "bench", "storage", *FAST, "--repeat", "1", "--db",
+    res = subprocess.run([*KVMTUNE, "bench", "storage", *FAST, "--repeat", "1", "--db",
                           str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(bin_dir)})  # fmt: skip
     lines = res.stderr.strip().splitlines()
@@ -138,7 +127,7 @@ def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_pat
 def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     proc = subprocess.Popen(
-        [*KVMTUNE_MINE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
+        [*KVMTUNE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
          "--disk-size", "64", "--target", "block", "--workload", "randread-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -194,7 +183,7 @@ def test_a_rounds_write_cells_share_one_fio_process_without_overlapping(tmp_path
 def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     proc = subprocess.Popen(
-        [*KVMTUNE_MINE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
+        [*KVMTUNE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
          "--disk-size", "64", "--format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
          "native", "--workload", "randwrite-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

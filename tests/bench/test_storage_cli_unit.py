@@ -9,13 +9,10 @@ import pytest
 import kvmtune.cli as cli
 from kvmtune.bench.store import Store
 
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
-
 
 @pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # other subcommands are developed alongside; these tests exercise the bench ones
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
+def private_cache_and_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the guest cache and the default results database go to this test's own directories
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
@@ -46,7 +43,7 @@ def test_device_needs_the_destructive_flag(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_mounted_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmtune.bench.storage.bench import check_user_device
+    from kvmtune.bench.storage.guest import check_user_device
     from kvmtune.errors import KvmtuneError
     from kvmtune.host.root import HostRoot
 

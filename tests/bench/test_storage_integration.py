@@ -22,7 +22,7 @@ from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import GuestBuilder, ProbeGuest
 from kvmtune.bench.runner import CellSink
 from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.bench import StorageContext, run_matrix
+from kvmtune.bench.storage.guest import StorageContext, run_matrix
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import OWNER_FILE, Scratch
@@ -31,7 +31,6 @@ from kvmtune.runner import Runner
 
 pytestmark = pytest.mark.integration
 
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 SMALL = ["--runtime", "1", "--disk-size", "256", "--boot-timeout", "40"]
 
 
@@ -47,11 +46,6 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def guest(workdir: Path) -> ProbeGuest:
     return GuestBuilder(workdir, Runner()).build()
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
 
 
 def leftovers(workdir: Path) -> list[str]:
@@ -232,9 +226,8 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
 
 def test_ctrl_c_stops_cleanly_and_marks_the_run_partial(workdir: Path, tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    code = "import sys, kvmtune.cli as c; c.COMMAND_MODULES = " + repr(MINE) + "; sys.exit(c.main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db),
+        [sys.executable, "-m", "kvmtune", "bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db),
          "--runtime", "20", "--disk-size", "128", "--workload", "randread-4k,randwrite-4k"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

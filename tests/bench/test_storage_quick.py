@@ -10,13 +10,6 @@ import kvmtune.cli as cli
 from kvmtune.bench.storage.quick import default_quick_configs, parse_bench_output
 from kvmtune.bench.store import Store
 
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
-
 
 def test_default_quick_matrix_is_24_valid_cells() -> None:
     cfgs = default_quick_configs()

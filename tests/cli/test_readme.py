@@ -11,10 +11,10 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def test_first_lines_are_the_two_commands() -> None:
+def test_first_lines_are_install_test_and_the_fast_loop() -> None:
     block = README.split("```sh\n", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip()]
-    assert commands == ["bash scripts/install.sh", "bash scripts/test.sh"]
+    assert commands == ["bash scripts/install.sh", "bash scripts/test.sh", "bash scripts/test.sh --fast"]
     assert README.index("```sh") < 200
 
 

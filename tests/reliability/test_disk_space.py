@@ -14,7 +14,7 @@ import pytest
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.runner import BenchRunner
 from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext
+from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import Scratch

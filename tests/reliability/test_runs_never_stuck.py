@@ -239,7 +239,7 @@ def _dead_pid() -> int:
 
 def test_a_benchmark_leaves_no_scratch_directory(tmp_path: Path) -> None:
     from kvmtune.bench.accel import AccelChoice
-    from kvmtune.bench.storage.bench import StorageContext
+    from kvmtune.bench.storage.guest import StorageContext
     from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, default_quick_configs
 
     runner = Runner()

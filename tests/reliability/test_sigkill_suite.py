@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from kvmtune.bench.guest import ExtraFile, GuestBuilder
-from kvmtune.bench.net.bench import find_netload
+from kvmtune.bench.net.guest import find_netload
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
 from proc_helpers import descendants, proc_stat

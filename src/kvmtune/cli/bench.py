@@ -12,8 +12,8 @@ from typing import Any
 from kvmtune.bench.accel import AccelChoice, choose_accel
 from kvmtune.bench.runner import Benchmark, BenchRunner, Cell, RunOutcome
 from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.bench import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
+from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.hostfs import check_host_fs
 from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS, SWEEP, StorageConfig, build_matrix, preset
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs

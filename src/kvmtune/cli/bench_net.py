@@ -144,7 +144,7 @@ def run_net_cli(args: argparse.Namespace) -> int:
     host = HostRoot()
     require_net_admin(host)  # before building anything
     runner = Runner()
-    from kvmtune.bench.net.bench import find_netload
+    from kvmtune.bench.net.guest import find_netload
 
     netload = find_netload(args.netload, runner)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
@@ -197,7 +197,7 @@ def _run_guest(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir
                tests: list[NetTest], tunings: Tunings, netload: str) -> int:  # fmt: skip
     from kvmtune.bench.accel import choose_accel
     from kvmtune.bench.guest import GuestBuilder
-    from kvmtune.bench.net.bench import NetBenchmark, NetContext
+    from kvmtune.bench.net.guest import NetBenchmark, NetContext
 
     extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()

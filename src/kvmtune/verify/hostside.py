@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.bench import find_netload, netload_metrics, new_token
+from kvmtune.bench.net.guest import find_netload, netload_metrics, new_token
 from kvmtune.bench.net.netns import NetError, Netns, require_net_admin
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process

@@ -18,8 +18,8 @@ from net_helpers import assert_nothing_left, namespaces, processes_mentioning, w
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
 from kvmtune.bench.net import TopologySpec
-from kvmtune.bench.net.bench import NetBenchmark, NetContext, find_netload
 from kvmtune.bench.net.catalog import select_tests
+from kvmtune.bench.net.guest import NetBenchmark, NetContext, find_netload
 from kvmtune.bench.runner import BenchRunner
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError

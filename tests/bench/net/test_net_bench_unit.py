@@ -9,9 +9,9 @@ import pytest
 
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.net import Endpoint, NetError
-from kvmtune.bench.net.bench import client_job, netload_metrics, parse_console, server_job
 from kvmtune.bench.net.catalog import MATRICES, parse_test, parse_tunings, select_tests
 from kvmtune.bench.net.chart import aggregate, pct_better, seed002_rows, text_table
+from kvmtune.bench.net.guest import client_job, netload_metrics, parse_console, server_job
 from kvmtune.bench.store import CellRow, Store
 
 

@@ -18,8 +18,8 @@ from net_helpers import processes_mentioning, root_namespace_leftovers, run_seei
 
 import kvmtune.cli as cli
 from kvmtune.bench.net import TopologySpec, make_topology
-from kvmtune.bench.net.bench import NETLOAD_PORT, find_netload
 from kvmtune.bench.net.datapath import DatapathRun
+from kvmtune.bench.net.guest import NETLOAD_PORT, find_netload
 from kvmtune.bench.net.netns import Netns
 from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
@@ -27,7 +27,6 @@ from kvmtune.runner import Runner
 from proc_helpers import descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
 
 
@@ -37,11 +36,6 @@ def netload() -> str:
         return find_netload(None, Runner())
     except KvmtuneError as exc:
         pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
 
 
 def _nothing_left(workdir: Path) -> None:

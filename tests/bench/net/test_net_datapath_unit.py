@@ -21,13 +21,6 @@ from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.net.topology import TopologySpec
 from kvmtune.bench.store import Store
 
-MINE = ["kvmtune.cli.guest", "kvmtune.cli.bench", "kvmtune.cli.results", "kvmtune.cli.compare", "kvmtune.cli.report"]
-
-
-@pytest.fixture(autouse=True)
-def only_bench_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "COMMAND_MODULES", MINE)
-
 
 @pytest.mark.parametrize(
     ("argv", "flag", "words"),

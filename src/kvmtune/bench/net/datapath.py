@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.net.bench import NETLOAD_PORT, describe, netload_metrics, new_token
 from kvmtune.bench.net.catalog import NetTest, Tunings
+from kvmtune.bench.net.guest import NETLOAD_PORT, describe, netload_metrics, new_token
 from kvmtune.bench.net.netns import NetError, Netns
 from kvmtune.bench.net.topology import SWITCH, Endpoint, Topology, TopologySpec, make_topology
 from kvmtune.bench.runner import Cell, CellSink, base_environment

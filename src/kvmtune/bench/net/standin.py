@@ -2,7 +2,7 @@
 
 A stand-in is a namespace with a tap ``eth0`` configured exactly as the guest
 would configure its NIC (same MAC, address, gateway, MTU), wired to the
-endpoint's host-side backend by a small relay process (``wire.py``): the
+endpoint's host-side backend by a small relay process (``relay.py``): the
 very tap, macvtap device or slirp stack a QEMU guest would use. For
 user-mode networking the slirp stack is QEMU's own (``qemu-system-x86_64 -M
 none`` with the endpoint's ``-netdev user`` joined to the relay through a
@@ -29,7 +29,7 @@ from typing import Any
 from kvmtune.bench.net.netns import NetError, Netns
 from kvmtune.bench.net.topology import SLIRP_HOST, Endpoint, NatTopology, Topology
 
-WIRE = Path(__file__).with_name("wire.py")
+RELAY = Path(__file__).with_name("relay.py")
 PROBE = Path(__file__).with_name("probe.py")
 READY_TIMEOUT = 15.0
 
@@ -60,7 +60,7 @@ def _wait_line(proc: subprocess.Popen[bytes], token: bytes, what: str, timeout: 
 
 
 def _slirp_qemu(topo: Topology, ep: Endpoint) -> str:
-    """Start QEMU's slirp for a user-mode endpoint; return the wire's side-A spec."""
+    """Start QEMU's slirp for a user-mode endpoint; return the relay's side-A spec."""
     qemu = topo.runner.which("qemu-system-x86_64")
     if qemu is None:
         raise NetError("checking user-mode networking needs qemu-system-x86_64 (Debian package qemu-system-x86)")
@@ -98,7 +98,7 @@ def attach_standin(topo: Topology, ep: Endpoint) -> Standin:
     if ep.gateway:
         ns.ip("route", "add", "default", "via", ep.gateway)
     side_a = ep.relay_side() or _slirp_qemu(topo, ep)
-    argv = [*ep.exec_prefix, sys.executable, str(WIRE), "--rundir", str(topo.rundir), "--a", side_a,
+    argv = [*ep.exec_prefix, sys.executable, str(RELAY), "--rundir", str(topo.rundir), "--a", side_a,
             "--b-netns", ns.name, "--b-tap", "eth0"]
     relay = topo.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               start_new_session=True)

@@ -172,7 +172,7 @@ class Endpoint:
         return self.backend is Backend.USER
 
     def relay_side(self) -> str | None:
-        """The host side a stand-in relay attaches to (``wire.py --a``); None for user mode, which needs a QEMU."""
+        """The host side a stand-in relay attaches to (``relay.py --a``); None for user mode, which needs a QEMU."""
         match self.backend:
             case Backend.TAP:
                 return f"tap:{self.ifname}"

@@ -1,4 +1,4 @@
-"""Storage benchmarks: the probe-guest matrix (:mod:`.bench`), the no-guest
+"""Storage benchmarks: the probe-guest matrix (:mod:`.guest`), the no-guest
 ``qemu-img bench`` tier (:mod:`.quick`), their configurations and presets
 (:mod:`.matrix`), the fio jobs (:mod:`.fio`), host disk counters
 (:mod:`.hostio`) and saved booted guests (:mod:`.snapshot`).

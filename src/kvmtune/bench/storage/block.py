@@ -77,7 +77,7 @@ from typing import Any
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage import fiobatch
-from kvmtune.bench.storage.bench import StorageContext, describe, storage_cell, storage_environment
+from kvmtune.bench.storage.guest import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
 from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
 from kvmtune.bench.storage.matrix import StorageConfig

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvmtune.bench.storage.bench import StorageContext
+from kvmtune.bench.storage.guest import StorageContext
 from kvmtune.bench.storage.hostio import device_of_path
 from kvmtune.bench.storage.matrix import HOST_FS
 from kvmtune.bench.workdir import release_file

@@ -8,7 +8,7 @@ is a tap in the stand-in guest's namespace, which this process enters with
 setns(2) after opening side A. It prints ``READY`` once both are open and
 runs until SIGTERM/SIGINT or ``--max-seconds``.
 
-    wire.py --rundir DIR --a tap:NAME|chardev:PATH|dgram:BIND:PEER --b-netns NS --b-tap eth0
+    relay.py --rundir DIR --a tap:NAME|chardev:PATH|dgram:BIND:PEER --b-netns NS --b-tap eth0
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def open_a(spec: str) -> Side:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(bind)
         return Side(sock=sock, peer=peer)
-    raise SystemExit(f"wire: unknown side A {spec!r}")
+    raise SystemExit(f"relay: unknown side A {spec!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         enter_netns(args.b_netns)
         b = Side(fd=open_tap(args.b_tap))
     except OSError as exc:
-        print(f"wire: {exc}", file=sys.stderr, flush=True)
+        print(f"relay: {exc}", file=sys.stderr, flush=True)
         return 1
     print("READY", flush=True)
     other = {a.fileno(): b, b.fileno(): a}

@@ -1,0 +1,81 @@
+"""scripts/test.sh --fast, the development loop: ruff, mypy and the unit tier, never install.sh.
+
+Each test runs the real script in a copy of the repository's layout whose install.sh and .venv tools
+are stand-ins that record how they were called."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "test.sh"
+
+
+def _tool(path: Path, body: str) -> None:
+    path.write_text("#!/usr/bin/env bash\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _layout(tmp_path: Path, *, venv: bool, failing: str = "") -> Path:
+    """A checkout: scripts/test.sh (the real one), an install.sh that only leaves a mark, and maybe a .venv."""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy2(SCRIPT, root / "scripts" / "test.sh")
+    _tool(root / "scripts" / "install.sh", f'touch "{tmp_path}/install-ran"')
+    (root / "netload").mkdir()
+    (root / "netload" / "Makefile").write_text("test:\n\ttouch ../go-ran\n")
+    if venv:
+        bin_dir = root / ".venv" / "bin"
+        bin_dir.mkdir(parents=True)
+        for name in ("python", "ruff", "mypy", "pytest"):
+            code = 1 if name == failing else 0
+            _tool(bin_dir / name, f'printf "%s|%s\\n" "{name} $*" "$PYTHONPATH" >> "{tmp_path}/calls"; exit {code}')
+    return root
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(root / "scripts" / "test.sh"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_fast_runs_ruff_mypy_and_the_unit_tier_without_installing(tmp_path: Path) -> None:
+    root = _layout(tmp_path, venv=True)
+    proc = _run(root, "--fast")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (tmp_path / "install-ran").exists()
+    assert not (root / "go-ran").exists()
+    calls = [line.split("|") for line in (tmp_path / "calls").read_text().splitlines()]
+    assert [c[0].strip() for c in calls] == [
+        "ruff check src tests bench tools",
+        "mypy",
+        "pytest -q -p no:cacheprovider -m not integration tests",
+    ]
+    # this checkout's src comes first, even with a .venv shared between worktrees
+    assert all(c[1].split(":")[0] == str(root / "src") for c in calls)
+    assert "== " in proc.stdout and " s: .venv/bin/pytest" in proc.stdout
+
+
+def test_fast_without_a_venv_is_one_line_and_installs_nothing(tmp_path: Path) -> None:
+    root = _layout(tmp_path, venv=False)
+    proc = _run(root, "--fast")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and ".venv/bin/" in lines[0] and "scripts/install.sh" in lines[0], proc.stderr
+    assert not (tmp_path / "install-ran").exists()
+    assert proc.stdout == ""
+
+
+def test_fast_fails_when_a_step_fails_and_still_runs_the_others(tmp_path: Path) -> None:
+    root = _layout(tmp_path, venv=True, failing="mypy")
+    proc = _run(root, "--fast")
+    assert proc.returncode == 1 and "test.sh: FAILED" in proc.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 3
+
+
+def test_unknown_option_is_refused(tmp_path: Path) -> None:
+    root = _layout(tmp_path, venv=True)
+    proc = _run(root, "--bogus")
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+    assert not (tmp_path / "install-ran").exists() and not (tmp_path / "calls").exists()
