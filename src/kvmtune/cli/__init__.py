@@ -1,17 +1,21 @@
-"""Command-line entry point. Each subcommand lives in its own module with
-``register(subparsers)``; the module sets ``func`` on its parser, and
-``func(args) -> int`` returns the exit code."""
+"""Command-line entry point. Each subcommand is a :class:`~kvmtune.cli.command.Command` in its own module
+(listed in the module's ``COMMANDS``); :func:`main` owns what every command shares: usage errors, the output
+file, colour, error lines and the exit code (:class:`~kvmtune.cli.command.Exit`)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kvmtune import __version__
-from kvmtune.errors import KvmtuneError
+from kvmtune.cli.command import Command, Exit, Outcome, register, use_color
+from kvmtune.errors import KvmtuneError, UsageError
+from kvmtune.fix.files import write_output
 from kvmtune.textsafe import safe
 
 # Subcommand modules, in the order `kvmtune --help` lists them.
@@ -34,12 +38,11 @@ COMMAND_MODULES = [
     "kvmtune.cli.shelldocs",
 ]
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"kvmtune: error: {message}\n")
+        self.exit(Exit.USAGE, f"kvmtune: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,36 +50,73 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvmtune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        module = importlib.import_module(name)
+        for cls in getattr(module, "COMMANDS", ()):
+            register(sub, cls)
+        if hasattr(module, "register"):  # not yet a Command
+            module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
+    command: Command | None = getattr(args, "command_object", None)
+    if command is None and not getattr(args, "func", None):
         parser.print_help()
-        return EXIT_USAGE
+        return Exit.USAGE
     try:
-        code: int = args.func(args)
-        return code
+        if command is None:
+            code: int = args.func(args)
+            return code
+        try:
+            command.check(args)
+        except UsageError as exc:
+            print(f"kvmtune: error: {safe(exc)}", file=sys.stderr)
+            return Exit.USAGE
+        outcome = command.run(args)
+        _emit(command, outcome, args)
+        for err in outcome.errors:
+            print(f"kvmtune: {safe(err)}", file=sys.stderr)
+        return int(outcome.exit)
     except KvmtuneError as exc:
         print(f"kvmtune: {safe(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:
         # the reader went away (`| head`): files were written before stdout (see report); keep the
         # interpreter from printing a second error while flushing the closed pipe at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
+        return Exit.OK
     except OSError as exc:
         # a file a command was told to read or write (--db, -o, a directory) that the system refused
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"kvmtune: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"kvmtune: {safe(where)}{safe(exc.strerror or exc)}", file=sys.stderr)
+        return Exit.USAGE
+
+
+def _emit(command: Command, outcome: Outcome, args: argparse.Namespace) -> None:
+    """The outcome's result, rendered to ``--output`` (atomically, through the one writer) or standard output."""
+    if outcome.result is None:
+        return
+    fmt = str(getattr(args, "format", None) or "text")
+    output: Path | None = getattr(args, "output", None)
+    if output is not None and str(output) != "-":
+        try:
+            write_output(Path(output), lambda fh: command.render(outcome, fmt, fh, color=False), tag=str(os.getpid()))
+        except OSError as exc:
+            raise UsageError(f"{output}: cannot write the report ({exc.strerror or exc})") from None
+        return
+    color = use_color(str(getattr(args, "color", "never")), sys.stdout.isatty())
+    command.render(outcome, fmt, sys.stdout, color=color)
+
+
+def terminal_width() -> int | None:
+    """Columns of the terminal standard output is, or ``None`` when it is not one."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 if __name__ == "__main__":

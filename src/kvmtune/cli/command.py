@@ -1,0 +1,132 @@
+"""One command shape for every subcommand (asv's ``commands/*.py`` is the model).
+
+A subcommand is a :class:`Command` subclass in its own module under ``cli/``, listed in that module's
+``COMMANDS``. It declares its options (the shared ones come from the ``*_option`` helpers below, so
+``--root``, ``--format``, ``--output``, ``--color``, ``--db`` and ``--journal-dir`` mean one thing
+everywhere), ``check(args)`` raises :class:`~kvmtune.errors.UsageError` for arguments that cannot be
+used, ``run(args)`` does the work and returns an :class:`Outcome` (it never writes to ``args``), and
+``render(outcome, fmt, out, …)`` turns the outcome into the output format asked for.
+
+:func:`kvmtune.cli.main` owns the rest, once: usage errors (one line, exit 2), the output file (through
+the one :func:`~kvmtune.fix.files.write_output`), ``NO_COLOR`` and ``--color``, the error lines an
+outcome carries, and the exit code, one of :class:`Exit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, ClassVar, TextIO
+
+from kvmtune.errors import UsageError
+
+
+class Exit(IntEnum):
+    """kvmtune's exit codes (README, "Exit codes")."""
+
+    OK = 0
+    FINDINGS = 1  # the answer is "not good": findings at --fail-on, problems found, failed cells, a "no" to a prompt
+    USAGE = 2  # arguments or inputs that cannot be used, refused with one line; nothing changed
+    INCOMPLETE = 3  # part of the work failed after it began (a fix stopped part-way, an experiment failed)
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+
+@dataclass
+class Outcome:
+    """What :meth:`Command.run` hands back: the exit code, what :meth:`Command.render` formats (``None``:
+    the command already said all it had to, e.g. a progress stream), and error lines for stderr."""
+
+    exit: Exit = Exit.OK
+    result: object = None
+    errors: list[str] = field(default_factory=list)
+
+
+class Command:
+    """One subcommand. Subclasses set ``name`` and ``help`` and override what they need."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    description: ClassVar[str | None] = None
+    # nested actions (``kvmtune results list``); a command with them and none given prints its help
+    subcommands: ClassVar[tuple[type[Command], ...]] = ()
+    parser: argparse.ArgumentParser  # set when registered
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        """Add this command's options to ``p``."""
+
+    def check(self, args: argparse.Namespace) -> None:
+        """Raise :class:`UsageError` for arguments that cannot be used together (argparse checks the rest)."""
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        """Do the work; never assign to ``args``."""
+        return Outcome(Exit.USAGE, self.parser.format_help())
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        """Write ``outcome.result`` to ``out`` in ``fmt``; the default writes text results as they are."""
+        if isinstance(outcome.result, str):
+            out.write(outcome.result)
+
+
+def register(sub: argparse._SubParsersAction[Any], cls: type[Command]) -> Command:
+    """Add ``cls`` (and its subcommands) to the subparsers ``sub``."""
+    command = cls()
+    p = sub.add_parser(cls.name, help=cls.help, description=cls.description or cls.help)
+    command.parser = p
+    command.options(p)
+    p.set_defaults(command_object=command)
+    if cls.subcommands:
+        nested = p.add_subparsers(dest=f"{cls.name}_action", metavar="ACTION", parser_class=type(p))
+        for child in cls.subcommands:
+            register(nested, child)
+    return command
+
+
+# -- the options that mean one thing everywhere ------------------------------------------------------------
+
+
+def existing_dir(text: str) -> str:
+    """``--root DIR``: an existing directory, made absolute (journals and reports hold absolute paths only)."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text}: not a directory")
+    return os.path.realpath(text)
+
+
+def root_option(p: argparse.ArgumentParser, help: str = "read /proc, /sys, /etc below DIR (a captured host)") -> None:
+    p.add_argument("--root", type=existing_dir, default="/", metavar="DIR", help=help)
+
+
+def format_option(p: argparse.ArgumentParser, choices: tuple[str, ...], default: str = "text", help: str | None = None) -> None:
+    """``--format``: always the output format (an image format is ``--image-format``)."""
+    p.add_argument("--format", choices=choices, default=default, help=help or f"output format (default {default})")
+
+
+def output_option(p: argparse.ArgumentParser, help: str = "write the report to FILE (atomically)") -> None:
+    p.add_argument("-o", "--output", metavar="FILE", type=Path, default=None, help=help)
+
+
+def color_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the text output (auto: on a terminal, unless NO_COLOR is set)")
+
+
+def db_option(p: argparse.ArgumentParser, default: Path) -> None:
+    p.add_argument("--db", type=Path, default=None, metavar="FILE", help=f"results database (default {default})")
+
+
+def journal_dir_option(p: argparse.ArgumentParser, default: str, env: str) -> None:
+    p.add_argument("--journal-dir", default=None, metavar="DIR", help=f"where journals are (default ${env} or {default})")
+
+
+def use_color(choice: str, to_terminal: bool) -> bool:
+    """``--color``: always and never win; auto colours a terminal unless ``NO_COLOR`` (no-color.org) is set."""
+    if choice == "always":
+        return True
+    return choice == "auto" and to_terminal and not os.environ.get("NO_COLOR")
+
+
+def usage(message: str) -> UsageError:
+    """A usage error for ``raise`` in :meth:`Command.check`."""
+    return UsageError(message)
