@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -206,7 +208,12 @@ def test_keep_leaves_the_change_and_undo_restores_it(
     assert code == 0 and "kept (--keep)" in out
     assert _scheduler(name) == "none"
     (jfile,) = journals.glob("*.json")
-    assert main(["undo", jfile.stem, "--journal-dir", str(journals), "--yes"]) == 0
+    # the kept line names the undo command that works from anywhere (a tree's journal needs its --root)
+    hint = re.search(r"'(kvmtune undo [^']*)' restores", out)
+    assert hint is not None, out
+    argv = shlex.split(hint.group(1))[1:]
+    assert argv == ["undo", "--root", str(root.resolve()), "--journal-dir", str(journals.resolve()), jfile.stem]
+    assert main([*argv, "--yes"]) == 0
     assert _scheduler(name) == "bfq"
 
 
@@ -296,7 +303,7 @@ def test_stopped_during_a_host_experiment_the_host_is_as_before_or_as_the_journa
         assert proc.returncode == 130 and state == "undone" and _scheduler(name) == "bfq"
     else:  # no chance to clean up: the journal says what was changed, and undo restores it
         assert state == "applied" and _scheduler(name) == "none"
-        assert main(["undo", journal.stem, "--journal-dir", str(journals), "--yes"]) == 0
+        assert main(["undo", "--root", str(root), journal.stem, "--journal-dir", str(journals), "--yes"]) == 0
         assert _scheduler(name) == "bfq"
     for pid in _pids_mentioning(str(tmp_path / "mnt")):
         os.kill(pid, signal.SIGKILL)  # fio, when SIGKILL left it running
