@@ -80,7 +80,7 @@ def test_first_write_images_hold_many_allocation_units_and_clusters_need_the_lar
 def test_block_tier_measures_against_the_floor_and_leaves_nothing(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--format", "raw,qcow2", "--prealloc", "off",
+    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--image-format", "raw,qcow2", "--prealloc", "off",
                      "--workload", "randwrite-4k,randread-4k", "--cache", "none", "--aio", "native",
                      "--db", str(db), "--workdir", str(wd)])  # fmt: skip
     out = capsys.readouterr()
@@ -150,7 +150,7 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
 def test_a_rounds_write_cells_share_one_fio_process_without_overlapping(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--format", "raw,qcow2", "--prealloc", "off",
+    code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--image-format", "raw,qcow2", "--prealloc", "off",
                      "--cache", "writeback,none", "--aio", "threads", "--workload", "randwrite-4k",
                      "--db", str(db), "--workdir", str(wd)])  # fmt: skip
     assert code == 0, capsys.readouterr().err
@@ -184,7 +184,7 @@ def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> N
     db, wd = tmp_path / "r.db", tmp_path / "work"
     proc = subprocess.Popen(
         [*KVMTUNE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "2",
-         "--disk-size", "64", "--format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
+         "--disk-size", "64", "--image-format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
          "native", "--workload", "randwrite-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

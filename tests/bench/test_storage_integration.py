@@ -97,7 +97,7 @@ def test_accelerator_is_probed_and_missing_kvm_means_tcg(workdir: Path, guest: P
 def test_seed003_subset(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--preset", "seed-003", "--bus", "virtio-blk", "--cache", "writethrough",
-                 "--format", "qcow2", "--workload", "randwrite-4k")  # fmt: skip
+                 "--image-format", "qcow2", "--workload", "randwrite-4k")  # fmt: skip
     assert code == 0, capsys.readouterr()
     with Store(db) as st:
         (run,) = st.runs()

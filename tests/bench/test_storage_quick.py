@@ -25,7 +25,7 @@ def test_parse_bench_output() -> None:
 
 def test_quick_runs_valid_cells_and_reports_impossible_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = cli.main(["bench", "storage", "--quick", "--format", "qcow2", "--prealloc", "off,metadata",
+    code = cli.main(["bench", "storage", "--quick", "--image-format", "qcow2", "--prealloc", "off,metadata",
                      "--cache", "none,writeback", "--aio", "native", "--disk-size", "64", "--db", str(db),
                      "--workdir", str(wd)])  # fmt: skip
     assert code == 1  # the writeback+native cells cannot run
@@ -42,7 +42,7 @@ def test_quick_runs_valid_cells_and_reports_impossible_ones(tmp_path: Path, caps
 
 def test_full_scratch_disk_is_one_line_and_the_rest_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = cli.main(["bench", "storage", "--quick", "--format", "raw", "--prealloc", "off,falloc", "--cache", "none",
+    code = cli.main(["bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off,falloc", "--cache", "none",
                      "--aio", "threads", "--disk-size", str(1 << 30), "--db", str(db), "--workdir", str(wd)])  # fmt: skip
     assert code == 1
     out = capsys.readouterr().out
@@ -62,7 +62,7 @@ def test_quick_cells_repeat_until_their_interval_is_tight_or_the_cap(tmp_path: P
 
     assert not tight([100.0, 100.0]) and tight([100.0, 101.0, 99.0]) and not tight([100.0, 150.0, 60.0])
     db, wd = tmp_path / "r.db", tmp_path / "work"
-    code = cli.main(["bench", "storage", "--quick", "--format", "qcow2", "--prealloc", "off,metadata",
+    code = cli.main(["bench", "storage", "--quick", "--image-format", "qcow2", "--prealloc", "off,metadata",
                      "--cache", "writethrough", "--aio", "threads", "--disk-size", "64", "--runtime", "3",
                      "--db", str(db), "--workdir", str(wd)])  # fmt: skip
     assert code == 0
@@ -76,3 +76,35 @@ def test_quick_cells_repeat_until_their_interval_is_tight_or_the_cap(tmp_path: P
         assert len(values) >= 2  # never a single 0.3 s pass when the cap allows more
     (line,) = [v.line("quick") for v in verdicts(cells) if "write-through" in v.claim]
     assert "quick tier" in line and ("95% interval" in line or "inconclusive" in line)
+
+
+def test_the_old_format_flag_is_the_image_format_for_one_release_with_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Issue 30: `bench storage --format raw|qcow2` is now --image-format; the old spelling still works, once
+    more, with one warning line, and the run stores the settings it really used (tier, defaults) with its own."""
+    db, wd = tmp_path / "r.db", tmp_path / "work"
+    # writeback with aio=native cannot run: every cell fails at once, no qemu-img bench pass is spent
+    code = cli.main(["bench", "storage", "--quick", "--format", "raw", "--prealloc", "off", "--cache", "writeback",
+                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+    assert code == 1
+    captured = capsys.readouterr()
+    (warning,) = [line for line in captured.err.splitlines() if "--format" in line]
+    assert warning.startswith("kvmtune: warning:") and "--image-format" in warning
+    assert "FAILED" in captured.out
+    with Store(db) as st:
+        (run,) = st.runs()
+        cells = st.cells(run.id)
+        assert cells and {c.config["fmt"] for c in cells} == {"raw"}  # the quick tier's default is raw and qcow2
+        assert run.args["legacy_format"] == ["raw"] and run.args["image_format"] is None
+        assert (run.args["tier"], run.args["repeat"], run.args["runtime"], run.args["disk_size"]) == ("quick", 1, 5.0, 64)
+        assert "command_object" not in run.args
+    assert cli.main(["bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off", "--cache", "writeback",
+                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)]) == 1  # fmt: skip
+    assert "--format" not in capsys.readouterr().err
+
+
+def test_an_unknown_image_format_names_the_new_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["bench", "storage", "--quick", "--image-format", "vmdk", "--db", str(tmp_path / "r.db"),
+                     "--workdir", str(tmp_path / "work")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("kvmtune: --image-format: unknown image-format 'vmdk'"), err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -85,3 +86,55 @@ def test_no_color_turns_automatic_colour_off() -> None:
 
     assert "\x1b[" in run({})
     assert "\x1b[" not in run({"NO_COLOR": "1"})
+
+
+def _commands(parser: argparse.ArgumentParser, path: str = "kvmtune") -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every command and nested action (``kvmtune bench storage``) with its parser, depth first."""
+    out: list[tuple[str, argparse.ArgumentParser]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out += [(f"{path} {name}", child), *_commands(child, f"{path} {name}")]
+    return out
+
+
+def _shown_options(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS
+            for o in a.option_strings if o not in ("-h", "--help")]
+
+
+def test_man_page_lists_every_command_action_and_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """The man page reads the parser: each command and nested action has its section with all its options."""
+    assert cli.main(["man"]) == 0
+    page = capsys.readouterr().out.replace("\\-", "-")
+    sections = page.split("\n.SS ")[1:]
+    by_title = {s.split("\n", 1)[0]: s for s in sections}
+    commands = _commands(cli.build_parser())
+    assert {"kvmtune bench storage", "kvmtune results show", "kvmtune net cleanup"} <= {p for p, _ in commands}
+    for path, parser in commands:
+        assert path in by_title, f"no section for {path}"
+        missing = [o for o in _shown_options(parser) if f"\\fB{o}\\fR" not in by_title[path]]
+        assert missing == [], f"{path}: {missing}"
+
+
+def test_completion_completes_nested_actions_and_their_options(tmp_path: Path) -> None:
+    script = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "c.bash").write_text(script)
+
+    def complete(*words: str) -> list[str]:
+        words_list = " ".join(f"'{w}'" for w in words)
+        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {words_list}); "
+                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    assert complete("bench", "st") == ["storage"]
+    assert complete("bench", "storage", "--image") == ["--image-format"]
+    assert complete("results", "show", "--for") == ["--format"]
+    assert sorted(complete("bench", "net", "--tier", "")) == ["auto", "datapath", "guest"]
+    assert sorted(complete("results", "show", "--format", "")) == ["json", "prometheus", "text"]
+    for path, parser in _commands(cli.build_parser()):
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            missing = [o for o in _shown_options(parser) if f" {o} " not in script and f"'{o} " not in script]
+            assert missing == [], f"{path}: {missing}"
+    zsh = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
+    assert "storage) _arguments" in zsh and "'--image-format[" in zsh and "compadd storage net" in zsh

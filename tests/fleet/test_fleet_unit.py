@@ -127,3 +127,15 @@ def test_benchmark_figures_as_prometheus_with_units(tmp_path: Path, capsys: pyte
         pytest.fail("promtool is not installed (Debian: prometheus); scripts/install.sh installs it")
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_report_reads_a_digit_named_file_among_files_by_its_own_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """RUN|FILE is typed by argparse (a run id is a number); among files, `007` is still the file named 007."""
+    audit_json(tmp_path, "hv1", "rhel6-old", capsys).rename(tmp_path / "007")
+    other = audit_json(tmp_path, "hv2", "nvme-modern", capsys)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "007", str(other), "--db", str(tmp_path / "r.db"), "--no-save"]) == 0
+    assert capsys.readouterr().out.startswith("fleet: 2 host(s), 2 audited")
+    assert cli.main(["report", "007", "--db", str(tmp_path / "none.db")]) == 2  # digits alone: run 7, no database
+    assert "no such results database" in capsys.readouterr().err

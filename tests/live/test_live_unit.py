@@ -262,3 +262,36 @@ def test_a_guest_that_disappears_mid_sample_is_skipped(tmp_path: Path) -> None:
     b = sampler.snapshot()
     assert "pid:100:web" in a.guests and not b.guests
     assert rates(a, b).guests == []
+
+
+def test_sample_refuses_an_unwritable_output_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o into a missing directory is a usage error at once, not after --duration seconds of sampling."""
+    make_host(tmp_path / "root")
+    started = time.monotonic()
+    assert cli.main(["sample", "--root", str(tmp_path / "root"), "--no-libvirt", "--duration", "30", "--interval", "30",
+                     "-o", str(tmp_path / "nodir" / "x.prom")]) == 2
+    assert time.monotonic() - started < 10  # the sample would take 30 s
+    err = capsys.readouterr().err
+    assert err == f"kvmtune: error: {tmp_path / 'nodir' / 'x.prom'}: directory {tmp_path / 'nodir'} does not exist\n"
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_sample_text_and_prometheus_go_to_the_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_host(tmp_path / "root")
+    make_qemu(tmp_path / "root", 100, "web", {0: (0, 0, "0")})
+    for fmt, marker in (("prometheus", "# TYPE kvmtune_"), ("text", "web")):
+        out = tmp_path / f"s.{fmt}"
+        assert cli.main(["sample", "--root", str(tmp_path / "root"), "--no-libvirt", "--duration", "0.1",
+                         "--interval", "0.1", "--format", fmt, "-o", str(out)]) == 0
+        assert marker in out.read_text() and capsys.readouterr().out == ""
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") or "tmp" in p.name] == []  # no temporary left
+
+
+def test_top_root_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    for command in (["top", "--plain", "--count", "1"], ["sample", "--duration", "1", "--interval", "1"],
+                    ["capacity", "--disk-tps", "10"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*command, "--root", str(tmp_path / "file"), "--no-libvirt"])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.endswith(f"argument --root: {tmp_path / 'file'}: not a directory\n")

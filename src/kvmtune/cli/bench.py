@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,8 @@ from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, 
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import CellRow, Store
 from kvmtune.bench.workdir import Scratch, default_db, default_workdir
-from kvmtune.cli.bench_net import register_net
+from kvmtune.cli.bench_net import BenchNetCommand
+from kvmtune.cli.command import Command, Exit, Outcome, db_option
 from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
@@ -42,49 +45,65 @@ def _csv(values: list[str] | None) -> list[str] | None:
     return out
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("bench", help="measure storage or the network on this host (probe guests + fio / netload)")
-    bs = p.add_subparsers(dest="bench_cmd", metavar="BENCH", parser_class=type(p))
-    s = bs.add_parser("storage", help="the storage matrix: bus × cache × aio × format × preallocation × workload")
-    add_guest_options(s)
-    s.add_argument("--quick", action="store_true", help="qemu-img bench only (no guest): format × prealloc × cache × aio")
-    s.add_argument(
-        "--tier", choices=TIERS, default="auto",
-        help="guest: fio in a probe guest; block: fio through qemu-storage-daemon over NBD, no guest, next to the "
-        "bare-metal floor; auto (default): guest where KVM boots a guest, block where it does not",
-    )  # fmt: skip
-    s.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
-    s.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
-    for d in DIMENSIONS:  # --bus, --format, --prealloc, --cache, --aio, --target, --sched, --host-fs
-        s.add_argument(f"--{d.option}", action="append",
-                       help=f"{d.help}: comma list of {', '.join(d.values)} (default {d.default})")
-    s.add_argument(
-        "--workload", action="append",
-        help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
-        "that filter a preset's workloads",
-    )  # fmt: skip
-    s.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
-    s.add_argument("--cycle-mib", type=int, help="MiB written by the boot-write-shutdown cycle (default 64)")
-    s.add_argument("--cycle-idle", type=float, help="seconds the cycle waits for flushes (default 3)")
-    s.add_argument("--boot-timeout", type=float, help="seconds a guest may take beyond its workloads (default 60)")
-    s.add_argument("--runtime", type=float, help="seconds per fio workload (default 5); --quick: the time cap per cell")
-    s.add_argument("--disk-size", type=int, help="MiB of the disk under test (default 1024)")
-    s.add_argument("--repeat", type=int, help="run the matrix N times, interleaved (default 1; block tier 3)")
-    s.add_argument("--memory", type=int, help="guest memory in MiB (default 512)")
-    s.add_argument("--smp", type=int, help="guest vCPUs (default 1)")
-    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), help="auto (default): use KVM only if a probe boots")
-    s.add_argument("--device", help="test this block device (with --destroy-data); it must not be mounted or in use")
-    s.add_argument("--destroy-data", action="store_true", help="allow writing over --device")
-    s.add_argument(
-        "--no-snapshot", action="store_true",
-        help="boot the probe guest for every configuration instead of restoring a saved booted one",
-    )  # fmt: skip
-    s.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
-    s.add_argument("--note", help="free text stored with the run")
-    s.add_argument("--keep-leftovers", action="store_true", help=KEEP_LEFTOVERS_HELP)
-    s.set_defaults(func=run_storage)
-    register_net(bs)  # kvmtune bench net (issue 7)
-    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+class BenchStorageCommand(Command):
+    name = "storage"
+    help = "the storage matrix: bus × cache × aio × image format × preallocation × workload"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        add_guest_options(p)
+        p.add_argument("--quick", action="store_true",
+                       help="qemu-img bench only (no guest): image format × prealloc × cache × aio")
+        p.add_argument(
+            "--tier", choices=TIERS, default="auto",
+            help="guest: fio in a probe guest; block: fio through qemu-storage-daemon over NBD, no guest, next to the "
+            "bare-metal floor; auto (default): guest where KVM boots a guest, block where it does not",
+        )  # fmt: skip
+        p.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
+        p.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
+        for d in DIMENSIONS:  # --bus, --image-format, --prealloc, --cache, --aio, --target, --sched, --host-fs
+            p.add_argument(f"--{d.option}", action="append",
+                           help=f"{d.help}: comma list of {', '.join(d.values)} (default {d.default})")
+        # the image format's old name, for one release: --format will be the output format, as everywhere else
+        p.add_argument("--format", dest="legacy_format", action="append", metavar="FORMAT", help=argparse.SUPPRESS)
+        p.add_argument(
+            "--workload", action="append",
+            help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
+            "that filter a preset's workloads",
+        )  # fmt: skip
+        p.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
+        p.add_argument("--cycle-mib", type=int, help="MiB written by the boot-write-shutdown cycle (default 64)")
+        p.add_argument("--cycle-idle", type=float, help="seconds the cycle waits for flushes (default 3)")
+        p.add_argument("--boot-timeout", type=float, help="seconds a guest may take beyond its workloads (default 60)")
+        p.add_argument("--runtime", type=float, help="seconds per fio workload (default 5); --quick: the time cap per cell")
+        p.add_argument("--disk-size", type=int, help="MiB of the disk under test (default 1024)")
+        p.add_argument("--repeat", type=int, help="run the matrix N times, interleaved (default 1; block tier 3)")
+        p.add_argument("--memory", type=int, help="guest memory in MiB (default 512)")
+        p.add_argument("--smp", type=int, help="guest vCPUs (default 1)")
+        p.add_argument("--accel", choices=("auto", "kvm", "tcg"), help="auto (default): use KVM only if a probe boots")
+        p.add_argument("--device", help="test this block device (with --destroy-data); it must not be mounted or in use")
+        p.add_argument("--destroy-data", action="store_true", help="allow writing over --device")
+        p.add_argument(
+            "--no-snapshot", action="store_true",
+            help="boot the probe guest for every configuration instead of restoring a saved booted one",
+        )  # fmt: skip
+        db_option(p, default_db())
+        p.add_argument("--note", help="free text stored with the run")
+        p.add_argument("--keep-leftovers", action="store_true", help=KEEP_LEFTOVERS_HELP)
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        if args.legacy_format:
+            print("kvmtune: warning: 'bench storage --format' is now --image-format (--format will be the output "
+                  "format, as in every other command); the old name is accepted for this release", file=sys.stderr)
+        return run_storage(args, storage_spec(args))
+
+
+class BenchCommand(Command):
+    name = "bench"
+    help = "measure storage or the network on this host (probe guests + fio / netload)"
+    subcommands = (BenchStorageCommand, BenchNetCommand)
+
+
+COMMANDS = (BenchCommand,)
 
 
 def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str]) -> list[fiomod.Workload]:
@@ -109,12 +128,72 @@ OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("destroy_data", "--destroy-data", ("guest", "block")),
     ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)),
 )  # fmt: skip
-GUEST_DEFAULTS = {"cycle_mib": 64, "cycle_idle": 3.0, "boot_timeout": 60.0, "memory": 512, "smp": 1, "accel": "auto"}
+GUEST_DEFAULTS: dict[str, Any] = {"cycle_mib": 64, "cycle_idle": 3.0, "boot_timeout": 60.0, "memory": 512, "smp": 1,
+                                  "accel": "auto"}
 
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
     return value not in (None, False, [])
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """What ``bench storage`` runs, with every default filled in (the arguments themselves are never changed).
+
+    ``tier`` is ``auto`` until probing KVM decides it, and ``repeat`` ``None`` until the tier is known."""
+
+    tier: str
+    dims: dict[str, list[str] | None]  # by StorageConfig field: the comma lists given (--image-format and old --format)
+    threads: tuple[int, ...]
+    runtime: float
+    quick_cap: float
+    disk_size: int
+    repeat: int | None
+    cycle_mib: int
+    cycle_idle: float
+    boot_timeout: float
+    memory: int
+    smp: int
+    accel: str
+
+    def given(self, field: str) -> bool:
+        return bool(self.dims.get(field))
+
+    def recorded(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The run's arguments as stored with it: what was given, and the defaults this run used."""
+        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object")}
+        return {**given, "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime, "disk_size": self.disk_size,
+                **{k: getattr(self, k) for k in GUEST_DEFAULTS}}
+
+
+def storage_spec(args: argparse.Namespace) -> StorageSpec:
+    """The effective settings of a ``bench storage`` run; a value that cannot be used is an error naming its option."""
+    tier = _resolve_tier(args)
+    runtime = 5.0 if args.runtime is None else args.runtime
+    disk_size = 1024 if args.disk_size is None else args.disk_size
+    if runtime <= 0 or disk_size < 16 or (args.repeat is not None and args.repeat < 1):
+        raise InputError("--runtime/--disk-size/--repeat", "runtime must be > 0, disk size ≥ 16 MiB, repeat ≥ 1")
+    if args.ramp is not None and args.ramp < 0:
+        raise InputError("--ramp", "must be ≥ 0 seconds")
+    if args.device and not args.destroy_data:
+        raise InputError("--device", f"{args.device}: writing to a block device needs --destroy-data as well")
+    if args.destroy_data and not args.device:
+        raise InputError("--destroy-data", "names no device: give --device PATH as well")
+    try:
+        threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
+    except ValueError:
+        raise InputError("--threads", f"{args.threads!r}: expected a comma list of thread counts, e.g. 1,8,16") from None
+    if any(t < 1 for t in threads) or (args.cycle_mib is not None and args.cycle_mib < 1):
+        raise InputError("--threads/--cycle-mib", "thread counts and MiB must be ≥ 1")
+    dims = {d.field: _csv(getattr(args, d.option.replace("-", "_"))) for d in DIMENSIONS}
+    dims["fmt"] = _csv([*(args.image_format or []), *(args.legacy_format or [])])
+    guest = {dest: default if getattr(args, dest) is None else getattr(args, dest) for dest, default in GUEST_DEFAULTS.items()}
+    return StorageSpec(tier=tier, dims=dims, threads=threads, runtime=runtime,
+                       quick_cap=QUICK_CAP_S if args.runtime is None else args.runtime, disk_size=disk_size,
+                       repeat=args.repeat, cycle_mib=int(guest["cycle_mib"]), cycle_idle=float(guest["cycle_idle"]),
+                       boot_timeout=float(guest["boot_timeout"]), memory=int(guest["memory"]), smp=int(guest["smp"]),
+                       accel=str(guest["accel"]))  # fmt: skip
 
 
 def _resolve_tier(args: argparse.Namespace) -> str:
@@ -152,91 +231,69 @@ def _auto_tier(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir
     return "guest", guest, accel
 
 
-def run_storage(args: argparse.Namespace) -> int:
+def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     """Turn the arguments into a storage benchmark of one tier and hand it to the benchmark runner."""
-    tier = _resolve_tier(args)
-    for dest, value in GUEST_DEFAULTS.items():
-        if getattr(args, dest) is None:
-            setattr(args, dest, value)
-    quick_cap = QUICK_CAP_S if args.runtime is None else args.runtime
-    args.runtime = 5.0 if args.runtime is None else args.runtime
-    args.disk_size = 1024 if args.disk_size is None else args.disk_size
-    if args.runtime <= 0 or args.disk_size < 16 or (args.repeat is not None and args.repeat < 1):
-        raise InputError("--runtime/--disk-size/--repeat", "runtime must be > 0, disk size ≥ 16 MiB, repeat ≥ 1")
-    if args.ramp is not None and args.ramp < 0:
-        raise InputError("--ramp", "must be ≥ 0 seconds")
-    if args.device and not args.destroy_data:
-        raise InputError("--device", f"{args.device}: writing to a block device needs --destroy-data as well")
-    if args.destroy_data and not args.device:
-        raise InputError("--destroy-data", "names no device: give --device PATH as well")
     runner = Runner()
     host = HostRoot()
     workdir = args.workdir or default_workdir()
     guest, accel = None, AccelChoice("none", "no guest in this tier", 0.0)
-    try:
-        threads = tuple(int(t) for t in args.threads.split(",")) if args.threads else (1, 8, 16)
-    except ValueError:
-        raise InputError("--threads", f"{args.threads!r}: expected a comma list of thread counts, e.g. 1,8,16") from None
-    if any(t < 1 for t in threads) or (args.cycle_mib is not None and args.cycle_mib < 1):
-        raise InputError("--threads/--cycle-mib", "thread counts and MiB must be ≥ 1")
+    tier = spec.tier
     if tier == "auto":
-        _guest_matrix(args, threads)  # bad values are errors before any guest is built or probed
+        _guest_matrix(args, spec)  # bad values are errors before any guest is built or probed
         tier, guest, accel = _auto_tier(args, runner, host, workdir)
-    args.tier = tier
-    if args.repeat is None:
-        args.repeat = 3 if tier == "block" else 1
+    spec = dataclasses.replace(spec, tier=tier, repeat=(3 if tier == "block" else 1) if spec.repeat is None else spec.repeat)
     configs: list[StorageConfig] = []
     workloads: list[fiomod.Workload] = []
     if tier == "quick":
-        configs = quick_configs(_csv(args.cache), _csv(args.aio), _csv(args.format), _csv(args.prealloc))
+        configs = quick_configs(spec.dims["cache"], spec.dims["aio"], spec.dims["fmt"], spec.dims["prealloc"])
     elif tier == "block":
-        configs, workloads = _block_matrix(args)
+        configs, workloads = _block_matrix(args, spec)
     else:
-        configs, workloads = _guest_matrix(args, threads)
+        configs, workloads = _guest_matrix(args, spec)
         if guest is None:
             guest = build_guest(args, runner)
-            accel = choose_accel(args.accel, guest, workdir, runner, host)
+            accel = choose_accel(spec.accel, guest, workdir, runner, host)
+    host_fs = spec.dims["host_fs"] or ["workdir"]
     if tier == "block":
-        check_host_fs(runner, host, _csv(args.host_fs) or ["workdir"])  # before any scratch directory exists
+        check_host_fs(runner, host, host_fs)  # before any scratch directory exists
     user_device = None
     if args.device:
         check_user_device(host, args.device)  # raises when mounted, swapped on, held or busy
         user_device = args.device
     ctx = StorageContext(
-        runner=runner, host=host, accel=accel, memory_mb=args.memory, smp=args.smp, boot_timeout_s=args.boot_timeout,
+        runner=runner, host=host, accel=accel, memory_mb=spec.memory, smp=spec.smp, boot_timeout_s=spec.boot_timeout,
         scratch=Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner), guest=guest,
-        runtime_s=args.runtime, disk_mib=args.disk_size, repeat=args.repeat, user_device=user_device,
+        runtime_s=spec.runtime, disk_mib=spec.disk_size, repeat=spec.repeat or 1, user_device=user_device,
     )  # fmt: skip
     bench: Benchmark
     if tier == "quick":
-        bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=quick_cap))
+        bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=spec.quick_cap))
     elif tier == "block":
-        host_fs = _csv(args.host_fs) or ["workdir"]
         bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, RAMP_S if args.ramp is None else args.ramp))
     else:
         if not args.no_snapshot:
             ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
         bench = MatrixBenchmark(ctx, configs, workloads)
-    run_args = {k: v for k, v in vars(args).items() if k != "func"}
     try:
         with Store(args.db or default_db()) as store:
-            outcome = BenchRunner(store, args=run_args, preset=args.preset, note=args.note, workdir=workdir,
+            outcome = BenchRunner(store, args=spec.recorded(args), preset=args.preset, note=args.note, workdir=workdir,
                                   keep_leftovers=args.keep_leftovers, runner=runner).run(bench)  # fmt: skip
     finally:
         ctx.scratch.remove_if_empty()  # a run refused before it started leaves no empty scratch-* behind
-    if outcome.status != "partial":
-        _summary(outcome, ctx.first_result_s)
-        if ctx.snapshots is not None:
-            print(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
-                  f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
-            for reason in sorted(set(ctx.snapshots.failures.values())):
-                print(f"  could not save or restore a booted guest (booted instead): {reason}")
-    return outcome.exit_code
+    if outcome.status == "partial":
+        return Outcome(Exit(outcome.exit_code))
+    lines = _summary(outcome, ctx.first_result_s)
+    if ctx.snapshots is not None:
+        lines.append(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
+                     f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
+        lines.extend(f"  could not save or restore a booted guest (booted instead): {reason}"
+                     for reason in sorted(set(ctx.snapshots.failures.values())))
+    return Outcome(Exit(outcome.exit_code), "".join(f"{line}\n" for line in lines))
 
 
-def _guest_matrix(args: argparse.Namespace, threads: tuple[int, ...]) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
+def _guest_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
     if args.preset:
-        pr = preset(args.preset, threads, args.cycle_mib, args.cycle_idle)
+        pr = preset(args.preset, spec.threads, spec.cycle_mib, spec.cycle_idle)
         dims = dict(pr.dims)
         workloads = list(pr.workloads)
         if args.workload:
@@ -245,7 +302,7 @@ def _guest_matrix(args: argparse.Namespace, threads: tuple[int, ...]) -> tuple[l
         dims = {}
         workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
     for d in DIMENSIONS:
-        given = _csv(getattr(args, d.option.replace("-", "_"))) if d.field in SWEEP else None
+        given = spec.dims[d.field] if d.field in SWEEP else None
         if given:
             dims[d.field] = tuple(given)
     if args.device:
@@ -256,7 +313,7 @@ def _guest_matrix(args: argparse.Namespace, threads: tuple[int, ...]) -> tuple[l
     return configs, workloads
 
 
-def _block_matrix(args: argparse.Namespace) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
+def _block_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
     """The block tier's configurations: a preset's, or the dimensions given (the floor always comes first)."""
     if args.preset:
         if args.preset == "ffsb":
@@ -265,33 +322,32 @@ def _block_matrix(args: argparse.Namespace) -> tuple[list[StorageConfig], list[f
         workloads = list(fiomod.lookup(names))
         if args.workload:
             workloads = _filter_workloads(workloads, _csv(args.workload) or [])
-        if any(_given(args, d) for d in ("cache", "aio", "format", "prealloc", "target")):
+        if any(spec.given(d) for d in ("cache", "aio", "fmt", "prealloc", "target")):
             raise InputError("--preset", f"{args.preset} fixes its block-tier configurations; drop the dimension flags "
                                          "or drop --preset")  # fmt: skip
         return configs, workloads
     workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
-    targets = _csv(args.target) or (["device"] if args.device else ["file"])
+    targets = spec.dims["target"] or (["device"] if args.device else ["file"])
     for t in targets:
         if t not in ("file", "block", "device"):
             raise InputError("--target", f"{t!r}: the block tier's targets are file, block and device "
                                          "(the bare-metal floor is always measured)")  # fmt: skip
     if "device" in targets and not args.device:
         raise InputError("--target", "target=device needs --device PATH --destroy-data")
-    grid = build_matrix({"cache": _csv(args.cache) or ["none"], "aio": _csv(args.aio) or ["native"],
-                         "fmt": _csv(args.format) or ["raw"], "prealloc": _csv(args.prealloc) or ["off"], "target": targets})
+    grid = build_matrix({"cache": spec.dims["cache"] or ["none"], "aio": spec.dims["aio"] or ["native"],
+                         "fmt": spec.dims["fmt"] or ["raw"], "prealloc": spec.dims["prealloc"] or ["off"],
+                         "target": targets})  # fmt: skip
     images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
     modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
     return block_configs(images, modes, targets), workloads
 
 
-def _summary(outcome: RunOutcome, first: float | None) -> None:
+def _summary(outcome: RunOutcome, first: float | None) -> list[str]:
     bad = [c for c in outcome.cells if not c.ok]
-    print(f"run {outcome.run_id}: {len(outcome.cells) - len(bad)} cells ok, {len(bad)} failed, {outcome.took_s:.1f}s"
-          + (f"; boot to first fio result {first:.1f}s" if first else ""))  # fmt: skip
-    for c in bad:
-        print(f"  FAILED {c.config_key} {c.workload}: {safe(c.error)}")
-    for line in median_lines(outcome.cells):
-        print(line)
+    lines = [f"run {outcome.run_id}: {len(outcome.cells) - len(bad)} cells ok, {len(bad)} failed, {outcome.took_s:.1f}s"
+             + (f"; boot to first fio result {first:.1f}s" if first else "")]  # fmt: skip
+    lines.extend(f"  FAILED {c.config_key} {c.workload}: {safe(c.error)}" for c in bad)
+    return lines + median_lines(outcome.cells)
 
 
 def median_lines(cells: Sequence[Cell] | Sequence[CellRow]) -> list[str]:

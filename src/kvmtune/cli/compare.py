@@ -14,6 +14,7 @@ from kvmtune.bench.metrics import names as catalogue_names
 from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
 from kvmtune.bench.store import RunRow, Store
 from kvmtune.bench.workdir import default_db
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.textsafe import safe
 
@@ -28,24 +29,32 @@ def run_tier(run: RunRow) -> str:
     return TIER_OF_KIND.get(run.kind, run.kind)
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="compare two benchmark runs cell by cell")
-    p.add_argument("run_a", type=int, metavar="RUN_A")
-    p.add_argument("run_b", type=int, metavar="RUN_B")
-    p.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
-    p.add_argument("--metric", action="append", help=f"metrics to compare (default {', '.join(DEFAULT_METRICS)})")
-    p.add_argument("--threshold", type=float, default=5.0, help="smallest change in %% called a difference (default 5)")
-    p.add_argument(
-        "--across-accelerators", action="store_true",
-        help="allow comparing runs made with different accelerators (the output says so loudly)",
-    )  # fmt: skip
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="json for scripts (network runs: seed 002's four %% figures per test)")
-    p.add_argument("--html", type=Path, help="network runs: write seed 002's chart (%% difference per test, B against A) here")
-    p.set_defaults(func=run_compare)
+class CompareCommand(Command):
+    name = "compare"
+    help = "compare two benchmark runs cell by cell"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_a", type=int, metavar="RUN_A")
+        p.add_argument("run_b", type=int, metavar="RUN_B")
+        db_option(p, default_db())
+        p.add_argument("--metric", action="append", help=f"metrics to compare (default {', '.join(DEFAULT_METRICS)})")
+        p.add_argument("--threshold", type=float, default=5.0, help="smallest change in %% called a difference (default 5)")
+        p.add_argument(
+            "--across-accelerators", action="store_true",
+            help="allow comparing runs made with different accelerators (the output says so loudly)",
+        )  # fmt: skip
+        format_option(p, ("text", "json"), help="json for scripts (network runs: seed 002's four %% figures per test)")
+        p.add_argument("--html", type=Path,
+                       help="network runs: write seed 002's chart (%% difference per test, B against A) here")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return run_compare(args)
 
 
-def run_compare(args: argparse.Namespace) -> int:
+COMMANDS = (CompareCommand,)
+
+
+def run_compare(args: argparse.Namespace) -> Outcome:
     metrics = _metrics(args.metric)  # before the database: a typo is an error, not "nothing in common"
     with Store(args.db or default_db(), must_exist=True) as st:
         a, b = st.run(args.run_a), st.run(args.run_b)
@@ -72,23 +81,23 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.html:
             raise KvmtuneError("--html draws seed 002's network chart; for storage runs use 'kvmtune report RUN… --html FILE'")
         diffs = compare_cells(st.cells(a.id), st.cells(b.id), metrics, args.threshold)
-        if args.format == "json":
-            print(json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "diffs": [
-                {"configuration": d.key.split("|")[0], "workload": d.key.split("|")[-1], "metric": d.metric,
-                 "n_a": d.n_a, "n_b": d.n_b, "mean_a": d.mean_a, "mean_b": d.mean_b, "diff_pct": d.diff_pct,
-                 "ci95_pct": list(d.ci_pct) if d.ci_pct else None, "better": d.better} for d in diffs]}, indent=2))
-            return 0 if diffs else 1
-        if not diffs:
-            print(f"runs {a.id} and {b.id} have no configuration × workload in common")
-            return 1
-        print(f"B = run {b.id} against A = run {a.id}; positive = B larger; 'better' honours the metric's direction")
-        for d in diffs:
-            verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
-                       "differs": "different (no better direction)",
-                       "unknown": "no interval (1 sample a side): no verdict"}[d.better]  # fmt: skip
-            print(f"{safe(d.key.split('|')[0]):45} {safe(d.key.split('|')[-1]):24} {d.metric:20} "
-                  f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  {d.describe()}  {verdict}")  # fmt: skip
-    return 0
+    found = Exit.OK if diffs else Exit.FINDINGS
+    if args.format == "json":
+        return Outcome(found, json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "diffs": [
+            {"configuration": d.key.split("|")[0], "workload": d.key.split("|")[-1], "metric": d.metric,
+             "n_a": d.n_a, "n_b": d.n_b, "mean_a": d.mean_a, "mean_b": d.mean_b, "diff_pct": d.diff_pct,
+             "ci95_pct": list(d.ci_pct) if d.ci_pct else None, "better": d.better} for d in diffs]}, indent=2) + "\n")
+    if not diffs:
+        return Outcome(found, f"runs {a.id} and {b.id} have no configuration × workload in common\n")
+    lines = [f"B = run {b.id} against A = run {a.id}; positive = B larger; 'better' honours the metric's direction"]
+    for d in diffs:
+        verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
+                   "differs": "different (no better direction)",
+                   "unknown": "no interval (1 sample a side): no verdict"}[d.better]  # fmt: skip
+        lines.append(f"{safe(d.key.split('|')[0]):45} {safe(d.key.split('|')[-1]):24} {d.metric:20} "
+                     f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  "
+                     f"{d.describe()}  {verdict}")  # fmt: skip
+    return Outcome(found, "".join(f"{line}\n" for line in lines))
 
 
 def _metrics(given: list[str] | None) -> list[str]:
@@ -100,7 +109,7 @@ def _metrics(given: list[str] | None) -> list[str]:
     return names
 
 
-def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
+def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> Outcome:
     """Network runs differ in configuration by design: match tests by name (seed 002's charts)."""
     from kvmtune.bench.net.chart import BARS, seed002_rows, text_table
     from kvmtune.bench.report import CSS
@@ -131,18 +140,15 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> int:
             write_output(args.html, lambda fh: fh.write(page), tag="compare")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
+    found = Exit.OK if rows else Exit.FINDINGS
     if args.format == "json":  # one entry per test: seed 002's four figures (+ = B better) and both sides' numbers
-        print(json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "kind": "network", "tests": [
+        return Outcome(found, json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "kind": "network", "tests": [
             {"test": r.test, "pct_better": {label: r.pct[label] for label, _ in BARS}, "a": r.a, "b": r.b}
-            for r in rows]}, indent=2))  # fmt: skip
-        return 0 if rows else 1
+            for r in rows]}, indent=2) + "\n")  # fmt: skip
     if not rows:
-        print(f"runs {a.id} and {b.id} have no successful test in common")
-        return 1
-    print(f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
-          "(time and CPU per MB compared as rates)")  # fmt: skip
+        return Outcome(found, f"runs {a.id} and {b.id} have no successful test in common\n")
     # test names come from the database: each escaped on its own, so none can end a line of the table
-    print(text_table([dataclasses.replace(r, test=safe(r.test)) for r in rows]))
-    if args.html:
-        print(f"wrote {args.html}")
-    return 0
+    text = (f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
+            "(time and CPU per MB compared as rates)\n"
+            + text_table([dataclasses.replace(r, test=safe(r.test)) for r in rows]) + "\n")  # fmt: skip
+    return Outcome(found, text + (f"wrote {args.html}\n" if args.html else ""))

@@ -13,10 +13,11 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 from kvmtune.bench.accel_cache import read_cached_verdict
 from kvmtune.bench.workdir import default_workdir
+from kvmtune.cli.command import Command, Outcome, format_option
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner, default_runner
@@ -33,12 +34,34 @@ class Check:
     costs: str = ""  # what a missing piece takes away
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="what this host can measure: KVM, vhost-net, OVS, qemu-storage-daemon, fio, space",
-                       description="Say in one screen what kvmtune can measure here, and what is missing.")
-    p.add_argument("--workdir", type=Path, default=None, help=f"benchmark work directory (default {default_workdir()})")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=run)
+class DoctorCommand(Command):
+    name = "doctor"
+    help = "what this host can measure: KVM, vhost-net, OVS, qemu-storage-daemon, fio, space"
+    description = "Say in one screen what kvmtune can measure here, and what is missing."
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--workdir", type=Path, default=None, help=f"benchmark work directory (default {default_workdir()})")
+        format_option(p, ("text", "json"))
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return Outcome(result=checks(HostRoot(), default_runner(), args.workdir or default_workdir()))
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        found = outcome.result
+        assert isinstance(found, list)
+        if fmt == "json":
+            out.write(json.dumps({"schema_version": 1, "checks": [asdict(c) for c in found]}, indent=2) + "\n")
+            return
+        mark = {True: "ok  ", False: "MISS", None: "??  "}
+        for c in found:
+            line = f"{mark[c.ok]} {c.what}: {c.detail}"
+            if c.ok is not True and c.costs:
+                line += f" — {c.costs}"
+            out.write(line + "\n")
+        out.write(f"({os.cpu_count()} CPUs; `kvmtune guest accel` probes KVM by booting a guest)\n")
+
+
+COMMANDS = (DoctorCommand,)
 
 
 def checks(host: HostRoot, runner: Runner, workdir: Path) -> list[Check]:
@@ -77,19 +100,3 @@ def checks(host: HostRoot, runner: Runner, workdir: Path) -> list[Check]:
     out.append(Check("free space in the work directory", free >= MIN_FREE_GIB, f"{free:.1f} GiB free at {probe}",
                      f"below {MIN_FREE_GIB:g} GiB the storage benchmarks refuse to start"))
     return out
-
-
-def run(args: argparse.Namespace) -> int:
-    workdir = args.workdir or default_workdir()
-    found = checks(HostRoot(), default_runner(), workdir)
-    if args.format == "json":
-        print(json.dumps({"schema_version": 1, "checks": [asdict(c) for c in found]}, indent=2))
-        return 0
-    mark = {True: "ok  ", False: "MISS", None: "??  "}
-    for c in found:
-        line = f"{mark[c.ok]} {c.what}: {c.detail}"
-        if c.ok is not True and c.costs:
-            line += f" — {c.costs}"
-        print(line)
-    print(f"({os.cpu_count()} CPUs; `kvmtune guest accel` probes KVM by booting a guest)")
-    return 0

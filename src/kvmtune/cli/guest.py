@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Any
 
 from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
 from kvmtune.bench.workdir import default_workdir, ensure_dir
+from kvmtune.cli.command import Command, Outcome
 from kvmtune.errors import InputError
 from kvmtune.runner import Runner
+from kvmtune.textsafe import safe
 
 
 def add_guest_options(p: argparse.ArgumentParser) -> None:
@@ -45,39 +45,48 @@ def build_guest(args: argparse.Namespace, runner: Runner, force: bool = False) -
     return builder.build(force=force)
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("guest", help="build the probe guest, detect the accelerator")
-    gs = p.add_subparsers(dest="guest_cmd", metavar="ACTION", parser_class=type(p))
-    b = gs.add_parser("build", help="build (or reuse) the probe guest initramfs")
-    add_guest_options(b)
-    b.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
-    b.set_defaults(func=run_build)
-    a = gs.add_parser("accel", help="boot the probe guest under KVM to see whether KVM really works here")
-    add_guest_options(a)
-    a.add_argument("--timeout", type=float, default=8.0, help="seconds the KVM probe may take (default 8)")
-    a.add_argument("--no-cache", action="store_true", help="probe again even if a recent answer is cached")
-    a.set_defaults(func=run_accel)
-    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+class GuestBuildCommand(Command):
+    name = "build"
+    help = "build (or reuse) the probe guest initramfs"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        add_guest_options(p)
+        p.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        g = build_guest(args, Runner(), force=args.force)
+        lines = [f"probe guest {g.key} ({'cached' if g.cached else 'built'})",
+                 f"  kernel   {g.kernel} ({g.release}){' → PVH ' + str(g.vmlinux) if g.vmlinux else ''}",
+                 f"  initrd   {g.initrd} ({g.size / 1e6:.1f} MB)",
+                 f"  tools    {', '.join(g.tools)}",
+                 f"  modules  {', '.join(g.modules)}"]  # fmt: skip
+        if g.missing_optional:
+            lines.append(f"  missing optional modules: {', '.join(g.missing_optional)}")
+        return Outcome(result="".join(f"{line}\n" for line in lines))
 
 
-def run_build(args: argparse.Namespace) -> int:
-    g = build_guest(args, Runner(), force=args.force)
-    print(f"probe guest {g.key} ({'cached' if g.cached else 'built'})")
-    print(f"  kernel   {g.kernel} ({g.release}){' → PVH ' + str(g.vmlinux) if g.vmlinux else ''}")
-    print(f"  initrd   {g.initrd} ({g.size / 1e6:.1f} MB)")
-    print(f"  tools    {', '.join(g.tools)}")
-    print(f"  modules  {', '.join(g.modules)}")
-    if g.missing_optional:
-        print(f"  missing optional modules: {', '.join(g.missing_optional)}")
-    return 0
+class GuestAccelCommand(Command):
+    name = "accel"
+    help = "boot the probe guest under KVM to see whether KVM really works here"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        add_guest_options(p)
+        p.add_argument("--timeout", type=float, default=8.0, help="seconds the KVM probe may take (default 8)")
+        p.add_argument("--no-cache", action="store_true", help="probe again even if a recent answer is cached")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        runner = Runner()
+        g = build_guest(args, runner)
+        workdir = args.workdir or default_workdir()
+        choice = detect_accel(g, workdir, runner, timeout=args.timeout, use_cache=not args.no_cache)
+        text = f"accelerator: {choice.accel} ({safe(choice.reason)}{', cached' if choice.cached else ''})\n"
+        return Outcome(result=text, errors=[f"warning: {choice.warning}"] if choice.warning else [])
 
 
-def run_accel(args: argparse.Namespace) -> int:
-    runner = Runner()
-    g = build_guest(args, runner)
-    workdir = args.workdir or default_workdir()
-    choice = detect_accel(g, workdir, runner, timeout=args.timeout, use_cache=not args.no_cache)
-    print(f"accelerator: {choice.accel} ({choice.reason}{', cached' if choice.cached else ''})")
-    if choice.warning:
-        print(f"kvmtune: warning: {choice.warning}", file=sys.stderr)
-    return 0
+class GuestCommand(Command):
+    name = "guest"
+    help = "build the probe guest, detect the accelerator"
+    subcommands = (GuestBuildCommand, GuestAccelCommand)
+
+
+COMMANDS = (GuestCommand,)

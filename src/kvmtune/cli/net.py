@@ -15,48 +15,85 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from kvmtune.bench.net.cleanup import cleanup, find_leftovers
 from kvmtune.bench.net.netns import require_net_admin
 from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec, make_topology
 from kvmtune.bench.workdir import default_workdir
+from kvmtune.cli.command import Command, Exit, Outcome
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import default_runner
+from kvmtune.textsafe import safe
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("net", help="build, check and clean up benchmark network topologies")
-    ns = p.add_subparsers(dest="net_cmd", metavar="ACTION", parser_class=type(p))
+def _topology_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, metavar="|".join(TOPOLOGIES), help="how guests are connected")
+    p.add_argument("--pairs", type=int, default=1, help="client/server guest pairs (default 1)")
+    p.add_argument("--hosts", type=int, default=1, choices=(1, 2), help="one host namespace or two joined by a veth switch")
+    p.add_argument("--mtu", type=int, default=1500, help="MTU set end to end (default 1500)")
+    p.add_argument("--txqueuelen", type=int, help="txqueuelen of the tap/macvtap devices")
+    p.add_argument("--ovs-datapath", default="auto", choices=("auto", "system", "netdev"))
+    p.add_argument("--vhost", default="auto", choices=("auto", "on", "off"))
+    p.add_argument("--workdir", type=Path, help="kvmtune work directory (default ~/.cache/kvmtune)")
 
-    def topo_args(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--topology", required=True, metavar="|".join(TOPOLOGIES), help="how guests are connected")
-        q.add_argument("--pairs", type=int, default=1, help="client/server guest pairs (default 1)")
-        q.add_argument("--hosts", type=int, default=1, choices=(1, 2), help="one host namespace or two joined by a veth switch")
-        q.add_argument("--mtu", type=int, default=1500, help="MTU set end to end (default 1500)")
-        q.add_argument("--txqueuelen", type=int, help="txqueuelen of the tap/macvtap devices")
-        q.add_argument("--ovs-datapath", default="auto", choices=("auto", "system", "netdev"))
-        q.add_argument("--vhost", default="auto", choices=("auto", "on", "off"))
-        q.add_argument("--workdir", type=Path, help="kvmtune work directory (default ~/.cache/kvmtune)")
 
-    up = ns.add_parser("up", help="build a topology and hold it until Ctrl-C")
-    topo_args(up)
-    up.add_argument("--standins", action="store_true", help="attach stand-in guests (namespaces) to every endpoint")
-    up.add_argument("--seconds", type=float, default=0, help="tear down after this many seconds (default: wait for Ctrl-C)")
-    up.set_defaults(func=run_up)
-    ck = ns.add_parser("check", help="build a topology, ping across it with stand-in guests, tear it down")
-    topo_args(ck)
-    ck.add_argument("--json", action="store_true", help="print the full result as JSON")
-    ck.set_defaults(func=run_check)
-    ls = ns.add_parser("list", help="show kvmtune namespaces and run directories, live or left over")
-    ls.add_argument("--workdir", type=Path)
-    ls.set_defaults(func=run_list)
-    cl = ns.add_parser("cleanup", help="remove what killed runs left (namespaces, OVS, QEMU, relays)")
-    cl.add_argument("--workdir", type=Path)
-    cl.add_argument("--force", action="store_true", help="also remove runs whose owner is still running")
-    cl.add_argument("--dry-run", action="store_true", help="only say what would be removed")
-    cl.set_defaults(func=run_cleanup)
-    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+class NetUpCommand(Command):
+    name = "up"
+    help = "build a topology and hold it until Ctrl-C"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        _topology_options(p)
+        p.add_argument("--standins", action="store_true", help="attach stand-in guests (namespaces) to every endpoint")
+        p.add_argument("--seconds", type=float, default=0,
+                       help="tear down after this many seconds (default: wait for Ctrl-C)")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return run_up(args)
+
+
+class NetCheckCommand(Command):
+    name = "check"
+    help = "build a topology, ping across it with stand-in guests, tear it down"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        _topology_options(p)
+        p.add_argument("--json", action="store_true", help="print the full result as JSON")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return run_check(args)
+
+
+class NetListCommand(Command):
+    name = "list"
+    help = "show kvmtune namespaces and run directories, live or left over"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--workdir", type=Path)
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return run_list(args)
+
+
+class NetCleanupCommand(Command):
+    name = "cleanup"
+    help = "remove what killed runs left (namespaces, OVS, QEMU, relays)"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--workdir", type=Path)
+        p.add_argument("--force", action="store_true", help="also remove runs whose owner is still running")
+        p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return run_cleanup(args)
+
+
+class NetCommand(Command):
+    name = "net"
+    help = "build, check and clean up benchmark network topologies"
+    subcommands = (NetUpCommand, NetCheckCommand, NetListCommand, NetCleanupCommand)
+
+
+COMMANDS = (NetCommand,)
 
 
 def _spec(args: argparse.Namespace) -> TopologySpec:
@@ -72,7 +109,7 @@ def _raise_interrupt(_sig: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run_up(args: argparse.Namespace) -> int:
+def run_up(args: argparse.Namespace) -> Outcome:
     from kvmtune.bench.net.standin import attach_standin
 
     spec = _spec(args)
@@ -98,10 +135,10 @@ def run_up(args: argparse.Namespace) -> int:
         if not held:
             raise
     print(f"kvmtune: {spec.kind} topology {topo.runid} torn down in {topo.facts.get('down_s', 0):.2f}s", file=sys.stderr)
-    return 0
+    return Outcome()
 
 
-def run_check(args: argparse.Namespace) -> int:
+def run_check(args: argparse.Namespace) -> Outcome:
     from kvmtune.bench.net.standin import check_topology
 
     spec = _spec(args)
@@ -110,45 +147,40 @@ def run_check(args: argparse.Namespace) -> int:
     with topo:
         result = check_topology(topo)
     result["facts"] = topo.facts
+    exit_code = Exit.OK if result["ok"] else Exit.FINDINGS
     if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        for c in result["checks"]:
-            print(f"{'ok  ' if c['passed'] else 'FAIL'} {c['check']}")
-        f = topo.facts
-        extra = ", ".join(f"{k}={f[k]}" for k in ("ovs_datapath", "macvtap_lower", "vhost_net") if k in f)
-        print(f"{spec.kind}: up {f['up_s']:.3f}s, stand-ins {result['attach_s']:.3f}s, checks {result['check_s']:.3f}s, "
-              f"down {f['down_s']:.3f}s ({extra})")
-    return 0 if result["ok"] else 1
+        return Outcome(exit_code, json.dumps(result, indent=1) + "\n")
+    lines = [f"{'ok  ' if c['passed'] else 'FAIL'} {c['check']}" for c in result["checks"]]
+    f = topo.facts
+    extra = ", ".join(f"{k}={f[k]}" for k in ("ovs_datapath", "macvtap_lower", "vhost_net") if k in f)
+    lines.append(f"{spec.kind}: up {f['up_s']:.3f}s, stand-ins {result['attach_s']:.3f}s, checks {result['check_s']:.3f}s, "
+                 f"down {f['down_s']:.3f}s ({extra})")
+    return Outcome(exit_code, "".join(f"{line}\n" for line in lines))
 
 
-def run_list(args: argparse.Namespace) -> int:
+def run_list(args: argparse.Namespace) -> Outcome:
     runner, host = default_runner(), HostRoot()
     leftovers = find_leftovers(runner, host, args.workdir or default_workdir())
+    lines = []
     for lo in leftovers:
         state = f"live (owner pid {lo.owner_pid})" if lo.live and lo.owner_pid else "live" if lo.live else "left over"
         where = f" {lo.rundir}" if lo.rundir else ""
-        print(f"{lo.runid:8} {state:24} {' '.join(lo.namespaces) or '-'}{where}")
+        lines.append(f"{lo.runid:8} {state:24} {' '.join(lo.namespaces) or '-'}{where}")
     if not leftovers:
-        print("no kvmtune network namespaces or run directories")
-    return 0
+        lines.append("no kvmtune network namespaces or run directories")
+    return Outcome(result="".join(f"{safe(line)}\n" for line in lines))  # names and paths found on the host
 
 
-def run_cleanup(args: argparse.Namespace) -> int:
+def run_cleanup(args: argparse.Namespace) -> Outcome:
     runner, host = default_runner(), HostRoot()
     require_net_admin(host)
     rep = cleanup(runner, host, args.workdir or default_workdir(), force=args.force, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    for n in rep.removed_namespaces:
-        print(f"{verb} namespace {n}")
-    for k in rep.killed:
-        print(f"{'would stop' if args.dry_run else 'stopped'} process {k}")
-    for d in rep.removed_dirs:
-        print(f"{verb} {d}")
-    for s in rep.skipped_live:
-        print(f"skipped {s}: still running (use --force)")
-    for p in rep.problems:
-        print(f"kvmtune: {p}", file=sys.stderr)
+    lines = [f"{verb} namespace {n}" for n in rep.removed_namespaces]
+    lines += [f"{'would stop' if args.dry_run else 'stopped'} process {k}" for k in rep.killed]
+    lines += [f"{verb} {d}" for d in rep.removed_dirs]
+    lines += [f"skipped {s}: still running (use --force)" for s in rep.skipped_live]
     if rep.nothing_found:
-        print("nothing to clean up")
-    return 1 if rep.problems else 0
+        lines.append("nothing to clean up")
+    text = "".join(f"{safe(line)}\n" for line in lines)  # names and paths found on the host
+    return Outcome(Exit.FINDINGS if rep.problems else Exit.OK, text, list(rep.problems))

@@ -13,6 +13,7 @@ from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
+from kvmtune.cli.command import Command, Exit, Outcome, db_option
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
 from kvmtune.fleet.collect import read_collection
@@ -21,30 +22,54 @@ from kvmtune.fleet.report import build, render_html, render_text
 from kvmtune.textsafe import safe
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="HTML report (charts, seed verdicts) of benchmark runs; or a fleet report",
-                       description="RUN ids: charts and seed verdicts of benchmark runs. Audit JSON files or "
-                       "directories of them (one per host, e.g. fetched by contrib/ansible): one fleet view, "
-                       "stored as a collection so the next report shows what changed.")
-    p.add_argument("runs", nargs="+", metavar="RUN|FILE")
-    p.add_argument("--label", default="", help="fleet reports: a name for this collection")
-    p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
-    p.add_argument("--html", type=Path, help="write the HTML report here")
-    p.add_argument("--baseline", metavar="CONFIG",
-                   help="benchmark reports: show each bar as %% of this configuration (a label on the chart, e.g. none)")
-    p.add_argument("--db", type=Path, help=f"results database (default {default_db()})")
-    p.set_defaults(func=run_report)
+class RunId(int):
+    """A ``RUN`` argument: the run id, keeping the text given (among files, ``007`` is a file name)."""
+
+    text: str
 
 
-def run_report(args: argparse.Namespace) -> int:
-    if not all(a.isdigit() for a in args.runs):
-        return run_fleet_report(args)
-    args.runs = [int(a) for a in args.runs]
+def run_or_file(text: str) -> RunId | str:
+    """``RUN|FILE``: a run id (all digits) as a number; anything else is an audit JSON file or directory."""
+    if not text.isdigit():
+        return text
+    run_id = RunId(text)
+    run_id.text = text
+    return run_id
+
+
+class ReportCommand(Command):
+    name = "report"
+    help = "HTML report (charts, seed verdicts) of benchmark runs; or a fleet report"
+    description = ("RUN ids: charts and seed verdicts of benchmark runs. Audit JSON files or directories of them (one "
+                   "per host, e.g. fetched by contrib/ansible): one fleet view, stored as a collection so the next "
+                   "report shows what changed.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("runs", nargs="+", type=run_or_file, metavar="RUN|FILE")
+        p.add_argument("--label", default="", help="fleet reports: a name for this collection")
+        p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
+        p.add_argument("--html", type=Path, help="write the HTML report here")
+        p.add_argument("--baseline", metavar="CONFIG",
+                       help="benchmark reports: show each bar as %% of this configuration (a label on the chart, e.g. none)")
+        db_option(p, default_db())
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        run_ids = [int(r) for r in args.runs if isinstance(r, RunId)]
+        if len(run_ids) != len(args.runs):  # a file among them: every argument is a file (one may be named 7)
+            return run_fleet_report(args, [r.text if isinstance(r, RunId) else r for r in args.runs])
+        return run_report(args, run_ids)
+
+
+COMMANDS = (ReportCommand,)
+
+
+def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
+    head: list[str] = []
     lines: list[str] = []
     with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
-        runs = {rid: st.run(rid) for rid in args.runs}  # each run read once
-        for rid in args.runs:
+        runs = {rid: st.run(rid) for rid in run_ids}  # each run read once
+        for rid in run_ids:
             run = runs[rid]
             if run.kind == "verify":
                 continue
@@ -52,15 +77,15 @@ def run_report(args: argparse.Namespace) -> int:
                 if c.status == "interrupted":
                     continue
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
-        verify_runs = [runs[rid] for rid in args.runs if runs[rid].kind == "verify"]
+        verify_runs = [runs[rid] for rid in run_ids if runs[rid].kind == "verify"]
         if verify_runs:
 
             from kvmtune.verify.engine import verified_fix_lines
 
-            print("verified fixes:")
+            head.append("verified fixes:")
             for run in verify_runs:
                 for line in verified_fix_lines(st.cells(run.id)):
-                    print(f"  run {run.id}: {safe(line)}")  # targets are domain names, changes and errors stored text
+                    head.append(f"  run {run.id}: {safe(line)}")  # targets are domain names, changes and errors stored text
         # the HTML report puts verified fixes in its summary (bench.report.render)
         for accel, cells in sorted(by_accel.items()):
             lines.append(f"[{accel}]")
@@ -81,21 +106,21 @@ def run_report(args: argparse.Namespace) -> int:
             lines.extend("  " + claim.line(tier) for tier, claim in net_claim_rows(net_cells))
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
-            text = render(st, args.runs, baseline=args.baseline)
+            text = render(st, run_ids, baseline=args.baseline)
             try:
                 write_output(args.html, lambda fh: fh.write(text), tag="report")
             except OSError as exc:
                 raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
             lines.append(f"wrote {args.html}")
-    print("\n".join(safe(line) for line in lines))  # every line embeds names and labels read from the database
-    return 0
+    # every line embeds names and labels read from the database
+    return Outcome(result="".join(f"{line}\n" for line in head) + "\n".join(safe(line) for line in lines) + "\n")
 
 
-def run_fleet_report(args: argparse.Namespace) -> int:
-    hosts, errors = read_collection(args.runs)
-    for err in errors:
-        print(f"kvmtune: {safe(err)}", file=sys.stderr)
+def run_fleet_report(args: argparse.Namespace, paths: list[str]) -> Outcome:
+    hosts, errors = read_collection(paths)
     if not hosts:
+        for err in errors:
+            print(f"kvmtune: {safe(err)}", file=sys.stderr)
         raise KvmtuneError("no host's result could be read")
     with History(args.db or default_db()) as hist:
         cid = None if args.no_save else hist.save(hosts, args.label)
@@ -106,5 +131,5 @@ def run_fleet_report(args: argparse.Namespace) -> int:
             write_output(args.html, lambda fh: fh.write(render_html(view)), tag="report")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
-    sys.stdout.write(render_text(view) + (f"wrote {args.html}\n" if args.html else ""))
-    return 2 if errors else 0
+    text = render_text(view) + (f"wrote {args.html}\n" if args.html else "")
+    return Outcome(Exit.USAGE if errors else Exit.OK, text, errors)

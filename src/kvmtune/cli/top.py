@@ -16,12 +16,12 @@ import select
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TextIO
 
+from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option
 from kvmtune.domain.connection import libvirt_answers
-from kvmtune.errors import KvmtuneError
-from kvmtune.fix.files import write_output
+from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnoser, Diagnosis
 from kvmtune.live.model import Snapshot
@@ -35,6 +35,7 @@ SORT_KEYS = ("guest", "delay", "disk", "net")
 DEFAULT_URI = "qemu:///system"
 SEED_001_TPS_PER_VM = 5.0
 SEED_001_VMS_PER_DISK = 20
+DEFAULT_WIDTH = 160  # columns of a table printed to a file or pipe (no terminal to ask)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,53 +44,155 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-libvirt", action="store_true", help="read QEMU processes only")
     p.add_argument("--no-processes", action="store_true",
                    help="read libvirt guests only, not the QEMU processes libvirt does not manage")
-    p.add_argument("--root", default="/", metavar="DIR", help="read /proc and /sys below DIR")
+    root_option(p, "read /proc and /sys below DIR")
     p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
     p.add_argument("--pid", type=int, action="append", default=None, metavar="PID",
                    help="only these QEMU processes (repeatable); libvirt guests are still read unless --no-libvirt")
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("top", help="live view: which running guest is slow, and the rule that explains it",
-                       description="Sample every running guest (libvirt's bulk stats, or /proc and QMP for QEMU "
-                       "processes libvirt does not manage) and the host, and name the rule behind each slow signal.")
-    _common(p)
-    p.add_argument("--sort", choices=SORT_KEYS, default="delay")
-    p.add_argument("--plain", action="store_true", help="print one table per interval, even on a terminal")
-    p.add_argument("--count", type=int, default=0, metavar="N", help="stop after N intervals (0 = until q/Ctrl-C)")
-    p.set_defaults(func=run_top)
-
-    s = sub.add_parser("sample", help="sample running guests for a while; JSON or Prometheus textfile output",
-                       description="Sample running guests and the host for --duration seconds.")
-    _common(s)
-    s.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
-    s.add_argument("--format", choices=("text", "json", "prometheus"), default="text")
-    s.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
-    s.set_defaults(func=run_sample)
-
-    c = sub.add_parser("capacity", help="seed 001's sizing: how many such guests each disk carries",
-                       description="From the transactions per second each running guest issues (sampled now, "
-                       "or read from `kvmtune sample --format json` output) and the disk's capacity in "
-                       "transactions per second, say how many such guests one disk carries.")
-    _common(c)
-    c.add_argument("--disk-tps", type=float, required=True, metavar="TPS",
-                   help="what one disk sustains (e.g. from `kvmtune bench storage --tier block`)")
-    c.add_argument("--duration", type=float, default=10.0, metavar="SECONDS")
-    c.add_argument("--from", dest="from_file", metavar="FILE", help="a `kvmtune sample --format json` file")
-    c.add_argument("--format", choices=("text", "json"), default="text")
-    c.set_defaults(func=run_capacity)
-
-
 def _check(args: argparse.Namespace) -> None:
     if not args.interval > 0:
-        raise KvmtuneError(f"--interval must be above 0 s, got {args.interval:g}")
+        raise UsageError(f"--interval must be above 0 s, got {args.interval:g}")
     duration = getattr(args, "duration", None)  # sample and capacity; top runs until stopped
     if duration is not None and duration < args.interval:
-        raise KvmtuneError(f"--duration ({duration:g} s) must be at least one --interval ({args.interval:g} s)")
+        raise UsageError(f"--duration ({duration:g} s) must be at least one --interval ({args.interval:g} s)")
     if getattr(args, "disk_tps", 1.0) <= 0:
-        raise KvmtuneError(f"--disk-tps must be above 0, got {args.disk_tps:g}")
-    if not os.path.isdir(args.root):
-        raise KvmtuneError(f"{args.root}: not a directory")
+        raise UsageError(f"--disk-tps must be above 0, got {args.disk_tps:g}")
+    output = getattr(args, "output", None)  # sample: refused before the measuring, not after it
+    if output is not None and str(output) != "-":
+        directory = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(directory):
+            raise UsageError(f"{output}: directory {directory} does not exist")
+
+
+class TopCommand(Command):
+    name = "top"
+    help = "live view: which running guest is slow, and the rule that explains it"
+    description = ("Sample every running guest (libvirt's bulk stats, or /proc and QMP for QEMU processes libvirt "
+                   "does not manage) and the host, and name the rule behind each slow signal.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--sort", choices=SORT_KEYS, default="delay")
+        p.add_argument("--plain", action="store_true", help="print one table per interval, even on a terminal")
+        p.add_argument("--count", type=int, default=0, metavar="N", help="stop after N intervals (0 = until q/Ctrl-C)")
+
+    def check(self, args: argparse.Namespace) -> None:
+        _check(args)
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        sampler = _sampler(args)
+        try:
+            diag = Diagnoser(sampler.host)
+            if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
+                for r, snap in _intervals(sampler, args.interval, args.count):  # a stream: each table as it comes
+                    print(render_table(r, diag.diagnose(r, snap), args.sort, width=_width()), flush=True)
+            else:
+                _interactive(sampler, diag, args)
+            return Outcome()
+        finally:
+            sampler.close()
+
+
+@dataclass
+class Sample:
+    """What ``sample`` measured: each interval, and the whole duration with its diagnoses."""
+
+    interval_s: float
+    per_interval: list[dict[str, Any]]
+    whole: Rates
+    diagnoses: list[Diagnosis]
+
+
+class SampleCommand(Command):
+    name = "sample"
+    help = "sample running guests for a while; JSON or Prometheus textfile output"
+    description = "Sample running guests and the host for --duration seconds."
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
+        format_option(p, ("text", "json", "prometheus"))
+        output_option(p, "write here (atomically) instead of stdout")
+
+    def check(self, args: argparse.Namespace) -> None:
+        _check(args)
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        sampler = _sampler(args)
+        try:
+            per_interval, whole, diagnoses = _measure(sampler, args)
+        finally:
+            sampler.close()
+        return Outcome(result=Sample(args.interval, per_interval, whole, diagnoses))
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        sample = outcome.result
+        assert isinstance(sample, Sample)
+        if fmt == "json":
+            doc = {"schema_version": 1, "kind": "kvmtune-sample", "duration_s": sample.whole.interval_s,
+                   "interval_s": sample.interval_s, "thresholds": thresholds_json(),
+                   "summary": rates_json(sample.whole, sample.diagnoses), "intervals": sample.per_interval}
+            out.write(json.dumps(doc, indent=2) + "\n")
+        elif fmt == "prometheus":  # node_exporter never reads a half-written textfile: main writes -o atomically
+            out.write(prometheus_text(sample.whole, sample.diagnoses))
+        else:
+            out.write(render_table(sample.whole, sample.diagnoses, "delay", width=_width()) + "\n")
+
+
+class CapacityCommand(Command):
+    name = "capacity"
+    help = "seed 001's sizing: how many such guests each disk carries"
+    description = ("From the transactions per second each running guest issues (sampled now, or read from "
+                   "`kvmtune sample --format json` output) and the disk's capacity in transactions per second, say "
+                   "how many such guests one disk carries.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--disk-tps", type=float, required=True, metavar="TPS",
+                       help="what one disk sustains (e.g. from `kvmtune bench storage --tier block`)")
+        p.add_argument("--duration", type=float, default=10.0, metavar="SECONDS")
+        p.add_argument("--from", dest="from_file", metavar="FILE", help="a `kvmtune sample --format json` file")
+        format_option(p, ("text", "json"))
+
+    def check(self, args: argparse.Namespace) -> None:
+        _check(args)
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        tps, freed = _guest_tps(args)
+        busy = [v for v in tps.values() if v > 0]
+        mean = sum(busy) / len(busy) if busy else 0.0
+        per_disk = int(args.disk_tps // mean) if mean > 0 else None
+        return Outcome(result={
+            "guests": tps, "mean_tps_per_guest": mean, **freed, "disk_tps": args.disk_tps, "guests_per_disk": per_disk,
+            "seed": f"seed:001 measured about {SEED_001_TPS_PER_VM:g} tps per VM, so about "
+                    f"{SEED_001_VMS_PER_DISK} VMs on a 100-tps disk",
+        })  # fmt: skip
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        result = outcome.result
+        assert isinstance(result, dict)
+        if fmt == "json":
+            out.write(json.dumps(result, indent=2) + "\n")
+            return
+        tps: dict[str, float] = result["guests"]
+        per_disk, mean = result["guests_per_disk"], result["mean_tps_per_guest"]
+        lines = [f"{len(tps)} running guest(s); {sum(1 for v in tps.values() if v > 0)} issued disk transactions "
+                 "while sampled"]
+        lines += [f"  {safe(name)}: {value:.1f} tps" for name, value in sorted(tps.items())]
+        if per_disk is None:
+            lines.append("no guest issued disk transactions: nothing to size from (sample while they work)")
+        else:
+            lines.append(f"mean {mean:.1f} tps per guest: one {result['disk_tps']:g}-tps disk carries about {per_disk} "
+                         "such guests")
+        lines.append(f"  ({result['seed']})")
+        for what, key in (("KSM saves", "ksm_saved_mib"), ("ballooning frees", "balloon_freed_mib")):
+            mib = result[key]
+            lines.append(f"{what}: {'not available' if mib is None else f'{mib:.0f} MiB'}")
+        out.write("".join(f"{line}\n" for line in lines))
+
+
+COMMANDS = (TopCommand, SampleCommand, CapacityCommand)
 
 
 def _sampler(args: argparse.Namespace) -> Sampler:
@@ -119,27 +222,14 @@ def _intervals(sampler: Sampler, interval: float, count: int) -> Iterator[tuple[
         n += 1
 
 
-def run_top(args: argparse.Namespace) -> int:
-    _check(args)
-    sampler = _sampler(args)
-    try:
-        diag = Diagnoser(sampler.host)
-        if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
-            for r, snap in _intervals(sampler, args.interval, args.count):
-                print(render_table(r, diag.diagnose(r, snap), args.sort, width=_width()), flush=True)
-            return 0
-        return _interactive(sampler, diag, args)
-    finally:
-        sampler.close()
-
-
 def _width() -> int:
+    """The table's width: the terminal's, or DEFAULT_WIDTH when standard output is not a terminal."""
     with contextlib.suppress(OSError):
         return os.get_terminal_size(sys.stdout.fileno()).columns
-    return 160
+    return DEFAULT_WIDTH
 
 
-def _interactive(sampler: Sampler, diag: Diagnoser, args: argparse.Namespace) -> int:
+def _interactive(sampler: Sampler, diag: Diagnoser, args: argparse.Namespace) -> None:
     import termios
     import tty
 
@@ -175,7 +265,6 @@ def _interactive(sampler: Sampler, diag: Diagnoser, args: argparse.Namespace) ->
         out.write("\x1b[?25h\x1b[?1049l")
         out.flush()
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return 0
 
 
 def _measure(sampler: Sampler, args: argparse.Namespace) -> tuple[list[dict[str, Any]], Rates, list[Diagnosis]]:
@@ -189,38 +278,6 @@ def _measure(sampler: Sampler, args: argparse.Namespace) -> tuple[list[dict[str,
         last = snap
     whole = rates(first, last)
     return per_interval, whole, diag.diagnose(whole, last)
-
-
-def _write(text: str, output: str | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
-    directory = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(directory):
-        raise KvmtuneError(f"{output}: directory {directory} does not exist")
-    try:  # node_exporter must never read a half-written textfile
-        write_output(Path(output), lambda fh: fh.write(text), tag=f"sample-{os.getpid()}")
-    except OSError as exc:
-        raise KvmtuneError(f"{output}: cannot write ({exc.strerror})") from None
-
-
-def run_sample(args: argparse.Namespace) -> int:
-    _check(args)
-    sampler = _sampler(args)
-    try:
-        per_interval, whole, diagnoses = _measure(sampler, args)
-    finally:
-        sampler.close()
-    if args.format == "json":
-        doc = {"schema_version": 1, "kind": "kvmtune-sample", "duration_s": whole.interval_s,
-               "interval_s": args.interval, "thresholds": thresholds_json(),
-               "summary": rates_json(whole, diagnoses), "intervals": per_interval}
-        _write(json.dumps(doc, indent=2) + "\n", args.output)
-    elif args.format == "prometheus":
-        _write(prometheus_text(whole, diagnoses), args.output)
-    else:
-        _write(render_table(whole, diagnoses, "delay", width=_width()) + "\n", args.output)
-    return 0
 
 
 def _freed(r: Rates) -> dict[str, float | None]:
@@ -253,33 +310,3 @@ def _guest_tps(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, fl
     finally:
         sampler.close()
     return {g.name: g.tps for g in whole.guests}, _freed(whole)
-
-
-def run_capacity(args: argparse.Namespace) -> int:
-    _check(args)
-    if not args.disk_tps > 0:
-        raise KvmtuneError(f"--disk-tps must be above 0, got {args.disk_tps:g}")
-    tps, freed = _guest_tps(args)
-    busy = [v for v in tps.values() if v > 0]
-    mean = sum(busy) / len(busy) if busy else 0.0
-    per_disk = int(args.disk_tps // mean) if mean > 0 else None
-    out: dict[str, Any] = {
-        "guests": tps, "mean_tps_per_guest": mean, **freed, "disk_tps": args.disk_tps, "guests_per_disk": per_disk,
-        "seed": f"seed:001 measured about {SEED_001_TPS_PER_VM:g} tps per VM, so about "
-                f"{SEED_001_VMS_PER_DISK} VMs on a 100-tps disk",
-    }
-    if args.format == "json":
-        print(json.dumps(out, indent=2))
-        return 0
-    print(f"{len(tps)} running guest(s); {len(busy)} issued disk transactions while sampled")
-    for name, value in sorted(tps.items()):
-        print(f"  {safe(name)}: {value:.1f} tps")
-    if per_disk is None:
-        print("no guest issued disk transactions: nothing to size from (sample while they work)")
-    else:
-        print(f"mean {mean:.1f} tps per guest: one {args.disk_tps:g}-tps disk carries about {per_disk} such guests")
-    print(f"  ({out['seed']})")
-    for what, key in (("KSM saves", "ksm_saved_mib"), ("ballooning frees", "balloon_freed_mib")):
-        mib = freed[key]
-        print(f"{what}: {'not available' if mib is None else f'{mib:.0f} MiB'}")
-    return 0

@@ -41,7 +41,7 @@ class Dimension:
 # and its place in StorageConfig.key (tests/bench/test_storage_matrix_unit.py checks all three agree).
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("bus", "bus", BUSES, "virtio-blk", "guest disk bus"),
-    Dimension("fmt", "format", FORMATS, "raw", "image format"),
+    Dimension("fmt", "image-format", FORMATS, "raw", "image format"),
     Dimension("prealloc", "prealloc", PREALLOCS, "off", "image preallocation"),
     Dimension("cache", "cache", CACHES, "none", "QEMU cache mode"),
     Dimension("aio", "aio", AIOS, "threads", "QEMU I/O backend"),
@@ -128,7 +128,7 @@ def build_matrix(choices: Mapping[str, Sequence[str]]) -> list[StorageConfig]:
         cfg = StorageConfig(**dict(zip(SWEEP, values, strict=True)))
         t, f, p = cfg.target, cfg.fmt, cfg.prealloc
         # a preallocation list naming both formats' kinds (metadata is qcow2's, falloc/full are raw's)
-        # pairs each with its own format; an explicit impossible request (--format raw --prealloc
+        # pairs each with its own format; an explicit impossible request (--image-format raw --prealloc
         # metadata, or off,metadata) still reaches the matrix and is reported as an error
         per_format = "metadata" in preallocs and any(x in ("falloc", "full") for x in preallocs)
         if (f == "raw" and p == "metadata" and (per_format or "qcow2" in formats)) or (
