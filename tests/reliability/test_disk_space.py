@@ -45,7 +45,7 @@ def test_a_storage_run_that_cannot_fit_its_disk_is_refused_before_it_starts(
 def test_quick_bench_on_a_full_work_directory_is_one_line(tmp_path: Path, small_tmpfs: Callable[[str], Path]) -> None:
     small = small_tmpfs("32m")
     res = subprocess.run(
-        [sys.executable, "-m", "kvmtune", "bench", "storage", "--quick", "--format", "raw", "--prealloc", "off",
+        [sys.executable, "-m", "kvmtune", "bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off",
          "--cache", "none", "--aio", "threads", "--disk-size", "16", "--workdir", str(small),
          "--db", str(tmp_path / "r.db")],
         capture_output=True, text=True, check=False,

@@ -223,7 +223,7 @@ def test_sigkill_at_random_points_leaves_nothing(env: tuple[Path, str], kind: st
         if exiting:
             slow_exits.append(f"kill {n}: {', '.join(f'{p} in {w}' for p, w in exiting.items())}")
         # the next kvmtune start sweeps what the kernel keeps
-        nxt = subprocess.run([*KVMTUNE, "bench", "storage", "--quick", "--format", "raw", "--prealloc", "off",
+        nxt = subprocess.run([*KVMTUNE, "bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off",
                               "--cache", "none", "--aio", "threads", "--disk-size", "16", "--workdir", str(work),
                               "--db", str(tmp_path / "next.db")], capture_output=True, text=True, timeout=300)  # fmt: skip
         assert nxt.returncode == 0, nxt.stderr[-600:]

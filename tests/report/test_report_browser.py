@@ -56,7 +56,7 @@ def open_in_chromium(html: Path, out_dir: Path, height: int = 1800) -> tuple[str
 
 def test_storage_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
-    assert cli.main(["bench", "storage", "--quick", "--format", "qcow2", "--prealloc", "off,metadata",
+    assert cli.main(["bench", "storage", "--quick", "--image-format", "qcow2", "--prealloc", "off,metadata",
                      "--cache", "none,writethrough", "--aio", "threads", "--disk-size", "64",
                      "--workdir", str(tmp_path / "w"), "--db", str(db)]) == 0
     capsys.readouterr()
