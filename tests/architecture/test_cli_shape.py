@@ -15,7 +15,7 @@ from kvmtune.cli import COMMAND_MODULES, build_parser
 CLI = Path(kvmtune.cli.__file__).resolve().parent
 # modules not yet in the Command shape (issue 30, step 1): each conversion removes its name
 NOT_YET: set[str] = {
-    "bench", "bench_net", "capture_host", "compare", "doctor", "guest", "ksm", "net",
+    "bench", "bench_net", "compare", "doctor", "guest", "net",
     "report", "results", "shelldocs", "top",
 }
 OUTPUT_FORMATS = {"text", "json", "sarif", "prometheus", "html", "roff"}
