@@ -95,7 +95,10 @@ def test_unreadable_file(tmp_path: Path) -> None:
 def test_bad_fail_on_and_bad_root(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--fail-on", "urgent", str(EXAMPLE)]) == 2
     assert "unknown severity 'urgent'" in capsys.readouterr().err
-    assert main(["audit", "--root", "/nonexistent-root", str(EXAMPLE)]) == 2
+    with pytest.raises(SystemExit) as exc:  # --root is argparse's to refuse now (cli/command.py root_option)
+        main(["audit", "--root", "/nonexistent-root", str(EXAMPLE)])
+    assert exc.value.code == 2
+    assert "/nonexistent-root: not a directory" in capsys.readouterr().err
 
 
 def test_fail_on_sets_exit_code(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from kvmtune.audit.collect import EXAMPLES
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import GuestRule, all_rules
-from kvmtune.cli.audit import EXAMPLES
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from kvmtune.audit.collect import EXAMPLES
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, RunRule, rule_by_id
-from kvmtune.cli.audit import EXAMPLES
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest

@@ -69,12 +69,12 @@ def test_qcow2_convert_verify_swap_undo(qcow2: Path, capsys: pytest.CaptureFixtu
     digest, ino = sha(qcow2), qcow2.stat().st_ino
     assert unallocated(qcow2, "qcow2") > 0
 
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2)]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2)]) == 0
     out = capsys.readouterr().out
     assert "preallocation=metadata" in out and "qemu-img compare" in out
     assert sha(qcow2) == digest
 
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
     jid = jid_of(capsys.readouterr().out)
     assert unallocated(qcow2, "qcow2") == 0
     assert subprocess.run(["qemu-img", "compare", str(pristine), str(qcow2)], capture_output=True).returncode == 0
@@ -82,7 +82,7 @@ def test_qcow2_convert_verify_swap_undo(qcow2: Path, capsys: pytest.CaptureFixtu
     assert backup.stat().st_ino == ino and sha(backup) == digest
     assert not list(qcow2.parent.glob(".*kvmtune*")), "no temp image left"
 
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2)]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2)]) == 0
     assert "Nothing to change." in capsys.readouterr().out
 
     assert main(["undo", jid]) == 0
@@ -102,8 +102,8 @@ def test_image_rules_quiet_after_apply(qcow2: Path, raw: Path, capsys: pytest.Ca
         return {f.rule for f in run_rules(AuditContext(), images=images, rules=rules)}
 
     assert found() == {"KVM-IMG-002", "KVM-IMG-003"}
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
-    assert main(["fix", "--format", "raw", "--images", str(raw), "--apply", "--yes"]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
+    assert main(["fix", "--image-format", "raw", "--images", str(raw), "--apply", "--yes"]) == 0
     capsys.readouterr()
     assert found() == set()
 
@@ -111,7 +111,7 @@ def test_image_rules_quiet_after_apply(qcow2: Path, raw: Path, capsys: pytest.Ca
 def test_raw_sparse_to_falloc(raw: Path, capsys: pytest.CaptureFixture[str]) -> None:
     digest = sha(raw)
     assert raw.stat().st_blocks * 512 < 8 * 2**20
-    assert main(["fix", "--format", "raw", "--images", str(raw), "--apply", "--yes"]) == 0
+    assert main(["fix", "--image-format", "raw", "--images", str(raw), "--apply", "--yes"]) == 0
     jid = jid_of(capsys.readouterr().out)
     assert raw.stat().st_blocks * 512 >= 64 * 2**20
     assert sha(raw) == digest  # same bytes, now allocated
@@ -120,7 +120,7 @@ def test_raw_sparse_to_falloc(raw: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_purge_backups(qcow2: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 0
     jid = jid_of(capsys.readouterr().out)
     assert main(["undo", "--purge-backups", jid]) == 0
     assert "deleted" in capsys.readouterr().out
@@ -130,7 +130,7 @@ def test_purge_backups(qcow2: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
     qcow2_2 = qcow2.with_name("second.qcow2")
     qemu_img("create", "-q", "-f", "qcow2", str(qcow2_2), "512M")
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2_2), "--apply", "--yes", "--purge-backups"]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2_2), "--apply", "--yes", "--purge-backups"]) == 0
     capsys.readouterr()
     assert not list(qcow2.parent.glob("second.qcow2.kvmtune-orig-*"))
 
@@ -141,7 +141,7 @@ def test_overlays_and_other_formats_are_left_alone(qcow2: Path, tmp_path: Path,
     qemu_img("create", "-q", "-f", "qcow2", "-b", str(qcow2), "-F", "qcow2", str(overlay))
     vdi = tmp_path / "old.vdi"
     qemu_img("create", "-q", "-f", "vdi", str(vdi), "16M")
-    assert main(["fix", "--format", "qcow2", "--images", str(overlay), str(vdi)]) == 0
+    assert main(["fix", "--image-format", "qcow2", "--images", str(overlay), str(vdi)]) == 0
     out = capsys.readouterr().out
     assert "has a backing file" in out and f"{vdi}: cannot be opened as the declared qcow2" in out
     assert "Nothing to change." in out
@@ -174,13 +174,13 @@ def running_qemu(qcow2: Path) -> Iterator[subprocess.Popen[bytes]]:
 def test_image_open_by_qemu_is_refused(qcow2: Path, running_qemu: subprocess.Popen[bytes],
                                        capsys: pytest.CaptureFixture[str]) -> None:
     digest = sha(qcow2)
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 3  # refused: non-zero
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes"]) == 3  # refused: non-zero
     out = capsys.readouterr().out
     assert f"open by pid {running_qemu.pid}" in out and "Nothing changed: 1 image(s) not converted" in out
     # a host root whose /proc shows nothing (a captured tree): QEMU's image lock still refuses it
     empty_root = qcow2.parent / "root"
     empty_root.mkdir()
-    assert main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes", "--root", str(empty_root)]) == 3
+    assert main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes", "--root", str(empty_root)]) == 3
     assert "locked by a running QEMU" in capsys.readouterr().out
     assert sha(qcow2) == digest
 
@@ -197,7 +197,7 @@ def test_a_process_holding_another_hard_link_is_noticed(qcow2: Path, capsys: pyt
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
         digest = sha(qcow2)
-        main(["fix", "--format", "qcow2", "--images", str(qcow2), "--apply", "--yes"])
+        main(["fix", "--image-format", "qcow2", "--images", str(qcow2), "--apply", "--yes"])
         out = capsys.readouterr().out
         assert f"open by pid {holder.pid}" in out
         assert sha(qcow2) == digest

@@ -173,7 +173,7 @@ def test_image_fix_removes_the_finding(rule_id: str, tmp_path: Path) -> None:
 
     assert found() == [rule_id]
     with redirect_stdout(io.StringIO()):
-        assert main(["fix", "--images", str(path), "--format", fmt, "--apply", "--yes"]) == 0
+        assert main(["fix", "--images", str(path), "--image-format", fmt, "--apply", "--yes"]) == 0
     assert found() == []
 
 

@@ -13,8 +13,8 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import HostRule, all_rules
 from kvmtune.cli import main
-from kvmtune.cli.capture_host import redact_cmdline
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.redact import redact_cmdline
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -61,6 +62,9 @@ def test_examples_block_tier_verdicts_stored_and_reported(tmp_path: Path, capsys
     assert writeback["verdict"] in VERDICTS and writeback["change"] == "cache writeback → none, io threads → native"
     assert writeback["measurement"]["interval_95"] is not None and writeback["tier"] == "block"
     assert _scratch(work) == [] and _pids_mentioning(str(work)) == []
+    with sqlite3.connect(db) as con:  # the run keeps the arguments, not the parser's command object
+        stored = json.loads(con.execute("SELECT args FROM runs WHERE id = ?", (doc["run"],)).fetchone()[0])
+    assert stored["command"] == "verify" and stored["repeat"] == 2 and "command_object" not in stored
     assert main(["report", str(doc["run"]), "--db", str(db)]) == 0
     report = capsys.readouterr().out
     assert "verified fixes:" in report and "KVM-STO-010 web01-legacy disk:hda: discard ignore → unmap" in report

@@ -116,7 +116,7 @@ def test_a_crash_between_backup_link_and_swap_leaves_no_orphan(tmp_path: Path) -
     _sparse_raw(img)
     before = img.read_bytes()
     env = dict(os.environ, KVMTUNE_TEST_KILL_IN_IMAGE_SWAP="1")
-    res = subprocess.run([*KVMTUNE, "fix", "--format", "raw", "--images", str(img), "--apply", "--yes",
+    res = subprocess.run([*KVMTUNE, "fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
                           "--journal-dir", str(journal)], env=env, capture_output=True, text=True, check=False)  # fmt: skip
     assert res.returncode == -signal.SIGKILL
     (orig,) = tmp_path.glob("g.img.kvmtune-orig-*")  # the crash left the backup link
@@ -157,7 +157,7 @@ def test_sigkill_during_image_fix_leaves_no_qemu_img_running(tmp_path: Path) -> 
             fh.seek(k * (8 << 20))
             fh.write(os.urandom(1 << 20))
     before = (img.stat().st_ino, img.stat().st_size)
-    proc = subprocess.Popen([*KVMTUNE, "fix", "--format", "raw", "--images", str(img), "--apply", "--yes",
+    proc = subprocess.Popen([*KVMTUNE, "fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
                              "--journal-dir", str(journal)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 60
     while not _pids_of("qemu-img", str(tmp_path)) or not list(tmp_path.glob(".big.img.kvmtune-*.tmp")):
@@ -192,7 +192,7 @@ def test_a_refused_image_fix_exits_non_zero(tmp_path: Path, small_tmpfs: Callabl
                       for fd in os.listdir(f"/proc/{holder.pid}/fd")):  # fmt: skip
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        code = main(["fix", "--format", "raw", "--images", str(img), "--apply", "--yes",
+        code = main(["fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
                      "--journal-dir", str(tmp_path / "j")])  # fmt: skip
     finally:
         holder.kill()
@@ -202,7 +202,7 @@ def test_a_refused_image_fix_exits_non_zero(tmp_path: Path, small_tmpfs: Callabl
     small = small_tmpfs("40m")
     tight = small / "tight.img"
     _sparse_raw(tight, "32M")
-    code = main(["fix", "--format", "raw", "--images", str(tight), "--apply", "--yes",
+    code = main(["fix", "--image-format", "raw", "--images", str(tight), "--apply", "--yes",
                  "--journal-dir", str(tmp_path / "j")])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 3 and "MiB free" in out

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmtune.cli.capture_host import redact_cmdline
 from kvmtune.qemu.cmdline import split_proc_cmdline
-from kvmtune.qemu.redact import redact_arg, split_opts
+from kvmtune.qemu.redact import redact_arg, redact_cmdline, split_opts
 
 S = "hunter2"
 

@@ -75,7 +75,7 @@ def test_issue_reproduction_raw_disk_with_qcow2_header_is_not_converted(tmp_path
     assert sha(disk) == digest
 
     # declared raw (the truth): preallocated as raw, every byte kept, the size unchanged
-    assert main(["fix", "--format", "raw", "--images", str(disk), "--apply", "--yes", "--purge-backups"]) == 0
+    assert main(["fix", "--image-format", "raw", "--images", str(disk), "--apply", "--yes", "--purge-backups"]) == 0
     out = capsys.readouterr().out
     assert "preallocation=falloc" in out
     assert disk.stat().st_size == size and sha(disk) == digest
@@ -97,7 +97,7 @@ def test_declared_qcow2_over_raw_is_refused_not_converted(tmp_path: Path, capsys
     disk = tmp_path / "plain.raw"
     subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(disk), "16M"], check=True)
     digest = sha(disk)
-    assert main(["fix", "--format", "qcow2", "--images", str(disk), "--apply", "--yes"]) == 3  # refused: non-zero (issue 19)
+    assert main(["fix", "--image-format", "qcow2", "--images", str(disk), "--apply", "--yes"]) == 3  # refused (issue 19)
     assert "cannot be opened as the declared qcow2" in capsys.readouterr().out
     assert sha(disk) == digest
 
@@ -160,7 +160,7 @@ def test_audit_never_contacts_a_backing_file_a_guest_wrote(tmp_path: Path, liste
     # declared qcow2 (a host-made overlay on a network disk): a protocol is never opened while auditing
     xml.write_text(DOMAIN.format(fmt="qcow2", path=disk))
     main(["audit", str(xml)])
-    main(["fix", "--format", "qcow2", "--images", str(disk)])
+    main(["fix", "--image-format", "qcow2", "--images", str(disk)])
     capsys.readouterr()
     assert listener.connections == 0
 

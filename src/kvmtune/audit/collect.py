@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from kvmtune.audit.collect_agent import add_guest_insides
+from kvmtune.audit.collect_host import add_guest_images, add_host, add_images
+from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
@@ -13,6 +18,74 @@ from kvmtune.inputs import read_regular, walk_files
 from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
+DEFAULT_URI = "qemu:///system"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What to audit, as ``audit`` and ``verify`` were asked (nothing named: this host's guests and the host)."""
+
+    paths: tuple[str, ...] = ()  # domain XML files or directories of them
+    connect: tuple[str, ...] = ()  # libvirt URIs
+    qemu_cmdline: tuple[str, ...] = ()  # files of one QEMU command line each
+    running: bool = False  # every running qemu-system-* process
+    examples: bool = False  # the example domains shipped with kvmtune
+    host: bool = False  # the host's tunables, devices and load
+    images: tuple[str, ...] = ()  # disk images: files, block devices or directories of them
+    guest_images: bool = True  # the local disk images the audited domains use
+    assume_this_host: bool = False  # guests from files are this host's
+    agent_timeout: float | None = None  # ask running guests' agents about their inside, each within this; None: do not
+
+    @property
+    def explicit(self) -> bool:
+        """Something was named (so the default inputs are not added)."""
+        return bool(self.paths or self.connect or self.qemu_cmdline or self.running or self.examples
+                    or self.host or self.images)
+
+
+def domain_files_among_images(paths: Iterable[str], images: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """``--images`` takes every path after it, so ``--images a.qcow2 vm.xml`` would read a domain file as a
+    disk image. A ``.xml`` name there counts as a domain path: returns (paths, images, the names moved)."""
+    images = list(images)
+    moved = [p for p in images if p.lower().endswith(".xml") and not os.path.isdir(p)]
+    return [*paths, *moved], [p for p in images if p not in moved], moved
+
+
+def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
+    """Read every input ``sources`` names (or, with none named, what this host runs) into one result."""
+    result = AuditResult()
+    explicit = sources.explicit
+    if sources.paths:
+        add_domain_files(sources.paths, result)
+    for uri in sources.connect:
+        add_libvirt(uri, result)
+    if sources.qemu_cmdline:
+        add_cmdline_files(sources.qemu_cmdline, result)
+    if sources.running:
+        add_running(ctx.host, result)
+    if sources.examples:
+        add_domain_files([str(EXAMPLES)], result)
+    if sources.host or not explicit:
+        add_host(ctx, result)
+    if sources.images:
+        add_images(sources.images, ctx, result)
+    if not explicit:
+        found = 0
+        if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
+            found += add_libvirt(DEFAULT_URI, result, required=False)
+        found += add_running(ctx.host, result)
+        if not found:
+            # Say so rather than audit something else: an operator reads this as the answer about this host.
+            result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
+            result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
+                                "shipped with kvmtune")
+    mark_guests_off_host(result, sources.assume_this_host)
+    if sources.agent_timeout is not None:
+        add_guest_insides(result, timeout=sources.agent_timeout, live_host=ctx.host.is_live)
+    if sources.guest_images and result.guests:
+        add_guest_images(ctx, result)
+    return result
 
 
 def _is_dir(p: Path) -> bool:

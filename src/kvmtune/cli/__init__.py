@@ -51,10 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
-        for cls in getattr(module, "COMMANDS", ()):
+        for cls in module.COMMANDS:
             register(sub, cls)
-        if hasattr(module, "register"):  # not yet a Command
-            module.register(sub)
     return parser
 
 
@@ -62,13 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command: Command | None = getattr(args, "command_object", None)
-    if command is None and not getattr(args, "func", None):
+    if command is None:
         parser.print_help()
         return Exit.USAGE
     try:
-        if command is None:
-            code: int = args.func(args)
-            return code
         try:
             command.check(args)
         except UsageError as exc:

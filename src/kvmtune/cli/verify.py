@@ -5,24 +5,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+from kvmtune.audit.collect import Sources, gather
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
-from kvmtune.errors import KvmtuneError
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option, journal_dir_option, root_option
+from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.textsafe import safe
+
+if TYPE_CHECKING:
+    from kvmtune.verify.engine import VerifyResult
+    from kvmtune.verify.experiments import VerifyContext
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)(i?B)?$", re.I)
 
@@ -50,46 +56,84 @@ def _positive(kind: type, low: float) -> Any:
     return parse
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "verify",
-        help="prove each fix on this host: measure as it is and as fixed, judge, keep or undo",
-        description="For every fixable finding whose effect can be measured here, measure the setting as it is "
-        "and as the fix would make it (guest disks on scratch replicas of their configuration, network settings "
-        "in kvmtune's own namespaces; host-wide settings only with --apply, through the fix journal), and judge "
-        "the ratio on its 95%% interval. The guest's disks are never opened.",
-    )
-    p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files or directories of them")
-    p.add_argument("-c", "--connect", action="append", default=[], metavar="URI", help="libvirt URI (repeatable)")
-    p.add_argument("--domain", action="append", default=[], metavar="NAME", help="only this domain (repeatable)")
-    p.add_argument("--host", action="store_true", help="also verify this host's findings")
-    p.add_argument("--images", nargs="+", default=[], metavar="PATH", help="disk images to audit (read with qemu-img info)")
-    p.add_argument("--examples", action="store_true", help="verify the example domains shipped with kvmtune")
-    p.add_argument("--root", default="/", metavar="DIR", help="host root (a captured or fixture tree)")
-    p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
-    p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
-    p.add_argument("--size", type=parse_size, default=1 << 30, metavar="SIZE",
-                   help="size of each scratch replica (default 1G)")
-    p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
-                   help="samples per side, alternating A/B (default 3)")
-    p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
-                   help="measuring time of one sample (default 1)")
-    p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",
-                   help="smallest change that counts as helping or hurting, in %% (default 5)")
-    p.add_argument("--budget", type=_positive(float, 1.0), default=None, metavar="SECONDS",
-                   help="cap the whole run; what does not fit is listed as skipped")
-    p.add_argument("--apply", action="store_true",
-                   help="also measure host-wide fixes: apply through the journal, measure, undo unless it helps")
-    p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
-    p.add_argument("-y", "--yes", action="store_true", help="do not ask before changing host-wide settings")
-    p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
-    p.add_argument("--journal-dir", default=None, metavar="DIR",
-                   help=f"where journals go (default ${ENV_DIR} or {DEFAULT_DIR})")
-    p.add_argument("--workdir", type=Path, default=None, help=f"work directory (default {default_workdir()})")
-    p.add_argument("--db", type=Path, default=None, help=f"results database (default {default_db()})")
-    p.add_argument("--no-store", action="store_true", help="do not write the results database")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=run)
+class VerifyCommand(Command):
+    name = "verify"
+    help = "prove each fix on this host: measure as it is and as fixed, judge, keep or undo"
+    description = ("For every fixable finding whose effect can be measured here, measure the setting as it is "
+                   "and as the fix would make it (guest disks on scratch replicas of their configuration, network "
+                   "settings in kvmtune's own namespaces; host-wide settings only with --apply, through the fix "
+                   "journal), and judge the ratio on its 95%% interval. The guest's disks are never opened.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files or directories of them")
+        p.add_argument("-c", "--connect", action="append", default=[], metavar="URI", help="libvirt URI (repeatable)")
+        p.add_argument("--domain", action="append", default=[], metavar="NAME", help="only this domain (repeatable)")
+        p.add_argument("--host", action="store_true", help="also verify this host's findings")
+        p.add_argument("--images", nargs="+", default=[], metavar="PATH", help="disk images to audit (read with qemu-img info)")
+        p.add_argument("--examples", action="store_true", help="verify the example domains shipped with kvmtune")
+        root_option(p, "host root (a captured or fixture tree)")
+        p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+        p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+        p.add_argument("--size", type=parse_size, default=1 << 30, metavar="SIZE",
+                       help="size of each scratch replica (default 1G)")
+        p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
+                       help="samples per side, alternating A/B (default 3)")
+        p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
+                       help="measuring time of one sample (default 1)")
+        p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",
+                       help="smallest change that counts as helping or hurting, in %% (default 5)")
+        p.add_argument("--budget", type=_positive(float, 1.0), default=None, metavar="SECONDS",
+                       help="cap the whole run; what does not fit is listed as skipped")
+        p.add_argument("--apply", action="store_true",
+                       help="also measure host-wide fixes: apply through the journal, measure, undo unless it helps")
+        p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
+        p.add_argument("-y", "--yes", action="store_true", help="do not ask before changing host-wide settings")
+        p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
+        journal_dir_option(p, DEFAULT_DIR, ENV_DIR)
+        p.add_argument("--workdir", type=Path, default=None, help=f"work directory (default {default_workdir()})")
+        db_option(p, default_db())
+        p.add_argument("--no-store", action="store_true", help="do not write the results database")
+        format_option(p, ("text", "json"))
+
+    def check(self, args: argparse.Namespace) -> None:
+        if args.domain and not args.connect and not args.paths and not args.examples:
+            raise UsageError("--domain needs --connect URI, domain files or --examples")
+        if args.keep and not args.apply:
+            raise UsageError("--keep goes with --apply")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        return _verify(args)
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        report = outcome.result
+        assert isinstance(report, _Report)
+        if fmt == "json":
+            doc = {"kvmtune_verify": 1, "elapsed_s": round(report.elapsed, 1), "run": report.run_id,
+                   "repeat": report.repeat, "threshold_pct": report.threshold, "seconds_per_sample": report.seconds,
+                   "notes": report.ctx.notes, "results": [r.to_json() for r in report.results]}
+            out.write(json.dumps(doc, indent=1, default=str) + "\n")
+            return
+        from kvmtune.verify.engine import render_text
+
+        out.write(render_text(report.results, report.ctx, report.elapsed))
+        if report.run_id is not None:
+            out.write(f"Stored as run {report.run_id}: 'kvmtune report {report.run_id}' lists it under verified fixes.\n")
+
+
+COMMANDS = (VerifyCommand,)
+
+
+@dataclass
+class _Report:
+    """What ``render`` writes: the verdicts, the context they were measured in, and the stored run."""
+
+    results: list[VerifyResult]
+    ctx: VerifyContext
+    elapsed: float
+    run_id: int | None
+    repeat: int
+    threshold: float
+    seconds: float
 
 
 @contextlib.contextmanager
@@ -120,43 +164,30 @@ def _confirm() -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def run(args: argparse.Namespace) -> int:
+def _verify(args: argparse.Namespace) -> Outcome:
     from kvmtune.bench.runner import CellSink
-    from kvmtune.cli.audit import gather
     from kvmtune.runner import default_runner
-    from kvmtune.verify.engine import VerifyBenchmark, plan_all, render_text, subjects
+    from kvmtune.verify.engine import VerifyBenchmark, plan_all, subjects
     from kvmtune.verify.experiments import VerifyContext
 
-    if args.domain and not args.connect and not args.paths and not args.examples:
-        print("kvmtune: error: --domain needs --connect URI, domain files or --examples", file=sys.stderr)
-        return 2
-    if args.keep and not args.apply:
-        print("kvmtune: error: --keep goes with --apply", file=sys.stderr)
-        return 2
-    if not os.path.isdir(args.root):
-        print(f"kvmtune: error: --root {args.root}: not a directory", file=sys.stderr)
-        return 2
-    args.root = os.path.realpath(args.root)  # a journal holds absolute paths only
     if args.apply and not args.yes and not _confirm():
-        print("Aborted; nothing changed.")
-        return 1
+        return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
     started = time.monotonic()
     deadline = started + args.budget if args.budget else None
-    for attr, default in (("qemu_cmdline", []), ("running", False), ("no_images", False)):
-        setattr(args, attr, getattr(args, attr, default))
+    sources = Sources(paths=tuple(args.paths), connect=tuple(args.connect), examples=args.examples, host=args.host,
+                      images=tuple(args.images))
     actx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
-    result = gather(args, actx)
+    result = gather(sources, actx)
+    guests = result.guests
     if args.domain:
         names = set(args.domain)
-        missing = names - {g.name for g in result.guests}
+        missing = names - {g.name for g in guests}
         if missing:
-            print(f"kvmtune: error: --domain {safe(', '.join(sorted(missing)))}: no such domain among the inputs",
-                  file=sys.stderr)
-            return 2
-        result.guests = [g for g in result.guests if g.name in names]
+            return Outcome(Exit.USAGE, errors=[f"error: --domain {', '.join(sorted(missing))}: no such domain among the inputs"])
+        guests = [g for g in guests if g.name in names]
     rules = select_rules(_split(args.only), _split(args.skip))
-    findings = run_rules(actx, result.guests, result.images, result.host_audited, rules)
-    for err in [*result.errors, *actx.errors]:
+    findings = run_rules(actx, guests, result.images, result.host_audited, rules)
+    for err in [*result.errors, *actx.errors]:  # now, not after the measurements: they may take minutes
         print(f"kvmtune: {safe(err)}", file=sys.stderr)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     ctx = VerifyContext(
@@ -164,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         repeat=args.repeat, threshold=args.threshold, deadline=deadline, apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
     )
-    planned = plan_all(subjects(findings, result.guests, result.images), ctx)
+    planned = plan_all(subjects(findings, guests, result.images), ctx)
     env = {"kvmtune_tiers": "block, netns, host", "accel": "none", "root": args.root}
     bench = VerifyBenchmark(planned, ctx, env)
     run_id = None
@@ -178,23 +209,16 @@ def run(args: argparse.Namespace) -> int:
         from kvmtune.bench.store import Store
 
         env.update(base_environment(ctx.runner, ctx.host, AccelChoice("none", "verify boots no guest", 0.0), None))
-        argv = {k: v for k, v in vars(args).items() if k != "func"}
+        argv = {k: v for k, v in vars(args).items() if k not in ("func", "command_object")}
         with Store(args.db or default_db()) as store:
             outcome = BenchRunner(store, args=argv, workdir=workdir, runner=ctx.runner).run(bench)
         run_id, interrupted = outcome.run_id, outcome.status == "partial"
     results = bench.results
-    elapsed = time.monotonic() - started
-    if args.format == "json":
-        doc = {"kvmtune_verify": 1, "elapsed_s": round(elapsed, 1), "run": run_id, "repeat": args.repeat,
-               "threshold_pct": args.threshold, "seconds_per_sample": args.seconds, "notes": ctx.notes,
-               "results": [r.to_json() for r in results]}
-        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
-    else:
-        sys.stdout.write(render_text(results, ctx, elapsed))
-        if run_id is not None:
-            sys.stdout.write(f"Stored as run {run_id}: 'kvmtune report {run_id}' lists it under verified fixes.\n")
+    report = _Report(results, ctx, time.monotonic() - started, run_id, args.repeat, args.threshold, args.seconds)
     if interrupted:
-        return 130
-    if result.errors or actx.errors:
-        return 2
-    return 3 if any(r.error for r in results) else 0
+        code = Exit.INTERRUPTED
+    elif result.errors or actx.errors:
+        code = Exit.USAGE
+    else:
+        code = Exit.INCOMPLETE if any(r.error for r in results) else Exit.OK
+    return Outcome(code, report)

@@ -260,7 +260,7 @@ def plan_image(
     if not stat.S_ISREG(st.st_mode):
         return None, f"{path}: not a regular file ({kind_of(st.st_mode)}; only image files are converted)"
     if fmt is None:
-        return None, (f"{path}: format not declared; give --format raw|qcow2 or the domain XML that uses it "
+        return None, (f"{path}: format not declared; give --image-format raw|qcow2 or the domain XML that uses it "
                       "(kvmtune never converts an image whose format it would have to guess from its contents)")
     if fmt not in ("raw", "qcow2"):
         return None, f"{path}: format {fmt} is not converted (qcow2 and raw only)"

@@ -9,7 +9,7 @@ kvmtune opens (docs/security.md):
   (``file`` or ``host_device``) and the format, so a path is never parsed as a
   URL and a header never picks the driver;
 - the format that decides how the image is read is the one its definition
-  declares (``<driver type=…>``, ``format=``, ``fix --format``). Without one,
+  declares (``<driver type=…>``, ``format=``, ``fix --image-format``). Without one,
   ``qemu-img info`` probes it for the report only (``format_probed``);
 - a backing chain is followed only from a declared format, through local files
   whose format the header records, each level pinned the same way; otherwise
