@@ -4,7 +4,6 @@ self-contained, crisp in print), a chosen baseline, 95 % intervals, and latency 
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
+from kvmtune.textsafe import html_safe
 
 # the dimensions a storage cell varies along, in the order a chart uses them
 DIMENSIONS = ("bus", "fmt", "prealloc", "cache", "aio", "target", "sched", "host_fs")
@@ -25,7 +25,7 @@ PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
 BADGE = {"holds": "#2b8a3e", "partly": "#e67700", "does not hold": "#c92a2a", "inconclusive": "#868e96",
          "not measured": "#adb5bd", "measured": "#1971c2"}
 
-e = html.escape
+e = html_safe
 
 
 def seed_figure(claim: str) -> str:
