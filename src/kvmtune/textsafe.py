@@ -3,12 +3,15 @@
 A control character reaching root's terminal can set its title (OSC), clear the screen, move the cursor
 over a line already printed, or start a fake line ("0 findings"). Every text output passes such values
 through :func:`safe` (one line: newlines too are shown as escapes) or :func:`safe_block` (kvmtune's own
-multi-line text that embeds them: its newlines and tabs are kept). JSON, SARIF and HTML escape by their
-own rules and do not use this.
+multi-line text that embeds them: its newlines and tabs are kept). HTML pages pass them through
+:func:`html_safe`: HTML escaping alone would leave the control characters in the page (a browser shows
+some, hides others, and a bidi override reorders the text around it), so they are shown as the same
+escapes. JSON and SARIF escape by their own rules and do not use this.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 # C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidirectional overrides
@@ -30,3 +33,8 @@ def safe(value: object) -> str:
 def safe_block(text: str) -> str:
     """Like :func:`safe`, keeping newlines and tabs (for multi-line text kvmtune composed itself)."""
     return _UNSAFE_IN_BLOCK.sub(_escape, text)
+
+
+def html_safe(value: object) -> str:
+    """``value`` for HTML text or a quoted attribute: :func:`safe`, then ``&<>"'`` escaped."""
+    return html.escape(safe(value))

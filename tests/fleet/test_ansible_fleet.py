@@ -115,11 +115,11 @@ def inventory(fleet: dict[str, object], wheel: Path, roots: dict[str, Path], out
         (tmp / name).mkdir(exist_ok=True)
         (tmp / name / "prom").mkdir(exist_ok=True)
         lines.append(f"{name} ansible_host=198.18.0.{10 + i} kvmtune_prefix={tmp}/{name}/venv "
-                     f"kvmtune_remote_out={tmp}/{name}/audit.json kvmtune_textfile_dir={tmp}/{name}/prom "
+                     f"kvmtune_textfile_dir={tmp}/{name}/prom "
                      f"kvmtune_audit_args='--host --root {roots[name]}'")
     lines.append("nopython ansible_host=198.18.0.11 ansible_python_interpreter=/nonexistent/python3")
     lines.append(f"badroot ansible_host=198.18.0.12 kvmtune_prefix={tmp}/badroot/venv "
-                 f"kvmtune_remote_out={tmp}/badroot.json kvmtune_audit_args='--host --root {tmp}/no-such-root'")
+                 f"kvmtune_audit_args='--host --root {tmp}/no-such-root'")
     lines.append("down ansible_host=198.18.0.1")
     lines += ["", "[all:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={fleet['key']}",
               "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "

@@ -48,19 +48,38 @@ def hostile(tmp_path: Path) -> Iterator[Callable[[Callable[[socket.socket], None
         s.close()
 
 
+def _serve(conn: socket.socket, on_sync: Callable[[int, int], bytes], on_command: Callable[[str, int], bytes],
+           buf: bytes = b"") -> None:
+    """Play an agent line by line: each ``guest-sync-delimited`` (its n-th) is answered with ``on_sync(n, id)``,
+    each other command (its n-th) with ``on_command(name, n)``, until the client hangs up."""
+    syncs = commands = 0
+    with contextlib.suppress(OSError):  # the client may hang up first (an answer it cut off)
+        while True:
+            while b"\n" not in buf:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                buf += chunk
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line.rsplit(b"\xff", 1)[-1])
+            if req["execute"] == "guest-sync-delimited":
+                conn.sendall(on_sync(syncs, req["arguments"]["id"]))
+                syncs += 1
+            else:
+                conn.sendall(on_command(req["execute"], commands))
+                commands += 1
+
+
+def _synced(token: int) -> bytes:
+    return b"\xff" + json.dumps({"return": token}).encode() + b"\n"
+
+
 def _sync_then(reply: bytes) -> Callable[[socket.socket], None]:
-    """Answer the sync properly, then send ``reply`` to the first command."""
+    """Answer every sync properly (the first after some junk), and every command with ``reply``."""
 
     def behaviour(conn: socket.socket) -> None:
-        data = b""
-        while b"\n" not in data:
-            data += conn.recv(4096)
-        token = json.loads(data.split(b"\xff", 1)[1].split(b"\n", 1)[0])["arguments"]["id"]
-        conn.sendall(b"junk before the delimiter\xff" + json.dumps({"return": token}).encode() + b"\n")
-        conn.recv(4096)
-        with contextlib.suppress(OSError):  # the client may hang up first (an answer it cut off)
-            conn.sendall(reply)
-        time.sleep(0.5)
+        _serve(conn, lambda n, token: (b"" if n else b"junk before the delimiter") + _synced(token),
+               lambda command, n: reply)
 
     return behaviour
 
@@ -137,11 +156,43 @@ def test_a_sync_lost_before_the_guest_opened_its_port_is_sent_again(hostile: Cal
             data += conn.recv(4096)
         second = data.split(b"\n")[1]
         token = json.loads(second.split(b"\xff", 1)[1])["arguments"]["id"]
-        conn.sendall(b"\xff" + json.dumps({"return": token}).encode() + b"\n")
-        conn.recv(4096)
-        conn.sendall(json.dumps({"return": {"version": "7.2.0", "supported_commands": []}}).encode() + b"\n")
-        time.sleep(0.5)
+        conn.sendall(_synced(token))
+        _serve(conn, lambda n, tok: _synced(tok),
+               lambda command, n: json.dumps({"return": {"version": "7.2.0", "supported_commands": []}}).encode() + b"\n")
 
     agent = SocketAgent(hostile(behaviour), Deadline(5))
     assert agent.call("guest-info")["version"] == "7.2.0"
+    agent.close()
+
+
+def test_answers_are_matched_by_sync_id_not_by_order(hostile: Callable[..., str]) -> None:
+    """Lines the agent sends unasked (before a sync's answer, an answer to an older sync, a second answer to
+    one command) are dropped: each call gets its own command's answer."""
+
+    def on_sync(n: int, token: int) -> bytes:
+        if n == 0:  # the connection's
+            return _synced(token)
+        return (b'{"return": "unsolicited"}\n' + _synced(token ^ 1)  # an answer to a sync never sent
+                + b"\xffnot json\n\n" + _synced(token))
+
+    def on_command(command: str, n: int) -> bytes:
+        answer = json.dumps({"return": f"{command} #{n}"}).encode() + b"\n"
+        return answer + b'{"return": "a second answer"}\n{"error": {"desc": "stale"}}\n'  # extra lines
+
+    agent = SocketAgent(hostile(lambda conn: _serve(conn, on_sync, on_command)), Deadline(5))
+    assert [agent.call("guest-info") for _ in range(3)] == ["guest-info #0", "guest-info #1", "guest-info #2"]
+    assert agent.call("guest-get-osinfo") == "guest-get-osinfo #3"
+    agent.close()
+
+
+def test_a_flood_of_stray_lines_is_one_error_not_a_wait(hostile: Callable[..., str]) -> None:
+    def on_command(command: str, n: int) -> bytes:
+        return b'{"return": "flood"}\n' * 1000
+
+    agent = SocketAgent(hostile(lambda conn: _serve(conn, lambda n, token: _synced(token), on_command)), Deadline(20))
+    started = time.monotonic()
+    assert agent.call("guest-info") == "flood"  # and 999 more lines, which precede the next sync's answer
+    with pytest.raises(AgentError, match="more than 64 lines that answer nothing"):
+        agent.call("guest-info")
+    assert time.monotonic() - started < 5
     agent.close()

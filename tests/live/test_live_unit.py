@@ -295,3 +295,50 @@ def test_top_root_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixt
             cli.main([*command, "--root", str(tmp_path / "file"), "--no-libvirt"])
         assert exc.value.code == 2
         assert capsys.readouterr().err.endswith(f"argument --root: {tmp_path / 'file'}: not a directory\n")
+
+
+def test_a_device_id_from_qmp_is_printed_escaped_in_the_diagnosis(tmp_path: Path) -> None:
+    """A fake QMP server is not bound by QEMU's id syntax: its disk name reaches the DIAGNOSIS column escaped."""
+    make_host(tmp_path)
+    path = tmp_path / "mon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    device = "vd\x1b]0;owned\x07\u202ea"
+    calls = [0]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, conn.makefile("rwb") as f:
+            f.write(b'{"QMP": {"version": {}, "capabilities": []}}\n')
+            f.flush()
+            for line in f:
+                cmd = json.loads(line)["execute"]
+                if cmd == "query-blockstats":  # 100 reads per call, each taking 50 ms: far past any threshold
+                    calls[0] += 1
+                    ret: object = [{"device": device, "stats": {"rd_operations": 100 * calls[0],
+                                                                "rd_total_time_ns": 5_000_000_000 * calls[0]}}]
+                else:
+                    ret = [] if cmd.startswith("query-") else {}
+                f.write(json.dumps({"return": ret}).encode() + b"\n")
+                f.flush()
+
+    threading.Thread(target=serve, daemon=True).start()
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    argv = ["qemu-system-x86_64", "-name", "guest=web,debug-threads=on", "-qmp", f"unix:/{path.name},server=on,wait=off"]
+    (tmp_path / "proc" / "100" / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    write(tmp_path, "/proc/100/status", f"Name:\tqemu\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    host = HostRoot(str(tmp_path))
+    sampler = Sampler(host, [])
+    try:
+        a, b = sampler.snapshot(), sampler.snapshot()
+    finally:
+        sampler.close()
+        server.close()
+    r = rates(a, b)
+    diagnoses = Diagnoser(host).diagnose(r, b)
+    assert any(d.signal == f"disk-latency {device}" for d in diagnoses), diagnoses
+    table = render_table(r, diagnoses, "guest", width=400)
+    row = next(line for line in table.splitlines() if line.startswith("web"))
+    assert "disk-latency vd\\x1b]0;owned\\x07\\u202ea 50.0 ms/op" in row
+    assert not [c for c in ("\x1b", "\x07", "\u202e") if c in table]

@@ -6,7 +6,6 @@ sections; nothing is compared across them.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import re
 import time
@@ -28,6 +27,7 @@ from kvmtune.bench.stats import group_metric, mean, summarize
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import KvmtuneError
+from kvmtune.textsafe import html_safe
 
 
 def _plt() -> Any:
@@ -110,7 +110,7 @@ def cell_table(cells: Sequence[CellRow]) -> str:
         rows.append(
             "<tr>"
             + "".join(
-                f"<td>{html.escape(x)}</td>"
+                f"<td>{html_safe(x)}</td>"
                 for x in (
                     c.key.split("|")[0],
                     c.workload,
@@ -145,7 +145,7 @@ def median_table(cells: Sequence[CellRow]) -> str:
     for key, values in iops.items():
         config, workload = key.split("|", 1)
         share = summarize(pct[key]).text() if key in pct and not config.startswith("host/") else ""
-        rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in (
+        rows.append("<tr>" + "".join(f"<td>{html_safe(x)}</td>" for x in (
             config, workload, str(len(values)), summarize(values).text(), share)) + "</tr>")  # fmt: skip
     head = "".join(f"<th>{h}</th>" for h in ("configuration", "workload", "rounds", "IOPS: median [95 % interval]",
                                              "% of bare metal: median [95 % interval]"))  # fmt: skip
@@ -209,14 +209,14 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
              "</head><body>"]
     parts.append("<h1>kvmtune benchmark report</h1>")
     parts.append(
-        "<div class='summary'><p><b>Host</b>: " + html.escape(str(env.get("cpu_model") or "CPU unknown"))
-        + f", {html.escape(str(env.get('ncpu') or '?'))} CPUs, kernel {html.escape(str(env.get('host_kernel') or '?'))}"
-        + f", QEMU {html.escape(str(env.get('qemu') or '–'))}.</p><p><b>Measured</b>: {len(runs)} run(s) ("
-        + ", ".join(html.escape(f"#{r.id} {r.kind}" + (f" {r.preset}" if r.preset else "")) for r in runs)
-        + f"), {n_cells} cells; tier(s): {html.escape(', '.join(tiers_all) or 'none')}; accelerator(s): "
-        + html.escape(", ".join(accels) or "none (no guest)")
+        "<div class='summary'><p><b>Host</b>: " + html_safe(str(env.get("cpu_model") or "CPU unknown"))
+        + f", {html_safe(str(env.get('ncpu') or '?'))} CPUs, kernel {html_safe(str(env.get('host_kernel') or '?'))}"
+        + f", QEMU {html_safe(str(env.get('qemu') or '–'))}.</p><p><b>Measured</b>: {len(runs)} run(s) ("
+        + ", ".join(html_safe(f"#{r.id} {r.kind}" + (f" {r.preset}" if r.preset else "")) for r in runs)
+        + f"), {n_cells} cells; tier(s): {html_safe(', '.join(tiers_all) or 'none')}; accelerator(s): "
+        + html_safe(", ".join(accels) or "none (no guest)")
         + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
-        + (f"<p><b>Normalised to</b>: {html.escape(baseline)} = 100 %.</p>" if baseline else "")
+        + (f"<p><b>Normalised to</b>: {html_safe(baseline)} = 100 %.</p>" if baseline else "")
         + ("<h2>Verified fixes</h2>" + verified_table(verified) + ratio_chart(verified) if verified else "")
         + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
         + "</div>")
@@ -225,19 +225,19 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
     for r in runs:
         e = r.env
         parts.append("<tr>" + "".join(
-            f"<td>{html.escape(str(x))}</td>"
+            f"<td>{html_safe(str(x))}</td>"
             for x in (r.id, r.kind, r.preset or _setup(r), r.status, r.accel or "–", e.get("host_kernel", ""), e.get("qemu", ""),
                       e.get("fio", ""), e.get("cpu_model", ""), r.note or "")) + "</tr>")  # fmt: skip
     parts.append("</table>")
     if len(cells_by_accel) > 1:
         parts.append("<p class='warn'>These runs used different accelerators ("
-                     + ", ".join(html.escape(a) for a in sorted(cells_by_accel))
+                     + ", ".join(html_safe(a) for a in sorted(cells_by_accel))
                      + "). Each gets its own section; no number is compared across them.</p>")
     for accel, cells in sorted(storage.items()):
         if not cells:
             continue
         tiers = {cell_tier(c) for c in cells}
-        parts.append(f"<h2>{html.escape(_section_title(accel, tiers))}</h2>")
+        parts.append(f"<h2>{html_safe(_section_title(accel, tiers))}</h2>")
         if accel == "tcg" and "guest" in tiers:
             parts.append("<p class='warn'>Measured under TCG (software emulation): the guest's CPU cost dominates, so "
                          "these are emulation numbers, not what a KVM guest gets.</p>")
@@ -248,11 +248,11 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
             for metric, unit, scale in CHART_METRICS:
                 svg = grouped_chart(cells, workload, metric, unit, scale, baseline)
                 if svg:
-                    parts.append(f"<div class='chart'><h3>{html.escape(workload)}: {html.escape(unit)}</h3>{svg}</div>")
+                    parts.append(f"<div class='chart'><h3>{html_safe(workload)}: {html_safe(unit)}</h3>{svg}</div>")
         parts.append("</div>")
         for title, png in _matplotlib_charts(store, cells):
-            parts.append(f"<div class='chart'><h3>{html.escape(title)}</h3>"
-                         f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'></div>")
+            parts.append(f"<div class='chart'><h3>{html_safe(title)}</h3>"
+                         f"<img alt='{html_safe(title)}' src='data:image/png;base64,{png}'></div>")
         table = percentile_table(cells)
         if table:
             parts.append("<h3>Completion latency percentiles</h3>" + table)

@@ -9,7 +9,6 @@ draws "run B vs run A"), and transaction-time percentiles. All charts are inline
 
 from __future__ import annotations
 
-import html
 import statistics
 import time
 from collections.abc import Sequence
@@ -22,8 +21,9 @@ from kvmtune.bench.report_parts import Point, claims_table, point
 from kvmtune.bench.stats import mean
 from kvmtune.bench.store import CellRow, RunRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
+from kvmtune.textsafe import html_safe
 
-e = html.escape
+e = html_safe
 
 NET_TIER_WORDS = {
     "guest": "probe guests (netload between guests)",

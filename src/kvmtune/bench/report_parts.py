@@ -4,7 +4,6 @@ self-contained, crisp in print), a chosen baseline, 95 % intervals, and latency 
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from kvmtune.bench.storage.matrix import DIMENSIONS as STORAGE_DIMENSIONS
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
+from kvmtune.textsafe import html_safe
 
 # the dimensions a storage cell varies along, in the order a chart uses them (one list: bench/storage/matrix.py)
 DIMENSIONS = tuple(d.field for d in STORAGE_DIMENSIONS)
@@ -26,7 +26,7 @@ PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
 BADGE = {"holds": "#2b8a3e", "partly": "#e67700", "does not hold": "#c92a2a", "inconclusive": "#868e96",
          "not measured": "#adb5bd", "measured": "#1971c2"}
 
-e = html.escape
+e = html_safe
 
 
 def seed_figure(claim: str) -> str:

@@ -9,17 +9,18 @@ e.g. the user count), with one bar per series (a colour each, in the legend).
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from kvmtune.textsafe import html_safe
 
 # Paul Tol's "bright" scheme: distinguishable for colour-blind readers and in greyscale print
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#222222")
 LOG_SPAN = 20.0  # values spanning more than this factor get a log axis
 CHAR_W = 5.6  # average width of a 10 px sans-serif character, for laying out labels without a browser
 
-e = html.escape
+e = html_safe
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,21 +68,50 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "out") -> None:
-    """Write a report or export the user named with ``-o``.
+    """Write a report or export the user named with ``-o`` (or ``--html``).
 
     A regular file (or a new one) is written to a temporary file and renamed over the target, so a reader
-    never sees half of it. A device or FIFO the user named (``/dev/stdout``, ``/dev/null``) is written in
-    place: renaming over it would replace the device node itself, which as root breaks the host.
+    never sees half of it. ``-`` is standard output; ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N`` and
+    ``/proc/self/fd/N`` are written through this process's own descriptor when they lead to it. A character
+    device or FIFO named directly (``/dev/null``) is written in place: renaming over it would replace the
+    device node itself, which as root breaks the host.
+
+    kvmtune runs as root and the path may lie in a directory others can write (``/tmp``), so it does not
+    rely on the ``fs.protected_*`` sysctls (0 on many hosts) and refuses, with an :class:`OSError` whose
+    ``strerror`` says why: a block device (named, linked or as its own descriptor); a symbolic link to
+    anything but a regular file; a link, FIFO or device owned by another user in a sticky world-writable
+    directory (as ``fs.protected_symlinks`` and ``fs.protected_fifos`` would); a FIFO no process reads (the
+    open does not wait for one).
     """
+    if str(path) == "-":
+        write(sys.stdout)
+        sys.stdout.flush()
+        return
+    own = _own_descriptor(path)
+    if own is not None:
+        _refuse_block(os.fstat(own), path)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with os.fdopen(os.dup(own), "w", encoding="utf-8") as fh:
+            write(fh)
+        return
+    try:
+        lst: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        lst = None
+    if lst is not None and not stat.S_ISREG(lst.st_mode) and not stat.S_ISDIR(lst.st_mode):
+        _refuse_foreign_in_sticky_dir(path, lst)
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
-        st = None
+        st = None  # absent, or a dangling link: the rename below replaces the link itself
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(path, "w", encoding="utf-8") as fh:
-            write(fh)
+    if st is not None and lst is not None and not stat.S_ISREG(st.st_mode):
+        _refuse_block(st, path)
+        if stat.S_ISLNK(lst.st_mode):
+            raise OSError(errno.EPERM, f"a symbolic link to a {_kind(st.st_mode)}; name the file itself", str(path))
+        _write_in_place(path, lst, write)
         return
 
     def fill(fd: int) -> None:
@@ -88,6 +119,84 @@ def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "o
             write(fh)
 
     _replace(path, tag, fill)
+
+
+_OWN_FD = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd|proc/(\d+)/fd)/(\d+)")
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/3``...); ``None`` for
+    any other path. Such a name that does not lead to that open descriptor is refused: replacing it would
+    replace ``/dev/stdout`` itself."""
+    text = os.path.normpath(str(path))
+    fd = {"/dev/stdout": 1, "/dev/stderr": 2}.get(text)
+    m = _OWN_FD.fullmatch(text)
+    if m and (m.group(1) is None or int(m.group(1)) == os.getpid()):
+        fd = int(m.group(2))
+    if fd is None:
+        return None
+    try:
+        mine, there = os.fstat(fd), os.stat(path)
+        same = (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+    except OSError:
+        same = False
+    if not same:
+        raise OSError(errno.EBADF, f"names descriptor {fd}, which kvmtune does not have open", str(path))
+    return fd
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "directory" if stat.S_ISDIR(mode) else "special file"
+
+
+def _refuse_block(st: os.stat_result, path: Path) -> None:
+    if stat.S_ISBLK(st.st_mode):
+        raise OSError(errno.EPERM, "a block device; kvmtune does not write reports into devices", str(path))
+
+
+def _refuse_foreign_in_sticky_dir(path: Path, st: os.stat_result) -> None:
+    """A link, FIFO or device another user owns in a sticky world-writable directory (``/tmp``) is a trap
+    set for root: refused unless its owner also owns the directory (``fs.protected_symlinks=1``'s rule)."""
+    try:
+        parent = os.stat(path.parent)
+    except OSError:
+        return
+    sticky_public = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    if sticky_public and st.st_uid not in (os.geteuid(), parent.st_uid):
+        what = "symbolic link" if stat.S_ISLNK(st.st_mode) else _kind(st.st_mode)
+        raise OSError(errno.EPERM, f"a {what} owned by uid {st.st_uid} in the sticky directory {path.parent}; "
+                      "kvmtune does not follow or write into it", str(path))
+
+
+def _write_in_place(path: Path, seen: os.stat_result, write: Callable[[TextIO], object]) -> None:
+    """Write into the character device or FIFO at ``path`` (not a link): opened without waiting for a
+    reader and checked to be the file looked at, then written in blocking mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(seen.st_mode):
+            raise OSError(errno.ENXIO, "a FIFO that no process is reading", str(path)) from None
+        if exc.errno == errno.ENXIO and stat.S_ISSOCK(seen.st_mode):
+            raise OSError(errno.ENXIO, "a socket; kvmtune writes files, FIFOs and character devices", str(path)) from None
+        raise
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or not (
+                stat.S_ISCHR(now.st_mode) or stat.S_ISFIFO(now.st_mode)):
+            raise OSError(errno.EAGAIN, "replaced while kvmtune was opening it", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "w", encoding="utf-8") as fh:
+            write(fh)
+    finally:
+        os.close(fd)
 
 
 def write_atomic(
@@ -108,8 +217,12 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
              gid: int | None = None) -> None:
     """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``."""
     tmp = temp_name(path, tag)
+    # a temp file (or FIFO, or link) already there may be another user's, in a directory like /tmp: it goes,
+    # and the temp file is created anew, so no one else holds it open or waits on it
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fill(fd)
             os.fchmod(fd, mode)

@@ -20,6 +20,8 @@ from kvmtune.errors import KvmtuneError
 
 MAX_REPLY_BYTES = 1024 * 1024
 SYNC_RESEND_S = 1.0
+# lines dropped while waiting for one sync's answer: a late answer to an earlier command, lines sent unasked
+MAX_STRAY_LINES = 64
 # what kvmtune may ask a guest agent: nothing that writes, executes or changes the guest
 READ_ONLY_COMMANDS = frozenset({
     "guest-sync-delimited", "guest-info", "guest-get-osinfo", "guest-get-disks", "guest-get-devices",
@@ -92,8 +94,11 @@ def _reply(command: str, raw: bytes | str) -> Any:
 class SocketAgent:
     """The agent behind a QEMU ``virtserialport`` whose chardev is a socket QEMU listens on.
 
-    The agent may hold half a request from an earlier client: ``guest-sync-delimited`` (whose
-    answer starts with a 0xFF byte) brings both ends back to a clean line first.
+    Answers carry nothing that names their request, so each command goes after a
+    ``guest-sync-delimited`` with a fresh random id (its answer starts with a 0xFF byte): what comes
+    before that sync's answer (half a request from an earlier client, an earlier command's late or
+    extra answer, lines the agent sent unasked) is dropped, up to :data:`MAX_STRAY_LINES` lines, and the
+    line after it is the command's answer. An extra line can no longer shift later answers.
     """
 
     def __init__(self, path: str, deadline: Deadline) -> None:
@@ -142,27 +147,54 @@ class SocketAgent:
         line, self._buf = self._buf.split(b"\n", 1)
         return line
 
+    @staticmethod
+    def _sync_request() -> tuple[int, bytes]:
+        token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        return token, b"\xff" + _request("guest-sync-delimited", {"id": token}).encode() + b"\n"
+
     def _sync(self) -> None:
         """Resend the sync every second until one is answered: what was written before the guest opened
         its end of the port is lost, so a single request could wait for the whole deadline."""
         while True:
-            token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-            self._send(b"\xff" + _request("guest-sync-delimited", {"id": token}).encode() + b"\n")
-            resend_at = time.monotonic() + SYNC_RESEND_S
+            token, request = self._sync_request()
+            self._send(request)
             try:
-                while True:
-                    while b"\xff" not in self._buf:
-                        self._buf = b""
-                        self._recv(until=resend_at)
-                    self._buf = self._buf.split(b"\xff", 1)[1]
-                    line = self._line(until=resend_at).strip()
-                    if line and _reply("guest-sync-delimited", line) == token:
-                        return
+                self._await_sync(token, until=time.monotonic() + SYNC_RESEND_S)
+                return
             except _Resend:
                 continue
 
+    def _await_sync(self, token: int, until: float | None = None) -> None:
+        """Read up to the answer to the sync with ``token``, dropping what comes before it (bounded)."""
+        stray = 0
+        while True:
+            while b"\xff" not in self._buf:
+                stray += self._buf.count(b"\n")
+                self._buf = b""
+                self._check_stray(stray)
+                self._recv(until)
+            before, self._buf = self._buf.split(b"\xff", 1)
+            stray += before.count(b"\n")
+            line = self._line(until).strip()
+            try:
+                answer = _reply("guest-sync-delimited", line)
+            except AgentError:
+                answer = None
+            if type(answer) is int and answer == token:
+                return
+            stray += 1  # an earlier sync's answer, or a 0xFF byte in something else
+            self._check_stray(stray)
+
+    @staticmethod
+    def _check_stray(stray: int) -> None:
+        if stray > MAX_STRAY_LINES:
+            raise AgentError(f"more than {MAX_STRAY_LINES} lines that answer nothing kvmtune asked")
+
     def call(self, command: str, arguments: dict[str, Any] | None = None) -> Any:
-        self._send(_request(command, arguments).encode() + b"\n")
+        request = _request(command, arguments).encode() + b"\n"
+        token, sync = self._sync_request()
+        self._send(sync + request)
+        self._await_sync(token)
         while True:
             line = self._line().strip()
             if line:  # the agent may send blank lines between answers

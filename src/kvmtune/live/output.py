@@ -49,7 +49,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
     for d in diagnoses:
         by_guest.setdefault(d.guest, []).append(d)
     for d in by_guest.get("", []):
-        lines.append(f"host {d.level}: {d.signal} {d.value} (≥ {d.threshold}) → {d.explanation}")
+        lines.append(safe(f"host {d.level}: {d.signal} {d.value} (≥ {d.threshold}) → {d.explanation}"))
     head = f"{'GUEST':<22} {'SOURCE':<22} {'vCPU DELAY':>10} {'vCPU BUSY':>9} {'IOPS':>7} {'DISK ms':>8} " \
            f"{'NET pps':>8} {'DROPS':>6} {'BALLOON':>7}  DIAGNOSIS"
     lines.append(head)
@@ -58,7 +58,8 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
         iops = sum(d.iops for d in g.disks.values()) if g.disks else None
         pps = sum(n.pps for n in g.nics.values()) if g.nics else None
         drops = sum(n.drops for n in g.nics.values()) if g.nics else None
-        diag = "; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, []))
+        # a disk's or NIC's name is the QMP device id or tap name, which a fake QEMU chooses freely
+        diag = safe("; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, [])))
         row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
