@@ -103,7 +103,7 @@ def format_option(p: argparse.ArgumentParser, choices: tuple[str, ...], default:
     p.add_argument("--format", choices=choices, default=default, help=help or f"output format (default {default})")
 
 
-def output_option(p: argparse.ArgumentParser, help: str = "write the report to FILE (atomically)") -> None:
+def output_option(p: argparse.ArgumentParser, help: str = "write the report to FILE (atomically; - is standard output)") -> None:
     p.add_argument("-o", "--output", metavar="FILE", type=Path, default=None, help=help)
 
 
