@@ -20,7 +20,7 @@ from lxml import etree
 from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
-from kvmtune.model.values import VFIO_HOSTDEV_TYPES, disk_protocol, low, switch_on, unit_kib, xml_int
+from kvmtune.model.values import VFIO_HOSTDEV_TYPES, bus_of_target, disk_protocol, low, switch_on, unit_kib, xml_int
 
 MAX_XML_BYTES = 16 * 1024 * 1024
 # the virtio-serial port name QEMU's guest agent listens on (libvirt's <channel><target name=...>)
@@ -206,6 +206,10 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     )
     if driver is not None and disk.iothread is None and _first(driver, "iothreads") is not None:
         disk.iothread = "mapped"
+    if disk.bus is None:
+        disk.bus = bus_of_target(disk.target, disk.device)
+        if disk.bus is not None:  # libvirt's inference: the evidence is the name it came from
+            disk.evidence["bus"] = f"{locator}/target/@dev" if device != "floppy" else f"{locator}/@device"
     return disk
 
 
