@@ -318,7 +318,8 @@ def _read_channel(seen: _Devices, el: etree._Element, n: int) -> None:
 def _read_rng(seen: _Devices, el: etree._Element, n: int) -> None:
     backend = _first(el, "backend")
     seen.guest.rngs.append(Rng(model=low(el.get("model")), backend_model=low(_attr(backend, "model")),
-                               backend_source=_text(backend), locator=f"/domain/devices/rng[{n}]"))
+                               backend_source=_text(backend), locator=f"/domain/devices/rng[{n}]",
+                               index=len(seen.guest.rngs)))
 
 
 DeviceReader = Callable[[_Devices, etree._Element, int], None]

@@ -101,6 +101,7 @@ class Rng:
     backend_model: str | None  # random | builtin | egd
     backend_source: str | None  # /dev/random, /dev/urandom
     locator: str = ""
+    index: int = 0  # its position among the guest's RNG devices (0-based)
 
 
 @dataclass
@@ -148,6 +149,10 @@ class Guest:
 
     def where(self, attr: str) -> str:
         return self.evidence.get(attr, "")
+
+    def rng_label(self, rng: Rng) -> str:
+        """``rng`` for a guest's only RNG device; ``rng:1``, ``rng:2``, … when it has several."""
+        return "rng" if len(self.rngs) <= 1 else f"rng:{rng.index + 1}"
 
     def release_xml(self) -> None:
         """Drop the lxml document and elements: the audit reads only the model (fixes re-read the XML)."""

@@ -459,6 +459,7 @@ def _read_rng(r: _Reading, dev: Option, drv: str) -> None:
             backend_model=RNG_BACKEND_OF_OBJECT.get(qom, qom),
             backend_source=str(obj.props.get("filename", "/dev/random")) if qom == "rng-random" and obj else None,
             locator=dev.label,
+            index=len(r.guest.rngs),
         )
     )
 

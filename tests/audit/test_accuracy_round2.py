@@ -1,0 +1,54 @@
+"""Issue 32 (audit accuracy, round two): what libvirt infers, what the guest really is, and context.
+
+Each test runs the real ``kvmtune audit`` (``python -m kvmtune``) over a real file and reads its JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kvmtune
+
+SRC = Path(kvmtune.__file__).resolve().parents[1]  # the kvmtune under test: the same one the subprocess runs
+
+
+def audit(*args: str) -> tuple[int, dict[str, Any], str]:
+    """``kvmtune audit ARGS --format json``: exit code, the report and standard error."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvmtune", "audit", *args, "--format", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, report, proc.stderr
+
+
+def findings(report: dict[str, Any], rule: str | None = None) -> list[dict[str, Any]]:
+    return [f for f in report.get("findings", []) if rule is None or f["rule"] == rule]
+
+
+def domain(tmp_path: Path, name: str, body: str, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.xml"
+    path.write_text(f"<domain type='kvm'><name>{name}</name><memory unit='GiB'>4</memory><vcpu>2</vcpu>"
+                    f"{extra}<devices>{body}</devices></domain>", encoding="utf-8")
+    return path
+
+
+# --- item 16: two devices of one kind get distinct labels ------------------------------------------
+
+def test_two_rng_devices_get_two_labels(tmp_path: Path) -> None:
+    rng = "<rng model='virtio'><backend model='random'>/dev/random</backend></rng>"
+    _, report, _ = audit(str(domain(tmp_path, "tworng", rng + rng)))
+    devices = [f["target"]["device"] for f in findings(report, "KVM-SEC-002")]
+    assert sorted(devices) == ["rng:1", "rng:2"]
+
+
+def test_a_single_rng_keeps_its_plain_label(tmp_path: Path) -> None:
+    rng = "<rng model='virtio'><backend model='random'>/dev/random</backend></rng>"
+    _, report, _ = audit(str(domain(tmp_path, "onerng", rng)))
+    assert [f["target"]["device"] for f in findings(report, "KVM-SEC-002")] == ["rng"]
