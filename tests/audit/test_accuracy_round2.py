@@ -52,3 +52,26 @@ def test_a_single_rng_keeps_its_plain_label(tmp_path: Path) -> None:
     rng = "<rng model='virtio'><backend model='random'>/dev/random</backend></rng>"
     _, report, _ = audit(str(domain(tmp_path, "onerng", rng)))
     assert [f["target"]["device"] for f in findings(report, "KVM-SEC-002")] == ["rng"]
+
+
+# --- item 2: -balloon virtio, and command-line findings cite options ---------------------------------
+
+def args_file(tmp_path: Path, name: str, options: str) -> Path:
+    path = tmp_path / f"{name}.args"
+    path.write_text(f"/usr/bin/qemu-system-x86_64 -name guest={name} -accel kvm -cpu host {options}\n", encoding="utf-8")
+    return path
+
+
+def test_the_legacy_balloon_option_is_a_virtio_balloon(tmp_path: Path) -> None:
+    path = args_file(tmp_path, "legacy", "-m 2048 -balloon virtio")
+    _, report, _ = audit("--qemu-cmdline", str(path))
+    assert report["summary"]["findings"] > 0  # audited (a vCPU or RNG finding at least)
+    assert findings(report, "KVM-MEM-002") == []
+
+
+def test_command_line_findings_cite_options_not_xpaths(tmp_path: Path) -> None:
+    path = args_file(tmp_path, "noballoon", "-balloon none")
+    _, report, _ = audit("--qemu-cmdline", str(path))
+    (missing,) = findings(report, "KVM-MEM-002")
+    assert missing["evidence"] == "(no -device virtio-balloon-* or -balloon virtio option)"
+    assert not [f for f in findings(report) if f["evidence"].startswith("/domain")], findings(report)
