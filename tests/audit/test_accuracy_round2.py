@@ -75,3 +75,28 @@ def test_command_line_findings_cite_options_not_xpaths(tmp_path: Path) -> None:
     (missing,) = findings(report, "KVM-MEM-002")
     assert missing["evidence"] == "(no -device virtio-balloon-* or -balloon virtio option)"
     assert not [f for f in findings(report) if f["evidence"].startswith("/domain")], findings(report)
+
+
+# --- item 3: what the guest really is -------------------------------------------------------------
+
+def test_a_guessed_windows_identity_says_so_in_the_text_report(tmp_path: Path) -> None:
+    path = domain(tmp_path, "win10-desk", "<memballoon model='virtio'/>")
+    proc = subprocess.run([sys.executable, "-m", "kvmtune", "audit", str(path), "--format", "text"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    guesses = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("guess:")]
+    assert guesses, proc.stdout
+    assert guesses[0] == ("guess: Windows guessed from the name 'win10-desk' (confidence: possible); "
+                          "kvmtune fix applies it only when the rule is named")
+    _, report, _ = audit(str(path))
+    win = [f for f in findings(report) if f["rule"].startswith("KVM-WIN-")]
+    assert win and all(f["extra"]["guessed"] == "Windows guessed from the name 'win10-desk'" for f in win)
+
+
+def test_libosinfo_windows_is_certain_and_not_a_guess(tmp_path: Path) -> None:
+    meta = ("<metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'>"
+            "<libosinfo:os id='http://microsoft.com/win/2k22'/></libosinfo:libosinfo></metadata>")
+    _, report, _ = audit(str(domain(tmp_path, "app01", "<memballoon model='virtio'/>", meta)))
+    win = [f for f in findings(report) if f["rule"].startswith("KVM-WIN-")]
+    assert win and all(f["confidence"] == "certain" and "extra" not in f for f in win)
+    assert findings(report, "KVM-MEM-010") == []  # item 4: no free page reporting in virtio-win's balloon
