@@ -100,3 +100,22 @@ def test_libosinfo_windows_is_certain_and_not_a_guess(tmp_path: Path) -> None:
     win = [f for f in findings(report) if f["rule"].startswith("KVM-WIN-")]
     assert win and all(f["confidence"] == "certain" and "extra" not in f for f in win)
     assert findings(report, "KVM-MEM-010") == []  # item 4: no free page reporting in virtio-win's balloon
+
+
+# --- item 14: small read-only configuration volumes are not data disks ------------------------------
+
+CONFIG_VOLUMES = """
+    <disk type='file' device='disk'><driver name='qemu' type='raw'/>
+      <source file='/var/lib/libvirt/images/vm-cidata.iso'/><target dev='sda' bus='sata'/><readonly/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw'/>
+      <source file='/var/lib/nova/instances/0b1c/disk.config'/><target dev='hdb' bus='ide'/><readonly/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>
+      <source file='/var/lib/libvirt/images/data.qcow2'/><target dev='hdc' bus='ide'/><readonly/></disk>
+"""
+
+
+def test_read_only_config_volumes_do_not_draw_the_data_disk_rules(tmp_path: Path) -> None:
+    _, report, _ = audit(str(domain(tmp_path, "cfgvol", CONFIG_VOLUMES)))
+    judged = {f["target"]["device"] for f in findings(report) if (f["target"]["device"] or "").startswith("disk:")}
+    assert judged == {"disk:hdc"}  # a read-only data image is still a data disk (on IDE: KVM-STO-001)
+    assert "KVM-STO-001" in {f["rule"] for f in findings(report) if f["target"]["device"] == "disk:hdc"}

@@ -8,6 +8,7 @@ so one rule checks both. Every value keeps where it came from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,11 @@ def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, att
         return found
     suffix = below.get(attr)
     return locator if suffix is None else locator + suffix
+
+
+# the names cloud-init seeds and configuration drives go by (NoCloud's volume label cidata, OpenStack's
+# disk.config and config-2, Proxmox VE's vm-N-cloudinit, an ISO): small read-only volumes, not data disks
+_CONFIG_VOLUME = re.compile(r"cidata|cloud-?init|config-?drive|config-2|disk\.config|nocloud|seed|\.iso$", re.I)
 
 
 @dataclass
@@ -61,7 +67,19 @@ class Disk:
 
     @property
     def is_data_disk(self) -> bool:
-        return self.device in ("disk", "lun")
+        """A disk or LUN the guest keeps data on: not a CD-ROM, floppy or firmware, nor a read-only
+        configuration volume (:attr:`is_config_volume`)."""
+        return self.device in ("disk", "lun") and not self.is_config_volume
+
+    @property
+    def is_config_volume(self) -> bool:
+        """A read-only ``device='disk'`` that carries configuration, not data: a cloud-init seed (``cidata``),
+        a configuration drive, an ISO image, or a read-only disk with no medium (a CD-ROM in all but name)."""
+        if not self.readonly or self.device != "disk":
+            return False
+        if not self.source:
+            return True
+        return _CONFIG_VOLUME.search(self.source.rsplit("/", 1)[-1]) is not None
 
 
 @dataclass
