@@ -119,3 +119,25 @@ def test_read_only_config_volumes_do_not_draw_the_data_disk_rules(tmp_path: Path
     judged = {f["target"]["device"] for f in findings(report) if (f["target"]["device"] or "").startswith("disk:")}
     assert judged == {"disk:hdc"}  # a read-only data image is still a data disk (on IDE: KVM-STO-001)
     assert "KVM-STO-001" in {f["rule"] for f in findings(report) if f["target"]["device"] == "disk:hdc"}
+
+
+# --- item 13: templates ---------------------------------------------------------------------------
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
+
+
+def test_a_template_is_reported_in_one_line_and_its_placeholders_are_not_values() -> None:
+    xml, args = TEMPLATES / "jinja-and-format.xml", TEMPLATES / "format.args"
+    _, report, _ = audit(str(xml), "--qemu-cmdline", str(args))
+    notes = [line for line in report["looked_at"] if "a template" in line]
+    assert notes == [
+        f"{xml}: a template, not a guest definition (placeholders {{{{ vm_name }}}}, ${{UUID}}, %(memory)s, "
+        "{path}, …); the values holding them are not judged",
+        f"{args}: a template, not a guest definition (placeholders {{name}}, {{path}}); "
+        "the values holding them are not judged",
+    ]
+    shown = json.dumps(findings(report))
+    for placeholder in ("{path}", "{mac}", "{{ bridge }}", "{rng_source}", "${UUID}"):
+        assert placeholder not in shown
+    (file_backed,) = [f for f in findings(report, "KVM-STO-013") if f["source"] == str(xml)]
+    assert file_backed["actual"] == "file"  # not "file {path}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.model.inside import GuestInside
+from kvmtune.model.values import placeholders
 
 
 def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, attr: str) -> str:
@@ -159,6 +160,8 @@ class Guest:
     agent_channel: bool = False
     agent_socket: str | None = None  # the host side of that channel, when a command line names its socket
     inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
+    # the placeholders of a template ({path}, %(name)s, {{ x }}, ${X}) found in its definition; () for a real guest
+    template: tuple[str, ...] = ()
     evidence: dict[str, str] = field(default_factory=dict)
     tree: Any = None  # the lxml document when read from XML
     # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);
@@ -171,6 +174,21 @@ class Guest:
     def rng_label(self, rng: Rng) -> str:
         """``rng`` for a guest's only RNG device; ``rng:1``, ``rng:2``, … when it has several."""
         return "rng" if len(self.rngs) <= 1 else f"rng:{rng.index + 1}"
+
+    def forget_placeholders(self) -> None:
+        """A template's placeholder values are no path, address or name: they become "not stated"."""
+        if placeholders(self.uuid):
+            self.uuid = None
+        for disk in self.disks:
+            if placeholders(disk.source):
+                disk.source = None
+        for nic in self.nics:
+            nic.source = None if placeholders(nic.source) else nic.source
+            nic.mac = None if placeholders(nic.mac) else nic.mac
+            nic.target_dev = None if placeholders(nic.target_dev) else nic.target_dev
+        for rng in self.rngs:
+            if placeholders(rng.backend_source):
+                rng.backend_source = None
 
     def release_xml(self) -> None:
         """Drop the lxml document and elements: the audit reads only the model (fixes re-read the XML)."""

@@ -183,3 +183,15 @@ NIC_TYPE_OF_NETDEV = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuse
 RNG_BACKEND_OF_OBJECT = {"rng-random": "random", "rng-builtin": "builtin", "rng-egd": "egd"}
 # host device types that pin all guest memory (VFIO): <hostdev type=...> and QEMU device drivers
 VFIO_HOSTDEV_TYPES = ("pci", "mdev")
+
+
+# --- templates ------------------------------------------------------------------------------------
+
+# the placeholders of the template languages definitions are generated from: Jinja ({{ x }}, {% ... %}),
+# Python's str.format ({path}) and %-formatting (%(name)s), shell and Go/JS templates (${VAR})
+PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\$\{[^}\s]+\}|%\([A-Za-z_]\w*\)[sdifr]|\{[A-Za-z_][\w.-]*\}")
+
+
+def placeholders(text: str | None) -> list[str]:
+    """The template placeholders in ``text``, in order (none in ordinary values, JSON included)."""
+    return PLACEHOLDER.findall(text) if text and ("{" in text or "%(" in text) else []

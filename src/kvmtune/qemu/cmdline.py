@@ -27,6 +27,7 @@ from kvmtune.model.values import (
     RNG_BACKEND_OF_OBJECT,
     cache_mode,
     machine_bus,
+    placeholders,
     qemu_bool,
     qemu_object_kib,
     qemu_size_kib,
@@ -545,6 +546,9 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
     _settle_memory(r)
     for attr, absent in _ABSENT_EVIDENCE.items():  # a rule citing a default cites the option that is not there
         r.guest.evidence.setdefault(attr, absent)
+    r.guest.template = tuple(dict.fromkeys(p for word in argv for p in placeholders(word)))
+    if r.guest.template:
+        r.guest.forget_placeholders()
     return r.guest
 
 
