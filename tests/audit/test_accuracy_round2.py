@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import kvmtune
 
 SRC = Path(kvmtune.__file__).resolve().parents[1]  # the kvmtune under test: the same one the subprocess runs
@@ -141,3 +143,18 @@ def test_a_template_is_reported_in_one_line_and_its_placeholders_are_not_values(
         assert placeholder not in shown
     (file_backed,) = [f for f in findings(report, "KVM-STO-013") if f["source"] == str(xml)]
     assert file_backed["actual"] == "file"  # not "file {path}"
+
+
+# --- a fully tuned Linux guest and a fully tuned Windows guest ----------------------------------------
+
+TUNED = Path(__file__).resolve().parents[1] / "fixtures" / "tuned"
+
+
+@pytest.mark.parametrize("name", ["linux.xml", "windows.xml"])
+def test_a_fully_tuned_guest_has_no_finding_above_info(name: str) -> None:
+    code, report, stderr = audit(str(TUNED / name))
+    assert stderr == ""
+    assert report["summary"]["errors"] == 0 and report["summary"]["findings"] >= 1  # audited: the info note
+    above_info = [(f["rule"], f["actual"]) for f in findings(report) if f["severity"] != "info"]
+    assert above_info == []
+    assert code == 0
