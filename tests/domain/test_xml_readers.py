@@ -53,3 +53,27 @@ def test_a_new_domain_reader_runs_for_every_domain(monkeypatch: pytest.MonkeyPat
 def test_unknown_elements_are_left_alone() -> None:
     guest = _read()
     assert (guest.vcpus, guest.memballoon, guest.hostdevs) == (2, None, 0)
+
+
+@pytest.mark.parametrize(("target", "device", "bus"), [
+    ("hda", "disk", "ide"), ("hdc", "cdrom", "ide"), ("sdb", "disk", "scsi"), ("vdc", "disk", "virtio"),
+    ("xvda", "disk", "xen"), ("fda", "floppy", "fdc"), ("uba", "disk", "usb"), ("nvme0n1", "disk", None),
+])
+def test_a_disk_target_without_bus_gets_the_bus_libvirt_infers_from_its_name(
+        target: str, device: str, bus: str | None) -> None:
+    guest = _read(f"""<domain type='kvm'><name>b</name><devices>
+      <disk type='file' device='{device}'><source file='/img/b'/><target dev='{target}'/></disk>
+    </devices></domain>""".encode())
+    (disk,) = guest.disks
+    assert disk.bus == bus
+    if bus is not None:
+        where = "/@device" if device == "floppy" else "/target/@dev"
+        assert disk.where("bus") == "/domain/devices/disk[1]" + where  # the evidence is the name, not an absent @bus
+
+
+def test_a_stated_bus_is_kept_whatever_the_name() -> None:
+    guest = _read(b"""<domain type='kvm'><name>b</name><devices>
+      <disk type='file' device='disk'><source file='/img/b'/><target dev='hda' bus='sata'/></disk>
+    </devices></domain>""")
+    assert guest.disks[0].bus == "sata"
+    assert guest.disks[0].where("bus") == "/domain/devices/disk[1]/target/@bus"

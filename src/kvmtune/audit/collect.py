@@ -15,7 +15,9 @@ from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.inputs import read_regular, walk_files
+from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
+from kvmtune.textsafe import safe
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
 DEFAULT_URI = "qemu:///system"
@@ -110,13 +112,23 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[Path]:
     return files
 
 
+def note_template(guest: Guest, result: AuditResult) -> None:
+    """A definition with placeholders is a template: said in one line, its placeholder values not judged."""
+    if guest.template:
+        shown = ", ".join(safe(p) for p in guest.template[:4]) + (", …" if len(guest.template) > 4 else "")
+        result.looked_at.append(f"{safe(guest.origin)}: a template, not a guest definition (placeholders {shown}); "
+                                "the values holding them are not judged")
+
+
 def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
     files = _expand(paths, result)
     ok = 0
     for f in files:
         try:
-            result.guests.append(load_guest_file(f))
+            guest = load_guest_file(f)
+            result.guests.append(guest)
             ok += 1
+            note_template(guest, result)
         except InputError as exc:
             result.errors.append(str(exc))
     if files:
@@ -145,6 +157,7 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
                 guest.name = p.stem
             result.guests.append(guest)
             n += 1
+            note_template(guest, result)
         except InputError as exc:
             result.errors.append(str(exc))
     result.looked_at.append(f"{n} QEMU command line file(s)")

@@ -137,7 +137,7 @@ def guest_images(guests: Iterable[Guest]) -> tuple[list[_Wanted], int]:
         if not (g.on_audited_host and g.images_here) or not g.is_kvm_or_qemu:
             continue
         for d in g.disks:
-            if d.device not in ("disk", "lun") or d.source_type not in ("file", "block") or not d.source:
+            if not d.is_data_disk or d.source_type not in ("file", "block") or not d.source:
                 continue
             if not os.path.lexists(d.source):
                 missing += 1

@@ -1,5 +1,9 @@
 """Is a guest running Windows? Domain XML does not say so directly; these are the hints libvirt
-tools leave (libosinfo metadata, Hyper-V enlightenments, a local-time clock, the name)."""
+tools leave (libosinfo metadata, Hyper-V enlightenments, a local-time clock, the name).
+
+What the guest says of itself wins: its agent's ``guest-get-osinfo`` (``Guest.inside``), then the
+libosinfo id virt-install and virt-manager write into ``<metadata>``; the heuristics only speak when
+neither names the OS (a Debian guest with its clock in local time is not Windows)."""
 
 from __future__ import annotations
 
@@ -26,12 +30,87 @@ class WindowsHint:
     confidence: str  # certain | likely | possible
 
 
+@dataclass(frozen=True)
+class OsIdentity:
+    """What a guest's own records say it runs: ``family`` windows | linux | bsd | other, the libosinfo id
+    or the agent's kernel release it came from, and ``kernel`` (major, minor) when known."""
+
+    family: str
+    reason: str
+    kernel: tuple[int, int] | None = None
+
+
+# libosinfo id prefixes (after http(s)://) -> family; the ids are the project's short-id URLs
+_OSINFO_FAMILIES = (
+    ("microsoft.com/win", "windows"),
+    ("debian.org/", "linux"), ("ubuntu.com/", "linux"), ("redhat.com/rhel", "linux"), ("centos.org/", "linux"),
+    ("fedoraproject.org/", "linux"), ("almalinux.org/", "linux"), ("rockylinux.org/", "linux"),
+    ("opensuse.org/", "linux"), ("suse.com/", "linux"), ("oracle.com/ol", "linux"), ("archlinux.org/", "linux"),
+    ("alpinelinux.org/", "linux"), ("gentoo.org/", "linux"), ("libosinfo.org/linux", "linux"),
+    ("coreos.fedoraproject.org/", "linux"), ("nixos.org/", "linux"), ("mageia.org/", "linux"),
+    ("freebsd.org/", "bsd"), ("openbsd.org/", "bsd"), ("netbsd.org/", "bsd"), ("dragonflybsd.org/", "bsd"),
+)
+# the kernel a distribution release ships (its first release; later point releases keep the series)
+_OSINFO_KERNELS = {
+    "redhat.com/rhel/6": (2, 6), "redhat.com/rhel/7": (3, 10), "centos.org/centos/6": (2, 6),
+    "centos.org/centos/7": (3, 10), "debian.org/debian/8": (3, 16), "debian.org/debian/9": (4, 9),
+    "debian.org/debian/10": (4, 19), "debian.org/debian/11": (5, 10), "debian.org/debian/12": (6, 1),
+    "ubuntu.com/ubuntu/14.04": (3, 13), "ubuntu.com/ubuntu/16.04": (4, 4), "ubuntu.com/ubuntu/18.04": (4, 15),
+    "ubuntu.com/ubuntu/20.04": (5, 4), "ubuntu.com/ubuntu/22.04": (5, 15), "ubuntu.com/ubuntu/24.04": (6, 8),
+}
+_KERNEL = re.compile(r"(\d+)\.(\d+)")
+
+
+def os_identity(guest: Guest) -> OsIdentity | None:
+    """The guest's OS as its agent or its libosinfo metadata states it; ``None``: neither says."""
+    inside = guest.inside
+    if inside is not None and inside.os_kind is not None:
+        m = _KERNEL.match(inside.kernel_release or "")
+        kernel = (int(m.group(1)), int(m.group(2))) if m and inside.os_kind == "linux" else None
+        release = f", kernel {inside.kernel_release}" if inside.kernel_release else ""
+        return OsIdentity(inside.os_kind, f"its guest agent ({inside.os_kind}{release})", kernel)
+    if "os_identity" not in guest.derived:
+        guest.derived["os_identity"] = _osinfo_identity(guest)
+    identity: OsIdentity | None = guest.derived["os_identity"]
+    return identity
+
+
+def _osinfo_identity(guest: Guest) -> OsIdentity | None:
+    metadata = _top(guest).get("metadata")
+    for os_el in metadata.iter(f"{{{LIBOSINFO_NS}}}os") if metadata is not None else ():
+        os_id = (os_el.get("id") or "").strip()
+        short = re.sub(r"^https?://", "", os_id).rstrip("/")
+        for prefix, family in _OSINFO_FAMILIES:
+            if short.startswith(prefix):
+                kernel = next((k for rel, k in _OSINFO_KERNELS.items() if short == rel or short.startswith(rel + ".")),
+                              None)
+                return OsIdentity(family, f"libosinfo os id {os_id}", kernel)
+    return None
+
+
 def windows_hint(guest: Guest) -> WindowsHint | None:
-    """Why this guest looks like Windows, or ``None``; worked out once per guest (four rules ask)."""
+    """Why this guest looks like Windows, or ``None``; worked out once per guest (four rules ask).
+
+    The guest's own identity (agent, libosinfo) decides when there is one; otherwise the heuristics."""
+    identity = os_identity(guest)
+    if identity is not None:
+        return WindowsHint(identity.reason, "certain") if identity.family == "windows" else None
     if "windows_hint" not in guest.derived:
         guest.derived["windows_hint"] = _read_hint(guest)
     hint: WindowsHint | None = guest.derived["windows_hint"]
     return hint
+
+
+def hyperv_hint(guest: Guest) -> WindowsHint | None:
+    """:func:`windows_hint` for the Hyper-V enlightenment and timer rules: they are x86 features, so never
+    for a guest of another architecture (an s390x or aarch64 guest)."""
+    return windows_hint(guest) if guest.is_x86 else None
+
+
+def guessed(hint: WindowsHint) -> str | None:
+    """The line a finding from a guessed identity carries (``extra['guessed']``): the text report shows it and
+    ``kvmtune fix`` applies such a finding only when its rule is named; ``None`` when the identity is not a guess."""
+    return f"Windows guessed from {hint.reason}" if hint.confidence == "possible" else None
 
 
 def _top(guest: Guest) -> dict[str, Any]:
@@ -44,10 +123,6 @@ def _read_hint(guest: Guest) -> WindowsHint | None:
     if guest.tree is None:
         return None
     top = _top(guest)
-    metadata = top.get("metadata")
-    for os_el in metadata.iter(f"{{{LIBOSINFO_NS}}}os") if metadata is not None else ():
-        if "microsoft.com/win" in (os_el.get("id") or ""):
-            return WindowsHint(f"libosinfo os id {os_el.get('id')}", "certain")
     features = top.get("features")
     if features is not None and "hyperv" in kids(features, "hyperv"):
         return WindowsHint("Hyper-V enlightenments in <features>", "likely")

@@ -20,7 +20,16 @@ from lxml import etree
 from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
-from kvmtune.model.values import VFIO_HOSTDEV_TYPES, disk_protocol, low, switch_on, unit_kib, xml_int
+from kvmtune.model.values import (
+    VFIO_HOSTDEV_TYPES,
+    bus_of_target,
+    disk_protocol,
+    low,
+    placeholders,
+    switch_on,
+    unit_kib,
+    xml_int,
+)
 
 MAX_XML_BYTES = 16 * 1024 * 1024
 # the virtio-serial port name QEMU's guest agent listens on (libvirt's <channel><target name=...>)
@@ -206,6 +215,10 @@ def _disk(el: etree._Element, locator: str) -> Disk:
     )
     if driver is not None and disk.iothread is None and _first(driver, "iothreads") is not None:
         disk.iothread = "mapped"
+    if disk.bus is None:
+        disk.bus = bus_of_target(disk.target, disk.device)
+        if disk.bus is not None:  # libvirt's inference: the evidence is the name it came from
+            disk.evidence["bus"] = f"{locator}/target/@dev" if device != "floppy" else f"{locator}/@device"
     return disk
 
 
@@ -314,7 +327,8 @@ def _read_channel(seen: _Devices, el: etree._Element, n: int) -> None:
 def _read_rng(seen: _Devices, el: etree._Element, n: int) -> None:
     backend = _first(el, "backend")
     seen.guest.rngs.append(Rng(model=low(el.get("model")), backend_model=low(_attr(backend, "model")),
-                               backend_source=_text(backend), locator=f"/domain/devices/rng[{n}]"))
+                               backend_source=_text(backend), locator=f"/domain/devices/rng[{n}]",
+                               index=len(seen.guest.rngs)))
 
 
 DeviceReader = Callable[[_Devices, etree._Element, int], None]
@@ -479,7 +493,25 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
     devices = top.get("devices")
     if devices is not None:
         _read_devices(guest, devices, top.get("cpu"))
+    guest.template = _placeholders_in(root)
+    if guest.template:
+        guest.forget_placeholders()
     return guest
+
+
+# free text that may hold braces of its own: not part of what libvirt runs
+_FREE_TEXT = frozenset({"metadata", "description", "title"})
+
+
+def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
+    """The distinct template placeholders in the definition's attributes and text, in document order."""
+    found: dict[str, None] = {}
+    elements = [root, *(el for child in root if isinstance(child.tag, str) and child.tag not in _FREE_TEXT
+                        for el in child.iter() if isinstance(el.tag, str))]
+    for el in elements:
+        for value in (*el.attrib.values(), el.text if el is not root else None):
+            found.update(dict.fromkeys(placeholders(str(value)) if value is not None else ()))
+    return tuple(found)
 
 
 def load_guest_file(path: str | Path) -> Guest:

@@ -89,6 +89,7 @@ def _fix_guest_once(
     fixed: set[tuple[str, str, str]] = set()
     current = guest
     settled: list[Finding] | None = None  # the findings of the edited tree, once a round turns up nothing new
+    guessed: set[str] = set()  # rules left alone because the guest's identity is only guessed (not named)
     for _round in range(MAX_ROUNDS):
         everything = run_rules(ctx, [current], rules=guest_rules)
         findings = [f for f in everything if _key(f) not in attempted]
@@ -104,6 +105,15 @@ def _fix_guest_once(
                 continue
             if f.rule in dropped:
                 result.skipped.append(f"{name}: {label}: {fixer.summary}: not fixed: {dropped[f.rule]}")
+                continue
+            if f.rule in guessed:
+                continue  # the guess was the original guest's; a named fix may since have made it look surer
+            if f.extra.get("guessed") and f.rule not in options.named_rules:
+                guessed.add(f.rule)
+                result.skipped.append(
+                    f"{name}: {label}: {fixer.summary}: not fixed: {f.extra['guessed']}; name the rule "
+                    f"(--only {f.rule}) to apply it"
+                )
                 continue
             if fixer.bus_change and not options.allow_bus_change:
                 result.skipped.append(

@@ -34,6 +34,9 @@ class NotFixable(Exception):
 @dataclass
 class FixOptions:
     allow_bus_change: bool = False
+    # rule ids the user named (fix --only): a finding from a guessed guest identity (extra['guessed'],
+    # e.g. Windows only by the name) is fixed only for these
+    named_rules: frozenset[str] = frozenset()
     host: HostRoot = field(default_factory=HostRoot)
 
 

@@ -8,11 +8,13 @@ so one rule checks both. Every value keeps where it came from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.model.inside import GuestInside
+from kvmtune.model.values import placeholders
 
 
 def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, attr: str) -> str:
@@ -22,6 +24,11 @@ def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, att
         return found
     suffix = below.get(attr)
     return locator if suffix is None else locator + suffix
+
+
+# the names cloud-init seeds and configuration drives go by (NoCloud's volume label cidata, OpenStack's
+# disk.config and config-2, Proxmox VE's vm-N-cloudinit, an ISO): small read-only volumes, not data disks
+_CONFIG_VOLUME = re.compile(r"cidata|cloud-?init|config-?drive|config-2|disk\.config|nocloud|seed|\.iso$", re.I)
 
 
 @dataclass
@@ -61,7 +68,19 @@ class Disk:
 
     @property
     def is_data_disk(self) -> bool:
-        return self.device in ("disk", "lun")
+        """A disk or LUN the guest keeps data on: not a CD-ROM, floppy or firmware, nor a read-only
+        configuration volume (:attr:`is_config_volume`)."""
+        return self.device in ("disk", "lun") and not self.is_config_volume
+
+    @property
+    def is_config_volume(self) -> bool:
+        """A read-only ``device='disk'`` that carries configuration, not data: a cloud-init seed (``cidata``),
+        a configuration drive, an ISO image, or a read-only disk with no medium (a CD-ROM in all but name)."""
+        if not self.readonly or self.device != "disk":
+            return False
+        if not self.source:
+            return True
+        return _CONFIG_VOLUME.search(self.source.rsplit("/", 1)[-1]) is not None
 
 
 @dataclass
@@ -101,6 +120,7 @@ class Rng:
     backend_model: str | None  # random | builtin | egd
     backend_source: str | None  # /dev/random, /dev/urandom
     locator: str = ""
+    index: int = 0  # its position among the guest's RNG devices (0-based)
 
 
 @dataclass
@@ -140,6 +160,8 @@ class Guest:
     agent_channel: bool = False
     agent_socket: str | None = None  # the host side of that channel, when a command line names its socket
     inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
+    # the placeholders of a template ({path}, %(name)s, {{ x }}, ${X}) found in its definition; () for a real guest
+    template: tuple[str, ...] = ()
     evidence: dict[str, str] = field(default_factory=dict)
     tree: Any = None  # the lxml document when read from XML
     # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);
@@ -148,6 +170,25 @@ class Guest:
 
     def where(self, attr: str) -> str:
         return self.evidence.get(attr, "")
+
+    def rng_label(self, rng: Rng) -> str:
+        """``rng`` for a guest's only RNG device; ``rng:1``, ``rng:2``, … when it has several."""
+        return "rng" if len(self.rngs) <= 1 else f"rng:{rng.index + 1}"
+
+    def forget_placeholders(self) -> None:
+        """A template's placeholder values are no path, address or name: they become "not stated"."""
+        if placeholders(self.uuid):
+            self.uuid = None
+        for disk in self.disks:
+            if placeholders(disk.source):
+                disk.source = None
+        for nic in self.nics:
+            nic.source = None if placeholders(nic.source) else nic.source
+            nic.mac = None if placeholders(nic.mac) else nic.mac
+            nic.target_dev = None if placeholders(nic.target_dev) else nic.target_dev
+        for rng in self.rngs:
+            if placeholders(rng.backend_source):
+                rng.backend_source = None
 
     def release_xml(self) -> None:
         """Drop the lxml document and elements: the audit reads only the model (fixes re-read the XML)."""

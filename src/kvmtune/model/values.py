@@ -135,6 +135,23 @@ BUS_OF_DEVICE = {
     "usb-storage": "usb", "usb-bot": "usb", "floppy": "fdc", "isa-fdc": "fdc", "sd-card": "sd",
     "nvme": "nvme", "nvme-ns": "nvme",
 }
+# a <disk> whose <target> names no bus: the bus libvirt infers from the target's name prefix
+# (virDomainDiskDefParseXML: hd -> ide, sd -> scsi, vd -> virtio, xvd -> xen, ub -> usb; a floppy is on fdc).
+BUS_OF_TARGET_PREFIX = (("xvd", "xen"), ("hd", "ide"), ("sd", "scsi"), ("vd", "virtio"), ("ub", "usb"))
+
+
+def bus_of_target(target: str | None, device: str | None) -> str | None:
+    """The bus libvirt gives a disk whose ``<target>`` has no ``bus``; ``None``: a name it does not
+    map (kvmtune then leaves the bus unknown rather than guess)."""
+    if device == "floppy":
+        return "fdc"
+    name = (target or "").strip().lower()
+    for prefix, bus in BUS_OF_TARGET_PREFIX:
+        if name.startswith(prefix):
+            return bus
+    return None
+
+
 # QEMU -drive if= -> libvirt's disk bus (others keep their name: ide, scsi, virtio, sd, ...)
 BUS_OF_DRIVE_IF = {"none": None, "mtd": "mtd", "pflash": "pflash", "floppy": "fdc"}
 # devices that hand SCSI commands to the host device (device='lun'): no host page cache in the data path
@@ -166,3 +183,15 @@ NIC_TYPE_OF_NETDEV = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuse
 RNG_BACKEND_OF_OBJECT = {"rng-random": "random", "rng-builtin": "builtin", "rng-egd": "egd"}
 # host device types that pin all guest memory (VFIO): <hostdev type=...> and QEMU device drivers
 VFIO_HOSTDEV_TYPES = ("pci", "mdev")
+
+
+# --- templates ------------------------------------------------------------------------------------
+
+# the placeholders of the template languages definitions are generated from: Jinja ({{ x }}, {% ... %}),
+# Python's str.format ({path}) and %-formatting (%(name)s), shell and Go/JS templates (${VAR})
+PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\$\{[^}\s]+\}|%\([A-Za-z_]\w*\)[sdifr]|\{[A-Za-z_][\w.-]*\}")
+
+
+def placeholders(text: str | None) -> list[str]:
+    """The template placeholders in ``text``, in order (none in ordinary values, JSON included)."""
+    return PLACEHOLDER.findall(text) if text and ("{" in text or "%(" in text) else []

@@ -27,6 +27,7 @@ from kvmtune.model.values import (
     RNG_BACKEND_OF_OBJECT,
     cache_mode,
     machine_bus,
+    placeholders,
     qemu_bool,
     qemu_object_kib,
     qemu_size_kib,
@@ -47,7 +48,7 @@ _FLAGS = {
 _IMPLIED_KEY = {
     "-device": "driver", "-netdev": "type", "-machine": "type", "-M": "type", "-cpu": "model",
     "-smp": "cpus", "-m": "size", "-object": "qom-type", "-accel": "accel", "-chardev": "backend",
-    "-name": "guest", "-nic": "type", "-net": "type", "-blockdev": "driver",
+    "-name": "guest", "-nic": "type", "-net": "type", "-blockdev": "driver", "-balloon": "model",
 }
 
 # the short options that stand for a -drive (QEMU's drive_add with these interfaces)
@@ -373,6 +374,14 @@ def _read_netdev(r: _Reading, opt: Option) -> None:
     r.netdevs[str(opt.props.get("id", ""))] = opt
 
 
+def _read_legacy_balloon(r: _Reading, opt: Option) -> None:
+    """``-balloon virtio[,addr=...]``: QEMU's old spelling of ``-device virtio-balloon-pci`` (removed in
+    QEMU 4.0, still in older generators' command lines); ``-balloon none`` adds nothing."""
+    if str(opt.props.get("model", "")).lower() == "virtio":
+        r.balloon = True
+        r.guest.evidence["memballoon"] = f"{opt.label} virtio"
+
+
 def _read_nic(r: _Reading, opt: Option) -> None:
     r.guest.nics.append(_nic_from_backend(len(r.guest.nics), opt, str(opt.props.get("model", "e1000"))))
 
@@ -400,6 +409,7 @@ OPTION_READERS: dict[str, OptionReader] = {
     "-device": _read_device,
     "-netdev": _read_netdev,
     "-nic": _read_nic,
+    "-balloon": _read_legacy_balloon,
 }
 
 
@@ -459,6 +469,7 @@ def _read_rng(r: _Reading, dev: Option, drv: str) -> None:
             backend_model=RNG_BACKEND_OF_OBJECT.get(qom, qom),
             backend_source=str(obj.props.get("filename", "/dev/random")) if qom == "rng-random" and obj else None,
             locator=dev.label,
+            index=len(r.guest.rngs),
         )
     )
 
@@ -506,6 +517,8 @@ def _read_devices(r: _Reading) -> None:
     for drive_id, opt in r.legacy_disks:
         r.guest.disks.append(_disk_from_drive(drive_id, opt, r.storage, r.guest))
     r.guest.memballoon = "virtio" if r.balloon else "none"
+    if not r.balloon:
+        r.guest.evidence["memballoon"] = "(no -device virtio-balloon-* or -balloon virtio option)"
 
 
 def _settle_memory(r: _Reading) -> None:
@@ -531,7 +544,20 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
     _settle_cpu(r)
     _read_devices(r)
     _settle_memory(r)
+    for attr, absent in _ABSENT_EVIDENCE.items():  # a rule citing a default cites the option that is not there
+        r.guest.evidence.setdefault(attr, absent)
+    r.guest.template = tuple(dict.fromkeys(p for word in argv for p in placeholders(word)))
+    if r.guest.template:
+        r.guest.forget_placeholders()
     return r.guest
+
+
+# what a finding about a value QEMU chose by default cites: the option left out, never a domain XPath
+_ABSENT_EVIDENCE = {
+    "machine": "(no -machine option: QEMU's default machine)",
+    "vcpus": "(no -smp option: 1 vCPU)",
+    "memory": "(no -m option: QEMU's default size)",
+}
 
 
 _MEMORY_DEVICES = ("pc-dimm", "nvdimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device", "virtio-pmem-pci")

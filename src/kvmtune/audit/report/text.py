@@ -75,6 +75,9 @@ def _render(result: AuditResult) -> str:
                 out.append(f"             at: {safe(f.evidence)}" + (f"  in {safe(f.source)}" if f.source else ""))
                 if f.fix.description:
                     out.append(f"             fix: {safe(f.fix.description)}")
+                if f.extra.get("guessed"):
+                    out.append(f"             guess: {safe(str(f.extra['guessed']))} (confidence: {f.confidence}); "
+                               "kvmtune fix applies it only when the rule is named")
         out.append("")
     counts = Counter(f.severity for f in result.findings)
     parts = [f"{counts[s]} {s!s}" for s in sorted(Severity, reverse=True) if counts[s]]

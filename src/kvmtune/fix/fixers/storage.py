@@ -36,7 +36,7 @@ def disk_bus_to_virtio(call: FixCall) -> str:
     for tag in ("wwn", "vendor", "product"):
         if call.child(el, tag) is not None:
             raise NotFixable(f"the disk has <{tag}>, which a virtio disk cannot carry; move it by hand")
-    old_bus, old_dev = target.get("bus") or "?", target.get("dev") or "?"
+    old_bus, old_dev = target.get("bus") or disk.bus or "?", target.get("dev") or "?"
     new_dev = _free_vd_name(call, old_dev)
     call.doc.set_attr(target, "bus", "virtio")
     call.doc.set_attr(target, "dev", new_dev)

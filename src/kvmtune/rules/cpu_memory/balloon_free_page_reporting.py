@@ -6,7 +6,11 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
+from kvmtune.domain.windows import os_identity, windows_hint
 from kvmtune.model.guest import Guest
+
+# the guest kernel that first reports free pages (virtio_balloon's VIRTIO_BALLOON_F_REPORTING, Linux 5.7)
+FIRST_KERNEL = (5, 7)
 
 
 class BalloonFreePageReporting(GuestRule):
@@ -30,12 +34,15 @@ class BalloonFreePageReporting(GuestRule):
     references = (
         "libvirt formatdomain 'Memory balloon device': freePageReporting (since 6.9.0), autodeflate (since 1.3.1)",
         "QEMU virtio-balloon free-page-reporting property (5.1)",
-        "Linux Documentation/mm/free_page_reporting.rst",
+        "Linux Documentation/mm/free_page_reporting.rst (virtio_balloon reporting since Linux 5.7)",
+        "virtio-win kvm-guest-drivers-windows: the Windows balloon driver has no free page reporting",
     )
     verify = NoExperiment("free page reporting returns guest memory to the host; no speed effect to measure")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.memballoon != "virtio" or guest.balloon_free_page_reporting or guest.origin_kind == "cmdline":
+            return
+        if not _guest_can_report(guest):
             return
         yield self.finding(
             target=self.target(guest, "memballoon"),
@@ -45,3 +52,13 @@ class BalloonFreePageReporting(GuestRule):
             evidence=guest.where("memballoon") or "/domain/devices/memballoon",
             source=guest.origin,
         )
+
+
+def _guest_can_report(guest: Guest) -> bool:
+    """Only a Linux guest of 5.7 or later reports free pages: not Windows (virtio-win's balloon driver has
+    no such feature), not a BSD, not an older Linux. A guest whose OS nobody states is given the benefit."""
+    identity = os_identity(guest)
+    if identity is not None:
+        return identity.family == "linux" and (identity.kernel is None or identity.kernel >= FIRST_KERNEL)
+    hint = windows_hint(guest)
+    return hint is None or hint.confidence == "possible"

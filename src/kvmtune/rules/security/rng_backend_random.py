@@ -42,7 +42,7 @@ class RngBackendRandom(GuestRule):
             if source not in ("", "/dev/random"):
                 continue
             yield self.finding(
-                target=self.target(guest, "rng"),
+                target=self.target(guest, guest.rng_label(rng)),
                 actual="/dev/random" if source else "random backend without a path (QEMU default: /dev/random)",
                 expected="/dev/urandom or builtin",
                 evidence=f"{rng.locator}/backend" if guest.origin_kind != "cmdline" else rng.locator,

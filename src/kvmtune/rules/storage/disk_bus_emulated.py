@@ -41,7 +41,8 @@ class DiskBusEmulated(GuestRule):
             if disk.is_data_disk and disk.bus in EMULATED_BUSES:
                 yield self.finding(
                     target=self.target(guest, disk.label),
-                    actual=disk.bus,
+                    actual=disk.bus if not disk.where("bus").endswith("/target/@dev")
+                    else f"{disk.bus} (libvirt's bus for a target named {disk.target}, no bus= written)",
                     expected="virtio (virtio-blk) or scsi on a virtio-scsi controller",
                     evidence=disk.where("bus"),
                     source=guest.origin,

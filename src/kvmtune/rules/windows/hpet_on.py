@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
-from kvmtune.domain.windows import timer, windows_hint
+from kvmtune.domain.windows import guessed, hyperv_hint, timer
 from kvmtune.model.guest import Guest
 
 
@@ -32,13 +32,13 @@ class HpetOn(GuestRule):
     verify = NoExperiment("the HPET's cost is a Windows guest's timer exits; " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        hint = windows_hint(guest)
-        if hint is None or (guest.arch or "x86_64") not in ("x86_64", "i686"):
+        hint = hyperv_hint(guest)
+        if hint is None:
             return
         el = timer(guest, "hpet")
         if el is not None and el.get("present") == "no":
             return
-        yield self.finding(
+        finding = self.finding(
             target=self.target(guest, "clock:hpet"),
             actual=("hpet present='yes'" if el is not None else "hpet not disabled (QEMU's default is on)")
             + f" (Windows by {hint.reason})",
@@ -47,3 +47,6 @@ class HpetOn(GuestRule):
             source=guest.origin,
             confidence=hint.confidence,
         )
+        if (guess := guessed(hint)) is not None:
+            finding.extra["guessed"] = guess
+        yield finding

@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.domain.windows import missing_enlightenments, windows_hint
+from kvmtune.domain.windows import guessed, hyperv_hint, missing_enlightenments
 from kvmtune.model.guest import Guest
 
 
@@ -40,13 +40,13 @@ class HypervEnlightenments(GuestRule):
     verify = NoExperiment("Hyper-V enlightenments act inside a Windows guest under KVM, which does not boot here")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        hint = windows_hint(guest)
+        hint = hyperv_hint(guest)
         if hint is None or guest.virt_type not in (None, "kvm"):
             return
         missing = missing_enlightenments(guest)
         if not missing:
             return
-        yield self.finding(
+        finding = self.finding(
             target=self.target(guest, "features:hyperv"),
             actual=f"missing or off: {', '.join(missing)} (Windows by {hint.reason})",
             expected="all on, or <hyperv mode='passthrough'/>",
@@ -54,3 +54,6 @@ class HypervEnlightenments(GuestRule):
             source=guest.origin,
             confidence=hint.confidence,
         )
+        if (guess := guessed(hint)) is not None:
+            finding.extra["guessed"] = guess
+        yield finding

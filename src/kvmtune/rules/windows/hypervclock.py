@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.domain.windows import timer, windows_hint
+from kvmtune.domain.windows import guessed, hyperv_hint, timer
 from kvmtune.model.guest import Guest
 
 
@@ -32,13 +32,13 @@ class Hypervclock(GuestRule):
     verify = NoExperiment("hypervclock acts inside a Windows guest under KVM, which does not boot here")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        hint = windows_hint(guest)
+        hint = hyperv_hint(guest)
         if hint is None or guest.virt_type not in (None, "kvm"):
             return
         el = timer(guest, "hypervclock")
         if el is not None and el.get("present", "yes") == "yes":
             return
-        yield self.finding(
+        finding = self.finding(
             target=self.target(guest, "clock:hypervclock"),
             actual=("hypervclock present='no'" if el is not None else "no hypervclock timer")
             + f" (Windows by {hint.reason})",
@@ -47,3 +47,6 @@ class Hypervclock(GuestRule):
             source=guest.origin,
             confidence=hint.confidence,
         )
+        if (guess := guessed(hint)) is not None:
+            finding.extra["guessed"] = guess
+        yield finding

@@ -6,7 +6,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.domain.windows import timer, windows_hint
+from kvmtune.domain.windows import guessed, hyperv_hint, timer
 from kvmtune.model.guest import Guest
 
 
@@ -31,14 +31,14 @@ class RtcCatchup(GuestRule):
     verify = NoExperiment("RTC catch-up is guest timekeeping, not a speed setting")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
-        hint = windows_hint(guest)
+        hint = hyperv_hint(guest)
         if hint is None:
             return
         el = timer(guest, "rtc")
         if el is not None and el.get("tickpolicy") == "catchup":
             return
         policy = el.get("tickpolicy") if el is not None else None
-        yield self.finding(
+        finding = self.finding(
             target=self.target(guest, "clock:rtc"),
             actual=(f"rtc tickpolicy={policy}" if policy else "rtc without tickpolicy")
             + f" (Windows by {hint.reason})",
@@ -47,3 +47,6 @@ class RtcCatchup(GuestRule):
             source=guest.origin,
             confidence=hint.confidence,
         )
+        if (guess := guessed(hint)) is not None:
+            finding.extra["guessed"] = guess
+        yield finding
