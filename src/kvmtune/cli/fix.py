@@ -174,7 +174,9 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     from kvmtune.runner import default_runner
 
     rules = select_rules(_split(spec.only), _split(spec.skip))
-    options = FixOptions(allow_bus_change=spec.allow_bus_change, host=HostRoot(spec.root))
+    # a finding from a guessed guest identity is applied only when its rule is named by id or slug (a prefix is not a name)
+    named = {r.id for r in rules if r.id in _split(spec.only) or r.slug in _split(spec.only)}
+    options = FixOptions(allow_bus_change=spec.allow_bus_change, host=HostRoot(spec.root), named_rules=frozenset(named))
     plan = Plan()
     refused: list[str] = []
     if spec.paths:
