@@ -61,7 +61,7 @@ def main() -> int:
             start = time.monotonic()
             res = subprocess.run([sys.executable, "-m", "kvmtune", "bench", "net", "--tier", "datapath", "--topology",
                                   topo, "--matrix", args.matrix, "--duration", f"{args.duration:g}", "--db", str(db),
-                                  "--workdir", str(wd), *extra], capture_output=True, text=True)  # fmt: skip
+                                  "--workdir", str(wd), *extra], capture_output=True, text=True)
             wall = time.monotonic() - start
             if res.returncode not in (0, 1):  # 1: some tests failed; they are counted and named below
                 print(res.stdout + res.stderr, file=sys.stderr)
@@ -103,11 +103,11 @@ def main() -> int:
                                         "throughput_Gbps": round(8 * c.metrics.get("throughput_Bps", 0.0) / 1e9, 2)}
                            for c in cells if c.metrics.get("tcp_retransmits", 0) > 0},
                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-            }  # fmt: skip
+            }
         report = subprocess.run([sys.executable, "-m", "kvmtune", "report", *map(str, run_ids), "--db", str(db)],
-                                capture_output=True, text=True).stdout  # fmt: skip
+                                capture_output=True, text=True).stdout
     out = {"ncpu": os.cpu_count(), "duration_s": args.duration, "matrix": args.matrix, "topologies": results,
-           "report": report.strip().splitlines()}  # fmt: skip
+           "report": report.strip().splitlines()}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "latest.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))

@@ -70,7 +70,7 @@ def main() -> int:
             res = subprocess.run([sys.executable, "-m", "kvmtune", "bench", "storage", "--tier", "block", "--preset",
                                   "seed-003", "--runtime", f"{args.runtime:g}", "--repeat", str(args.repeat),
                                   "--host-fs", args.host_fs, "--db", str(db), "--workdir", str(wd)],
-                                 capture_output=True, text=True)  # fmt: skip
+                                 capture_output=True, text=True)
             wall = time.time() - start
             if "another benchmark is running" not in res.stderr or time.monotonic() > give_up:
                 break
@@ -88,10 +88,10 @@ def main() -> int:
             # writeback and unsafe leave the cell's writes dirty in the host page cache: the daemon writes them
             # back as it exits, and the next cell must wait for that (the configuration's own deferred writes)
             deferred = [c.metrics.get("daemon_exit_s", 0.0) if c.config.get("cache") in ("writeback", "unsafe") else 0.0
-                        for c in cells]  # fmt: skip
+                        for c in cells]
             first_cell, last_cell = min(r[0] for r in rows), max(r[0] for r in rows)
             report = subprocess.run([sys.executable, "-m", "kvmtune", "report", str(run.id), "--db", str(db)],
-                                    capture_output=True, text=True).stdout  # fmt: skip
+                                    capture_output=True, text=True).stdout
     deletions = {int(m[1]): float(m[3]) for m in DELETED.finditer(res.stderr)}
     # per cell: its slot (the tier's ``slot_s``: wall time from the previous cell's end, or the round's start
     # after the previous round's deletion, to its own end), less its ramp and measured seconds
@@ -128,7 +128,7 @@ def main() -> int:
         "overhead_goal": OVERHEAD_GOAL, "runtime_s": args.runtime, "ramp_s": RAMP_S, "host_fs": args.host_fs,
         "cores": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
         "verdicts": report.strip().splitlines(),
-    }  # fmt: skip
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.repeat == 3 else f"-r{args.repeat}"
     (RESULTS_DIR / f"block-{args.host_fs}{suffix}-latest.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -50,7 +50,7 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
     for i in range(rounds + (1 if restore else 0)):
         ctx = StorageContext(runner=runner, host=HostRoot(), scratch=Scratch(workdir / "scratch-speed", runner),
                              guest=guest, accel=AccelChoice("tcg", "speed benchmark", 0.0), runtime_s=1,
-                             disk_mib=256)  # fmt: skip
+                             disk_mib=256)
         ctx.snapshots = snapshots
         run_matrix(ctx, [StorageConfig(cache="none", aio="native")], [fiomod.BASIC["randread-4k"]])
         assert all(r.status == "ok" for r in ctx.results), ctx.results
@@ -59,7 +59,7 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
             continue  # the first run saves the guest
         times.append(ctx.first_result_s)
     return {"seconds": times, "median_s": statistics.median(times), "goal_s": 6.0, "fio_runtime_s": 1.0,
-            "restored": restore}  # fmt: skip
+            "restored": restore}
 
 
 def quick(workdir: Path, db: Path) -> dict[str, object]:
@@ -72,13 +72,13 @@ def quick(workdir: Path, db: Path) -> dict[str, object]:
 def overhead(workdir: Path, db: Path) -> dict[str, object]:
     # warm the guest cache, the accelerator answer and the saved guest first, as a user's second run finds them
     base = ["bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db), "--workload", "randread-4k",
-            "--disk-size", "256", "--cache", "none", "--aio", "native"]  # fmt: skip
+            "--disk-size", "256", "--cache", "none", "--aio", "native"]
     cli([*base, "--runtime", "1"])
     code, took, out = cli([*base, "--runtime", "10"])
     assert code == 0, out
     over = took - 10.0
     return {"wall_s": took, "fio_runtime_s": 10.0, "overhead_s": over, "overhead_pct_of_runtime": 100 * over / 10.0,
-            "goal_pct": 15.0}  # fmt: skip
+            "goal_pct": 15.0}
 
 
 def main() -> int:
@@ -104,7 +104,7 @@ def main() -> int:
     print(f"saved guest restored to first fio result: median {r['median_s']:.2f} s of {r['seconds']}")
     print(f"--quick, {q['cells']} cells: {q['seconds']:.1f} s (goal <= 90 s)")
     print(f"10 s configuration: wall {o['wall_s']:.1f} s, harness overhead {o['overhead_s']:.1f} s "
-          f"= {o['overhead_pct_of_runtime']:.0f} % of the runtime (goal <= 15 %)")  # fmt: skip
+          f"= {o['overhead_pct_of_runtime']:.0f} % of the runtime (goal <= 15 %)")
     print(f"load average before/after: {res['load_before']} / {res['load_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")

@@ -115,7 +115,7 @@ def test_a_real_tier_failing_mid_run_closes_its_run_and_removes_its_scratch(tmp_
     runner = Runner()
     scratch = tmp_path / "scratch"
     ctx = StorageContext(runner=runner, host=HostRoot(), accel=AccelChoice("none", "test", 0.0),
-                         scratch=Scratch(scratch, runner), disk_mib=16)  # fmt: skip
+                         scratch=Scratch(scratch, runner), disk_mib=16)
     bench = QuickBenchmark(ctx, QuickPlan(default_quick_configs()[:3], count=256))
     store = Store(tmp_path / "r.db")
     with pytest.raises(BrokenPipeError):

@@ -30,7 +30,7 @@ def test_every_metric_fio_and_netload_store_is_in_the_catalogue(tmp_path: Path) 
     res = subprocess.run(
         ["fio", "--name=t", f"--filename={tmp_path / 'f'}", "--size=4m", "--rw=randrw", "--bs=4k", "--runtime=0.3",
          "--time_based", "--output-format=json"], capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+    )
     stored = set(fiomod.parse_fio_json(res.stdout))
     doc = {
         "summary": {"throughput_bytes_per_s": 2e6, "transactions_per_s": 1000.0, "bytes": 6e6, "transactions": 3000,
@@ -38,7 +38,7 @@ def test_every_metric_fio_and_netload_store_is_in_the_catalogue(tmp_path: Path) 
                     "txn_time_ns": {"count": 3000, "avg": 2500.0, "p50": 2000, "p90": 3000, "p99": 9000, "p99_9": 20000}},
         "cpu": {side: {"system_cpu_s_per_mb": 0.5, "system_cpu_us_per_txn": 40.0, "system_busy_share": 0.25}
                 for side in ("client", "server")},
-    }  # fmt: skip
+    }
     stored |= set(netload_metrics(doc))
     missing = sorted(n for n in stored if lookup(n) is None)
     assert not missing, missing
@@ -46,7 +46,7 @@ def test_every_metric_fio_and_netload_store_is_in_the_catalogue(tmp_path: Path) 
 
 
 def test_compare_at_one_sample_never_says_no_significant_difference(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert welch_diff([100.0], [102.0], "iops").better == "unknown"
     db = tmp_path / "r.db"
     with Store(db) as st:
@@ -60,7 +60,7 @@ def test_compare_at_one_sample_never_says_no_significant_difference(tmp_path: Pa
 
 
 def test_compare_unknown_metric_is_an_error_naming_the_valid_ones(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     with Store(db) as st:
         for _ in range(2):
@@ -78,7 +78,7 @@ def test_results_show_prints_a_dash_for_what_was_not_measured(tmp_path: Path, ca
     with Store(db) as st:
         rid = st.begin_run("quick", {"accel": "none"}, {})
         st.add_cell(rid, "none/qcow2-off/none/threads|qemu-img-write-4k", {}, "qemu-img-write-4k", "ok",
-                    {"iops": 5000.0, "bw_Bps": 5000.0 * 4096}, accel="none")  # fmt: skip
+                    {"iops": 5000.0, "bw_Bps": 5000.0 * 4096}, accel="none")
         st.finish_run(rid, "complete")
     assert cli.main(["results", "show", "1", "--db", str(db)]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "qemu-img-write-4k" in ln)

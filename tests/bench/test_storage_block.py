@@ -55,7 +55,7 @@ def test_cache_modes_are_libvirts() -> None:
     table = {m: (c.write_cache, c.direct, c.no_flush) for m, c in CACHE_MODES.items()}
     assert table == {"none": (True, True, False), "writethrough": (False, False, False),
                      "writeback": (True, False, False), "directsync": (False, True, False),
-                     "unsafe": (True, False, True)}  # fmt: skip
+                     "unsafe": (True, False, True)}
     argv = daemon_argv("/w/a,b.qcow2", "qcow2", "writethrough", "threads", Path("/w/s.sock"))
     joined = " ".join(argv)
     assert "filename=/w/a,,b.qcow2" in joined  # a comma in a path cannot inject an option
@@ -78,11 +78,11 @@ def test_first_write_images_hold_many_allocation_units_and_clusters_need_the_lar
 
 @pytest.mark.integration
 def test_block_tier_measures_against_the_floor_and_leaves_nothing(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--image-format", "raw,qcow2", "--prealloc", "off",
                      "--workload", "randwrite-4k,randread-4k", "--cache", "none", "--aio", "native",
-                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--db", str(db), "--workdir", str(wd)])
     out = capsys.readouterr()
     assert code == 0, out.err
     with Store(db) as st:
@@ -117,7 +117,7 @@ def test_missing_daemon_or_nbd_engine_is_one_line_naming_what_to_install(tmp_pat
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
     res = subprocess.run([*KVMTUNE, "bench", "storage", *FAST, "--repeat", "1", "--db",
                           str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(bin_dir)})  # fmt: skip
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(bin_dir)})
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "qemu-storage-daemon not found" in lines[-1] and "apt install" in lines[-1]
@@ -130,7 +130,7 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
         [*KVMTUNE, "bench", "storage", "--tier", "block", "--runtime", "30", "--repeat", "1",
          "--disk-size", "64", "--target", "block", "--workload", "randread-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any("qemu-storage-daemon" in x for x in ours(wd)):
         time.sleep(0.1)
@@ -148,11 +148,11 @@ def test_ctrl_c_leaves_no_daemon_socket_image_or_loop_device(tmp_path: Path) -> 
 
 @pytest.mark.integration
 def test_a_rounds_write_cells_share_one_fio_process_without_overlapping(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", *FAST, "--repeat", "2", "--image-format", "raw,qcow2", "--prealloc", "off",
                      "--cache", "writeback,none", "--aio", "threads", "--workload", "randwrite-4k",
-                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--db", str(db), "--workdir", str(wd)])
     assert code == 0, capsys.readouterr().err
     with Store(db) as st:
         (run,) = st.runs()
@@ -187,7 +187,7 @@ def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> N
          "--disk-size", "64", "--image-format", "raw,qcow2", "--prealloc", "off,metadata", "--cache", "none", "--aio",
          "native", "--workload", "randwrite-4k", "--db", str(db), "--workdir", str(wd)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     images: list[Path] = []
     while time.monotonic() < deadline and len(images) < 3:  # raw, qcow2, qcow2+metadata: made while the floor runs
@@ -202,16 +202,16 @@ def test_ctrl_c_removes_the_images_made_ahead_for_the_round(tmp_path: Path) -> N
 
 
 def test_compare_refuses_to_mix_tiers_and_report_names_the_tier(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     with Store(db) as st:
         for kind, tier in (("quick", "quick"), ("block", "block")):
             rid = st.begin_run(kind, {"accel": "none"}, {})
             for rep, (pre, iops) in enumerate([("off", 100.0), ("metadata", 500.0)] * 3):
                 cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": tier,
-                       "bus": "nbd" if tier == "block" else "none"}  # fmt: skip
+                       "bus": "nbd" if tier == "block" else "none"}
                 st.add_cell(rid, f"{pre}|randwrite-4k", cfg, "randwrite-4k", "ok", {"iops": iops * (1 + rep / 100)},
-                            rep=rep, accel="none")  # fmt: skip
+                            rep=rep, accel="none")
             st.finish_run(rid, "complete")
     assert cli.main(["compare", "1", "2", "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -261,7 +261,7 @@ def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str
     for argv, flag, tier in ((["--quick", "--bus", "virtio-blk"], "--bus", "quick"),
                              (["--tier", "block", "--memory", "512"], "--memory", "block"),
                              (["--tier", "guest", "--host-fs", "xfs"], "--host-fs", "guest"),
-                             (["--quick", "--preset", "seed-003"], "--preset", "quick")):  # fmt: skip
+                             (["--quick", "--preset", "seed-003"], "--preset", "quick")):
         assert cli.main(["bench", "storage", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: does not apply to the {tier} tier"), err
@@ -272,7 +272,7 @@ def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str
 def test_host_fs_scratch_file_system_is_made_used_and_removed(tmp_path: Path) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", *FAST, "--repeat", "1", "--host-fs", "xfs", "--workload", "randwrite-4k",
-                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--db", str(db), "--workdir", str(wd)])
     assert code == 0
     with Store(db) as st:
         cells = st.cells(st.runs()[0].id)
@@ -284,7 +284,7 @@ def test_host_fs_scratch_file_system_is_made_used_and_removed(tmp_path: Path) ->
 
 def test_network_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     for argv, flag in ((["--topology", "bridge", "--ovs-datapath", "netdev"], "--ovs-datapath"),
-                       (["--topology", "user", "--vhost", "on"], "--vhost")):  # fmt: skip
+                       (["--topology", "user", "--vhost", "on"], "--vhost")):
         assert cli.main(["bench", "net", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: does not apply to --topology"), err
@@ -294,7 +294,7 @@ def test_network_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFix
 def test_host_fs_lvm_without_device_mapper_is_refused_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wd = tmp_path / "work"
     assert cli.main(["bench", "storage", *FAST, "--host-fs", "lvm", "--db", str(tmp_path / "r.db"),
-                     "--workdir", str(wd)]) == 2  # fmt: skip
+                     "--workdir", str(wd)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--host-fs lvm: this kernel has no device-mapper" in err[-1]
     assert ours(wd) == []

@@ -91,7 +91,7 @@ def test_report_keeps_accelerators_apart(tmp_path: Path, capsys: pytest.CaptureF
             for pre, iops in (("off", 100.0), ("metadata", 300.0)):
                 st.add_cell(rid, f"ide/qcow2-{pre}/writethrough/threads|fs-randwrite-4k",
                             {"bus": "ide", "fmt": "qcow2", "prealloc": pre, "cache": "writethrough"},
-                            "fs-randwrite-4k", "ok", {"iops": iops, "bw_Bps": iops * 4096}, accel=accel)  # fmt: skip
+                            "fs-randwrite-4k", "ok", {"iops": iops, "bw_Bps": iops * 4096}, accel=accel)
             st.finish_run(rid, "complete")
     out_html = tmp_path / "r.html"
     assert cli.main(["report", "1", "2", "--db", str(db), "--html", str(out_html)]) == 0

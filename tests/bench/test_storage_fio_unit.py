@@ -19,7 +19,7 @@ def real_fio_json(tmp_path_factory: pytest.TempPathFactory) -> str:
     args = fiomod.fio_args(w, str(d / "f.dat"), 0.2, 8, on_fs=False)
     args = [a for a in args if not a.startswith("--ioengine") and not a.startswith("--direct")]
     res = subprocess.run(["fio", *args, "--ioengine=psync", "--direct=0", "--output-format=json"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -85,7 +85,7 @@ def test_job_script_loads_modules_waits_for_disk_and_marks_each_workload() -> No
     job = fiomod.GuestJob(
         "vda", ["kernel/drivers/virtio/virtio.ko", "kernel/drivers/block/virtio_blk.ko"],
         fiomod.lookup(["randwrite-4k", "fs-randwrite-4k", "cycle-8m"]), 1.0, 256, sched="mq-deadline",
-    )  # fmt: skip
+    )
     s = fiomod.job_script(job)
     assert s.index("virtio.ko") < s.index("virtio_blk.ko") < s.index("DEV=/dev/vda")
     assert "[ -d /sys/module/virtio_blk ] || insmod /lib/modules/kernel/drivers/block/virtio_blk.ko" in s

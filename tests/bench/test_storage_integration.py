@@ -77,7 +77,7 @@ def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: Probe
     extra.write_text("#!/bin/sh\necho hello\n")
     extra.chmod(0o755)
     other = GuestBuilder(tmp_path / "w2", Runner(), extra=[__import__("kvmtune.bench.guest").bench.guest.ExtraFile(
-        str(extra), "/usr/bin/hello")]).build()  # fmt: skip
+        str(extra), "/usr/bin/hello")]).build()
     assert not other.cached and other.key != guest.key and "/usr/bin/hello" in other.tools
     shutil.rmtree(tmp_path / "w2")
 
@@ -97,7 +97,7 @@ def test_accelerator_is_probed_and_missing_kvm_means_tcg(workdir: Path, guest: P
 def test_seed003_subset(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--preset", "seed-003", "--bus", "virtio-blk", "--cache", "writethrough",
-                 "--image-format", "qcow2", "--workload", "randwrite-4k")  # fmt: skip
+                 "--image-format", "qcow2", "--workload", "randwrite-4k")
     assert code == 0, capsys.readouterr()
     with Store(db) as st:
         (run,) = st.runs()
@@ -116,10 +116,10 @@ def test_seed003_subset(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_seed001_cycle_gives_tps_per_vm_and_vms_per_disk(workdir: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--preset", "seed-001", "--bus", "virtio-blk,ide", "--workload", "randwrite-4k,cycle-*",
-                 "--cycle-mib", "16", "--cycle-idle", "1")  # fmt: skip
+                 "--cycle-mib", "16", "--cycle-idle", "1")
     assert code == 0, capsys.readouterr()
     with Store(db) as st:
         cells = st.cells(1)
@@ -138,7 +138,7 @@ def test_seed001_cycle_gives_tps_per_vm_and_vms_per_disk(workdir: Path, tmp_path
 def test_ffsb_subset_with_two_schedulers(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--preset", "ffsb", "--bus", "virtio-blk", "--sched", "mq-deadline,bfq",
-                 "--threads", "8", "--workload", "ffsb-randwrite-t8-direct,ffsb-mail-t8-buffered")  # fmt: skip
+                 "--threads", "8", "--workload", "ffsb-randwrite-t8-direct,ffsb-mail-t8-buffered")
     assert code == 0, capsys.readouterr()
     with Store(db) as st:
         cells = st.cells(1)
@@ -163,7 +163,7 @@ def test_file_vs_block_vs_bare_metal(workdir: Path, tmp_path: Path, capsys: pyte
 
 
 def test_saved_guest_is_restored_and_booting_still_works(workdir: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     args = ["--bus", "ide", "--cache", "none", "--workload", "randread-4k"]
     assert bench(workdir, db, *args) == 0
@@ -180,7 +180,7 @@ def test_saved_guest_is_restored_and_booting_still_works(workdir: Path, tmp_path
 
 
 def test_bad_cells_are_reported_and_the_rest_goes_on(workdir: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     code = bench(workdir, db, "--cache", "writeback,none", "--aio", "native", "--workload", "randwrite-4k")
     assert code == 1
@@ -193,7 +193,7 @@ def test_bad_cells_are_reported_and_the_rest_goes_on(workdir: Path, tmp_path: Pa
 
 
 def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path, guest: ProbeGuest,
-                                                                  tmp_path: Path) -> None:  # fmt: skip
+                                                                  tmp_path: Path) -> None:
     from kvmtune.bench.accel import AccelChoice
 
     runner = Runner()
@@ -212,7 +212,7 @@ def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path,
     data[len(data) // 2 : len(data) // 2 + 4096] = b"\xff" * 4096
     junk.write_bytes(bytes(data))
     broken_guest = ProbeGuest(junk, guest.initrd, "junk", guest.release, guest.modules, (), guest.tools, guest.size,
-                              True, None, guest.module_paths, guest.module_deps)  # fmt: skip
+                              True, None, guest.module_paths, guest.module_deps)
     ctx.guest, ctx.sink, ctx.boot_timeout_s = broken_guest, CellSink(), 12
 
     start = time.monotonic()
@@ -230,7 +230,7 @@ def test_ctrl_c_stops_cleanly_and_marks_the_run_partial(workdir: Path, tmp_path:
         [sys.executable, "-m", "kvmtune", "bench", "storage", "--tier", "guest", "--workdir", str(workdir), "--db", str(db),
          "--runtime", "20", "--disk-size", "128", "--workload", "randread-4k,randwrite-4k"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any(
         "qemu-system" in (HostRoot().read_bytes(f"/proc/{p}/cmdline") or b"").decode(errors="replace")

@@ -26,7 +26,7 @@ def test_impossible_combinations_say_why(cfg: StorageConfig, words: str) -> None
     "cfg",
     [StorageConfig(cache="none", aio="native"), StorageConfig(cache="directsync", aio="native"),
      StorageConfig(fmt="qcow2", prealloc="metadata", cache="writethrough"), StorageConfig(target="block")],
-)  # fmt: skip
+)
 def test_possible_combinations_pass(cfg: StorageConfig) -> None:
     assert cfg.problem() is None
 

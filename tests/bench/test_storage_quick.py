@@ -27,7 +27,7 @@ def test_quick_runs_valid_cells_and_reports_impossible_ones(tmp_path: Path, caps
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", "--quick", "--image-format", "qcow2", "--prealloc", "off,metadata",
                      "--cache", "none,writeback", "--aio", "native", "--disk-size", "64", "--db", str(db),
-                     "--workdir", str(wd)])  # fmt: skip
+                     "--workdir", str(wd)])
     assert code == 1  # the writeback+native cells cannot run
     out = capsys.readouterr().out
     assert out.count("FAILED") == 4 and "aio=native needs O_DIRECT" in out
@@ -43,7 +43,7 @@ def test_quick_runs_valid_cells_and_reports_impossible_ones(tmp_path: Path, caps
 def test_full_scratch_disk_is_one_line_and_the_rest_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off,falloc", "--cache", "none",
-                     "--aio", "threads", "--disk-size", str(1 << 30), "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--aio", "threads", "--disk-size", str(1 << 30), "--db", str(db), "--workdir", str(wd)])
     assert code == 1
     out = capsys.readouterr().out
     assert "scratch disk full" in out
@@ -55,7 +55,7 @@ def test_full_scratch_disk_is_one_line_and_the_rest_goes_on(tmp_path: Path, caps
 
 
 def test_quick_cells_repeat_until_their_interval_is_tight_or_the_cap(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 18 item 5: one 0.3 s pass is noise; passes repeat (fresh image each) until ±5 % or the time cap."""
     from kvmtune.bench.storage.quick import tight
     from kvmtune.bench.verdicts import verdicts
@@ -64,7 +64,7 @@ def test_quick_cells_repeat_until_their_interval_is_tight_or_the_cap(tmp_path: P
     db, wd = tmp_path / "r.db", tmp_path / "work"
     code = cli.main(["bench", "storage", "--quick", "--image-format", "qcow2", "--prealloc", "off,metadata",
                      "--cache", "writethrough", "--aio", "threads", "--disk-size", "64", "--runtime", "3",
-                     "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--db", str(db), "--workdir", str(wd)])
     assert code == 0
     with Store(db) as st:
         cells = st.cells(st.runs()[0].id)
@@ -79,13 +79,13 @@ def test_quick_cells_repeat_until_their_interval_is_tight_or_the_cap(tmp_path: P
 
 
 def test_the_old_format_flag_is_the_image_format_for_one_release_with_a_warning(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 30: `bench storage --format raw|qcow2` is now --image-format; the old spelling still works, once
     more, with one warning line, and the run stores the settings it really used (tier, defaults) with its own."""
     db, wd = tmp_path / "r.db", tmp_path / "work"
     # writeback with aio=native cannot run: every cell fails at once, no qemu-img bench pass is spent
     code = cli.main(["bench", "storage", "--quick", "--format", "raw", "--prealloc", "off", "--cache", "writeback",
-                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)])  # fmt: skip
+                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)])
     assert code == 1
     captured = capsys.readouterr()
     (warning,) = [line for line in captured.err.splitlines() if "--format" in line]
@@ -99,12 +99,12 @@ def test_the_old_format_flag_is_the_image_format_for_one_release_with_a_warning(
         assert (run.args["tier"], run.args["repeat"], run.args["runtime"], run.args["disk_size"]) == ("quick", 1, 5.0, 64)
         assert "command_object" not in run.args
     assert cli.main(["bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off", "--cache", "writeback",
-                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)]) == 1  # fmt: skip
+                     "--aio", "native", "--disk-size", "64", "--db", str(db), "--workdir", str(wd)]) == 1
     assert "--format" not in capsys.readouterr().err
 
 
 def test_an_unknown_image_format_names_the_new_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["bench", "storage", "--quick", "--image-format", "vmdk", "--db", str(tmp_path / "r.db"),
-                     "--workdir", str(tmp_path / "work")])  # fmt: skip
+                     "--workdir", str(tmp_path / "work")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("kvmtune: --image-format: unknown image-format 'vmdk'"), err

@@ -50,7 +50,7 @@ def test_verdicts_compute_seed_ratios() -> None:
         _cell(7, "g", "randread-4k", {"iops": 900.0}, target="block"),
         _cell(8, "h", "cycle-8m", {"host_tps_per_vm": 5.0}, bus="virtio-blk"),
         _cell(9, "host/capacity", "disk-capacity", {"capacity_host_tps": 100.0}, target="host"),
-    ]  # fmt: skip
+    ]
     lines = [v.line() for v in verdicts(cells)]
     assert any("5.00× slower (fs-randwrite-4k, bus ide: 100 vs 500 IOPS) than with metadata" in ln for ln in lines)
     assert any("virtio-blk delivers 4.52× the throughput of IDE" in ln for ln in lines)

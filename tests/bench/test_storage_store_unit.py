@@ -16,14 +16,14 @@ def test_roundtrip_runs_cells_metrics_samples(tmp_path: Path) -> None:
     with Store(db) as st:
         rid = st.begin_run("storage", {"accel": "tcg", "qemu": "7.2"}, {"runtime": 1}, preset="seed-003")
         cid = st.add_cell(rid, "k|w", {"bus": "ide"}, "w", "ok", {"iops": 10.0, "bw_Bps": 40960.0},
-                          accel="tcg", samples=[(0.0, "host_ios", 1.0), (0.5, "host_ios", 9.0)])  # fmt: skip
+                          accel="tcg", samples=[(0.0, "host_ios", 1.0), (0.5, "host_ios", 9.0)])
         st.add_cell(rid, "k2|w", {"bus": "ide"}, "w", "error", error="impossible combination: x", accel="tcg")
         st.finish_run(rid, "errors")
     with Store(db) as st:
         (run,) = st.runs()
         assert (run.kind, run.preset, run.status, run.accel, run.cells, run.failed) == (
             "storage", "seed-003", "errors", "tcg", 2, 1,
-        )  # fmt: skip
+        )
         assert run.env["qemu"] == "7.2"
         cells = st.cells(rid)
         assert cells[0].metrics == {"iops": 10.0, "bw_Bps": 40960.0} and cells[0].config == {"bus": "ide"}

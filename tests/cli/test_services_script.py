@@ -31,7 +31,7 @@ def test_daemons_do_not_hold_the_callers_descriptors(tmp_path: Path) -> None:
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         res = subprocess.run(["bash", str(SERVICES), "libvirtd-start"], pass_fds=(fd,), capture_output=True,
-                             text=True, timeout=60, check=False)  # fmt: skip
+                             text=True, timeout=60, check=False)
     finally:
         os.close(fd)
     assert res.returncode == 0, res.stderr

@@ -130,7 +130,7 @@ def test_benchmark_figures_as_prometheus_with_units(tmp_path: Path, capsys: pyte
 
 
 def test_report_reads_a_digit_named_file_among_files_by_its_own_name(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """RUN|FILE is typed by argparse (a run id is a number); among files, `007` is still the file named 007."""
     audit_json(tmp_path, "hv1", "rhel6-old", capsys).rename(tmp_path / "007")
     other = audit_json(tmp_path, "hv2", "nvme-modern", capsys)

@@ -16,7 +16,7 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         point = tmp_path / f"tmpfs{len(mounted)}"
         point.mkdir()
         res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+                             capture_output=True, text=True, check=False)
         if res.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
         mounted.append(point)

@@ -114,7 +114,7 @@ def test_fio_jobs_die_with_kvmtune(tmp_path: Path) -> None:
             # only the fio that this test's parent started: another fio on the machine (a benchmark, another
             # test) is not ours to judge or to kill
             fios = [int(p) for p in os.listdir("/proc")
-                    if p.isdigit() and _ppid(int(p)) == parent.pid and _cmd(int(p)).startswith(b"fio\0--thread")]  # fmt: skip
+                    if p.isdigit() and _ppid(int(p)) == parent.pid and _cmd(int(p)).startswith(b"fio\0--thread")]
             time.sleep(0.05)
         assert fios, "fio did not start (with --thread)"
         time.sleep(1.0)  # its jobs running

@@ -30,7 +30,7 @@ def test_a_storage_run_that_cannot_fit_its_disk_is_refused_before_it_starts(
     runner = Runner()
     scratch = Scratch(small / "scratch-1", runner)
     ctx = StorageContext(runner=runner, host=HostRoot(), accel=AccelChoice("tcg", "test", 0.0), scratch=scratch,
-                         disk_mib=256)  # fmt: skip
+                         disk_mib=256)
     bench = MatrixBenchmark(ctx, [StorageConfig()], list(fiomod.lookup(["randread-4k"])))
     with Store(tmp_path / "r.db") as st:
         with pytest.raises(KvmtuneError) as err:
@@ -49,7 +49,7 @@ def test_quick_bench_on_a_full_work_directory_is_one_line(tmp_path: Path, small_
          "--cache", "none", "--aio", "threads", "--disk-size", "16", "--workdir", str(small),
          "--db", str(tmp_path / "r.db")],
         capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and "not enough space" in res.stderr and "Traceback" not in res.stderr
     assert list(small.iterdir()) == []  # no scratch directory, no image, nothing half-written

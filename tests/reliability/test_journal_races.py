@@ -37,7 +37,7 @@ DOMAIN = """<domain type='kvm'>
 
 def _fix(xml: Path, journal: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*KVMTUNE, "fix", str(xml), "--apply", "--yes", "--journal-dir", str(journal), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_a_fix_on_a_file_another_fix_holds_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,19 +117,19 @@ def test_a_crash_between_backup_link_and_swap_leaves_no_orphan(tmp_path: Path) -
     before = img.read_bytes()
     env = dict(os.environ, KVMTUNE_TEST_KILL_IN_IMAGE_SWAP="1")
     res = subprocess.run([*KVMTUNE, "fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
-                          "--journal-dir", str(journal)], env=env, capture_output=True, text=True, check=False)  # fmt: skip
+                          "--journal-dir", str(journal)], env=env, capture_output=True, text=True, check=False)
     assert res.returncode == -signal.SIGKILL
     (orig,) = tmp_path.glob("g.img.kvmtune-orig-*")  # the crash left the backup link
     (jid,) = [j for j, _, _ in list_journals(journal)]
     res = subprocess.run([*KVMTUNE, "undo", jid, "--yes", "--journal-dir", str(journal)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+                         capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert not orig.exists() and img.read_bytes() == before
     assert not list(tmp_path.glob("*.kvmtune-orig-*")) and not list(tmp_path.glob(".*.tmp"))
     # an orphan left by an older kvmtune (journal already "undone"): --purge-backups finds it
     os.link(img, orig)
     res = subprocess.run([*KVMTUNE, "undo", "--purge-backups", jid, "--journal-dir", str(journal)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+                         capture_output=True, text=True, check=False)
     assert res.returncode == 0 and "deleted" in res.stdout, res.stdout + res.stderr
     assert not orig.exists() and img.read_bytes() == before
 
@@ -158,7 +158,7 @@ def test_sigkill_during_image_fix_leaves_no_qemu_img_running(tmp_path: Path) -> 
             fh.write(os.urandom(1 << 20))
     before = (img.stat().st_ino, img.stat().st_size)
     proc = subprocess.Popen([*KVMTUNE, "fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
-                             "--journal-dir", str(journal)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             "--journal-dir", str(journal)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not _pids_of("qemu-img", str(tmp_path)) or not list(tmp_path.glob(".big.img.kvmtune-*.tmp")):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -175,25 +175,25 @@ def test_sigkill_during_image_fix_leaves_no_qemu_img_running(tmp_path: Path) -> 
     assert not left, "qemu-img outlived the SIGKILLed kvmtune by 2 s"
     (jid,) = [j for j, _, _ in list_journals(journal)]
     res = subprocess.run([*KVMTUNE, "undo", jid, "--yes", "--journal-dir", str(journal)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+                         capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert (img.stat().st_ino, img.stat().st_size) == before
     assert not list(tmp_path.glob(".big.img.kvmtune-*.tmp")) and not list(tmp_path.glob("*.kvmtune-orig-*"))
 
 
 def test_a_refused_image_fix_exits_non_zero(tmp_path: Path, small_tmpfs: Callable[[str], Path],
-                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     img = tmp_path / "busy.img"
     _sparse_raw(img)
     holder = subprocess.Popen(["sh", "-c", f"exec 3<'{img}'; exec sleep 30"])
     try:
         deadline = time.monotonic() + 10
         while not any(os.path.realpath(f"/proc/{holder.pid}/fd/{fd}") == str(img)
-                      for fd in os.listdir(f"/proc/{holder.pid}/fd")):  # fmt: skip
+                      for fd in os.listdir(f"/proc/{holder.pid}/fd")):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         code = main(["fix", "--image-format", "raw", "--images", str(img), "--apply", "--yes",
-                     "--journal-dir", str(tmp_path / "j")])  # fmt: skip
+                     "--journal-dir", str(tmp_path / "j")])
     finally:
         holder.kill()
         holder.wait()
@@ -203,7 +203,7 @@ def test_a_refused_image_fix_exits_non_zero(tmp_path: Path, small_tmpfs: Callabl
     tight = small / "tight.img"
     _sparse_raw(tight, "32M")
     code = main(["fix", "--image-format", "raw", "--images", str(tight), "--apply", "--yes",
-                 "--journal-dir", str(tmp_path / "j")])  # fmt: skip
+                 "--journal-dir", str(tmp_path / "j")])
     out = capsys.readouterr().out
     assert code == 3 and "MiB free" in out
     assert sorted(p.name for p in small.iterdir()) == ["tight.img"]  # nothing half-written

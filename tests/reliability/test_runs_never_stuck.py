@@ -116,7 +116,7 @@ def test_wal_and_two_writers_at_once(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     Store(db).close()
     procs = [subprocess.Popen([sys.executable, "-c", TWO_WRITERS, str(db), "150"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for _ in range(2)]  # fmt: skip
+                              stderr=subprocess.PIPE) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-400:] for o in outs]
     with Store(db) as st:
@@ -143,7 +143,7 @@ def test_two_first_benchmarks_on_a_new_database(tmp_path: Path) -> None:
         db = tmp_path / f"new{attempt}.db"
         start = time.time() + 1.0
         procs = [subprocess.Popen([sys.executable, "-c", FIRST_OPEN, str(db), str(start)], stderr=subprocess.PIPE)
-                 for _ in range(4)]  # fmt: skip
+                 for _ in range(4)]
         errs = [p.communicate(timeout=60)[1].decode() for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, errs
         with Store(db) as st:
@@ -220,7 +220,7 @@ def test_the_lock_goes_with_a_killed_holder(tmp_path: Path) -> None:
         [sys.executable, "-c", "import sys,time\nfrom pathlib import Path\nfrom kvmtune.bench.runner import HostBenchLock\n"
          "HostBenchLock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)", str(lock_path)],
         stdout=subprocess.PIPE,
-    )  # fmt: skip
+    )
     assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
     with pytest.raises(BenchBusy, match=f"pid {holder.pid}"):
         HostBenchLock(lock_path).acquire()
@@ -246,7 +246,7 @@ def test_a_benchmark_leaves_no_scratch_directory(tmp_path: Path) -> None:
     scratch = Scratch(tmp_path / "work" / "scratch-1", runner)
     assert read_owner(scratch.root) is not None  # marked while it lives
     ctx = StorageContext(runner=runner, host=HostRoot(), accel=AccelChoice("none", "test", 0.0), scratch=scratch,
-                         disk_mib=16)  # fmt: skip
+                         disk_mib=16)
     with Store(tmp_path / "r.db") as st:
         out = BenchRunner(st, stream=io.StringIO(), workdir=tmp_path / "work").run(
             QuickBenchmark(ctx, QuickPlan(default_quick_configs()[:1], count=64))

@@ -102,7 +102,7 @@ def _loops_under(directory: Path) -> list[str]:
 
 def _mounts_under(directory: Path) -> list[str]:
     return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(str(directory))]  # fmt: skip
+            if ln.split()[4].startswith(str(directory))]
 
 
 def _namespaces() -> set[str]:
@@ -157,7 +157,7 @@ def _block(work: Path, db: Path, _netload: str) -> list[str]:
 def _datapath(work: Path, db: Path, netload: str) -> list[str]:
     return [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "bridge,ovs", "--tests",
             "str-readx30k--1,rr1c-1x1--10", "--duration", "1", "--workdir", str(work), "--netload", netload,
-            "--db", str(db)]  # fmt: skip
+            "--db", str(db)]
 
 
 KINDS: dict[str, tuple[Callable[[Path, Path, str], list[str]], float, float]] = {
@@ -211,7 +211,7 @@ def test_sigkill_at_random_points_leaves_nothing(env: tuple[Path, str], kind: st
         # not a survivor kvmtune could have stopped; it must still be gone soon, and is reported.
         exiting = {pid: _exit_wait(pid) for pid in _survivors(seen) if _exiting(pid)}
         left = {pid: f"{_exit_wait(pid)} {_mentioning(str(work)).get(pid, '')}".strip()
-                for pid in _survivors(seen) if pid not in exiting}  # fmt: skip
+                for pid in _survivors(seen) if pid not in exiting}
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         assert not left, f"{kind} kill {n} at {delay:.1f}s: processes survived 2 s: {left}"
@@ -225,7 +225,7 @@ def test_sigkill_at_random_points_leaves_nothing(env: tuple[Path, str], kind: st
         # the next kvmtune start sweeps what the kernel keeps
         nxt = subprocess.run([*KVMTUNE, "bench", "storage", "--quick", "--image-format", "raw", "--prealloc", "off",
                               "--cache", "none", "--aio", "threads", "--disk-size", "16", "--workdir", str(work),
-                              "--db", str(tmp_path / "next.db")], capture_output=True, text=True, timeout=300)  # fmt: skip
+                              "--db", str(tmp_path / "next.db")], capture_output=True, text=True, timeout=300)
         assert nxt.returncode == 0, nxt.stderr[-600:]
         assert not _loops_under(work), f"{kind} kill {n}: loop devices left: {_loops_under(work)}"
         assert not _mounts_under(work), f"{kind} kill {n}: mounts left: {_mounts_under(work)}"

@@ -70,7 +70,7 @@ def test_fix_edits_utf16_and_keeps_its_encoding(tmp_path: Path, kind: str, capsy
 )
 @pytest.mark.parametrize("command", ["audit", "fix"])
 def test_libxml2_errors_are_one_clean_line(tmp_path: Path, content: bytes, expect: str, command: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.xml"
     bad.write_bytes(content)
     assert main([command, str(bad)]) == 2

@@ -47,7 +47,7 @@ def open_in_chromium(html: Path, out_dir: Path, height: int = 1800) -> tuple[str
     assert shot.is_file() and shot.stat().st_size > 10_000, "no screenshot"
     pdf = out_dir / f"{html.stem}.pdf"  # printed as a reader would print it (the @media print rules apply)
     subprocess.run([chromium(), *flags, "--no-pdf-header-footer", f"--print-to-pdf={pdf}", html.as_uri()],
-                   capture_output=True, text=True, timeout=120)  # fmt: skip
+                   capture_output=True, text=True, timeout=120)
     assert pdf.is_file() and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 10_000, "not printed"
     title = re.search(r"<title>(PROBE[^<]*)</title>", dom.stdout)
     assert title, dom.stdout[:500] + dom.stderr[-1000:]
@@ -107,7 +107,7 @@ def test_network_report_and_compare_in_chromium(tmp_path: Path, capsys: pytest.C
         for topology in ("bridge", "ovs", "bridge"):
             assert cli.main(["bench", "net", "--tier", "datapath", "--topology", topology, "--tests",
                              "rr1c-1x1--1,str-readx30k--1", "--duration", "1", "--workdir", str(work),
-                             "--db", str(db)]) == 0, capsys.readouterr().err  # fmt: skip
+                             "--db", str(db)]) == 0, capsys.readouterr().err
     finally:
         shutil.rmtree(work, ignore_errors=True)
     capsys.readouterr()

@@ -141,7 +141,7 @@ def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pyt
         _svg(s)
     assert "Mb/s" in svgs[0] and "log scale" in svgs[0]  # TCG guests stay far below a gigabit; 100 B/s to 30 MB/s
     assert all(label in svgs[1] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500",
-                                               "ovs (userspace) MTU 1500"))  # fmt: skip
+                                               "ovs (userspace) MTU 1500"))
     # bridge MTU 1500 ran twice: its bars carry whiskers, the others none
     assert "(95 %, n=2)" in svgs[1] and "(95 %, n=1)" not in svgs[1]
     # normalised to one configuration, test by test

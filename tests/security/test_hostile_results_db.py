@@ -24,7 +24,7 @@ RUN_COLUMNS = "id, started, finished, kind, preset, status, accel, env, args, no
 def kvmtune(*argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """The CLI as root runs it; ``subprocess.TimeoutExpired`` (a hang) fails the test."""
     return subprocess.run([sys.executable, "-m", "kvmtune", *argv], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout, check=False)  # fmt: skip
+                          stdin=subprocess.DEVNULL, timeout=timeout, check=False)
 
 
 def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -46,7 +46,7 @@ def real_db(path: Path, runs: int = 2) -> Path:
             rid = st.begin_run("storage", {"accel": "tcg", "qemu": "8.2"}, {"runtime": 1})
             for rep in range(2):
                 st.add_cell(rid, "virtio-blk/none|randread", {"bus": "virtio-blk"}, "randread", "ok",
-                            {"iops": 100.0 + rep}, rep=rep, accel="tcg")  # fmt: skip
+                            {"iops": 100.0 + rep}, rep=rep, accel="tcg")
             st.finish_run(rid, "complete")
     return path
 
@@ -89,13 +89,13 @@ def test_a_zeroblob_view_is_refused_before_any_row_is_read(tmp_path: Path) -> No
     "CREATE TABLE extra (a)",
     "CREATE INDEX sneaky ON cells(length(raw))",
     "CREATE VIEW v AS SELECT 1",
-])  # fmt: skip
+])
 def test_foreign_objects_are_refused_and_the_file_is_left_alone(tmp_path: Path, extra: str) -> None:
     """Schema 1 plus one foreign object: no migration, no WAL switch, not one byte written."""
     db = tmp_path / "v1.db"
     con = sqlite3.connect(db)
     con.executescript(SCHEMA.replace(",\n    owner_pid INTEGER,\n    owner_start TEXT,\n    owner_boot TEXT", "")
-                      + extra + "; PRAGMA user_version = 1;")  # fmt: skip
+                      + extra + "; PRAGMA user_version = 1;")
     con.close()
     before = digest(db)
     with pytest.raises(KvmtuneError, match="not a kvmtune results database"):
@@ -180,7 +180,7 @@ def test_run_id_reads_one_row(tmp_path: Path) -> None:
     ("UPDATE cells SET rep = 'x'", ["results", "show", "1"], "rep is str"),
     ("UPDATE runs SET env = '" + "[" * 100_000 + "]" * 100_000 + "'", ["results", "list"], "nested deeper than 32"),
     ("UPDATE cells SET config = '" + '{"a":' * 40 + "1" + "}" * 40 + "'", ["report", "1"], "nested deeper than 32"),
-])  # fmt: skip
+])
 def test_wrong_types_and_deep_json_are_one_line(tmp_path: Path, sql: str, argv: list[str], message: str) -> None:
     db = real_db(tmp_path / "r.db")
     con = sqlite3.connect(db)
@@ -211,7 +211,7 @@ def test_results_report_and_compare_escape_database_strings(tmp_path: Path) -> N
         vid = st.begin_run("verify", {"accel": "none"}, {})
         st.add_cell(vid, f"KVM-STO-004|{EVIL}", {"rule": "KVM-STO-004", "target": EVIL, "change": EVIL, "tier": "block",
                     "verdict": "helps", "action": EVIL, "metric": "iops", "unit": EVIL}, "w", "ok",
-                    {"before": 1.0, "after": 2.0, "ratio": 2.0})  # fmt: skip
+                    {"before": 1.0, "after": 2.0, "ratio": 2.0})
         st.add_cell(vid, "KVM-STO-002|x", {"rule": "KVM-STO-002", "target": EVIL}, "w", "error", error=EVIL)
         st.finish_run(vid, "errors", note=EVIL)
     for argv in (["results", "list"], ["results", "show", "1"], ["report", "1", "2", "3"], ["compare", "1", "2"]):
@@ -253,7 +253,7 @@ def test_verify_lines_of_measured_and_failed_experiments_are_escaped(tmp_path: P
     xml = (b"<domain type='kvm'><name>db01&#10;KVM-STO-004 db01 forged: HELPS; kept&#x202e;</name><memory>1048576</memory>"
            b"<vcpu>1</vcpu><os><type arch='x86_64' machine='q35'>hvm</type></os><devices><disk type='file' device='disk'>"
            b"<driver name='qemu' type='qcow2' cache='writethrough'/><source file='/nonexistent/x.qcow2'/>"
-           b"<target dev='vda' bus='virtio'/></disk></devices></domain>")  # fmt: skip
+           b"<target dev='vda' bus='virtio'/></disk></devices></domain>")
     guest = guest_from_tree(parse_xml_bytes(xml, "t.xml"), "t.xml", "xml")
     findings = run_rules(AuditContext(host=HostRoot("/")), [guest])
     ctx = VerifyContext(runner=Runner(), host=HostRoot("/"), root="/", workdir=tmp_path)

@@ -318,7 +318,7 @@ class GuestRun:
         except OSError:
             tail = ""
         return RunOutcome(lines, code, timed_out, duration, tail, self.proc.pid, accel, times,
-                          restored=self.spec.incoming is not None)  # fmt: skip
+                          restored=self.spec.incoming is not None)
 
     def close(self) -> None:
         if self.proc is not None:

@@ -131,7 +131,7 @@ def cell_table(cells: Sequence[CellRow]) -> str:
         f"<th>{h}</th>"
         for h in ("configuration", "workload", "rep", "status", "IOPS", "MB/s", "p99 µs", "guest CPU %",
                   "host tps", "QEMU CPU %", "error")
-    )  # fmt: skip
+    )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -146,9 +146,9 @@ def median_table(cells: Sequence[CellRow]) -> str:
         config, workload = key.split("|", 1)
         share = summarize(pct[key]).text() if key in pct and not config.startswith("host/") else ""
         rows.append("<tr>" + "".join(f"<td>{html_safe(x)}</td>" for x in (
-            config, workload, str(len(values)), summarize(values).text(), share)) + "</tr>")  # fmt: skip
+            config, workload, str(len(values)), summarize(values).text(), share)) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("configuration", "workload", "rounds", "IOPS: median [95 % interval]",
-                                             "% of bare metal: median [95 % interval]"))  # fmt: skip
+                                             "% of bare metal: median [95 % interval]"))
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -227,7 +227,7 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         parts.append("<tr>" + "".join(
             f"<td>{html_safe(str(x))}</td>"
             for x in (r.id, r.kind, r.preset or _setup(r), r.status, r.accel or "–", e.get("host_kernel", ""), e.get("qemu", ""),
-                      e.get("fio", ""), e.get("cpu_model", ""), r.note or "")) + "</tr>")  # fmt: skip
+                      e.get("fio", ""), e.get("cpu_model", ""), r.note or "")) + "</tr>")
     parts.append("</table>")
     if len(cells_by_accel) > 1:
         parts.append("<p class='warn'>These runs used different accelerators ("

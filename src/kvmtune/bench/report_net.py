@@ -29,7 +29,7 @@ NET_TIER_WORDS = {
     "guest": "probe guests (netload between guests)",
     "datapath": "datapath tier (netload in the namespaces where the guests' taps would be: the host's datapath "
                 "at host speed, no QEMU, no guest)",
-}  # fmt: skip
+}
 # seed 002's bar colours: throughput blue, transaction time orange, client CPU yellow, server CPU green
 SEED002_COLOURS = ("#4477aa", "#ee7733", "#ccbb44", "#228833")
 PERCENTILES = (("lat_p50_us", "p50"), ("lat_p90_us", "p90"), ("lat_p99_us", "p99"), ("lat_p99_9_us", "p99.9"))
@@ -107,7 +107,7 @@ def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labe
     if baseline:
         base = {x: p.value for (x, s), p in points.items() if s == baseline and p.value > 0}
         points = {(x, s): Point(100 * p.value / base[x], None if p.half_width is None else 100 * p.half_width / base[x],
-                                  p.n) for (x, s), p in points.items() if x in base}  # fmt: skip
+                                  p.n) for (x, s), p in points.items() if x in base}
         y_title, used = f"{name}, % of {baseline} in the same test{better}", baseline
     xs = [_x(t) for t in sorted(tests, key=_order)]
     series = sorted(set(labels.values()))
@@ -174,7 +174,7 @@ def cell_table(cells: Sequence[CellRow]) -> str:
         m = c.metrics
         vals = (c.key.split("|")[0], c.workload, str(c.rep), c.status, _num(m.get("throughput_Bps", 0) / 1e6, 2)
                 if "throughput_Bps" in m else "", _num(m.get("tps")), _num(m.get("lat_avg_us")), _num(m.get("lat_p99_us")),
-                _num(m.get("client_cpu_s_per_mb"), 3), _num(m.get("server_cpu_s_per_mb"), 3), c.error or "")  # fmt: skip
+                _num(m.get("client_cpu_s_per_mb"), 3), _num(m.get("server_cpu_s_per_mb"), 3), c.error or "")
         rows.append("<tr>" + "".join(f"<td>{e(v)}</td>" for v in vals) + "</tr>")
     return "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
@@ -216,7 +216,7 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
         if data:
             parts.append("<h3>Which topology won (seed 002's summary table, p. 57)</h3>" + winners_table(data))
         peak = max((m.get("throughput_Bps", 0.0) for runs in data.values() for run in runs.values()
-                    for m in run.values()), default=0.0)  # fmt: skip
+                    for m in run.values()), default=0.0)
         tp_unit, tp_scale = _throughput_unit(peak)
         used_any = False
         parts.append("<div class='charts'>")
@@ -226,7 +226,7 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
                                            ("path_cpu_s_per_mb", "Path CPU per MB (both netloads and the forwarding "
                                             "daemons)", "s/MB", 1.0),
                                            ("client_cpu_s_per_mb", "Client CPU per MB", "s/MB", 1.0),
-                                           ("server_cpu_s_per_mb", "Server CPU per MB", "s/MB", 1.0)):  # fmt: skip
+                                           ("server_cpu_s_per_mb", "Server CPU per MB", "s/MB", 1.0)):
             svg, used = metric_chart(data, labels, metric, unit, scale, baseline)
             used_any = used_any or used is not None
             if svg:
@@ -264,7 +264,7 @@ def run_setups(run: RunRow, cells: Sequence[CellRow]) -> set[Setup]:
         return found
     a = run.args
     return {Setup(str(a.get("topology", "?")), int(a.get("mtu") or 0), int(a.get("hosts") or 1),
-                  int(a.get("pairs") or 1), str(a.get("tune") or ""))}  # fmt: skip
+                  int(a.get("pairs") or 1), str(a.get("tune") or ""))}
 
 
 def differences(run_a: RunRow, cells_a: Sequence[CellRow], run_b: RunRow, cells_b: Sequence[CellRow]) -> list[str]:
@@ -275,7 +275,7 @@ def differences(run_a: RunRow, cells_a: Sequence[CellRow], run_b: RunRow, cells_
     a, b = sa.pop(), sb.pop()
     return [f"{name} {getattr(a, f) or 'none'} → {getattr(b, f) or 'none'}" for f, name in
             (("name", "topology"), ("mtu", "MTU"), ("hosts", "hosts"), ("pairs", "pairs"), ("tunings", "tunings"))
-            if getattr(a, f) != getattr(b, f)]  # fmt: skip
+            if getattr(a, f) != getattr(b, f)]
 
 
 def headline_table(rows: Sequence[Row]) -> str:
@@ -329,7 +329,7 @@ def compare_page(run_a: RunRow, run_b: RunRow, cells_a: Sequence[CellRow], cells
              f"<p><b>A</b> = {e(describe_run(run_a, cells_a))}<br><b>B</b> = {e(describe_run(run_b, cells_b))}</p>",
              f"<p><b>What differs</b>: {e('; '.join(differs) or 'nothing in the configuration (a repeat, or another host)')}"
              f". <b>Measured on</b>: {e(tier_words)}; accelerator {e(accel)}; {len(rows)} tests in common. "
-             f"Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"]  # fmt: skip
+             f"Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"]
     if run_a.accel == "tcg" or run_b.accel == "tcg":
         parts.append("<p class='warn'>Measured under TCG (software emulation): the guests' CPU cost dominates; the "
                      "differences show how the host-side path behaves under emulation, not what KVM guests get.</p>")
@@ -342,12 +342,12 @@ def compare_page(run_a: RunRow, run_b: RunRow, cells_a: Sequence[CellRow], cells
         parts.append("<div class='chart'><h2>% difference per test (seed 002's figures 10–19)</h2>" + svg + "</div>")
     head = ["test"] + [f"{label} %" for label, _ in BARS] + [
         "A MB/s", "B MB/s", "A tx/s", "B tx/s", "A avg µs", "B avg µs", "A p99 µs", "B p99 µs",
-        "A client CPU s/MB", "B client CPU s/MB", "A server CPU s/MB", "B server CPU s/MB"]  # fmt: skip
+        "A client CPU s/MB", "B client CPU s/MB", "A server CPU s/MB", "B server CPU s/MB"]
     parts.append("<h2>The numbers behind it</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")
     for r in rows:
         vals = [r.test] + [("" if r.pct[label] is None else f"{r.pct[label]:+.1f}") for label, _ in BARS]
         for metric, scale, digits in (("throughput_Bps", 1e6, 2), ("tps", 1, 0), ("lat_avg_us", 1, 0), ("lat_p99_us", 1, 0),
-                                      ("client_cpu_s_per_mb", 1, 3), ("server_cpu_s_per_mb", 1, 3)):  # fmt: skip
+                                      ("client_cpu_s_per_mb", 1, 3), ("server_cpu_s_per_mb", 1, 3)):
             for side in (r.a, r.b):
                 v = side.get(metric)
                 vals.append("" if v is None else _num(v / scale, digits))

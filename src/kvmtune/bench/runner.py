@@ -269,7 +269,7 @@ class BenchRunner(CellSink):
             self.run_id, cell.key, cell.config, cell.workload, cell.status, cell.metrics, rep=cell.rep,
             error=cell.error, accel=self.accel, started=time.time(), duration_s=cell.duration_s, raw=cell.raw,
             samples=cell.samples,
-        )  # fmt: skip
+        )
         if show and self._bench is not None:
             self._progress(cell, self._bench)
 
@@ -323,7 +323,7 @@ class BenchRunner(CellSink):
                 problems = [f"cleanup failed: {exc}"]
             if status == "partial":
                 self.store.add_cell(self.run_id, "interrupted", {}, "interrupted", "interrupted",
-                                    error="stopped by the user", accel=self.accel)  # fmt: skip
+                                    error="stopped by the user", accel=self.accel)
             self.store.finish_run(self.run_id, status, note=note)
             self._bench = None
         took = time.monotonic() - started
@@ -332,7 +332,7 @@ class BenchRunner(CellSink):
                 f"\nkvmtune: interrupted: run {self.run_id} marked partial ({len(self.results)} cells stored); "
                 f"cleaned up{'; problems: ' + '; '.join(problems) if problems else ''}",
                 file=self.stream, flush=True,
-            )  # fmt: skip
+            )
         return RunOutcome(self.run_id, status, took, list(self.results), self.failed, problems)
 
     def _progress(self, cell: Cell, bench: Benchmark) -> None:

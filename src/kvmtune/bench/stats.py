@@ -20,7 +20,7 @@ _T95 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+)
 
 DEFAULT_METRICS = ("iops", "bw_Bps", "clat_p99_us", "guest_cpu_busy_pct", "qemu_cpu_pct", "host_tps", "host_tps_per_vm")
 
@@ -150,7 +150,7 @@ def cell_summaries(cells: Iterable[CellRow], metrics: Sequence[str] = ("iops", "
         for key, values in group_metric(cells, metric).items():
             s = summarize(values)
             out.append({"key": key, "metric": metric, "rounds": s.n, "median": s.median, "ci95_low": s.low,
-                        "ci95_high": s.high})  # fmt: skip
+                        "ci95_high": s.high})
     return out
 
 

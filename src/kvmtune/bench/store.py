@@ -523,7 +523,7 @@ class Store:
         ("preset", (str, type(None))), ("status", (str,)), ("accel", (str, type(None))), ("env", (str,)), ("args", (str,)),
         ("cells", (int,)), ("failed", (int,)), ("note", (str, type(None))), ("owner_pid", (int, type(None))),
         ("owner_start", (str, type(None))), ("owner_boot", (str, type(None))),
-    )  # fmt: skip
+    )
     _RUN_SELECT = (
         "SELECT r.id, r.started, r.finished, r.kind, r.preset, r.status, r.accel, r.env, r.args,"
         " (SELECT count(*) FROM cells c WHERE c.run_id=r.id),"
@@ -546,7 +546,7 @@ class Store:
         if status == "running" and r[12] is not None and not Owner(r[12], r[13] or "", r[14] or "").alive(host):
             status = "abandoned"  # its owner died without closing it (SIGKILL, power loss)
         return RunRow(r[0], float(r[1]), None if r[2] is None else float(r[2]), r[3], r[4], status, r[6], env, args, r[9],
-                      r[10], r[11])  # fmt: skip
+                      r[10], r[11])
 
     @_one_line
     def runs(self) -> list[RunRow]:
@@ -564,7 +564,7 @@ class Store:
         ("id", (int,)), ("run_id", (int,)), ("key", (str,)), ("config", (str,)), ("workload", (str,)), ("rep", (int,)),
         ("status", (str,)), ("error", (str, type(None))), ("accel", (str, type(None))),
         ("duration_s", (float, int, type(None))),
-    )  # fmt: skip
+    )
 
     @_one_line
     def cells(self, run_id: int) -> list[CellRow]:

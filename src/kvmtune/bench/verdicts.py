@@ -288,7 +288,7 @@ def ratio(num: Mapping[Round, float] | Sequence[float], den: Mapping[Round, floa
 def _values(cells: Sequence[CellRow], workload: str, metric: str = "iops", **cfg: str) -> dict[Round, float]:
     return {(c.run_id, c.rep, str(c.config.get("host_fs") or "")): c.metrics[metric] for c in cells
             if c.status == "ok" and c.workload == workload and metric in c.metrics
-            and all(c.config.get(k) == v for k, v in cfg.items())}  # fmt: skip
+            and all(c.config.get(k) == v for k, v in cfg.items())}
 
 
 def _pct_interval(r: Ratio) -> str:
@@ -324,7 +324,7 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
     else:
         verdict = _judge(r, "holds", "does not hold (it is faster)")
         out.append(Verdict("seed:003", CLAIM_WT, f"[{tier}, {w}] qcow2+write-through without preallocation is "
-                           f"{r.text()} slower than with metadata preallocation: {verdict}", r.value))  # fmt: skip
+                           f"{r.text()} slower than with metadata preallocation: {verdict}", r.value))
     raw = _values(cells, w, fmt="raw", prealloc="off", cache="none", aio=none_aio, target="file")
     q_off = _values(cells, w, fmt="qcow2", prealloc="off", cache="none", aio=none_aio, target="file")
     q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", aio=none_aio, target="file")
@@ -361,7 +361,7 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
             rb = ratio(b, f)
             if rb is not None:
                 bits.append(f"block/file {rb.text()}: 'block closer to bare metal' "
-                            + _judge(rb, "holds", "does not hold"))  # fmt: skip
+                            + _judge(rb, "holds", "does not hold"))
         parts.append(f"{wl}: " + ", ".join(bits))
     if parts:
         out.append(Verdict("seed:000", CLAIM_FILE, f"[{tier}] " + "; ".join(parts), first))

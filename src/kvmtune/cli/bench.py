@@ -57,7 +57,7 @@ class BenchStorageCommand(Command):
             "--tier", choices=TIERS, default="auto",
             help="guest: fio in a probe guest; block: fio through qemu-storage-daemon over NBD, no guest, next to the "
             "bare-metal floor; auto (default): guest where KVM boots a guest, block where it does not",
-        )  # fmt: skip
+        )
         p.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
         p.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
         for d in DIMENSIONS:  # --bus, --image-format, --prealloc, --cache, --aio, --target, --sched, --host-fs
@@ -69,7 +69,7 @@ class BenchStorageCommand(Command):
             "--workload", action="append",
             help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
             "that filter a preset's workloads",
-        )  # fmt: skip
+        )
         p.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
         p.add_argument("--cycle-mib", type=int, help="MiB written by the boot-write-shutdown cycle (default 64)")
         p.add_argument("--cycle-idle", type=float, help="seconds the cycle waits for flushes (default 3)")
@@ -85,7 +85,7 @@ class BenchStorageCommand(Command):
         p.add_argument(
             "--no-snapshot", action="store_true",
             help="boot the probe guest for every configuration instead of restoring a saved booted one",
-        )  # fmt: skip
+        )
         db_option(p, default_db())
         p.add_argument("--note", help="free text stored with the run")
         p.add_argument("--keep-leftovers", action="store_true", help=KEEP_LEFTOVERS_HELP)
@@ -127,7 +127,7 @@ OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("target", "--target", ("guest", "block")), ("device", "--device", ("guest", "block")),
     ("destroy_data", "--destroy-data", ("guest", "block")),
     ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)),
-)  # fmt: skip
+)
 GUEST_DEFAULTS: dict[str, Any] = {"cycle_mib": 64, "cycle_idle": 3.0, "boot_timeout": 60.0, "memory": 512, "smp": 1,
                                   "accel": "auto"}
 
@@ -193,7 +193,7 @@ def storage_spec(args: argparse.Namespace) -> StorageSpec:
                        quick_cap=QUICK_CAP_S if args.runtime is None else args.runtime, disk_size=disk_size,
                        repeat=args.repeat, cycle_mib=int(guest["cycle_mib"]), cycle_idle=float(guest["cycle_idle"]),
                        boot_timeout=float(guest["boot_timeout"]), memory=int(guest["memory"]), smp=int(guest["smp"]),
-                       accel=str(guest["accel"]))  # fmt: skip
+                       accel=str(guest["accel"]))
 
 
 def _resolve_tier(args: argparse.Namespace) -> str:
@@ -214,7 +214,7 @@ def _resolve_tier(args: argparse.Namespace) -> str:
         if tier != "auto" and tier not in tiers and _given(args, dest):
             where = " and ".join(f"the {t} tier" for t in tiers)
             raise InputError(flag, f"does not apply to the {tier} tier{' (--quick)' if tier == 'quick' else ''}; "
-                                   f"it applies to {where}")  # fmt: skip
+                                   f"it applies to {where}")
     return tier
 
 
@@ -226,7 +226,7 @@ def _auto_tier(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir
     accel = choose_accel("auto", guest, workdir, runner, host)
     if accel.accel != "kvm":
         print("kvmtune: KVM does not boot a guest here: running the block tier (QEMU's block layer without a guest); "
-              "--tier guest runs the probe guest under TCG instead", file=sys.stderr)  # fmt: skip
+              "--tier guest runs the probe guest under TCG instead", file=sys.stderr)
         return "block", None, AccelChoice("none", "the block tier runs no guest", 0.0)
     return "guest", guest, accel
 
@@ -264,7 +264,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
         runner=runner, host=host, accel=accel, memory_mb=spec.memory, smp=spec.smp, boot_timeout_s=spec.boot_timeout,
         scratch=Scratch(workdir / f"scratch-{int(time.time() * 1000)}", runner), guest=guest,
         runtime_s=spec.runtime, disk_mib=spec.disk_size, repeat=spec.repeat or 1, user_device=user_device,
-    )  # fmt: skip
+    )
     bench: Benchmark
     if tier == "quick":
         bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=spec.quick_cap))
@@ -277,7 +277,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     try:
         with Store(args.db or default_db()) as store:
             outcome = BenchRunner(store, args=spec.recorded(args), preset=args.preset, note=args.note, workdir=workdir,
-                                  keep_leftovers=args.keep_leftovers, runner=runner).run(bench)  # fmt: skip
+                                  keep_leftovers=args.keep_leftovers, runner=runner).run(bench)
     finally:
         ctx.scratch.remove_if_empty()  # a run refused before it started leaves no empty scratch-* behind
     if outcome.status == "partial":
@@ -285,7 +285,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     lines = _summary(outcome, ctx.first_result_s)
     if ctx.snapshots is not None:
         lines.append(f"  {ctx.restored_cells} cells ran in a restored (saved, already booted) guest; "
-                     f"{ctx.snapshots.made} guest(s) saved this run")  # fmt: skip
+                     f"{ctx.snapshots.made} guest(s) saved this run")
         lines.extend(f"  could not save or restore a booted guest (booted instead): {reason}"
                      for reason in sorted(set(ctx.snapshots.failures.values())))
     return Outcome(Exit(outcome.exit_code), "".join(f"{line}\n" for line in lines))
@@ -324,19 +324,19 @@ def _block_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[Sto
             workloads = _filter_workloads(workloads, _csv(args.workload) or [])
         if any(spec.given(d) for d in ("cache", "aio", "fmt", "prealloc", "target")):
             raise InputError("--preset", f"{args.preset} fixes its block-tier configurations; drop the dimension flags "
-                                         "or drop --preset")  # fmt: skip
+                                         "or drop --preset")
         return configs, workloads
     workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
     targets = spec.dims["target"] or (["device"] if args.device else ["file"])
     for t in targets:
         if t not in ("file", "block", "device"):
             raise InputError("--target", f"{t!r}: the block tier's targets are file, block and device "
-                                         "(the bare-metal floor is always measured)")  # fmt: skip
+                                         "(the bare-metal floor is always measured)")
     if "device" in targets and not args.device:
         raise InputError("--target", "target=device needs --device PATH --destroy-data")
     grid = build_matrix({"cache": spec.dims["cache"] or ["none"], "aio": spec.dims["aio"] or ["native"],
                          "fmt": spec.dims["fmt"] or ["raw"], "prealloc": spec.dims["prealloc"] or ["off"],
-                         "target": targets})  # fmt: skip
+                         "target": targets})
     images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
     modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
     return block_configs(images, modes, targets), workloads
@@ -345,7 +345,7 @@ def _block_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[Sto
 def _summary(outcome: RunOutcome, first: float | None) -> list[str]:
     bad = [c for c in outcome.cells if not c.ok]
     lines = [f"run {outcome.run_id}: {len(outcome.cells) - len(bad)} cells ok, {len(bad)} failed, {outcome.took_s:.1f}s"
-             + (f"; boot to first fio result {first:.1f}s" if first else "")]  # fmt: skip
+             + (f"; boot to first fio result {first:.1f}s" if first else "")]
     lines.extend(f"  FAILED {c.config_key} {c.workload}: {safe(c.error)}" for c in bad)
     return lines + median_lines(outcome.cells)
 

@@ -68,7 +68,7 @@ class BenchNetCommand(Command):
         p.add_argument("--note", help="free text stored with the run")
         p.add_argument("--keep-leftovers", action="store_true",
                        help="do not remove what killed runs left (namespaces, loop devices, scratch directories of dead "
-                       "owners); only list them")  # fmt: skip
+                       "owners); only list them")
 
     def run(self, args: argparse.Namespace) -> Outcome:
         return run_net_cli(args)
@@ -115,13 +115,13 @@ def resolve_tier(args: argparse.Namespace, topologies: list[str]) -> str:
             raise InputError(guest_only[0], "does not apply to the datapath tier (no guest); it applies to --tier guest")
         if "user" in topologies:
             raise InputError("--topology", "user is QEMU's own user-mode network (slirp): without QEMU there is no "
-                             "datapath to measure; use --tier guest for it")  # fmt: skip
+                             "datapath to measure; use --tier guest for it")
     if tier == "guest":
         if args.no_pin:
             raise InputError("--no-pin", "applies to the datapath tier (netload runs on the host there)")
         if len(topologies) > 1:
             raise InputError("--topology", f"{','.join(topologies)}: the guest tier runs one topology per run "
-                             "(compare runs with 'kvmtune compare'); the datapath tier takes a list")  # fmt: skip
+                             "(compare runs with 'kvmtune compare'); the datapath tier takes a list")
     return tier
 
 
@@ -141,7 +141,7 @@ def _auto_tier(runner: Runner, host: HostRoot, workdir: Path, args: argparse.Nam
             return "guest"
         why = choice.reason.split(": ", 1)[0]
     print(f"kvmtune: KVM does not boot a guest here ({why}): running the datapath tier (netload in namespaces on the "
-          "host's datapath, no guest); --tier guest runs probe guests under TCG instead", file=sys.stderr)  # fmt: skip
+          "host's datapath, no guest); --tier guest runs probe guests under TCG instead", file=sys.stderr)
     return "datapath"
 
 
@@ -154,7 +154,7 @@ def run_net_cli(args: argparse.Namespace) -> Outcome:
     guest = {dest: default if getattr(args, dest) is None else getattr(args, dest) for dest, default in GUEST_DEFAULTS.items()}
     spec = NetSpec(tier=tier, duration=(5.0 if tier == "datapath" else 30.0) if args.duration is None else args.duration,
                    vhost=str(guest["vhost"]), memory=int(guest["memory"]), smp=int(guest["smp"]), accel=str(guest["accel"]),
-                   boot_timeout=float(guest["boot_timeout"]))  # fmt: skip
+                   boot_timeout=float(guest["boot_timeout"]))
     if spec.duration <= 0 or spec.memory < 384 or spec.smp < 1:
         # the probe guest's initramfs (fio, netload, modules) unpacks to ~100 MB in guest RAM
         raise InputError("--duration/--memory/--smp", "duration must be > 0, memory ≥ 384 MiB, smp ≥ 1")
@@ -165,7 +165,7 @@ def run_net_cli(args: argparse.Namespace) -> Outcome:
     specs = []
     for kind in topologies:
         topo = TopologySpec(kind, pairs=args.pairs, hosts=args.hosts, mtu=args.mtu, ovs_datapath=args.ovs_datapath,
-                            vhost=spec.vhost, attach="netns" if tier == "datapath" else "tap")  # fmt: skip
+                            vhost=spec.vhost, attach="netns" if tier == "datapath" else "tap")
         topo.validate()
         specs.append(topo)
     tests = select_tests([t.strip() for v in (args.tests or []) for t in v.split(",") if t.strip()], args.matrix)
@@ -190,7 +190,7 @@ def run_net_cli(args: argparse.Namespace) -> Outcome:
 def _store_and_run(args: argparse.Namespace, spec: NetSpec, runner: Runner, workdir: Path, bench: Any) -> Any:
     with Store(args.db or default_db()) as store:
         return BenchRunner(store, args=spec.recorded(args), preset=args.matrix, note=args.note, workdir=workdir,
-                           keep_leftovers=args.keep_leftovers, runner=runner).run(bench)  # fmt: skip
+                           keep_leftovers=args.keep_leftovers, runner=runner).run(bench)
 
 
 def _failures(outcome: Any) -> list[str]:
@@ -204,11 +204,11 @@ def _outcome(outcome: Any, lines: list[str]) -> Outcome:
 
 
 def _run_datapath(args: argparse.Namespace, spec: NetSpec, runner: Runner, host: HostRoot, workdir: Path,
-                  specs: list[TopologySpec], tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:  # fmt: skip
+                  specs: list[TopologySpec], tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:
     from kvmtune.bench.net.datapath import DatapathBenchmark, DatapathContext
 
     ctx = DatapathContext(runner=runner, host=host, workdir=workdir, specs=specs, tests=tests, netload=netload,
-                          tunings=tunings, duration_s=spec.duration, pin=not args.no_pin)  # fmt: skip
+                          tunings=tunings, duration_s=spec.duration, pin=not args.no_pin)
     bench = DatapathBenchmark(ctx)
     outcome = _store_and_run(args, spec, runner, workdir, bench)
     if outcome.status == "partial":
@@ -217,7 +217,7 @@ def _run_datapath(args: argparse.Namespace, spec: NetSpec, runner: Runner, host:
     median = over[len(over) // 2] if over else 0.0
     ups = ", ".join(f"{k} up {f.get('up_s', 0):.2f}s" for k, f in ctx.facts.items())
     lines = [f"run {outcome.run_id} [datapath tier]: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} "
-             f"failed, {outcome.took_s:.1f}s ({ups}; harness overhead per test median {median:.2f}s)"]  # fmt: skip
+             f"failed, {outcome.took_s:.1f}s ({ups}; harness overhead per test median {median:.2f}s)"]
     if "macvtap" in ctx.facts:
         lines.append("  macvtap measured through its namespace twin: a macvlan in bridge mode on the same lower device")
     lines += [*_failures(outcome), f"  seed 002's summary: kvmtune report {outcome.run_id}"]
@@ -225,7 +225,7 @@ def _run_datapath(args: argparse.Namespace, spec: NetSpec, runner: Runner, host:
 
 
 def _run_guest(args: argparse.Namespace, spec: NetSpec, runner: Runner, host: HostRoot, workdir: Path,
-               topology: TopologySpec, tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:  # fmt: skip
+               topology: TopologySpec, tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:
     from kvmtune.bench.accel import choose_accel
     from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.net.guest import NetBenchmark, NetContext
@@ -236,11 +236,11 @@ def _run_guest(args: argparse.Namespace, spec: NetSpec, runner: Runner, host: Ho
     ctx = NetContext(
         runner=runner, host=host, accel=accel, memory_mb=spec.memory, smp=spec.smp, boot_timeout_s=spec.boot_timeout,
         workdir=workdir, guest=guest, spec=topology, tests=tests, tunings=tunings, duration_s=spec.duration,
-    )  # fmt: skip
+    )
     outcome = _store_and_run(args, spec, runner, workdir, NetBenchmark(ctx, netload))
     if outcome.status == "partial":
         return Outcome(Exit(outcome.exit_code))
     f = ctx.topology_facts
     lines = [f"run {outcome.run_id}: {len(outcome.cells) - outcome.failed} cells ok, {outcome.failed} failed, "
-             f"{outcome.took_s:.1f}s (topology up {f.get('up_s', 0):.2f}s, down {f.get('down_s', 0):.2f}s)"]  # fmt: skip
+             f"{outcome.took_s:.1f}s (topology up {f.get('up_s', 0):.2f}s, down {f.get('down_s', 0):.2f}s)"]
     return _outcome(outcome, lines + _failures(outcome))

@@ -42,7 +42,7 @@ class CompareCommand(Command):
         p.add_argument(
             "--across-accelerators", action="store_true",
             help="allow comparing runs made with different accelerators (the output says so loudly)",
-        )  # fmt: skip
+        )
         format_option(p, ("text", "json"), help="json for scripts (network runs: seed 002's four %% figures per test)")
         p.add_argument("--html", type=Path,
                        help="network runs: write seed 002's chart (%% difference per test, B against A) here")
@@ -72,11 +72,11 @@ def run_compare(args: argparse.Namespace) -> Outcome:
                     "are not comparable (pass --across-accelerators to see them side by side anyway)"
                 )
             print(f"WARNING: comparing {safe(a.accel)} (run {a.id}) with {safe(b.accel)} (run {b.id}): "
-                  "the difference is mostly the accelerator, not the configuration", file=sys.stderr)  # fmt: skip
+                  "the difference is mostly the accelerator, not the configuration", file=sys.stderr)
         if "net" in (a.kind, b.kind):
             if args.metric:
                 raise InputError("--metric", "network runs are compared on seed 002's four figures; --metric "
-                                 "applies to storage runs")  # fmt: skip
+                                 "applies to storage runs")
             return _compare_net(st, a, b, args)
         if args.html:
             raise KvmtuneError("--html draws seed 002's network chart; for storage runs use 'kvmtune report RUN… --html FILE'")
@@ -93,10 +93,10 @@ def run_compare(args: argparse.Namespace) -> Outcome:
     for d in diffs:
         verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
                    "differs": "different (no better direction)",
-                   "unknown": "no interval (1 sample a side): no verdict"}[d.better]  # fmt: skip
+                   "unknown": "no interval (1 sample a side): no verdict"}[d.better]
         lines.append(f"{safe(d.key.split('|')[0]):45} {safe(d.key.split('|')[-1]):24} {d.metric:20} "
                      f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  "
-                     f"{d.describe()}  {verdict}")  # fmt: skip
+                     f"{d.describe()}  {verdict}")
     return Outcome(found, "".join(f"{line}\n" for line in lines))
 
 
@@ -132,7 +132,7 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> Outcome
         # difference may be the tool's
         print(f"WARNING: run {a.id} was measured with {safe(tool_a)} and run {b.id} with {safe(tool_b)}: the workloads "
               "may be defined or measured differently (see netload's README, 'Built-in workloads' and "
-              "'Performance notes')", file=sys.stderr)  # fmt: skip
+              "'Performance notes')", file=sys.stderr)
     rows = seed002_rows(st.cells(a.id), st.cells(b.id))
     if rows and args.html:  # the file before stdout: a reader that closes the pipe early must not cost it
         page = compare_page(a, b, st.cells(a.id), st.cells(b.id), rows, CSS)
@@ -144,11 +144,11 @@ def _compare_net(st: Store, a: Any, b: Any, args: argparse.Namespace) -> Outcome
     if args.format == "json":  # one entry per test: seed 002's four figures (+ = B better) and both sides' numbers
         return Outcome(found, json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "kind": "network", "tests": [
             {"test": r.test, "pct_better": {label: r.pct[label] for label, _ in BARS}, "a": r.a, "b": r.b}
-            for r in rows]}, indent=2) + "\n")  # fmt: skip
+            for r in rows]}, indent=2) + "\n")
     if not rows:
         return Outcome(found, f"runs {a.id} and {b.id} have no successful test in common\n")
     # test names come from the database: each escaped on its own, so none can end a line of the table
     text = (f"B = run {b.id} against A = run {a.id}; % difference, positive = B better "
             "(time and CPU per MB compared as rates)\n"
-            + text_table([dataclasses.replace(r, test=safe(r.test)) for r in rows]) + "\n")  # fmt: skip
+            + text_table([dataclasses.replace(r, test=safe(r.test)) for r in rows]) + "\n")
     return Outcome(found, text + (f"wrote {args.html}\n" if args.html else ""))

@@ -59,7 +59,7 @@ class GuestBuildCommand(Command):
                  f"  kernel   {g.kernel} ({g.release}){' → PVH ' + str(g.vmlinux) if g.vmlinux else ''}",
                  f"  initrd   {g.initrd} ({g.size / 1e6:.1f} MB)",
                  f"  tools    {', '.join(g.tools)}",
-                 f"  modules  {', '.join(g.modules)}"]  # fmt: skip
+                 f"  modules  {', '.join(g.modules)}"]
         if g.missing_optional:
             lines.append(f"  missing optional modules: {', '.join(g.missing_optional)}")
         return Outcome(result="".join(f"{line}\n" for line in lines))

@@ -67,7 +67,7 @@ COMMANDS = (ResultsCommand,)
 STORAGE_COLUMNS = (("iops", 1.0, 10, 0, "", "IOPS"), ("bw_Bps", 1e6, 8, 1, "", "MB/s"), ("clat_p99_us", 1.0, 8, 0, "p99 ", "µs"))
 NET_COLUMNS = (
     ("throughput_Bps", 1e6, 9, 2, "", "MB/s"), ("tps", 1.0, 10, 0, "", "tx/s"), ("lat_avg_us", 1.0, 9, 1, "avg ", "µs"),
-)  # fmt: skip
+)
 
 
 def _figure(metrics: dict[str, float], name: str, scale: float, width: int, digits: int, prefix: str, unit: str) -> str:
@@ -90,14 +90,14 @@ def _show(args: argparse.Namespace) -> str:
                 "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
                 "summary": cell_summaries(cells),  # per key and metric over the rounds: median, 95 % interval
-            }, indent=1) + "\n"  # fmt: skip
+            }, indent=1) + "\n"
         lines: list[str] = []
         if run.env.get("tier") == "datapath":  # no QEMU, no fio: what ran is netload on the host's datapath
             lines.append(f"run {run.id} ({safe(run.kind)}, datapath tier, {safe(run.status)}, no guest): "
-                         f"{safe(run.env.get('netload'))}, {safe(', '.join(run.env.get('topologies') or []))}")  # fmt: skip
+                         f"{safe(run.env.get('netload'))}, {safe(', '.join(run.env.get('topologies') or []))}")
         else:
             lines.append(f"run {run.id} ({safe(run.kind)}, {safe(run.status)}, accelerator {safe(run.accel)}): "
-                         f"{safe(run.env.get('qemu'))}, {safe(run.env.get('fio'))}")  # fmt: skip
+                         f"{safe(run.env.get('qemu'))}, {safe(run.env.get('fio'))}")
         columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
         if run.note:
             lines.append(f"note: {safe(run.note)}")

@@ -167,7 +167,7 @@ class CapacityCommand(Command):
             "guests": tps, "mean_tps_per_guest": mean, **freed, "disk_tps": args.disk_tps, "guests_per_disk": per_disk,
             "seed": f"seed:001 measured about {SEED_001_TPS_PER_VM:g} tps per VM, so about "
                     f"{SEED_001_VMS_PER_DISK} VMs on a 100-tps disk",
-        })  # fmt: skip
+        })
 
     def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
         result = outcome.result

@@ -61,7 +61,7 @@ def test_one_pair_both_directions(guest_env: tuple[Path, ProbeGuest, str], kind:
         runner=Runner(), host=HostRoot(), accel=TCG, workdir=work, guest=guest,
         spec=TopologySpec(kind, hosts=hosts, mtu=mtu),
         tests=select_tests(["str-readx30k--1", "str-writex30k--1"], None), duration_s=2,
-    )  # fmt: skip
+    )
     outcome = BenchRunner(store, args={"topology": kind}).run(NetBenchmark(ctx, netload))
     run_id = outcome.run_id
     assert outcome.failed == 0, [(c.workload, c.error) for c in ctx.results]
@@ -86,12 +86,12 @@ def _bench_with_guests_running(work: Path, netload: str, db: Path) -> tuple[subp
         [sys.executable, "-m", "kvmtune", "bench", "net", "--topology", "ovs", "--tests", "str-readx30k--1",
          "--duration", "60", "--accel", "tcg", "--workdir", str(work), "--netload", netload, "--db", str(db)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     ours: list[str] = []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # wait until both QEMUs run in the run's namespaces
         ours = [n for n in namespaces() if n not in before and n.startswith("kvmtune-")
-                and (work / "net" / n.split("-")[1]).is_dir()]  # fmt: skip
+                and (work / "net" / n.split("-")[1]).is_dir()]
         if ours and len(processes_mentioning(str(work / "net"))) >= 4:  # 2 OVS daemons + 2 QEMU
             break
         time.sleep(0.5)
@@ -110,7 +110,7 @@ def test_killed_bench_then_cleanup(guest_env: tuple[Path, ProbeGuest, str], tmp_
     assert not wait_processes_gone(f"{work}/net/{runid}", 2.0)
     assert [n for n in namespaces() if n.startswith(f"kvmtune-{runid}-")]
     res = subprocess.run([sys.executable, "-m", "kvmtune", "net", "cleanup", "--workdir", str(work)],
-                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+                         capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     assert f"removed namespace kvmtune-{runid}-" in res.stdout
     assert_nothing_left(runid, work / "net" / runid)

@@ -58,7 +58,7 @@ def _guest() -> ProbeGuest:
         module_paths=("kernel/net/core/failover.ko", "kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko",
                       "kernel/drivers/block/virtio_blk.ko"),
         module_deps={"virtio_net": ("net_failover",), "net_failover": ("failover",)},
-    )  # fmt: skip
+    )
 
 
 def _ep(name: str, backend: str = "tap", **kw: object) -> Endpoint:
@@ -66,7 +66,7 @@ def _ep(name: str, backend: str = "tap", **kw: object) -> Endpoint:
     ip = "198.18.0.10" if role == "client" else "198.18.0.110"
     base: dict[str, object] = dict(name=name, role=role, pair=0, host=0, netns="kvmtune-ab12-h0", backend=backend,
                                    mac="52:54:00:4b:00:00", address=f"{ip}/24", gateway=None, mtu=9000, vhost=False,
-                                   connect_address=ip)  # fmt: skip
+                                   connect_address=ip)
     base.update(kw)
     return Endpoint(**base)  # type: ignore[arg-type]
 
@@ -95,7 +95,7 @@ def test_parse_console() -> None:
         "KVMTUNE-NET-UP 9000 52:54:00:4b:00:00", "KVMTUNE-W-BEGIN rr1c-1x1--1 7.1", "KVMTUNE-W-DONE rr1c-1x1--1 0 9.0",
         "KVMTUNE-JSON-BEGIN rr1c-1x1--1", '{"a":', "1}", "KVMTUNE-JSON-END rr1c-1x1--1",
         "KVMTUNE-W-DONE str-readx30k--1 3 12.0", "KVMTUNE-ERR str-readx30k--1 cannot reach the server",
-    ]  # fmt: skip
+    ]
     docs, errs, codes, fatal = parse_console(lines)
     assert json.loads(docs["rr1c-1x1--1"]) == {"a": 1}
     assert codes == {"@mtu": 9000, "rr1c-1x1--1": 0, "str-readx30k--1": 3}
@@ -109,7 +109,7 @@ def test_netload_metrics() -> None:
                     "txn_time_ns": {"count": 3000, "avg": 2500.0, "p50": 2000, "p90": 3000, "p99": 9000, "p99_9": 20000}},
         "cpu": {"client": {"system_cpu_s_per_mb": 0.5, "system_cpu_us_per_txn": 40.0, "system_busy_share": 0.25},
                 "server": {"system_cpu_s_per_mb": 0.25, "system_cpu_us_per_txn": 20.0, "system_busy_share": 0.5}},
-    }  # fmt: skip
+    }
     m = netload_metrics(doc)
     assert m["throughput_Bps"] == 2e6 and m["tps"] == 1000 and m["errors"] == 1
     assert m["lat_avg_us"] == 2.5 and m["lat_p99_us"] == 9.0 and m["lat_p99_9_us"] == 20.0
@@ -129,12 +129,12 @@ def test_seed002_rows_sum_pairs_and_signs() -> None:
          _cell("rr1c-1x1--1", 1, throughput_Bps=100, lat_avg_us=10, client_cpu_s_per_mb=2, server_cpu_s_per_mb=2),
          _cell("str-readx30k--10", 0, throughput_Bps=50, lat_avg_us=5, client_cpu_s_per_mb=1, server_cpu_s_per_mb=1)]
     b = [_cell("str-readx30k--10", 0, throughput_Bps=25, lat_avg_us=10, client_cpu_s_per_mb=2, server_cpu_s_per_mb=0.5),
-         _cell("rr1c-1x1--1", 0, throughput_Bps=300, lat_avg_us=5, client_cpu_s_per_mb=1, server_cpu_s_per_mb=2)]  # fmt: skip
+         _cell("rr1c-1x1--1", 0, throughput_Bps=300, lat_avg_us=5, client_cpu_s_per_mb=1, server_cpu_s_per_mb=2)]
     assert aggregate(a)["rr1c-1x1--1"]["throughput_Bps"] == 200 and aggregate(a)["rr1c-1x1--1"]["lat_avg_us"] == 10
     rows = seed002_rows(a, b)
     assert [r.test for r in rows] == ["rr1c-1x1--1", "str-readx30k--10"]  # seed order
     assert rows[0].pct == {"throughput": 50.0, "transaction time": 100.0, "client CPU efficiency": 100.0,
-                           "server CPU efficiency": 0.0}  # fmt: skip
+                           "server CPU efficiency": 0.0}
     assert rows[1].pct["throughput"] == -50.0 and rows[1].pct["server CPU efficiency"] == 100.0
     assert pct_better(None, 1, "tps") is None and pct_better(0, 1, "tps") is None
     assert "+50.0%" in text_table(rows)
@@ -167,7 +167,7 @@ def test_winners_table() -> None:
     def cell(run: int, topo: str, test: str, pair: int, tps: float, bps: float, mtu: int = 1500) -> CellRow:
         cfg = {"topology": topo, "mtu": mtu, "hosts": 1, "pairs": 2, "pair": pair, "tunings": {}}
         return CellRow(run * 100 + pair, run, f"{topo}|{test}", cfg, test, pair, "ok", None, "tcg", 1.0,
-                       {"tps": tps, "throughput_Bps": bps})  # fmt: skip
+                       {"tps": tps, "throughput_Bps": bps})
 
     cells = []
     for run, topo, tps, bps in ((1, "bridge", 100.0, 1e6), (2, "ovs", 150.0, 4e6), (3, "ovs", 150.0, 4e6)):
@@ -176,5 +176,5 @@ def test_winners_table() -> None:
     cells.append(cell(4, "macvtap", "rr1c-1x1--1", 0, 1.0, 1.0, mtu=9000))
     lines = winners(cells)
     assert lines[0] == ("MTU 1500, 1 host, 2 pairs: small transactions: ovs (+50% over bridge, 1 test); "
-                        "large transactions: not measured; streaming: ovs (+300% over bridge, 1 test)")  # fmt: skip
+                        "large transactions: not measured; streaming: ovs (+300% over bridge, 1 test)")
     assert lines[1].startswith("MTU 9000, 1 host, 2 pairs: small transactions: only macvtap measured")

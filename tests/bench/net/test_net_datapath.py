@@ -74,7 +74,7 @@ def test_bridge_and_ovs_store_datapath_cells_and_report_the_winner(
     db = tmp_path / "r.db"
     argv = ["bench", "net", "--tier", "datapath", "--topology", "bridge,ovs", "--tests", "rr1c-1x1--1,str-readx30k--10",
             "--duration", "1", "--pairs", "2", "--mtu", "9000", "--netload", netload, "--workdir", str(workdir),
-            "--db", str(db)]  # fmt: skip
+            "--db", str(db)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "[datapath tier]: 8 cells ok, 0 failed" in out
@@ -136,7 +136,7 @@ def test_a_lossy_path_ends_a_timed_test_on_time_and_records_the_retransmits(
     db = tmp_path / "r.db"
     duration = 2.0
     argv = ["bench", "net", "--tier", "datapath", "--topology", "bridge", "--tests", "str-writex30k--50",
-            "--duration", f"{duration:g}", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+            "--duration", f"{duration:g}", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]
     assert cli.main(argv) == 0, capsys.readouterr().out
     with Store(db) as st:
         (cell,) = st.cells(st.runs()[0].id)
@@ -150,10 +150,10 @@ def test_a_lossy_path_ends_a_timed_test_on_time_and_records_the_retransmits(
 
 
 def test_macvtap_twin_and_nat_two_hosts(workdir: Path, netload: str, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     argv = ["bench", "net", "--tier", "datapath", "--topology", "macvtap,nat", "--hosts", "2", "--tests",
-            "rr1c-200x1000--10", "--duration", "1", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+            "rr1c-200x1000--10", "--duration", "1", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]
     code = cli.main(argv)
     out = capsys.readouterr().out
     assert code == 0, out
@@ -169,11 +169,11 @@ def test_interrupt_mid_test_leaves_nothing_and_marks_the_run_partial(workdir: Pa
     db = tmp_path / "r.db"
     listing = tmp_path / "ns.txt"
     argv = [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "ovs", "--tests", "str-writex30k--10",
-            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]  # fmt: skip
+            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(db)]
     # interrupt from inside the private /run/netns once netload runs: SIGTERM, which kvmtune handles as Ctrl-C
     # (a background job of a non-interactive shell ignores SIGINT)
     script = (f'"$@" & pid=$!; for i in $(seq 1 300); do ls {workdir}/net/*/run-c0.json >/dev/null 2>&1 && break; '
-              'sleep 0.05; done; sleep 0.5; kill -TERM $pid; wait $pid')  # fmt: skip
+              'sleep 0.05; done; sleep 0.5; kill -TERM $pid; wait $pid')
     res, left = run_seeing_own_namespaces(["sh", "-c", script, "sh", *argv], listing)
     assert res.returncode == 130, res.stderr[-600:]
     assert "marked partial" in res.stderr
@@ -196,9 +196,9 @@ def _alive(procs: dict[int, str]) -> list[int]:
 
 
 def test_sigkill_mid_test_leaves_no_process_and_cleanup_removes_the_rest(workdir: Path, netload: str,
-                                                                         tmp_path: Path) -> None:  # fmt: skip
+                                                                         tmp_path: Path) -> None:
     argv = [*KVMTUNE, "bench", "net", "--tier", "datapath", "--topology", "ovs", "--tests", "str-readx30k--1",
-            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(tmp_path / "r.db")]  # fmt: skip
+            "--duration", "30", "--netload", netload, "--workdir", str(workdir), "--db", str(tmp_path / "r.db")]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen: dict[int, str] = {}
     deadline = time.monotonic() + 30
@@ -219,6 +219,6 @@ def test_sigkill_mid_test_leaves_no_process_and_cleanup_removes_the_rest(workdir
     assert not _alive(seen), _alive(seen)
     # what the kernel keeps (namespaces, links) goes with the next run's sweep or `net cleanup`
     res = subprocess.run([*KVMTUNE, "net", "cleanup", "--workdir", str(workdir)], capture_output=True, text=True,
-                         timeout=60, check=False)  # fmt: skip
+                         timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     _nothing_left(workdir)

@@ -36,7 +36,7 @@ from kvmtune.bench.store import Store
     ],
 )
 def test_options_of_the_other_tier_are_refused_in_one_line(argv: list[str], flag: str, words: str, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "net", *argv, "--db", str(tmp_path / "r.db")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"kvmtune: {flag}: ") and words in err[0], err
@@ -60,7 +60,7 @@ def test_path_cpu_adds_both_netloads_and_a_bytes_share_of_the_daemons() -> None:
         "summary": {"throughput_bytes_per_s": 2e6, "transactions_per_s": 1000.0, "bytes": 6e6, "transactions": 3000,
                     "errors": 0, "duration_s": 3.0, "txn_time_ns": {"count": 3000, "avg": 2500.0}},
         "cpu": {"client": {"process_cpu_s": 0.5}, "server": {"process_cpu_s": 0.25}},
-    }  # fmt: skip
+    }
     m = path_metrics(doc, daemon_cpu_s=3.0, topology_mb=12.0)  # this pair moved half the topology's bytes
     assert m["daemon_cpu_s"] == 1.5
     assert m["path_cpu_s_per_mb"] == pytest.approx((0.5 + 0.25 + 1.5) / 6.0)
@@ -74,7 +74,7 @@ def _net_run(st: Store, tier: str | None, topo: str, tps: float, accel: str = "n
     cfg = {"topology": topo, "mtu": 1500, "hosts": 1, "pairs": 1, "pair": 0, "tunings": {}, **({"tier": tier} if tier else {})}
     for test in ("rr1c-1x1--1", "str-readx30k--1"):
         st.add_cell(rid, f"{topo}|{test}", cfg, test, "ok", {"tps": tps, "throughput_Bps": tps * 100, "lat_avg_us": 5},
-                    accel=accel)  # fmt: skip
+                    accel=accel)
     st.finish_run(rid, "complete")
     return rid
 
@@ -97,7 +97,7 @@ def test_report_ranks_each_tier_on_its_own(tmp_path: Path, capsys: pytest.Captur
     db = tmp_path / "r.db"
     with Store(db) as st:
         ids = [_net_run(st, None, "bridge", 100.0, accel="tcg"), _net_run(st, None, "ovs", 50.0, accel="tcg"),
-               _net_run(st, "datapath", "bridge", 900.0), _net_run(st, "datapath", "ovs", 1800.0)]  # fmt: skip
+               _net_run(st, "datapath", "bridge", 900.0), _net_run(st, "datapath", "ovs", 1800.0)]
     assert cli.main(["report", *map(str, ids), "--db", str(db)]) == 0
     out = capsys.readouterr().out.splitlines()
     lines = [ln for ln in out if "seed:002 [" in ln]  # the "which topology won" lines; claims follow as seed:002 p. N
@@ -118,7 +118,7 @@ def test_open_vswitch_losses_and_deadlines() -> None:
     assert _socket_drop_pct((100, 100, 50), (1100, 900, 200)) == 15.0
     assert _socket_drop_pct((100, 100, None), (1100, 900, None)) is None  # kernel datapath: no such sockets
     ss = ("p_raw UNCONN 0 0 *:kvtap-c0 * skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d11491)\n"
-          "p_raw UNCONN 0 0 [0]:* * skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d7)\n")  # fmt: skip
+          "p_raw UNCONN 0 0 [0]:* * skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d7)\n")
     assert [int(d) for d in _SOCKET_DROPS.findall(ss)] == [11491, 7]
     # netload gives up on a stalled run (and says so) before kvmtune would stop it
     assert stall_timeout_s(1) == 10 and stall_timeout_s(30) == 60

@@ -34,7 +34,7 @@ class _InterruptedWhenAnnounced:
 
 
 def test_ctrl_c_as_the_topology_is_announced_tears_down_and_exits_0(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     topo = _InterruptedWhenAnnounced()
     monkeypatch.setattr(net, "make_topology", lambda spec, workdir=None: topo)
     assert cli.main(["net", "up", "--topology", "bridge"]) == 0

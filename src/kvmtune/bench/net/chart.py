@@ -85,7 +85,7 @@ def seed002_rows(cells_a: Sequence[CellRow], cells_b: Sequence[CellRow]) -> list
 def _describe(run: RunRow) -> str:
     a = run.args
     bits = [str(a.get("topology", run.kind)), f"MTU {a.get('mtu', '?')}", f"{a.get('hosts', '?')} host(s)",
-            f"{a.get('pairs', '?')} pair(s)"]  # fmt: skip
+            f"{a.get('pairs', '?')} pair(s)"]
     if a.get("tune"):
         bits.append(str(a["tune"]))
     return f"run {run.id}: " + ", ".join(bits) + f" [{run.accel}]"

@@ -70,7 +70,7 @@ class Setup:
         c = cell.config
         ovs = str(c.get("ovs_datapath") or "") if c.get("topology") == "ovs" else ""
         return Setup(str(c.get("topology", "?")), int(c.get("mtu", 0) or 0), int(c.get("hosts", 1) or 1),
-                     int(c.get("pairs", 1) or 1), _tunings(c), ovs)  # fmt: skip
+                     int(c.get("pairs", 1) or 1), _tunings(c), ovs)
 
     @property
     def name(self) -> str:
@@ -226,7 +226,7 @@ def large_mtu_helps(data: dict[Setup, Any], hosts: int, tier: str = "") -> NetCl
     found = []
     for s, r in _pairs(data, lambda s: s.mtu >= LARGE_MTU and s.hosts == hosts,
                        lambda s, r: r.mtu <= 1500 and (s.topology, s.ovs_datapath, s.hosts, s.pairs, s.tunings)
-                       == (r.topology, r.ovs_datapath, r.hosts, r.pairs, r.tunings)):  # fmt: skip
+                       == (r.topology, r.ovs_datapath, r.hosts, r.pairs, r.tunings)):
         c = compare(data, s, r, workloads, seed_figure_metric)
         if c is not None:
             found.append((c, judge_better(c.ratio, at_least)))
@@ -239,7 +239,7 @@ def large_mtu_helps(data: dict[Setup, Any], hosts: int, tier: str = "") -> NetCl
 
 
 CATEGORIES = (("small transactions", RR_SMALL, "tps"), ("large transactions", RR_LARGE, "tps"),
-              ("streaming", STREAM, "throughput_Bps"))  # fmt: skip
+              ("streaming", STREAM, "throughput_Bps"))
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def winners_by_setting(data: dict[Setup, Any]) -> dict[Setting, dict[str, Winner
             scores = {s.name: g for s in setups if (g := _geo(data[s], tests, metric)) is not None}
             ranked = sorted(scores.items(), key=lambda kv: -kv[1])
             row[name] = (Winner(ranked[0][0], ranked[0][1] / ranked[1][1], ranked[1][0], len(tests))
-                         if len(ranked) > 1 else "no positive figure to compare")  # fmt: skip
+                         if len(ranked) > 1 else "no positive figure to compare")
         out[setting] = row
     return out
 

@@ -154,7 +154,7 @@ class _Topo:
             "topology": s.kind, "mtu": s.mtu, "hosts": s.hosts, "pairs": s.pairs, "pair": pair,
             "tunings": self.ctx.tunings.as_dict(), "duration_s": self.ctx.duration_s, "vhost_net": None,
             "ovs_datapath": f.get("ovs_datapath"), "tier": TIER, "attach": TWIN.get(s.kind, "veth"), "pinned": pinned,
-        }  # fmt: skip
+        }
 
 
 def _remote(ep: Endpoint) -> str:
@@ -162,9 +162,9 @@ def _remote(ep: Endpoint) -> str:
 
 
 def _run_argv(ctx: DatapathContext, prefix: list[str], server: Endpoint, workload: str, users: int, duration: str,
-              *extra: str) -> list[str]:  # fmt: skip
+              *extra: str) -> list[str]:
     return [*prefix, ctx.netload, "run", "--workload", workload, "--users", str(users), "--duration", duration,
-            "--remote", _remote(server), "-q", *extra]  # fmt: skip
+            "--remote", _remote(server), "-q", *extra]
 
 
 class DatapathRun:
@@ -185,7 +185,7 @@ class DatapathRun:
             return self.ctx.runner.popen(
                 [*ns.exec_prefix, *argv], stdin=subprocess.DEVNULL, stdout=fh, stderr=err,
                 env={**os.environ, **self.env()},
-            )  # fmt: skip
+            )
 
     def start_servers(self, t: _Topo) -> None:
         for _client, server in t.topo.pairs():
@@ -204,7 +204,7 @@ class DatapathRun:
                 return
             if res.returncode != 3 or time.monotonic() > deadline:
                 raise NetError(f"{t.kind}: netload server {server.name} not usable from {client.name}: "
-                               f"{res.describe_failure()}")  # fmt: skip
+                               f"{res.describe_failure()}")
             time.sleep(0.05)
 
     def run_test(self, t: _Topo, test: NetTest) -> list[Cell]:
@@ -218,7 +218,7 @@ class DatapathRun:
             for client, server in t.topo.pairs():
                 out = t.topo.rundir / f"run-{client.name}.json"
                 argv = _run_argv(ctx, self.client_pin, server, test.workload, test.users, dur, "--json",
-                                 "--stall-timeout", f"{stall_timeout_s(ctx.duration_s):g}s")  # fmt: skip
+                                 "--stall-timeout", f"{stall_timeout_s(ctx.duration_s):g}s")
                 procs.append((client.pair, self._popen(t.ns(client), argv, out), out))
             deadline = start + per_test_deadline_s(ctx.duration_s)
             for _pair, proc, _out in procs:
@@ -346,7 +346,7 @@ class DatapathBenchmark:
         c = self.ctx
         kinds = ", ".join(s.kind + (" (as macvlan, its namespace twin)" if s.kind == "macvtap" else "") for s in c.specs)
         return (f"datapath tier (netload in namespaces, no guest, no QEMU): {kinds}; {len(c.tests)} tests × "
-                f"{c.specs[0].pairs} pair(s), {c.duration_s:g}s each")  # fmt: skip
+                f"{c.specs[0].pairs} pair(s), {c.duration_s:g}s each")
 
     def environment(self) -> dict[str, Any]:
         ctx = self.ctx

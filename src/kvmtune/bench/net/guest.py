@@ -83,7 +83,7 @@ class NetContext(BenchContext):
             "topology": self.spec.kind, "mtu": self.spec.mtu, "hosts": self.spec.hosts, "pairs": self.spec.pairs,
             "pair": pair, "tunings": self.tunings.as_dict(), "duration_s": self.duration_s,
             "vhost_net": self.topology_facts.get("vhost_net"), "ovs_datapath": self.topology_facts.get("ovs_datapath"),
-        }  # fmt: skip
+        }
 
 
 # --------------------------------------------------------------------------- guest jobs
@@ -410,7 +410,7 @@ def describe(cell: Cell) -> str:
     """A network cell's figure on its progress line."""
     m = cell.metrics
     return (f"pair {cell.rep}: {m['throughput_Bps'] / 1e6:9.2f} MB/s {m['tps']:10,.0f} tx/s "
-            f"avg {m.get('lat_avg_us', 0):9.1f} µs")  # fmt: skip
+            f"avg {m.get('lat_avg_us', 0):9.1f} µs")
 
 
 def environment(ctx: NetContext, netload: str) -> dict[str, Any]:
@@ -435,7 +435,7 @@ class NetBenchmark:
     def plan(self) -> str:
         c = self.ctx
         return (f"{c.spec.kind}, {len(c.tests)} tests × {c.spec.pairs} pair(s), {c.duration_s:g}s each, "
-                f"accelerator {c.accel.accel}")  # fmt: skip
+                f"accelerator {c.accel.accel}")
 
     def environment(self) -> dict[str, Any]:
         return environment(self.ctx, self.netload)

@@ -581,7 +581,7 @@ class MacvtapTopology(Topology):
             ns = self.host_ns(h)
             guest = self.add_namespace(f"g{role[0]}{pair}")
             res = ns.ip("link", "add", "link", lower, "name", GUEST_DEV, "address", _mac(role, pair), "netns", guest.name,
-                        "type", "macvlan", "mode", "bridge", check=False)  # fmt: skip
+                        "type", "macvlan", "mode", "bridge", check=False)
             if not res.ok:
                 if "Unknown device type" in res.stderr or "not supported" in res.stderr.lower():
                     raise NetError("macvlan unavailable: this kernel has no macvlan support (CONFIG_MACVLAN / modprobe macvlan)")

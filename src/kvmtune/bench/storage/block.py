@@ -155,7 +155,7 @@ def daemon_argv(image: str, fmt: str, cache: str, aio: str, socket: Path, *, dev
         "--blockdev", f"driver={fmt},node-name=fmt0,file=proto0,{cache_opts}",
         "--nbd-server", f"addr.type=unix,addr.path={_qemu_opt(str(socket))}",
         "--export", f"type=nbd,id=exp0,node-name=fmt0,name=disk,writable=on,writethrough={_on(not mode.write_cache)}",
-    ]  # fmt: skip
+    ]
 
 
 def nbd_uri(socket: Path) -> str:
@@ -173,7 +173,7 @@ def check_tools(ctx: StorageContext) -> None:
 
 @contextlib.contextmanager
 def storage_daemon(ctx: StorageContext, image: str, cfg: StorageConfig, tag: str, *, write_back: bool = True,
-                   started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Iterator[Path]:  # fmt: skip
+                   started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Iterator[Path]:
     """Run qemu-storage-daemon for ``image`` until the block exits; yields the NBD socket.
 
     ``write_back=False``: the daemon is killed even where its cache mode left the cell's writes dirty in the
@@ -257,7 +257,7 @@ def _writes_done(raw: str, job: str) -> float:
 
 def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
     args = [f"--name={name or w.name}", f"--rw={w.rw}", f"--bs={w.bs}", f"--iodepth={w.iodepth}", f"--size={size_mib}m",
-            f"--runtime={_ms(seconds)}", "--time_based", "--group_reporting"]  # fmt: skip
+            f"--runtime={_ms(seconds)}", "--time_based", "--group_reporting"]
     if w.rwmixread is not None:
         args.append(f"--rwmixread={w.rwmixread}")
     if ramp > 0:
@@ -352,7 +352,7 @@ def _scratch_file(cfg: StorageConfig, image: str) -> bool:
 def _made_ahead(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> bool:
     """A sparse image file that :meth:`BlockTier.prepare_round` makes before the round."""
     return (cfg.target == "file" and fs.vg is None and cfg.prealloc in ("off", "metadata")
-            and not (cfg.problem() or _block_problem(cfg, w, fs)))  # fmt: skip
+            and not (cfg.problem() or _block_problem(cfg, w, fs)))
 
 
 @dataclass
@@ -445,7 +445,7 @@ class BlockTier:
         try:
             target = fs.floor_target(ctx, ctx.disk_mib, f"{os.getpid()}-{fs.name}")
             _fio(ctx, [f"--filename={target}", "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", "--ioengine=libaio",
-                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)  # fmt: skip
+                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)
         except KvmtuneError as exc:
             self.floor_problem[fs.name] = str(exc)
             return
@@ -481,7 +481,7 @@ class BlockTier:
     def new_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload) -> Cell:
         cell = storage_cell(cfg, w.name)
         cell.config.update({"bs": w.bs, "iodepth": w.iodepth, "runtime_s": self.ctx.runtime_s, "ramp_s": self.plan.ramp_s,
-                            "fs_type": fs.fs_type, "device": fs.device})  # fmt: skip
+                            "fs_type": fs.fs_type, "device": fs.device})
         return cell
 
     def run_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, *, last_in_round: bool = False) -> Cell:
@@ -501,7 +501,7 @@ class BlockTier:
         return self._measure(fs, cfg, w, tag, cell, started, image, size, write_back)
 
     def _measure(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell, started: float,
-                 image: str, size: int, write_back: bool) -> Cell:  # fmt: skip
+                 image: str, size: int, write_back: bool) -> Cell:
         ctx, seconds = self.ctx, self.ctx.runtime_s
         sampler = HostSampler(ctx.host, fs.device, None)
         with storage_daemon(ctx, image, cfg, tag, write_back=write_back) as socket:
@@ -523,7 +523,7 @@ class BlockTier:
                 # wait for the next job to start
                 delay = f"--startdelay={_ms(self.plan.ramp_s + RAMP_GAP_S)}"
                 jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), delay,
-                        "--new_group"]  # fmt: skip
+                        "--new_group"]
             else:
                 jobs = job_args(w, seconds, size, ramp=self.plan.ramp_s)
             a = sampler.snap()
@@ -539,7 +539,7 @@ class BlockTier:
         return cell
 
     def _floor_cell(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str, cell: Cell,
-                    started: float) -> Cell:  # fmt: skip
+                    started: float) -> Cell:
         ctx = self.ctx
         target = self.floor_files.get(fs.name)
         if target is None:
@@ -564,7 +564,7 @@ class BlockTier:
         return _writes(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
 
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
-                  last_in_round: bool = False, since: float | None = None) -> list[Cell]:  # fmt: skip
+                  last_in_round: bool = False, since: float | None = None) -> list[Cell]:
         """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.bench.storage.fiobatch`):
         every daemon is started first, each cell's jobs run on a schedule, and the jobs' own time stamps say
         when each cell measured, for its host figures, and that no two cells overlapped. Each cell keeps its
@@ -612,7 +612,7 @@ class BlockTier:
             try:
                 timeout = fiobatch.planned_seconds(jobs) * 2 + 60
                 res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)),
-                                     timeout=timeout, cwd=str(workdir))  # fmt: skip
+                                     timeout=timeout, cwd=str(workdir))
             finally:
                 sampler.stop()
                 for proc in killed:  # together rather than one after the other (about 30 ms each)
@@ -639,7 +639,7 @@ class BlockTier:
             if overlap > ramp:
                 cells[i] = storage_cell(cfg, w.name, "error", error=f"fio started this cell {overlap * 1000:.0f} ms "
                                         "before the previous one had ended, more than its ramp: its figures are not "
-                                        "its own")  # fmt: skip
+                                        "its own")
                 continue
             if cfg.target == "host":
                 m["pct_of_bare_metal"] = 100.0
@@ -673,7 +673,7 @@ class BlockTier:
         return ready
 
     def _image_figures(self, m: dict[str, float], cfg: StorageConfig, w: fiomod.Workload, image: str,
-                       allocated_before: int, ramp_writes: float) -> None:  # fmt: skip
+                       allocated_before: int, ramp_writes: float) -> None:
         """The share of measured writes that found a new cluster, and the cell against its round's floor."""
         if _first_write(cfg, w, image):
             unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
@@ -711,7 +711,7 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
                 print(f"kvmtune: note: {fs.root} is on a file system mounted with 'discard': each round's freshly "
                       "written images are deleted between rounds, never while a cell measures, after their extents "
                       "are merged (one discard per freed extent otherwise: tens of seconds per round)",
-                      file=sys.stderr)  # fmt: skip
+                      file=sys.stderr)
         with ThreadPoolExecutor(max_workers=1) as maker:  # the first round's images, while the floors are written
             made = maker.submit(tier.prepare_round, systems, 0)
             for fs in systems:
@@ -722,7 +722,7 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
             if rep:
                 _round_done(tier, systems, rep)
             units = [(fs, replace(cfg, host_fs=fs.name), w) for fs in systems for cfg in round_order(plan.configs)
-                     for w in plan.workloads]  # fmt: skip
+                     for w in plan.workloads]
             last_end, i = time.time(), 0
             while i < len(units):
                 j = _batch_end(tier, units, i)
@@ -769,7 +769,7 @@ def _batch_end(tier: BlockTier, units: Sequence[tuple[HostFs, StorageConfig, fio
 
 
 def _single_cell(tier: BlockTier, unit: tuple[HostFs, StorageConfig, fiomod.Workload], tag: str, *,
-                 last_in_round: bool) -> Cell:  # fmt: skip
+                 last_in_round: bool) -> Cell:
     fs, cfg, w = unit
     problem = cfg.problem() or _block_problem(cfg, w, fs)
     if problem:
@@ -800,7 +800,7 @@ def _block_problem(cfg: StorageConfig, w: fiomod.Workload, fs: HostFs) -> str | 
 
 
 def block_configs(formats: Sequence[tuple[str, str]], modes: Sequence[tuple[str, str]],
-                  targets: Sequence[str] = ("file",)) -> list[StorageConfig]:  # fmt: skip
+                  targets: Sequence[str] = ("file",)) -> list[StorageConfig]:
     """The floor, then every image × cache/aio on every target."""
     out = [StorageConfig(bus="none", target="host", tier=TIER, cache="none", aio="native")]
     for t in targets:
@@ -821,7 +821,7 @@ def block_preset(name: str) -> tuple[list[StorageConfig], list[str]]:
             StorageConfig(bus="nbd", cache="writeback", aio="threads", fmt="qcow2", prealloc="off", tier=TIER),
             *(StorageConfig(bus="nbd", cache="writethrough", aio="threads", fmt=f, prealloc=p, tier=TIER)
               for f, p in (("raw", "off"), ("qcow2", "metadata"), ("qcow2", "off"))),
-        ]  # fmt: skip
+        ]
         return cfgs, ["randwrite-4k"]
     if name == "seed-001":
         images = (("qcow2", "off"), ("qcow2", "metadata"), ("raw", "off"), ("raw", "falloc"))
@@ -845,7 +845,7 @@ class BlockBenchmark:
 
     def plan(self) -> str:
         return (f"{self.planned_cells()} cells (block tier: qemu-storage-daemon + fio nbd, {self.blocks.ramp_s:g}s ramp "
-                f"+ {self.ctx.runtime_s:g}s measured, {self.ctx.repeat} interleaved rounds)")  # fmt: skip
+                f"+ {self.ctx.runtime_s:g}s measured, {self.ctx.repeat} interleaved rounds)")
 
     def environment(self) -> dict[str, Any]:
         env = storage_environment(self.ctx)

@@ -55,7 +55,7 @@ def batch_argv(jobs: list[BatchJob], gap: float = JOB_GAP_S) -> list[str]:
     delay = 0.0
     for job in jobs:
         argv += [f"--name={job.name}", *job.options, f"--startdelay={round(delay * 1000)}ms", "--new_group",
-                 f"--exec_prerun={STAMP}", f"--exec_postrun={STAMP}"]  # fmt: skip
+                 f"--exec_prerun={STAMP}", f"--exec_postrun={STAMP}"]
         delay += job.seconds + gap
     return argv
 

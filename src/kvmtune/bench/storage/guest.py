@@ -162,12 +162,12 @@ def _boot_group(
     spec = VmSpec(
         guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp,
         disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)], job=job,
-    )  # fmt: skip
+    )
     # a cycle's figure is per VM lifetime, boot included: it always boots
     if ctx.snapshots is not None and cfg.target != "device" and not any(w.is_cycle for w in workloads):
         boot_mods = _modules_for(ctx.guest, cfg.bus, False, "default")
         state = ctx.snapshots.ensure(ctx.guest, ctx.accel.accel, ctx.memory_mb, ctx.smp, cfg.bus, ctx.disk_mib,
-                                     cfg.cache, boot_mods, ctx.boot_timeout_s)  # fmt: skip
+                                     cfg.cache, boot_mods, ctx.boot_timeout_s)
         padded = fiomod.pad_job(job)
         if state is not None and padded is not None:
             spec.incoming, spec.job = state, padded
@@ -428,7 +428,7 @@ def storage_environment(ctx: StorageContext) -> dict[str, Any]:
     fio_v = ctx.runner.run(["fio", "--version"], timeout=20)
     dev = device_of_path(ctx.host, str(ctx.scratch.root))
     env.update({"fio": fio_v.stdout.strip() if fio_v.ok else None, "workdir_device": dev,
-                "host_io_scheduler": scheduler_of(ctx.host, dev)})  # fmt: skip
+                "host_io_scheduler": scheduler_of(ctx.host, dev)})
     return env
 
 

@@ -65,7 +65,7 @@ class HostFs:
         return str(path)
 
     def block_device(self, ctx: StorageContext, size_mib: int, tag: str, user_device: str | None,
-                     keep: Callable[[Path], Path] | None = None) -> str:  # fmt: skip
+                     keep: Callable[[Path], Path] | None = None) -> str:
         """A raw block device for the image: the user's ``--device``, an LVM volume, or a loop device (whose
         backing file ``keep`` takes, to delete later, instead of the scratch directory's undo list)."""
         if user_device:
@@ -82,7 +82,7 @@ class HostFs:
     def _volume(self, ctx: StorageContext, size_mib: int, name: str) -> str:
         assert self.vg is not None
         res = ctx.runner.run(["lvcreate", *LVM_QUIET, "-q", "-y", "--wipesignatures", "y", "--zero", "y",
-                              "-L", f"{size_mib}M", "-n", name, self.vg], timeout=120)  # fmt: skip
+                              "-L", f"{size_mib}M", "-n", name, self.vg], timeout=120)
         if not res.ok:
             raise KvmtuneError(f"lvcreate {self.vg}/{name}: {res.describe_failure()}")
         path = f"/dev/{self.vg}/{name}"
@@ -126,7 +126,7 @@ def check_host_fs(runner: Runner, host: HostRoot, names: list[str]) -> None:
             raise KvmtuneError("--host-fs lvm: lvcreate not found (Debian: apt install lvm2)")
         if name == "lvm" and not host.exists("/sys/class/misc/device-mapper"):
             raise KvmtuneError("--host-fs lvm: this kernel has no device-mapper (/sys/class/misc/device-mapper is "
-                               "absent; modprobe dm_mod, or run where it is available)")  # fmt: skip
+                               "absent; modprobe dm_mod, or run where it is available)")
         if name != "workdir" and os.geteuid() != 0:
             raise KvmtuneError(f"--host-fs {name}: making a scratch file system needs root (loop devices, mount)")
 

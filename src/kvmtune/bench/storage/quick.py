@@ -140,7 +140,7 @@ def _one_pass(ctx: StorageContext, plan: QuickPlan, cfg: StorageConfig, tag: str
         if not r.ok:
             raise KvmtuneError(f"{path.name}: qemu-img create failed: {r.describe_failure()}")
         return [_bench(ctx, cfg, str(path), True, count, plan.depth),
-                _bench(ctx, cfg, str(path), False, count, plan.depth)]  # fmt: skip
+                _bench(ctx, cfg, str(path), False, count, plan.depth)]
     finally:
         ctx.scratch.cleanup(mark)
 

@@ -51,19 +51,19 @@ class SnapshotCache:
     _qemu: str | None = None
 
     def key(self, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int, wce: bool,
-            modules: list[str]) -> str:  # fmt: skip
+            modules: list[str]) -> str:
         if self._qemu is None:
             self._qemu = qemu_version(self.runner)
         h = hashlib.sha256()
         for part in (SNAPSHOT_VERSION, guest.key, accel, memory_mb, smp, bus, disk_mib, wce, FAST_BOOT_ARGS,
-                     self._qemu, *modules):  # fmt: skip
+                     self._qemu, *modules):
             h.update(f"{part}\n".encode())
         return h.hexdigest()[:24]
 
     def ensure(
         self, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int, cache: str,
         modules: list[str], boot_timeout: float = 60.0,
-    ) -> Path | None:  # fmt: skip
+    ) -> Path | None:
         """The saved guest for this disk shape, making it if needed; None when that is not possible."""
         wce = reports_write_cache(cache)
         key = self.key(guest, accel, memory_mb, smp, bus, disk_mib, wce, modules)
@@ -89,7 +89,7 @@ class SnapshotCache:
     def _make(
         self, state: Path, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int,
         wce: bool, modules: list[str], boot_timeout: float,
-    ) -> None:  # fmt: skip
+    ) -> None:
         placeholder = state.with_suffix(f".placeholder{os.getpid()}.raw")
         with open(placeholder, "wb") as fh:
             fh.truncate(disk_mib << 20)
@@ -99,7 +99,7 @@ class SnapshotCache:
             spec = VmSpec(
                 guest=guest, accel=accel, memory_mb=memory_mb, smp=smp, job=job,
                 disks=[Disk(str(placeholder), "raw", bus, "writeback" if wce else "writethrough", "threads")],
-            )  # fmt: skip
+            )
             with GuestRun(spec, self.dir / "run", self.runner, name=f"snap{os.getpid()}") as vm:
                 vm.start()
                 deadline = time.monotonic() + boot_timeout
