@@ -30,7 +30,8 @@ def _rules(case: Path) -> list[type[Rule]]:
 
 
 def _options(bus: bool = True) -> FixOptions:
-    return FixOptions(allow_bus_change=bus, host=HostRoot(str(FIXTURE_HOST)))
+    # the golden pairs are fixed as `fix --allow-bus-change --allow-cpu-change --assume-this-host` plans them
+    return FixOptions(allow_bus_change=bus, allow_cpu_change=bus, assume_this_host=True, host=HostRoot(str(FIXTURE_HOST)))
 
 
 def _findings(data: bytes, rules: list[type[Rule]]) -> list[str]:

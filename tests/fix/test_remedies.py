@@ -93,7 +93,7 @@ def test_guest_fix_removes_the_finding(rule: type[Rule]) -> None:
             data = case.read_bytes()
             if not _guest_findings(data, str(case), rule, host):
                 continue
-            options = FixOptions(allow_bus_change=True, host=HostRoot(str(host)))
+            options = FixOptions(allow_bus_change=True, allow_cpu_change=True, assume_this_host=True, host=HostRoot(str(host)))
             _guest, result = fix_guest(data, str(case), "xml", [rule], options)
             tried.append(f"{case.name}: {result.skipped}")
             if result.after is not None:
@@ -188,7 +188,7 @@ def test_vcpu_fix_leaves_a_topology_alone_and_says_why() -> None:
     rule = rule_by_id("KVM-CPU-002")
     assert rule is not None
     assert [f.rule for f in _guest_findings(case.read_bytes(), str(case), rule, FIXTURE_HOST)] == ["KVM-CPU-002"]
-    options = FixOptions(allow_bus_change=True, host=HostRoot(str(FIXTURE_HOST)))
+    options = FixOptions(allow_bus_change=True, allow_cpu_change=True, assume_this_host=True, host=HostRoot(str(FIXTURE_HOST)))
     _guest, result = fix_guest(case.read_bytes(), str(case), "xml", [rule], options)
     assert result.after is None
     assert result.skipped == [

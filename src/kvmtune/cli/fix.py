@@ -61,7 +61,13 @@ class FixCommand(Command):
         p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
         p.add_argument("--allow-bus-change", action="store_true",
                        help="also change what the guest sees (disk bus ide/sata → virtio and hda → vda, NIC model, SCSI "
-                       "controller, CPU model, TCG → KVM): the guest needs virtio drivers, device names change")
+                       "controller): the guest needs virtio drivers, device names change")
+        p.add_argument("--allow-cpu-change", action="store_true",
+                       help="also change the guest's CPUs (CPU model → host-model, vCPU count lowered to this host's CPUs, "
+                       "TCG → KVM): the guest sees other CPU features or fewer CPUs")
+        p.add_argument("--assume-this-host", action="store_true",
+                       help="domain files run on this host (as with audit): the rules that compare a guest with this "
+                       "host's CPUs apply to them too")
         p.add_argument("--purge-backups", action="store_true",
                        help="with --images --apply: delete each original image once its copy is verified (not undoable)")
         journal_dir_option(p, DEFAULT_DIR, ENV_DIR)
@@ -88,6 +94,7 @@ class FixCommand(Command):
             profile=args.profile or "virtual-host", images=images,
             image_format=args.image_format or (args.format if args.format in IMAGE_FORMATS else None),
             root=args.root, only=args.only, skip=args.skip, allow_bus_change=args.allow_bus_change,
+            allow_cpu_change=args.allow_cpu_change, assume_this_host=args.assume_this_host,
         )
         plan, refused = build_plan(spec)
         if args.patch:
@@ -137,6 +144,8 @@ class FixSpec:
     only: str
     skip: str
     allow_bus_change: bool
+    allow_cpu_change: bool = False
+    assume_this_host: bool = False
 
     def argv(self) -> list[str]:
         """The command line a journal records (what 'undo --list' shows)."""
@@ -159,6 +168,10 @@ class FixSpec:
             out += ["--skip", self.skip]
         if self.allow_bus_change:
             out.append("--allow-bus-change")
+        if self.allow_cpu_change:
+            out.append("--allow-cpu-change")
+        if self.assume_this_host:
+            out.append("--assume-this-host")
         return out
 
 
@@ -176,7 +189,8 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     rules = select_rules(_split(spec.only), _split(spec.skip))
     # a finding from a guessed guest identity is applied only when its rule is named by id or slug (a prefix is not a name)
     named = {r.id for r in rules if r.id in _split(spec.only) or r.slug in _split(spec.only)}
-    options = FixOptions(allow_bus_change=spec.allow_bus_change, host=HostRoot(spec.root), named_rules=frozenset(named))
+    options = FixOptions(allow_bus_change=spec.allow_bus_change, allow_cpu_change=spec.allow_cpu_change,
+                         assume_this_host=spec.assume_this_host, host=HostRoot(spec.root), named_rules=frozenset(named))
     plan = Plan()
     refused: list[str] = []
     if spec.paths:

@@ -15,6 +15,7 @@ from typing import Any
 
 from lxml import etree
 
+from kvmtune.audit.collect import is_local_uri
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
@@ -46,11 +47,11 @@ def _key(f: Finding) -> tuple[str, str, str]:
     return (f.rule, f.evidence, f.actual)
 
 
-def _read(tree: etree._ElementTree, where: str, origin_kind: str) -> Guest:
-    """A definition is fixed for the host it is fixed on (the one --root describes): the host-relative
-    rules (vCPUs against its CPUs) apply, as with ``audit --assume-this-host``."""
+def _read(tree: etree._ElementTree, where: str, origin_kind: str, on_host: bool) -> Guest:
+    """A definition is fixed in the scope ``audit`` would judge it in: the host-relative rules (vCPUs against
+    this host's CPUs) apply to a local libvirt's domains, and to files only with ``--assume-this-host``."""
     guest = guest_from_tree(tree, where, origin_kind)
-    guest.on_audited_host = True
+    guest.on_audited_host = on_host
     return guest
 
 
@@ -81,7 +82,8 @@ def _fix_guest_once(
     fixers = all_fixers()
     guest_rules = [r for r in rules if issubclass(r, GuestRule)]
     ctx = AuditContext(host=options.host)
-    guest = _read(parse_xml_bytes(data, where), where, origin_kind)
+    on_host = options.assume_this_host or (origin_kind == "libvirt" and is_local_uri(where.split("#", 1)[0]))
+    guest = _read(parse_xml_bytes(data, where), where, origin_kind, on_host)
     name = guest.name
     doc = XmlDoc(data, guest.tree, where)
     result = GuestFix()
@@ -115,6 +117,11 @@ def _fix_guest_once(
                     f"(--only {f.rule}) to apply it"
                 )
                 continue
+            if fixer.cpu_change and not options.allow_cpu_change:
+                result.skipped.append(
+                    f"{name}: {label}: {fixer.summary}: changes the guest's CPUs; only with --allow-cpu-change"
+                )
+                continue
             if fixer.bus_change and not options.allow_bus_change:
                 result.skipped.append(
                     f"{name}: {label}: {fixer.summary}: changes the guest's hardware (drivers, device names); "
@@ -130,14 +137,14 @@ def _fix_guest_once(
             # a fixer that says nothing still gets a reason line: its own summary
             result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
             fixed.add(_key(f))
-        current = _read(doc.tree, where, origin_kind)
+        current = _read(doc.tree, where, origin_kind, on_host)
     # a rule that raised (the engine's guard) or a host fact unreadable: said in the plan, not dropped
     result.skipped.extend(f"{name}: {err}" for err in dict.fromkeys(ctx.errors))
     if not doc.changed:
         return guest, result, set()
     after = doc.render()  # checked to parse to the same document as the edited tree
     if settled is None:
-        final = _read(parse_xml_bytes(after, where), where, origin_kind)
+        final = _read(parse_xml_bytes(after, where), where, origin_kind, on_host)
         settled = run_rules(ctx, [final], rules=guest_rules)
     # A finding a fixer handled that is still there at the same place means the fix did not work.
     fixed_at = {(rule, evidence) for rule, evidence, _actual in fixed}

@@ -33,7 +33,11 @@ class NotFixable(Exception):
 
 @dataclass
 class FixOptions:
-    allow_bus_change: bool = False
+    allow_bus_change: bool = False  # guest-visible device changes (bus, NIC model, controller)
+    allow_cpu_change: bool = False  # changes to the guest's CPUs (model, count, accelerator)
+    # guests read from files run on the host --root describes (audit's --assume-this-host): without it the
+    # host-relative rules (vCPUs against this host's CPUs) stay silent, in fix as in audit
+    assume_this_host: bool = False
     # rule ids the user named (fix --only): a finding from a guessed guest identity (extra['guessed'],
     # e.g. Windows only by the name) is fixed only for these
     named_rules: frozenset[str] = frozenset()
@@ -131,16 +135,17 @@ class XmlFixer:
     func: FixFunc
     summary: str
     bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
+    cpu_change: bool = False  # a change to the guest's CPUs: needs --allow-cpu-change
 
 
 FIXERS: dict[str, XmlFixer] = {}
 
 
-def xml_fixer(rule: str, summary: str, *, bus_change: bool = False) -> Callable[[FixFunc], FixFunc]:
+def xml_fixer(rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False) -> Callable[[FixFunc], FixFunc]:
     def register(func: FixFunc) -> FixFunc:
         if rule in FIXERS:
             raise RuntimeError(f"two fixers for {rule}")
-        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change)
+        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change)
         return func
 
     return register

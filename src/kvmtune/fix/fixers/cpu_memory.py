@@ -33,7 +33,7 @@ def balloon(call: FixCall) -> str:
     return "memballoon model none → virtio, stats every 10 s"
 
 
-@xml_fixer("KVM-CPU-001", "cpu mode='host-model' instead of a generic CPU model", bus_change=True)
+@xml_fixer("KVM-CPU-001", "cpu mode='host-model' instead of a generic CPU model", cpu_change=True)
 def cpu_host_model(call: FixCall) -> str:
     cpu = call.child(call.root, "cpu")
     if cpu is None:
@@ -55,7 +55,7 @@ def cpu_host_model(call: FixCall) -> str:
     )
 
 
-@xml_fixer("KVM-CPU-003", "domain type='kvm' instead of TCG emulation", bus_change=True)
+@xml_fixer("KVM-CPU-003", "domain type='kvm' instead of TCG emulation", cpu_change=True)
 def kvm_accel(call: FixCall) -> str:
     if not call.options.host.exists("/dev/kvm"):
         raise NotFixable("this host has no /dev/kvm; enable virtualization in the firmware and load kvm first")
@@ -63,7 +63,7 @@ def kvm_accel(call: FixCall) -> str:
     return "domain type qemu → kvm (hardware virtualization; /dev/kvm is there)"
 
 
-@xml_fixer("KVM-CPU-002", "<vcpu> lowered to the host's online CPUs", bus_change=True)
+@xml_fixer("KVM-CPU-002", "<vcpu> lowered to the host's online CPUs", cpu_change=True)
 def vcpus_to_host(call: FixCall) -> str:
     host_cpus = HostFacts(call.options.host).cpu_count
     if not host_cpus:
