@@ -86,3 +86,24 @@ def test_default_audit_uses_libvirt_when_it_answers(
     assert any(line.startswith(f"libvirt {libvirt_uri}:") for line in doc["looked_at"])
     domains = {f["target"]["domain"] for f in doc["findings"]}
     assert set(defined[1]) & domains
+
+
+def test_domain_names_the_libvirt_domains_audited(
+    libvirt_uri: str, defined: tuple[list[Path], list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32 item 18: `audit --domain NAME` (repeatable, globs) keeps to those domains of the URI."""
+    _files, names = defined
+    tag = names[0].split("-")[2]
+    one, glob = names[0], f"kvmtune-test-{tag}-*"
+    assert main(["audit", "--format", "json", "--connect", libvirt_uri, "--domain", one]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {f["target"]["domain"] for f in doc["findings"]} == {one}
+    assert main(["audit", "--format", "json", "--connect", libvirt_uri, "--domain", glob]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    seen = {f["target"]["domain"] for f in doc["findings"]}
+    assert seen <= set(names) and len(seen) > 1  # this test's domains, not the others libvirt holds
+    assert any(f"libvirt {libvirt_uri}: {len(names)} domain(s)" in line for line in doc["looked_at"])
+    # a pattern that matches nothing is one line, exit 2, the rest still reported
+    code = main(["audit", "--connect", libvirt_uri, "--domain", one, "--domain", "no-such-*"])
+    captured = capsys.readouterr()
+    assert code == 2 and f"--domain no-such-*: no domain of {libvirt_uri} matches" in captured.err

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class Sources:
 
     paths: tuple[str, ...] = ()  # domain XML files or directories of them
     connect: tuple[str, ...] = ()  # libvirt URIs
+    domains: tuple[str, ...] = ()  # only these of the libvirt URIs' domains: names or UUIDs, shell globs allowed
     qemu_cmdline: tuple[str, ...] = ()  # files of one QEMU command line each
     running: bool = False  # every running qemu-system-* process
     examples: bool = False  # the example domains shipped with kvmtune
@@ -60,8 +62,12 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
     explicit = sources.explicit
     if sources.paths:
         add_domain_files(sources.paths, result)
+    matched: set[str] = set()
     for uri in sources.connect:
-        add_libvirt(uri, result)
+        add_libvirt(uri, result, domains=sources.domains, matched=matched)
+    for pattern in sources.domains:
+        if pattern not in matched:
+            result.errors.append(f"--domain {pattern}: no domain of {', '.join(sources.connect)} matches")
     if sources.qemu_cmdline:
         add_cmdline_files(sources.qemu_cmdline, result)
     if sources.running:
@@ -200,7 +206,10 @@ def mark_guests_off_host(result: AuditResult, assume_this_host: bool) -> None:
     )
 
 
-def add_libvirt(uri: str, result: AuditResult, *, required: bool = True) -> int:
+def add_libvirt(uri: str, result: AuditResult, *, required: bool = True, domains: Sequence[str] = (),
+                matched: set[str] | None = None) -> int:
+    """The domains of ``uri``; with ``domains``, only those whose name or UUID matches one of these globs
+    (each pattern that matched is added to ``matched``)."""
     from kvmtune.domain.connection import read_domains
 
     try:
@@ -211,6 +220,16 @@ def add_libvirt(uri: str, result: AuditResult, *, required: bool = True) -> int:
         else:
             result.looked_at.append(f"libvirt {uri}: not answering")
         return 0
+    if domains:
+        kept = []
+        for guest in guests:
+            names = [guest.name, *([guest.uuid] if guest.uuid else [])]
+            hits = {p for p in domains if any(fnmatch.fnmatchcase(n, p) for n in names)}
+            if hits:
+                kept.append(guest)
+                if matched is not None:
+                    matched |= hits
+        guests = kept
     local = is_local_uri(uri)
     for guest in guests:
         guest.on_audited_host = local

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from kvmtune.audit.collect import Sources, domain_files_among_images, gather
+from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather
 from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEOUT_S
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
@@ -29,6 +29,9 @@ class AuditCommand(Command):
         p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files or directories of them")
         p.add_argument("-c", "--connect", action="append", default=[], metavar="URI",
                        help="libvirt URI whose domains to audit (repeatable), e.g. qemu:///system, qemu+ssh://host/system")
+        p.add_argument("--domain", action="append", default=[], metavar="NAME",
+                       help="only the libvirt domains of this name or UUID (repeatable, shell globs: 'web*'); "
+                       f"without --connect, those of {DEFAULT_URI}")
         p.add_argument("--qemu-cmdline", action="append", default=[], metavar="FILE",
                        help="a file holding one QEMU command line (repeatable)")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
@@ -59,7 +62,8 @@ class AuditCommand(Command):
         rules = select_rules(_split(args.only), _split(args.skip))
         paths, images, moved = domain_files_among_images(args.paths, args.images)
         sources = Sources(
-            paths=tuple(paths), connect=tuple(args.connect), qemu_cmdline=tuple(args.qemu_cmdline), running=args.running,
+            paths=tuple(paths), connect=tuple(args.connect or ([DEFAULT_URI] if args.domain else [])),
+            domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline), running=args.running,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else args.agent_timeout,
         )
