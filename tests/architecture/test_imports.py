@@ -102,7 +102,7 @@ def test_no_import_loops() -> None:
 
 # docs/architecture.md §2, arrow for arrow: what each top-level package (or module) may import besides itself.
 BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "prometheus"})
-READERS = frozenset({"model", "host", "domain", "qemu", "guestagent"})
+READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent"})
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
     "cli": frozenset({"verify", "bench", "fix", "audit", "live", "fleet"}) | READERS | BASE,
@@ -115,6 +115,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "fleet": frozenset({"bench"}) | BASE,  # bench/store.py: the results database the fleet history lives in
     "domain": frozenset({"model", "host"}) | BASE,
     "qemu": frozenset({"model", "host"}) | BASE,
+    "proxmox": frozenset({"model", "host", "domain", "qemu"}) | BASE,  # args: with qemu/, ostype as domain/'s identity
     "guestagent": frozenset({"model"}) | BASE,
     "host": frozenset({"model"}) | BASE,
     "model": BASE,

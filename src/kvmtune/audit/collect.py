@@ -17,6 +17,8 @@ from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.inputs import read_regular, walk_files
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox import load as pve
+from kvmtune.proxmox.config import VMID_FILE
 from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
 from kvmtune.textsafe import safe
 
@@ -40,12 +42,14 @@ class Sources:
     guest_images: bool = True  # the local disk images the audited domains use
     assume_this_host: bool = False  # guests from files are this host's
     agent_timeout: float | None = None  # ask running guests' agents about their inside, each within this; None: do not
+    pve_configs: tuple[str, ...] = ()  # Proxmox VE VM configs (<vmid>.conf) or directories of them
+    pve_storage: str | None = None  # the storage.cfg they name storage from (default: the host's /etc/pve/storage.cfg)
 
     @property
     def explicit(self) -> bool:
         """Something was named (so the default inputs are not added)."""
         return bool(self.paths or self.connect or self.qemu_cmdline or self.running or self.examples
-                    or self.host or self.images)
+                    or self.host or self.images or self.pve_configs)
 
 
 def domain_files_among_images(paths: Iterable[str], images: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
@@ -62,14 +66,11 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
     explicit = sources.explicit
     if sources.paths:
         add_domain_files(sources.paths, result)
-    matched: set[str] = set()
-    for uri in sources.connect:
-        add_libvirt(uri, result, domains=sources.domains, matched=matched)
-    for pattern in sources.domains:
-        if pattern not in matched:
-            result.errors.append(f"--domain {pattern}: no domain of {', '.join(sources.connect)} matches")
+    _add_named_libvirt(sources, result)
     if sources.qemu_cmdline:
         add_cmdline_files(sources.qemu_cmdline, result)
+    if sources.pve_configs:
+        add_pve_files(sources, ctx.host, result)
     if sources.running:
         add_running(ctx.host, result)
     if sources.examples:
@@ -79,21 +80,104 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
     if sources.images:
         add_images(sources.images, ctx, result)
     if not explicit:
-        found = 0
-        if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
-            found += add_libvirt(DEFAULT_URI, result, required=False)
-        found += add_running(ctx.host, result)
-        if not found:
-            # Say so rather than audit something else: an operator reads this as the answer about this host.
-            result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
-            result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
-                                "shipped with kvmtune")
+        _add_this_hosts_guests(ctx, result)
     mark_guests_off_host(result, sources.assume_this_host)
     if sources.agent_timeout is not None:
         add_guest_insides(result, timeout=sources.agent_timeout, live_host=ctx.host.is_live)
     if sources.guest_images and result.guests:
         add_guest_images(ctx, result)
     return result
+
+
+def _add_named_libvirt(sources: Sources, result: AuditResult) -> None:
+    """The domains of each ``--connect`` URI (only the ``--domain`` ones, when named); a pattern that matches none is an error."""
+    matched: set[str] = set()
+    for uri in sources.connect:
+        add_libvirt(uri, result, domains=sources.domains, matched=matched)
+    for pattern in sources.domains:
+        if pattern not in matched:
+            result.errors.append(f"--domain {pattern}: no domain of {', '.join(sources.connect)} matches")
+
+
+def _add_this_hosts_guests(ctx: AuditContext, result: AuditResult) -> None:
+    """With nothing named: the local libvirt's domains, Proxmox VE's VM configs and the running QEMU processes."""
+    found = 0
+    if ctx.host.is_live:  # a captured tree's libvirt is not this machine's
+        found += add_libvirt(DEFAULT_URI, result, required=False)
+    found += add_pve_host(ctx.host, result)
+    found += add_running(ctx.host, result)
+    merge_pve_processes(result)
+    if not found:
+        # Say so rather than audit something else: an operator reads this as the answer about this host.
+        result.looked_at.append(f"0 guests on {'this host' if ctx.host.is_live else 'host ' + ctx.host.path}")
+        result.hints.append("no guests to audit; 'kvmtune audit --examples' audits the example domains "
+                            "shipped with kvmtune")
+
+
+def pve_config_paths(paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Split audit PATHs into domain XML ones and Proxmox VE configs (``<vmid>.conf``, or a directory of them
+    holding no ``.xml``): returns (xml paths, pve paths)."""
+    xml: list[str] = []
+    confs: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if (raw.endswith(".conf") and not _is_dir(p)) or (_is_dir(p) and _pve_dir(p)):
+            confs.append(raw)
+        else:
+            xml.append(raw)
+    return xml, confs
+
+
+def _pve_dir(p: Path) -> bool:
+    try:
+        names = os.listdir(p)
+    except OSError:
+        return False
+    return any(VMID_FILE.match(n) for n in names) and not any(n.endswith(".xml") for n in names)
+
+
+def add_pve_files(sources: Sources, host: HostRoot, result: AuditResult) -> None:
+    """Named ``.conf`` files: storage from ``--pve-storage``, else the audited host's storage.cfg."""
+    try:
+        storages = pve.storage_file(sources.pve_storage) if sources.pve_storage else pve.host_storages(host)
+    except InputError as exc:
+        result.errors.append(str(exc))
+        return
+    read = pve.read_files(list(sources.pve_configs), storages)
+    if storages is None:
+        result.looked_at.append(f"{pve.STORAGE_CFG}: absent on this host and no --pve-storage; only 'local' "
+                                "(/var/lib/vz) is known")
+    _take_pve(read, result)
+    result.looked_at.append(f"{len(read.guests)} Proxmox VE VM config file(s)")
+
+
+def add_pve_host(host: HostRoot, result: AuditResult) -> int:
+    read = pve.read_host(host)
+    _take_pve(read, result)
+    return len(read.guests)
+
+
+def _take_pve(read: pve.PveRead, result: AuditResult) -> None:
+    result.guests.extend(read.guests)
+    result.errors.extend(read.errors)
+    result.looked_at.extend(safe(n) for n in read.notes)
+
+
+def merge_pve_processes(result: AuditResult) -> None:
+    """A running QEMU that PVE started from a config read here (same SMBIOS UUID, or ``-id <vmid>``) is that
+    config's guest, running: one guest, not two."""
+    by_uuid = {g.uuid.lower(): g for g in result.guests if g.origin_kind == "pve" and g.uuid}
+    by_vmid = {g.name.split()[0][4:]: g for g in result.guests if g.origin_kind == "pve"}
+    keep: list[Guest] = []
+    for guest in result.guests:
+        if guest.origin_kind == "cmdline" and guest.active:
+            config = by_uuid.get((guest.uuid or "").lower()) or by_vmid.get(str(guest.derived.get("pve_vmid", "")))
+            if config is not None:
+                config.active, config.process_owner = True, guest.process_owner
+                result.looked_at.append(f"{safe(config.name)}: running as {safe(guest.origin)}")
+                continue
+        keep.append(guest)
+    result.guests[:] = keep
 
 
 def _is_dir(p: Path) -> bool:

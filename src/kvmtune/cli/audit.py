@@ -6,11 +6,12 @@ import argparse
 import sys
 from typing import TextIO
 
-from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather
+from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather, pve_config_paths
 from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEOUT_S
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
+from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
 from kvmtune.bench.accel_cache import verdict_for
@@ -26,7 +27,11 @@ class AuditCommand(Command):
     description = "Audit KVM guests against today's best practice. With no input, audits what this host runs."
 
     def options(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files or directories of them")
+        p.add_argument("paths", nargs="*", metavar="PATH",
+                       help="domain XML files, Proxmox VE VM configs (<vmid>.conf) or directories of them")
+        p.add_argument("--pve-storage", metavar="FILE", default=None,
+                       help="the Proxmox VE storage.cfg that named .conf files' storage IDs resolve through "
+                       "(default: /etc/pve/storage.cfg of the audited host)")
         p.add_argument("-c", "--connect", action="append", default=[], metavar="URI",
                        help="libvirt URI whose domains to audit (repeatable), e.g. qemu:///system, qemu+ssh://host/system")
         p.add_argument("--domain", action="append", default=[], metavar="NAME",
@@ -61,9 +66,11 @@ class AuditCommand(Command):
         fail_on = _fail_on(args)
         rules = select_rules(_split(args.only), _split(args.skip))
         paths, images, moved = domain_files_among_images(args.paths, args.images)
+        paths, confs = pve_config_paths(paths)
         sources = Sources(
             paths=tuple(paths), connect=tuple(args.connect or ([DEFAULT_URI] if args.domain else [])),
             domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline), running=args.running,
+            pve_configs=tuple(confs), pve_storage=args.pve_storage,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else args.agent_timeout,
         )
@@ -72,6 +79,7 @@ class AuditCommand(Command):
         result.host = ctx.host_label()
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
+        pve_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         audited = bool(result.guests or result.images or result.host_audited)
         # Text mode: an input error is one line on stderr, not also in the report; a run in which every

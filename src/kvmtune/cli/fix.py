@@ -14,6 +14,7 @@ from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
+from kvmtune.fix.pve import has_pve
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
@@ -77,8 +78,9 @@ class FixCommand(Command):
             raise UsageError("--domain needs --connect URI")
         if args.purge_backups and not args.images:
             raise UsageError("--purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')")
-        if not (args.paths or args.connect or args.host or args.profile or args.images):
-            raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images")
+        if not (args.paths or args.connect or args.host or args.profile or args.images or has_pve(args.root)):
+            raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images "
+                             "(or --root a tree with a Proxmox VE /etc/pve)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
         if args.format in IMAGE_FORMATS:
@@ -95,6 +97,7 @@ class FixCommand(Command):
             image_format=args.image_format or (args.format if args.format in IMAGE_FORMATS else None),
             root=args.root, only=args.only, skip=args.skip, allow_bus_change=args.allow_bus_change,
             allow_cpu_change=args.allow_cpu_change, assume_this_host=args.assume_this_host,
+            pve=not (paths or args.connect or args.host or args.profile or images) and has_pve(args.root),
         )
         plan, refused = build_plan(spec)
         if args.patch:
@@ -146,6 +149,7 @@ class FixSpec:
     allow_bus_change: bool
     allow_cpu_change: bool = False
     assume_this_host: bool = False
+    pve: bool = False  # the Proxmox VE VM configs of the --root tree
 
     def argv(self) -> list[str]:
         """The command line a journal records (what 'undo --list' shows)."""
@@ -195,6 +199,10 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     refused: list[str] = []
     if spec.paths:
         plan_files(spec.paths, rules, options, plan)
+    if spec.pve:
+        from kvmtune.fix.pve import plan_pve
+
+        plan_pve(spec.root, rules, options, plan)
     for uri in spec.connect:
         plan_libvirt(uri, spec.domains, rules, options, plan)
     if spec.host:
@@ -223,7 +231,7 @@ def _confirm(n: int) -> bool:
 def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str | None, *, purge_backups: bool) -> Outcome:
     # the tree is the journal's root only for the host changes made in it; domain files, libvirt domains
     # and images are this host's, whatever --root the rules read (a tree's journal names only paths in it)
-    root = spec.root if spec.host else "/"
+    root = spec.root if spec.host or spec.pve else "/"
     directory = journal_dir(journal_dir_arg, root=root)
     restarts = sum(1 for c in plan.changes if c.kind == "domain" and getattr(c, "active", False))
     try:

@@ -103,8 +103,9 @@ def windows_hint(guest: Guest) -> WindowsHint | None:
 
 def hyperv_hint(guest: Guest) -> WindowsHint | None:
     """:func:`windows_hint` for the Hyper-V enlightenment and timer rules: they are x86 features, so never
-    for a guest of another architecture (an s390x or aarch64 guest)."""
-    return windows_hint(guest) if guest.is_x86 else None
+    for a guest of another architecture (an s390x or aarch64 guest), nor for a Proxmox VE guest: for a Windows
+    ``ostype`` qemu-server itself sets the hv_* CPU flags, ``-no-hpet`` and ``-rtc driftfix=slew,base=localtime``."""
+    return windows_hint(guest) if guest.is_x86 and guest.origin_kind != "pve" else None
 
 
 def guessed(hint: WindowsHint) -> str | None:

@@ -265,6 +265,10 @@ def _read_name(r: _Reading, opt: Option) -> None:
     r.guest.name = str(opt.props.get("guest") or opt.value or "?")
 
 
+def _read_pve_id(r: _Reading, opt: Option) -> None:
+    r.guest.derived["pve_vmid"] = (opt.value or "").strip()  # Proxmox VE's -id <vmid>: which config it runs
+
+
 def _read_uuid(r: _Reading, opt: Option) -> None:
     r.guest.uuid = (opt.value or "").strip() or None
 
@@ -391,6 +395,7 @@ OptionReader = Callable[[_Reading, Option], None]
 OPTION_READERS: dict[str, OptionReader] = {
     "-name": _read_name,
     "-uuid": _read_uuid,
+    "-id": _read_pve_id,
     "-smbios": _read_smbios,
     "-machine": _read_machine,
     "-M": _read_machine,

@@ -1,0 +1,229 @@
+"""A rule's fix in Proxmox VE's terms: the ``qm set`` options (and the web UI field) that make it.
+
+:data:`FORMS` is the PVE form of each rule whose fix is a config change; the rule's own text stays the
+libvirt form, so there is one source of the advice per rule and one form per kind of target. A form turns
+one finding's device into :class:`QmChange`: new values for config keys (a drive's or NIC's property
+string rewritten, or a VM option such as ``scsihw``). :func:`apply_to_text` writes the merged changes into
+the config file's current section the way PVE prints it (the volume or ``model=MAC`` first, the other
+properties sorted), leaving every other line, the ``[PENDING]`` section and the snapshots byte for byte.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvmtune.proxmox.config import NET_KEY, PveConfig, split_property_string
+
+
+@dataclass
+class QmChange:
+    """New values for config keys (``None``: delete the key) and what a person would click instead."""
+
+    values: dict[str, str | None] = field(default_factory=dict)
+    props: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> properties to set in its string
+    ui: str = ""
+    guest_visible: bool = False  # the guest sees other hardware (controller, NIC model): --allow-bus-change
+
+    def merge(self, other: QmChange) -> None:
+        self.values.update(other.values)
+        for key, props in other.props.items():
+            self.props.setdefault(key, {}).update(props)
+        self.guest_visible = self.guest_visible or other.guest_visible
+
+
+Form = Callable[[PveConfig, str], "QmChange | None"]
+
+
+def _disk_key(cfg: PveConfig, device: str) -> str | None:
+    key = device.removeprefix("disk:")
+    return key if key in cfg.current and device.startswith("disk:") else None
+
+
+def _nic_key(cfg: PveConfig, device: str) -> str | None:
+    mac = device.removeprefix("net:").lower()
+    for key, value in cfg.current.items():
+        if NET_KEY.match(key) and mac in value.lower():
+            return key
+    return None
+
+
+def _disk_props(props: dict[str, str], ui: str) -> Form:
+    def form(cfg: PveConfig, device: str) -> QmChange | None:
+        key = _disk_key(cfg, device)
+        return QmChange(props={key: dict(props)}, ui=ui) if key else None
+    return form
+
+
+def _aio(cfg: PveConfig, device: str) -> QmChange | None:
+    key = _disk_key(cfg, device)
+    if key is None:
+        return None
+    volume = split_property_string(cfg.current[key])[0][1]
+    qcow = volume.endswith((".qcow2", ".vmdk"))
+    return QmChange(props={key: {"aio": "io_uring" if qcow else "native"}},
+                    ui=f"Hardware > Hard Disk ({key}) > Advanced > Async IO")
+
+
+def _iothread(cfg: PveConfig, device: str) -> QmChange | None:
+    key = _disk_key(cfg, device)
+    if key is None:
+        return None
+    change = QmChange(props={key: {"iothread": "1"}}, ui=f"Hardware > Hard Disk ({key}) > IO thread")
+    if key.startswith("scsi") and cfg.current.get("scsihw") != "virtio-scsi-single":
+        change.values["scsihw"] = "virtio-scsi-single"
+        change.ui += "; Hardware > SCSI Controller > VirtIO SCSI single"
+    return change
+
+
+def _scsihw(cfg: PveConfig, device: str) -> QmChange | None:
+    """One virtio-scsi controller per disk, each with its IOThread: ``virtio-scsi-single`` and ``iothread=1``."""
+    scsihw = cfg.current.get("scsihw", "lsi")
+    change = QmChange(ui="Hardware > SCSI Controller > VirtIO SCSI single; Hard Disk > IO thread",
+                      guest_visible=not scsihw.startswith("virtio-scsi"))
+    if scsihw != "virtio-scsi-single":
+        change.values["scsihw"] = "virtio-scsi-single"
+    controller = device.removeprefix("scsi-controller:")
+    for key in cfg.current:
+        # virtio-scsi-single names each disk's controller virtioscsi<N>: the finding's own disk only
+        if key.startswith("scsi") and key[4:].isdigit() and (scsihw != "virtio-scsi-single"
+                                                            or controller == f"virtioscsi{key[4:]}"):
+            change.props[key] = {"iothread": "1"}
+    return change
+
+
+def _rng(cfg: PveConfig, device: str) -> QmChange | None:
+    return QmChange(values={"rng0": "source=/dev/urandom"}, ui="Hardware > Add > VirtIO RNG (source /dev/urandom)")
+
+
+def _nic_model(cfg: PveConfig, device: str) -> QmChange | None:
+    key = _nic_key(cfg, device)
+    if key is None:
+        return None
+    items = split_property_string(cfg.current[key])
+    mac = next((v for k, v in items if k is not None and ":" in v and k not in ("bridge", "macaddr")), None)
+    rest = {k: v for k, v in items[1:] if k is not None}
+    value = f"virtio={mac}" if mac else "virtio"
+    if rest:
+        value += "," + ",".join(f"{k}={rest[k]}" for k in sorted(rest))
+    return QmChange(values={key: value}, ui=f"Hardware > Network Device ({key}) > Model: VirtIO (paravirtualized)",
+                    guest_visible=True)
+
+
+def _queues(cfg: PveConfig, device: str) -> QmChange | None:
+    key = _nic_key(cfg, device)
+    if key is None:
+        return None
+    vcpus = int(cfg.current.get("vcpus") or int(cfg.current.get("sockets", "1")) * int(cfg.current.get("cores", "1")))
+    return QmChange(props={key: {"queues": str(min(vcpus, 8))}}, ui=f"Hardware > Network Device ({key}) > Multiqueue")
+
+
+def _balloon(cfg: PveConfig, device: str) -> QmChange | None:
+    return QmChange(values={"balloon": None}, ui="Hardware > Memory > Ballooning Device")
+
+
+def _cpu(cfg: PveConfig, device: str) -> QmChange | None:
+    return QmChange(values={"cpu": "x86-64-v2-AES"}, ui="Hardware > Processors > Type: x86-64-v2-AES (or host)",
+                    guest_visible=True)
+
+
+_CACHE_UI = "Hardware > Hard Disk ({}) > Cache: No cache"
+FORMS: dict[str, Form] = {
+    "KVM-STO-002": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-003": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-004": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-005": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-014": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-007": _disk_props({"cache": "none"}, _CACHE_UI),
+    "KVM-STO-006": _aio,
+    "KVM-STO-009": _iothread,
+    "KVM-STO-010": _disk_props({"discard": "on"}, "Hardware > Hard Disk ({}) > Discard"),
+    "KVM-STO-012": _scsihw,
+    "KVM-STO-015": _scsihw,
+    "KVM-NET-001": _nic_model,
+    "KVM-NET-008": _queues,
+    "KVM-MEM-002": _balloon,
+    "KVM-CPU-001": _cpu,
+    "KVM-SEC-001": _rng,
+}
+
+
+def change_for(rule_id: str, cfg: PveConfig, device: str | None) -> QmChange | None:
+    form = FORMS.get(rule_id)
+    change = form(cfg, device or "") if form else None
+    if change is not None:
+        key = device.removeprefix("disk:") if device else ""
+        change.ui = change.ui.replace("({})", f"({key})")
+    return change
+
+
+def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:
+    """Each changed key's new value (``None``: deleted), property strings in PVE's own order."""
+    out: dict[str, str | None] = dict(change.values)
+    for key, props in change.props.items():
+        base = out.get(key) or cfg.current.get(key)
+        if base is None:
+            continue
+        items = split_property_string(base)
+        head, rest = items[0], {k: v for k, v in items[1:] if k is not None}
+        rest.update(props)
+        first = head[1] if head[0] is None else f"{head[0]}={head[1]}"
+        out[key] = ",".join([first, *(f"{k}={rest[k]}" for k in sorted(rest))])
+    return out
+
+
+def qm_set_line(cfg: PveConfig, change: QmChange) -> str:
+    values = new_values(cfg, change)
+    args = ["qm", "set", cfg.vmid]
+    deleted = [k for k, v in values.items() if v is None]
+    for key, value in values.items():
+        if value is not None:
+            args += [f"--{key}", value]
+    if deleted:
+        args += ["--delete", ",".join(deleted)]
+    return shlex.join(args)
+
+
+def qm_set_argv(cfg: PveConfig, change: QmChange) -> list[str]:
+    return shlex.split(qm_set_line(cfg, change))
+
+
+def apply_to_text(text: str, cfg: PveConfig, change: QmChange) -> str:
+    """The config file after the change: the current section's lines replaced, added (before the first section)
+    or removed; every other byte kept."""
+    values = new_values(cfg, change)
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    done: set[str] = set()
+    in_current = True
+    for line in lines:
+        stripped = line.strip()
+        if in_current and stripped.startswith("[") and stripped.endswith("]"):
+            in_current = False
+            out.extend(_added(values, done, cfg, before_section=True, after=out))
+        if in_current and ":" in stripped and not stripped.startswith("#"):
+            key = stripped.split(":", 1)[0]
+            if key in values:
+                done.add(key)
+                value = values[key]
+                if value is not None:
+                    out.append(f"{key}: {value}\n")
+                continue
+        out.append(line)
+    if in_current:
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n"
+        out.extend(_added(values, done, cfg, before_section=False, after=out))
+    return "".join(out)
+
+
+def _added(values: dict[str, str | None], done: set[str], cfg: PveConfig, *, before_section: bool,
+           after: list[str]) -> list[str]:
+    new = [f"{k}: {v}\n" for k, v in sorted(values.items()) if k not in done and v is not None]
+    done.update(values)
+    if new and before_section and after and not after[-1].strip():
+        # keep the blank line that separates the current section from the next one
+        blank = after.pop()
+        return [*new, blank]
+    return new
