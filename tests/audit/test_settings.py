@@ -122,7 +122,8 @@ def test_search_order_and_layering(tmp_path: Path) -> None:
 
 def test_config_show_says_where_each_value_came_from(tmp_path: Path) -> None:
     user = write(tmp_path / "home" / ".config" / "kvmtune" / "kvmtune.toml",
-                 'fail_on = "high"\n\n[thresholds]\nvcpu_overcommit = 8\n\n[[waiver]]\nrule = "KVM-STO-004"\nreason = "scratch"\n')
+                 'fail_on = "high"\n\n[thresholds]\nvcpu_overcommit = 8\n\n'
+                 '[[waiver]]\nrule = "KVM-STO-004"\nreason = "scratch"\n')
     done = kvmtune("config", "show", env={"HOME": str(tmp_path / "home")})
     assert done.returncode == 0, done.stderr
     lines = {line.split("=", 1)[0].strip(): line for line in done.stdout.splitlines() if " = " in line}
