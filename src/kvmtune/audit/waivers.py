@@ -77,6 +77,12 @@ def guest_waivers(guests: Iterable[Guest], errors: list[str]) -> list[Waiver]:
     return out
 
 
+def live_waiver(f: Finding, waivers: Sequence[Waiver], guest: Guest | None, today: date) -> Waiver | None:
+    """The first waiver, not expired, that matches ``f`` (fix asks this per finding)."""
+    uuid = guest.uuid.lower() if guest is not None and guest.uuid else None
+    return next((w for w in waivers if matches(w, f, uuid) and (w.expires is None or w.expires >= today)), None)
+
+
 def apply_waivers(findings: Sequence[Finding], waivers: Sequence[Waiver], guests: Iterable[Guest], *,
                   today: date, host: str, rule_ids: Iterable[str]) -> WaiverNotes:
     """Mark each finding the first live waiver matching it; say which waivers expired or matched nothing.

@@ -140,6 +140,17 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return found if isinstance(found, Settings) else Settings()
 
 
+def settings_journal_dir(args: argparse.Namespace) -> str | None:
+    """``--journal-dir``, else the settings file's ``journal_dir`` for this host (not below a ``--root`` tree,
+    whose journals stay in it, nor over ``$KVMTUNE_JOURNAL_DIR``); ``None``: the journal's own default."""
+    if args.journal_dir:
+        return str(args.journal_dir)
+    settings = settings_of(args)
+    if os.environ.get("KVMTUNE_JOURNAL_DIR") or not settings.given("journal_dir") or getattr(args, "root", "/") != "/":
+        return None
+    return str(settings.get("journal_dir"))
+
+
 def use_color(choice: str, to_terminal: bool) -> bool:
     """``--color``: always and never win; auto colours a terminal unless ``NO_COLOR`` (no-color.org) is set."""
     if choice == "always":
