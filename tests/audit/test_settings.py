@@ -159,3 +159,17 @@ def test_the_settings_reach_audit(tmp_path: Path) -> None:
     assert [f["rule"] for f in json.loads(done.stdout)["findings"]] == ["KVM-HST-019"]  # skip from the file
     assert kvmtune("audit", "--host", "--root", root, "--only", "KVM-HST-019", "--fail-on", "critical",
                    "--config", str(gate)).returncode == 0  # the command line wins
+
+
+def test_the_documented_example_is_a_valid_settings_file(tmp_path: Path) -> None:
+    page = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    example = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = write(tmp_path / "kvmtune.toml", example)
+    done = kvmtune("config", "check", str(path))
+    assert done.returncode == 0, done.stderr
+    shown = kvmtune("config", "show", "--config", str(path)).stdout
+    # every key the file can hold is in the example
+    from kvmtune.audit.settings import KEYS
+
+    assert [k.name for k in KEYS if f"{path}:" not in next(ln for ln in shown.splitlines()
+                                                            if ln.startswith(f"{k.name} "))] == []

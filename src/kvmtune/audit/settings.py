@@ -100,7 +100,6 @@ KEYS: tuple[Key, ...] = (
     Key("skip", [], "unset: no rule", _rules, "audit/fix --skip: rule ids, slugs or prefixes"),
     Key("profile", "virtual-host", "fix --host's default profile (host/settings.py)", _profile, "fix --host --profile"),
     Key("journal_dir", "/var/lib/kvmtune/journal", "fix/journal.py DEFAULT_DIR", _string, "fix/undo --journal-dir"),
-    Key("db", "~/.local/share/kvmtune/results.db", "bench/store.py default", _string, "bench/results/compare/report --db"),
     Key("connect", [], "unset: what this host runs", _strings, "libvirt URIs audit reads when no input is named"),
     Key("agent_timeout", 5.0, "audit/collect_agent.py DEFAULT_TIMEOUT_S", _number(0, 600),
         "audit --agent-timeout: seconds per guest agent"),
