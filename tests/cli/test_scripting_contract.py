@@ -66,6 +66,10 @@ BAD_INPUTS = [
     ["doctor", "--format", "bogus"],
     ["completion", "fish"],
     ["man", "--bogus"],
+    ["config", "check", "{file}"],
+    ["config", "show", "--config", f"{MISSING}/kvmtune.toml"],
+    ["audit", "--examples", "--config", "{file}"],
+    ["audit", "--examples", "--new-since", "{file}"],
 ]
 
 

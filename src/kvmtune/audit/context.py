@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvmtune.audit.finding import Target
+from kvmtune.audit.thresholds import Thresholds
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.probe import AccelVerdict
 from kvmtune.host.root import HostRoot
@@ -32,6 +33,8 @@ class AuditContext:
     host_facts: HostFacts | None = None  # given (capture-host records its reads) or read on first use
     # what `kvmtune guest accel` last found on this machine (the CLI reads bench/'s cache and passes it in)
     accel_verdict: AccelVerdict | None = None
+    # the thresholds sites disagree on (settings file [thresholds]; defaults cited in audit/settings.py)
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
     @property
     def facts(self) -> HostFacts:

@@ -24,6 +24,10 @@ class AuditResult:
     host_audited: bool = False
     hints: list[str] = field(default_factory=list)  # what to try next, for people (never in JSON/SARIF)
     host: str = ""  # the audited host's label (hostname, or a captured tree's name): fleet reports key on it
+    waiver_notes: list[str] = field(default_factory=list)  # one line per expired or stale waiver (audit/waivers.py)
+    baseline: str | None = None  # audit --new-since FILE: findings carry .new
+    resolved: list[dict[str, Any]] = field(default_factory=list)  # the baseline's findings this run no longer has
+    show_waived: bool = False  # text: waived findings in full, not one line each
 
 
 def rule_matches(rule: type[Rule], key: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Literal, NamedTuple
 
 
@@ -80,6 +81,30 @@ class FixHint:
     safe: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Waiver:
+    """An accepted finding: a settings file's ``[[waiver]]`` or a guest's own ``<metadata>`` (audit/waivers.py
+    matches them). ``rule`` is an id or id prefix; ``host``, ``guest`` and ``target`` are globs (``None``: any)."""
+
+    rule: str
+    reason: str
+    host: str | None = None
+    guest: str | None = None  # a guest's name or UUID
+    target: str | None = None  # the finding's device, e.g. disk:vdb
+    expires: date | None = None  # waives up to and including this day
+    by: str | None = None
+    origin: str = ""  # where it was written: FILE:LINE, or the guest's <metadata>
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "reason": self.reason, "host": self.host, "guest": self.guest, "target": self.target,
+                "expires": self.expires.isoformat() if self.expires else None, "by": self.by, "origin": self.origin}
+
+    def label(self) -> str:
+        """``KVM-STO-004 guest=db* (FILE:LINE)``: how notices name it."""
+        scope = "".join(f" {k}={v}" for k, v in (("host", self.host), ("guest", self.guest), ("target", self.target)) if v)
+        return f"{self.rule}{scope} ({self.origin})"
+
+
 # Not frozen: a frozen dataclass sets each of its 15 fields through object.__setattr__, which made
 # building a finding four times as costly (~19,000 instructions), and the corpus audit builds ~6,000.
 # Nothing changes a finding after a rule made it; the reporters only read them.
@@ -100,6 +125,8 @@ class Finding:
     references: tuple[str, ...] = ()
     source: str = ""  # file, URI or process the evidence was read from
     extra: dict[str, Any] = field(default_factory=dict)
+    waiver: Waiver | None = None  # set after the rules ran: still shown, not counted by --fail-on
+    new: bool | None = None  # audit --new-since: not in the baseline (None: no baseline given)
 
     def sort_key(self) -> tuple[str, str, str, int, str]:
         t = self.target
@@ -117,4 +144,8 @@ class Finding:
         }
         if self.extra:
             data["extra"] = dict(self.extra)
+        if self.waiver is not None:
+            data["waiver"] = self.waiver.to_json()
+        if self.new is not None:
+            data["new"] = self.new
         return data

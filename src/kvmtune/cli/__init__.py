@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvmtune import __version__
-from kvmtune.cli.command import Command, Exit, Outcome, register, use_color
+from kvmtune.audit.settings import load, search_paths
+from kvmtune.cli.command import Command, Exit, Outcome, register, settings_options, use_color
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.files import write_output
 from kvmtune.textsafe import safe
@@ -36,6 +37,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.top",
     "kvmtune.cli.doctor",
     "kvmtune.cli.shelldocs",
+    "kvmtune.cli.config",
 ]
 
 
@@ -48,6 +50,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvmtune", description="Audit, fix and benchmark KVM guests and hosts.")
     parser.add_argument("--version", action="version", version=f"kvmtune {__version__}")
+    settings_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
@@ -64,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return Exit.USAGE
     try:
+        if command.uses_settings:  # a bad settings file is one line naming it, exit 2, before anything runs
+            if args.config is not None and args.no_config:
+                print("kvmtune: error: --config and --no-config exclude each other", file=sys.stderr)
+                return Exit.USAGE
+            args.settings = load(search_paths(args.config, os.environ, no_config=args.no_config))
         try:
             command.check(args)
         except UsageError as exc:

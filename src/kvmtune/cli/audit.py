@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import date
 from typing import TextIO
 
 from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather, pve_config_paths
@@ -14,9 +15,20 @@ from kvmtune.audit.finding import Severity
 from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
+from kvmtune.audit.settings import Settings
+from kvmtune.audit.waivers import apply_baseline, apply_waivers, counted, guest_waivers, read_baseline
 from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.cli import audit_host
-from kvmtune.cli.command import Command, Exit, Outcome, color_option, format_option, output_option, root_option
+from kvmtune.cli.command import (
+    Command,
+    Exit,
+    Outcome,
+    color_option,
+    format_option,
+    output_option,
+    root_option,
+    settings_of,
+)
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
 
@@ -25,6 +37,7 @@ class AuditCommand(Command):
     name = "audit"
     help = "audit libvirt domains, QEMU command lines and the host"
     description = "Audit KVM guests against today's best practice. With no input, audits what this host runs."
+    uses_settings = True
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("paths", nargs="*", metavar="PATH",
@@ -49,10 +62,18 @@ class AuditCommand(Command):
         output_option(p)
         p.add_argument("--fail-on", metavar="SEVERITY", default=None,
                        help="exit 1 if any finding is at or above SEVERITY (info|low|medium|high|critical)")
-        p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
-        p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+        p.add_argument("--only", default=None, metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+        p.add_argument("--skip", default=None, metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
+        waived = p.add_mutually_exclusive_group()
+        waived.add_argument("--show-waived", action="store_true",
+                            help="show waived findings in full, with the waiver that accepted each")
+        waived.add_argument("--no-waivers", action="store_true",
+                            help="apply no waiver (settings file or domain <metadata>): every finding counts")
+        p.add_argument("--new-since", metavar="REPORT", default=None,
+                       help="an earlier 'audit --format json' report: --fail-on counts only findings new since it; "
+                       "resolved ones are listed")
         color_option(p)
-        p.add_argument("--agent-timeout", type=_seconds, default=DEFAULT_AGENT_TIMEOUT_S, metavar="SECONDS",
+        p.add_argument("--agent-timeout", type=_seconds, default=None, metavar="SECONDS",
                        help="how long each running guest's QEMU guest agent may take to tell its inside "
                        f"(default {DEFAULT_AGENT_TIMEOUT_S:g})")
         p.add_argument("--no-agent", action="store_true",
@@ -60,38 +81,55 @@ class AuditCommand(Command):
         audit_host.add_options(p)
 
     def check(self, args: argparse.Namespace) -> None:
-        _fail_on(args)
+        _fail_on(args, settings_of(args))
 
     def run(self, args: argparse.Namespace) -> Outcome:
-        fail_on = _fail_on(args)
-        rules = select_rules(_split(args.only), _split(args.skip))
+        settings = settings_of(args)
+        fail_on = _fail_on(args, settings)
+        rules = select_rules(_rule_keys(args.only, settings, "only"), _rule_keys(args.skip, settings, "skip"))
+        baseline = read_baseline(args.new_since) if args.new_since else None
         paths, images, moved = domain_files_among_images(args.paths, args.images)
         paths, confs = pve_config_paths(paths)
+        connect = tuple(args.connect or ([DEFAULT_URI] if args.domain else []))
+        if not (paths or confs or images or connect or args.qemu_cmdline or args.running or args.examples or args.host):
+            connect = tuple(settings.get("connect"))  # the settings' URIs stand in for "what this host runs"
+        timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
         sources = Sources(
-            paths=tuple(paths), connect=tuple(args.connect or ([DEFAULT_URI] if args.domain else [])),
-            domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline), running=args.running,
-            pve_configs=tuple(confs), pve_storage=args.pve_storage,
+            paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
+            running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
-            assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else args.agent_timeout,
+            assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,
         )
-        ctx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
+        ctx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host),
+                           thresholds=settings.thresholds)
         result = gather(sources, ctx)
         result.host = ctx.host_label()
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
         pve_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
+        if not args.no_waivers:
+            waivers = [*settings.waivers, *guest_waivers(result.guests, result.errors)]
+            notes = apply_waivers(result.findings, waivers, result.guests, today=date.today(), host=result.host,
+                                  rule_ids=[r.id for r in rules])
+            result.waiver_notes = notes.lines()
+        result.show_waived = args.show_waived
+        if baseline is not None:
+            result.baseline = baseline.source
+            result.resolved = apply_baseline(result.findings, baseline, result.guests)
         audited = bool(result.guests or result.images or result.host_audited)
         # Text mode: an input error is one line on stderr, not also in the report; a run in which every
         # input failed prints no report at all. JSON and SARIF keep the errors inside the document.
         shown = args.format != "text" or audited or args.output is not None
         if result.errors:
             code = Exit.USAGE
-        elif fail_on is not None and any(f.severity >= fail_on for f in result.findings):
+        elif fail_on is not None and any(f.severity >= fail_on for f in counted(result.findings)):
             code = Exit.FINDINGS
         else:
             code = Exit.OK
-        return Outcome(code, result if shown else None, list(result.errors))
+        # text shows the waiver notes in the report; the other formats carry them and say them on stderr too
+        said = result.waiver_notes if args.format != "text" or not shown else []
+        return Outcome(code, result if shown else None, [*result.errors, *said])
 
     def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
         result = outcome.result
@@ -107,11 +145,17 @@ class AuditCommand(Command):
 COMMANDS = (AuditCommand,)
 
 
-def _fail_on(args: argparse.Namespace) -> Severity | None:
+def _fail_on(args: argparse.Namespace, settings: Settings) -> Severity | None:
+    text = args.fail_on if args.fail_on is not None else settings.get("fail_on")
     try:
-        return Severity.parse(args.fail_on) if args.fail_on else None
+        return Severity.parse(text) if text else None
     except ValueError as exc:
         raise UsageError(f"--fail-on: {exc}") from None
+
+
+def _rule_keys(given: str | None, settings: Settings, name: str) -> list[str]:
+    """``--only``/``--skip`` as given, else the settings file's list."""
+    return _split(given) if given is not None else list(settings.get(name))
 
 
 def _seconds(text: str) -> float:

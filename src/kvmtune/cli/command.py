@@ -21,6 +21,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from kvmtune.audit.settings import Settings
 from kvmtune.errors import UsageError
 
 
@@ -52,6 +53,8 @@ class Command:
     description: ClassVar[str | None] = None
     # nested actions (``kvmtune results list``); a command with them and none given prints its help
     subcommands: ClassVar[tuple[type[Command], ...]] = ()
+    # reads the settings file (main loads it before check(); the command reads it with settings_of(args))
+    uses_settings: ClassVar[bool] = False
     parser: argparse.ArgumentParser  # set when registered
 
     def options(self, p: argparse.ArgumentParser) -> None:
@@ -76,6 +79,7 @@ def register(sub: argparse._SubParsersAction[Any], cls: type[Command]) -> Comman
     p = sub.add_parser(cls.name, help=cls.help, description=cls.description or cls.help)
     command.parser = p
     command.options(p)
+    settings_options(p, suppress=True)
     p.set_defaults(command_object=command)
     if cls.subcommands:
         nested = p.add_subparsers(dest=f"{cls.name}_action", metavar="ACTION", parser_class=type(p))
@@ -118,6 +122,33 @@ def db_option(p: argparse.ArgumentParser, default: Path) -> None:
 
 def journal_dir_option(p: argparse.ArgumentParser, default: str, env: str) -> None:
     p.add_argument("--journal-dir", default=None, metavar="DIR", help=f"where journals are (default ${env} or {default})")
+
+
+def settings_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """``--config FILE`` and ``--no-config``, before or after the subcommand (after it, they win)."""
+    default: object = argparse.SUPPRESS if suppress else None
+    p.add_argument("--config", metavar="FILE", default=default,
+                   help="read settings from FILE only (default: $KVMTUNE_CONFIG, else /etc/kvmtune/kvmtune.toml "
+                   "then ~/.config/kvmtune/kvmtune.toml)")
+    p.add_argument("--no-config", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="read no settings file")
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The effective settings main() loaded for this command (the defaults when it loaded none)."""
+    found = getattr(args, "settings", None)
+    return found if isinstance(found, Settings) else Settings()
+
+
+def settings_journal_dir(args: argparse.Namespace) -> str | None:
+    """``--journal-dir``, else the settings file's ``journal_dir`` for this host (not below a ``--root`` tree,
+    whose journals stay in it, nor over ``$KVMTUNE_JOURNAL_DIR``); ``None``: the journal's own default."""
+    if args.journal_dir:
+        return str(args.journal_dir)
+    settings = settings_of(args)
+    if os.environ.get("KVMTUNE_JOURNAL_DIR") or not settings.given("journal_dir") or getattr(args, "root", "/") != "/":
+        return None
+    return str(settings.get("journal_dir"))
 
 
 def use_color(choice: str, to_terminal: bool) -> bool:

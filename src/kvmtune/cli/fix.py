@@ -9,7 +9,17 @@ from pathlib import Path
 
 from kvmtune.audit.collect import domain_files_among_images
 from kvmtune.audit.engine import select_rules
-from kvmtune.cli.command import Command, Exit, Outcome, format_option, journal_dir_option, root_option
+from kvmtune.audit.finding import Waiver
+from kvmtune.cli.command import (
+    Command,
+    Exit,
+    Outcome,
+    format_option,
+    journal_dir_option,
+    root_option,
+    settings_journal_dir,
+    settings_of,
+)
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
@@ -36,6 +46,7 @@ class FixCommand(Command):
     help = "show (and with --apply make) the changes that fix the findings; reversible with 'kvmtune undo'"
     description = ("Plan fixes for what 'kvmtune audit' finds and print them as a diff. Nothing changes "
                    "without --apply; every --apply writes a journal first, so 'kvmtune undo ID' restores exactly.")
+    uses_settings = True
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files to fix in place")
@@ -60,6 +71,8 @@ class FixCommand(Command):
                        "to the current directory, or to / for files outside it)")
         p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to fix")
         p.add_argument("--skip", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes to leave")
+        p.add_argument("--no-waivers", action="store_true",
+                       help="fix waived findings too (by default a waived finding is fixed only when --only names its rule)")
         p.add_argument("--allow-bus-change", action="store_true",
                        help="also change what the guest sees (disk bus ide/sata → virtio and hda → vda, NIC model, SCSI "
                        "controller): the guest needs virtio drivers, device names change")
@@ -91,13 +104,15 @@ class FixCommand(Command):
 
     def run(self, args: argparse.Namespace) -> Outcome:
         paths, images, moved = domain_files_among_images(args.paths, args.images)
+        settings = settings_of(args)
         spec = FixSpec(
             paths=paths, connect=list(args.connect), domains=list(args.domain), host=bool(args.host or args.profile),
-            profile=args.profile or "virtual-host", images=images,
+            profile=args.profile or str(settings.get("profile")), images=images,
             image_format=args.image_format or (args.format if args.format in IMAGE_FORMATS else None),
             root=args.root, only=args.only, skip=args.skip, allow_bus_change=args.allow_bus_change,
             allow_cpu_change=args.allow_cpu_change, assume_this_host=args.assume_this_host,
             pve=not (paths or args.connect or args.host or args.profile or images) and has_pve(args.root),
+            waivers=() if args.no_waivers else tuple(settings.waivers), use_waivers=not args.no_waivers,
         )
         plan, refused = build_plan(spec)
         if args.patch:
@@ -126,7 +141,7 @@ class FixCommand(Command):
         sys.stdout.flush()
         if not args.yes and not _confirm(len(plan.changes)):
             return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
-        return _apply(spec, plan, refused, args.journal_dir, purge_backups=args.purge_backups)
+        return _apply(spec, plan, refused, settings_journal_dir(args), purge_backups=args.purge_backups)
 
 
 COMMANDS = (FixCommand,)
@@ -150,6 +165,8 @@ class FixSpec:
     allow_cpu_change: bool = False
     assume_this_host: bool = False
     pve: bool = False  # the Proxmox VE VM configs of the --root tree
+    waivers: tuple[Waiver, ...] = ()  # the settings file's; not part of the command line a journal records
+    use_waivers: bool = True
 
     def argv(self) -> list[str]:
         """The command line a journal records (what 'undo --list' shows)."""
@@ -194,7 +211,8 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     # a finding from a guessed guest identity is applied only when its rule is named by id or slug (a prefix is not a name)
     named = {r.id for r in rules if r.id in _split(spec.only) or r.slug in _split(spec.only)}
     options = FixOptions(allow_bus_change=spec.allow_bus_change, allow_cpu_change=spec.allow_cpu_change,
-                         assume_this_host=spec.assume_this_host, host=HostRoot(spec.root), named_rules=frozenset(named))
+                         assume_this_host=spec.assume_this_host, host=HostRoot(spec.root), named_rules=frozenset(named),
+                         waivers=spec.waivers, use_waivers=spec.use_waivers)
     plan = Plan()
     refused: list[str] = []
     if spec.paths:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option
+from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option, settings_of
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.host.root import HostRoot
@@ -28,7 +28,7 @@ from kvmtune.live.model import Snapshot
 from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import Rates, rates
 from kvmtune.live.sources import Sampler
-from kvmtune.live.symptoms import thresholds_json
+from kvmtune.live.symptoms import thresholds_json, with_thresholds
 from kvmtune.textsafe import safe
 
 SORT_KEYS = ("guest", "delay", "disk", "net")
@@ -67,6 +67,7 @@ def _check(args: argparse.Namespace) -> None:
 
 class TopCommand(Command):
     name = "top"
+    uses_settings = True
     help = "live view: which running guest is slow, and the rule that explains it"
     description = ("Sample every running guest (libvirt's bulk stats, or /proc and QMP for QEMU processes libvirt "
                    "does not manage) and the host, and name the rule behind each slow signal.")
@@ -83,7 +84,7 @@ class TopCommand(Command):
     def run(self, args: argparse.Namespace) -> Outcome:
         sampler = _sampler(args)
         try:
-            diag = Diagnoser(sampler.host)
+            diag = Diagnoser(sampler.host, settings_of(args).thresholds)
             if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
                 for r, snap in _intervals(sampler, args.interval, args.count):  # a stream: each table as it comes
                     print(render_table(r, diag.diagnose(r, snap), args.sort, width=_width()), flush=True)
@@ -102,10 +103,12 @@ class Sample:
     per_interval: list[dict[str, Any]]
     whole: Rates
     diagnoses: list[Diagnosis]
+    thresholds: dict[str, dict[str, Any]]  # as judged: the settings file's, else the cited defaults
 
 
 class SampleCommand(Command):
     name = "sample"
+    uses_settings = True
     help = "sample running guests for a while; JSON or Prometheus textfile output"
     description = "Sample running guests and the host for --duration seconds."
 
@@ -124,14 +127,15 @@ class SampleCommand(Command):
             per_interval, whole, diagnoses = _measure(sampler, args)
         finally:
             sampler.close()
-        return Outcome(result=Sample(args.interval, per_interval, whole, diagnoses))
+        signals = with_thresholds(settings_of(args).thresholds)
+        return Outcome(result=Sample(args.interval, per_interval, whole, diagnoses, thresholds_json(signals)))
 
     def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
         sample = outcome.result
         assert isinstance(sample, Sample)
         if fmt == "json":
             doc = {"schema_version": 1, "kind": "kvmtune-sample", "duration_s": sample.whole.interval_s,
-                   "interval_s": sample.interval_s, "thresholds": thresholds_json(),
+                   "interval_s": sample.interval_s, "thresholds": sample.thresholds,
                    "summary": rates_json(sample.whole, sample.diagnoses), "intervals": sample.per_interval}
             out.write(json.dumps(doc, indent=2) + "\n")
         elif fmt == "prometheus":  # node_exporter never reads a half-written textfile: main writes -o atomically
@@ -142,6 +146,7 @@ class SampleCommand(Command):
 
 class CapacityCommand(Command):
     name = "capacity"
+    uses_settings = True
     help = "seed 001's sizing: how many such guests each disk carries"
     description = ("From the transactions per second each running guest issues (sampled now, or read from "
                    "`kvmtune sample --format json` output) and the disk's capacity in transactions per second, say "
@@ -268,7 +273,7 @@ def _interactive(sampler: Sampler, diag: Diagnoser, args: argparse.Namespace) ->
 
 
 def _measure(sampler: Sampler, args: argparse.Namespace) -> tuple[list[dict[str, Any]], Rates, list[Diagnosis]]:
-    diag = Diagnoser(sampler.host)
+    diag = Diagnoser(sampler.host, settings_of(args).thresholds)
     first = sampler.snapshot()
     count = max(1, round(args.duration / args.interval))
     per_interval: list[dict[str, Any]] = []

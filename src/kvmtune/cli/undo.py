@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvmtune.cli.command import Command, Exit, Outcome, journal_dir_option, root_option
+from kvmtune.cli.command import Command, Exit, Outcome, journal_dir_option, root_option, settings_journal_dir
 from kvmtune.errors import UsageError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, list_journals, load, locked
 from kvmtune.textsafe import safe
@@ -15,6 +15,7 @@ from kvmtune.textsafe import safe
 class UndoCommand(Command):
     name = "undo"
     help = "restore exactly what a 'kvmtune fix --apply' changed (or list the journals)"
+    uses_settings = True
     description = ("Restore the files, runtime values, domain definitions and images a 'kvmtune fix --apply' "
                    "changed, from its journal. Works on a partly applied journal too.")
 
@@ -36,7 +37,7 @@ class UndoCommand(Command):
             raise UsageError("give a journal ID (see 'kvmtune undo --list')")
 
     def run(self, args: argparse.Namespace) -> Outcome:
-        directory = journal_dir(args.journal_dir, root=args.root)
+        directory = journal_dir(settings_journal_dir(args), root=args.root)
         if args.list:
             return Outcome(result=_listing(directory))
         # a bad id, a corrupt or untrusted journal, one made for another root or reaching outside its own:

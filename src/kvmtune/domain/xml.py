@@ -437,6 +437,20 @@ def _read_iothreads(guest: Guest, top: dict[str, etree._Element]) -> None:
         guest.iothreads = len(top["iothreadids"])
 
 
+# kvmtune's own namespace in libvirt's <metadata> (libvirt keeps foreign namespaces there)
+KVMTUNE_NS = "urn:kvmtune:1"
+
+
+def _read_metadata(guest: Guest, top: dict[str, etree._Element]) -> None:
+    meta = top.get("metadata")
+    if meta is None:
+        return
+    guest.waivers = tuple(
+        {str(k): str(v) for k, v in el.attrib.items()}
+        for el in meta.iter(f"{{{KVMTUNE_NS}}}waiver")
+    )
+
+
 DomainReader = Callable[[Guest, dict[str, etree._Element]], None]
 # top-level element -> its reader; every reader runs for every domain (an absent element sets the default)
 # and gets all top-level elements, for values libvirt derives from two (memory from <cpu><numa>)
@@ -449,6 +463,7 @@ DOMAIN_READERS: dict[str, DomainReader] = {
     "numatune": _read_numatune,
     "memoryBacking": _read_memory_backing,
     "iothreads": _read_iothreads,
+    "metadata": _read_metadata,
 }
 
 _EVIDENCE = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from lxml import etree
 from kvmtune.audit.collect import is_local_uri
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
-from kvmtune.audit.finding import Finding
+from kvmtune.audit.finding import Finding, Waiver
 from kvmtune.audit.rule import GuestRule, Rule
+from kvmtune.audit.waivers import guest_waivers, live_waiver
 from kvmtune.domain.xml import MAX_XML_BYTES, guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError
 from kvmtune.fix.diff import Reason
@@ -108,6 +110,11 @@ def _fix_guest_once(
             if f.rule in dropped:
                 result.skipped.append(f"{name}: {label}: {fixer.summary}: not fixed: {dropped[f.rule]}")
                 continue
+            waiver = _waived(f, current, options)
+            if waiver is not None:
+                result.skipped.append(f"{name}: {label}: {fixer.summary}: not fixed: waived ({waiver.reason}; "
+                                      f"{waiver.origin}); name the rule (--only {f.rule}) to fix it anyway")
+                continue
             if f.rule in guessed:
                 continue  # the guess was the original guest's; a named fix may since have made it look surer
             if f.extra.get("guessed") and f.rule not in options.named_rules:
@@ -153,6 +160,13 @@ def _fix_guest_once(
         return guest, result, left
     result.after = after
     return guest, result, set()
+
+
+def _waived(f: Finding, guest: Guest, options: FixOptions) -> Waiver | None:
+    """The live waiver that accepts ``f`` (settings file or the guest's own <metadata>), unless its rule is named."""
+    if not options.use_waivers or f.rule in options.named_rules:
+        return None
+    return live_waiver(f, [*options.waivers, *guest_waivers([guest], [])], guest, date.today())
 
 
 def _merge(plan: Plan, result: GuestFix) -> None:

@@ -21,7 +21,7 @@ from functools import cache
 
 from lxml import etree
 
-from kvmtune.audit.finding import Finding
+from kvmtune.audit.finding import Finding, Waiver
 from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
@@ -42,6 +42,10 @@ class FixOptions:
     # e.g. Windows only by the name) is fixed only for these
     named_rules: frozenset[str] = frozenset()
     host: HostRoot = field(default_factory=HostRoot)
+    # the settings file's waivers (a guest's <metadata> ones are read with it): a waived finding is left
+    # alone unless its rule is named; use_waivers False (fix --no-waivers) applies none
+    waivers: tuple[Waiver, ...] = ()
+    use_waivers: bool = True
 
 
 _LOCATOR_CACHE: list[tuple[list[Disk] | list[Nic], dict[str, Disk | Nic]]] = []

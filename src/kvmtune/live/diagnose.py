@@ -14,12 +14,13 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import all_rules
+from kvmtune.audit.thresholds import Thresholds
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import mount_for
 from kvmtune.host.root import HostRoot
 from kvmtune.live.model import GuestSample, Snapshot
 from kvmtune.live.signals import GuestRates, Rates
-from kvmtune.live.symptoms import SIGNALS, Reading, Signal, Subject
+from kvmtune.live.symptoms import SIGNALS, Reading, Signal, Subject, with_thresholds
 from kvmtune.qemu.process import running_qemu_guests
 
 NO_RULE = "no rule explains this"
@@ -50,10 +51,13 @@ def _host_rule_for(topic: str) -> str | None:
 class Diagnoser:
     """Audits each guest once (configuration, images, host) and matches signals to its findings."""
 
-    def __init__(self, host: HostRoot) -> None:
+    def __init__(self, host: HostRoot, thresholds: Thresholds | None = None) -> None:
         self.host = host
         self.facts = HostFacts(host, probe=False, guests=running_qemu_guests)
-        self.ctx = AuditContext(host=host, host_facts=self.facts)
+        self.thresholds = thresholds or Thresholds()
+        # the settings file's [thresholds]; with none, the list itself (the cited defaults)
+        self.signals = SIGNALS if self.thresholds == Thresholds() else with_thresholds(self.thresholds)
+        self.ctx = AuditContext(host=host, host_facts=self.facts, thresholds=self.thresholds)
         self.host_findings: list[Finding] = run_rules(self.ctx, (), (), audit_host=True)
         self._guest_findings: dict[str, list[Finding]] = {}
         self._media: dict[str, str] = {}
@@ -95,7 +99,7 @@ class Diagnoser:
 
     def _diagnoses(self, guest: str, subject: Subject, scope: str, findings: list[Finding]) -> list[Diagnosis]:
         out: list[Diagnosis] = []
-        for signal in SIGNALS:
+        for signal in self.signals:
             if signal.scope != scope:
                 continue
             for reading in signal.read(subject):

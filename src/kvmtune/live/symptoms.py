@@ -12,10 +12,11 @@ the thresholds are written once. The rule docs of the topics each signal points 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from kvmtune.audit.rule import all_rules
+from kvmtune.audit.thresholds import Thresholds
 from kvmtune.live.model import GuestSample, Snapshot
 from kvmtune.live.signals import GuestRates, HostRates
 
@@ -241,6 +242,31 @@ SIGNALS: list[Signal] = [
                           worse="lower", scale=100, symbol="%", cite="kvmtune")},
            frozenset({"balloon", "memory-overcommit", "ksm"})),
 ]
+
+
+def with_thresholds(t: Thresholds, signals: Iterable[Signal] | None = None) -> list[Signal]:
+    """The signals with a settings file's ``[thresholds]`` (run delay, host CPU, disk latency by medium) in
+    place of their cited defaults (only those it changes); a critical level is never below its warn level."""
+    d = Thresholds()
+    warn: dict[tuple[str, str], tuple[float, float | None]] = {
+        ("vcpu-delay", ""): (t.run_delay_warn, t.run_delay_critical),
+        ("host-cpu", ""): (t.cpu_utilization, None),
+        ("disk-latency", "flash"): (t.disk_latency_flash_ms, None),
+        ("disk-latency", "hdd"): (t.disk_latency_hdd_ms, None),
+    }
+    defaults = {("vcpu-delay", ""): (d.run_delay_warn, d.run_delay_critical), ("host-cpu", ""): (d.cpu_utilization, None),
+                ("disk-latency", "flash"): (d.disk_latency_flash_ms, None),
+                ("disk-latency", "hdd"): (d.disk_latency_hdd_ms, None)}
+    out: list[Signal] = []
+    for sig in SIGNALS if signals is None else signals:
+        changed = {}
+        for variant, th in sig.thresholds.items():
+            if (sig.name, variant) in warn and warn[sig.name, variant] != defaults[sig.name, variant]:
+                w, c = warn[sig.name, variant]
+                th = replace(th, warn=w, critical=max(w, th.critical if c is None else c))
+            changed[variant] = th
+        out.append(replace(sig, thresholds=changed))
+    return out
 
 
 def thresholds_json(signals: Iterable[Signal] | None = None) -> dict[str, dict[str, Any]]:

@@ -163,6 +163,9 @@ class Guest:
     # the placeholders of a template ({path}, %(name)s, {{ x }}, ${X}) found in its definition; () for a real guest
     template: tuple[str, ...] = ()
     evidence: dict[str, str] = field(default_factory=dict)
+    # waivers the definition carries (<metadata><kvmtune:waiver rule= reason= …/>): attributes as written,
+    # checked by audit/waivers.py
+    waivers: tuple[dict[str, str], ...] = ()
     tree: Any = None  # the lxml document when read from XML
     # views derived from this guest once and shared by the rules that need them (e.g. its CPU layout);
     # a guest read again after an edit is a new object with an empty cache

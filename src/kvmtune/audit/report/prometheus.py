@@ -17,11 +17,18 @@ from kvmtune.prometheus import Metrics
 
 def render_prometheus(result: AuditResult, host: str, now: float | None = None) -> str:
     m = Metrics()
-    per_rule = Counter((f.rule, f.topic, str(f.severity)) for f in result.findings)
+    live = [f for f in result.findings if f.waiver is None]
+    per_rule = Counter((f.rule, f.topic, str(f.severity)) for f in live)
     for (rule, topic, severity), n in sorted(per_rule.items()):
-        m.add("kvmtune_audit_findings", "Findings of one rule at one severity on this host.",
+        m.add("kvmtune_audit_findings", "Findings of one rule at one severity on this host (waived ones not counted).",
               {"host": host, "rule": rule, "topic": topic, "severity": severity}, n)
-    by_severity = Counter(str(f.severity) for f in result.findings)
+    waived = Counter((f.rule, f.topic, str(f.severity)) for f in result.findings if f.waiver is not None)
+    for (rule, topic, severity), n in sorted(waived.items()):
+        m.add("kvmtune_audit_waived_findings", "Findings a waiver accepted, per rule and severity on this host.",
+              {"host": host, "rule": rule, "topic": topic, "severity": severity}, n)
+    m.add("kvmtune_audit_waiver_notes", "Waivers that expired or matched nothing in this audit (stale).",
+          {"host": host}, len(result.waiver_notes))
+    by_severity = Counter(str(f.severity) for f in live)
     for level in Severity:
         m.add("kvmtune_audit_findings_by_severity", "Findings at each severity on this host.",
               {"host": host, "severity": str(level)}, by_severity.get(str(level), 0))

@@ -63,6 +63,13 @@ def render_sarif(result: AuditResult) -> str:
         }
         if f.rule in index:
             res["ruleIndex"] = index[f.rule]
+        if f.waiver is not None:  # SARIF's own way to say "accepted, and why": code-scanning UIs show it
+            w = f.waiver
+            until = f" (until {w.expires.isoformat()})" if w.expires else ""
+            res["suppressions"] = [{"kind": "external", "status": "accepted", "justification": f"{w.reason}{until}",
+                                    "properties": w.to_json()}]
+        if f.new is not None:
+            res["baselineState"] = "new" if f.new else "unchanged"
         results.append(res)
     doc = {
         "$schema": SARIF_SCHEMA,
@@ -77,7 +84,7 @@ def render_sarif(result: AuditResult) -> str:
                         "executionSuccessful": not result.errors,
                         "toolExecutionNotifications": [
                             {"level": "error", "message": {"text": e}} for e in result.errors
-                        ],
+                        ] + [{"level": "warning", "message": {"text": n}} for n in result.waiver_notes],
                     }
                 ],
             }

@@ -21,7 +21,7 @@ _COLOR = {
 _RESET = "\033[0m"
 
 
-_HANGING = re.compile(r"^(\s*)(?:(?:CRITICAL|HIGH|MEDIUM|LOW|INFO)\s+KVM-[A-Z]+-\d+ |[a-z]+: |Looked at: |hint: )")
+_HANGING = re.compile(r"^(\s*)(?:(?:CRITICAL|HIGH|MEDIUM|LOW|INFO|WAIVED)\s+KVM-[A-Z]+-\d+ |[a-z]+: |Looked at: |hint: )")
 
 
 def wrap(line: str, width: int | None) -> list[str]:
@@ -54,6 +54,32 @@ def _colorize(line: str) -> str:
     return f"    {_COLOR[Severity.parse(m.group(1))]}{label}{_RESET}{line[12:]}"
 
 
+def _waived(f: Finding) -> str:
+    w = f.waiver
+    assert w is not None
+    until = f" (until {w.expires.isoformat()})" if w.expires else ""
+    return f"waived: {safe(w.reason)}{until}"
+
+
+def _finding(f: Finding, result: AuditResult) -> list[str]:
+    if f.waiver is not None and not result.show_waived:
+        return [f"    {'WAIVED':8} {f.rule} {safe(f.summary)}; {_waived(f)}"]
+    out = [f"    {str(f.severity).upper():8} {f.rule} {safe(f.summary)}",
+           f"             actual: {safe(f.actual)}   expected: {safe(f.expected)}",
+           f"             at: {safe(f.evidence)}" + (f"  in {safe(f.source)}" if f.source else "")]
+    if f.fix.description:
+        out.append(f"             fix: {safe(f.fix.description)}")
+    if f.extra.get("guessed"):
+        out.append(f"             guess: {safe(str(f.extra['guessed']))} (confidence: {f.confidence}); "
+                   "kvmtune fix applies it only when the rule is named")
+    if f.waiver is not None:
+        by = f" by {safe(f.waiver.by)}" if f.waiver.by else ""
+        out.append(f"             {_waived(f)}{by} [{safe(f.waiver.origin)}]")
+    if f.new:
+        out.append(f"             new: not in {safe(result.baseline or '')}")
+    return out
+
+
 def _render(result: AuditResult) -> str:
     out: list[str] = []
     if result.looked_at:
@@ -70,19 +96,15 @@ def _render(result: AuditResult) -> str:
             if device:
                 out.append(f"  {safe(device)}")
             for f in items:
-                out.append(f"    {str(f.severity).upper():8} {f.rule} {safe(f.summary)}")
-                out.append(f"             actual: {safe(f.actual)}   expected: {safe(f.expected)}")
-                out.append(f"             at: {safe(f.evidence)}" + (f"  in {safe(f.source)}" if f.source else ""))
-                if f.fix.description:
-                    out.append(f"             fix: {safe(f.fix.description)}")
-                if f.extra.get("guessed"):
-                    out.append(f"             guess: {safe(str(f.extra['guessed']))} (confidence: {f.confidence}); "
-                               "kvmtune fix applies it only when the rule is named")
+                out.extend(_finding(f, result))
         out.append("")
-    counts = Counter(f.severity for f in result.findings)
+    live = [f for f in result.findings if f.waiver is None]
+    counts = Counter(f.severity for f in live)
     parts = [f"{counts[s]} {s!s}" for s in sorted(Severity, reverse=True) if counts[s]]
-    targets = len({(f.target.host, f.target.domain) for f in result.findings})
-    summary = f"{len(result.findings)} findings" + (f" ({', '.join(parts)})" if parts else "")
+    targets = len({(f.target.host, f.target.domain) for f in live})
+    summary = f"{len(live)} findings" + (f" ({', '.join(parts)})" if parts else "")
+    if len(live) < len(result.findings):
+        summary += f", {len(result.findings) - len(live)} waived"
     summary += f" on {targets} target(s); {len(result.guests)} guest(s) audited"
     if result.host_audited:
         summary += ", host audited"
@@ -90,6 +112,14 @@ def _render(result: AuditResult) -> str:
         summary += f", {len(result.images)} image(s) audited"
     if result.errors:
         summary += f"; {len(result.errors)} input error(s)"
+    if result.baseline is not None:
+        new = sum(1 for f in live if f.new)
+        summary += f"; {new} new and {len(result.resolved)} resolved since {safe(result.baseline)}"
     out.append(summary)
+    out.extend(f"note: {safe(line)}" for line in result.waiver_notes)
+    for e in result.resolved:
+        t = e["target"]
+        where = " ".join(safe(p) for p in (t.get("host"), t.get("domain"), t.get("device")) if p)
+        out.append(f"resolved: {safe(e['rule'])} {where}: {safe(e['summary'])}")
     out.extend(f"hint: {safe(hint)}" for hint in result.hints)
     return "\n".join(out) + "\n"

@@ -7,8 +7,6 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
 from kvmtune.rules.host import HostFactsRule
 
-TARGET = 0.80
-
 
 class CpuUtilizationHigh(HostFactsRule):
     id = "KVM-HST-018"
@@ -34,7 +32,8 @@ class CpuUtilizationHigh(HostFactsRule):
         if times is None:
             return
         busy = times.busy_fraction()
-        if busy is None or busy < TARGET:
+        target = ctx.thresholds.cpu_utilization  # default 0.80: seed 000
+        if busy is None or busy < target:
             return
         steal = times.steal / times.total * 100 if times.total else 0.0
         yield self.finding(
@@ -42,6 +41,6 @@ class CpuUtilizationHigh(HostFactsRule):
             severity=Severity.HIGH if busy >= 0.95 else Severity.MEDIUM,
             actual=f"{busy * 100:.0f} % busy on average since boot"
             + (f" (of which steal {steal:.0f} %)" if steal >= 1 else ""),
-            expected="≤ 80 %",
+            expected=f"≤ {target * 100:g} %",
             evidence="/proc/stat cpu line (user+nice+system+irq+softirq+steal over all counters)",
         )

@@ -32,7 +32,8 @@ class MemoryOvercommit(HostFactsRule):
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
         ratio = facts.memory_ratio
-        if ratio is None or ratio <= 1.0 or not facts.guests:
+        limit = ctx.thresholds.memory_overcommit  # default 1.0: nova initial_ram_allocation_ratio since 2022
+        if ratio is None or ratio <= limit or not facts.guests:
             return
         ksm = facts.ksm
         ksm_state = "KSM off" if ksm is None or not ksm.running else "KSM running"
@@ -40,11 +41,11 @@ class MemoryOvercommit(HostFactsRule):
         swap_used = mem.get("SwapTotal", 0) - mem.get("SwapFree", 0)
         yield self.finding(
             target=self.at(ctx, "memory"),
-            severity=Severity.HIGH if ratio > 1.5 else Severity.MEDIUM,
+            severity=Severity.HIGH if ratio > max(1.5, limit * 1.5) else Severity.MEDIUM,
             actual=(
                 f"{gib(facts.guest_memory_kib)} in {len(facts.guests)} guests on {gib(facts.mem_total_kib or 0)} "
                 f"RAM ({ratio:.2f}×); {ksm_state}; swap used {gib(swap_used)}"
             ),
-            expected="≤ 1.0× without KSM/ballooning in place",
+            expected=f"≤ {limit:.1f}× without KSM/ballooning in place",
             evidence="-m of running QEMU processes (/proc/*/cmdline), /proc/meminfo",
         )

@@ -7,8 +7,6 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.host.facts import HostFacts
 from kvmtune.rules.host import HostFactsRule
 
-MAX_RATIO = 4.0  # nova initial_cpu_allocation_ratio since 2022
-
 
 class VcpuOvercommit(HostFactsRule):
     id = "KVM-HST-019"
@@ -33,10 +31,11 @@ class VcpuOvercommit(HostFactsRule):
         if not cpus or not facts.guests:
             return
         ratio = facts.guest_vcpus / cpus
-        if ratio > MAX_RATIO:
+        limit = ctx.thresholds.vcpu_overcommit  # default 4.0: nova initial_cpu_allocation_ratio since 2022
+        if ratio > limit:
             yield self.finding(
                 target=self.at(ctx, "cpu"),
                 actual=f"{facts.guest_vcpus} vCPUs in {len(facts.guests)} guests on {cpus} CPUs ({ratio:.1f}:1)",
-                expected=f"≤ {MAX_RATIO:.0f}:1",
+                expected=f"≤ {limit:g}:1",
                 evidence="-smp of running QEMU processes (/proc/*/cmdline), /sys/devices/system/cpu/online",
             )
