@@ -415,12 +415,33 @@ def _read_memory_backing(guest: Guest, top: dict[str, etree._Element]) -> None:
     guest.nosharepages = "nosharepages" in kids
     guest.hugepages = "hugepages" in kids
     guest.memory_locked = "locked" in kids
+    if guest.hugepages:
+        pages = kids["hugepages"].iterchildren("page")
+        sizes = {unit_kib(n, page.get("unit")) for page in pages if (n := xml_int(page.get("size")))}
+        guest.hugepage_sizes_kib = tuple(sorted(sizes))
 
 
 def _read_iothreads(guest: Guest, top: dict[str, etree._Element]) -> None:
     guest.iothreads = (xml_int(top["iothreads"].text) or 0) if "iothreads" in top else 0
     if not guest.iothreads and "iothreadids" in top:
         guest.iothreads = len(top["iothreadids"])
+
+
+def _read_current_memory(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.current_memory_kib = memory_kib(top.get("currentMemory"))
+
+
+def _read_clock(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.clock_offset = low(_attr(top.get("clock"), "offset"))
+
+
+LIBOSINFO_OS = "{http://libosinfo.org/xmlns/libvirt/domain/1.0}os"
+
+
+def _read_metadata(guest: Guest, top: dict[str, etree._Element]) -> None:
+    metadata = top.get("metadata")
+    os_el = next(metadata.iter(LIBOSINFO_OS), None) if metadata is not None else None
+    guest.libosinfo_id = (_attr(os_el, "id") or "").strip() or None
 
 
 DomainReader = Callable[[Guest, dict[str, etree._Element]], None]
@@ -435,6 +456,9 @@ DOMAIN_READERS: dict[str, DomainReader] = {
     "numatune": _read_numatune,
     "memoryBacking": _read_memory_backing,
     "iothreads": _read_iothreads,
+    "currentMemory": _read_current_memory,
+    "clock": _read_clock,
+    "metadata": _read_metadata,
 }
 
 _EVIDENCE = {
@@ -446,6 +470,8 @@ _EVIDENCE = {
     "vcpupin": "/domain/cputune/vcpupin",
     "memoryBacking": "/domain/memoryBacking",
     "iothreads": "/domain/iothreads",
+    "current_memory": "/domain/currentMemory",
+    "clock": "/domain/clock/@offset",
 }
 
 
