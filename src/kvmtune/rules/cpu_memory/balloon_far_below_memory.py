@@ -9,7 +9,7 @@ from kvmtune.model.guest import Guest
 from kvmtune.rules.common import low
 from kvmtune.rules.host import gib
 
-# a guest started with at most this share of its memory left by the balloon is "far below"
+# a guest started with less than this share of its memory left by the balloon is "far below"
 FAR_BELOW = 0.5
 
 
@@ -41,7 +41,7 @@ class BalloonFarBelowMemory(GuestRule):
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         current, memory = guest.current_memory_kib, guest.memory_kib
-        if not current or not memory or current > memory * FAR_BELOW:
+        if not current or not memory or current >= memory * FAR_BELOW:
             return
         if guest.active or low(guest.memballoon) == "none":
             return  # a running guest's currentMemory is where its balloon is now; without a balloon it is ignored

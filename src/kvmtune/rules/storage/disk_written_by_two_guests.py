@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import posixpath
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 from kvmtune.audit.context import AuditContext
@@ -78,8 +78,10 @@ class DiskWrittenByTwoGuests(RunRule):
             if len(by_id) < 2:
                 continue
             users = sorted(by_id.values(), key=lambda gd: (gd[0].name, gd[0].origin))
+            names = Counter(g.name for g, _ in users)
             for guest, disk in users:
-                others = [g.name for g, _ in users if g is not guest]
+                # a name two of the writers share gets its source: "db01 (a.xml)", not "db01" twice
+                others = [g.name if names[g.name] == 1 else f"{g.name} ({g.origin})" for g, _ in users if g is not guest]
                 shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
                 running = [g for g, _ in users if g.active]
                 yield self.finding(
