@@ -7,9 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmtune.domain.xml import top_elements
+from kvmtune.domain.xml import memory_kib, top_elements
 from kvmtune.host.parsers import parse_cpu_list
 from kvmtune.model.guest import Guest
+from kvmtune.model.values import unit_kib, xml_int
+
+
+@dataclass(frozen=True)
+class NumaCell:
+    """One <cpu><numa><cell>: its id, its vCPUs and its memory (KiB; None when unreadable)."""
+
+    id: int | None
+    cpus: frozenset[int]
+    memory_kib: int | None
+    cpus_text: str | None = None  # cpus= as written (None: a memory-only cell)
 
 
 @dataclass
@@ -20,6 +31,9 @@ class CpuLayout:
     iothreadpins: dict[int, set[int]] = field(default_factory=dict)
     topology: dict[str, int] = field(default_factory=dict)  # sockets, dies, clusters, cores, threads
     numa_cells: int = 0  # <cpu><numa><cell> count
+    cells: list[NumaCell] = field(default_factory=list)  # the cells themselves
+    max_vcpus: int | None = None  # <vcpu>'s text: the vCPUs the guest can have (cells number 0 … max_vcpus-1)
+    memory_stated_kib: int | None = None  # <memory> as written (libvirt sizes a NUMA guest by its cells)
     numatune_mode: str | None = None
     numatune_nodeset: set[int] | None = None
     migratable: str | None = None  # <cpu migratable='on|off'> (host-passthrough, maximum)
@@ -84,6 +98,8 @@ def _read_layout(guest: Guest) -> CpuLayout | None:
     vcpu = top.get("vcpu")
     if vcpu is not None:
         out.vcpu_cpuset = _cpus(vcpu.get("cpuset"))
+        out.max_vcpus = _int((vcpu.text or "").strip() or None)
+    out.memory_stated_kib = memory_kib(top.get("memory"))
     if top.get("cputune") is not None:
         _read_pins(out, top["cputune"])
     if top.get("cpu") is not None:
@@ -122,6 +138,15 @@ def _read_cpu(out: CpuLayout, cpu: Any) -> None:
                 if value is not None and value > 0:
                     out.topology[key] = value
         elif child.tag == "numa":
-            out.numa_cells = sum(1 for c in child if c.tag == "cell")
+            out.cells = [_cell(c) for c in child.iterchildren("cell")]
+            out.numa_cells = len(out.cells)
         elif child.tag == "feature" and child.get("name"):
             out.features[child.get("name")] = child.get("policy", "require")
+
+
+def _cell(cell: Any) -> NumaCell:
+    """A <cell id cpus memory unit>; a cell without cpus= (memory-only, libvirt >= 6.x) has none."""
+    size = xml_int(cell.get("memory"))
+    return NumaCell(id=_int(cell.get("id")), cpus=frozenset(_cpus(cell.get("cpus"))),
+                    memory_kib=unit_kib(size, cell.get("unit")) if size is not None else None,
+                    cpus_text=cell.get("cpus"))

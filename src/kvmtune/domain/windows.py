@@ -158,3 +158,26 @@ def timer(guest: Guest, name: str) -> Any:
         if t.get("name") == name:
             return t
     return None
+
+
+# libosinfo ids of Linux distributions (http://<site>/<path>/<version>): the site and the first path part; a
+# site alone where all its systems are Linux. Other ids (microsoft.com, freebsd.org, oracle.com/solaris, ...)
+# and unknown ones say nothing.
+_LINUX_OSINFO = re.compile(
+    r"^https?://(?:(?:debian\.org|ubuntu\.com|fedoraproject\.org|centos\.org|opensuse\.org|suse\.com|"
+    r"archlinux\.org|almalinux\.org|rockylinux\.org|gentoo\.org|alpinelinux\.org|mageia\.org|mandriva\.com|"
+    r"slackware\.com|nixos\.org|linuxmint\.com|manjaro\.org|voidlinux\.org|altlinux\.org|cirros-cloud\.net|"
+    r"clearlinux\.org|kali\.org|openeuler\.org|eurolinux\.com|endlessos\.com|elementary\.io)/|"
+    r"redhat\.com/(?:rhel|rhel-atomic|rhl|rhcos)/|oracle\.com/ol/|libosinfo\.org/linux/)",
+    re.I,
+)
+
+
+def linux_hint(guest: Guest) -> WindowsHint | None:
+    """Why this guest is known to run Linux, or ``None``: its libosinfo id names a Linux distribution, or
+    its guest agent said so. Never guessed from the absence of Windows hints."""
+    if guest.inside is not None and guest.inside.is_linux:
+        return WindowsHint(f"the guest agent ({guest.inside.via})", "certain")
+    if guest.libosinfo_id and _LINUX_OSINFO.match(guest.libosinfo_id):
+        return WindowsHint(f"libosinfo os id {guest.libosinfo_id}", "certain")
+    return None

@@ -429,6 +429,10 @@ def _read_memory_backing(guest: Guest, top: dict[str, etree._Element]) -> None:
     guest.nosharepages = "nosharepages" in kids
     guest.hugepages = "hugepages" in kids
     guest.memory_locked = "locked" in kids
+    if guest.hugepages:
+        pages = kids["hugepages"].iterchildren("page")
+        sizes = {unit_kib(n, page.get("unit")) for page in pages if (n := xml_int(page.get("size")))}
+        guest.hugepage_sizes_kib = tuple(sorted(sizes))
 
 
 def _read_iothreads(guest: Guest, top: dict[str, etree._Element]) -> None:
@@ -439,9 +443,19 @@ def _read_iothreads(guest: Guest, top: dict[str, etree._Element]) -> None:
 
 # kvmtune's own namespace in libvirt's <metadata> (libvirt keeps foreign namespaces there)
 KVMTUNE_NS = "urn:kvmtune:1"
+LIBOSINFO_OS = "{http://libosinfo.org/xmlns/libvirt/domain/1.0}os"
+
+
+def _read_current_memory(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.current_memory_kib = memory_kib(top.get("currentMemory"))
+
+
+def _read_clock(guest: Guest, top: dict[str, etree._Element]) -> None:
+    guest.clock_offset = low(_attr(top.get("clock"), "offset"))
 
 
 def _read_metadata(guest: Guest, top: dict[str, etree._Element]) -> None:
+    """kvmtune's waivers and libosinfo's OS id, from <metadata>."""
     meta = top.get("metadata")
     if meta is None:
         return
@@ -449,6 +463,8 @@ def _read_metadata(guest: Guest, top: dict[str, etree._Element]) -> None:
         {str(k): str(v) for k, v in el.attrib.items()}
         for el in meta.iter(f"{{{KVMTUNE_NS}}}waiver")
     )
+    os_el = next(meta.iter(LIBOSINFO_OS), None)
+    guest.libosinfo_id = (_attr(os_el, "id") or "").strip() or None
 
 
 DomainReader = Callable[[Guest, dict[str, etree._Element]], None]
@@ -463,6 +479,8 @@ DOMAIN_READERS: dict[str, DomainReader] = {
     "numatune": _read_numatune,
     "memoryBacking": _read_memory_backing,
     "iothreads": _read_iothreads,
+    "currentMemory": _read_current_memory,
+    "clock": _read_clock,
     "metadata": _read_metadata,
 }
 
@@ -475,6 +493,8 @@ _EVIDENCE = {
     "vcpupin": "/domain/cputune/vcpupin",
     "memoryBacking": "/domain/memoryBacking",
     "iothreads": "/domain/iothreads",
+    "current_memory": "/domain/currentMemory",
+    "clock": "/domain/clock/@offset",
 }
 
 

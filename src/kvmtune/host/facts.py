@@ -284,6 +284,19 @@ class HostFacts:
         return self.meminfo.get("MemTotal") if self.meminfo else None
 
     @cached_property
+    def hugepages_reserved(self) -> dict[int, int]:
+        """Page size (KiB) -> pages reserved (nr_hugepages), for each size this kernel offers; empty when unknown."""
+        base = "/sys/kernel/mm/hugepages"
+        out: dict[int, int] = {}
+        for entry in self.host.listdir(base):
+            m = re.fullmatch(r"hugepages-(\d+)kB", entry)
+            if m:
+                count = self.integer(f"{base}/{entry}/nr_hugepages")
+                if count is not None:
+                    out[int(m.group(1))] = count
+        return out
+
+    @cached_property
     def swaps(self) -> list[SwapArea] | None:
         return self.parsed("/proc/swaps", parse_swaps)
 
@@ -705,7 +718,7 @@ class HostFacts:
         """Read every fact (used by ``kvmtune capture-host``)."""
         for name in (
             "kernel_release", "online_cpus", "cpu_flags", "numa_nodes", "cpu_times", "uptime", "kernel_cmdline",
-            "meminfo", "swaps", "ksm", "thp", "sysctl_settings", "kvm_loaded", "entropy_avail",
+            "meminfo", "hugepages_reserved", "swaps", "ksm", "thp", "sysctl_settings", "kvm_loaded", "entropy_avail",
             "entropy_poolsize", "block_devices", "mounts", "net_devices", "softnet", "guests", "ksmd",
             "tuned_profile", "cpu_governors", "energy_perf_bias", "cpuidle_states", "pinned_guest_cpus",
             "process_names", "irq_affinity", "iommu_groups",

@@ -137,12 +137,20 @@ class Guest:
     machine: str | None = None
     vcpus: int | None = None
     memory_kib: int | None = None
+    # <currentMemory>: what the balloon leaves the guest at boot; None = not stated (all of memory_kib)
+    current_memory_kib: int | None = None
     cpu_mode: str | None = None  # host-passthrough | host-model | custom | maximum
     cpu_model: str | None = None
     vcpu_pinned: bool = False
     numatune: bool = False
     nosharepages: bool = False
     hugepages: bool = False
+    # <hugepages><page size=…>: the page sizes named (KiB); empty = the host's default size
+    hugepage_sizes_kib: tuple[int, ...] = ()
+    # <clock offset>: utc | localtime | timezone | variable (-rtc base=); None = not stated (UTC)
+    clock_offset: str | None = None
+    # <metadata><libosinfo:os id=…>: the OS the management tool installed (http://debian.org/debian/12)
+    libosinfo_id: str | None = None
     memballoon: str | None = None  # virtio | none | … ; None = not stated
     balloon_autodeflate: bool = False
     balloon_free_page_reporting: bool = False

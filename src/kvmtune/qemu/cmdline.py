@@ -336,6 +336,13 @@ def _read_mem_path(r: _Reading, opt: Option) -> None:
         r.guest.hugepages = True
 
 
+def _read_rtc(r: _Reading, opt: Option) -> None:
+    """-rtc base=utc|localtime|<date>: libvirt's clock offset utc, localtime or (a start date) variable."""
+    base = str(parse_keyval(opt.value or "").get("base", "utc")).strip().lower()
+    r.guest.clock_offset = base if base in ("utc", "localtime") else "variable"
+    r.guest.evidence["clock"] = opt.label
+
+
 def _read_object(r: _Reading, opt: Option) -> None:
     p, guest = opt.props, r.guest
     r.objects[str(p.get("id", ""))] = opt
@@ -407,6 +414,7 @@ OPTION_READERS: dict[str, OptionReader] = {
     "-overcommit": _read_mem_lock,
     "-realtime": _read_mem_lock,
     "-mem-path": _read_mem_path,
+    "-rtc": _read_rtc,
     "-object": _read_object,
     "-blockdev": _read_blockdev,
     "-drive": _read_drive,

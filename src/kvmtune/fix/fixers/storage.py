@@ -62,6 +62,10 @@ def _odirect(call: FixCall) -> str:
 
 @xml_fixer("KVM-STO-002", "cache='none' io='native' instead of writethrough")
 def cache_writethrough(call: FixCall) -> str:
+    if call.finding.fix.kind == "manual":
+        # the rule judged the device to refuse O_DIRECT: cache='none' would keep the guest from starting
+        raise NotFixable("the block device likely refuses O_DIRECT (writethrough with io='threads'): cache='none' "
+                         "would keep the guest from starting; test O_DIRECT first (see the finding)")
     return _odirect(call)
 
 
