@@ -312,3 +312,44 @@ def test_stopped_during_a_host_experiment_the_host_is_as_before_or_as_the_journa
     for pid in _pids_mentioning(str(tmp_path / "mnt")):
         os.kill(pid, signal.SIGKILL)  # fio, when SIGKILL left it running
     assert _scheduler(name) == "bfq"
+
+
+def test_sigkill_at_random_points_of_a_host_apply_leaves_the_tree_as_the_journal_says(
+    loop_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Issue 29 ("also to run"): `verify --host --root TREE --apply` SIGKILLed at points drawn from a fixed seed,
+    over planning, the journaled write and the measurement. After each kill: nothing it started runs; the
+    scheduler is as before, or the tree's journal says it was applied and `undo --root TREE` puts it back;
+    the next run removes the scratch directory the killed one left on the device's file system, and says so."""
+    import random
+
+    root, name = loop_root
+    mnt = tmp_path / "mnt"
+    journals, work = tmp_path / "journal", tmp_path / "w"
+    argv = [*KVMTUNE, "verify", "--host", "--root", str(root), "--only", "KVM-HST-004", "--apply", "--yes",
+            "--threshold", "100000", "--seconds", "2", "--repeat", "2", "--journal-dir", str(journals),
+            "--workdir", str(work), "--no-store"]
+    rng = random.Random(29)
+    for delay in sorted(rng.uniform(0.2, 6.0) for _ in range(3)):
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        gone_by = time.monotonic() + 2.0
+        while _pids_mentioning(str(work)) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        assert _pids_mentioning(str(work)) == [], f"kill at {delay:.2f}s: processes survived"
+        applied = _journal_applied(journals)
+        if _scheduler(name) != "bfq":
+            assert applied is not None, f"kill at {delay:.2f}s: the scheduler changed with no applied journal"
+        if applied is not None:
+            assert main(["undo", "--root", str(root), applied.stem, "--journal-dir", str(journals), "--yes"]) == 0
+        assert _scheduler(name) == "bfq", f"kill at {delay:.2f}s"
+        left = _scratch(mnt)
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stderr[-600:]
+        assert _scratch(mnt) == [] and _scheduler(name) == "bfq"  # the change did not help: undone again
+        for stale in left:
+            assert f"removed {stale}" in run.stdout, (delay, run.stdout[-800:])

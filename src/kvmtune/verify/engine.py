@@ -24,7 +24,7 @@ from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
-from kvmtune.verify.experiments import Experiment, Subject, Unmeasurable, VerifyContext, seed_figure
+from kvmtune.verify.experiments import Experiment, LeavesScratch, Subject, Unmeasurable, VerifyContext, seed_figure
 from kvmtune.verify.measure import OutOfTime
 from kvmtune.verify.planner import plan_experiment, plan_for
 
@@ -170,6 +170,8 @@ def sweep(planned: Sequence[Planned], ctx: VerifyContext) -> None:
         disk = p.subject.disk
         if disk is not None:
             parents.add(scratch_parent(disk.source, ctx.workdir)[0])
+        if isinstance(p.experiment, LeavesScratch):  # a host experiment's scratch on the device's mount point
+            parents.update(p.experiment.scratch_parents(ctx))
     for gone in sweep_leftovers(parents):
         ctx.notes.append(f"removed {gone}, left by a verify run that was killed")
 

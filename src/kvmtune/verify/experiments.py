@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kvmtune.audit.finding import Finding
 from kvmtune.host.root import HostRoot
@@ -74,6 +74,14 @@ class Experiment(Protocol):
     def workload(self) -> str: ...  # what is measured, one line
 
     def run(self, ctx: VerifyContext) -> Outcome: ...
+
+
+@runtime_checkable
+class LeavesScratch(Protocol):
+    """An experiment whose scratch directory may sit outside the work directory and the disks' own
+    directories (a host experiment measures on the device's mount point): where a killed run left it."""
+
+    def scratch_parents(self, ctx: VerifyContext) -> list[Path]: ...
 
 
 def seed_figure(rule_id: str) -> str | None:

@@ -246,6 +246,12 @@ class SchedulerExperiment:
     def workload(self) -> str:
         return "fio direct 4k random 70% reads QD16 on a scratch file of the device"
 
+    def scratch_parents(self, ctx: VerifyContext) -> list[Path]:
+        try:
+            return [scratch_dir_on(ctx, self.device)]
+        except Unmeasurable:
+            return []
+
     def run(self, ctx: VerifyContext) -> Outcome:
         where = scratch_dir_on(ctx, self.device)
         scratch = make_scratch_dir(where)
