@@ -80,7 +80,7 @@ class FixCommand(Command):
             raise UsageError("--purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')")
         if not (args.paths or args.connect or args.host or args.profile or args.images or has_pve(args.root)):
             raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images "
-                             "(or --root a tree with a Proxmox VE /etc/pve)")
+                             "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
         if args.format in IMAGE_FORMATS:
