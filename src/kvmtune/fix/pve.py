@@ -142,8 +142,9 @@ def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[ty
     """The merged ``qm set`` change of one guest's findings, and why (each finding with its config lines)."""
     change = QmChange()
     reasons: list[Reason] = []
+    forms = {r.id: r.pve for r in rules}
     for finding in run_rules(ctx, [guest], [], False, rules):
-        one = change_for(finding.rule, cfg, finding.target.device)
+        one = change_for(forms.get(finding.rule), cfg, finding.target.device)
         if one is None:
             continue
         if one.guest_visible and not options.allow_bus_change:
