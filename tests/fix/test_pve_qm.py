@@ -111,6 +111,7 @@ def test_apply_runs_qm_set_with_the_plans_digest_and_undo_puts_back_the_values(n
     # the running VM: the change is pending (qm config shows it, --current does not)
     assert "rng0: source=/dev/urandom" in node.values("8006")[0]
     assert "rng0" not in node.values("8006")[1]
+    assert "Proxmox VE VM 8006: rng0 pending until its next start (qm pending 8006)." in applied.stdout
     journal = json.loads(next(node.journals.glob("*.json")).read_text())
     entries = {e["vmid"]: e for e in journal["changes"]}
     assert entries["8006"]["kind"] == "qm" and entries["8006"]["pending"] == ["rng0"]

@@ -12,6 +12,7 @@ from kvmtune.audit.engine import select_rules
 from kvmtune.cli.command import Command, Exit, Outcome, format_option, journal_dir_option, root_option
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
+from kvmtune.fix.entries import QmEntry
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.pve import has_pve
@@ -248,6 +249,10 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
     text += f"Undo with: {safe(journal.undo_command())}\n"
     if restarts:
         text += f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n"
+    for e in journal.entries:
+        if isinstance(e, QmEntry) and e.pending:
+            text += (f"Proxmox VE VM {e.vmid}: {', '.join(e.pending)} pending until its next start "
+                     f"(qm pending {e.vmid}).\n")
     if refused:
         return Outcome(Exit.INCOMPLETE, text, [f"{len(refused)} image(s) not converted (the 'skipped:' lines say why)"])
     return Outcome(result=text)
