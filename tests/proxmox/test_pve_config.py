@@ -27,6 +27,7 @@ from kvmtune.proxmox.guest import guest_from_config
 from kvmtune.proxmox.load import read_files, read_host, storage_file
 from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, qm_set_line
 from kvmtune.qemu.cmdline import guest_from_text
+from kvmtune.rules.storage.disk_cache_writeback import DiskCacheWriteback
 
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "proxmox"
 TREE = HERE / "cluster"
@@ -190,7 +191,7 @@ def test_qm_set_line_and_the_file_edit_keep_every_other_byte() -> None:
     change = QmChange(props={"scsi0": {"iothread": "1", "aio": "native"}}, values={"scsihw": "virtio-scsi-single"})
     assert qm_set_line(cfg, change) == ("qm set 8006 --scsihw virtio-scsi-single --scsi0 "
                                         "local:8006/vm-8006-disk-0.raw,aio=native,cache=none,discard=on,iothread=1,size=32G,ssd=1")
-    fix = change_for("KVM-STO-005", cfg, "disk:scsi2")
+    fix = change_for(DiskCacheWriteback.pve, cfg, "disk:scsi2")
     assert fix is not None
     after = apply_to_text(text, cfg, fix)
     before_lines, after_lines = text.splitlines(), after.splitlines()

@@ -1,7 +1,7 @@
 """Findings on a Proxmox VE guest carry their fix as ``qm set`` (and the web UI field), not as domain XML.
 
-The rule's description is its libvirt form; :data:`kvmtune.proxmox.qmset.FORMS` holds the PVE form of the
-same fix. A finding whose rule has no PVE form keeps its text, prefixed with what a PVE operator edits.
+The rule's description is its libvirt form; its ``pve`` attribute (a :class:`kvmtune.proxmox.qmset.PveForm`)
+is the PVE form of the same fix. A finding whose rule has no PVE form keeps its text, prefixed with what a PVE operator edits.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kvmtune.audit.finding import Finding, FixHint
+from kvmtune.audit.rule import rule_by_id
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.guest import config_of
 from kvmtune.proxmox.qmset import change_for, qm_set_line
@@ -22,7 +23,8 @@ def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> None:
         cfg = configs.get(finding.target.domain or "")
         if cfg is None:
             continue
-        change = change_for(finding.rule, cfg, finding.target.device)
+        rule = rule_by_id(finding.rule)
+        change = change_for(rule.pve if rule else None, cfg, finding.target.device)
         if change is None:
             if finding.fix.kind == "xml":
                 finding.fix = FixHint("manual", "In this VM's Proxmox VE config (qm set or the web UI): "

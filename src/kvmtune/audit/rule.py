@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from kvmtune.audit.finding import TOPICS, Finding, FixHint, FixKind, Severity, Target
 from kvmtune.audit.verifyplan import VerifyPlan
+from kvmtune.proxmox.qmset import PveForm
 
 if TYPE_CHECKING:
     from kvmtune.audit.context import AuditContext
@@ -36,6 +37,8 @@ class Rule:
     # what `kvmtune verify` measures for the fix, or why nothing (audit/verifyplan.py); every rule
     # whose fix_kind is not manual sets it (tests/verify/test_verify_plans.py)
     verify: ClassVar[VerifyPlan | None] = None
+    # the fix in Proxmox VE's terms (a qm set change, proxmox/qmset.py), where the fix is a config change
+    pve: ClassVar[PveForm | None] = None
     scope: ClassVar[str] = ""
     # guest rules see only KVM/QEMU guests unless they say they judge any hypervisor's
     any_hypervisor: ClassVar[bool] = False

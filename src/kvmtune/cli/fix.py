@@ -22,6 +22,7 @@ from kvmtune.cli.command import (
 )
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
+from kvmtune.fix.entries import QmEntry
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.pve import has_pve
@@ -93,7 +94,7 @@ class FixCommand(Command):
             raise UsageError("--purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')")
         if not (args.paths or args.connect or args.host or args.profile or args.images or has_pve(args.root)):
             raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images "
-                             "(or --root a tree with a Proxmox VE /etc/pve)")
+                             "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
         if args.format in IMAGE_FORMATS:
@@ -266,6 +267,10 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
     text += f"Undo with: {safe(journal.undo_command())}\n"
     if restarts:
         text += f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n"
+    for e in journal.entries:
+        if isinstance(e, QmEntry) and e.pending:
+            text += (f"Proxmox VE VM {e.vmid}: {', '.join(e.pending)} pending until its next start "
+                     f"(qm pending {e.vmid}).\n")
     if refused:
         return Outcome(Exit.INCOMPLETE, text, [f"{len(refused)} image(s) not converted (the 'skipped:' lines say why)"])
     return Outcome(result=text)

@@ -246,10 +246,48 @@ class ImageEntry(Entry):
         )
 
 
-KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry]] = {
-    "file": FileEntry, "runtime": RuntimeEntry, "domain": DomainEntry, "image": ImageEntry,
+def _values(r: _Reader, key: str) -> dict[str, str | None]:
+    value = r.doc.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and (v is None or isinstance(v, str))
+                                              for k, v in value.items()):
+        raise r.bad(key, "a bad")
+    return dict(value)
+
+
+@dataclass
+class QmEntry(Entry):
+    """A Proxmox VE VM changed with ``qm set`` on a running node: the changed keys' values before (as
+    ``qm config`` showed them, pending changes applied, and without them) and after (``None``: not set)."""
+
+    kind: ClassVar[str] = "qm"
+    vmid: str = ""
+    guest: str = ""
+    digest: str = ""  # qm config's digest the plan was made from (qm set --digest)
+    prior: dict[str, str | None] = field(default_factory=dict)  # qm config (pending applied)
+    prior_current: dict[str, str | None] = field(default_factory=dict)  # qm config --current
+    new: dict[str, str | None] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # keys PVE kept as pending (the VM runs)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self._common(), "vmid": self.vmid, "guest": self.guest, "digest": self.digest, "prior": self.prior,
+            "prior_current": self.prior_current, "new": self.new, "pending": self.pending,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> QmEntry:
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            vmid=r.text("vmid"), guest=r.opt_text("guest") or "", digest=r.opt_text("digest") or "",
+            prior=_values(r, "prior"), prior_current=_values(r, "prior_current"), new=_values(r, "new"),
+            pending=r.texts("pending"),
+        )
+
+
+KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry] | type[QmEntry]] = {
+    "file": FileEntry, "runtime": RuntimeEntry, "domain": DomainEntry, "image": ImageEntry, "qm": QmEntry,
 }
-AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry
+AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry | QmEntry
 
 
 def entry_from_json(doc: object, n: int) -> AnyEntry:

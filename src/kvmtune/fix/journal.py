@@ -29,11 +29,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvmtune.errors import InputError, KvmtuneError
-from kvmtune.fix.entries import AnyEntry, DomainEntry, FileEntry, ImageEntry, Restore, RuntimeEntry, entry_from_json
+from kvmtune.fix.entries import (
+    AnyEntry,
+    DomainEntry,
+    FileEntry,
+    ImageEntry,
+    QmEntry,
+    Restore,
+    RuntimeEntry,
+    entry_from_json,
+)
 from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import known_runtime_path
 from kvmtune.inputs import check_private, read_private
+from kvmtune.proxmox.config import DISK_KEY, NET_KEY, split_property_string
+from kvmtune.proxmox.qm import settable, valid_vmid
 
 DEFAULT_DIR = "/var/lib/kvmtune/journal"
 ENV_DIR = "KVMTUNE_JOURNAL_DIR"
@@ -181,7 +192,8 @@ class Journal:
         counts: dict[str, int] = {}
         for e in self.entries:
             counts[e.kind] = counts.get(e.kind, 0) + 1
-        names = {"file": "file(s)", "runtime": "runtime value(s)", "domain": "domain(s)", "image": "image(s)"}
+        names = {"file": "file(s)", "runtime": "runtime value(s)", "domain": "domain(s)", "image": "image(s)",
+                 "qm": "Proxmox VE VM(s)"}
         return ", ".join(f"{n} {names.get(k, k)}" for k, n in counts.items()) or "nothing"
 
 
@@ -329,7 +341,39 @@ def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
             beside(e.path, e.backup, "backup", "{name}.kvmtune-orig-*")
         elif isinstance(e, DomainEntry) and tree:
             problems.append(f"{label}: a journal of the tree {root} may not redefine libvirt domain {e.name!r}")
+        elif isinstance(e, QmEntry):
+            problems.extend(f"{label}: {p}" for p in qm_refusals(e, root))
     return problems
+
+
+def qm_refusals(e: QmEntry, root: str) -> list[str]:
+    """A ``qm set`` entry may only put back the keys kvmtune's forms change, on this host, and never another
+    volume or bridge than the one the key had (a journal must not attach a disk or move a NIC)."""
+    if root != "/":
+        return [f"a journal of the tree {root} may not run qm set (VM {e.vmid!r})"]
+    if not valid_vmid(e.vmid):
+        return [f"{e.vmid!r} is not a VMID"]
+    out: list[str] = []
+    for key in sorted({*e.prior, *e.prior_current, *e.new, *e.pending}):
+        if not settable(key):
+            out.append(f"VM {e.vmid}: {key!r} is not a key kvmtune sets")
+            continue
+        values = [v for v in (e.prior.get(key), e.prior_current.get(key), e.new.get(key)) if v is not None]
+        if any("\n" in v or "\0" in v or v.startswith("-") for v in values):
+            out.append(f"VM {e.vmid}: {key} has a value qm set would not take")
+        elif DISK_KEY.match(key) or NET_KEY.match(key):
+            anchor = "bridge" if NET_KEY.match(key) else None
+            heads = {_anchor(v, anchor) for v in values}
+            if len(values) != 3 or len(heads) != 1:
+                out.append(f"VM {e.vmid}: {key} names another volume or bridge before and after")
+    return out
+
+
+def _anchor(value: str, prop: str | None) -> str:
+    items = split_property_string(value)
+    if prop is None:
+        return items[0][1] if items else ""
+    return next((v for k, v in items if k == prop), "")
 
 
 def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:

@@ -1,28 +1,41 @@
-"""Fixing Proxmox VE guests: the ``qm set`` changes of their findings, as an edit of the VM config file.
+"""Fixing Proxmox VE guests: the ``qm set`` changes of their findings.
 
 In a captured tree (``fix --root TREE``, PVE not running there) the ``.conf`` file is rewritten atomically
-through the journal (a :class:`PveConfEdit`, a :class:`FileChange`), so ``undo`` puts back its bytes. Each
-change also names the ``qm set`` line that makes it on a running node, where PVE validates it, takes its
-config lock and keeps it as pending until the VM's next start.
+through the journal (a :class:`PveConfEdit`, a :class:`FileChange`), so ``undo`` puts back its bytes.
+
+On a running node (``/`` with PVE's ``qm``), each VM's changes are one ``qm set`` (a :class:`QmSet`): PVE
+validates it, takes its config lock, refuses it if the config changed since the plan (``--digest``) and keeps
+what it cannot hotplug on a running VM as pending until its next start. The journal records the changed keys'
+values as ``qm config`` showed them before, and ``undo`` sets them back with ``qm set`` (``--revert`` where the
+change is still only pending): the same values, in the form PVE writes its files, not the same bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import Rule
-from kvmtune.fix.diff import Reason
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.diff import Reason, unified
+from kvmtune.fix.entries import QmEntry
 from kvmtune.fix.files import read_state
-from kvmtune.fix.plan import FileChange, Plan
+from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.proxmox import qm
+from kvmtune.proxmox.config import PveConfig
 from kvmtune.proxmox.guest import config_of
-from kvmtune.proxmox.load import read_host
-from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, qm_set_line
+from kvmtune.proxmox.load import host_storages, read_config_text, read_host
+from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, new_values, qm_set_line
+from kvmtune.runner import Runner, default_runner
+
+PENDING_NOTE = "the VM runs: PVE keeps what it cannot hotplug as pending until the VM's next start ('qm pending {}')"
 
 
 @dataclass
@@ -35,15 +48,125 @@ class PveConfEdit(FileChange):
         return f"Proxmox VE {self.guest}: rewrite {self.shown}"
 
 
-def has_pve(root: str) -> bool:
-    return HostRoot(root).is_dir("/etc/pve")
+@dataclass
+class QmSet(Change[QmEntry]):
+    """One VM's changes on a running Proxmox VE node, made by ``qm set`` and undone by it."""
+
+    kind: ClassVar[str] = "qm"
+    vmid: str
+    guest: str
+    digest: str
+    before: dict[str, str]  # qm config (pending applied)
+    current: dict[str, str]  # qm config --current
+    values: dict[str, str | None]  # the keys qm set changes (None: --delete)
+    text_before: str
+    text_after: str
+    running: bool
+    reasons: list[Reason] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def title(self) -> str:
+        return f"Proxmox VE {self.guest}: qm set"
+
+    def argv(self, *, digest: bool = True) -> list[str]:
+        return qm.set_argv(self.vmid, self.values, digest=self.digest if digest else None)
+
+    def render(self) -> str:
+        label = f"qm config {self.vmid}"
+        return (f"$ {qm.shell_line(self.argv(digest=False))}\n"
+                + unified(self.text_before, self.text_after, label, label + " (after qm set)", self.reasons))
+
+    def snapshot(self, ctx: ApplyContext) -> QmEntry:
+        try:
+            now = qm.config(ctx.runner, self.vmid)
+        except qm.QmError as exc:
+            raise ApplyError(str(exc)) from None
+        if now.digest != self.digest:
+            raise ApplyError(f"VM {self.vmid}: its config changed since the plan was made; run kvmtune fix again")
+        return QmEntry(what=self.title(), vmid=self.vmid, guest=self.guest, digest=self.digest,
+                       prior={k: self.before.get(k) for k in self.values},
+                       prior_current={k: self.current.get(k) for k in self.values}, new=dict(self.values))
+
+    def apply(self, entry: QmEntry, ctx: ApplyContext) -> None:
+        try:
+            qm.run_set(ctx.runner, self.argv())
+            after = qm.config(ctx.runner, self.vmid)
+            now = qm.config(ctx.runner, self.vmid, current=True)
+        except qm.QmError as exc:
+            raise ApplyError(str(exc)) from None
+        wrong = [k for k, v in self.values.items() if not qm.same_value(after.values.get(k), v)]
+        if wrong:
+            raise ApplyError(f"VM {self.vmid}: qm set ran, but qm config shows other values for {', '.join(wrong)}")
+        entry.pending = [k for k, v in self.values.items() if not qm.same_value(now.values.get(k), v)]
+
+    @staticmethod
+    def undo(e: QmEntry, ctx: UndoContext) -> None:
+        try:
+            after = qm.config(ctx.runner, e.vmid)
+            now = qm.config(ctx.runner, e.vmid, current=True)
+        except qm.QmError as exc:
+            raise KvmtuneError(str(exc)) from None
+        todo = [k for k in e.new if not qm.same_value(after.values.get(k), e.prior.get(k))]
+        if not todo:
+            ctx.done.append(f"Proxmox VE VM {e.vmid}: already as before")
+            return
+        changed = [k for k in todo if not qm.same_value(after.values.get(k), e.new.get(k))]
+        if e.status == "done" and changed and not ctx.force:
+            raise UndoConflict(f"Proxmox VE VM {e.vmid}: {', '.join(changed)} changed after kvmtune set them; "
+                               "not restored (--force)")
+        # a change still only pending, where nothing was pending before: dropping it restores exactly
+        revert = [k for k in todo if qm.same_value(now.values.get(k), e.prior_current.get(k))
+                  and qm.same_value(e.prior.get(k), e.prior_current.get(k))]
+        values = {k: e.prior.get(k) for k in todo if k not in revert}
+        try:
+            qm.run_set(ctx.runner, qm.set_argv(e.vmid, values, revert=revert))
+            back = qm.config(ctx.runner, e.vmid)
+        except qm.QmError as exc:
+            raise KvmtuneError(str(exc)) from None
+        wrong = [k for k in e.new if not qm.same_value(back.values.get(k), e.prior.get(k))]
+        if wrong:
+            raise KvmtuneError(f"Proxmox VE VM {e.vmid}: qm set ran, but {', '.join(wrong)} differ from the journal")
+        ctx.done.append(f"Proxmox VE VM {e.vmid}: {', '.join(sorted(e.new))} as qm config showed them before")
 
 
-def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan) -> None:
+def has_pve(root: str, runner: Runner | None = None) -> bool:
+    """A tree with PVE's ``/etc/pve``, or this host with it or with PVE's ``qm``."""
+    host = HostRoot(root)
+    if host.is_dir("/etc/pve"):
+        return True
+    return host.is_live and (runner or default_runner()).which(qm.QM) is not None
+
+
+def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[type[Rule]], options: FixOptions,
+             plan: Plan) -> tuple[QmChange, list[Reason]]:
+    """The merged ``qm set`` change of one guest's findings, and why (each finding with its config lines)."""
+    change = QmChange()
+    reasons: list[Reason] = []
+    forms = {r.id: r.pve for r in rules}
+    for finding in run_rules(ctx, [guest], [], False, rules):
+        one = change_for(forms.get(finding.rule), cfg, finding.target.device)
+        if one is None:
+            continue
+        if one.guest_visible and not options.allow_bus_change:
+            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "
+                                "guest sees (--allow-bus-change)")
+            continue
+        change.merge(one)
+        lines = tuple(n for k in [*one.values, *one.props] if (n := cfg.lines.get(k)))
+        reasons.append(Reason(f"{finding.rule} {finding.slug}", lines))
+    return change, reasons
+
+
+def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan,
+             runner: Runner | None = None) -> None:
     host = HostRoot(root)
     if host.is_live:
-        plan.notes.append("a running Proxmox VE node: make the changes with the 'qm set' lines 'kvmtune audit' prints "
-                          "(kvmtune fix edits VM configs only in a captured tree, --root)")
+        runner = runner or default_runner()
+        if runner.which(qm.QM) is None:
+            plan.notes.append("this host has /etc/pve but no 'qm': make the changes with the 'qm set' lines "
+                              "'kvmtune audit' prints")
+            return
+        plan_qm(host, runner, rules, options, plan)
         return
     read = read_host(host)
     plan.skipped.extend(read.errors)
@@ -52,19 +175,7 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
         cfg = config_of(guest)
         if cfg is None:
             continue
-        change = QmChange()
-        reasons: list[Reason] = []
-        for finding in run_rules(ctx, [guest], [], False, rules):
-            one = change_for(finding.rule, cfg, finding.target.device)
-            if one is None:
-                continue
-            if one.guest_visible and not options.allow_bus_change:
-                plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "
-                                    "guest sees (--allow-bus-change)")
-                continue
-            change.merge(one)
-            lines = tuple(n for k in [*one.values, *one.props] if (n := cfg.lines.get(k)))
-            reasons.append(Reason(f"{finding.rule} {finding.slug}", lines))
+        change, reasons = _changes(guest, cfg, ctx, rules, options, plan)
         if not (change.values or change.props):
             continue
         path = Path(cfg.path)
@@ -77,3 +188,41 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
                                         guest=guest.name))
         plan.notes.append(f"{guest.name}: on a running node the same change is: {qm_set_line(cfg, change)} "
                           "(pending until the VM's next start)")
+
+
+def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan) -> None:
+    """This node's VMs (``qm list``), each read with ``qm config``: one :class:`QmSet` per VM with changes."""
+    try:
+        vms = qm.list_vms(runner)
+    except qm.QmError as exc:
+        plan.skipped.append(str(exc))
+        return
+    storages = host_storages(host)
+    ctx = AuditContext(host=host, runner=runner)
+    for vm in vms:
+        try:
+            pending = qm.config(runner, vm.vmid)
+            current = qm.config(runner, vm.vmid, current=True)
+            # what the VM gets at its next start: a qm set on a running VM replaces the pending value, so the
+            # change starts from it, never from the running value under it
+            text = pending.as_config_text()
+            guest, cfg, _notes = read_config_text(text, f"{vm.vmid}.conf", storages)
+        except KvmtuneError as exc:
+            plan.skipped.append(f"VM {vm.vmid}: {exc}")
+            continue
+        cfg.path = f"qm config {vm.vmid}"
+        guest.on_audited_host = guest.images_here = True
+        change, reasons = _changes(guest, cfg, ctx, rules, options, plan)
+        values = new_values(cfg, change)
+        values = {k: v for k, v in values.items() if not qm.same_value(pending.values.get(k), v)}
+        if not values:
+            continue
+        after = apply_to_text(text, cfg, change)
+        notes = [PENDING_NOTE.format(vm.vmid)] if vm.running else []
+        waiting = sorted(k for k in {*pending.values, *current.values}
+                         if k != "description" and pending.values.get(k) != current.values.get(k))
+        if waiting:
+            notes.append(f"already pending before this change: {', '.join(waiting)}")
+        plan.changes.append(QmSet(vmid=vm.vmid, guest=guest.name, digest=pending.digest, before=pending.values,
+                                  current=current.values, values=values, text_before=text, text_after=after,
+                                  running=vm.running, reasons=reasons, notes=notes))

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, RuntimeEntry
+from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, QmEntry, RuntimeEntry
 from kvmtune.fix.images import ImageConvert
 from kvmtune.fix.journal import Journal
 from kvmtune.fix.plan import FileChange, SysfsWrite, UndoConflict, UndoContext, XmlEdit
+from kvmtune.fix.pve import QmSet
 from kvmtune.runner import Runner, default_runner
 
 __all__ = ["UndoConflict", "UndoContext", "purge_backups", "undo_journal"]
@@ -28,6 +29,7 @@ UNDO: dict[type, Callable[[Any, UndoContext], None]] = {
     RuntimeEntry: SysfsWrite.undo,
     DomainEntry: XmlEdit.undo,
     ImageEntry: ImageConvert.undo,
+    QmEntry: QmSet.undo,
 }
 
 

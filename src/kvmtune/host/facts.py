@@ -28,6 +28,8 @@ from kvmtune.host.parsers import (
     SoftnetCpu,
     SwapArea,
     SysctlSetting,
+    ZfsArc,
+    parse_arcstats,
     parse_bracket_choice,
     parse_cpu_list,
     parse_cpu_mask,
@@ -41,6 +43,7 @@ from kvmtune.host.parsers import (
     parse_mounts,
     parse_pid_stat,
     parse_proc_stat,
+    parse_pve_firewall_enable,
     parse_softnet_stat,
     parse_swaps,
     parse_sysctl_conf,
@@ -714,6 +717,24 @@ class HostFacts:
         text = self.text("/etc/tuned/active_profile", quiet=True)
         return text.strip() or None if text is not None else None
 
+    # -- Proxmox VE and ZFS --------------------------------------------------------------
+
+    @cached_property
+    def pve_node(self) -> bool:
+        """A Proxmox VE node: its cluster file system, ``/etc/pve``, is there."""
+        return self.host.is_dir("/etc/pve")
+
+    @cached_property
+    def pve_firewall_enabled(self) -> bool:
+        """The datacenter firewall is on (``/etc/pve/firewall/cluster.fw``; absent: off, PVE's default)."""
+        text = self.text("/etc/pve/firewall/cluster.fw")
+        return parse_pve_firewall_enable(text) if text is not None else False
+
+    @cached_property
+    def zfs_arc(self) -> ZfsArc | None:
+        """The ZFS ARC, where the zfs module is loaded."""
+        return self.parsed("/proc/spl/kstat/zfs/arcstats", parse_arcstats)
+
     def load_all(self) -> None:
         """Read every fact (used by ``kvmtune capture-host``)."""
         for name in (
@@ -721,7 +742,7 @@ class HostFacts:
             "meminfo", "hugepages_reserved", "swaps", "ksm", "thp", "sysctl_settings", "kvm_loaded", "entropy_avail",
             "entropy_poolsize", "block_devices", "mounts", "net_devices", "softnet", "guests", "ksmd",
             "tuned_profile", "cpu_governors", "energy_perf_bias", "cpuidle_states", "pinned_guest_cpus",
-            "process_names", "irq_affinity", "iommu_groups",
+            "process_names", "irq_affinity", "iommu_groups", "pve_node", "pve_firewall_enabled", "zfs_arc",
         ):
             getattr(self, name)
         for dev in self.net_devices.values():

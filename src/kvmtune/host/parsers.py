@@ -486,3 +486,39 @@ def parse_diskstats(text: str) -> dict[str, DiskCounters]:
             flushes=v[15] if len(v) > 15 else 0,
         )
     return out
+
+
+@dataclass(frozen=True)
+class ZfsArc:
+    """The ZFS ARC's size and its limits in bytes (``/proc/spl/kstat/zfs/arcstats``)."""
+
+    size: int
+    c_min: int
+    c_max: int
+
+
+def parse_arcstats(text: str) -> ZfsArc:
+    """``arcstats``: a kstat header line, ``name type data``, then one ``name type value`` line per statistic."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1].isdigit() and f[2].isdigit():
+            values[f[0]] = int(f[2])
+    missing = [k for k in ("size", "c_min", "c_max") if k not in values]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)} in arcstats")
+    return ZfsArc(values["size"], values["c_min"], values["c_max"])
+
+
+def parse_pve_firewall_enable(text: str) -> bool:
+    """``/etc/pve/firewall/cluster.fw``: ``enable: 1`` in its ``[OPTIONS]`` section (PVE's default: off)."""
+    section = ""
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip().upper()
+        elif section == "OPTIONS" and ":" in line:
+            key, value = (x.strip() for x in line.split(":", 1))
+            if key == "enable":
+                return value == "1"
+    return False

@@ -48,6 +48,8 @@ TSQ_LOW = 262_144  # tcp_limit_output_bytes below this starves fast flows (seed 
 TSQ_DEFAULT = 1_048_576  # the kernel default since 4.x
 TCP_LOW_LATENCY_GONE = (4, 14)  # tcp_low_latency does nothing from this kernel on
 KSM_NOT_OVERCOMMITTED = 0.9  # guests' memory below 90 % of RAM: KSM buys nothing the host needs
+PVE_KSMTUNED_START = 0.8  # PVE's ksmtuned (KSM_THRES_COEF=20) starts KSM once less than 20 % of RAM is free
+ZFS_ARC_GUEST_SHARE = 0.95  # guests' memory + the ARC's maximum above 95 % of RAM: they fight over it
 KERNEL_HALT_POLL_NS = 200_000  # KVM_HALT_POLL_NS_DEFAULT on x86
 SEED_HALT_POLL_NS = 80_000  # seed 002
 TAP_QLEN = 2500  # seed 002's best value; raised only on taps that drop

@@ -1,7 +1,8 @@
 """A rule's fix in Proxmox VE's terms: the ``qm set`` options (and the web UI field) that make it.
 
-:data:`FORMS` is the PVE form of each rule whose fix is a config change; the rule's own text stays the
-libvirt form, so there is one source of the advice per rule and one form per kind of target. A form turns
+Each rule whose fix is a config change declares its PVE form (``pve = PveForm(...)``, plain data) beside its
+libvirt form (its text and XML fixer), so there is one source of the advice per rule and one form per kind of
+target; this module only interprets the forms. A form turns
 one finding's device into :class:`QmChange`: new values for config keys (a drive's or NIC's property
 string rewritten, or a VM option such as ``scsihw``). :func:`apply_to_text` writes the merged changes into
 the config file's current section the way PVE prints it (the volume or ``model=MAC`` first, the other
@@ -33,7 +34,22 @@ class QmChange:
         self.guest_visible = self.guest_visible or other.guest_visible
 
 
-Form = Callable[[PveConfig, str], "QmChange | None"]
+@dataclass(frozen=True)
+class PveForm:
+    """A rule's fix in Proxmox VE's terms, declared on the rule as plain data (``pve = PveForm(...)``) beside its
+    libvirt form (``fix_description`` and its XML fixer); :func:`change_for` turns it into one finding's change.
+
+    ``kind`` says how: ``disk-props`` (``values`` set in the finding's drive), ``set`` (VM options: ``values``,
+    an empty value deletes the key), or a form that needs the config: ``aio``, ``iothread``, ``scsihw``,
+    ``nic-model``, ``queues``. ``ui`` is the web UI's field, ``{}`` standing for the config key."""
+
+    kind: str
+    ui: str
+    values: tuple[tuple[str, str], ...] = ()
+    guest_visible: bool = False  # the guest sees other hardware (controller, NIC model, CPU): --allow-bus-change
+
+
+Form = Callable[[PveForm, PveConfig, str], "QmChange | None"]
 
 
 def _disk_key(cfg: PveConfig, device: str) -> str | None:
@@ -49,39 +65,39 @@ def _nic_key(cfg: PveConfig, device: str) -> str | None:
     return None
 
 
-def _disk_props(props: dict[str, str], ui: str) -> Form:
-    def form(cfg: PveConfig, device: str) -> QmChange | None:
-        key = _disk_key(cfg, device)
-        return QmChange(props={key: dict(props)}, ui=ui) if key else None
-    return form
+def _disk_props(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
+    key = _disk_key(cfg, device)
+    return QmChange(props={key: dict(form.values)}, ui=form.ui.format(key)) if key else None
 
 
-def _aio(cfg: PveConfig, device: str) -> QmChange | None:
+def _set(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
+    return QmChange(values={k: v or None for k, v in form.values}, ui=form.ui, guest_visible=form.guest_visible)
+
+
+def _aio(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     key = _disk_key(cfg, device)
     if key is None:
         return None
     volume = split_property_string(cfg.current[key])[0][1]
     qcow = volume.endswith((".qcow2", ".vmdk"))
-    return QmChange(props={key: {"aio": "io_uring" if qcow else "native"}},
-                    ui=f"Hardware > Hard Disk ({key}) > Advanced > Async IO")
+    return QmChange(props={key: {"aio": "io_uring" if qcow else "native"}}, ui=form.ui.format(key))
 
 
-def _iothread(cfg: PveConfig, device: str) -> QmChange | None:
+def _iothread(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     key = _disk_key(cfg, device)
     if key is None:
         return None
-    change = QmChange(props={key: {"iothread": "1"}}, ui=f"Hardware > Hard Disk ({key}) > IO thread")
+    change = QmChange(props={key: {"iothread": "1"}}, ui=form.ui.format(key))
     if key.startswith("scsi") and cfg.current.get("scsihw") != "virtio-scsi-single":
         change.values["scsihw"] = "virtio-scsi-single"
         change.ui += "; Hardware > SCSI Controller > VirtIO SCSI single"
     return change
 
 
-def _scsihw(cfg: PveConfig, device: str) -> QmChange | None:
+def _scsihw(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     """One virtio-scsi controller per disk, each with its IOThread: ``virtio-scsi-single`` and ``iothread=1``."""
     scsihw = cfg.current.get("scsihw", "lsi")
-    change = QmChange(ui="Hardware > SCSI Controller > VirtIO SCSI single; Hard Disk > IO thread",
-                      guest_visible=not scsihw.startswith("virtio-scsi"))
+    change = QmChange(ui=form.ui, guest_visible=not scsihw.startswith("virtio-scsi"))
     if scsihw != "virtio-scsi-single":
         change.values["scsihw"] = "virtio-scsi-single"
     controller = device.removeprefix("scsi-controller:")
@@ -93,11 +109,7 @@ def _scsihw(cfg: PveConfig, device: str) -> QmChange | None:
     return change
 
 
-def _rng(cfg: PveConfig, device: str) -> QmChange | None:
-    return QmChange(values={"rng0": "source=/dev/urandom"}, ui="Hardware > Add > VirtIO RNG (source /dev/urandom)")
-
-
-def _nic_model(cfg: PveConfig, device: str) -> QmChange | None:
+def _nic_model(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     key = _nic_key(cfg, device)
     if key is None:
         return None
@@ -107,55 +119,27 @@ def _nic_model(cfg: PveConfig, device: str) -> QmChange | None:
     value = f"virtio={mac}" if mac else "virtio"
     if rest:
         value += "," + ",".join(f"{k}={rest[k]}" for k in sorted(rest))
-    return QmChange(values={key: value}, ui=f"Hardware > Network Device ({key}) > Model: VirtIO (paravirtualized)",
-                    guest_visible=True)
+    return QmChange(values={key: value}, ui=form.ui.format(key), guest_visible=True)
 
 
-def _queues(cfg: PveConfig, device: str) -> QmChange | None:
+def _queues(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     key = _nic_key(cfg, device)
     if key is None:
         return None
     vcpus = int(cfg.current.get("vcpus") or int(cfg.current.get("sockets", "1")) * int(cfg.current.get("cores", "1")))
-    return QmChange(props={key: {"queues": str(min(vcpus, 8))}}, ui=f"Hardware > Network Device ({key}) > Multiqueue")
+    return QmChange(props={key: {"queues": str(min(vcpus, 8))}}, ui=form.ui.format(key))
 
 
-def _balloon(cfg: PveConfig, device: str) -> QmChange | None:
-    return QmChange(values={"balloon": None}, ui="Hardware > Memory > Ballooning Device")
-
-
-def _cpu(cfg: PveConfig, device: str) -> QmChange | None:
-    return QmChange(values={"cpu": "x86-64-v2-AES"}, ui="Hardware > Processors > Type: x86-64-v2-AES (or host)",
-                    guest_visible=True)
-
-
-_CACHE_UI = "Hardware > Hard Disk ({}) > Cache: No cache"
-FORMS: dict[str, Form] = {
-    "KVM-STO-002": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-003": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-004": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-005": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-014": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-007": _disk_props({"cache": "none"}, _CACHE_UI),
-    "KVM-STO-006": _aio,
-    "KVM-STO-009": _iothread,
-    "KVM-STO-010": _disk_props({"discard": "on"}, "Hardware > Hard Disk ({}) > Discard"),
-    "KVM-STO-012": _scsihw,
-    "KVM-STO-015": _scsihw,
-    "KVM-NET-001": _nic_model,
-    "KVM-NET-008": _queues,
-    "KVM-MEM-002": _balloon,
-    "KVM-CPU-001": _cpu,
-    "KVM-SEC-001": _rng,
+KINDS: dict[str, Form] = {
+    "disk-props": _disk_props, "set": _set, "aio": _aio, "iothread": _iothread, "scsihw": _scsihw,
+    "nic-model": _nic_model, "queues": _queues,
 }
+CACHE_NONE = PveForm("disk-props", "Hardware > Hard Disk ({}) > Cache: No cache", (("cache", "none"),))
 
 
-def change_for(rule_id: str, cfg: PveConfig, device: str | None) -> QmChange | None:
-    form = FORMS.get(rule_id)
-    change = form(cfg, device or "") if form else None
-    if change is not None:
-        key = device.removeprefix("disk:") if device else ""
-        change.ui = change.ui.replace("({})", f"({key})")
-    return change
+def change_for(form: PveForm | None, cfg: PveConfig, device: str | None) -> QmChange | None:
+    """One finding's change: its rule's PVE form (``None``: the rule has none) applied to the config."""
+    return KINDS[form.kind](form, cfg, device or "") if form is not None else None
 
 
 def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:

@@ -21,6 +21,23 @@ Edits = dict[str, str | bytes | None]
 Case = tuple[str, Edits]
 
 KSM_OFF: Edits = {"/sys/kernel/mm/ksm/run": "0\n"}
+# a Proxmox VE node: its /etc/pve (a storage.cfg as PVE installs it) and kernel
+PVE: Edits = {"/etc/pve/storage.cfg": "dir: local\n\tpath /var/lib/vz\n\tcontent iso,vztmpl,backup\n",
+              "/proc/sys/kernel/osrelease": "6.8.12-4-pve\n"}
+FWBR: Edits = {f"/sys/class/net/{d}/{f}": v for d in ("fwbr4100i0", "fwbr4101i0")
+               for f, v in (("mtu", "1500\n"), ("bridge/stp_state", "0\n"), ("operstate", "up\n"))}
+FW_ON: Edits = {"/etc/pve/firewall/cluster.fw": "[OPTIONS]\n\nenable: 1\npolicy_in: DROP\n"}
+NEAR_FULL: Edits = {"/proc/meminfo": "MemTotal:       157286400 kB\nMemFree:         8388608 kB\n"}  # 4 × 32 GiB: 0.85×
+
+
+def arcstats(c_max: int, size: int = 8 * 2**30) -> Edits:
+    """``/proc/spl/kstat/zfs/arcstats`` as OpenZFS 2.2 writes it (a kstat header, then name type data)."""
+    return {"/proc/spl/kstat/zfs/arcstats": (
+        "13 1 0x01 147 39984 8123456789 98765432109876\nname                            type data\n"
+        "hits                            4    923456789\nmisses                          4    1234567\n"
+        f"c                               4    {c_max}\nc_min                           4    {2**30}\n"
+        f"c_max                           4    {c_max}\nsize                            4    {size}\n")}
+
 
 # rule → (cases where it fires, cases where it is silent); a case is (fixture, edits)
 CASES: dict[str, tuple[list[Case], list[Case]]] = {
@@ -110,6 +127,21 @@ CASES: dict[str, tuple[list[Case], list[Case]]] = {
                     [("nvme-modern", {}), ("ksm-overcommit", {}),
                      ("pinned-latency", {"/proc/cmdline": "ro intel_iommu=on iommu=pt\n"}),
                      ("pinned-latency", {f"/sys/kernel/iommu_groups/{g}/type": "identity\n" for g in range(4)})]),
+    "KVM-HST-060": ([("nvme-modern", {**PVE, "/proc/sys/kernel/osrelease": "6.1.0-18-amd64\n"}),
+                     ("nvme-modern", {**PVE, "/proc/sys/kernel/osrelease": "6.8.0-45-generic\n"})],
+                    [("nvme-modern", {}), ("nvme-modern", PVE),
+                     ("nvme-modern", {**PVE, "/proc/sys/kernel/osrelease": "5.15.158-2-pve\n"})]),
+    "KVM-HST-061": ([("nvme-modern", {**PVE, **NEAR_FULL})],
+                    [("nvme-modern", NEAR_FULL), ("nvme-modern", PVE),  # not PVE; guests at 0.5× RAM
+                     ("nvme-modern", {**PVE, **NEAR_FULL, "/proc/4242/comm": "ksmtuned\n"}),
+                     ("nvme-modern", {**PVE, **NEAR_FULL, "/sys/kernel/mm/ksm/run": "1\n"}),
+                     ("ksm-overcommit", {**PVE, **KSM_OFF})]),  # past 1.0×: KVM-HST-006's finding
+    "KVM-HST-062": ([("nvme-modern", {**PVE, **FWBR}),
+                     ("nvme-modern", {**PVE, **FWBR, "/etc/pve/firewall/cluster.fw": "[OPTIONS]\nenable: 0\n"})],
+                    [("nvme-modern", FWBR), ("nvme-modern", PVE), ("nvme-modern", {**PVE, **FWBR, **FW_ON})]),
+    "KVM-HST-063": ([("nvme-modern", arcstats(128 * 2**30)), ("nvme-modern", {**PVE, **arcstats(200 * 2**30)})],
+                    [("nvme-modern", {}), ("nvme-modern", arcstats(16 * 2**30)),
+                     ("rules-default", arcstats(128 * 2**30))]),
 }
 
 
@@ -200,3 +232,18 @@ def test_forty_gig_host_gets_tuned_network_throughput_notes(make_variant) -> Non
         ("sysctl:net.ipv4.tcp_slow_start_after_idle", Severity.INFO),
         ("sysctl:net.ipv4.tcp_notsent_lowat", Severity.INFO),
     }
+
+
+def test_pve_rules_name_what_they_saw(make_variant) -> None:  # type: ignore[no-untyped-def]
+    found, _ = audit(make_variant("nvme-modern", {**PVE, **FWBR, **arcstats(128 * 2**30)}),
+                     ["KVM-HST-062", "KVM-HST-063"])
+    by = {f.rule: f for f in found}
+    assert by["KVM-HST-062"].actual == ("2 firewall bridge(s) (fwbr4100i0, fwbr4101i0); datacenter firewall disabled")
+    arc = by["KVM-HST-063"]
+    assert "ARC max 128.0 GiB" in arc.actual and "4 guest(s) holding 128.0 GiB = 100% of 256.0 GiB RAM" in arc.actual
+    assert "zfs_arc_max at most 115.2 GiB" in arc.expected
+
+
+def test_pve_ksmtuned_names_the_memory_it_saw(make_variant) -> None:  # type: ignore[no-untyped-def]
+    found, _ = audit(make_variant("nvme-modern", {**PVE, **NEAR_FULL}), ["KVM-HST-061"])
+    assert "ksmtuned not running, KSM run=0; 4 guest(s) hold 128.0 GiB of 150.0 GiB RAM (0.85×)" in found[0].actual

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import low
 
 
@@ -28,6 +29,8 @@ class BalloonMissing(GuestRule):
         "with Linux >= 5.7); keep model='none' on VFIO, locked or hugepage guests."
     )
     fix_safe = True
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("set", "Hardware > Memory > Ballooning Device", (("balloon", ""),))
     references = (
         "seed:000 (virtio_balloon: the hypervisor's path to over-commit memory)",
         "libvirt formatdomain: memory balloon device (autodeflate, freePageReporting)",

@@ -8,6 +8,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import low
 
 # QEMU's named x86 CPU models and the instruction-set extensions among their features that decide this rule
@@ -72,6 +73,8 @@ class CpuModelGeneric(GuestRule):
         "or a named model the whole cluster supports (e.g. x86-64-v3 or a Skylake/EPYC model)."
     )
     fix_safe = False
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("set", "Hardware > Processors > Type: x86-64-v2-AES (or host)", (("cpu", "x86-64-v2-AES"),), guest_visible=True)
     references = (
         "seed:000 (x2apic via -cpu qemu64,+x2apic gave 2-5 % on I/O workloads: the generic model lacks it)",
         "libvirt formatdomain: CPU model and topology (host-passthrough, host-model)",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import is_virtio_model, on_tap, vhost_off
 
 
@@ -29,6 +30,7 @@ class NetMultiqueueMissing(GuestRule):
         "Linux >= 4.x enable all queues themselves, older ones need 'ethtool -L eth0 combined N'."
     )
     fix_safe = True
+    pve = PveForm("queues", "Hardware > Network Device ({}) > Multiqueue")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: interface driver queues (virtio-net multiqueue since 1.0.6)",
         "nova vif._get_virtio_mq_settings (queues = min(vCPUs, max tap queues))",

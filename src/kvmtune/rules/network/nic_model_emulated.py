@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import default_nic_model, low
 
 EMULATED_NICS = {
@@ -37,6 +38,8 @@ class NicModelEmulated(GuestRule):
         "installed first. Guest network settings tied to the old driver (Windows adapters, eth0 ordering) may need redoing."
     )
     fix_safe = False
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("nic-model", "Hardware > Network Device ({}) > Model: VirtIO (paravirtualized)")
     references = (
         "seed:000 (emulated NICs e1000, rtl8139, ne2k_pci, pcnet; use virtio_net)",
         "seed:000 (virtio_blk 85.8 MB/s vs emulated IDE 19.0 MB/s: the cost of register-level emulation)",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 
 
 class RngMissing(GuestRule):
@@ -26,6 +27,8 @@ class RngMissing(GuestRule):
         "Add <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng> (or <backend model='builtin'/>)."
     )
     fix_safe = True
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("set", "Hardware > Add > VirtIO RNG (source /dev/urandom)", (("rng0", "source=/dev/urandom"),))
     references = (
         "seed:000 (security key strength: entropy on virtual machines, keys or entropy must not be cloned)",
         "libvirt formatdomain: random number generator device",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
 
@@ -29,6 +30,7 @@ class DiskCacheDefault(GuestRule):
         "and block devices; cache='writeback' only where O_DIRECT is unavailable (tmpfs) or deliberately wanted."
     )
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "seed:003 (the 'default' cache mode behind a 5x qcow2 slowdown; advice: never leave it at default)",
         "seed:000 (guest caching modes: bypass at least one of the two page caches)",

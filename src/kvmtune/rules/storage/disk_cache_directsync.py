@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, is_passthrough_lun, low
 
 
@@ -29,6 +30,7 @@ class DiskCacheDirectsync(GuestRule):
         "that never flushes."
     )
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "QEMU docs, -drive cache= table: directsync = cache.direct=on + write-cache off",
         "libvirt formatdomain: disk driver cache (directsync since 0.9.5)",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, is_passthrough_lun, low
 
 
@@ -25,6 +26,7 @@ class DiskCacheUnsafe(GuestRule):
     fix_kind = "xml"
     fix_description = "Set <driver cache='none' io='native'/> (or cache='writeback' where O_DIRECT is unavailable)."
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "seed:000 (unsafe ignores flushes; for temporary data only, never in production)",
         "libvirt formatdomain: disk driver cache='unsafe'",

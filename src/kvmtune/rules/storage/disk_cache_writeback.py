@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import data_disks, is_local, is_passthrough_lun, low
 
 
@@ -27,6 +28,7 @@ class DiskCacheWriteback(GuestRule):
     fix_kind = "xml"
     fix_description = "Prefer <driver cache='none' io='native'/>; keep writeback only where O_DIRECT is unavailable."
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "seed:000 (2012: writeback 'recommended only for temporary data' - written before guests flushed reliably)",
         "seed:003 (writeback fast, but 'more prone to data loss')",

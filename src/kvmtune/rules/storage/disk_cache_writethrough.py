@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Disk, Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import is_passthrough_lun, low
 
 # the fix text for a disk whose manager fell back to writethrough because the device refuses O_DIRECT
@@ -41,6 +42,7 @@ class DiskCacheWritethrough(GuestRule):
     fix_kind = "xml"
     fix_description = "Set <driver cache='none' io='native'/> (or io='io_uring')."
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "seed:003 (qcow2 without preallocation + write-through = 5x slower than raw)",
         "libvirt formatdomain: disk driver cache",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import DISCARD, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import data_disks, low
 
 THIN_FORMATS = {"qcow2"}
@@ -31,6 +32,8 @@ class DiskDiscardMissing(GuestRule):
         "also catches zero writes, at some CPU cost."
     )
     fix_safe = True
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("disk-props", "Hardware > Hard Disk ({}) > Discard", (("discard", "on"),))
     references = (
         "libvirt formatdomain: disk driver discard (since 1.0.6), detect_zeroes (since 2.0.0)",
         "nova [libvirt]hw_disk_discard=unmap",

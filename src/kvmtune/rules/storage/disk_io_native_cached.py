@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import CACHE_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import CACHE_NONE
 from kvmtune.rules.common import cache_mode, is_local, is_passthrough_lun, local_confidence
 
 
@@ -26,6 +27,7 @@ class DiskIoNativeCached(GuestRule):
     fix_kind = "xml"
     fix_description = "Set cache='none' next to io='native' (or drop io='native' if host caching is really wanted)."
     fix_safe = True
+    pve = CACHE_NONE  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "QEMU block/file-posix.c raw_open_common: aio=native requires cache.direct=on",
         "nova driver._set_cache_mode: io=native downgraded to threads for non-O_DIRECT modes (LP#1841363)",

@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import AIO_JOB, BlockExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import cache_mode, data_disks, is_local, is_passthrough_lun, local_confidence, low
 
 
@@ -26,6 +27,7 @@ class DiskIoThreads(GuestRule):
     fix_kind = "xml"
     fix_description = "Add io='native' (raw images, LVM, preallocated files) or io='io_uring' (QEMU >= 5.0, libvirt >= 6.3)."
     fix_safe = True
+    pve = PveForm("aio", "Hardware > Hard Disk ({}) > Advanced > Async IO")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "seed:000 (aio=native improves guest I/O, most with multiple threads)",
         "libvirt formatdomain: disk driver io (threads, native; io_uring since 6.3.0)",

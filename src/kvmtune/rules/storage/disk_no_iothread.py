@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low, many_vcpus
 
 
@@ -27,6 +28,7 @@ class DiskNoIothread(GuestRule):
     fix_kind = "xml"
     fix_description = "Add <iothreads>N</iothreads> to the domain and <driver iothread='k'/> to each busy virtio disk."
     fix_safe = True
+    pve = PveForm("iothread", "Hardware > Hard Disk ({}) > IO thread")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: IOThreads allocation, disk driver iothread (since 1.2.8)",
         "Red Hat Developer 2024-09-05: scaling virtio-blk with IOThread virtqueue mapping",

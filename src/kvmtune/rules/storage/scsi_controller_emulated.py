@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import data_disks, low
 
 # libvirt model names and QEMU device names of HBAs QEMU emulates register by register
@@ -36,6 +37,8 @@ class ScsiControllerEmulated(GuestRule):
         "Set <controller type='scsi' model='virtio-scsi'/>; the guest needs the virtio_scsi driver (Windows: vioscsi)."
     )
     fix_safe = False
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("scsihw", "Hardware > SCSI Controller > VirtIO SCSI single; Hard Disk > IO thread")
     references = (
         "seed:000 (emulated block devices; FFSB random writes 8 threads: virtio 85.8 MB/s vs emulated IDE 19.0 MB/s)",
         "libvirt formatdomain: controller type='scsi' models",

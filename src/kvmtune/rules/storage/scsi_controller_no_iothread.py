@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import data_disks, low, many_vcpus
 
 
@@ -30,6 +31,8 @@ class ScsiControllerNoIothread(GuestRule):
         "</controller>; on Proxmox VE use SCSI controller 'VirtIO SCSI single' with iothread=1 on each disk."
     )
     fix_safe = True
+    # the same fix as 'qm set' (proxmox/qmset.py)
+    pve = PveForm("scsihw", "Hardware > SCSI Controller > VirtIO SCSI single; Hard Disk > IO thread")
     references = (
         "libvirt formatdomain: controller driver iothread (virtio-scsi, since 1.3.5)",
         "Proxmox VE qm.adoc: IO Thread needs VirtIO SCSI single for SCSI disks",

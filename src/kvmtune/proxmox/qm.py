@@ -1,0 +1,146 @@
+"""A running Proxmox VE node through its own CLI: ``qm list``, ``qm config`` (the values PVE holds) and the
+``qm set`` arguments that change them, every command through the one :class:`~kvmtune.runner.Runner`.
+
+``qm config VMID`` prints the config with its pending changes applied (what the VM gets at its next start),
+``--current`` the values it runs with now; both end with ``digest: <sha1>``, the digest ``qm set --digest``
+checks so that a config changed since it was read is refused by PVE itself. On a running VM, PVE keeps a
+change it cannot hotplug in the ``[PENDING]`` section; ``qm set --revert KEY`` drops that pending change.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from kvmtune.errors import KvmtuneError
+from kvmtune.proxmox.config import DISK_KEY, NET_KEY, split_property_string
+from kvmtune.runner import Runner
+
+QM = "qm"
+TIMEOUT_S = 60.0
+_VMID = re.compile(r"^[1-9][0-9]{2,8}$")
+_KEY_LINE = re.compile(r"^([a-z][a-z0-9_-]*):\s?(.*)$")
+# the config keys kvmtune's qm set forms change (and so the only keys a journal may set or revert)
+SETTABLE = frozenset({"scsihw", "rng0", "balloon", "cpu"})
+
+
+class QmError(KvmtuneError):
+    """``qm`` failed or printed something kvmtune cannot read; one line."""
+
+
+def settable(key: str) -> bool:
+    return key in SETTABLE or bool(DISK_KEY.match(key) or NET_KEY.match(key))
+
+
+def valid_vmid(vmid: str) -> bool:
+    return bool(_VMID.match(vmid))
+
+
+@dataclass(frozen=True)
+class QmVm:
+    vmid: str
+    name: str
+    status: str  # running | stopped | …
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+@dataclass
+class QmConfig:
+    """What ``qm config`` printed: the values (``description`` kept as one value) and the digest."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    digest: str = ""
+
+    def as_config_text(self) -> str:
+        """The values as a ``qm.conf(5)`` current section (no description, no digest), for the config reader."""
+        return "".join(f"{k}: {v}\n" for k, v in self.values.items() if k != "description" and "\n" not in v)
+
+
+def _run(runner: Runner, argv: list[str]) -> str:
+    result = runner.run(argv, timeout=TIMEOUT_S)
+    if not result.ok:
+        raise QmError(result.describe_failure())
+    return result.stdout
+
+
+def parse_list(text: str) -> list[QmVm]:
+    """``qm list``: a header, then ``VMID NAME STATUS MEM(MB) BOOTDISK(GB) PID`` per VM."""
+    out: list[QmVm] = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 3 and valid_vmid(words[0]):
+            out.append(QmVm(words[0], words[1], words[2]))
+    return out
+
+
+def parse_config_output(text: str, vmid: str) -> QmConfig:
+    """``qm config``'s ``key: value`` lines; a line that is not one continues the value before it (a
+    multi-line description)."""
+    out = QmConfig()
+    last: str | None = None
+    for line in text.splitlines():
+        m = _KEY_LINE.match(line)
+        if m:
+            key, value = m.group(1), m.group(2).strip()
+            if key == "digest":
+                out.digest = value
+                last = None
+                continue
+            out.values[key] = value
+            last = key
+        elif last is not None:
+            out.values[last] += "\n" + line
+        elif line.strip():
+            raise QmError(f"qm config {vmid}: cannot read {line[:60]!r}")
+    if not re.fullmatch(r"[0-9a-f]{40}", out.digest):
+        raise QmError(f"qm config {vmid}: no digest line (is this Proxmox VE's qm?)")
+    return out
+
+
+def list_vms(runner: Runner) -> list[QmVm]:
+    return parse_list(_run(runner, [QM, "list"]))
+
+
+def config(runner: Runner, vmid: str, *, current: bool = False) -> QmConfig:
+    """``qm config VMID``: pending changes applied (``current``: without them)."""
+    return parse_config_output(_run(runner, [QM, "config", vmid, *(["--current"] if current else [])]), vmid)
+
+
+def set_argv(vmid: str, values: dict[str, str | None], *, digest: str | None = None,
+             revert: list[str] | None = None) -> list[str]:
+    """``qm set VMID [--digest D] --KEY VALUE … [--delete K,…] [--revert K,…]``."""
+    argv = [QM, "set", vmid]
+    if digest:
+        argv += ["--digest", digest]
+    for key, value in values.items():
+        if value is not None:
+            argv += [f"--{key}", value]
+    deleted = [k for k, v in values.items() if v is None]
+    if deleted:
+        argv += ["--delete", ",".join(deleted)]
+    if revert:
+        argv += ["--revert", ",".join(revert)]
+    return argv
+
+
+def shell_line(argv: list[str]) -> str:
+    return shlex.join(argv)
+
+
+def run_set(runner: Runner, argv: list[str]) -> None:
+    _run(runner, argv)
+
+
+def same_value(a: str | None, b: str | None) -> bool:
+    """Two values of one key are the same setting: a property string's items compared as a set, since PVE
+    prints them in its own order."""
+    if a is None or b is None:
+        return a is b
+    if a == b:
+        return True
+    items_a, items_b = split_property_string(a), split_property_string(b)
+    return bool(items_a) and items_a[0] == items_b[0] and sorted(items_a[1:], key=str) == sorted(items_b[1:], key=str)

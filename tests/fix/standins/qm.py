@@ -1,0 +1,153 @@
+"""A recording stand-in for Proxmox VE's ``qm`` (list, config, set), over a fake ``/etc/pve`` tree.
+
+No real PVE (no pmxcfs, no API) is involved: this models what kvmtune relies on, as the PVE admin guide and
+``qm(1)`` document it. ``KVMTUNE_QM_TREE`` is the fake ``/etc/pve``; this node is ``KVMTUNE_QM_NODE``
+(default pve1); the VMs named in ``KVMTUNE_QM_RUNNING`` (comma-separated VMIDs) run, so ``qm set`` keeps their
+changes in ``[PENDING]`` as PVE does for changes it cannot hotplug; every call is appended to
+``KVMTUNE_QM_LOG`` as a JSON list. The config is written back the way PVE writes it (description first,
+keys sorted, ``[PENDING]`` with its ``delete:`` line, then the snapshot sections), so bytes differ from a
+hand-edited file while values stay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _conf(vmid: str) -> Path:
+    node = os.environ.get("KVMTUNE_QM_NODE", "pve1")
+    return Path(os.environ["KVMTUNE_QM_TREE"]) / "nodes" / node / "qemu-server" / f"{vmid}.conf"
+
+
+def _read(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[str], str]:
+    description: list[str] = []
+    current: dict[str, str] = {}
+    pending: dict[str, str] = {}
+    delete: list[str] = []
+    rest = ""
+    section = ""
+    for line in path.read_text().splitlines(keepends=True):
+        s = line.strip()
+        if s.startswith("[") and s.endswith("]"):
+            section = s[1:-1]
+        if section and section != "PENDING":
+            rest += line
+            continue
+        if not s or s.startswith("["):
+            continue
+        if s.startswith("#"):
+            description.append(s[1:])
+            continue
+        key, _, value = s.partition(":")
+        value = value.strip()
+        if section == "PENDING" and key == "delete":
+            delete = [k for k in value.split(",") if k]
+        else:
+            (pending if section else current)[key] = value
+    return description, current, pending, delete, rest
+
+
+def _write(path: Path, description: list[str], current: dict[str, str], pending: dict[str, str],
+           delete: list[str], rest: str) -> None:
+    text = "".join(f"#{d}\n" for d in description) + "".join(f"{k}: {current[k]}\n" for k in sorted(current))
+    if pending or delete:
+        text += "\n[PENDING]\n" + "".join(f"{k}: {pending[k]}\n" for k in sorted(pending))
+        if delete:
+            text += f"delete: {','.join(delete)}\n"
+    if rest:
+        text += "\n" + rest.lstrip("\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def cmd_list() -> int:
+    running = set(os.environ.get("KVMTUNE_QM_RUNNING", "").split(","))
+    print(f"{'VMID':>10} {'NAME':<20} {'STATUS':<10} {'MEM(MB)':<10} {'BOOTDISK(GB)':>12} PID")
+    folder = _conf("100").parent
+    for conf in sorted(folder.glob("*.conf"), key=lambda p: int(p.stem)):
+        _, current, *_ = _read(conf)
+        status = "running" if conf.stem in running else "stopped"
+        print(f"{conf.stem:>10} {current.get('name', ''):<20} {status:<10} {current.get('memory', '512'):<10} "
+              f"{32.0:>12.2f} {4242 if status == 'running' else 0}")
+    return 0
+
+
+def cmd_config(vmid: str, args: list[str]) -> int:
+    path = _conf(vmid)
+    if not path.exists():
+        print(f"Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist", file=sys.stderr)
+        return 2
+    description, current, pending, delete, _ = _read(path)
+    values = dict(current)
+    if "--current" not in args:
+        values.update(pending)
+        for key in delete:
+            values.pop(key, None)
+    if description:
+        values["description"] = "\n".join(description)
+    for key in sorted(values):
+        print(f"{key}: {values[key]}")
+    print(f"digest: {_digest(path)}")
+    return 0
+
+
+def cmd_set(vmid: str, args: list[str]) -> int:
+    path = _conf(vmid)
+    description, current, pending, delete, rest = _read(path)
+    running = vmid in os.environ.get("KVMTUNE_QM_RUNNING", "").split(",")
+    options: dict[str, str] = {}
+    while args:
+        opt, value, args = args[0], args[1], args[2:]
+        if not opt.startswith("--"):
+            print(f"400 unable to parse option: {opt}", file=sys.stderr)
+            return 255
+        options[opt[2:]] = value
+    if "digest" in options and options.pop("digest") != _digest(path):
+        print("detected modified configuration - file changed by other user? Try again.", file=sys.stderr)
+        return 255
+    for key in [k for k in options.pop("revert", "").split(",") if k]:
+        pending.pop(key, None)
+        delete = [d for d in delete if d != key]
+    for key in [k for k in options.pop("delete", "").split(",") if k]:
+        if running:
+            pending.pop(key, None)
+            delete = [*delete, key] if key in current and key not in delete else delete
+        else:
+            current.pop(key, None)
+    for key, value in options.items():
+        if running and current.get(key) != value:
+            pending[key] = value
+        else:
+            current[key] = value
+            pending.pop(key, None)
+        delete = [d for d in delete if d != key]
+    _write(path, description, current, pending, delete, rest)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    log = os.environ.get("KVMTUNE_QM_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(["qm", *argv]) + "\n")
+    if argv[:1] == ["list"]:
+        return cmd_list()
+    if argv[:1] == ["config"] and len(argv) >= 2:
+        return cmd_config(argv[1], argv[2:])
+    if argv[:1] == ["set"] and len(argv) >= 2:
+        return cmd_set(argv[1], argv[2:])
+    print(f"qm stand-in: not modelled: {' '.join(argv)}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

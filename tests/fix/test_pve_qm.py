@@ -1,0 +1,185 @@
+"""``kvmtune fix`` on a running Proxmox VE node: each VM's changes as one ``qm set`` through the runner, the
+values ``qm config`` showed journaled, ``undo`` sets them back with ``qm set`` (issue 35 item 4, the ``qm`` path).
+
+No real Proxmox VE was used: ``tests/fix/standins/qm.py`` stands in for ``qm`` on ``PATH`` (list, config with
+its digest, set with ``--digest``/``--delete``/``--revert``, pending changes of a running VM), over a copy of
+the fixture cluster's ``/etc/pve``, recording every call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvmtune.audit.engine import select_rules
+from kvmtune.errors import KvmtuneError
+from kvmtune.fix.apply import apply_plan
+from kvmtune.fix.entries import QmEntry
+from kvmtune.fix.journal import Journal, refusals
+from kvmtune.fix.plan import Plan
+from kvmtune.fix.pve import QmSet, plan_pve
+from kvmtune.fix.registry import FixOptions
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+
+HERE = Path(__file__).resolve().parent
+TREE = HERE.parent / "fixtures" / "proxmox" / "cluster"
+SRC = HERE.parents[1] / "src"
+STANDIN = HERE / "standins" / "qm.py"
+
+
+class Node:
+    """A fake PVE node: the stand-in ``qm`` on PATH over a copy of the fixture tree; VM 8006 runs."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tree = tmp / "tree"
+        shutil.copytree(TREE, self.tree, symlinks=True)
+        bin_dir = tmp / "bin"
+        bin_dir.mkdir()
+        qm = bin_dir / "qm"
+        qm.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
+        qm.chmod(0o755)
+        self.log = tmp / "qm.log"
+        self.journals = tmp / "journal"
+        self.journals.mkdir(mode=0o700)
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(SRC),
+                    "KVMTUNE_QM_TREE": str(self.tree / "etc/pve"), "KVMTUNE_QM_RUNNING": "8006",
+                    "KVMTUNE_QM_LOG": str(self.log), "KVMTUNE_JOURNAL_DIR": str(self.journals)}
+
+    def kvmtune(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, timeout=120,
+                              env=self.env, check=False)
+
+    def qm(self, *args: str) -> str:
+        return subprocess.run([sys.executable, str(STANDIN), *args], capture_output=True, text=True, env=self.env,
+                              check=True).stdout
+
+    def values(self, vmid: str) -> tuple[str, str]:
+        """``qm config`` and ``qm config --current`` without their digest lines: the values PVE holds."""
+        def strip(text: str) -> str:
+            return "".join(line + "\n" for line in text.splitlines() if not line.startswith("digest:"))
+        return strip(self.qm("config", vmid)), strip(self.qm("config", vmid, "--current"))
+
+    def calls(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
+    n = Node(tmp_path)
+    for key in ("PATH", "KVMTUNE_QM_TREE", "KVMTUNE_QM_RUNNING", "KVMTUNE_QM_LOG", "KVMTUNE_JOURNAL_DIR"):
+        monkeypatch.setenv(key, n.env[key])
+    return n
+
+
+def _sets(calls: list[list[str]]) -> dict[str, list[str]]:
+    return {c[2]: c for c in calls if c[1] == "set"}
+
+
+def test_fix_on_a_pve_node_plans_one_qm_set_per_vm_and_changes_nothing(node: Node) -> None:
+    before = {v: node.values(v) for v in ("101", "102", "8006")}
+    plan = node.kvmtune("fix")
+    assert plan.returncode == 0, plan.stderr
+    assert ("$ qm set 101 --rng0 source=/dev/urandom --virtio0 "
+            "cifs-store:101/vm-101-disk-2.qcow2,cache=none,iothread=1,size=40G") in plan.stdout
+    assert "-virtio0: cifs-store:101/vm-101-disk-2.qcow2,cache=writethrough,size=40G" in plan.stdout  # the config diff
+    assert "--delete balloon" in plan.stdout  # 102: balloon: 0 removed
+    # 8006 runs and has pending changes: said, and its change starts from the pending scsi2 (cache=none), not over it
+    assert "VM runs: PVE keeps what it cannot hotplug as pending" in plan.stdout
+    assert "already pending before this change: memory, scsi2, vmgenid" in plan.stdout
+    assert "$ qm set 8006 --rng0 source=/dev/urandom\n" in plan.stdout
+    assert {c[1] for c in node.calls()} == {"list", "config"}  # planning only reads
+    assert {v: node.values(v) for v in before} == before
+
+
+def test_apply_runs_qm_set_with_the_plans_digest_and_undo_puts_back_the_values(node: Node) -> None:
+    before = {v: node.values(v) for v in ("101", "102", "8006")}
+    applied = node.kvmtune("fix", "--apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    sets = _sets(node.calls())
+    assert sets["101"][3] == "--digest" and len(sets["101"][4]) == 40
+    assert node.values("101")[1].count("virtio0: cifs-store:101/vm-101-disk-2.qcow2,cache=none,iothread=1,size=40G") == 1
+    assert "balloon" not in node.values("102")[0]
+    # the running VM: the change is pending (qm config shows it, --current does not)
+    assert "rng0: source=/dev/urandom" in node.values("8006")[0]
+    assert "rng0" not in node.values("8006")[1]
+    assert "Proxmox VE VM 8006: rng0 pending until its next start (qm pending 8006)." in applied.stdout
+    journal = json.loads(next(node.journals.glob("*.json")).read_text())
+    entries = {e["vmid"]: e for e in journal["changes"]}
+    assert entries["8006"]["kind"] == "qm" and entries["8006"]["pending"] == ["rng0"]
+    assert entries["102"]["prior"]["balloon"] == "0" and entries["102"]["new"]["balloon"] is None
+
+    log_before = len(node.calls())
+    undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
+    undone = node.kvmtune(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes")
+    assert undone.returncode == 0, undone.stderr
+    assert {v: node.values(v) for v in before} == before
+    sets = _sets(node.calls()[log_before:])
+    assert sets["8006"] == ["qm", "set", "8006", "--revert", "rng0"]  # only pending: dropped, not set over
+    assert sets["102"][-2:] == ["--delete", "rng0"] and "--balloon" in sets["102"]
+
+
+def test_a_config_changed_after_the_plan_is_refused_by_its_digest(node: Node) -> None:
+    plan = Plan()
+    runner = Runner()
+    plan_pve("/", select_rules([], []), FixOptions(host=HostRoot("/")), plan, runner)
+    assert [c.vmid for c in plan.changes if isinstance(c, QmSet)] == ["101", "102", "8006"]
+    node.qm("set", "101", "--cores", "8")  # someone else, between plan and apply
+    before = {v: node.values(v) for v in ("101", "102", "8006")}
+    with pytest.raises(KvmtuneError, match="VM 101: its config changed since the plan was made"):
+        apply_plan(plan, node.journals, runner=runner)
+    assert {v: node.values(v) for v in before} == before
+
+
+def test_undo_leaves_a_value_someone_else_changed_unless_forced(node: Node) -> None:
+    applied = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-002")
+    assert applied.returncode == 0, applied.stderr
+    node.qm("set", "101", "--virtio0", "cifs-store:101/vm-101-disk-2.qcow2,cache=unsafe,size=40G")
+    undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
+    args = undo.removeprefix("Undo with: kvmtune ").split()
+    refused = node.kvmtune(*args, "--yes")
+    assert refused.returncode != 0
+    assert "virtio0 changed after kvmtune set them; not restored (--force)" in refused.stdout + refused.stderr
+    assert "cache=unsafe" in node.values("101")[0]
+    forced = node.kvmtune(*args, "--yes", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "virtio0: cifs-store:101/vm-101-disk-2.qcow2,cache=writethrough,size=40G" in node.values("101")[0]
+
+
+def _journal(root: str, **entry: object) -> Journal:
+    j = Journal(id="20260101T000000Z-abcdef", directory=Path("/nonexistent"), root=root)
+    j.entries = [QmEntry(what="qm set", **entry)]  # type: ignore[arg-type]
+    return j
+
+
+DISK = "local:101/vm-101-disk-0.raw"
+
+
+@pytest.mark.parametrize(("root", "entry", "problem"), [
+    ("/", {"vmid": "101", "prior": {"args": "-device x"}, "new": {"args": None}}, "'args' is not a key kvmtune sets"),
+    ("/", {"vmid": "101", "prior": {"hookscript": "local:snippets/x.sh"}, "new": {}}, "'hookscript' is not a key"),
+    ("/", {"vmid": "101", "prior": {"scsi0": "/dev/sda,cache=none"}, "prior_current": {"scsi0": f"{DISK},cache=none"},
+           "new": {"scsi0": f"{DISK},cache=none"}}, "scsi0 names another volume or bridge"),
+    ("/", {"vmid": "101", "prior": {"net0": "virtio=AA:BB:CC:DD:EE:FF,bridge=vmbr9"},
+           "prior_current": {"net0": "virtio=AA:BB:CC:DD:EE:FF,bridge=vmbr0"},
+           "new": {"net0": "virtio=AA:BB:CC:DD:EE:FF,bridge=vmbr0,queues=2"}}, "net0 names another volume or bridge"),
+    ("/", {"vmid": "1; reboot", "prior": {}, "new": {}}, "is not a VMID"),
+    ("/srv/tree", {"vmid": "101", "prior": {"rng0": None}, "new": {"rng0": "source=/dev/urandom"}}, "may not run qm set"),
+])
+def test_a_journal_may_only_put_back_what_kvmtune_sets_with_qm(root: str, entry: dict[str, object], problem: str) -> None:
+    assert any(problem in p for p in refusals(_journal(root, **entry)))
+
+
+def test_a_journal_of_kvmtunes_own_qm_changes_is_accepted() -> None:
+    entry = {"vmid": "101", "prior": {"scsi0": f"{DISK},cache=writeback", "rng0": None, "balloon": "0"},
+             "prior_current": {"scsi0": f"{DISK},cache=writeback", "rng0": None, "balloon": "0"},
+             "new": {"scsi0": f"{DISK},cache=none,iothread=1", "rng0": "source=/dev/urandom", "balloon": None}}
+    assert refusals(_journal("/", **entry)) == []
