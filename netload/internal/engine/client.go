@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/dataconn"
 	"kvmtune/netload/internal/histogram"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/report"
@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 		}
 		return fmt.Sprintf("the server of remotehost %s", remotes[h].Name)
 	}
-	if err := flowop.CheckFDs(needFDs(cfg.Profile)+2*len(remotes), "the client"); err != nil {
+	if err := dataconn.CheckFDs(needFDs(cfg.Profile)+2*len(remotes), "the client"); err != nil {
 		return fail(&RunError{ClassSetup, err})
 	}
 
@@ -262,7 +262,7 @@ func Run(ctx context.Context, cfg RunConfig) (*report.Document, error) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				return fail(classed(ClassConnect, "cannot reach %s at %s: no answer within %v", who(i), r.Addr, cfg.ConnectTimeout))
 			}
-			return fail(classed(ClassConnect, "cannot reach %s at %s: %v", who(i), r.Addr, flowop.Explain(err)))
+			return fail(classed(ClassConnect, "cannot reach %s at %s: %v", who(i), r.Addr, dataconn.Explain(err)))
 		}
 		links[i] = &hostLink{Remote: r, wc: wire.NewConn(nc)}
 		defer links[i].wc.Close()

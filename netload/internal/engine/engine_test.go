@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/dataconn"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/report"
 	"kvmtune/netload/internal/wire"
@@ -572,14 +572,14 @@ func TestServerDrainReportsWhatIsStillInFlight(t *testing.T) {
 
 // flowopHeader introduces a data connection of strand 0, connection 0.
 func flowopHeader(runID uint32) []byte {
-	return flowop.Header{RunID: runID}.Encode()
+	return dataconn.Header{RunID: runID}.Encode()
 }
 
 // Only the reading side of a stream (a timed, unpaced transaction that only
 // reads, from one connection) gets a streaming receiver.
 func TestStreamConnIsTheReceivingSideOfAStream(t *testing.T) {
-	a, b := &flowop.Conn{}, &flowop.Conn{}
-	s := &strand{conns: []*flowop.Conn{a, b}}
+	a, b := &dataconn.Conn{}, &dataconn.Conn{}
+	s := &strand{conns: []*dataconn.Conn{a, b}}
 	timed := &profile.Transaction{Duration: time.Second}
 	counted := &profile.Transaction{Iterations: 10}
 	read := func(ci int) op { return op{typ: profile.OpRead, ci: ci} }
@@ -587,7 +587,7 @@ func TestStreamConnIsTheReceivingSideOfAStream(t *testing.T) {
 		name string
 		pt   ptxn
 		pace time.Duration
-		want *flowop.Conn
+		want *dataconn.Conn
 	}{
 		{"timed reads on one connection", ptxn{t: timed, ops: []op{read(1), read(1)}}, 0, b},
 		{"paced", ptxn{t: timed, ops: []op{read(0)}}, time.Millisecond, nil},

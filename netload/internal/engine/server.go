@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/dataconn"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/sysstat"
 	"kvmtune/netload/internal/wire"
@@ -60,7 +60,7 @@ type Server struct {
 func Listen(addr string) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, flowop.Explain(err))
+		return nil, fmt.Errorf("listen on %s: %w", addr, dataconn.Explain(err))
 	}
 	return &Server{ln: ln, sessions: map[*session]bool{}, pending: list.New()}, nil
 }
@@ -111,7 +111,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			s.logf("accept: %v", flowop.Explain(err))
+			s.logf("accept: %v", dataconn.Explain(err))
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -385,7 +385,7 @@ func (ss *session) run() {
 	}
 	sprof := m.Profile.Opposite()
 	listeners := 2
-	if err := flowop.CheckFDs(needFDs(sprof)+listeners, fmt.Sprintf("the server (%d users)", sprof.Strands())); err != nil {
+	if err := dataconn.CheckFDs(needFDs(sprof)+listeners, fmt.Sprintf("the server (%d users)", sprof.Strands())); err != nil {
 		ss.refuse("%v", err)
 		return
 	}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/dataconn"
 	"kvmtune/netload/internal/histogram"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/sysstat"
@@ -32,13 +32,13 @@ type side struct {
 	// the hosts of RunConfig.Remotes; an op's host picks its peer).
 	peers     []peer
 	hostIndex map[string]int // remotehost -> index in peers (client side)
-	listeners []*flowop.Acceptor
-	udp       map[flowop.Key]*flowop.UDPEndpoint
+	listeners []*dataconn.Acceptor
+	udp       map[dataconn.Key]*dataconn.UDPEndpoint
 
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	blocking  bool // TCP data connections use blocking I/O (flowop.Conn)
+	blocking  bool // TCP data connections use blocking I/O (dataconn.Conn)
 	allocated bool // a strand made its message buffer (strand.makeBuf)
 	procsSet  bool // the strands count in GOMAXPROCS (setIO)
 	closeOnce sync.Once
@@ -54,11 +54,11 @@ type side struct {
 type peer struct {
 	host    string             // its address, for data connections
 	tcpPort int                // its default data listener
-	udp     map[flowop.Key]int // its UDP endpoints
+	udp     map[dataconn.Key]int // its UDP endpoints
 	// local is this side's address toward it; the acceptors listen there
 	// (by port; 0 = the default listener).
 	local     string
-	acceptors map[int]*flowop.Acceptor
+	acceptors map[int]*dataconn.Acceptor
 }
 
 // newSide makes a side for profile p. hosts names the remote hosts of a
@@ -66,12 +66,12 @@ type peer struct {
 // uses).
 func newSide(role string, p *profile.Profile, runID uint32, hosts []string) *side {
 	ctx, cancel := context.WithCancel(context.Background())
-	sd := &side{role: role, prof: p, runID: runID, udp: map[flowop.Key]*flowop.UDPEndpoint{},
+	sd := &side{role: role, prof: p, runID: runID, udp: map[dataconn.Key]*dataconn.UDPEndpoint{},
 		ctx: ctx, cancel: cancel, failCh: make(chan error, 1), fatalCh: make(chan error, 1)}
 	n := max(len(hosts), 1)
 	sd.peers = make([]peer, n)
 	for i := range sd.peers {
-		sd.peers[i] = peer{udp: map[flowop.Key]int{}, acceptors: map[int]*flowop.Acceptor{}}
+		sd.peers[i] = peer{udp: map[dataconn.Key]int{}, acceptors: map[int]*dataconn.Acceptor{}}
 	}
 	if len(hosts) > 1 {
 		sd.hostIndex = map[string]int{}
@@ -232,11 +232,11 @@ func (sd *side) setupListeners(locals []string) error {
 				local := locals[sd.hostOf(&f)]
 				if f.Protocol == "udp" {
 					for i := 0; i < g.Strands; i++ {
-						k := flowop.Key{Strand: uint32(id + i), Conn: uint32(f.Conn)}
+						k := dataconn.Key{Strand: uint32(id + i), Conn: uint32(f.Conn)}
 						if sd.udp[k] != nil {
 							continue
 						}
-						ep, err := flowop.ListenUDP(local, int(f.WndSz))
+						ep, err := dataconn.ListenUDP(local, int(f.WndSz))
 						if err != nil {
 							return err
 						}
@@ -262,9 +262,9 @@ func (sd *side) setupListeners(locals []string) error {
 		}
 		return keys[i].port < keys[j].port
 	})
-	opened := map[lkey]*flowop.Acceptor{}
+	opened := map[lkey]*dataconn.Acceptor{}
 	for _, k := range keys {
-		a, err := flowop.Listen(k.local, k.port, tcpW[k], sd.runID, sd.fatal)
+		a, err := dataconn.Listen(k.local, k.port, tcpW[k], sd.runID, sd.fatal)
 		if err != nil {
 			return err
 		}
@@ -308,7 +308,7 @@ func (sd *side) setPeer(i int, host string, tcpPort int, udp []wire.UDPPort) {
 	p := &sd.peers[i]
 	p.host, p.tcpPort = host, tcpPort
 	for _, u := range udp {
-		p.udp[flowop.Key{Strand: uint32(u.Strand), Conn: uint32(u.Conn)}] = u.Port
+		p.udp[dataconn.Key{Strand: uint32(u.Strand), Conn: uint32(u.Conn)}] = u.Port
 	}
 }
 

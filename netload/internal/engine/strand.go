@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvmtune/netload/internal/flowop"
+	"kvmtune/netload/internal/dataconn"
 	"kvmtune/netload/internal/histogram"
 	"kvmtune/netload/internal/profile"
 	"kvmtune/netload/internal/wire"
@@ -39,7 +39,7 @@ type op struct {
 	host    int // the peer its connection goes to (side.peers)
 	connID  int
 	port    int
-	opts    flowop.Options
+	opts    dataconn.Options
 	dur     time.Duration
 	busy    bool
 	canFail bool
@@ -75,7 +75,7 @@ type strand struct {
 	// up, so a hello commits no memory, and it goes with the strand.
 	buf     []byte
 	bufSize int
-	conns   []*flowop.Conn
+	conns   []*dataconn.Conn
 
 	lastPiece bool // the flowop being run is at its last count (op.last applies)
 
@@ -125,7 +125,7 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 				dense[f.Conn] = ci
 			}
 			o := op{typ: f.Type, size: int(f.Size), count: f.Count, ci: ci, fi: fi, host: sd.hostOf(&f), connID: f.Conn, port: f.Port,
-				opts: flowop.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), CC: f.CC, Timeout: f.Timeout},
+				opts: dataconn.Options{Protocol: f.Protocol, NoDelay: f.NoDelay, WndSz: int(f.WndSz), CC: f.CC, Timeout: f.Timeout},
 				dur:  f.Duration, busy: f.Busy, canFail: f.CanFail, timeout: f.Timeout}
 			o.exec = executors[f.Type]
 			o.last = int(f.LastSize)
@@ -145,7 +145,7 @@ func newStrand(sd *side, id, group int, g *profile.Group) *strand {
 	for ti := range s.txns {
 		s.txns[ti].final = finalTxn(s.txns, ti)
 	}
-	s.conns = make([]*flowop.Conn, len(dense))
+	s.conns = make([]*dataconn.Conn, len(dense))
 	s.bufSize = maxBuf
 	return s
 }
@@ -201,7 +201,7 @@ func (s *strand) cancelCh() <-chan struct{} {
 	return s.cancel
 }
 
-func (s *strand) setConn(ci int, c *flowop.Conn) {
+func (s *strand) setConn(ci int, c *dataconn.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.conns[ci] = c
@@ -293,7 +293,7 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 				if hasDeadline && next.After(deadline) {
 					break
 				}
-				if err := flowop.Think(wait, false, s.cancelCh()); err != nil {
+				if err := dataconn.Think(wait, false, s.cancelCh()); err != nil {
 					break
 				}
 				now = time.Now()
@@ -303,11 +303,11 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 		read0, written0 := r.bytesRead, r.bytesWritten
 		end, err := s.pass(pt, r, now)
 		if err != nil {
-			if errors.Is(err, flowop.ErrInterrupted) && (ctl.aborted.Load() || ctl.stop.Load()) {
+			if errors.Is(err, dataconn.ErrInterrupted) && (ctl.aborted.Load() || ctl.stop.Load()) {
 				r.bytesRead, r.bytesWritten = read0, written0 // stopped by the controller: not an error, nor a pass
 				break
 			}
-			if errors.Is(err, flowop.ErrDeadline) {
+			if errors.Is(err, dataconn.ErrDeadline) {
 				// the measured time is over: the pass in progress does not count, nor do its bytes,
 				// so that bytes stay whole passes, as the server counts them
 				r.bytesRead, r.bytesWritten = read0, written0
@@ -337,9 +337,9 @@ func (s *strand) runStep(k int, ctl *stepCtl) {
 // streamConn returns the connection a timed, unpaced transaction only
 // reads from, message after message: the receiving side of a stream,
 // whose reads may wait for several messages at a time
-// (flowop.Conn.SetStreaming, which leaves UDP alone). nil for any other
+// (dataconn.Conn.SetStreaming, which leaves UDP alone). nil for any other
 // transaction.
-func (s *strand) streamConn(pt *ptxn, pace time.Duration) *flowop.Conn {
+func (s *strand) streamConn(pt *ptxn, pace time.Duration) *dataconn.Conn {
 	if !pt.t.Timed() || pace > 0 || len(pt.ops) == 0 {
 		return nil
 	}
@@ -352,7 +352,7 @@ func (s *strand) streamConn(pt *ptxn, pace time.Duration) *flowop.Conn {
 }
 
 // bound ends every operation on the strand's open connections at t (zero:
-// no bound); see flowop.Conn.SetUntil.
+// no bound); see dataconn.Conn.SetUntil.
 func (s *strand) bound(t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -401,7 +401,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			s.lastPiece = c == o.count-1
 			err := o.exec(s, o, r)
 			now := time.Now()
-			if err != nil && (errors.Is(err, flowop.ErrInterrupted) || errors.Is(err, flowop.ErrDeadline)) {
+			if err != nil && (errors.Is(err, dataconn.ErrInterrupted) || errors.Is(err, dataconn.ErrDeadline)) {
 				return now, err // stopped from outside or by the clock: not an operation
 			}
 			fs := &r.flow[o.fi]
@@ -418,7 +418,7 @@ func (s *strand) pass(pt *ptxn, r *stepResult, t0 time.Time) (time.Time, error) 
 			r.ops++
 			s.ops.Add(1)
 			if err != nil {
-				if o.canFail && !errors.Is(err, flowop.ErrInterrupted) {
+				if o.canFail && !errors.Is(err, dataconn.ErrInterrupted) {
 					r.errors++
 					if r.firstErr == nil {
 						r.firstErr = err
@@ -441,7 +441,7 @@ func (s *strand) connect(o *op, _ *stepResult) error {
 	port := o.port
 	if o.opts.Protocol == "udp" {
 		if port == 0 {
-			port = p.udp[flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
+			port = p.udp[dataconn.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}]
 		}
 	} else if port == 0 {
 		port = p.tcpPort
@@ -450,11 +450,11 @@ func (s *strand) connect(o *op, _ *stepResult) error {
 		return fmt.Errorf("connect: the peer announced no port for connection %d", o.connID)
 	}
 	addr := net.JoinHostPort(p.host, strconv.Itoa(port))
-	h := flowop.Header{RunID: s.sd.runID, Strand: uint32(s.id), Conn: uint32(o.connID)}
-	c, err := flowop.Dial(s.sd.ctx, addr, h, o.opts)
+	h := dataconn.Header{RunID: s.sd.runID, Strand: uint32(s.id), Conn: uint32(o.connID)}
+	c, err := dataconn.Dial(s.sd.ctx, addr, h, o.opts)
 	if err != nil {
 		if s.sd.ctx.Err() != nil {
-			return flowop.ErrInterrupted
+			return dataconn.ErrInterrupted
 		}
 		return err
 	}
@@ -473,15 +473,15 @@ func (s *strand) accept(o *op, _ *stepResult) error {
 		s.setConn(o.ci, nil)
 		old.Close()
 	}
-	key := flowop.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}
-	var c *flowop.Conn
+	key := dataconn.Key{Strand: uint32(s.id), Conn: uint32(o.connID)}
+	var c *dataconn.Conn
 	var err error
 	if o.opts.Protocol == "udp" {
 		ep := s.sd.udp[key]
 		if ep == nil {
 			return fmt.Errorf("accept: no UDP endpoint for connection %d", o.connID)
 		}
-		c, err = ep.Accept(flowop.Header{RunID: s.sd.runID, Strand: key.Strand, Conn: key.Conn}, o.opts, s.cancelCh(), o.timeout)
+		c, err = ep.Accept(dataconn.Header{RunID: s.sd.runID, Strand: key.Strand, Conn: key.Conn}, o.opts, s.cancelCh(), o.timeout)
 	} else {
 		a := s.sd.peers[o.host].acceptors[o.port]
 		if a == nil {
@@ -567,7 +567,7 @@ func (s *strand) disconnect(o *op, r *stepResult) error {
 }
 
 func (s *strand) think(o *op, _ *stepResult) error {
-	return flowop.Think(o.dur, o.busy, s.cancelCh())
+	return dataconn.Think(o.dur, o.busy, s.cancelCh())
 }
 
 func (o *op) sizeNow(last bool) int {

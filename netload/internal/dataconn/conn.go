@@ -1,8 +1,8 @@
-// Package flowop holds the data-path side of netload: connections (TCP
+// Package dataconn holds the data-path side of netload: connections (TCP
 // and UDP) with uperf's socket options, the acceptor that routes incoming
 // data connections to the strand waiting for them, and the operations a
 // flowop performs on them (read, write, think).
-package flowop
+package dataconn
 
 import (
 	"context"

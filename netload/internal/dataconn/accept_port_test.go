@@ -1,4 +1,4 @@
-package flowop
+package dataconn
 
 import (
 	"net"
