@@ -127,9 +127,10 @@ def winners_table(data: dict[Setup, Any]) -> str:
         cells = []
         for name, _w, _m in CATEGORIES:
             w = cats.get(name, "not measured")
-            cells.append(f"<td><i>{e(w)}</i></td>" if isinstance(w, str) else
-                         f"<td><b>{e(w.best)}</b> (+{100 * (w.lead - 1):.0f} % over {e(w.second)}, {w.tests} "
-                         f"test{'s' if w.tests > 1 else ''})</td>")
+            if isinstance(w, str) or not w.decided:
+                cells.append(f"<td><i>{e(w if isinstance(w, str) else w.text())}</i></td>")
+            else:
+                cells.append(f"<td><b>{e(w.best)}</b>{e(w.text().removeprefix(w.best))}</td>")
         setting = f"MTU {mtu}, {hosts} host{'s' if hosts > 1 else ''}, {pairs} pair{'s' if pairs > 1 else ''}" + (
             f", {tune}" if tune else "")
         rows.append(f"<tr><td>{e(setting)}</td>{''.join(cells)}</tr>")

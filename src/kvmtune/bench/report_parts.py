@@ -16,6 +16,7 @@ from kvmtune.bench.storage.matrix import DIMENSIONS as STORAGE_DIMENSIONS
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
+from kvmtune.bench.vocabulary import INCONCLUSIVE, NOT_MEASURED, WORDS
 from kvmtune.textsafe import html_safe
 
 # the dimensions a storage cell varies along, in the order a chart uses them (one list: bench/storage/matrix.py)
@@ -23,8 +24,7 @@ DIMENSIONS = tuple(d.field for d in STORAGE_DIMENSIONS)
 # (stored metric, unit shown, divisor): the label and direction come from the metrics catalogue
 CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs", 1.0))
 PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
-BADGE = {"holds": "#2b8a3e", "partly": "#e67700", "does not hold": "#c92a2a", "inconclusive": "#868e96",
-         "not measured": "#adb5bd", "measured": "#1971c2"}
+BADGE = {word: colour for word, (colour, _meaning) in WORDS.items()}  # every badge word is in the vocabulary
 
 e = html_safe
 
@@ -36,20 +36,11 @@ def seed_figure(claim: str) -> str:
 
 
 def badge(v: Verdict) -> str:
-    """holds / partly / does not hold / inconclusive / not measured, from what the verdict says and its ratio."""
+    """The vocabulary word a storage verdict's text settles on (the worst when it names several); a verdict
+    without an interval (the guest tier's single figures) is inconclusive."""
     if v.measured is None:
-        return "not measured"
-    text = v.measured.lower()
-    for word in ("does not hold", "inconclusive", "holds"):
-        if word in text:
-            return word
-    claimed = re.search(r"(\d+(?:\.\d+)?)\s*×", v.claim)
-    if v.ratio is not None and claimed:
-        target = float(claimed.group(1))
-        if v.ratio >= 0.8 * target:
-            return "holds"
-        return "partly" if v.ratio > 1.05 else "does not hold"
-    return "measured"
+        return NOT_MEASURED
+    return v.word()
 
 
 def claims_table(rows: Sequence[tuple[str, Verdict | NetClaim]]) -> str:
@@ -161,9 +152,6 @@ def percentile_table(cells: Sequence[CellRow]) -> str:
     return f"<table><tr><th>configuration</th><th>workload</th>{head}</tr>{body}</table>"
 
 
-VERDICT_BADGE = {"helps": "#2b8a3e", "hurts": "#c92a2a", "no measurable effect": "#868e96"}
-
-
 def verified_table(cells: Sequence[CellRow]) -> str:
     """``kvmtune verify`` results: one row per finding, the ratio B/A with its 95 % interval and a badge."""
     rows = []
@@ -173,12 +161,13 @@ def verified_table(cells: Sequence[CellRow]) -> str:
                 f"<td>{e(str(cfg.get('change', '')))}</td>")
         if c.status != "ok" or "before" not in m:
             rows.append(f"<tr>{head}<td colspan='4'><i>not measured: {e(c.error or c.status)}</i></td>"
-                        f"<td><span class='badge' style='background:{BADGE['not measured']}'>not measured</span></td></tr>")
+                        f"<td><span class='badge' style='background:{BADGE[NOT_MEASURED]}'>{NOT_MEASURED}</span></td></tr>")
             continue
         unit = str(cfg.get("unit") or "")
         ci = (f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]" if "ratio_ci_low" in m else " (no interval)")
         verdict = str(cfg.get("verdict", ""))
-        colour = VERDICT_BADGE.get(verdict, BADGE["measured"])
+        verdict = verdict if verdict in BADGE else INCONCLUSIVE
+        colour = BADGE[verdict]
         rows.append(
             f"<tr>{head}<td class='num'>{m['before']:,.4g} → {m['after']:,.4g} {e(unit)}</td>"
             f"<td class='num'>{m.get('ratio', 0):.2f}{ci}</td><td>{e(seed_figure(str(cfg.get('seed', ''))))}</td>"
