@@ -13,13 +13,12 @@ qemu-storage-daemon + fio, netload between namespaces) own the run lifecycle.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvmtune.bench.stats import mean, stdev, t95, welch_diff
+from kvmtune.bench.stats import log_welch, mean, welch_diff
 
 HELPS, NO_EFFECT, HURTS = "helps", "no measurable effect", "hurts"
 VERDICTS = (HELPS, NO_EFFECT, HURTS)
@@ -103,21 +102,11 @@ class Judgement:
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
-    """Ratio of geometric means B/A and its 95 % interval (Welch's t on the logarithms).
+    """Ratio of geometric means B/A and its 95 % interval (Welch's t on the logarithms: ``compare``'s statistic).
 
     On the log scale a ratio's interval stays positive and symmetric in "times faster / slower".
     """
-    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    d = mean(lb) - mean(la)
-    if len(a) < 2 or len(b) < 2:
-        return math.exp(d), None
-    va, vb = stdev(la) ** 2 / len(a), stdev(lb) ** 2 / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return math.exp(d), (math.exp(d), math.exp(d))
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = t95(df) * se
-    return math.exp(d), (math.exp(d - half), math.exp(d + half))
+    return log_welch(a, b)
 
 
 def judge(samples: Samples, metric: Metric, threshold_pct: float = 5.0) -> Judgement:
