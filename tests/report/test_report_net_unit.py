@@ -168,28 +168,33 @@ def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pyt
     order = ("Seed claims, measured here", "<h2>Runs</h2>", "Network: probe guests, accelerator tcg")
     assert [page.index(x) for x in order] == sorted(page.index(x) for x in order)
     assert "Measured under TCG" in page and "network guest" in page and "Accelerator: tcg" not in page
-    assert "Which topology won" in page and "Transaction time percentiles" in page
+    assert "Which topology won" in page and "transaction time percentiles" in page
     assert "print-color-adjust:exact" in page  # white-on-colour badges keep their colour on paper
     assert "data:image" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     svgs = [page[i:page.index("</svg>", i) + 6] for i in range(len(page)) if page.startswith("<svg", i)]
-    assert len(svgs) == 5  # throughput, tx/s, transaction time, client and server CPU per MB
+    assert len(svgs) == 5  # tx/s, transaction time; throughput, client and server CPU per GB
     for s in svgs:
         _svg(s)
-    assert "Mb/s" in svgs[0] and "log scale" in svgs[0]  # TCG guests stay far below a gigabit; 100 B/s to 30 MB/s
-    assert all(label in svgs[1] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500",
+    # request/response tests get transactions/s and time, streams throughput and CPU: no axis spans both
+    assert all("rr1c" in s and "str-readx30k" not in s for s in svgs[:2])
+    assert all("str-readx30k" in s and "rr1c" not in s for s in svgs[2:])
+    assert "Mb/s" in svgs[2]  # TCG guests stay far below a gigabit
+    assert "CPU per GB, s/GB" in svgs[3]
+    assert all(label in svgs[0] for label in ("bridge MTU 1500", "bridge MTU 9000", "macvtap MTU 1500",
                                                "ovs (userspace) MTU 1500"))
     # bridge MTU 1500 ran twice: its bars carry whiskers, the others none
-    assert "(95 %, n=2)" in svgs[1] and "(95 %, n=1)" not in svgs[1]
+    assert "(95 %, n=2)" in svgs[0] and "(95 %, n=1)" not in svgs[0]
     # normalised to one configuration, test by test
     base = tmp_path / "base.html"
     assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
                      "--baseline", "ovs"]) == 0  # the only configuration whose label begins with it
     assert "% of ovs (userspace) MTU 1500 in the same test" in base.read_text()
+    capsys.readouterr()
     assert cli.main(["report", "1", "2", "3", "4", "5", "--db", str(net_db), "--html", str(base),
-                     "--baseline", "bridge"]) == 0  # two bridge configurations: ambiguous
-    assert "--baseline bridge names no single network configuration" in base.read_text()
-    assert cli.main(["report", "1", "2", "--db", str(net_db), "--html", str(base), "--baseline", "nope"]) == 0
-    assert "--baseline nope names no single network configuration" in base.read_text()
+                     "--baseline", "bridge"]) == 2  # two bridge configurations: ambiguous
+    assert "'bridge' begins 2 configurations (bridge MTU 1500, bridge MTU 9000)" in capsys.readouterr().err
+    assert cli.main(["report", "1", "2", "--db", str(net_db), "--html", str(base), "--baseline", "brigde"]) == 2
+    assert "did you mean 'bridge'" in capsys.readouterr().err
 
 
 def test_network_compare_from_real_runs(net_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
