@@ -201,8 +201,16 @@ def _verify(args: argparse.Namespace) -> Outcome:
     run_id = None
     interrupted = False
     if args.no_store or not bench.planned_cells():
-        with _terminate_as_interrupt():
-            bench.execute(CellSink())
+        from kvmtune.bench.runner import HostBenchLock
+
+        lock = HostBenchLock()  # every measurement holds the host's one-benchmark lock, stored or not
+        if bench.planned_cells():
+            lock.acquire()
+        try:
+            with _terminate_as_interrupt():
+                bench.execute(CellSink())
+        finally:
+            lock.release()
     else:
         from kvmtune.bench.accel import AccelChoice
         from kvmtune.bench.runner import BenchRunner, base_environment
