@@ -77,7 +77,9 @@ class VerifyCommand(Command):
         p.add_argument("--size", type=parse_size, default=1 << 30, metavar="SIZE",
                        help="size of each scratch replica (default 1G)")
         p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
-                       help="samples per side, alternating A/B (default 3)")
+                       help="samples per side at least, alternating A/B (default 3)")
+        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=60.0, metavar="SECONDS",
+                       help="how long one finding may go on adding A/B rounds until its verdict settles (default 60)")
         p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
                        help="measuring time of one sample (default 1)")
         p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",
@@ -192,7 +194,8 @@ def _verify(args: argparse.Namespace) -> Outcome:
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     ctx = VerifyContext(
         runner=default_runner(), host=actx.host, root=args.root, workdir=workdir, size=args.size, seconds=args.seconds,
-        repeat=args.repeat, threshold=args.threshold, deadline=deadline, apply=args.apply, keep=args.keep,
+        repeat=args.repeat, finding_budget=args.finding_budget, threshold=args.threshold, deadline=deadline,
+        apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
     )
     planned = plan_all(subjects(findings, guests, result.images), ctx)

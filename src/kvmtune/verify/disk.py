@@ -21,7 +21,7 @@ from kvmtune.fix.registry import FixOptions
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import BlockPair, DiscardProbe, Layout, Unreplicable, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.measure import Probe, alternate, judge
+from kvmtune.verify.measure import Probe, alternate, judge, settles
 
 
 def _fixed_disk(guest: Guest, disk: Disk, rule_id: str, ctx: VerifyContext) -> Disk:
@@ -73,7 +73,8 @@ class DiskExperiment:
         job = self.job if isinstance(self.job, FioJob) else FioJob("discard", "write")
         with BlockPair(ctx.runner, parent, self.before, self.after, ctx.size, job, ctx.seconds) as pair:
             probe: Probe = DiscardProbe(pair) if self.job == "discard" else _IopsProbe(pair)
-            samples = alternate(probe, ctx.repeat, ctx.deadline)
+            samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold),
+                                until=ctx.finding_until())
         j = judge(samples, probe.metric, ctx.threshold)
         action = f"nothing changed on the guest (scratch replicas, removed); apply with {self.by}"
         details = {
