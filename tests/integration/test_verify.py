@@ -70,6 +70,20 @@ def test_examples_block_tier_verdicts_stored_and_reported(tmp_path: Path, capsys
     assert "verified fixes:" in report and "KVM-STO-010 web01-legacy disk:hda: discard ignore → unmap" in report
 
 
+def test_defaults_settle_seed_003s_slow_disk_as_helps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """web01-legacy's disk is seed 003's slow disk (qcow2 without preallocation, write-through). With the default
+    options, verify goes on adding rounds until the cache fix is settled: helps, not "no measurable effect"."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    code = main(["verify", "--examples", "--only", "KVM-STO-002", "--workdir", str(tmp_path), "--no-store",
+                 "--format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (r,) = [r for r in json.loads(out)["results"] if r["measurement"]]
+    m = r["measurement"]
+    assert r["change"].startswith("cache writethrough → none") and r["verdict"] == "helps", m
+    assert m["interval_95"][0] > 1.05 and m["n"] >= 3
+
+
 def test_text_lines_name_rule_change_metric_verdict_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _need("qemu-storage-daemon", "fio", "qemu-img")
     code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-001", "--repeat", "2", "--seconds", "0.3",
