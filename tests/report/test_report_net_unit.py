@@ -169,6 +169,8 @@ def test_network_report_from_real_runs(net_db: Path, tmp_path: Path, capsys: pyt
     assert [page.index(x) for x in order] == sorted(page.index(x) for x in order)
     assert "Measured under TCG" in page and "network guest" in page and "Accelerator: tcg" not in page
     assert "Which topology won" in page and "transaction time percentiles" in page
+    percentiles = page[page.index("transaction time percentiles"):page.index("<h3>All cells</h3>")]
+    assert "rr1c-1x1" in percentiles and "str-readx30k" not in percentiles  # request/response tests only
     assert "print-color-adjust:exact" in page  # white-on-colour badges keep their colour on paper
     assert "data:image" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     svgs = [page[i:page.index("</svg>", i) + 6] for i in range(len(page)) if page.startswith("<svg", i)]
