@@ -84,6 +84,33 @@ def test_defaults_settle_seed_003s_slow_disk_as_helps(tmp_path: Path, capsys: py
     assert m["interval_95"][0] > 1.05 and m["n"] >= 3
 
 
+NATIVE_WRITETHROUGH = """<domain type='kvm'><name>nostart01</name><memory unit='MiB'>512</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='q35'>hvm</type></os>
+  <devices><disk type='file' device='disk'>
+    <driver name='qemu' type='qcow2' cache='writethrough' io='native'/>
+    <source file='/var/lib/libvirt/images/nostart01.qcow2'/><target dev='vda' bus='virtio'/>
+  </disk></devices></domain>
+"""
+
+
+def test_a_disk_qemu_refuses_is_confirmed_and_its_other_fixes_measured(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """io='native' with write-through does not start under QEMU: verify says so once per fix, and measures every
+    fix from the nearest setting that starts (io threads) instead of failing each with the daemon's error."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    xml = tmp_path / "nostart01.xml"
+    xml.write_text(NATIVE_WRITETHROUGH)
+    code = main(["verify", str(xml), "--only", "KVM-STO-007,KVM-STO-002", "--repeat", "2", "--seconds", "0.3",
+                 "--finding-budget", "4", "--size", "64M", "--workdir", str(tmp_path / "w"), "--no-store"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith(("KVM-STO-007", "KVM-STO-002"))]
+    assert len(lines) == 2 and not any("measurement failed" in ln for ln in lines), out
+    for ln in lines:
+        assert "(from the nearest valid A: io native → threads)" in ln and "ratio" in ln, ln
+    assert out.count("does not start under QEMU: this confirms KVM-STO-007") == 2, out
+
+
 def test_text_lines_name_rule_change_metric_verdict_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _need("qemu-storage-daemon", "fio", "qemu-img")
     code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-001", "--repeat", "2", "--seconds", "0.3",

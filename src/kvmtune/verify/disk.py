@@ -54,10 +54,12 @@ class DiskExperiment:
     assumed: list[str] = field(default_factory=list)
     by: str = "kvmtune fix"
     tier: str = "block"
+    nearest_a: str = ""  # side A as it is does not start under QEMU: what was changed to measure from a valid one
 
     @property
     def change(self) -> str:
-        return self.before.changes_to(self.after)
+        text = self.before.changes_to(self.after)
+        return f"{text} (from the nearest valid A: {self.nearest_a})" if self.nearest_a else text
 
     @property
     def workload(self) -> str:
@@ -117,6 +119,16 @@ def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> Di
         after, _ = layout_of(_fixed_disk(guest, disk, f.rule, ctx), subject.image)
     if after == before:
         raise Unmeasurable("the fix changes nothing the block tier can see")
+    nearest_a = ""
+    if not before.starts:  # side A cannot be measured: the remaining change, from the nearest layout that starts
+        valid = before.nearest_valid()
+        nearest_a = before.changes_to(valid)
+        assumed.insert(0, f"the current setting ({before.describe()}) does not start under QEMU: this confirms "
+                          f"KVM-STO-007; measured from the nearest valid A ({before.changes_to(valid)})")
+        before, after = valid, after.nearest_valid()
+        if after == before:
+            raise Unmeasurable("the current setting does not start under QEMU (this confirms KVM-STO-007); from the "
+                               "nearest valid A the fix changes nothing the block tier can see")
     source = disk.source if disk.source_type in (None, "file") else None
     _parent, note = scratch_parent(source, ctx.workdir)
-    return DiskExperiment(subject, before, after, plan.job, note, assumed, by)
+    return DiskExperiment(subject, before, after, plan.job, note, assumed, by, nearest_a=nearest_a)
