@@ -111,6 +111,30 @@ def test_a_disk_qemu_refuses_is_confirmed_and_its_other_fixes_measured(tmp_path:
     assert out.count("does not start under QEMU: this confirms KVM-STO-007") == 2, out
 
 
+def test_assume_this_host_replicates_the_images_own_facts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A domain file whose qcow2 image is here: with --assume-this-host verify reads it (qemu-img info, read-only)
+    and the replicas get its cluster size and preallocation, not qcow2's defaults; the image is left as it was."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    image = tmp_path / "img" / "db02.qcow2"
+    image.parent.mkdir()
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", "preallocation=metadata,cluster_size=128k",
+                    str(image), "64M"], check=True)
+    before = (image.stat().st_mtime_ns, image.read_bytes())
+    xml = tmp_path / "db02.xml"
+    xml.write_text(NATIVE_WRITETHROUGH.replace("nostart01", "db02").replace(" io='native'", "").replace(
+        "/var/lib/libvirt/images/db02.qcow2", str(image)))
+    argv = ["verify", str(xml), "--only", "KVM-STO-002", "--repeat", "2", "--seconds", "0.3", "--finding-budget", "2",
+            "--size", "64M", "--workdir", str(tmp_path / "w"), "--no-store", "--format", "json"]
+    assert main(argv) == 0
+    (plain,) = json.loads(capsys.readouterr().out)["results"]
+    assert any("image not readable here" in n for n in plain["notes"]), plain["notes"]
+    assert main([*argv, "--assume-this-host"]) == 0
+    (here,) = json.loads(capsys.readouterr().out)["results"]
+    assert not any("image not readable here" in n for n in here["notes"]), here["notes"]
+    assert "128 KiB clusters, preallocation metadata" in here["details"]["before_layout"], here["details"]
+    assert here["verdict"] is not None and (image.stat().st_mtime_ns, image.read_bytes()) == before
+
+
 def test_text_lines_name_rule_change_metric_verdict_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _need("qemu-storage-daemon", "fio", "qemu-img")
     code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-001", "--repeat", "2", "--seconds", "0.3",

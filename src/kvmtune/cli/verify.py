@@ -70,6 +70,9 @@ class VerifyCommand(Command):
         p.add_argument("--domain", action="append", default=[], metavar="NAME", help="only this domain (repeatable)")
         p.add_argument("--host", action="store_true", help="also verify this host's findings")
         p.add_argument("--images", nargs="+", default=[], metavar="PATH", help="disk images to audit (read with qemu-img info)")
+        p.add_argument("--assume-this-host", action="store_true",
+                       help="treat guests read from files as this host's: their local images are read with qemu-img "
+                       "info (format, cluster size, preallocation) for the replicas; never written or measured")
         p.add_argument("--examples", action="store_true", help="verify the example domains shipped with kvmtune")
         root_option(p, "host root (a captured or fixture tree)")
         p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
@@ -177,7 +180,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
     started = time.monotonic()
     deadline = started + args.budget if args.budget else None
     sources = Sources(paths=tuple(args.paths), connect=tuple(args.connect), examples=args.examples, host=args.host,
-                      images=tuple(args.images))
+                      images=tuple(args.images), assume_this_host=args.assume_this_host)
     actx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
     result = gather(sources, actx)
     guests = result.guests
