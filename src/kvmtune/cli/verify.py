@@ -81,8 +81,8 @@ class VerifyCommand(Command):
                        help="size of each scratch replica (default 1G)")
         p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
                        help="samples per side at least, alternating A/B (default 3)")
-        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=60.0, metavar="SECONDS",
-                       help="how long one finding may go on adding A/B rounds until its verdict settles (default 60)")
+        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=30.0, metavar="SECONDS",
+                       help="how long one finding may go on adding A/B rounds until its verdict settles (default 30)")
         p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
                        help="measuring time of one sample (default 1)")
         p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",

@@ -103,7 +103,7 @@ class Layout:
     @property
     def starts(self) -> bool:
         """Does QEMU open this disk? aio=native needs O_DIRECT (QEMU's raw_open_common: "aio=native was
-        specified, but it requires cache.direct=on"; the check KVM-STO-007 makes)."""
+        specified, but it requires cache.direct=on"; the check of the disk-io-native-cached rule)."""
         return self.io != "native" or self.direct
 
     def nearest_valid(self) -> Layout:

@@ -96,6 +96,14 @@ class _IopsProbe:
         return self.pair.sample(side)
 
 
+NO_START_RULE = "disk-io-native-cached"  # the rule that says QEMU refuses io=native without O_DIRECT
+
+
+def _rule_id(slug: str) -> str:
+    """A rule's id from the registry (verify/ names rules by slug, never by a table of ids)."""
+    return next((r.id for r in all_rules() if r.slug == slug), slug)
+
+
 def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> DiskExperiment:
     f, guest, disk = subject.finding, subject.guest, subject.disk
     if disk is None:
@@ -123,11 +131,12 @@ def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> Di
     if not before.starts:  # side A cannot be measured: the remaining change, from the nearest layout that starts
         valid = before.nearest_valid()
         nearest_a = before.changes_to(valid)
+        rule = _rule_id(NO_START_RULE)
         assumed.insert(0, f"the current setting ({before.describe()}) does not start under QEMU: this confirms "
-                          f"KVM-STO-007; measured from the nearest valid A ({before.changes_to(valid)})")
+                          f"{rule}; measured from the nearest valid A ({before.changes_to(valid)})")
         before, after = valid, after.nearest_valid()
         if after == before:
-            raise Unmeasurable("the current setting does not start under QEMU (this confirms KVM-STO-007); from the "
+            raise Unmeasurable(f"the current setting does not start under QEMU (this confirms {rule}); from the "
                                "nearest valid A the fix changes nothing the block tier can see")
     source = disk.source if disk.source_type in (None, "file") else None
     _parent, note = scratch_parent(source, ctx.workdir)

@@ -36,7 +36,7 @@ class VerifyContext:
     size: int = 1 << 30
     seconds: float = 1.0  # one sample's measuring time
     repeat: int = 3  # rounds a side at least
-    finding_budget: float = 60.0  # seconds one finding may go on measuring (sequential rounds) until its verdict settles
+    finding_budget: float = 30.0  # seconds one finding may go on measuring (sequential rounds) until its verdict settles
     threshold: float = 5.0
     deadline: float | None = None  # time.monotonic() by which the run must end
     apply: bool = False
