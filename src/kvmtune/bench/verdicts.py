@@ -1,7 +1,8 @@
 """One verdict line per seed claim, computed from stored cells of one accelerator.
 
 Each function looks for the cells its claim needs; when they are not there
-it says which preset measures them. Ratios use the mean over repetitions.
+it says which preset measures them. A configuration's figure is its median over repetitions (the tables' and
+charts' figure); the block and quick tiers' ratios carry 95 % intervals (:func:`ratio`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _pick(cells: Sequence[CellRow], metric: str, workloads: Sequence[str], **cfg
             if c.status == "ok" and c.workload == w and metric in c.metrics and all(c.config.get(k) == v for k, v in cfg.items())
         ]
         if vals:
-            return w, mean(vals)
+            return w, median(vals)
     return None
 
 
@@ -175,11 +176,11 @@ def seed001_tps_per_vm(cells: Sequence[CellRow]) -> Verdict:
     per_vm = [c for c in cells if c.status == "ok" and "host_tps_per_vm" in c.metrics]
     if not per_vm:
         return Verdict("seed:001", claim, None, hint="run --preset seed-001")
-    tps_vm = mean([c.metrics["host_tps_per_vm"] for c in per_vm])
+    tps_vm = median([c.metrics["host_tps_per_vm"] for c in per_vm])
     cap = [c.metrics["capacity_host_tps"] for c in cells if "capacity_host_tps" in c.metrics]
     text = f"on this host one cycle VM ({per_vm[0].workload}) costs {tps_vm:.1f} transactions/s on the host disk"
     if cap and tps_vm > 0:
-        capacity = mean(cap)
+        capacity = median(cap)
         text += (
             f"; the disk sustains {capacity:,.0f} tps (4 KiB synchronous writes), "
             f"so it carries about {capacity / tps_vm:,.0f} such VMs"
