@@ -24,7 +24,7 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.stats import group_metric, mean, summarize
+from kvmtune.bench.stats import group_metric, median, summarize
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.vocabulary import legend_html
@@ -73,7 +73,7 @@ def thread_scaling_chart(cells: Sequence[CellRow]) -> list[tuple[str, str]]:
     for ax, op in zip(axes[0], ops, strict=False):
         for line, byt in sorted(pts[op].items()):
             xs = sorted(byt)
-            ax.plot(xs, [mean(byt[x]) for x in xs], marker="o", label=line)
+            ax.plot(xs, [median(byt[x]) for x in xs], marker="o", label=line)
         ax.set_title(op)
         ax.set_xlabel("threads")
         ax.set_ylabel("MB/s")
