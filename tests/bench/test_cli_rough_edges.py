@@ -35,7 +35,7 @@ def test_compare_json(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> N
 
     db = Path(str(tmp_path)) / "r.db"
     with Store(db) as st:
-        for iops in ((100.0, 110.0), (200.0, 190.0)):
+        for iops in ((100.0, 110.0, 105.0), (200.0, 190.0, 195.0)):
             rid = st.begin_run("storage", {"accel": "tcg"}, {})
             for rep, v in enumerate(iops):
                 st.add_cell(rid, "ide/raw-off/none/threads|randwrite-4k", {}, "randwrite-4k", "ok", {"iops": v},
@@ -43,5 +43,5 @@ def test_compare_json(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> N
             st.finish_run(rid, "complete")
     assert cli.main(["compare", "1", "2", "--db", str(db), "--format", "json"]) == 0
     (d,) = json.loads(capsys.readouterr().out)["diffs"]
-    assert (d["metric"], d["mean_a"], d["mean_b"], d["better"]) == ("iops", 105.0, 195.0, "B")
+    assert (d["metric"], d["median_a"], d["median_b"], d["better"]) == ("iops", 105.0, 195.0, "B")
     assert d["ci95_pct"][0] < d["diff_pct"] < d["ci95_pct"][1]

@@ -56,7 +56,7 @@ def test_compare_at_one_sample_never_says_no_significant_difference(tmp_path: Pa
             st.finish_run(rid, "complete")
     assert cli.main(["compare", "1", "2", "--db", str(db), "--metric", "iops"]) == 0
     out = capsys.readouterr().out
-    assert "no significant difference" not in out and "no interval (1 sample a side)" in out
+    assert "no significant difference" not in out and "inconclusive (no interval: 1 round a side" in out
 
 
 def test_compare_unknown_metric_is_an_error_naming_the_valid_ones(tmp_path: Path,

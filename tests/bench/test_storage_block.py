@@ -233,7 +233,7 @@ def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureF
     one = block_verdicts([cell("off", 100, 0), cell("metadata", 500, 0)])[0].line()
     assert "inconclusive: no interval" in one
     noisy = block_verdicts([cell("off", 100, 0), cell("off", 300, 1), cell("metadata", 120, 0), cell("metadata", 280, 1)])
-    assert "inconclusive: the interval includes 1" in noisy[0].line()
+    assert "inconclusive: the interval crosses the claim's band 2.5–10×" in noisy[0].line()
 
 
 def test_verdict_ratios_pair_the_rounds_so_drift_between_rounds_cancels() -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
+from kvmtune import cli
 from kvmtune.bench.metrics import lower_is_better
-from kvmtune.bench.stats import compare_cells, t95, welch_diff
-from kvmtune.bench.store import CellRow
+from kvmtune.bench.stats import compare_cells, ratio_diff, t95, welch_diff
+from kvmtune.bench.store import CellRow, Store
 from kvmtune.bench.verdicts import verdicts
 
 
@@ -37,6 +42,37 @@ def test_compare_cells_matches_keys() -> None:
     b = [_cell(3, "x", "w", {"iops": 20.0})]
     (d,) = compare_cells(a, b, ["iops"])
     assert d.key == "x|w" and d.diff_pct == pytest.approx(100.0)
+
+
+def test_compare_intervals_stay_within_minus_100_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Noisy IOPS (10 to 1,000 a round): a linear Welch interval reached −123 %; the log-ratio one cannot."""
+    db = tmp_path / "r.db"
+    with Store(db) as st:
+        for values in ((10.0, 1000.0, 100.0), (12.0, 900.0, 110.0)):
+            rid = st.begin_run("storage", {"accel": "kvm"}, {})
+            for rep, v in enumerate(values):
+                st.add_cell(rid, "virtio-blk/raw-off/none/native|randwrite-4k", {}, "randwrite-4k", "ok",
+                            {"iops": v, "clat_p99_us": 1e6 / v}, rep=rep, accel="kvm")
+            st.finish_run(rid, "complete")
+    assert cli.main(["compare", "1", "2", "--db", str(db), "--format", "json"]) == 0
+    diffs = json.loads(capsys.readouterr().out)["diffs"]
+    assert len(diffs) == 2
+    for d in diffs:
+        low, high = d["ci95_pct"]
+        assert -100 < low < d["diff_pct"] < high, d
+        assert d["better"] == "inconclusive", d  # the interval crosses ±5 %: neither better nor "the same"
+    assert cli.main(["compare", "1", "2", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "inconclusive (the interval crosses ±5 %)" in text and "no significant difference" not in text
+    for m in re.finditer(r"95% CI ([+-][\d.]+)%", text):
+        assert float(m.group(1)) > -100
+
+
+def test_no_measurable_effect_needs_the_whole_interval_inside_the_band() -> None:
+    same = ratio_diff([100.0, 101.0, 99.0], [100.5, 101.5, 99.5], "iops")
+    assert same.better == "same" and same.ci_pct is not None and same.ci_pct[0] > -5 and same.ci_pct[1] < 5
+    wide = ratio_diff([100.0, 150.0, 50.0], [110.0, 160.0, 60.0], "iops")
+    assert wide.better == "inconclusive"
 
 
 def test_verdicts_compute_seed_ratios() -> None:

@@ -70,6 +70,71 @@ def test_examples_block_tier_verdicts_stored_and_reported(tmp_path: Path, capsys
     assert "verified fixes:" in report and "KVM-STO-010 web01-legacy disk:hda: discard ignore → unmap" in report
 
 
+def test_defaults_settle_seed_003s_slow_disk_as_helps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """web01-legacy's disk is seed 003's slow disk (qcow2 without preallocation, write-through). With the default
+    options, verify goes on adding rounds until the cache fix is settled: helps, not "no measurable effect"."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    code = main(["verify", "--examples", "--only", "KVM-STO-002", "--workdir", str(tmp_path), "--no-store",
+                 "--format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (r,) = [r for r in json.loads(out)["results"] if r["measurement"]]
+    m = r["measurement"]
+    assert r["change"].startswith("cache writethrough → none") and r["verdict"] == "helps", m
+    assert m["interval_95"][0] > 1.05 and m["n"] >= 3
+
+
+NATIVE_WRITETHROUGH = """<domain type='kvm'><name>nostart01</name><memory unit='MiB'>512</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='q35'>hvm</type></os>
+  <devices><disk type='file' device='disk'>
+    <driver name='qemu' type='qcow2' cache='writethrough' io='native'/>
+    <source file='/var/lib/libvirt/images/nostart01.qcow2'/><target dev='vda' bus='virtio'/>
+  </disk></devices></domain>
+"""
+
+
+def test_a_disk_qemu_refuses_is_confirmed_and_its_other_fixes_measured(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """io='native' with write-through does not start under QEMU: verify says so once per fix, and measures every
+    fix from the nearest setting that starts (io threads) instead of failing each with the daemon's error."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    xml = tmp_path / "nostart01.xml"
+    xml.write_text(NATIVE_WRITETHROUGH)
+    code = main(["verify", str(xml), "--only", "KVM-STO-007,KVM-STO-002", "--repeat", "2", "--seconds", "0.3",
+                 "--finding-budget", "4", "--size", "64M", "--workdir", str(tmp_path / "w"), "--no-store"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith(("KVM-STO-007", "KVM-STO-002"))]
+    assert len(lines) == 2 and not any("measurement failed" in ln for ln in lines), out
+    for ln in lines:
+        assert "(from the nearest valid A: io native → threads)" in ln and "ratio" in ln, ln
+    assert out.count("does not start under QEMU: this confirms KVM-STO-007") == 2, out
+
+
+def test_assume_this_host_replicates_the_images_own_facts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A domain file whose qcow2 image is here: with --assume-this-host verify reads it (qemu-img info, read-only)
+    and the replicas get its cluster size and preallocation, not qcow2's defaults; the image is left as it was."""
+    _need("qemu-storage-daemon", "fio", "qemu-img")
+    image = tmp_path / "img" / "db02.qcow2"
+    image.parent.mkdir()
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", "preallocation=metadata,cluster_size=128k",
+                    str(image), "64M"], check=True)
+    before = (image.stat().st_mtime_ns, image.read_bytes())
+    xml = tmp_path / "db02.xml"
+    xml.write_text(NATIVE_WRITETHROUGH.replace("nostart01", "db02").replace(" io='native'", "").replace(
+        "/var/lib/libvirt/images/db02.qcow2", str(image)))
+    argv = ["verify", str(xml), "--only", "KVM-STO-002", "--repeat", "2", "--seconds", "0.3", "--finding-budget", "2",
+            "--size", "64M", "--workdir", str(tmp_path / "w"), "--no-store", "--format", "json"]
+    assert main(argv) == 0
+    (plain,) = json.loads(capsys.readouterr().out)["results"]
+    assert any("image not readable here" in n for n in plain["notes"]), plain["notes"]
+    assert main([*argv, "--assume-this-host"]) == 0
+    (here,) = json.loads(capsys.readouterr().out)["results"]
+    assert not any("image not readable here" in n for n in here["notes"]), here["notes"]
+    assert "128 KiB clusters, preallocation metadata" in here["details"]["before_layout"], here["details"]
+    assert here["verdict"] is not None and (image.stat().st_mtime_ns, image.read_bytes()) == before
+
+
 def test_text_lines_name_rule_change_metric_verdict_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _need("qemu-storage-daemon", "fio", "qemu-img")
     code = main(["verify", "--examples", "--only", "KVM-STO-010,KVM-STO-001", "--repeat", "2", "--seconds", "0.3",

@@ -73,8 +73,8 @@ def test_storage_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "Uncaught" not in log and ":CONSOLE" not in log.replace("INFO:CONSOLE", ""), log[-2000:]
     # normalised to a baseline cell: the axis says so
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "base.html"),
-                     "--baseline", "none"]) == 0
-    assert "% of none" in (tmp_path / "base.html").read_text()
+                     "--baseline", "qemu-img/qcow2-off/none"]) == 0  # completed: the one name it begins
+    assert "% of qemu-img/qcow2-off/none/threads" in (tmp_path / "base.html").read_text()
 
 
 def test_verify_report_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ sections; nothing is compared across them.
 from __future__ import annotations
 
 import base64
+import difflib
 import io
 import re
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 from kvmtune.bench.net.claims import net_tier
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
-from kvmtune.bench.report_net import net_sections
+from kvmtune.bench.report_net import configuration_names, net_sections
 from kvmtune.bench.report_parts import (
     CHART_METRICS,
     claims_table,
@@ -23,10 +24,11 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.stats import group_metric, mean, summarize
+from kvmtune.bench.stats import group_metric, median, summarize
 from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
-from kvmtune.errors import KvmtuneError
+from kvmtune.bench.vocabulary import legend_html
+from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.textsafe import html_safe
 
 
@@ -71,7 +73,7 @@ def thread_scaling_chart(cells: Sequence[CellRow]) -> list[tuple[str, str]]:
     for ax, op in zip(axes[0], ops, strict=False):
         for line, byt in sorted(pts[op].items()):
             xs = sorted(byt)
-            ax.plot(xs, [mean(byt[x]) for x in xs], marker="o", label=line)
+            ax.plot(xs, [median(byt[x]) for x in xs], marker="o", label=line)
         ax.set_title(op)
         ax.set_xlabel("threads")
         ax.set_ylabel("MB/s")
@@ -177,6 +179,32 @@ def _section_title(accel: str, tiers: set[str]) -> str:
     return f"Accelerator {accel}: {words}"
 
 
+def baseline_names(store: Store, run_ids: Sequence[int]) -> set[str]:
+    """The configuration names ``--baseline`` may take: storage configurations as kvmtune prints them
+    (``nbd/raw-off/none/native``) and network configurations as the legends print them (``ovs (userspace) MTU 1500``)."""
+    cells = [c for r in run_ids if store.run(r).kind != "verify" for c in store.cells(r) if c.status == "ok"]
+    storage = {c.key.split("|")[0] for c in cells if "topology" not in c.config}
+    return storage | configuration_names([c for c in cells if "topology" in c.config])
+
+
+def resolve_baseline(given: str, names: set[str]) -> str:
+    """``--baseline``: a configuration name, or the start of exactly one; anything else is refused (exit 2) with the
+    closest names."""
+    if given in names:
+        return given
+    starts = sorted(n for n in names if n.startswith(given))
+    if len(starts) == 1:
+        return starts[0]
+    if starts:
+        raise InputError("--baseline", f"{given!r} begins {len(starts)} configurations ({', '.join(starts[:6])}"
+                                       f"{', …' if len(starts) > 6 else ''}): give more of the name")
+    close = difflib.get_close_matches(given, sorted(names), n=3, cutoff=0.4)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else "these runs have no configuration like it"
+    listed = ", ".join(sorted(names)[:8]) + (", …" if len(names) > 8 else "")
+    raise InputError("--baseline", f"{given!r} names no configuration of these runs; {hint} (they are: "
+                                   f"{listed or 'none'})")
+
+
 def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) -> str:
     runs: list[RunRow] = [store.run(r) for r in run_ids]
     verified = [c for r in runs if r.kind == "verify" for c in store.cells(r.id)]
@@ -219,6 +247,7 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         + (f"<p><b>Normalised to</b>: {html_safe(baseline)} = 100 %.</p>" if baseline else "")
         + ("<h2>Verified fixes</h2>" + verified_table(verified) + ratio_chart(verified) if verified else "")
         + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
+        + (legend_html() if claim_rows or verified else "")
         + "</div>")
     parts.append("<h2>Runs</h2><table><tr><th>run</th><th>kind</th><th>preset or setup</th><th>status</th><th>accel</th>"
                  "<th>host kernel</th><th>QEMU</th><th>fio</th><th>CPU</th><th>note</th></tr>")

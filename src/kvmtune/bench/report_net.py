@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvmtune.bench.metrics import lookup
 from kvmtune.bench.net.chart import BARS, Row, _order
 from kvmtune.bench.net.claims import CATEGORIES, NetClaim, Setup, net_claims, net_tier, per_run, winners_by_setting
-from kvmtune.bench.report_parts import Point, claims_table, point
-from kvmtune.bench.stats import mean
+from kvmtune.bench.report_parts import claims_table, point
+from kvmtune.bench.stats import median
 from kvmtune.bench.store import CellRow, RunRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
+from kvmtune.bench.vocabulary import legend_html
 from kvmtune.textsafe import html_safe
 
 e = html_safe
@@ -68,14 +69,22 @@ def _x(test: str) -> XKey:
 
 
 def resolve_baseline(baseline: str | None, labels: set[str]) -> str | None:
-    """The configuration ``--baseline`` names: its exact label, or the only label it begins (``ovs`` for
-    "ovs (userspace) MTU 1500")."""
-    if not baseline:
-        return None
-    if baseline in labels:
-        return baseline
-    found = [label for label in labels if label.startswith(baseline + " ")]
-    return found[0] if len(found) == 1 else None
+    """The configuration ``--baseline`` names here, when it is one of these labels (the CLI has already completed
+    it to a full name: :func:`kvmtune.bench.report.resolve_baseline`)."""
+    return baseline if baseline in labels else None
+
+
+def configuration_names(cells: Sequence[CellRow]) -> set[str]:
+    """Every network configuration's name as the charts' legends print it, over the report's sections."""
+    return {label for group in sections(cells).values() for label in series_labels(list(per_run(group))).values()}
+
+
+def _rr(workload: str) -> bool:
+    return workload.startswith("rr")
+
+
+def _stream(workload: str) -> bool:
+    return not workload.startswith("rr")
 
 
 def _throughput_unit(peak_Bps: float) -> tuple[str, float]:
@@ -84,8 +93,9 @@ def _throughput_unit(peak_Bps: float) -> tuple[str, float]:
 
 
 def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labels: dict[Setup, str],
-                 metric: str, unit: str, scale: float, baseline: str | None) -> tuple[str, str | None]:
-    """(svg, the baseline label actually used or None) for one metric family."""
+                 metric: str, unit: str, scale: float, baseline: str | None,
+                 keep: Callable[[str], bool] | None = None) -> tuple[str, str | None]:
+    """(svg, the baseline label actually used or None) for one metric family, over the workloads ``keep`` takes."""
     raw: dict[tuple[XKey, str], list[float]] = {}
     tests: set[str] = set()
     for setup, runs in data.items():
@@ -94,6 +104,7 @@ def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labe
                 if metric in metrics:
                     raw.setdefault((_x(test), labels[setup]), []).append(metrics[metric] / scale)
                     tests.add(test)
+    raw = {(x, label): v for (x, label), v in raw.items() if keep is None or keep(x[1])}
     if not raw:
         return "", None
     points = {k: point(v) for k, v in raw.items()}
@@ -101,22 +112,23 @@ def metric_chart(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], labe
     better = "" if about is None else {"higher": " (higher is better)", "lower": " (lower is better)"}.get(
         about.better.value, "")
     name = about.label if about is not None else metric
+    name = name.replace("per MB", "per GB") if unit == "s/GB" else name
     y_title = f"{name}{'' if unit == 'tx/s' else ', ' + unit}{better}"  # not "transactions/s, tx/s"
     used = None
     baseline = resolve_baseline(baseline, set(labels.values()))
     if baseline:
         base = {x: p.value for (x, s), p in points.items() if s == baseline and p.value > 0}
-        points = {(x, s): Point(100 * p.value / base[x], None if p.half_width is None else 100 * p.half_width / base[x],
-                                  p.n) for (x, s), p in points.items() if x in base}
+        points = {(x, s): p.scaled(100 / base[x]) for (x, s), p in points.items() if x in base}
         y_title, used = f"{name}, % of {baseline} in the same test{better}", baseline
     xs = [_x(t) for t in sorted(tests, key=_order)]
     series = sorted(set(labels.values()))
-    bars = {k: Bar(p.value, p.half_width, p.n) for k, p in points.items()}
+    bars = {k: p.bar() for k, p in points.items()}
     svg = bar_chart(BarChart(label=y_title, y_title=y_title, xs=xs, series=series, bars=bars,
                              series_title="configuration:", reference=100.0 if used else None,
                              level_names=("", "workload", "users"),
-                             footnote="x: workload, then users; bars: mean over runs (pairs summed or averaged); "
-                                      "whiskers: 95 % interval where a configuration ran more than once"))
+                             footnote="x: workload, then users; bars: median over runs (pairs summed or averaged "
+                                      "within a run), the tables' figure; whiskers: its 95 % interval (Student's t on "
+                                      "the logarithms) where a configuration ran more than once"))
     return svg, used
 
 
@@ -127,9 +139,10 @@ def winners_table(data: dict[Setup, Any]) -> str:
         cells = []
         for name, _w, _m in CATEGORIES:
             w = cats.get(name, "not measured")
-            cells.append(f"<td><i>{e(w)}</i></td>" if isinstance(w, str) else
-                         f"<td><b>{e(w.best)}</b> (+{100 * (w.lead - 1):.0f} % over {e(w.second)}, {w.tests} "
-                         f"test{'s' if w.tests > 1 else ''})</td>")
+            if isinstance(w, str) or not w.decided:
+                cells.append(f"<td><i>{e(w if isinstance(w, str) else w.text())}</i></td>")
+            else:
+                cells.append(f"<td><b>{e(w.best)}</b>{e(w.text().removeprefix(w.best))}</td>")
         setting = f"MTU {mtu}, {hosts} host{'s' if hosts > 1 else ''}, {pairs} pair{'s' if pairs > 1 else ''}" + (
             f", {tune}" if tune else "")
         rows.append(f"<tr><td>{e(setting)}</td>{''.join(cells)}</tr>")
@@ -138,19 +151,21 @@ def winners_table(data: dict[Setup, Any]) -> str:
 
 
 def percentile_table(data: dict[Setup, Any], labels: dict[Setup, str]) -> str:
-    """Transaction-time percentiles (µs) per configuration and test, averaged over pairs and runs."""
+    """Transaction-time percentiles (µs) per configuration and test: averaged over pairs, the median over runs."""
     rows = []
     for setup in sorted(data, key=lambda s: labels[s]):
         by_test: dict[str, dict[str, list[float]]] = {}
         for run in data[setup].values():
             for test, m in run.items():
+                if not _rr(test):  # a stream's "transaction" is one write: its time is not a transaction's
+                    continue
                 for key, _ in PERCENTILES:
                     if key in m:
                         by_test.setdefault(test, {}).setdefault(key, []).append(m[key])
         for test in sorted(by_test, key=_order):
             vals = by_test[test]
             rows.append(f"<tr><td>{e(labels[setup])}</td><td>{e(test)}</td>" + "".join(
-                f"<td class='num'>{_num(mean(vals[k]))}</td>" if k in vals else "<td class='num'>–</td>"
+                f"<td class='num'>{_num(median(vals[k]))}</td>" if k in vals else "<td class='num'>–</td>"
                 for k, _ in PERCENTILES) + "</tr>")
     if not rows:
         return ""
@@ -220,14 +235,17 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
         tp_unit, tp_scale = _throughput_unit(peak)
         used_any = False
         parts.append("<div class='charts'>")
-        for metric, title, unit, scale in (("throughput_Bps", "Throughput", tp_unit, tp_scale),
-                                           ("tps", "Transactions per second", "tx/s", 1.0),
-                                           ("lat_avg_us", "Transaction time (mean)", "µs", 1.0),
-                                           ("path_cpu_s_per_mb", "Path CPU per MB (both netloads and the forwarding "
-                                            "daemons)", "s/MB", 1.0),
-                                           ("client_cpu_s_per_mb", "Client CPU per MB", "s/MB", 1.0),
-                                           ("server_cpu_s_per_mb", "Server CPU per MB", "s/MB", 1.0)):
-            svg, used = metric_chart(data, labels, metric, unit, scale, baseline)
+        # request/response tests: transactions/s and transaction time; streams: throughput and CPU per GB. No
+        # chart (and no log axis) spans both kinds.
+        for metric, title, unit, scale, keep in (
+                ("tps", "Request/response: transactions per second", "tx/s", 1.0, _rr),
+                ("lat_avg_us", "Request/response: transaction time (mean)", "µs", 1.0, _rr),
+                ("throughput_Bps", "Streams: throughput", tp_unit, tp_scale, _stream),
+                ("path_cpu_s_per_mb", "Streams: path CPU per GB (both netloads and the forwarding daemons)", "s/GB",
+                 1e-3, _stream),
+                ("client_cpu_s_per_mb", "Streams: client CPU per GB", "s/GB", 1e-3, _stream),
+                ("server_cpu_s_per_mb", "Streams: server CPU per GB", "s/GB", 1e-3, _stream)):
+            svg, used = metric_chart(data, labels, metric, unit, scale, baseline, keep)
             used_any = used_any or used is not None
             if svg:
                 parts.append(f"<div class='chart'><h3>{e(title)}</h3>{svg}</div>")
@@ -237,7 +255,7 @@ def net_sections(cells: Sequence[CellRow], baseline: str | None) -> list[str]:
                          f"{e(', '.join(sorted(set(labels.values()))))}); the charts show absolute values.</p>")
         table = percentile_table(data, labels)
         if table:
-            parts.append("<h3>Transaction time percentiles</h3>" + table)
+            parts.append("<h3>Request/response: transaction time percentiles (median over runs)</h3>" + table)
         parts.append("<h3>All cells</h3>" + cell_table(group))
     return parts
 
@@ -335,7 +353,7 @@ def compare_page(run_a: RunRow, run_b: RunRow, cells_a: Sequence[CellRow], cells
                      "differences show how the host-side path behaves under emulation, not what KVM guests get.</p>")
     parts.append("<h2>B against A, summed up</h2>" + headline_table(rows))
     if claims:
-        parts.append("<h2>Seed 002's claims, measured by these two runs</h2>" + claims_table(claims))
+        parts.append("<h2>Seed 002's claims, measured by these two runs</h2>" + claims_table(claims) + legend_html())
     parts.append("</div>")
     svg = compare_chart(rows)
     if svg:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from kvmtune.bench.metrics import lookup
 from kvmtune.bench.net.claims import NetClaim
-from kvmtune.bench.stats import mean, stdev, t95
+from kvmtune.bench.stats import median, summarize
 from kvmtune.bench.storage.matrix import DIMENSIONS as STORAGE_DIMENSIONS
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
+from kvmtune.bench.vocabulary import INCONCLUSIVE, NOT_MEASURED, WORDS
 from kvmtune.textsafe import html_safe
 
 # the dimensions a storage cell varies along, in the order a chart uses them (one list: bench/storage/matrix.py)
@@ -23,8 +24,7 @@ DIMENSIONS = tuple(d.field for d in STORAGE_DIMENSIONS)
 # (stored metric, unit shown, divisor): the label and direction come from the metrics catalogue
 CHART_METRICS = (("iops", "IOPS", 1.0), ("bw_Bps", "MB/s", 1e6), ("lat_mean_us", "µs", 1.0))
 PERCENTILES = ("clat_p50_us", "clat_p90_us", "clat_p99_us", "clat_p99.9_us")
-BADGE = {"holds": "#2b8a3e", "partly": "#e67700", "does not hold": "#c92a2a", "inconclusive": "#868e96",
-         "not measured": "#adb5bd", "measured": "#1971c2"}
+BADGE = {word: colour for word, (colour, _meaning) in WORDS.items()}  # every badge word is in the vocabulary
 
 e = html_safe
 
@@ -36,20 +36,11 @@ def seed_figure(claim: str) -> str:
 
 
 def badge(v: Verdict) -> str:
-    """holds / partly / does not hold / inconclusive / not measured, from what the verdict says and its ratio."""
+    """The vocabulary word a storage verdict's text settles on (the worst when it names several); a verdict
+    without an interval (the guest tier's single figures) is inconclusive."""
     if v.measured is None:
-        return "not measured"
-    text = v.measured.lower()
-    for word in ("does not hold", "inconclusive", "holds"):
-        if word in text:
-            return word
-    claimed = re.search(r"(\d+(?:\.\d+)?)\s*×", v.claim)
-    if v.ratio is not None and claimed:
-        target = float(claimed.group(1))
-        if v.ratio >= 0.8 * target:
-            return "holds"
-        return "partly" if v.ratio > 1.05 else "does not hold"
-    return "measured"
+        return NOT_MEASURED
+    return v.word()
 
 
 def claims_table(rows: Sequence[tuple[str, Verdict | NetClaim]]) -> str:
@@ -76,16 +67,25 @@ def claims_table(rows: Sequence[tuple[str, Verdict | NetClaim]]) -> str:
 
 @dataclass
 class Point:
+    """A chart's bar: the median over rounds and the 95 % interval of :func:`kvmtune.bench.stats.summarize`, the
+    figures the tables print for the same cell."""
+
     value: float
-    half_width: float | None  # 95 % interval half-width; None with one round
+    low: float | None  # None with one round
+    high: float | None
     n: int
+
+    def scaled(self, factor: float) -> Point:
+        return Point(self.value * factor, None if self.low is None else self.low * factor,
+                     None if self.high is None else self.high * factor, self.n)
+
+    def bar(self) -> Bar:
+        return Bar(self.value, None, self.n, low=self.low, high=self.high)
 
 
 def point(values: Sequence[float]) -> Point:
-    m = mean(values)
-    if len(values) < 2:
-        return Point(m, None, len(values))
-    return Point(m, t95(len(values) - 1) * stdev(values) / math.sqrt(len(values)), len(values))
+    s = summarize(values)
+    return Point(s.median, s.low, s.high, s.n)
 
 
 def _varying(cells: Sequence[CellRow]) -> list[str]:
@@ -109,20 +109,20 @@ def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: st
     x_dims = [d for d in varying if d not in (colour_dim, panel_dim)]
     outer_dims, inner_dims = (x_dims[:1], x_dims[1:]) if len(x_dims) > 1 else ([], x_dims)
     groups: dict[tuple[XKey, str], list[float]] = {}
+    members: dict[tuple[XKey, str], list[CellRow]] = {}
     for c in ok:
         x = (f"{panel_dim}={c.config.get(panel_dim, '–')}" if panel_dim else "", _label(c, outer_dims) if outer_dims else "",
              _label(c, inner_dims))
         groups.setdefault((x, str(c.config.get(colour_dim, "")) or "–"), []).append(c.metrics[metric] / scale)
+        members.setdefault((x, str(c.config.get(colour_dim, "")) or "–"), []).append(c)
     points = {k: point(v) for k, v in groups.items()}
     base_value = None
-    if baseline:
-        base = [p.value for ((_, o, i), col), p in points.items()
-                if baseline in (i, col, f"{o} {i}".strip(), f"{o} {i} {col}".strip(), f"{i} {col}")]
-        base_value = base[0] if base else None
+    if baseline:  # the bar whose cells are that configuration (a name kvmtune prints, resolved by the CLI)
+        base = [points[k] for k, cs in members.items() if {c.key.split("|")[0] for c in cs} == {baseline}]
+        base_value = base[0].value if len(base) == 1 and base[0].value > 0 else None
     about = lookup(metric)
     if base_value:
-        points = {k: Point(100 * p.value / base_value, None if p.half_width is None else 100 * p.half_width / base_value,
-                           p.n) for k, p in points.items()}
+        points = {k: p.scaled(100 / base_value) for k, p in points.items()}
         y_title = f"% of {baseline}"
     elif about is not None:
         better = {"higher": "higher is better", "lower": "lower is better"}.get(about.better.value, "")
@@ -131,16 +131,17 @@ def grouped_chart(cells: Sequence[CellRow], workload: str, metric: str, unit: st
         y_title = unit
     xs = sorted({k[0] for k in points})
     colours = sorted({k[1] for k in points})
-    bars = {k: Bar(p.value, p.half_width, p.n) for k, p in points.items()}
+    bars = {k: p.bar() for k, p in points.items()}
     return bar_chart(BarChart(
         label=f"{workload}: {y_title}", y_title=y_title, xs=xs, series=colours, bars=bars,
         series_title=f"{colour_dim or 'configuration'}:", reference=100.0 if base_value else None,
         level_names=("", outer_dims[0] if outer_dims else "", " ".join(inner_dims)),
-        footnote=f"x: {' × '.join(x_dims) or '—'}; bars: mean; whiskers: 95 % interval where repeated"))
+        footnote=f"x: {' × '.join(x_dims) or '—'}; bars: median over rounds (the tables' figure); whiskers: its 95 % "
+                 "interval (Student's t on the logarithms) where repeated"))
 
 
 def percentile_table(cells: Sequence[CellRow]) -> str:
-    """Completion-latency percentiles (µs) per configuration and workload, averaged over rounds."""
+    """Completion-latency percentiles (µs) per configuration and workload: the median over rounds."""
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     for c in cells:
         if c.status != "ok":
@@ -155,13 +156,10 @@ def percentile_table(cells: Sequence[CellRow]) -> str:
     head = "".join(f"<th>{p.removeprefix('clat_').removesuffix('_us')} µs</th>" for p in PERCENTILES)
     body = "".join(
         f"<tr><td>{e(cfg)}</td><td>{e(w)}</td>"
-        + "".join(f"<td class='num'>{mean(vals[p]):,.0f}</td>" if p in vals else "<td class='num'>–</td>"
+        + "".join(f"<td class='num'>{median(vals[p]):,.0f}</td>" if p in vals else "<td class='num'>–</td>"
                   for p in PERCENTILES) + "</tr>"
         for (cfg, w), vals in sorted(rows.items()))
     return f"<table><tr><th>configuration</th><th>workload</th>{head}</tr>{body}</table>"
-
-
-VERDICT_BADGE = {"helps": "#2b8a3e", "hurts": "#c92a2a", "no measurable effect": "#868e96"}
 
 
 def verified_table(cells: Sequence[CellRow]) -> str:
@@ -173,12 +171,13 @@ def verified_table(cells: Sequence[CellRow]) -> str:
                 f"<td>{e(str(cfg.get('change', '')))}</td>")
         if c.status != "ok" or "before" not in m:
             rows.append(f"<tr>{head}<td colspan='4'><i>not measured: {e(c.error or c.status)}</i></td>"
-                        f"<td><span class='badge' style='background:{BADGE['not measured']}'>not measured</span></td></tr>")
+                        f"<td><span class='badge' style='background:{BADGE[NOT_MEASURED]}'>{NOT_MEASURED}</span></td></tr>")
             continue
         unit = str(cfg.get("unit") or "")
         ci = (f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]" if "ratio_ci_low" in m else " (no interval)")
         verdict = str(cfg.get("verdict", ""))
-        colour = VERDICT_BADGE.get(verdict, BADGE["measured"])
+        verdict = verdict if verdict in BADGE else INCONCLUSIVE
+        colour = BADGE[verdict]
         rows.append(
             f"<tr>{head}<td class='num'>{m['before']:,.4g} → {m['after']:,.4g} {e(unit)}</td>"
             f"<td class='num'>{m.get('ratio', 0):.2f}{ci}</td><td>{e(seed_figure(str(cfg.get('seed', ''))))}</td>"

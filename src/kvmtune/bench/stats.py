@@ -1,9 +1,10 @@
-"""Statistics for comparing runs: means, standard deviations and a Welch
-confidence interval on the difference, expressed relative to run A.
+"""Statistics for comparing runs: medians, and B against A as a ratio of geometric means with Welch's 95 %
+interval on the logarithms (:func:`ratio_diff`), expressed in % of run A: an interval that cannot reach
+below −100 %, symmetric in "times faster / slower".
 
-A difference is called significant only when the 95 % interval excludes zero
-and the change exceeds ``threshold`` (5 % by default), the asv/pyperf rule of
-"statistically and practically different".
+A difference gets a direction only when the whole interval lies beyond ``threshold`` (5 % by default), "no
+measurable effect" only when it lies wholly inside it, the rule of :mod:`kvmtune.bench.vocabulary`.
+:func:`welch_diff` (a linear difference of means) is left for figures that can be zero.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from kvmtune.bench.metrics import Better, lookup
 from kvmtune.bench.store import CellRow
+from kvmtune.bench.vocabulary import HELPS, INCONCLUSIVE, NO_EFFECT, effect
 
 # two-sided 95 % Student t quantiles for 1..30 degrees of freedom
 _T95 = (
@@ -50,13 +52,13 @@ class Diff:
     metric: str
     n_a: int
     n_b: int
-    mean_a: float
+    mean_a: float  # the centre of each side: the median for ratio_diff, the mean for welch_diff
     mean_b: float
     sd_a: float
     sd_b: float
     diff_pct: float | None  # (B - A) / A in %
     ci_pct: tuple[float, float] | None  # 95 % interval of diff_pct
-    better: str  # "A", "B", "same", "unknown", "differs" (a metric with no better direction)
+    better: str  # "A", "B", "same", "inconclusive", "unknown", "differs" (a metric with no better direction)
 
     def describe(self) -> str:
         if self.diff_pct is None:
@@ -95,6 +97,48 @@ def welch_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key
         else:
             b_higher = diff > 0
             better = "A" if b_higher == (entry.better is Better.LOWER) else "B"
+    return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, ci, better)
+
+
+def log_welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """B/A as the ratio of geometric means, and its 95 % interval (Welch's t on the logarithms; None with one value
+    a side). Every value must be positive."""
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    d = mean(lb) - mean(la)
+    if len(a) < 2 or len(b) < 2:
+        return math.exp(d), None
+    va, vb = stdev(la) ** 2 / len(a), stdev(lb) ** 2 / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return math.exp(d), (math.exp(d), math.exp(d))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t95(df) * se
+    return math.exp(d), (math.exp(d - half), math.exp(d + half))
+
+
+def ratio_diff(a: Sequence[float], b: Sequence[float], metric: str = "iops", key: str = "", threshold: float = 5.0) -> Diff:
+    """B against A in % of A from the log ratio (so the interval stays within −100 % … +∞). ``better``: "B" or "A"
+    when the whole interval lies beyond ``threshold``, "same" when it lies wholly inside, "inconclusive" when it
+    crosses the band's edge, "unknown" with one value a side or a value that is not positive."""
+    ma, mb = median(a), median(b)
+    sa, sb = stdev(a), stdev(b)
+    if min([*a, *b]) <= 0:
+        return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, None, None, "unknown")
+    r, interval = log_welch(a, b)
+    diff = 100.0 * (r - 1)
+    if interval is None:
+        return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, None, "unknown")
+    ci = (100.0 * (interval[0] - 1), 100.0 * (interval[1] - 1))
+    entry = lookup(metric)
+    word = effect(interval, threshold, entry is None or entry.better is not Better.LOWER)
+    if word == NO_EFFECT:
+        better = "same"
+    elif word == INCONCLUSIVE:
+        better = "inconclusive"
+    elif entry is None or entry.better is Better.NEITHER:
+        better = "differs"
+    else:
+        better = "B" if word == HELPS else "A"
     return Diff(key, metric, len(a), len(b), ma, mb, sa, sb, diff, ci, better)
 
 
@@ -169,5 +213,5 @@ def compare_cells(
     for metric in metrics:
         ga, gb = group_metric(a, metric), group_metric(b, metric)
         for key in sorted(set(ga) & set(gb)):
-            out.append(welch_diff(ga[key], gb[key], metric, key, threshold))
+            out.append(ratio_diff(ga[key], gb[key], metric, key, threshold))
     return out

@@ -29,6 +29,17 @@ class Bar:
     half_width: float | None = None  # 95 % interval half-width; None: not repeated, no whisker
     n: int = 1
     note: str = ""  # extra tooltip text
+    low: float | None = None  # an interval that is not symmetric (log scale): its ends, instead of half_width
+    high: float | None = None
+
+    @property
+    def ends(self) -> tuple[float, float] | None:
+        """The whisker's ends, or None (one round: no whisker)."""
+        if self.low is not None and self.high is not None:
+            return self.low, self.high
+        if self.half_width:
+            return self.value - self.half_width, self.value + self.half_width
+        return None
 
 
 XKey = tuple[str, str, str]  # (panel, outer group, inner group)
@@ -116,9 +127,9 @@ def bar_chart(chart: BarChart) -> str:
     values = [b.value for b in chart.bars.values()]
     signed = min(values) < 0
     # a whisker of a positive quantity may reach below zero (two rounds, t = 12.7): the axis does not follow it
-    lows = [b.value - (b.half_width or 0) for b in chart.bars.values()]
+    lows = [min(b.value, (b.ends or (b.value, b.value))[0]) for b in chart.bars.values()]
     lows = lows if signed else [max(0.0, v) for v in lows]
-    highs = [b.value + (b.half_width or 0) for b in chart.bars.values()]
+    highs = [max(b.value, (b.ends or (b.value, b.value))[1]) for b in chart.bars.values()]
     positives = [v for v in values if v > 0]
     log = chart.log if chart.log is not None else (
         not signed and len(positives) == len(values) and max(positives) / min(positives) > LOG_SPAN)
@@ -192,17 +203,20 @@ def bar_chart(chart: BarChart) -> str:
             y_top, h = min(y, zero_y), abs(zero_y - y)
             colour = chart.colours[si % len(chart.colours)]
             what = " / ".join(p for p in x if p)
-            ci = f" ± {bar.half_width:,.4g} (95 %, n={bar.n})" if bar.half_width else f" (n={bar.n})"
+            if bar.low is not None and bar.high is not None:
+                ci = f" [{bar.low:,.4g} – {bar.high:,.4g}] (95 %, n={bar.n})"
+            else:
+                ci = f" ± {bar.half_width:,.4g} (95 %, n={bar.n})" if bar.half_width else f" (n={bar.n})"
             svg.append(f'<rect x="{bx:.1f}" y="{y_top:.1f}" width="{max(bar_w - 1.5, 1.5):.1f}" height="{max(h, 0.5):.1f}" '
                        f'fill="{colour}"><title>{e(what)} — {e(s)}: {bar.value:,.4g}{e(ci)}{e(bar.note)}</title></rect>')
             if chart.percent and bar_w >= 18:  # few bars of signed %: the figure itself, at the bar's end
                 ty = y - 3 if bar.value >= 0 else y + 10
                 svg.append(f'<text x="{bx + (bar_w - 1.5) / 2:.1f}" y="{ty:.1f}" text-anchor="middle" font-size="8">'
                            f'{bar.value:+.0f}</text>')
-            if bar.half_width:
+            if bar.ends is not None:
                 cx = bx + (bar_w - 1.5) / 2
-                y1 = min(y_of(bar.value - bar.half_width), base_y)
-                y2 = max(y_of(bar.value + bar.half_width), top)
+                y1 = min(y_of(bar.ends[0]), base_y)
+                y2 = max(y_of(bar.ends[1]), top)
                 cap = min(3.0, bar_w / 3)
                 svg.append(f'<path d="M{cx:.1f} {y1:.1f}V{y2:.1f}M{cx - cap:.1f} {y1:.1f}h{2 * cap:.1f}'
                            f'M{cx - cap:.1f} {y2:.1f}h{2 * cap:.1f}" stroke="#222" stroke-width="1" fill="none"/>')

@@ -1,17 +1,20 @@
 """One verdict line per seed claim, computed from stored cells of one accelerator.
 
 Each function looks for the cells its claim needs; when they are not there
-it says which preset measures them. Ratios use the mean over repetitions.
+it says which preset measures them. A configuration's figure is its median over repetitions (the tables' and
+charts' figure); the block and quick tiers' ratios carry 95 % intervals (:func:`ratio`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kvmtune.bench.stats import mean, median, stdev, summarize, t95
 from kvmtune.bench.store import CellRow
+from kvmtune.bench.vocabulary import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, NOT_MEASURED, within
 
 
 @dataclass(frozen=True)
@@ -22,12 +25,24 @@ class Verdict:
     ratio: float | None = None
     hint: str = ""
 
+    def word(self) -> str:
+        """The vocabulary word this verdict settles on: the worst its text names; without one (a figure with no
+        interval) inconclusive."""
+        if self.measured is None:
+            return NOT_MEASURED
+        found = [w for w in WORST_FIRST if re.search(rf"(?<![\w-]){w}\b", self.measured)]
+        return found[0] if found else INCONCLUSIVE
+
     def line(self, tier: str | None = None) -> str:
         """One line; ``tier`` names where it was measured when the text does not already say so."""
         where = f" [{tier} tier]" if tier and (self.measured is None or "tier" not in self.measured) else ""
         if self.measured is None:
-            return f"{self.seed}{where}: {self.claim} — not measured in these runs ({self.hint})"
-        return f"{self.seed}{where}: {self.measured} (seed claim: {self.claim})"
+            return f"{self.seed}{where}: {self.claim} — {NOT_MEASURED} in these runs ({self.hint})"
+        unsettled = "" if any(w in self.measured for w in WORST_FIRST) else f": {INCONCLUSIVE} (no interval)"
+        return f"{self.seed}{where}: {self.measured}{unsettled} (seed claim: {self.claim})"
+
+
+WORST_FIRST = (NOT_COMPARABLE, DOES_NOT_HOLD, INCONCLUSIVE, HOLDS)
 
 
 def _pick(cells: Sequence[CellRow], metric: str, workloads: Sequence[str], **cfg: str) -> tuple[str, float] | None:
@@ -38,7 +53,7 @@ def _pick(cells: Sequence[CellRow], metric: str, workloads: Sequence[str], **cfg
             if c.status == "ok" and c.workload == w and metric in c.metrics and all(c.config.get(k) == v for k, v in cfg.items())
         ]
         if vals:
-            return w, mean(vals)
+            return w, median(vals)
     return None
 
 
@@ -161,11 +176,11 @@ def seed001_tps_per_vm(cells: Sequence[CellRow]) -> Verdict:
     per_vm = [c for c in cells if c.status == "ok" and "host_tps_per_vm" in c.metrics]
     if not per_vm:
         return Verdict("seed:001", claim, None, hint="run --preset seed-001")
-    tps_vm = mean([c.metrics["host_tps_per_vm"] for c in per_vm])
+    tps_vm = median([c.metrics["host_tps_per_vm"] for c in per_vm])
     cap = [c.metrics["capacity_host_tps"] for c in cells if "capacity_host_tps" in c.metrics]
     text = f"on this host one cycle VM ({per_vm[0].workload}) costs {tps_vm:.1f} transactions/s on the host disk"
     if cap and tps_vm > 0:
-        capacity = mean(cap)
+        capacity = median(cap)
         text += (
             f"; the disk sustains {capacity:,.0f} tps (4 KiB synchronous writes), "
             f"so it carries about {capacity / tps_vm:,.0f} such VMs"
@@ -211,7 +226,11 @@ def verdicts(cells: Sequence[CellRow]) -> list[Verdict]:
     tiers = {cell_tier(c) for c in cells}
     if len(tiers) == 1 and tiers <= {"block", "quick"}:  # these tiers repeat: verdicts only with an interval
         return block_verdicts(cells, tiers.pop())
-    return [f(cells) for f in ALL]
+    found = [f(cells) for f in ALL]
+    if cells and all(c.accel == "tcg" for c in cells):  # the guest's emulation dominates: not the seeds' mechanism
+        why = f"{NOT_COMPARABLE} (measured in a TCG guest, software emulation; the seeds measured KVM guests): "
+        found = [v if v.measured is None else Verdict(v.seed, v.claim, why + v.measured, v.ratio, v.hint) for v in found]
+    return found
 
 
 # --------------------------------------------------------------------------- the block tier: verdicts need evidence
@@ -297,16 +316,37 @@ def _pct_interval(r: Ratio) -> str:
     return f" (95% interval {100 * r.low:.0f}–{100 * r.high:.0f}%, median of {r.n} rounds)"
 
 
-def _judge(r: Ratio, above: str, below: str) -> str:
-    """'holds' when the interval excludes 1 on the claimed side, 'does not hold' on the other, else inconclusive."""
+ABOUT = (0.5, 2.0)  # "about N×" holds when the whole interval lies within half to twice N
+
+
+def _interval(r: Ratio) -> tuple[float, float] | None:
+    return None if r.low is None or r.high is None else (r.low, r.high)
+
+
+def _judge(r: Ratio, band: tuple[float, float]) -> str:
+    """holds when the whole interval lies in the claim's band, does not hold when wholly outside, else inconclusive
+    (with the interval, or without one from a single round)."""
     if r.low is None or r.high is None:
-        return "inconclusive: no interval from one round (run --repeat 3 or more)"
-    if r.low > 1:
-        return above
-    if r.high < 1:
-        return below
-    more = r.repeats_for()
-    return "inconclusive: the interval includes 1" + (f"; about {more} rounds would settle it" if more else "")
+        return f"{INCONCLUSIVE}: no interval from one round (run --repeat 3 or more)"
+    word = within(_interval(r), *band)
+    if word != INCONCLUSIVE:
+        return word
+    more = r.repeats_for(band[0] if r.value < band[0] else band[1] if r.value > band[1] else 1.0)
+    return (f"{INCONCLUSIVE}: the interval crosses the claim's band {band[0]:.2g}–{band[1]:.2g}×"
+            + (f"; about {more} rounds would settle it" if more else ""))
+
+
+def _times(r: Ratio, more: str, less: str) -> str:
+    """'2.50× (…) slower' or, below 1, '1.39× (…) faster': the word from the sign, the figure above 1."""
+    if r.value >= 1:
+        return f"{r.text()} {more}"
+    flipped = Ratio(1 / r.value, None if r.high is None else 1 / r.high, None if r.low is None else 1 / r.low, r.n,
+                    r.paired)
+    return f"{flipped.text()} {less}"
+
+
+def _claimed(times: float) -> tuple[float, float]:
+    return times * ABOUT[0], times * ABOUT[1]
 
 
 def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdict]:
@@ -322,9 +362,9 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
     if r is None:
         out.append(Verdict("seed:003", CLAIM_WT, None, hint=hint))
     else:
-        verdict = _judge(r, "holds", "does not hold (it is faster)")
+        verdict = _judge(r, _claimed(5.0))
         out.append(Verdict("seed:003", CLAIM_WT, f"[{tier}, {w}] qcow2+write-through without preallocation is "
-                           f"{r.text()} slower than with metadata preallocation: {verdict}", r.value))
+                           f"{_times(r, 'slower', 'faster')} than with metadata preallocation: {verdict}", r.value))
     raw = _values(cells, w, fmt="raw", prealloc="off", cache="none", aio=none_aio, target="file")
     q_off = _values(cells, w, fmt="qcow2", prealloc="off", cache="none", aio=none_aio, target="file")
     q_meta = _values(cells, w, fmt="qcow2", prealloc="metadata", cache="none", aio=none_aio, target="file")
@@ -332,14 +372,11 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
     if r1 is None:
         out.append(Verdict("seed:003", CLAIM_RAW, None, hint=hint))
     else:
-        text = f"[{tier}, {w}, cache=none] qcow2 without preallocation is {r1.text()} slower than raw: "
-        text += _judge(r1, "holds", "does not hold (it is faster)")
+        text = f"[{tier}, {w}, cache=none] qcow2 without preallocation is {_times(r1, 'slower', 'faster')} than raw: "
+        text += _judge(r1, _claimed(5.0))
         r2 = ratio(raw, q_meta) if q_meta else None
         if r2 is not None:
-            tie = r2.low is not None and r2.high is not None and TIE[0] <= r2.low and r2.high <= TIE[1]
-            apart = r2.low is not None and r2.high is not None and (r2.low > TIE[1] or r2.high < TIE[0])
-            text += f"; with metadata preallocation raw is {r2.text()} faster: tie " + (
-                "holds" if tie else "does not hold" if apart else "inconclusive")
+            text += f"; with metadata preallocation raw is {_times(r2, 'faster', 'slower')}: tie " + _judge(r2, TIE)
         out.append(Verdict("seed:003", CLAIM_RAW, text, r1.value))
     parts = []
     first: float | None = None
@@ -361,7 +398,7 @@ def block_verdicts(cells: Sequence[CellRow], which: str = "block") -> list[Verdi
             rb = ratio(b, f)
             if rb is not None:
                 bits.append(f"block/file {rb.text()}: 'block closer to bare metal' "
-                            + _judge(rb, "holds", "does not hold"))
+                            + _judge(rb, (1.0, math.inf)))
         parts.append(f"{wl}: " + ", ".join(bits))
     if parts:
         out.append(Verdict("seed:000", CLAIM_FILE, f"[{tier}] " + "; ".join(parts), first))

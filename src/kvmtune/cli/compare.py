@@ -13,6 +13,7 @@ from kvmtune.bench.metrics import lookup
 from kvmtune.bench.metrics import names as catalogue_names
 from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
 from kvmtune.bench.store import RunRow, Store
+from kvmtune.bench.vocabulary import INCONCLUSIVE, NO_EFFECT
 from kvmtune.bench.workdir import default_db
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option
 from kvmtune.errors import InputError, KvmtuneError
@@ -83,17 +84,21 @@ def run_compare(args: argparse.Namespace) -> Outcome:
         diffs = compare_cells(st.cells(a.id), st.cells(b.id), metrics, args.threshold)
     found = Exit.OK if diffs else Exit.FINDINGS
     if args.format == "json":
-        return Outcome(found, json.dumps({"schema_version": 1, "run_a": a.id, "run_b": b.id, "diffs": [
+        # schema 2: each side's centre is its median over rounds; diff_pct and ci95_pct come from the ratio of
+        # geometric means and Welch's interval on the logarithms (never below -100 %)
+        return Outcome(found, json.dumps({"schema_version": 2, "run_a": a.id, "run_b": b.id, "diffs": [
             {"configuration": d.key.split("|")[0], "workload": d.key.split("|")[-1], "metric": d.metric,
-             "n_a": d.n_a, "n_b": d.n_b, "mean_a": d.mean_a, "mean_b": d.mean_b, "diff_pct": d.diff_pct,
+             "n_a": d.n_a, "n_b": d.n_b, "median_a": d.mean_a, "median_b": d.mean_b, "diff_pct": d.diff_pct,
              "ci95_pct": list(d.ci_pct) if d.ci_pct else None, "better": d.better} for d in diffs]}, indent=2) + "\n")
     if not diffs:
         return Outcome(found, f"runs {a.id} and {b.id} have no configuration × workload in common\n")
-    lines = [f"B = run {b.id} against A = run {a.id}; positive = B larger; 'better' honours the metric's direction"]
+    lines = [f"B = run {b.id} against A = run {a.id}; A and B: median over rounds; change: ratio of geometric means "
+             f"with its 95 % interval on the log scale; positive = B larger; a verdict only when the whole interval "
+             f"lies beyond ±{args.threshold:g} % (B better / A better) or inside it (no measurable effect)"]
     for d in diffs:
-        verdict = {"A": "A better", "B": "B better", "same": "no significant difference",
-                   "differs": "different (no better direction)",
-                   "unknown": "no interval (1 sample a side): no verdict"}[d.better]
+        verdict = {"A": "A better", "B": "B better", "same": NO_EFFECT, "differs": "different (no better direction)",
+                   "inconclusive": f"{INCONCLUSIVE} (the interval crosses ±{args.threshold:g} %)",
+                   "unknown": f"{INCONCLUSIVE} (no interval: 1 round a side, or a zero)"}[d.better]
         lines.append(f"{safe(d.key.split('|')[0]):45} {safe(d.key.split('|')[-1]):24} {d.metric:20} "
                      f"A {d.mean_a:>12,.1f} (n={d.n_a})  B {d.mean_b:>12,.1f} (n={d.n_b})  "
                      f"{d.describe()}  {verdict}")

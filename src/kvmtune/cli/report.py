@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.net.claims import winners
-from kvmtune.bench.report import render
+from kvmtune.bench.report import baseline_names, render, resolve_baseline
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
@@ -50,7 +50,8 @@ class ReportCommand(Command):
         p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
         p.add_argument("--html", type=Path, help="write the HTML report here")
         p.add_argument("--baseline", metavar="CONFIG",
-                       help="benchmark reports: show each bar as %% of this configuration (a label on the chart, e.g. none)")
+                       help="benchmark reports: show each bar as %% of this configuration (a name as kvmtune prints it, "
+                            "e.g. nbd/raw-off/none/native or 'ovs (userspace) MTU 1500', or the start of exactly one)")
         db_option(p, default_db())
 
     def run(self, args: argparse.Namespace) -> Outcome:
@@ -69,6 +70,7 @@ def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
     with Store(args.db or default_db(), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
         runs = {rid: st.run(rid) for rid in run_ids}  # each run read once
+        baseline = resolve_baseline(args.baseline, baseline_names(st, run_ids)) if args.baseline else None
         for rid in run_ids:
             run = runs[rid]
             if run.kind == "verify":
@@ -88,25 +90,27 @@ def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
                     head.append(f"  run {run.id}: {safe(line)}")  # targets are domain names, changes and errors stored text
         # the HTML report puts verified fixes in its summary (bench.report.render)
         for accel, cells in sorted(by_accel.items()):
-            lines.append(f"[{accel}]")
+            section = [f"[accelerator {accel}]" if accel not in ("none", "unknown") else
+                       "[no guest: " + ", ".join(sorted({_tier_name(c) for c in cells})) + "]"]
             net_cells = [c for c in cells if "topology" in c.config]
             by_tier: dict[str, list[Any]] = {}
             for c in cells:
                 if "topology" not in c.config:
                     by_tier.setdefault(cell_tier(c), []).append(c)
             for tier, tier_cells in sorted(by_tier.items()):  # tiers are never mixed in one verdict
-                lines.extend("  " + v.line(tier) for v in verdicts(tier_cells))
+                section.extend("  " + v.line(tier) for v in verdicts(tier_cells))
             net_by_tier: dict[str, list[Any]] = {}
             for c in net_cells:  # guest and datapath network runs are never ranked together
                 net_by_tier.setdefault(str(c.config.get("tier") or "guest"), []).append(c)
             for tier, tier_cells in sorted(net_by_tier.items()):  # kvmtune bench net runs: seed 002's summary table
                 twin = " (macvtap measured as macvlan, its namespace twin)" if tier == "datapath" and any(
                     c.config.get("topology") == "macvtap" for c in tier_cells) else ""
-                lines.extend(f"  seed:002 [{tier} tier]{twin}: " + line for line in winners(tier_cells))
-            lines.extend("  " + claim.line(tier) for tier, claim in net_claim_rows(net_cells))
+                section.extend(f"  seed:002 [{tier} tier]{twin}: " + line for line in winners(tier_cells))
+            section.extend("  " + claim.line(tier) for tier, claim in net_claim_rows(net_cells))
+            lines.extend(dict.fromkeys(section))  # the same verdict from the same cells once, never twice
         # The file first: a reader that closes stdout early (`| head -1`) must not cost the report.
         if args.html:
-            text = render(st, run_ids, baseline=args.baseline)
+            text = render(st, run_ids, baseline=baseline)
             try:
                 write_output(args.html, lambda fh: fh.write(text), tag="report")
             except OSError as exc:
@@ -114,6 +118,10 @@ def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
             lines.append(f"wrote {args.html}")
     # every line embeds names and labels read from the database
     return Outcome(result="".join(f"{line}\n" for line in head) + "\n".join(safe(line) for line in lines) + "\n")
+
+
+def _tier_name(cell: Any) -> str:
+    return f"network {cell.config.get('tier') or 'guest'} tier" if "topology" in cell.config else f"{cell_tier(cell)} tier"
 
 
 def run_fleet_report(args: argparse.Namespace, paths: list[str]) -> Outcome:

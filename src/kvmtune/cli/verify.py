@@ -70,6 +70,9 @@ class VerifyCommand(Command):
         p.add_argument("--domain", action="append", default=[], metavar="NAME", help="only this domain (repeatable)")
         p.add_argument("--host", action="store_true", help="also verify this host's findings")
         p.add_argument("--images", nargs="+", default=[], metavar="PATH", help="disk images to audit (read with qemu-img info)")
+        p.add_argument("--assume-this-host", action="store_true",
+                       help="treat guests read from files as this host's: their local images are read with qemu-img "
+                       "info (format, cluster size, preallocation) for the replicas; never written or measured")
         p.add_argument("--examples", action="store_true", help="verify the example domains shipped with kvmtune")
         root_option(p, "host root (a captured or fixture tree)")
         p.add_argument("--only", default="", metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
@@ -77,7 +80,9 @@ class VerifyCommand(Command):
         p.add_argument("--size", type=parse_size, default=1 << 30, metavar="SIZE",
                        help="size of each scratch replica (default 1G)")
         p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
-                       help="samples per side, alternating A/B (default 3)")
+                       help="samples per side at least, alternating A/B (default 3)")
+        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=30.0, metavar="SECONDS",
+                       help="how long one finding may go on adding A/B rounds until its verdict settles (default 30)")
         p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
                        help="measuring time of one sample (default 1)")
         p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",
@@ -175,7 +180,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
     started = time.monotonic()
     deadline = started + args.budget if args.budget else None
     sources = Sources(paths=tuple(args.paths), connect=tuple(args.connect), examples=args.examples, host=args.host,
-                      images=tuple(args.images))
+                      images=tuple(args.images), assume_this_host=args.assume_this_host)
     actx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
     result = gather(sources, actx)
     guests = result.guests
@@ -192,7 +197,8 @@ def _verify(args: argparse.Namespace) -> Outcome:
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     ctx = VerifyContext(
         runner=default_runner(), host=actx.host, root=args.root, workdir=workdir, size=args.size, seconds=args.seconds,
-        repeat=args.repeat, threshold=args.threshold, deadline=deadline, apply=args.apply, keep=args.keep,
+        repeat=args.repeat, finding_budget=args.finding_budget, threshold=args.threshold, deadline=deadline,
+        apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
     )
     planned = plan_all(subjects(findings, guests, result.images), ctx)
@@ -201,8 +207,16 @@ def _verify(args: argparse.Namespace) -> Outcome:
     run_id = None
     interrupted = False
     if args.no_store or not bench.planned_cells():
-        with _terminate_as_interrupt():
-            bench.execute(CellSink())
+        from kvmtune.bench.runner import HostBenchLock
+
+        lock = HostBenchLock()  # every measurement holds the host's one-benchmark lock, stored or not
+        if bench.planned_cells():
+            lock.acquire()
+        try:
+            with _terminate_as_interrupt():
+                bench.execute(CellSink())
+        finally:
+            lock.release()
     else:
         from kvmtune.bench.accel import AccelChoice
         from kvmtune.bench.runner import BenchRunner, base_environment

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvmtune.audit.verifyplan import FioJob
@@ -99,6 +99,16 @@ class Layout:
     @property
     def writethrough(self) -> bool:
         return not self.mode.write_cache
+
+    @property
+    def starts(self) -> bool:
+        """Does QEMU open this disk? aio=native needs O_DIRECT (QEMU's raw_open_common: "aio=native was
+        specified, but it requires cache.direct=on"; the check of the disk-io-native-cached rule)."""
+        return self.io != "native" or self.direct
+
+    def nearest_valid(self) -> Layout:
+        """The closest layout QEMU opens: io=native without O_DIRECT becomes io=threads (what nova does)."""
+        return self if self.starts else replace(self, io="threads")
 
 
 def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str]]:

@@ -21,7 +21,7 @@ from kvmtune.fix.registry import FixOptions
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import BlockPair, DiscardProbe, Layout, Unreplicable, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.measure import Probe, alternate, judge
+from kvmtune.verify.measure import Probe, alternate, judge, settles
 
 
 def _fixed_disk(guest: Guest, disk: Disk, rule_id: str, ctx: VerifyContext) -> Disk:
@@ -54,10 +54,12 @@ class DiskExperiment:
     assumed: list[str] = field(default_factory=list)
     by: str = "kvmtune fix"
     tier: str = "block"
+    nearest_a: str = ""  # side A as it is does not start under QEMU: what was changed to measure from a valid one
 
     @property
     def change(self) -> str:
-        return self.before.changes_to(self.after)
+        text = self.before.changes_to(self.after)
+        return f"{text} (from the nearest valid A: {self.nearest_a})" if self.nearest_a else text
 
     @property
     def workload(self) -> str:
@@ -73,7 +75,8 @@ class DiskExperiment:
         job = self.job if isinstance(self.job, FioJob) else FioJob("discard", "write")
         with BlockPair(ctx.runner, parent, self.before, self.after, ctx.size, job, ctx.seconds) as pair:
             probe: Probe = DiscardProbe(pair) if self.job == "discard" else _IopsProbe(pair)
-            samples = alternate(probe, ctx.repeat, ctx.deadline)
+            samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold),
+                                until=ctx.finding_until())
         j = judge(samples, probe.metric, ctx.threshold)
         action = f"nothing changed on the guest (scratch replicas, removed); apply with {self.by}"
         details = {
@@ -91,6 +94,14 @@ class _IopsProbe:
 
     def sample(self, side: str) -> float:
         return self.pair.sample(side)
+
+
+NO_START_RULE = "disk-io-native-cached"  # the rule that says QEMU refuses io=native without O_DIRECT
+
+
+def _rule_id(slug: str) -> str:
+    """A rule's id from the registry (verify/ names rules by slug, never by a table of ids)."""
+    return next((r.id for r in all_rules() if r.slug == slug), slug)
 
 
 def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> DiskExperiment:
@@ -116,6 +127,17 @@ def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> Di
         after, _ = layout_of(_fixed_disk(guest, disk, f.rule, ctx), subject.image)
     if after == before:
         raise Unmeasurable("the fix changes nothing the block tier can see")
+    nearest_a = ""
+    if not before.starts:  # side A cannot be measured: the remaining change, from the nearest layout that starts
+        valid = before.nearest_valid()
+        nearest_a = before.changes_to(valid)
+        rule = _rule_id(NO_START_RULE)
+        assumed.insert(0, f"the current setting ({before.describe()}) does not start under QEMU: this confirms "
+                          f"{rule}; measured from the nearest valid A ({before.changes_to(valid)})")
+        before, after = valid, after.nearest_valid()
+        if after == before:
+            raise Unmeasurable(f"the current setting does not start under QEMU (this confirms {rule}); from the "
+                               "nearest valid A the fix changes nothing the block tier can see")
     source = disk.source if disk.source_type in (None, "file") else None
     _parent, note = scratch_parent(source, ctx.workdir)
-    return DiskExperiment(subject, before, after, plan.job, note, assumed, by)
+    return DiskExperiment(subject, before, after, plan.job, note, assumed, by, nearest_a=nearest_a)

@@ -18,6 +18,7 @@ from typing import Any
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, NoExperiment
 from kvmtune.bench.runner import Cell, CellSink
+from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
 from kvmtune.model.guest import Disk, Guest
@@ -25,7 +26,7 @@ from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
 from kvmtune.verify.experiments import Experiment, LeavesScratch, Subject, Unmeasurable, VerifyContext, seed_figure
-from kvmtune.verify.measure import OutOfTime
+from kvmtune.verify.measure import VERDICTS, OutOfTime
 from kvmtune.verify.planner import plan_experiment, plan_for
 
 TIER_LABELS = {
@@ -44,7 +45,7 @@ class VerifyResult:
     change: str = ""
     workload: str = ""
     judgement: Any = None  # measure.Judgement
-    verdict: str | None = None  # helps | no measurable effect | hurts; None: not measured
+    verdict: str | None = None  # helps | no measurable effect | hurts | inconclusive; None: not measured
     action: str = ""
     reason: str | None = None  # why it was not measured
     error: str | None = None  # the experiment failed: one line
@@ -287,8 +288,10 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
     tiers = sorted({r.tier for r in results if r.tier and r.measured})
     for t in tiers:
         out.append(f"# {TIER_LABELS.get(t, t)}")
-    out.append(f"# each side {ctx.repeat}× alternating A (as it is) / B (as fixed), {ctx.seconds:g}s each; "
-               f"ratio B/A with its 95% interval; helps/hurts only beyond ±{ctx.threshold:g}% and outside the interval")
+    out.append(f"# each side at least {ctx.repeat}× alternating A (as it is) / B (as fixed), {ctx.seconds:g}s each, then "
+               f"more rounds until the verdict settles (at most {ctx.finding_budget:g}s a finding); ratio B/A with its 95% "
+               f"interval; helps/hurts only when the whole interval lies beyond ±{ctx.threshold:g}%, no measurable effect "
+               "only when it lies wholly inside, else inconclusive (docs/verdicts.md)")
     if "host" in tiers:
         out.append("# host tier: the sides are measured in two blocks (before, after the change), not alternated")
     measured = [r for r in results if r.measured or r.error]
@@ -302,10 +305,10 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
         out.append("Not measured:")
         out.extend("  " + safe(r.line()) for r in rest)
     out.extend(f"note: {safe(n)}" for n in ctx.notes)
-    counts = {v: sum(1 for r in results if r.verdict == v) for v in ("helps", "no measurable effect", "hurts")}
+    counts = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
     skipped = sum(1 for r in results if r.skipped_budget)
-    summary = (f"{len(measured)} of {len(results)} finding(s) measured in {elapsed:.0f}s: {counts['helps']} help, "
-               f"{counts['no measurable effect']} no measurable effect, {counts['hurts']} hurt")
+    summary = (f"{len(measured)} of {len(results)} finding(s) measured in {elapsed:.0f}s: {counts[HELPS]} help, "
+               f"{counts[NO_EFFECT]} no measurable effect, {counts[HURTS]} hurt, {counts[INCONCLUSIVE]} inconclusive")
     if skipped:
         summary += f"; {skipped} skipped for --budget"
     out.append(summary)

@@ -10,6 +10,7 @@ only with ``--apply``), or the rule's one-line reason, so nothing is silently le
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -34,7 +35,8 @@ class VerifyContext:
     workdir: Path
     size: int = 1 << 30
     seconds: float = 1.0  # one sample's measuring time
-    repeat: int = 3
+    repeat: int = 3  # rounds a side at least
+    finding_budget: float = 30.0  # seconds one finding may go on measuring (sequential rounds) until its verdict settles
     threshold: float = 5.0
     deadline: float | None = None  # time.monotonic() by which the run must end
     apply: bool = False
@@ -42,6 +44,11 @@ class VerifyContext:
     journal_dir: Path | None = None
     profile: str = "virtual-host"
     notes: list[str] = field(default_factory=list)
+
+    def finding_until(self) -> float:
+        """When the finding now starting must stop adding rounds (its cap, or the run's budget if sooner)."""
+        until = time.monotonic() + self.finding_budget
+        return until if self.deadline is None else min(until, self.deadline)
 
 
 @dataclass

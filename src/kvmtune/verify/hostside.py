@@ -37,7 +37,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.measure import Metric, Samples, alternate, judge
+from kvmtune.verify.measure import Metric, Samples, alternate, judge, settles
 
 # per-namespace sysctls (net/ipv4/sysctl_net_ipv4.c: per netns since Linux 4.15 for tcp_rmem/tcp_wmem)
 PER_NAMESPACE = (
@@ -109,7 +109,8 @@ class NamespaceExperiment:
         netload = find_netload(None, ctx.runner)
         with _NamespacePair(ctx, netload) as pair:
             probe = _NetProbe(pair, self, ctx.seconds)
-            samples = alternate(probe, ctx.repeat, ctx.deadline)
+            samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold),
+                                until=ctx.finding_until())
         j = judge(samples, probe.metric, ctx.threshold)
         notes = []
         if self.stream:

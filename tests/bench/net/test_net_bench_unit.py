@@ -170,11 +170,13 @@ def test_winners_table() -> None:
                        {"tps": tps, "throughput_Bps": bps})
 
     cells = []
-    for run, topo, tps, bps in ((1, "bridge", 100.0, 1e6), (2, "ovs", 150.0, 4e6), (3, "ovs", 150.0, 4e6)):
+    for run, topo, tps, bps in ((1, "bridge", 100.0, 1e6), (5, "bridge", 101.0, 1.01e6), (2, "ovs", 150.0, 4e6),
+                                (3, "ovs", 151.5, 4.04e6)):
         for pair in (0, 1):
             cells += [cell(run, topo, "rr1c-1x1--1", pair, tps, bps), cell(run, topo, "str-readx30k--1", pair, tps, bps)]
     cells.append(cell(4, "macvtap", "rr1c-1x1--1", 0, 1.0, 1.0, mtu=9000))
     lines = winners(cells)
-    assert lines[0] == ("MTU 1500, 1 host, 2 pairs: small transactions: ovs (+50% over bridge, 1 test); "
-                        "large transactions: not measured; streaming: ovs (+300% over bridge, 1 test)")
+    assert lines[0] == ("MTU 1500, 1 host, 2 pairs: small transactions: ovs (+50 % over bridge; 95 % interval +46 % to "
+                        "+55 %; 1 test); large transactions: not measured; streaming: ovs (+300 % over bridge; 95 % "
+                        "interval +288 % to +312 %; 1 test)")
     assert lines[1].startswith("MTU 9000, 1 host, 2 pairs: small transactions: only macvtap measured")

@@ -16,6 +16,7 @@ speaks of "CPU efficiency".
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ def _summed(name: str) -> bool:
 
 
 def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
-    """Per test: within a run, pairs summed (throughput, tx/s) or averaged (the rest); then the mean over runs."""
+    """Per test: within a run, pairs summed (throughput, tx/s) or averaged (the rest); then the median over runs."""
     per_run: dict[tuple[int, str], dict[str, list[float]]] = {}
     for c in cells:
         if c.status != "ok":
@@ -50,7 +51,7 @@ def aggregate(cells: Sequence[CellRow]) -> dict[str, dict[str, float]]:
     for (_run, test), metrics in per_run.items():
         for n, v in metrics.items():
             acc.setdefault(test, {}).setdefault(n, []).append(sum(v) if _summed(n) else sum(v) / len(v))
-    return {test: {n: sum(v) / len(v) for n, v in metrics.items()} for test, metrics in acc.items()}
+    return {test: {n: statistics.median(v) for n, v in metrics.items()} for test, metrics in acc.items()}
 
 
 def _order(test: str) -> tuple[int, int, str]:

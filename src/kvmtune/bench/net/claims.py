@@ -5,8 +5,9 @@ the rest (MTU, host count, pairs, tunings, tier, accelerator). A run is one samp
 summed (throughput, transactions/s) or averaged (times), and the tests both sides ran are folded into one
 geometric mean, so a test with large numbers does not outweigh one with small numbers. With two or more
 runs a side, the ratio gets a 95 % interval (Welch on the log scale, :func:`kvmtune.bench.verdicts.ratio`)
-and a claim holds or fails only when the interval says so; with one run a side the point value decides
-and the text says there is no interval.
+and a claim holds or fails only when the interval settles it against the claim's band
+(:mod:`kvmtune.bench.vocabulary`); with one run a side it is inconclusive. A comparison on another
+mechanism than the seed's (Open vSwitch's userspace datapath, TCG guests) is "not comparable".
 
 The seed's figures (seed:002, IBM "KVM Network Performance — Best Practices and Tuning Recommendations",
 2016/2018) are quoted with their page and figure.
@@ -22,6 +23,16 @@ from typing import Any
 from kvmtune.bench.net.chart import aggregate
 from kvmtune.bench.store import CellRow
 from kvmtune.bench.verdicts import Ratio, ratio
+from kvmtune.bench.vocabulary import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    NOT_MEASURED,
+    at_least,
+    decided,
+    within,
+)
 
 RR_SMALL = ("rr1c-1x1", "rr1c-200x1000")
 RR_LARGE = ("rr1c-1000x30k",)
@@ -36,7 +47,7 @@ class NetClaim:
     claim: str
     figure: str  # the seed's number as it states it
     measured: str | None  # None: not measured by these runs
-    badge: str  # holds | partly | does not hold | inconclusive | not measured
+    badge: str  # a word of kvmtune.bench.vocabulary
     hint: str = ""  # how to measure it, when not measured
 
     def line(self, tier: str) -> str:
@@ -135,31 +146,28 @@ def compare(data: dict[Setup, dict[int, dict[str, dict[str, float]]]], subject: 
     return None if got is None else Comparison(subject, reference, got, tuple(tests))
 
 
-def judge_better(r: Ratio, at_least: float) -> str:
-    """The subject is claimed better by at least ``at_least`` (1.10 = 10 %)."""
-    if r.low is not None and r.high is not None:
-        if r.low > 1:
-            return "holds" if r.value >= at_least else "partly"
-        if r.high < 1:
-            return "does not hold"
-        return "inconclusive"
-    if r.value >= at_least:
-        return "holds"
-    return "partly" if r.value > 1 else "does not hold"
+def _interval(r: Ratio) -> tuple[float, float] | None:
+    return None if r.low is None or r.high is None else (r.low, r.high)
+
+
+def judge_better(r: Ratio, bound: float) -> str:
+    """The subject is claimed better by at least ``bound`` (1.10 = 10 %): the whole interval must say so."""
+    return at_least(_interval(r), bound)
 
 
 def judge_within(r: Ratio, band: float) -> str:
-    """The two are claimed equal within ``band`` (0.10 = ±10 %)."""
-    lo, hi = 1 / (1 + band), 1 + band
-    if r.low is not None and r.high is not None:
-        if lo <= r.low and r.high <= hi:
-            return "holds"
-        if r.low > hi or r.high < lo:
-            return "does not hold"
-        return "inconclusive"
-    if lo <= r.value <= hi:
-        return "holds"
-    return "partly" if 1 / (1 + 2 * band) <= r.value <= 1 + 2 * band else "does not hold"
+    """The two are claimed equal within ``band`` (0.10 = ±10 %): the whole interval inside, or wholly outside."""
+    return within(_interval(r), 1 / (1 + band), 1 + band)
+
+
+SEED_MECHANISM = "seed 002 measured Open vSwitch's kernel datapath"
+
+
+def not_comparable(*setups: Setup) -> str | None:
+    """Why a comparison of these setups is not the seed's, or None when it is."""
+    if any(s.ovs_datapath == "netdev" for s in setups):
+        return f"Open vSwitch's userspace datapath (netdev) here; {SEED_MECHANISM} (system)"
+    return None
 
 
 def _pairs(data: dict[Setup, Any], subject: Callable[[Setup], bool], reference: Callable[[Setup, Setup], bool]
@@ -179,8 +187,18 @@ def _topologies(tier: str, *kinds: str) -> str:
 
 
 def _worst(badges: Sequence[str]) -> str:
-    order = ("does not hold", "inconclusive", "partly", "holds")
+    order = (DOES_NOT_HOLD, INCONCLUSIVE, HOLDS)
     return min(badges, key=order.index)
+
+
+def _verdict(seed: str, claim: str, figure: str, found: Sequence[tuple[Comparison, str]], what: Callable[[Comparison], str]
+             ) -> NetClaim:
+    """Comparable comparisons decide the badge; the others are named with their reason."""
+    fair = [(c, b) for c, b in found if not_comparable(c.subject, c.reference) is None]
+    unfair = [(c, why) for c, _ in found if (why := not_comparable(c.subject, c.reference)) is not None]
+    bits = [c.describe(what(c)) + f": {b}" for c, b in fair]
+    bits += [f"{what(c)}: {NOT_COMPARABLE} ({why})" for c, why in unfair]
+    return NetClaim(seed, claim, figure, "; ".join(bits), _worst([b for _, b in fair]) if fair else NOT_COMPARABLE)
 
 
 def macvtap_beats_bridges(data: dict[Setup, Any], tier: str = "") -> NetClaim:
@@ -193,11 +211,10 @@ def macvtap_beats_bridges(data: dict[Setup, Any], tier: str = "") -> NetClaim:
         if c is not None:
             found.append((c, judge_better(c.ratio, 1.10)))
     if not found:
-        return NetClaim(seed, claim, figure, None, "not measured",
+        return NetClaim(seed, claim, figure, None, NOT_MEASURED,
                         f"run bench net{tier} {_topologies(tier, 'macvtap', 'bridge', 'ovs')} with the same "
                         "request/response tests, MTU and hosts")
-    text = "; ".join(c.describe(f"macvtap vs {c.reference.name}, MTU {c.reference.mtu}, tx/s") for c, _ in found)
-    return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
+    return _verdict(seed, claim, figure, found, lambda c: f"macvtap vs {c.reference.name}, MTU {c.reference.mtu}, tx/s")
 
 
 def bridge_near_ovs(data: dict[Setup, Any], tier: str = "") -> NetClaim:
@@ -210,32 +227,30 @@ def bridge_near_ovs(data: dict[Setup, Any], tier: str = "") -> NetClaim:
         if c is not None:
             found.append((c, judge_within(c.ratio, 0.10)))
     if not found:
-        return NetClaim(seed, claim, figure, None, "not measured",
+        return NetClaim(seed, claim, figure, None, NOT_MEASURED,
                         f"run bench net{tier} {_topologies(tier, 'bridge', 'ovs')} with the same tests, MTU and hosts")
-    text = "; ".join(c.describe(f"bridge vs {c.reference.name}, MTU {c.reference.mtu}, tx/s or B/s") for c, _ in found)
-    return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
+    return _verdict(seed, claim, figure, found, lambda c: f"bridge vs {c.reference.name}, MTU {c.reference.mtu}, tx/s or B/s")
 
 
 def large_mtu_helps(data: dict[Setup, Any], hosts: int, tier: str = "") -> NetClaim:
     if hosts == 1:
         claim = "on one host, a large MTU improves the 30 KB-payload tests by up to 120 %"
-        seed, figure, at_least, workloads = "seed:002 p. 51, fig. 17", "up to +120 %", 1.05, PAYLOAD_30K
+        seed, figure, bound, workloads = "seed:002 p. 51, fig. 17", "up to +120 %", 1.05, PAYLOAD_30K
     else:
         claim = "across two hosts, a large MTU gives 5–20 % more throughput and shorter transactions"
-        seed, figure, at_least, workloads = "seed:002 p. 52, fig. 18", "+5 to +20 %", 1.05, None
+        seed, figure, bound, workloads = "seed:002 p. 52, fig. 18", "+5 to +20 %", 1.05, None
     found = []
     for s, r in _pairs(data, lambda s: s.mtu >= LARGE_MTU and s.hosts == hosts,
                        lambda s, r: r.mtu <= 1500 and (s.topology, s.ovs_datapath, s.hosts, s.pairs, s.tunings)
                        == (r.topology, r.ovs_datapath, r.hosts, r.pairs, r.tunings)):
         c = compare(data, s, r, workloads, seed_figure_metric)
         if c is not None:
-            found.append((c, judge_better(c.ratio, at_least)))
+            found.append((c, judge_better(c.ratio, bound)))
     if not found:
-        return NetClaim(seed, claim, figure, None, "not measured",
+        return NetClaim(seed, claim, figure, None, NOT_MEASURED,
                         f"run bench net{tier} --hosts {hosts} once with --mtu 9000 and once with --mtu 1500, same "
                         "topology and tests (str-readx30k, rr1c-1000x30k)")
-    text = "; ".join(c.describe(f"{c.subject.name} MTU {c.subject.mtu} vs {c.reference.mtu}") for c, _ in found)
-    return NetClaim(seed, claim, figure, text, _worst([b for _, b in found]))
+    return _verdict(seed, claim, figure, found, lambda c: f"{c.subject.name} MTU {c.subject.mtu} vs {c.reference.mtu}")
 
 
 CATEGORIES = (("small transactions", RR_SMALL, "tps"), ("large transactions", RR_LARGE, "tps"),
@@ -245,9 +260,23 @@ CATEGORIES = (("small transactions", RR_SMALL, "tps"), ("large transactions", RR
 @dataclass(frozen=True)
 class Winner:
     best: str
-    lead: float  # best's geometric mean / the runner-up's
+    lead: Ratio  # best's per-run scores against the runner-up's (geometric means, 95 % interval)
     second: str
     tests: int
+
+    @property
+    def decided(self) -> bool:
+        """A winner is named only when the interval excludes a tie."""
+        return decided(_interval(self.lead))
+
+    def text(self) -> str:
+        r = self.lead
+        spread = ("one run a side, no interval" if r.low is None or r.high is None
+                  else f"95 % interval {_pct(r.low)} to {_pct(r.high)}")
+        tests = f"{self.tests} test{'s' if self.tests > 1 else ''}"
+        if self.decided:
+            return f"{self.best} ({_pct(r.value)} over {self.second}; {spread}; {tests})"
+        return f"no winner: {self.best} {_pct(r.value)} over {self.second} is not apart from a tie ({spread}; {tests})"
 
 
 Setting = tuple[int, int, int, str]  # MTU, hosts, pairs, tunings: what seed 002's summary table holds fixed
@@ -255,7 +284,8 @@ Setting = tuple[int, int, int, str]  # MTU, hosts, pairs, tunings: what seed 002
 
 def winners_by_setting(data: dict[Setup, Any]) -> dict[Setting, dict[str, Winner | str]]:
     """Seed 002's summary table: per setting and workload category, the topology that moved the most (geometric
-    mean over the tests every run of every topology ran), or why there is no winner."""
+    mean over the tests every run of every topology ran; its lead over the runner-up with a 95 % interval over
+    runs), or why there is no winner. A :class:`Winner` that is not :attr:`~Winner.decided` names none."""
     out: dict[Setting, dict[str, Winner | str]] = {}
     for setting in sorted({(s.mtu, s.hosts, s.pairs, s.tunings) for s in data}):
         setups = [s for s in data if (s.mtu, s.hosts, s.pairs, s.tunings) == setting]
@@ -266,24 +296,28 @@ def winners_by_setting(data: dict[Setup, Any]) -> dict[Setting, dict[str, Winner
             tests = [t for t in common if t.partition("--")[0] in workloads]
             ran = any(t.partition("--")[0] in workloads for r in runs for t in r)
             if len(setups) == 1:
-                row[name] = f"only {setups[0].name} measured" if ran else "not measured"
+                row[name] = f"only {setups[0].name} measured" if ran else NOT_MEASURED
                 continue
             if not tests:
-                row[name] = "no test in common" if ran else "not measured"
+                row[name] = "no test in common" if ran else NOT_MEASURED
                 continue
-            scores = {s.name: g for s in setups if (g := _geo(data[s], tests, metric)) is not None}
-            ranked = sorted(scores.items(), key=lambda kv: -kv[1])
-            row[name] = (Winner(ranked[0][0], ranked[0][1] / ranked[1][1], ranked[1][0], len(tests))
-                         if len(ranked) > 1 else "no positive figure to compare")
+            scores = {s.name: sc for s in setups if (sc := _scores(data[s], tests, metric))}
+            ranked = sorted(scores, key=lambda n: -math.fsum(math.log(v) for v in scores[n]) / len(scores[n]))
+            lead = ratio(scores[ranked[0]], scores[ranked[1]]) if len(ranked) > 1 else None
+            row[name] = (Winner(ranked[0], lead, ranked[1], len(tests)) if lead is not None
+                         else "no positive figure to compare")
         out[setting] = row
     return out
 
 
-def _geo(runs: dict[int, dict[str, dict[str, float]]], tests: Sequence[str], metric: str) -> float | None:
-    vals = [r[t].get(metric, 0.0) for r in runs.values() for t in tests]
-    if not vals or any(v <= 0 for v in vals):
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+def _scores(runs: dict[int, dict[str, dict[str, float]]], tests: Sequence[str], metric: str) -> list[float]:
+    """Per run: the geometric mean over ``tests`` (runs with a figure that is not positive left out)."""
+    out = []
+    for r in runs.values():
+        vals = [r[t].get(metric, 0.0) for t in tests]
+        if vals and all(v > 0 for v in vals):
+            out.append(math.exp(math.fsum(math.log(v) for v in vals) / len(vals)))
+    return out
 
 
 def winners(cells: Sequence[CellRow]) -> list[str]:
@@ -294,11 +328,7 @@ def winners(cells: Sequence[CellRow]) -> list[str]:
     for (mtu, hosts, pairs, tune), row in winners_by_setting(per_run(cells)).items():
         parts = []
         for name, w in row.items():
-            if isinstance(w, str):
-                parts.append(f"{name}: {w}")
-            else:
-                parts.append(f"{name}: {w.best} (+{100 * (w.lead - 1):.0f}% over {w.second}, {w.tests} test"
-                             f"{'s' if w.tests > 1 else ''})")
+            parts.append(f"{name}: {w if isinstance(w, str) else w.text()}")
         out.append(f"MTU {mtu}, {hosts} host{'s' if hosts > 1 else ''}, {pairs} pair{'s' if pairs > 1 else ''}"
                    + (f", {tune}" if tune else "") + ": " + "; ".join(parts))
     return out
@@ -311,17 +341,17 @@ def macvtap_wins_one_host(data: dict[Setup, Any], tier: str = "") -> NetClaim:
     rows = []
     badges = []
     for (mtu, _hosts, _pairs, _tune), cats in sorted(table.items()):
-        decided = {n: w for n, w in cats.items() if isinstance(w, Winner)}
-        if not decided or not any(s.topology == "macvtap" for s in data if s.mtu == mtu and s.hosts == 1):
+        ranked = {n: w for n, w in cats.items() if isinstance(w, Winner)}
+        if not ranked or not any(s.topology == "macvtap" for s in data if s.mtu == mtu and s.hosts == 1):
             continue
-        won = [n for n, w in decided.items() if w.best == "macvtap"]
-        missing = [n for n in cats if n not in decided]
-        rows.append(f"MTU {mtu}: " + ", ".join(f"{n} → {w.best} (+{100 * (w.lead - 1):.0f} % over {w.second})"
-                                               for n, w in decided.items())
+        won = [n for n, w in ranked.items() if w.decided and w.best == "macvtap"]
+        lost = [n for n, w in ranked.items() if w.decided and w.best != "macvtap"]
+        missing = [n for n in cats if n not in ranked]
+        rows.append(f"MTU {mtu}: " + ", ".join(f"{n} → {w.text()}" for n, w in ranked.items())
                     + (f" ({', '.join(missing)} not measured)" if missing else ""))
-        badges.append("holds" if len(won) == len(decided) else "partly" if won else "does not hold")
+        badges.append(DOES_NOT_HOLD if lost else HOLDS if len(won) == len(ranked) else INCONCLUSIVE)
     if not rows:
-        return NetClaim(seed, claim, figure, None, "not measured",
+        return NetClaim(seed, claim, figure, None, NOT_MEASURED,
                         f"run bench net{tier} {_topologies(tier, 'macvtap', 'bridge', 'ovs')} --matrix seed-002, one host")
     return NetClaim(seed, claim, figure, "; ".join(rows), _worst(badges))
 
@@ -331,5 +361,13 @@ def net_claims(cells: Sequence[CellRow]) -> list[NetClaim]:
     data = per_run(cells)
     tiers = {net_tier(c) for c in cells}
     tier = f" --tier {tiers.pop()}" if len(tiers) == 1 else ""
+    if any(c.accel == "tcg" and net_tier(c) == "guest" for c in cells):  # the guests' emulation, not the datapath
+        why = "measured in TCG guests (software emulation); seed 002 measured KVM guests"
+        return [NetClaim(c.seed, c.claim, c.figure, f"{NOT_COMPARABLE} ({why})", NOT_COMPARABLE)
+                for c in _claims(data, tier)]
+    return _claims(data, tier)
+
+
+def _claims(data: dict[Setup, Any], tier: str) -> list[NetClaim]:
     return [macvtap_beats_bridges(data, tier), bridge_near_ovs(data, tier), large_mtu_helps(data, 1, tier),
             large_mtu_helps(data, 2, tier), macvtap_wins_one_host(data, tier)]
