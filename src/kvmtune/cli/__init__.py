@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvmtune import __version__
+from kvmtune import version_line
 from kvmtune.cli.command import Command, Exit, Outcome, register, use_color
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.files import write_output
@@ -47,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvmtune", description="Audit, fix and benchmark KVM guests and hosts.")
-    parser.add_argument("--version", action="version", version=f"kvmtune {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
