@@ -37,6 +37,11 @@ if [ $fast -eq 1 ]; then
   step .venv/bin/pytest -q -p no:cacheprovider -m "not integration" tests
 else
   step .venv/bin/pytest -q -p no:cacheprovider tests
+  if [ -x .venv-py313/bin/pytest ]; then  # the unit tier on Python 3.13 as well (install.sh makes .venv-py313)
+    step .venv-py313/bin/pytest -q -p no:cacheprovider -m "not integration" tests
+  else
+    echo "== Python 3.13 unit tier not run: no .venv-py313 (install.sh makes it where pyenv has a 3.13)"
+  fi
   if [ -f netload/Makefile ]; then
     step make -s -C netload test
   fi
