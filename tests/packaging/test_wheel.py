@@ -103,3 +103,19 @@ def test_the_pure_wheel_says_it_carries_no_netload(dist: Path, tmp_path: Path) -
     doctor = sh(venv / "bin" / "kvmtune", "doctor", "--format", "json", env=env, cwd=tmp_path)
     (check,) = [c for c in json.loads(doctor.stdout)["checks"] if c["what"] == "netload"]
     assert check["ok"] is False and "py3-none-any wheel carries none" in check["detail"]
+
+
+def test_the_readme_pipx_line_installs_the_wheel(dist: Path, tmp_path: Path) -> None:
+    """The README's `pipx install ./kvmtune-*x86_64.whl`, run as written in the directory the build wrote (pipx from PyPI)."""
+    tools = tmp_path / "tools"
+    assert sh(sys.executable, "-m", "venv", tools).returncode == 0
+    got = sh(tools / "bin" / "pip", "install", "-q", "--disable-pip-version-check", "pipx")
+    assert got.returncode == 0, got.stderr
+    line = next(ln.split("#", 1)[0].strip() for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("pipx "))
+    assert line == "pipx install ./kvmtune-*x86_64.whl"
+    env = {**os.environ, "PATH": f"{tools / 'bin'}:{os.environ['PATH']}", "PIPX_HOME": str(tmp_path / "pipx"),
+           "PIPX_BIN_DIR": str(tmp_path / "bin"), "PIPX_MAN_DIR": str(tmp_path / "man"), "PYTHONPATH": ""}
+    proc = sh("bash", "-c", line, cwd=dist, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    version = sh(tmp_path / "bin" / "kvmtune", "--version", env=env)
+    assert version.returncode == 0 and "netload 0.4.1)" in version.stdout
