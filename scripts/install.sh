@@ -149,6 +149,10 @@ if [ ! -s "$schema" ] && command -v npm >/dev/null; then
   rm -rf "$tmp"
 fi
 
+if [ -s "$schema" ] && [ -x .venv-py313/bin/python ]; then  # the 3.13 unit tier validates SARIF too
+  mkdir -p .venv-py313/share/sarif && cp "$schema" .venv-py313/share/sarif/
+fi
+
 # netload, the in-guest network load generator (Go, standard library only).
 export PATH="$PATH:/usr/local/go/bin"
 if [ -f netload/Makefile ]; then
