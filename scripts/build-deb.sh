@@ -2,7 +2,7 @@
 # Build the Debian package kvmtune_V_amd64.deb into OUTDIR (default dist/), with dpkg-deb from a staged tree
 # (packaging/deb/ holds its control file, maintainer scripts, units, copyright and changelog):
 #   /usr/bin/kvmtune, the Python package in /usr/lib/python3/dist-packages/kvmtune (netload inside, stamped
-#   like the wheel), kvmtune(8), bash/zsh/fish completions, kvmtune-audit.service + .timer,
+#   like the wheel), kvmtune(8), bash/zsh/fish completions, kvmtune-audit and kvmtune-sample services + timers,
 #   /etc/default/kvmtune (a conffile), the textfile directory /var/lib/prometheus/node-exporter.
 # Needs dpkg-deb, Go (netload) and this checkout's .venv (or python3 with lxml) to generate the man page.
 set -euo pipefail
@@ -45,7 +45,8 @@ gen man | gzip -9n > "$root"/usr/share/man/man8/kvmtune.8.gz
 gen completion bash > "$root"/usr/share/bash-completion/completions/kvmtune
 gen completion zsh > "$root"/usr/share/zsh/vendor-completions/_kvmtune
 gen completion fish > "$root"/usr/share/fish/vendor_completions.d/kvmtune.fish
-install -m 644 $src/kvmtune-audit.service $src/kvmtune-audit.timer "$root"/usr/lib/systemd/system/
+install -m 644 $src/kvmtune-audit.service $src/kvmtune-audit.timer $src/kvmtune-sample.service $src/kvmtune-sample.timer \
+  "$root"/usr/lib/systemd/system/
 install -m 644 $src/default "$root"/etc/default/kvmtune
 install -m 644 $src/copyright "$root"/usr/share/doc/kvmtune/copyright
 gzip -9n < $src/changelog > "$root"/usr/share/doc/kvmtune/changelog.gz

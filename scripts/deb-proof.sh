@@ -6,8 +6,8 @@
 # and then the package with `apt-get install --no-install-recommends`, so they resolve from SUITE (trixie: Python
 # 3.13, QEMU 10, libvirt 11), and inside the chroot runs: kvmtune --version, audit --examples, audit --host (the
 # chroot sees THIS machine's /proc and /sys, so the host audit is of the machine running the proof), rules
-# explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, and the service's own
-# ExecStart lines (their textfile is checked with promtool when promtool is here). Then `apt-get purge kvmtune` and
+# explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, and the services' own
+# ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `apt-get purge kvmtune` and
 # a file-by-file comparison with the system before the package: nothing of kvmtune may be left.
 # Everything is unmounted and the chroot removed on every exit path; only the cache stays.
 set -euo pipefail
@@ -109,20 +109,27 @@ in_root zsh -n /usr/share/zsh/vendor-completions/_kvmtune && echo "   zsh: _kvmt
 got=$(in_root fish -c 'complete -C "kvmtune au"' | cut -f1)
 [ "$got" = audit ] || { echo "deb-proof.sh: fish did not complete 'kvmtune au' (got: $got)" >&2; exit 1; }
 echo "   fish: kvmtune au -> $got (from vendor_completions.d, no sourcing)"
-step "systemd-analyze verify kvmtune-audit.service kvmtune-audit.timer"
-in_root systemd-analyze verify /usr/lib/systemd/system/kvmtune-audit.service /usr/lib/systemd/system/kvmtune-audit.timer
+units=(kvmtune-audit.service kvmtune-audit.timer kvmtune-sample.service kvmtune-sample.timer)
+step "systemd-analyze verify ${units[*]}"
+in_root systemd-analyze verify "${units[@]/#//usr/lib/systemd/system/}"
 echo "   verified"
-step "the service's ExecStart lines, as the unit runs them (its Environment, /etc/default/kvmtune)"
 mkdir -p "$root/var/lib/kvmtune" "$root/var/cache/kvmtune"
-unit=$root/usr/lib/systemd/system/kvmtune-audit.service
-env_line=$(sed -n 's/^Environment=//p' "$unit")
-while IFS= read -r exec; do
-  rc=0; in_root sh -c ". /etc/default/kvmtune; export $env_line; exec $exec" || rc=$?
-  [ "$rc" -le 1 ] || { echo "deb-proof.sh: ExecStart=$exec exited $rc" >&2; exit 1; }
-done < <(sed -n 's/^ExecStart=//p' "$unit")
-prom=$root/var/lib/prometheus/node-exporter/kvmtune.prom
+for service in kvmtune-audit kvmtune-sample; do
+  step "$service.service's ExecStart lines, as the unit runs them (its Environment, /etc/default/kvmtune)"
+  unit=$root/usr/lib/systemd/system/$service.service
+  env_line=$(sed -n 's/^Environment=//p' "$unit")
+  while IFS= read -r exec; do
+    rc=0; in_root sh -c ". /etc/default/kvmtune; export $env_line; exec $exec" || rc=$?
+    [ "$rc" -le 1 ] || { echo "deb-proof.sh: ExecStart=$exec exited $rc" >&2; exit 1; }
+  done < <(sed -n 's/^ExecStart=//p' "$unit")
+done
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$root/var/lib/kvmtune/audit.json"
-if command -v promtool >/dev/null; then promtool check metrics < "$prom"; echo "   promtool check metrics: ok ($(grep -c '^kvmtune' "$prom") samples)"; fi
+for prom in "$root"/var/lib/prometheus/node-exporter/kvmtune{,-live}.prom; do
+  [ -s "$prom" ] || { echo "deb-proof.sh: ${prom#"$root"} was not written" >&2; exit 1; }
+  if command -v promtool >/dev/null; then
+    promtool check metrics < "$prom"; echo "   promtool check metrics ${prom#"$root"}: ok ($(grep -c '^kvmtune' "$prom") samples)"
+  fi
+done
 
 step "apt-get purge kvmtune; compare with the system before it"
 in_root apt-get purge -y -q kvmtune >/dev/null

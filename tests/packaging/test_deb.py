@@ -37,6 +37,7 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
                  "/usr/share/man/man8/kvmtune.8.gz", "/usr/share/bash-completion/completions/kvmtune",
                  "/usr/share/zsh/vendor-completions/_kvmtune", "/usr/share/fish/vendor_completions.d/kvmtune.fish",
                  "/usr/lib/systemd/system/kvmtune-audit.service", "/usr/lib/systemd/system/kvmtune-audit.timer",
+                 "/usr/lib/systemd/system/kvmtune-sample.service", "/usr/lib/systemd/system/kvmtune-sample.timer",
                  "/etc/default/kvmtune", "/usr/share/doc/kvmtune/copyright", "/usr/share/doc/kvmtune/changelog.gz",
                  "/var/lib/prometheus/node-exporter/"):
         assert path in files, path
@@ -50,12 +51,15 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
     man = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(man)) as tar:
         roff = gzip.decompress(tar.extractfile("./usr/share/man/man8/kvmtune.8.gz").read()).decode()  # type: ignore[union-attr]
-        unit = tar.extractfile("./usr/lib/systemd/system/kvmtune-audit.service").read().decode()  # type: ignore[union-attr]
+        units = {name: tar.extractfile(f"./usr/lib/systemd/system/{name}.service").read().decode()  # type: ignore[union-attr]
+                 for name in ("kvmtune-audit", "kvmtune-sample")}
     assert roff.startswith(".TH KVMTUNE 8 ")
-    for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
-                      "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
-        assert f"\n{hardening}\n" in unit, hardening
-    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune.prom" in unit
+    for unit in units.values():
+        for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
+                          "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
+            assert f"\n{hardening}\n" in unit, hardening
+    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune.prom" in units["kvmtune-audit"]
+    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune-live.prom" in units["kvmtune-sample"]
 
 
 def test_the_package_is_lintian_clean(deb: Path) -> None:
