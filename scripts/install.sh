@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what kvmtune needs on Debian 12 (as root), then run the main job: `kvmtune audit` of
+# Install what kvmtune needs on Debian 12 (bookworm) or 13 (trixie, and Proxmox VE 9 on it) (as root), then run the main job: `kvmtune audit` of
 # this host, then the example domains shipped with kvmtune, each under its own heading.
 #   (no option)   everything: auditing, fixing, benchmarks and the tests. On a hypervisor this
 #                 installs a second kernel package (linux-image-cloud-amd64, the probe guest's),
@@ -19,6 +19,20 @@ case "$mode" in
   *) echo "usage: $0 [--audit-only|--deps-only]" >&2; exit 2 ;;
 esac
 
+# Which Debian: the package lists below are bookworm's and trixie's. Anything else is refused before anything
+# is installed, with one line that names what to install by hand (or the .deb and the wheel, which need no checkout).
+os_release=${KVMTUNE_OS_RELEASE:-/etc/os-release}  # overridable for the install test
+release=$( . "$os_release" 2>/dev/null || true; echo "${ID:-unknown} ${VERSION_CODENAME:-${VERSION_ID:-release}}")
+case "$release" in
+  "debian bookworm"|"debian trixie") ;;
+  *) echo "install.sh: $release is not Debian 12 (bookworm) or 13 (trixie); nothing installed. Install by hand:" \
+       "python3 (>= 3.11) with venv, lxml, libvirt's Python binding and qemu-img, then 'pip install kvmtune-*.whl'" \
+       "(scripts/build-wheel.sh), or 'apt install ./kvmtune_*.deb' (scripts/build-deb.sh) on a Debian-based release" >&2
+     exit 2 ;;
+esac
+# bookworm and trixie name every package below alike (each checked with apt-cache policy in a debootstrapped
+# trixie); what differs is what they bring: trixie's Python 3.13, QEMU 10, libvirt 11.
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "install.sh: run as root (it installs Debian packages and starts libvirtd)" >&2
   exit 2
@@ -30,7 +44,10 @@ fi
 # iperf3 and sockperf as yardsticks for netload; tmux (drives `kvmtune top` in its test) and
 # prometheus (its promtool checks the textfile output of `kvmtune sample`); the block tier's
 # qemu-storage-daemon (qemu-system-common), the file systems of `--host-fs` (xfsprogs, btrfs-progs, lvm2)
-# and qemu-guest-agent (never run on the host: its binary and libraries go into the probe guest).
+# and qemu-guest-agent (never run on the host: its binary and libraries go into the probe guest);
+# fish (its completion's test), debootstrap and lintian (the .deb's proof in a clean bookworm and trixie,
+# scripts/deb-proof.sh). Python 3.12 and 3.13 for the wheel's test are not Debian 12 packages: pyenv's where
+# the machine has them; trixie's python3.13 runs the unit tests in the proof's chroot otherwise.
 PACKAGES=(
   qemu-system-x86 qemu-utils
   libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
@@ -38,6 +55,7 @@ PACKAGES=(
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
   tmux prometheus openssh-server ansible-core zsh groff-base chromium
   qemu-system-common xfsprogs btrfs-progs lvm2 qemu-guest-agent
+  fish debootstrap lintian
 )
 # Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.
 [ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-libvirt qemu-utils)
@@ -72,6 +90,15 @@ if [ "$mode" = "--audit-only" ]; then
 elif [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,report]"
   touch "$stamp"
+fi
+# The unit tests run on Python 3.13 too (scripts/test.sh): Debian 12 has no 3.13, so pyenv's, where this machine
+# has one (this project's machines do); without it test.sh says the 3.13 unit tier was not run.
+py313=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13.*/bin/python3.13 2>/dev/null | sort -V | tail -1 || true)
+if [ "$mode" != "--audit-only" ] && [ -n "$py313" ]; then
+  if [ ! -x .venv-py313/bin/python ] || [ pyproject.toml -nt .venv-py313/.kvmtune-installed ]; then
+    "$py313" -m venv .venv-py313
+    .venv-py313/bin/pip install -q --disable-pip-version-check -e ".[dev]" && touch .venv-py313/.kvmtune-installed
+  fi
 fi
 
 # The command on PATH: a link to this checkout's .venv/bin/kvmtune (an existing other kvmtune is left alone).
@@ -120,6 +147,10 @@ if [ ! -s "$schema" ] && command -v npm >/dev/null; then
     echo "install.sh: could not fetch the SARIF schema from npm; the SARIF schema test will fail" >&2
   fi
   rm -rf "$tmp"
+fi
+
+if [ -s "$schema" ] && [ -x .venv-py313/bin/python ]; then  # the 3.13 unit tier validates SARIF too
+  mkdir -p .venv-py313/share/sarif && cp "$schema" .venv-py313/share/sarif/
 fi
 
 # netload, the in-guest network load generator (Go, standard library only).

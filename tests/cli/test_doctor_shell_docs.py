@@ -61,6 +61,24 @@ def test_zsh_completion_parses() -> None:
     assert "    top) _arguments" in script and "'--format[" in script
 
 
+def test_fish_completion_completes_commands_nested_actions_and_choices(tmp_path: Path) -> None:
+    script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
+    fish = shutil.which("fish")
+    if fish is None:
+        pytest.fail("fish is not installed (scripts/install.sh installs it)")
+    (tmp_path / "kvmtune.fish").write_text(script)
+
+    def complete(line: str) -> list[str]:
+        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
+        proc = subprocess.run([fish, "--no-config", "-c", probe], capture_output=True, text=True, check=True)
+        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+
+    assert complete("kvmtune au") == ["audit"]
+    assert set(complete("kvmtune audit --format ")) == {"text", "json", "sarif", "prometheus"}
+    assert "storage" in complete("kvmtune bench ") and "--cache" in complete("kvmtune bench storage --c")
+    assert "--cache" not in complete("kvmtune audit --c")
+
+
 def test_man_page_renders_without_warnings() -> None:
     page = subprocess.run([KVMTUNE, "man"], capture_output=True, text=True, check=True).stdout
     render = subprocess.run(["groff", "-man", "-Tutf8", "-ww"], input=page, capture_output=True, text=True)

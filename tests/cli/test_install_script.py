@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,33 @@ def test_audit_only_install_runs_the_main_job_under_two_headings(tmp_path: Path)
 def test_unknown_install_option_is_refused() -> None:
     proc = subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+@pytest.mark.parametrize("release", ['ID=ubuntu\nVERSION_CODENAME=noble\n', 'ID=debian\nVERSION_CODENAME=bullseye\n', ""])
+def test_an_unknown_release_gets_one_line_naming_what_to_install_and_nothing_is_done(tmp_path: Path, release: str) -> None:
+    os_release = tmp_path / "os-release"
+    os_release.write_text(release)
+    link = tmp_path / "bin" / "kvmtune"
+    env = {**os.environ, "KVMTUNE_OS_RELEASE": str(os_release), "KVMTUNE_BIN_LINK": str(link), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["bash", str(SCRIPT), "--audit-only"], capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("install.sh: ") and "is not Debian 12 (bookworm) or 13 (trixie); nothing installed" in line
+    for named in ("libvirt's Python binding", "qemu-img", "kvmtune-*.whl", "kvmtune_*.deb"):
+        assert named in line, named
+    assert not link.parent.exists()
+
+
+@pytest.mark.parametrize("codename", ["bookworm", "trixie"])
+def test_bookworm_and_trixie_pass_the_release_check(tmp_path: Path, codename: str) -> None:
+    """Past the release check a non-root run stops at the root check: the release itself was accepted."""
+    readable = Path(tempfile.mkdtemp(prefix="kvmtune-os-release."))  # nobody must read it: not below root's 0700 tmp_path
+    readable.chmod(0o755)
+    os_release = readable / "os-release"
+    os_release.write_text(f"ID=debian\nVERSION_CODENAME={codename}\n")
+    os_release.chmod(0o644)
+    env = {**os.environ, "KVMTUNE_OS_RELEASE": str(os_release)}
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT), "--audit-only"],
+                          capture_output=True, text=True, env=env, timeout=30, cwd="/")
+    shutil.rmtree(readable)
+    assert proc.returncode == 2 and "run as root" in proc.stderr and "is not Debian" not in proc.stderr

@@ -11,10 +11,14 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def test_first_lines_are_install_test_and_the_fast_loop() -> None:
+def test_first_lines_are_the_three_ways_in_then_test_and_the_fast_loop() -> None:
+    """The package (tried in scripts/deb-proof.sh), the wheel (tests/packaging/test_wheel.py), the checkout."""
     block = README.split("```sh\n", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip()]
-    assert commands == ["bash scripts/install.sh", "bash scripts/test.sh", "bash scripts/test.sh --fast"]
+    assert commands == ["apt install ./kvmtune_*.deb", "pipx install ./kvmtune-*x86_64.whl", "bash scripts/install.sh",
+                        "bash scripts/test.sh", "bash scripts/test.sh --fast"]
+    proof = (REPO / "scripts" / "deb-proof.sh").read_text()
+    assert "apt install -y --no-install-recommends ./kvmtune_*.deb" in proof
     assert README.index("```sh") < 200
 
 

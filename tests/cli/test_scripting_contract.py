@@ -64,7 +64,7 @@ BAD_INPUTS = [
     ["capacity", "--disk-tps", "100", "--from", f"{MISSING}/sample.json"],
     ["capacity", "--disk-tps", "-5", "--no-libvirt", "--duration", "1", "--interval", "1"],
     ["doctor", "--format", "bogus"],
-    ["completion", "fish"],
+    ["completion", "tcsh"],  # bash, zsh and fish are the shells it knows
     ["man", "--bogus"],
     ["config", "check", "{file}"],
     ["config", "show", "--config", f"{MISSING}/kvmtune.toml"],

@@ -32,7 +32,7 @@ def sh(*argv: str, check: bool = True, **kw: object) -> subprocess.CompletedProc
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     sh("bash", str(REPO / "scripts" / "build-wheel.sh"), str(out))
-    (found,) = out.glob("kvmtune-*.whl")
+    (found,) = out.glob("kvmtune-*-manylinux*.whl")
     return found
 
 

@@ -43,14 +43,17 @@ def _stand_in(tmp_path: Path) -> tuple[Path, Path]:
     return prefix, log
 
 
-def _play(tmp_path: Path, prefix: Path, audit_args: str) -> subprocess.CompletedProcess[str]:
+def _play(tmp_path: Path, prefix: Path, audit_args: str, how: str = "") -> subprocess.CompletedProcess[str]:
+    """``how``: extra host variables; by default the role is pointed at a stand-in wheel by name."""
     if shutil.which("ansible-playbook") is None:
         pytest.fail("ansible-playbook is not installed (scripts/install.sh installs ansible-core)")
-    wheel = tmp_path / "kvmtune-0.1.0-py3-none-any.whl"
-    wheel.write_bytes(b"PK stand-in")
+    if not how:
+        wheel = tmp_path / "kvmtune-0.1.0-py3-none-any.whl"
+        wheel.write_bytes(b"PK stand-in")
+        how = f"kvmtune_wheel={wheel}"
     inv = tmp_path / "inventory.ini"
     inv.write_text("[kvmtune_hosts]\nh1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3 "
-                   f"kvmtune_prefix={prefix} kvmtune_wheel={wheel} kvmtune_collect_dir={tmp_path / 'collected'} "
+                   f"kvmtune_prefix={prefix} {how} kvmtune_collect_dir={tmp_path / 'collected'} "
                    f"kvmtune_audit_args='{audit_args}'\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROLE / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "al"),
            "ANSIBLE_REMOTE_TEMP": str(tmp_path / "ar")}
@@ -90,6 +93,50 @@ def test_role_removes_the_directory_when_the_audit_fails(tmp_path: Path) -> None
     assert mode == "700" and not os.path.lexists(os.path.dirname(out))
     status = json.loads((tmp_path / "collected" / "h1.json").read_text())
     assert status["kind"] == "kvmtune-fleet-status" and status["problem"].startswith("kvmtune exited 2")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role runs as root")
+def test_role_takes_the_wheel_by_the_name_the_build_gave_it(tmp_path: Path) -> None:
+    """No wheel named in the inventory: the role finds the x86-64 wheel build-wheel.sh left in the dist directory."""
+    prefix, log = _stand_in(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    for name in ("kvmtune-0.1.0-py3-none-any.whl", "kvmtune-0.1.0-py3-none-manylinux2014_x86_64.whl", "kvmtune-0.1.0.tar.gz"):
+        (dist / name).write_bytes(b"PK stand-in")
+    run = _play(tmp_path, prefix, "--host", how=f"kvmtune_dist_dir={dist}")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    ((wheel, *_),) = _seen(log, "pip")
+    assert os.path.basename(wheel) == "kvmtune-0.1.0-py3-none-manylinux2014_x86_64.whl"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role runs as root")
+def test_role_installs_the_deb_with_apt_when_asked(tmp_path: Path) -> None:
+    prefix, log = _stand_in(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "kvmtune_0.1.0_amd64.deb").write_bytes(b"!<arch> stand-in")
+    apt = tmp_path / "apt-get"
+    apt.write_text(PIP.format(log=log).replace('"{log}/pip"', f'"{log}/apt"').replace("/pip", "/apt") +
+                   f'echo "$*" >> "{log}/apt-args"\n')
+    apt.chmod(0o755)
+    run = _play(tmp_path, prefix, "--host", how=f"kvmtune_install_from=deb kvmtune_dist_dir={dist} kvmtune_apt_get={apt} "
+                                              f"kvmtune_bin={prefix / 'bin' / 'kvmtune'}")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    ((deb, dmode, duid, fmode),) = _seen(log, "apt")
+    assert os.path.basename(deb) == "kvmtune_0.1.0_amd64.deb" and (dmode, duid, fmode) == ("700", "0", "600")
+    assert not os.path.lexists(os.path.dirname(deb))
+    assert (log / "apt-args").read_text().startswith("install -y -q --no-install-recommends /")
+    assert not (log / "pip").exists()  # no virtualenv, no wheel
+    assert json.loads((tmp_path / "collected" / "h1.json").read_text()) == {"kind": "stand-in audit"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role runs as root")
+def test_role_without_a_build_says_which_script_makes_it(tmp_path: Path) -> None:
+    prefix, _ = _stand_in(tmp_path)
+    (tmp_path / "empty").mkdir()
+    run = _play(tmp_path, prefix, "--host", how=f"kvmtune_install_from=deb kvmtune_dist_dir={tmp_path / 'empty'}")
+    status = json.loads((tmp_path / "collected" / "h1.json").read_text())
+    assert "run scripts/build-deb.sh dist" in status["problem"], run.stdout[-3000:]
 
 
 def test_no_fixed_tmp_path_in_the_role() -> None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvmtune import __version__
+from kvmtune import version_line
 from kvmtune.audit.settings import load, search_paths
 from kvmtune.cli.command import Command, Exit, Outcome, register, settings_options, use_color
 from kvmtune.errors import KvmtuneError, UsageError
@@ -49,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvmtune", description="Audit, fix and benchmark KVM guests and hosts.")
-    parser.add_argument("--version", action="version", version=f"kvmtune {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     settings_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:

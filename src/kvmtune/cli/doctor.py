@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kvmtune.bench.accel_cache import read_cached_verdict
+from kvmtune.bench.net.guest import PACKAGED_NETLOAD, REPO_NETLOAD
 from kvmtune.bench.workdir import default_workdir
 from kvmtune.cli.command import Command, Outcome, format_option
 from kvmtune.host.facts import HostFacts
@@ -89,6 +90,11 @@ def checks(host: HostRoot, runner: Runner, workdir: Path) -> list[Check]:
                         ("ovs-vswitchd", "no Open vSwitch topology"), ("promtool", "Prometheus output not checkable")):
         path = runner.which(prog)
         out.append(Check(prog, path is not None, path or "not on PATH", costs))
+    netload = runner.which("netload") or next((str(p) for p in (PACKAGED_NETLOAD, REPO_NETLOAD) if p.is_file()), None)
+    out.append(Check("netload", netload is not None,
+                     netload or "not in this build (the py3-none-any wheel carries none; the x86-64 wheel and the .deb do) "
+                     "and not on PATH",
+                     "no guest network benchmark: build it (make -C netload) or pass `bench net --netload PATH`"))
     engines = runner.run(["fio", "--enghelp"], timeout=10) if runner.which("fio") else None
     names = set(engines.stdout.split()) if engines is not None and engines.ok else set()
     for engine, costs in (("nbd", "no block tier (fio drives qemu-storage-daemon over NBD)"),

@@ -76,17 +76,27 @@ def parse_xml_bytes(data: bytes, where: str) -> etree._ElementTree:
         return etree.ElementTree(etree.fromstring(data, _parser()))
     except etree.XMLSyntaxError as exc:
         err_line: int | None = exc.lineno or None
-        raise InputError(where, f"malformed XML: {_libxml_message(exc.msg)}", err_line) from None
+        raise InputError(where, f"malformed XML: {_libxml_message(exc.msg, data)}", err_line) from None
 
 
-def _libxml_message(raw: str | None) -> str:
+def _first_bad_utf8(data: bytes) -> str | None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"0x{data[exc.start]:02X}"
+    return None
+
+
+def _libxml_message(raw: str | None, data: bytes = b"") -> str:
     """libxml2's message as one line in kvmtune's words: its advice to pass parser options
-    (``use XML_PARSE_HUGE option``) is for programmers, and its encoding error spans two lines."""
+    (``use XML_PARSE_HUGE option``) is for programmers, and its encoding error spans two lines
+    (libxml2 2.14, which lxml 6 wheels carry, says only "Invalid bytes in character encoding")."""
     msg = (raw or "not well-formed XML").split(", line ")[0]
     first, _, rest = msg.partition("\n")
-    if first.startswith("Input is not proper UTF-8"):
+    bad = _first_bad_utf8(data) if first.startswith("Invalid bytes in character encoding") else None
+    if first.startswith("Input is not proper UTF-8") or bad:
         byte = re.search(r"Bytes: (0x[0-9A-Fa-f]{2})", rest)
-        at = f" (byte {byte.group(1)})" if byte else ""
+        at = f" (byte {byte.group(1) if byte else bad})" if byte or bad else ""
         return (f"not UTF-8 text{at} and no other encoding declared; declare it (<?xml version='1.0' "
                 "encoding='ISO-8859-1'?>) or convert the file to UTF-8")
     first = re.sub(r"\s*,?\s*use XML_PARSE_HUGE option\s*$", "", first).strip()

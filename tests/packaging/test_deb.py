@@ -1,0 +1,76 @@
+"""scripts/build-deb.sh OUTDIR: the Debian package's contents, control fields, conffiles and lintian (issue 34).
+Its proof in a clean bookworm and trixie (install, run, purge) is scripts/deb-proof.sh, a CI step of its own."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def sh(*argv: str | Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("deb") / "out"  # a directory that does not exist yet: the script makes it
+    proc = sh("bash", REPO / "scripts" / "build-deb.sh", out)
+    assert proc.returncode == 0, proc.stderr
+    (found,) = out.glob("kvmtune_*.deb")
+    assert found.name == "kvmtune_0.1.0_amd64.deb"
+    return found
+
+
+def test_the_package_installs_the_command_man_page_completions_units_and_conffile(deb: Path) -> None:
+    files = {line.split()[-1].removeprefix(".") for line in sh("dpkg-deb", "-c", deb).stdout.splitlines()}
+    for path in ("/usr/bin/kvmtune", "/usr/lib/python3/dist-packages/kvmtune/cli/__init__.py",
+                 "/usr/lib/python3/dist-packages/kvmtune/_bin/netload", "/usr/lib/python3/dist-packages/kvmtune/_build.json",
+                 "/usr/share/man/man8/kvmtune.8.gz", "/usr/share/bash-completion/completions/kvmtune",
+                 "/usr/share/zsh/vendor-completions/_kvmtune", "/usr/share/fish/vendor_completions.d/kvmtune.fish",
+                 "/usr/lib/systemd/system/kvmtune-audit.service", "/usr/lib/systemd/system/kvmtune-audit.timer",
+                 "/usr/lib/systemd/system/kvmtune-sample.service", "/usr/lib/systemd/system/kvmtune-sample.timer",
+                 "/etc/default/kvmtune", "/usr/share/doc/kvmtune/copyright", "/usr/share/doc/kvmtune/changelog.gz",
+                 "/var/lib/prometheus/node-exporter/"):
+        assert path in files, path
+    assert not any("__pycache__" in f for f in files)  # postinst compiles, prerm removes: nothing left after purge
+    control = sh("dpkg-deb", "-f", deb).stdout
+    assert "Depends: python3 (>= 3.11), python3-lxml, python3-libvirt, qemu-utils\n" in control
+    assert "Recommends: libvirt-daemon-system, qemu-system-x86, fio, prometheus-node-exporter\n" in control
+    tmp = deb.parent / "ctrl"
+    assert sh("dpkg-deb", "-e", deb, tmp).returncode == 0
+    assert (tmp / "conffiles").read_text() == "/etc/default/kvmtune\n"
+    man = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(man)) as tar:
+        roff = gzip.decompress(tar.extractfile("./usr/share/man/man8/kvmtune.8.gz").read()).decode()  # type: ignore[union-attr]
+        units = {name: tar.extractfile(f"./usr/lib/systemd/system/{name}.service").read().decode()  # type: ignore[union-attr]
+                 for name in ("kvmtune-audit", "kvmtune-sample")}
+    assert roff.startswith(".TH KVMTUNE 8 ")
+    for unit in units.values():
+        for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
+                          "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
+            assert f"\n{hardening}\n" in unit, hardening
+    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune.prom" in units["kvmtune-audit"]
+    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune-live.prom" in units["kvmtune-sample"]
+
+
+def test_the_package_is_lintian_clean(deb: Path) -> None:
+    lintian = shutil.which("lintian")
+    if lintian is None:
+        pytest.fail("lintian is not installed (scripts/install.sh installs it)")
+    proc = sh(lintian, "--pedantic", "--fail-on", "error,warning,info,pedantic", deb)
+    assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout + proc.stderr
+
+
+def test_the_package_is_reproducible(deb: Path, tmp_path: Path) -> None:
+    again = sh("bash", REPO / "scripts" / "build-deb.sh", tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / deb.name).read_bytes() == deb.read_bytes()
