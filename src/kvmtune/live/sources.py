@@ -68,8 +68,14 @@ def parse_schedstat(text: str) -> tuple[int, int] | None:
 
 
 def vcpu_index(comm: str) -> int | None:
-    """QEMU names vCPU threads 'CPU <n>/KVM' (or '/TCG', '/HVF'); other threads are not vCPUs."""
+    """QEMU names vCPU threads 'CPU <n>/KVM' (or '/TCG', '/HVF'); other threads are not vCPUs.
+
+    Single-threaded TCG (``-accel tcg,thread=single``) runs every vCPU on one thread, 'ALL CPUs/TCG': it
+    counts as vCPU 0, the only place the guest's CPU time and run delay can be read.
+    """
     comm = comm.strip()
+    if comm == "ALL CPUs/TCG":
+        return 0
     if not comm.startswith("CPU ") or "/" not in comm:
         return None
     number = comm[4:].split("/", 1)[0]
@@ -182,6 +188,14 @@ class ProcQemuSource:
     def close(self) -> None:
         for pid in list(self._qmp):
             self._drop(pid)
+
+    def qmp(self, pid: int) -> Qmp | None:
+        """The QMP connection a sample opened to ``pid`` (checked as :meth:`_connect` says), if any."""
+        return self._qmp.get(pid)
+
+    def vcpu_threads(self, pid: int) -> dict[int, str]:
+        """vCPU index -> thread id, as the samples found them (thread names, else QMP)."""
+        return self._vcpu_threads(pid, self._qmp.get(pid))
 
     def _sample_pid(self, pid: int) -> GuestSample | None:
         argv = self._argv.get(pid)
