@@ -17,7 +17,7 @@ from kvmtune import cli
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import NO_RULE, Diagnoser
 from kvmtune.live.model import HostSample, Snapshot
-from kvmtune.live.output import prometheus_text, render_table
+from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import HostRates, Rates, rates
 from kvmtune.live.sources import (
     ProcQemuSource,
@@ -342,3 +342,34 @@ def test_a_device_id_from_qmp_is_printed_escaped_in_the_diagnosis(tmp_path: Path
     row = next(line for line in table.splitlines() if line.startswith("web"))
     assert "disk-latency vd\\x1b]0;owned\\x07\\u202ea 50.0 ms/op" in row
     assert not [c for c in ("\x1b", "\x07", "\u202e") if c in table]
+
+
+def _series_of(root: Path, pid: int) -> tuple[set[str], dict[str, str]]:
+    host = HostRoot(str(root))
+    s = Sampler(host, [])
+    a = s.snapshot()
+    write(root, f"/proc/{pid}/task/{pid + 1}/schedstat", f"{10**8} {10**8} 42\n")
+    b = s.snapshot()
+    b.t = a.t + 1
+    r = rates(a, b)
+    lines = prometheus_text(r, []).splitlines()
+    series = {line.rsplit(" ", 1)[0] for line in lines if line.startswith("kvmtune_guest_")}
+    (guest,) = rates_json(r, [])["guests"]
+    return series, guest
+
+
+def test_a_restarted_process_guest_continues_its_series(tmp_path: Path) -> None:
+    """Prometheus and JSON key a QEMU process by its -uuid, else its -name, never its pid."""
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "db01", {0: (0, 0, "0")})
+    before, first = _series_of(tmp_path, 100)
+    shutil.rmtree(tmp_path / "proc" / "100")  # the guest restarts under another pid
+    make_qemu(tmp_path, 4242, "db01", {0: (0, 0, "0")})
+    after, second = _series_of(tmp_path, 4242)
+    assert before and before == after
+    assert 'id="name:db01"' in next(iter(before)) and 'source="qemu"' in next(iter(before))
+    assert first["id"] == second["id"] == "name:db01"
+    cmdline = tmp_path / "proc" / "4242" / "cmdline"
+    cmdline.write_bytes(cmdline.read_bytes() + b"-uuid\0" + b"6F1C3E1A-0000-4000-8000-00000000DB01\0")
+    _, third = _series_of(tmp_path, 4242)
+    assert third["id"] == "uuid:6f1c3e1a-0000-4000-8000-00000000db01"

@@ -79,7 +79,7 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
     guests = []
     for g in r.guests:
         guests.append({
-            "key": g.key, "name": g.name, "source": g.source,
+            "key": g.key, "id": g.identity, "name": g.name, "source": g.source,
             "vcpu_delay": {str(k): v for k, v in g.vcpu_delay.items()},
             "vcpu_busy": {str(k): v for k, v in g.vcpu_busy.items()},
             "disks": {k: vars(v) for k, v in g.disks.items()},
@@ -90,6 +90,11 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
         })
     return {"interval_s": r.interval_s, "host": vars(r.host), "guests": guests,
             "host_diagnoses": [_diag_json(d) for d in diagnoses if d.guest == ""], "notes": r.notes}
+
+
+def _series(g: GuestRates) -> dict[str, str]:
+    """A guest's labels: its stable identity, never its pid, so a restarted guest continues its series."""
+    return {"guest": g.name, "id": g.identity, "source": "qemu" if g.source.startswith("pid ") else g.source}
 
 
 def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
@@ -107,7 +112,7 @@ def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
         m.add("kvmtune_host_ksm_saved_bytes", "Memory KSM saves (pages_sharing x page size).", {},
               r.host.ksm_saved_bytes)
     for g in r.guests:
-        base = {"guest": g.name, "source": g.source}
+        base = _series(g)
         for i, v in sorted(g.vcpu_delay.items()):
             m.add("kvmtune_guest_vcpu_delay_ratio", "Time a vCPU waited for a host CPU, per second.",
                   {**base, "vcpu": str(i)}, v)
@@ -131,7 +136,7 @@ def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
     names = {g.key: g for g in r.guests}
     for diag in diagnoses:
         who = names.get(diag.guest)
-        labels = {"guest": who.name if who else "", "source": who.source if who else "host", "signal": diag.signal,
+        labels = {**(_series(who) if who else {"guest": "", "id": "", "source": "host"}), "signal": diag.signal,
                   "level": diag.level, "rules": ",".join(diag.rules) or "none"}
         m.add("kvmtune_diagnosis", "A live signal past its threshold, with the rules that explain it.", labels, 1)
     return m.text()

@@ -211,8 +211,10 @@ class ProcQemuSource:
             return None
         model.on_audited_host = self.host.is_live  # a running process of the host being sampled
         name = model.name if model.name and model.name != "?" else f"pid-{pid}"
+        identity = (f"uuid:{model.uuid.strip().lower()}" if model.uuid else
+                    f"name:{model.name}" if model.name and model.name != "?" else f"pid:{pid}")
         g = GuestSample(key=f"pid:{pid}:{name}", name=name, source=f"pid {pid}", pid=pid, guest=model,
-                        memory_kib=model.memory_kib)
+                        memory_kib=model.memory_kib, identity=identity)
         qmp = self._connect(pid, argv, g)
         for index, tid in self._vcpu_threads(pid, qmp).items():
             counters = parse_schedstat(self.host.read_optional(f"/proc/{pid}/task/{tid}/schedstat") or "")
@@ -423,6 +425,7 @@ class LibvirtSource:
             try:
                 name, uuid = dom.name(), dom.UUIDString()
                 g = guest_from_libvirt_record(self.uri, name, record)
+                g.identity = f"uuid:{uuid.lower()}"
                 if uuid not in self._models:
                     origin = f"{self.uri}#{name}"
                     model = guest_from_tree(parse_xml_bytes(dom.XMLDesc(0).encode(), origin), origin, "libvirt")
