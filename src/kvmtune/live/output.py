@@ -35,7 +35,8 @@ def _sort_key(sort: str) -> Any:
     return key
 
 
-def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 160) -> str:
+def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | None = 160) -> str:
+    """The table; rows are cut at ``width`` columns (a terminal's), never when ``width`` is None."""
     host = r.host
     psi = host.psi_some
     lines = [
@@ -59,11 +60,12 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
         pps = sum(n.pps for n in g.nics.values()) if g.nics else None
         drops = sum(n.drops for n in g.nics.values()) if g.nics else None
         # a disk's or NIC's name is the QMP device id or tap name, which a fake QEMU chooses freely
-        diag = safe("; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, [])))
+        diag = safe("; ".join(f"{d.level} {d.signal} {d.value}{', ' + d.who if d.who else ''} → {d.explanation}"
+                              for d in by_guest.get(g.key, [])))
         row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
-        lines.append(row[:width] if width > 40 else row)
+        lines.append(row[:width] if width is not None and width > 40 else row)
     if not r.guests:
         lines.append("(no running guest found)")
     lines.extend(f"note: {safe(n)}" for n in r.notes)
@@ -71,7 +73,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
 
 
 def _diag_json(d: Diagnosis) -> dict[str, Any]:
-    return {"signal": d.signal, "level": d.level, "value": d.value, "threshold": d.threshold,
+    return {"signal": d.signal, "level": d.level, "value": d.value, "threshold": d.threshold, "who": d.who or None,
             "rules": d.rules, "explanation": d.explanation, "fix": d.fix}
 
 
