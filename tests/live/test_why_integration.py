@@ -26,10 +26,15 @@ BUSY = "while :; do :; done\n"
 
 
 @pytest.fixture(scope="module")
-def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProbeGuest]:
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     work = tmp_path_factory.mktemp("why-guest")
-    yield GuestBuilder(work, Runner()).build()
+    yield work
     shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def guest(workdir: Path) -> ProbeGuest:
+    return GuestBuilder(workdir, Runner()).build()
 
 
 def run_guest(guest: ProbeGuest, where: Path, name: str, cpu: str | None, *, debug_threads: bool = True,
@@ -140,3 +145,42 @@ def test_why_without_debug_threads_says_so_in_one_line(guest: ProbeGuest, tmp_pa
     notes = [n for n in doc["notes"] if "debug-threads" in n]
     assert notes == ["threads: QEMU runs without -name …,debug-threads=on, so its threads are unnamed: vCPUs were "
                      "found through QMP, its I/O threads and main loop cannot be told apart"], doc["notes"]
+
+
+def start_load(workdir: Path, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(workdir), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the guest's job runs: it is under load from here on
+        if "console: KVMTUNE-JOB-START" in line:
+            return proc
+    raise AssertionError(f"guest run ended early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}")
+
+
+def test_guest_run_cpu_is_a_guest_to_watch_and_stops_on_ctrl_c(guest: ProbeGuest, workdir: Path) -> None:
+    proc = start_load(workdir, "--load", "cpu", "--name", "gw-cpu")
+    try:
+        time.sleep(1)
+        rc, doc, err = why("gw-cpu")
+    finally:
+        proc.send_signal(2)  # Ctrl-C
+        code = proc.wait(timeout=30)
+    assert rc == 0, err
+    assert doc["guest"]["name"] == "gw-cpu" and doc["emulation"] is True
+    assert doc["vcpus"][0]["busy"] + doc["vcpus"][0]["delay"] > 0.5  # always running or waiting to run
+    assert not any("debug-threads" in n for n in doc["notes"])  # started as libvirt starts QEMU
+    assert code == 130
+    assert subprocess.run(["pgrep", "-f", "gw-cpu,debug-threads"], capture_output=True).returncode == 1
+
+
+def test_guest_run_disk_keeps_the_disk_busy_until_its_seconds(guest: ProbeGuest, workdir: Path) -> None:
+    proc = start_load(workdir, "--load", "disk", "--name", "gw-disk", "--seconds", "25")
+    try:
+        rc, doc, err = why("gw-disk")
+    finally:
+        code = proc.wait(timeout=60)
+    assert rc == 0, err
+    (disk,) = doc["disks"]
+    assert disk["read_iops"] > 0 and disk["write_iops"] > 0, disk
+    assert code == 0
+    assert not list(workdir.glob("run-gw-disk-*"))  # its scratch image went with it
