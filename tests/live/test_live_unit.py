@@ -456,3 +456,16 @@ def test_top_plain_into_a_pipe_never_cuts_a_row(tmp_path: Path) -> None:
     row = next(line for line in done.stdout.splitlines() if line.startswith("a-guest-with"))
     assert len(row) > 160 and row.endswith("net-drops tap100 " + row.rsplit("net-drops tap100 ", 1)[1]), row
     assert row.endswith("→ no rule explains this") and "KVM-HST-019" in row, row
+
+
+def test_a_repinned_vcpu_is_seen_within_affinity_every_samples(tmp_path: Path) -> None:
+    """Affinity is read every AFFINITY_EVERY samples, not each (the sampling cost goal): a new pin shows up then."""
+    from kvmtune.live.sources import AFFINITY_EVERY
+
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0-1")})
+    sampler = Sampler(HostRoot(str(tmp_path)), [])
+    assert sampler.snapshot().guests["pid:100:web"].vcpus[0].allowed_cpus == frozenset({0, 1})
+    write(tmp_path, "/proc/100/task/101/status", "Name:\tCPU 0/KVM\nCpus_allowed_list:\t1\n")  # virsh vcpupin
+    seen = [sampler.snapshot().guests["pid:100:web"].vcpus[0].allowed_cpus for _ in range(AFFINITY_EVERY)]
+    assert seen[-1] == frozenset({1}) and seen.count(frozenset({0, 1})) < AFFINITY_EVERY
