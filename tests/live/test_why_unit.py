@@ -117,3 +117,12 @@ def test_an_unknown_guest_is_one_line_and_exit_2(tmp_path: Path) -> None:
                            "--root", str(tmp_path)], capture_output=True, text=True, env=os.environ, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "kvmtune: no-such-guest: no running guest has this name, UUID or pid (running: none)\n"
+
+
+def test_guest_run_refuses_a_name_or_pin_that_could_carry_other_options() -> None:
+    for args, message in ((["--name", "x,debug-threads=off"], "--name 'x,debug-threads=off': letters, digits"),
+                          (["--pin", "0 -S"], "--pin '0 -S': a CPU list")):
+        done = subprocess.run([sys.executable, "-m", "kvmtune", "guest", "run", "--load", "cpu", *args],
+                              capture_output=True, text=True, env=os.environ, timeout=60)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith(f"kvmtune: error: {message}") and done.stderr.count("\n") == 1, done.stderr
