@@ -63,6 +63,8 @@ BAD_INPUTS = [
     ["sample", "--duration", "abc"],
     ["capacity", "--disk-tps", "100", "--from", f"{MISSING}/sample.json"],
     ["capacity", "--disk-tps", "-5", "--no-libvirt", "--duration", "1", "--interval", "1"],
+    ["why", "no-such-guest-anywhere", "--no-libvirt", "--seconds", "1"],
+    ["why", "web", "--seconds", "0"],
     ["doctor", "--format", "bogus"],
     ["completion", "tcsh"],  # bash, zsh and fish are the shells it knows
     ["man", "--bogus"],

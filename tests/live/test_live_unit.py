@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from kvmtune import cli
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import NO_RULE, Diagnoser
 from kvmtune.live.model import HostSample, Snapshot
-from kvmtune.live.output import prometheus_text, render_table
+from kvmtune.live.output import prometheus_text, rates_json, render_table
 from kvmtune.live.signals import HostRates, Rates, rates
 from kvmtune.live.sources import (
     ProcQemuSource,
@@ -105,10 +106,10 @@ def test_two_guests_confined_to_one_cpu_are_diagnosed_as_vcpu_overcommit(tmp_pat
     assert web[0].rules[0] == "KVM-HST-019"  # 2 vCPUs of 2 guests confined to 1 host CPU
     assert "confined to 1 host CPU(s) {0}" in web[0].fix
     assert not [d for d in diagnoses if d.guest == by_name["idle"].key]
-    table = render_table(r, diagnoses, "delay")
+    table = render_table(r, diagnoses, "delay", width=None)
     rows = [line for line in table.splitlines() if line.startswith(("web", "db", "idle"))]
     assert [row.split()[0] for row in rows] == ["web", "db", "idle"]  # sorted by delay
-    assert "critical vcpu-delay 50% run delay → " in rows[0] and "KVM-HST-019" in rows[0]
+    assert "critical vcpu-delay 50% run delay, waits for db → " in rows[0] and "KVM-HST-019" in rows[0]
     sampler.close()
 
 
@@ -342,3 +343,129 @@ def test_a_device_id_from_qmp_is_printed_escaped_in_the_diagnosis(tmp_path: Path
     row = next(line for line in table.splitlines() if line.startswith("web"))
     assert "disk-latency vd\\x1b]0;owned\\x07\\u202ea 50.0 ms/op" in row
     assert not [c for c in ("\x1b", "\x07", "\u202e") if c in table]
+
+
+def _series_of(root: Path, pid: int) -> tuple[set[str], dict[str, str]]:
+    host = HostRoot(str(root))
+    s = Sampler(host, [])
+    a = s.snapshot()
+    write(root, f"/proc/{pid}/task/{pid + 1}/schedstat", f"{10**8} {10**8} 42\n")
+    b = s.snapshot()
+    b.t = a.t + 1
+    r = rates(a, b)
+    lines = prometheus_text(r, []).splitlines()
+    series = {line.rsplit(" ", 1)[0] for line in lines if line.startswith("kvmtune_guest_")}
+    (guest,) = rates_json(r, [])["guests"]
+    return series, guest
+
+
+def test_a_restarted_process_guest_continues_its_series(tmp_path: Path) -> None:
+    """Prometheus and JSON key a QEMU process by its -uuid, else its -name, never its pid."""
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "db01", {0: (0, 0, "0")})
+    before, first = _series_of(tmp_path, 100)
+    shutil.rmtree(tmp_path / "proc" / "100")  # the guest restarts under another pid
+    make_qemu(tmp_path, 4242, "db01", {0: (0, 0, "0")})
+    after, second = _series_of(tmp_path, 4242)
+    assert before and before == after
+    assert 'id="name:db01"' in next(iter(before)) and 'source="qemu"' in next(iter(before))
+    assert first["id"] == second["id"] == "name:db01"
+    cmdline = tmp_path / "proc" / "4242" / "cmdline"
+    cmdline.write_bytes(cmdline.read_bytes() + b"-uuid\0" + b"6F1C3E1A-0000-4000-8000-00000000DB01\0")
+    _, third = _series_of(tmp_path, 4242)
+    assert third["id"] == "uuid:6f1c3e1a-0000-4000-8000-00000000db01"
+
+
+def test_top_names_the_neighbour_a_confined_guest_waits_for(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 200, "db", {0: (0, 0, "0")})
+    host = HostRoot(str(tmp_path))
+    sampler = Sampler(host, [])
+    a = sampler.snapshot()
+    make_qemu(tmp_path, 100, "web", {0: (500_000_000, 500_000_000, "0")})
+    make_qemu(tmp_path, 200, "db", {0: (500_000_000, 450_000_000, "0")})
+    b = sampler.snapshot()
+    b.t = a.t + 1.0
+    r = rates(a, b)
+    diagnoses = Diagnoser(host).diagnose(r, b)
+    row = next(line for line in render_table(r, diagnoses, "delay", width=None).splitlines() if line.startswith("web"))
+    assert "critical vcpu-delay 50% run delay, waits for db → KVM-HST-019" in row, row
+    (web,) = [g for g in rates_json(r, diagnoses)["guests"] if g["name"] == "web"]
+    assert web["diagnoses"][0]["who"] == "waits for db"
+
+
+def _busy_host_diagnosis(root: Path, accel: str) -> list[str]:
+    make_host(root)
+    (root / "dev" / "kvm").unlink()  # this host has no KVM: KVM-HST-001 is one of its findings
+    make_qemu(root, 100, "web", {0: (0, 0, "0-1")})
+    cmdline = root / "proc" / "100" / "cmdline"
+    cmdline.write_bytes(cmdline.read_bytes().replace(b"-accel\0kvm", f"-accel\0{accel}".encode()))
+    host = HostRoot(str(root))
+    sampler = Sampler(host, [])
+    a = sampler.snapshot()
+    write(root, "/proc/stat", STAT.format(busy=1070, idle=930))  # 97 % busy over the interval
+    b = sampler.snapshot()
+    b.t = a.t + 1.0
+    r = rates(a, b)
+    (cpu,) = [d for d in Diagnoser(host).diagnose(r, b) if d.guest == "" and d.signal == "host-cpu"]
+    assert cpu.level == "critical"
+    return cpu.rules
+
+
+def test_a_busy_host_names_the_accelerator_only_when_guests_are_emulated(tmp_path: Path) -> None:
+    """A host without KVM (KVM-HST-001 is a finding): that explains a busy host only when guests run under TCG."""
+    assert "KVM-HST-001" not in _busy_host_diagnosis(tmp_path / "kvm", "kvm")
+    assert _busy_host_diagnosis(tmp_path / "tcg", "tcg")[0] == "KVM-HST-001"
+
+
+def test_top_plain_into_a_pipe_never_cuts_a_row(tmp_path: Path) -> None:
+    make_host(tmp_path)
+    for pid, name in ((100, "a-guest-with-a-long-name"), (200, "its-neighbour-also-long")):
+        make_qemu(tmp_path, pid, name, {0: (0, 0, "0")})
+        cmdline = tmp_path / "proc" / str(pid) / "cmdline"
+        cmdline.write_bytes(cmdline.read_bytes() + f"-netdev\0tap,id=n0,ifname=tap{pid}\0".encode())
+    stop = threading.Event()
+
+    def waiting() -> None:  # both vCPUs wait for CPU 0 all the time, as the tree says
+        n = 0
+        while not stop.is_set():
+            n += 1
+            for pid in (100, 200):  # replaced whole, as the kernel's file never reads half-written
+                path = tmp_path / f"proc/{pid}/task/{pid + 1}/schedstat"
+                path.with_suffix(".new").write_text(f"{n * 10**7} {n * 10**8} 42\n")
+                os.replace(path.with_suffix(".new"), path)
+                for counter, value in (("rx_packets", 1000 * n), ("tx_packets", 1000 * n), ("rx_dropped", 5 * n),
+                                       ("tx_dropped", 0)):
+                    stat = tmp_path / f"sys/class/net/tap{pid}/statistics/{counter}"
+                    stat.parent.mkdir(parents=True, exist_ok=True)
+                    stat.with_suffix(".new").write_text(f"{value}\n")
+                    os.replace(stat.with_suffix(".new"), stat)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=waiting, daemon=True)
+    t.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "kvmtune", "top", "--plain", "--count", "1", "--interval", "1",
+                               "--no-libvirt", "--root", str(tmp_path)], capture_output=True, text=True,
+                              env=os.environ, timeout=60)
+    finally:
+        stop.set()
+        t.join()
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("a-guest-with"))
+    assert len(row) > 160 and row.endswith("net-drops tap100 " + row.rsplit("net-drops tap100 ", 1)[1]), row
+    assert row.endswith("→ no rule explains this") and "KVM-HST-019" in row, row
+
+
+def test_a_repinned_vcpu_is_seen_within_affinity_every_samples(tmp_path: Path) -> None:
+    """Affinity is read every AFFINITY_EVERY samples, not each (the sampling cost goal): a new pin shows up then."""
+    from kvmtune.live.sources import AFFINITY_EVERY
+
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0-1")})
+    sampler = Sampler(HostRoot(str(tmp_path)), [])
+    assert sampler.snapshot().guests["pid:100:web"].vcpus[0].allowed_cpus == frozenset({0, 1})
+    write(tmp_path, "/proc/100/task/101/status", "Name:\tCPU 0/KVM\nCpus_allowed_list:\t1\n")  # virsh vcpupin
+    seen = [sampler.snapshot().guests["pid:100:web"].vcpus[0].allowed_cpus for _ in range(AFFINITY_EVERY)]
+    assert seen[-1] == frozenset({1}) and seen.count(frozenset({0, 1})) < AFFINITY_EVERY

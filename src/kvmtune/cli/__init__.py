@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "kvmtune.cli.report",
     "kvmtune.cli.net",
     "kvmtune.cli.top",
+    "kvmtune.cli.why",
     "kvmtune.cli.doctor",
     "kvmtune.cli.shelldocs",
     "kvmtune.cli.config",

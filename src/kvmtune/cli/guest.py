@@ -7,9 +7,10 @@ from pathlib import Path
 
 from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
+from kvmtune.bench.loadguest import LOADS, LoadGuest
 from kvmtune.bench.workdir import default_workdir, ensure_dir
 from kvmtune.cli.command import Command, Outcome
-from kvmtune.errors import InputError
+from kvmtune.errors import InputError, UsageError
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
@@ -83,10 +84,54 @@ class GuestAccelCommand(Command):
         return Outcome(result=text, errors=[f"warning: {choice.warning}"] if choice.warning else [])
 
 
+class GuestRunCommand(Command):
+    name = "run"
+    help = "boot the probe guest with a steady load, to watch with top, why and sample"
+    description = ("Boot the probe guest as libvirt and Proxmox VE start QEMU (-name N,debug-threads=on, a QMP socket) "
+                   "with a steady cpu, disk or net load; it stops on Ctrl-C or after --seconds. Under TCG every number "
+                   "it shows is an emulation number.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        add_guest_options(p)
+        p.add_argument("--load", choices=LOADS, required=True, help="what the guest keeps busy")
+        p.add_argument("--name", default="kvmtune-load", help="its QEMU -name (default kvmtune-load)")
+        p.add_argument("--pin", metavar="CPUS", help="host CPUs QEMU may run on (taskset list, e.g. 0 or 2-3)")
+        p.add_argument("--smp", type=int, default=1, metavar="N", help="vCPUs (default 1)")
+        p.add_argument("--seconds", type=float, default=None, metavar="S", help="stop after S seconds (default: Ctrl-C)")
+
+    def check(self, args: argparse.Namespace) -> None:
+        if not args.name or not all(c.isalnum() or c in "-_." for c in args.name):
+            raise UsageError(f"--name {args.name!r}: letters, digits, '-', '_' and '.' only")
+        if args.pin is not None and not all(part.replace("-", "", 1).isdigit() for part in args.pin.split(",")):
+            raise UsageError(f"--pin {args.pin!r}: a CPU list such as 0, 0-3 or 1,3")
+        if not 1 <= args.smp <= 64:
+            raise UsageError(f"--smp must be between 1 and 64, got {args.smp}")
+        if args.seconds is not None and args.seconds <= 0:
+            raise UsageError(f"--seconds must be above 0, got {args.seconds:g}")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        runner = Runner()
+        g = build_guest(args, runner)
+        workdir = args.workdir or default_workdir()
+        choice = detect_accel(g, workdir, runner)
+        load = LoadGuest(g, args.load, args.name, choice.accel, workdir, runner, pin=args.pin, smp=args.smp)
+        try:
+            pid = load.start()
+            emulation = " (TCG: every number it shows is an emulation number)" if choice.accel == "tcg" else ""
+            print(f"guest {args.name}: pid {pid}, --load {args.load}, accelerator {choice.accel}{emulation}\n"
+                  f"  watch it: kvmtune top · kvmtune why {args.name} · kvmtune sample --pid {pid} --duration 10\n"
+                  f"  stop it: Ctrl-C{'' if args.seconds is None else f' (or wait {args.seconds:g} s)'}", flush=True)
+            for line in load.wait(args.seconds):
+                print(f"  console: {safe(line)}", flush=True)
+        finally:
+            load.close()
+        return Outcome()
+
+
 class GuestCommand(Command):
     name = "guest"
-    help = "build the probe guest, detect the accelerator"
-    subcommands = (GuestBuildCommand, GuestAccelCommand)
+    help = "build the probe guest, detect the accelerator, run it with a load"
+    subcommands = (GuestBuildCommand, GuestAccelCommand, GuestRunCommand)
 
 
 COMMANDS = (GuestCommand,)

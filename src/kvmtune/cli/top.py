@@ -35,7 +35,7 @@ SORT_KEYS = ("guest", "delay", "disk", "net")
 DEFAULT_URI = "qemu:///system"
 SEED_001_TPS_PER_VM = 5.0
 SEED_001_VMS_PER_DISK = 20
-DEFAULT_WIDTH = 160  # columns of a table printed to a file or pipe (no terminal to ask)
+DEFAULT_WIDTH = 160  # columns of a terminal that does not say its size (a pipe or file gets whole rows)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -141,7 +141,7 @@ class SampleCommand(Command):
         elif fmt == "prometheus":  # node_exporter never reads a half-written textfile: main writes -o atomically
             out.write(prometheus_text(sample.whole, sample.diagnoses))
         else:
-            out.write(render_table(sample.whole, sample.diagnoses, "delay", width=_width()) + "\n")
+            out.write(render_table(sample.whole, sample.diagnoses, "delay", width=None) + "\n")
 
 
 class CapacityCommand(Command):
@@ -227,8 +227,10 @@ def _intervals(sampler: Sampler, interval: float, count: int) -> Iterator[tuple[
         n += 1
 
 
-def _width() -> int:
-    """The table's width: the terminal's, or DEFAULT_WIDTH when standard output is not a terminal."""
+def _width() -> int | None:
+    """The table's width: the terminal's; None (rows never cut) when standard output is a pipe or a file."""
+    if not sys.stdout.isatty():
+        return None
     with contextlib.suppress(OSError):
         return os.get_terminal_size(sys.stdout.fileno()).columns
     return DEFAULT_WIDTH

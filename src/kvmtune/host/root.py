@@ -50,10 +50,13 @@ class HostRoot:
 
     def __post_init__(self) -> None:
         self._root = Path(self.path)
+        # resolved once: live sampling reads thousands of files a second through here
+        self._live = self._root.resolve() == Path("/")
+        self._top = os.path.realpath(self._root)
 
     @property
     def is_live(self) -> bool:
-        return self._root.resolve() == Path("/")
+        return self._live
 
     def _map(self, host_path: str) -> Path:
         if not host_path.startswith("/"):
@@ -65,7 +68,7 @@ class HostRoot:
         mapped = self._map(host_path)
         if self.is_live:
             return mapped
-        top = os.path.realpath(self._root)
+        top = self._top
         real = os.path.realpath(mapped)
         if real != top and not real.startswith(top.rstrip("/") + "/"):
             raise HostReadError(host_path, f"leads out of the host root {self.path} (to {real}); not followed")

@@ -35,6 +35,7 @@ class Diagnosis:
     threshold: str
     rules: list[str] = field(default_factory=list)
     fix: str = ""
+    who: str = ""  # the neighbour seen live ("waits for db"), when one is
 
     @property
     def explanation(self) -> str:
@@ -121,7 +122,8 @@ class Diagnoser:
                 rules = [rule, *(x for x in rules if x != rule)]
             fix = cause.fix
         name = f"{signal.name} {reading.part}" if reading.part else signal.name
-        return Diagnosis(guest, name, level, reading.shown, threshold.label(reading.note), rules, fix)
+        return Diagnosis(guest, name, level, reading.shown, threshold.label(reading.note), rules, fix,
+                         cause.who if cause is not None else "")
 
     def diagnose(self, r: Rates, snap: Snapshot) -> list[Diagnosis]:
         out = self._diagnoses("", Subject(r.host, snap), "host", self.host_findings)

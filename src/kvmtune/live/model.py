@@ -52,6 +52,9 @@ class GuestSample:
     halt_poll_attempted: int | None = None
     guest: Guest | None = None  # the configuration, for diagnosis
     notes: list[str] = field(default_factory=list)
+    # what metrics are keyed by, the same across a restart: "uuid:<UUID>" (libvirt, QEMU -uuid or smbios),
+    # else "name:<QEMU -name>", else "pid:<pid>" (an unnamed process has nothing steadier)
+    identity: str = ""
 
 
 @dataclass

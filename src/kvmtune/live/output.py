@@ -35,7 +35,8 @@ def _sort_key(sort: str) -> Any:
     return key
 
 
-def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 160) -> str:
+def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | None = 160) -> str:
+    """The table; rows are cut at ``width`` columns (a terminal's), never when ``width`` is None."""
     host = r.host
     psi = host.psi_some
     lines = [
@@ -59,11 +60,12 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
         pps = sum(n.pps for n in g.nics.values()) if g.nics else None
         drops = sum(n.drops for n in g.nics.values()) if g.nics else None
         # a disk's or NIC's name is the QMP device id or tap name, which a fake QEMU chooses freely
-        diag = safe("; ".join(f"{d.level} {d.signal} {d.value} → {d.explanation}" for d in by_guest.get(g.key, [])))
+        diag = safe("; ".join(f"{d.level} {d.signal} {d.value}{', ' + d.who if d.who else ''} → {d.explanation}"
+                              for d in by_guest.get(g.key, [])))
         row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
-        lines.append(row[:width] if width > 40 else row)
+        lines.append(row[:width] if width is not None and width > 40 else row)
     if not r.guests:
         lines.append("(no running guest found)")
     lines.extend(f"note: {safe(n)}" for n in r.notes)
@@ -71,7 +73,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int = 1
 
 
 def _diag_json(d: Diagnosis) -> dict[str, Any]:
-    return {"signal": d.signal, "level": d.level, "value": d.value, "threshold": d.threshold,
+    return {"signal": d.signal, "level": d.level, "value": d.value, "threshold": d.threshold, "who": d.who or None,
             "rules": d.rules, "explanation": d.explanation, "fix": d.fix}
 
 
@@ -79,7 +81,7 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
     guests = []
     for g in r.guests:
         guests.append({
-            "key": g.key, "name": g.name, "source": g.source,
+            "key": g.key, "id": g.identity, "name": g.name, "source": g.source,
             "vcpu_delay": {str(k): v for k, v in g.vcpu_delay.items()},
             "vcpu_busy": {str(k): v for k, v in g.vcpu_busy.items()},
             "disks": {k: vars(v) for k, v in g.disks.items()},
@@ -90,6 +92,11 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
         })
     return {"interval_s": r.interval_s, "host": vars(r.host), "guests": guests,
             "host_diagnoses": [_diag_json(d) for d in diagnoses if d.guest == ""], "notes": r.notes}
+
+
+def _series(g: GuestRates) -> dict[str, str]:
+    """A guest's labels: its stable identity, never its pid, so a restarted guest continues its series."""
+    return {"guest": g.name, "id": g.identity, "source": "qemu" if g.source.startswith("pid ") else g.source}
 
 
 def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
@@ -107,7 +114,7 @@ def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
         m.add("kvmtune_host_ksm_saved_bytes", "Memory KSM saves (pages_sharing x page size).", {},
               r.host.ksm_saved_bytes)
     for g in r.guests:
-        base = {"guest": g.name, "source": g.source}
+        base = _series(g)
         for i, v in sorted(g.vcpu_delay.items()):
             m.add("kvmtune_guest_vcpu_delay_ratio", "Time a vCPU waited for a host CPU, per second.",
                   {**base, "vcpu": str(i)}, v)
@@ -131,7 +138,7 @@ def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:
     names = {g.key: g for g in r.guests}
     for diag in diagnoses:
         who = names.get(diag.guest)
-        labels = {"guest": who.name if who else "", "source": who.source if who else "host", "signal": diag.signal,
+        labels = {**(_series(who) if who else {"guest": "", "id": "", "source": "host"}), "signal": diag.signal,
                   "level": diag.level, "rules": ",".join(diag.rules) or "none"}
         m.add("kvmtune_diagnosis", "A live signal past its threshold, with the rules that explain it.", labels, 1)
     return m.text()

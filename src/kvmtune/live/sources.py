@@ -33,11 +33,13 @@ from kvmtune.live.model import (
     Snapshot,
     VcpuCounters,
 )
+from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_argv, parse_keyval, parse_options, split_proc_cmdline
 from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.qemu.qmp import Qmp
 
 QMP_TIMEOUT_S = 1.0
+AFFINITY_EVERY = 5  # samples between reads of a vCPU thread's affinity (10 s at top's 2 s interval)
 KVM_DEBUGFS = "/sys/kernel/debug/kvm"
 QEMU_NAMES = ("qemu-system-", "qemu-kvm")
 
@@ -68,8 +70,14 @@ def parse_schedstat(text: str) -> tuple[int, int] | None:
 
 
 def vcpu_index(comm: str) -> int | None:
-    """QEMU names vCPU threads 'CPU <n>/KVM' (or '/TCG', '/HVF'); other threads are not vCPUs."""
+    """QEMU names vCPU threads 'CPU <n>/KVM' (or '/TCG', '/HVF'); other threads are not vCPUs.
+
+    Single-threaded TCG (``-accel tcg,thread=single``) runs every vCPU on one thread, 'ALL CPUs/TCG': it
+    counts as vCPU 0, the only place the guest's CPU time and run delay can be read.
+    """
     comm = comm.strip()
+    if comm == "ALL CPUs/TCG":
+        return 0
     if not comm.startswith("CPU ") or "/" not in comm:
         return None
     number = comm[4:].split("/", 1)[0]
@@ -141,6 +149,10 @@ class ProcQemuSource:
         self._qmp: dict[int, Qmp | None] = {}
         self._argv: dict[int, list[str]] = {}
         self._threads: dict[int, dict[int, str]] = {}
+        self._models: dict[int, Guest] = {}
+        self._tap_names: dict[int, list[str]] = {}
+        self._affinity: dict[tuple[int, str], frozenset[int] | None] = {}
+        self._round = 0
 
     def _map(self, path: str) -> Path:
         return Path(self.host.path) / path.lstrip("/")
@@ -159,6 +171,7 @@ class ProcQemuSource:
         return pids
 
     def sample(self, snap: Snapshot) -> None:
+        self._round += 1
         live = set()
         for pid in self.qemu_pids():
             live.add(pid)
@@ -178,10 +191,22 @@ class ProcQemuSource:
             qmp.close()
         self._argv.pop(pid, None)
         self._threads.pop(pid, None)
+        self._models.pop(pid, None)
+        self._tap_names.pop(pid, None)
+        for key in [k for k in self._affinity if k[0] == pid]:
+            del self._affinity[key]
 
     def close(self) -> None:
         for pid in list(self._qmp):
             self._drop(pid)
+
+    def qmp(self, pid: int) -> Qmp | None:
+        """The QMP connection a sample opened to ``pid`` (checked as :meth:`_connect` says), if any."""
+        return self._qmp.get(pid)
+
+    def vcpu_threads(self, pid: int) -> dict[int, str]:
+        """vCPU index -> thread id, as the samples found them (thread names, else QMP)."""
+        return self._vcpu_threads(pid, self._qmp.get(pid))
 
     def _sample_pid(self, pid: int) -> GuestSample | None:
         argv = self._argv.get(pid)
@@ -191,28 +216,40 @@ class ProcQemuSource:
                 return None
             argv = split_proc_cmdline(raw)
             self._argv[pid] = argv
-        try:
-            model = guest_from_argv(argv, f"pid {pid}")
-        except ValueError:
-            return None
-        model.on_audited_host = self.host.is_live  # a running process of the host being sampled
+        model = self._models.get(pid)
+        if model is None:  # a command line never changes: parsed once per process, as it is read once
+            try:
+                model = guest_from_argv(argv, f"pid {pid}")
+            except ValueError:
+                return None
+            model.on_audited_host = self.host.is_live  # a running process of the host being sampled
+            self._models[pid] = model
         name = model.name if model.name and model.name != "?" else f"pid-{pid}"
+        identity = (f"uuid:{model.uuid.strip().lower()}" if model.uuid else
+                    f"name:{model.name}" if model.name and model.name != "?" else f"pid:{pid}")
         g = GuestSample(key=f"pid:{pid}:{name}", name=name, source=f"pid {pid}", pid=pid, guest=model,
-                        memory_kib=model.memory_kib)
+                        memory_kib=model.memory_kib, identity=identity)
         qmp = self._connect(pid, argv, g)
         for index, tid in self._vcpu_threads(pid, qmp).items():
             counters = parse_schedstat(self.host.read_optional(f"/proc/{pid}/task/{tid}/schedstat") or "")
             if counters is None:
                 g.notes.append(f"vCPU {index}: schedstat not readable")
                 continue
-            allowed = _status_field(self.host.read_optional(f"/proc/{pid}/task/{tid}/status") or "",
-                                    "Cpus_allowed_list")
-            g.vcpus[index] = VcpuCounters(counters[0], counters[1], _cpu_list(allowed) if allowed else None)
+            g.vcpus[index] = VcpuCounters(counters[0], counters[1], self._allowed(pid, tid))
         if not g.vcpus:
             g.notes.append("vCPUs: threads not identified (no -name debug-threads=on and no QMP)")
         self._disks(pid, qmp, g)
-        self._taps(argv, g)
+        self._taps(pid, argv, g)
         return g
+
+    def _allowed(self, pid: int, tid: str) -> frozenset[int] | None:
+        """A vCPU thread's affinity, read again every ``AFFINITY_EVERY`` samples (pinning seldom changes)."""
+        key = (pid, tid)
+        if key not in self._affinity or self._round % AFFINITY_EVERY == 0:
+            allowed = _status_field(self.host.read_optional(f"/proc/{pid}/task/{tid}/status") or "",
+                                    "Cpus_allowed_list")
+            self._affinity[key] = _cpu_list(allowed) if allowed else None
+        return self._affinity[key]
 
     def _monitor_path(self, argv: list[str]) -> str | None:
         try:
@@ -303,18 +340,27 @@ class ProcQemuSource:
                 wr_ns=int(s.get("wr_total_time_ns", 0)), fl_ns=int(s.get("flush_total_time_ns", 0)),
             )
 
-    def _taps(self, argv: list[str], g: GuestSample) -> None:
+    def _tap_list(self, pid: int, argv: list[str]) -> list[str]:
+        """The tap interfaces a command line names (read once per process)."""
+        if pid in self._tap_names:
+            return self._tap_names[pid]
+        taps: list[str] = []
         try:
             _, options = parse_options(argv)
         except ValueError:
-            return
+            options = []
         for opt in options:
             if opt.name != "-netdev":
                 continue
             props = parse_keyval(opt.value or "", "type")
             ifname = props.get("ifname")
-            if props.get("type") != "tap" or not ifname or "/" in str(ifname):
-                continue
+            if props.get("type") == "tap" and ifname and "/" not in str(ifname):
+                taps.append(str(ifname))
+        self._tap_names[pid] = taps
+        return taps
+
+    def _taps(self, pid: int, argv: list[str], g: GuestSample) -> None:
+        for ifname in self._tap_list(pid, argv):
             base = f"/sys/class/net/{ifname}/statistics"
             values = {k: self.host.read_optional(f"{base}/{k}") for k in
                       ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped")}
@@ -409,6 +455,7 @@ class LibvirtSource:
             try:
                 name, uuid = dom.name(), dom.UUIDString()
                 g = guest_from_libvirt_record(self.uri, name, record)
+                g.identity = f"uuid:{uuid.lower()}"
                 if uuid not in self._models:
                     origin = f"{self.uri}#{name}"
                     model = guest_from_tree(parse_xml_bytes(dom.XMLDesc(0).encode(), origin), origin, "libvirt")

@@ -76,6 +76,7 @@ class Cause:
 
     topic: str
     fix: str
+    who: str = ""  # the neighbour seen live: "waits for db"
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,17 @@ def _guest(s: Subject) -> GuestRates:
 # --- readers: one per signal ------------------------------------------------------------------
 
 def _host_cpu(s: Subject) -> Iterable[Reading]:
-    if s.host.cpu_busy is not None:
-        yield Reading(s.host.cpu_busy, f"{s.host.cpu_busy:.0%} busy")
+    if s.host.cpu_busy is None:
+        return
+
+    def emulated() -> Cause | None:  # a busy host is KVM's fault only when guests run under emulation
+        tcg = sorted(g.name for g in s.snap.guests.values() if g.guest is not None and g.guest.virt_type == "qemu")
+        if not tcg:
+            return None
+        return Cause("kvm-acceleration", f"{len(tcg)} guest(s) run under TCG emulation ({', '.join(tcg[:3])}), which "
+                     "costs host CPU many times over: make KVM work")
+
+    yield Reading(s.host.cpu_busy, f"{s.host.cpu_busy:.0%} busy", cause=emulated)
 
 
 def _psi_memory(s: Subject) -> Iterable[Reading]:
@@ -154,7 +164,11 @@ def _vcpu_delay(s: Subject) -> Iterable[Reading]:
 
     def confined() -> Cause | None:  # the most specific cause seen live comes first
         shared = _shared_cpus(sample, s.snap) if sample is not None else ""
-        return Cause("vcpu-overcommit", f"{shared}: give each busy guest its own host CPUs, or fewer vCPUs") if shared else None
+        if not shared:
+            return None
+        others = _neighbours(sample, s.snap) if sample is not None else []
+        return Cause("vcpu-overcommit", f"{shared}: give each busy guest its own host CPUs, or fewer vCPUs",
+                     who=f"waits for {', '.join(others[:3])}" if others else "")
 
     yield Reading(delay, f"{delay:.0%} run delay", cause=confined)
 
@@ -205,6 +219,13 @@ def _shared_cpus(g: GuestSample, snap: Snapshot) -> str:
     return f"{vcpus} vCPUs of {guests} guests confined to {len(cpus)} host CPU(s) {{{listed}}}"
 
 
+def _neighbours(g: GuestSample, snap: Snapshot) -> list[str]:
+    """The other guests whose vCPUs may only run on host CPUs this guest's vCPUs may run on."""
+    cpus = frozenset().union(*(v.allowed_cpus for v in g.vcpus.values() if v.allowed_cpus))
+    return sorted(o.name for o in snap.guests.values() if o.key != g.key and
+                  any(v.allowed_cpus and v.allowed_cpus & cpus for v in o.vcpus.values()))
+
+
 _DISK_SOURCE = "storage vendors' knowledge-base guidance"
 
 # In the order `kvmtune sample` writes their thresholds; host signals are diagnosed before guests'.
@@ -217,7 +238,7 @@ SIGNALS: list[Signal] = [
     Signal("host-cpu", "host", "/proc/stat (all CPUs: busy over total, iowait counted idle)", _host_cpu,
            {"": Threshold(0.80, 0.95, "fraction of all host CPUs", "seed:000 (target system use at 80 % or lower)",
                           scale=100, symbol="%", cite="seed:000")},
-           frozenset({"cpu-utilization", "vcpu-overcommit", "ksm", "kvm-acceleration"})),
+           frozenset({"cpu-utilization", "vcpu-overcommit", "ksm"})),  # kvm-acceleration: only as the live cause
     Signal("disk-latency", "guest", "libvirt block.N.{rd,wr}.times/reqs, or QMP query-blockstats", _disk_latency,
            {"flash": Threshold(2.0, 10.0, "ms per operation", _DISK_SOURCE, symbol="ms"),
             "hdd": Threshold(10.0, 25.0, "ms per operation", f"{_DISK_SOURCE} (HDD or network storage)", symbol="ms")},
