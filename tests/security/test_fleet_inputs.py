@@ -127,16 +127,16 @@ def test_a_report_of_duplicates_only_stores_nothing(tmp_path: Path) -> None:
 def test_a_file_named_on_the_command_line_is_marked_claimed_and_kept_apart_in_history(tmp_path: Path) -> None:
     claimed = put(tmp_path / "from-a-mail.json", audit_doc("db07", finding(), finding("KVM-HST-015", "medium")))
     db, html = tmp_path / "r.db", tmp_path / "fleet.html"
-    run = report(claimed, db=db, html=html)
+    run = report(claimed, "--save", "--label", "db", db=db, html=html)  # a file named alone is kept only when asked
     assert run.returncode == 0, run.stderr
     assert worst(run.stdout) == {"db07 (claimed)": ["103", "1", "0", "1", "0", "0", "0"]}
     assert "<td>db07<em> (claimed)</em></td>" in html.read_text()
     assert stored(db)[0] == [("db07", "ok", 1)]
     # the fleet's own db07 (its directory file) is not compared with what a claim said: nothing "resolved"
     put(tmp_path / "collected" / "db07.json", audit_doc("db07"))
-    run = report(tmp_path / "collected", db=db)
+    run = report(tmp_path / "collected", "--label", "db", db=db)
     assert run.returncode == 0, run.stderr
-    assert "Since collection 1 (" in run.stdout and "): 0 new, 0 resolved" in run.stdout
+    assert "Since collection 1 (" in run.stdout and "): 0 new, 0 resolved, 2 not audited this time" in run.stdout
     assert worst(run.stdout) == {"db07": ["0", "0", "0", "0", "0", "0", "0"]}
     assert stored(db)[0] == [("db07", "ok", 1), ("db07", "ok", 0)]
 
@@ -241,12 +241,12 @@ def test_every_string_from_a_host_file_is_escaped_in_text(tmp_path: Path) -> Non
     put(fleet / "down.json", {"kind": "kvmtune-fleet-status", "host": "down", "problem": f"no{ESC}[31m route"})
     db = tmp_path / "r.db"
     # an earlier collection, as an older kvmtune stored it: a rule id with an escape sequence
-    assert report(put(tmp_path / "old.json", audit_doc(name)), "--no-save", db=db).returncode == 0
-    with sqlite3.connect(db) as c:
-        c.execute("INSERT INTO fleet_collections VALUES (1, 0, '')")
-        c.execute("INSERT INTO fleet_hosts (collection, host, status, problem) VALUES (1, ?, 'ok', '')", (name,))
-        c.execute("INSERT INTO fleet_findings VALUES (1, ?, ?, ?, 'x', 'vm', '', 's')",
-                  (name, f"KVM-{ESC}[2J", f"hi{ESC}[8m"))
+    assert report(put(tmp_path / "old.json", audit_doc(name)), "--save", "--label", "other", db=db).returncode == 0
+    with sqlite3.connect(db) as c:  # named as the directory's collection is by default (its path)
+        c.execute("INSERT INTO fleet_collections (id, created, label) VALUES (2, 0, ?)", (str(fleet.resolve()),))
+        c.execute("INSERT INTO fleet_hosts (collection, host, status, problem) VALUES (2, ?, 'ok', '')", (name,))
+        c.execute("INSERT INTO fleet_findings (collection, host, rule, severity, topic, domain, device, summary) "
+                  "VALUES (2, ?, ?, ?, 'x', 'vm', '', 's')", (name, f"KVM-{ESC}[2J", f"hi{ESC}[8m"))
     run = report(fleet, db=db)  # report() asserts no ESC in stdout or stderr
     assert run.returncode == 0, run.stderr
     assert "  FAILED down: no\\x1b[31m route" in run.stdout
@@ -271,7 +271,7 @@ INSERT INTO fleet_hosts VALUES (1, 'web01', 'ok', '');
 INSERT INTO fleet_findings VALUES (1, 'web01', 'KVM-HST-015', 'medium', 'x', '', '', 's');
 """)
     put(tmp_path / "collected" / "web01.json", audit_doc("web01", finding()))
-    run = report(tmp_path / "collected", db=db)
+    run = report(tmp_path / "collected", "--label", "old", db=db)  # the old collection's name; no scope either side
     assert run.returncode == 0, run.stderr
     assert "): 1 new, 1 resolved" in run.stdout and "  - web01 KVM-HST-015 medium" in run.stdout
     assert stored(db)[0] == [("web01", "ok", 0), ("web01", "ok", 0)]

@@ -195,15 +195,25 @@ def _hint(exc: sqlite3.Error) -> str:
 
 # the fleet report's history (kvmtune.fleet.history), beside the benchmark tables in the same file
 FLEET_SCHEMA = """
-CREATE TABLE IF NOT EXISTS fleet_collections (id INTEGER PRIMARY KEY, created REAL NOT NULL, label TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fleet_collections (id INTEGER PRIMARY KEY, created REAL NOT NULL, label TEXT NOT NULL,
+    scope TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS fleet_hosts (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
     host TEXT NOT NULL, status TEXT NOT NULL, problem TEXT NOT NULL, claimed INTEGER NOT NULL DEFAULT 0,
+    scope TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (collection, host));
 CREATE TABLE IF NOT EXISTS fleet_findings (collection INTEGER NOT NULL REFERENCES fleet_collections(id),
     host TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, topic TEXT NOT NULL, domain TEXT NOT NULL,
-    device TEXT NOT NULL, summary TEXT NOT NULL);
+    device TEXT NOT NULL, summary TEXT NOT NULL, uuid TEXT NOT NULL DEFAULT '', waiver TEXT NOT NULL DEFAULT '');
 """
-FLEET_HOSTS_ADDED = 1  # fleet_hosts before `claimed` (ensure_fleet_tables adds it at the end)
+# Columns added after a fleet table was first made, oldest first: ensure_fleet_tables adds the missing ones at
+# the end, in this order, and _validate accepts each earlier shape (the table's columns up to any of them).
+# claimed: a host's name is its document's own claim; scope: what the collection (a host) was asked to audit
+# (host, guests, both); uuid and waiver: a finding's guest UUID and the reason a waiver accepted it.
+FLEET_ADDED: dict[str, tuple[tuple[str, str], ...]] = {
+    "fleet_collections": (("scope", "TEXT NOT NULL DEFAULT ''"),),
+    "fleet_hosts": (("claimed", "INTEGER NOT NULL DEFAULT 0"), ("scope", "TEXT NOT NULL DEFAULT ''")),
+    "fleet_findings": (("uuid", "TEXT NOT NULL DEFAULT ''"), ("waiver", "TEXT NOT NULL DEFAULT ''")),
+}
 
 
 def _reference() -> dict[str, tuple[Any, ...]]:
@@ -353,8 +363,9 @@ class Store:
             expected = _REFERENCE[name]
             if name == "runs" and version == 1:
                 expected = (*expected[:3], expected[3][:-V1_DROPPED], expected[4])
-            older = (*expected[:3], expected[3][:-FLEET_HOSTS_ADDED], expected[4]) if name == "fleet_hosts" else None
-            if _shape(self.db, name) not in (expected, older):
+            shapes = [expected] + [(*expected[:3], expected[3][:-n], expected[4])
+                                   for n in range(1, len(FLEET_ADDED.get(name, ())) + 1)]
+            if _shape(self.db, name) not in shapes:
                 raise self._not_ours(f"{type_} {shown} is not the one kvmtune creates (schema {version})")
             found.add(name)
         bench = {n for n, shape in _REFERENCE.items() if not n.startswith(("fleet_", "sqlite_autoindex_fleet_"))}
@@ -389,8 +400,11 @@ class Store:
             for statement in FLEET_SCHEMA.split(";"):
                 if statement.strip():
                     self.db.execute(statement)
-            if "claimed" not in {r[1] for r in self.db.execute("SELECT * FROM pragma_table_info('fleet_hosts')")}:
-                self.db.execute("ALTER TABLE fleet_hosts ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0")
+            for table, added in FLEET_ADDED.items():
+                have = {r[1] for r in self.db.execute("SELECT * FROM pragma_table_info(?)", (table,))}
+                for column, decl in added:
+                    if column not in have:
+                        self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     @_one_line
     def check(self) -> None:

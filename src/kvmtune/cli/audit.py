@@ -104,6 +104,9 @@ class AuditCommand(Command):
                            thresholds=settings.thresholds)
         result = gather(sources, ctx)
         result.host = ctx.host_label()
+        guests_named = bool(paths or confs or images or connect or args.qemu_cmdline or args.running or args.examples)
+        result.scope = [name for name, on in (("host", sources.host or not sources.explicit),
+                                              ("guests", guests_named or not sources.explicit)) if on]
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
         pve_fix_texts(result.findings, result.guests)

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any
 
+from kvmtune.audit.settings import read_file
 from kvmtune.bench.net.claims import winners
 from kvmtune.bench.report import baseline_names, render, resolve_baseline
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.bench.workdir import default_db
-from kvmtune.cli.command import Command, Exit, Outcome, db_option
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, settings_of
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
-from kvmtune.fleet.collect import read_collection
+from kvmtune.fleet import waivers as fleet_waivers
+from kvmtune.fleet.collect import collection_name, read_collection
 from kvmtune.fleet.history import History
-from kvmtune.fleet.report import build, render_html, render_text
+from kvmtune.fleet.report import build, collection_scope, render_html, render_text
 from kvmtune.textsafe import safe
 
 
@@ -41,13 +44,24 @@ class ReportCommand(Command):
     name = "report"
     help = "HTML report (charts, seed verdicts) of benchmark runs; or a fleet report"
     description = ("RUN ids: charts and seed verdicts of benchmark runs. Audit JSON files or directories of them (one "
-                   "per host, e.g. fetched by contrib/ansible): one fleet view, stored as a collection so the next "
-                   "report shows what changed.")
+                   "per host, e.g. fetched by contrib/ansible): one fleet view. A directory's collection is stored under "
+                   "its name and scope, so the next report of that name and scope shows what changed; files named one "
+                   "by one are stored only with --save.")
+    uses_settings = True  # the settings file's waivers apply to the fleet report too
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("runs", nargs="+", type=run_or_file, metavar="RUN|FILE")
-        p.add_argument("--label", default="", help="fleet reports: a name for this collection")
-        p.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
+        p.add_argument("--label", default=None,
+                       help="fleet reports: the collection's name (default: the fleet directory's, which contrib/ansible "
+                       "sets to the inventory's, else the directory's path); only collections of one name and scope "
+                       "are compared")
+        save = p.add_mutually_exclusive_group()
+        save.add_argument("--save", action="store_true", help="fleet reports: store this collection (files named one "
+                          "by one are not stored without it)")
+        save.add_argument("--no-save", action="store_true", help="fleet reports: do not store this collection")
+        p.add_argument("--waivers", metavar="FILE", default=None,
+                       help="fleet reports: a fleet-wide waiver file ([[waiver]] tables as in the settings file), applied "
+                       "to every host beside the settings file's waivers")
         p.add_argument("--html", type=Path, help="write the HTML report here")
         p.add_argument("--baseline", metavar="CONFIG",
                        help="benchmark reports: show each bar as %% of this configuration (a name as kvmtune prints it, "
@@ -125,19 +139,31 @@ def _tier_name(cell: Any) -> str:
 
 
 def run_fleet_report(args: argparse.Namespace, paths: list[str]) -> Outcome:
+    waivers = [*settings_of(args).waivers, *(read_file(args.waivers)[1] if args.waivers else [])]
+    label = args.label if args.label is not None else collection_name(paths)
     hosts, errors = read_collection(paths)
     if not hosts:
         for err in errors:
             print(f"kvmtune: {safe(err)}", file=sys.stderr)
         raise KvmtuneError("no host's result could be read")
-    with History(args.db or default_db()) as hist:
-        cid = None if args.no_save else hist.save(hosts, args.label)
-        previous = hist.previous(cid) if cid is not None else hist.previous(10**18)
-        view = build(hosts, previous, hist.trend(), cid, errors)
+    notes = fleet_waivers.apply(hosts, waivers, date.today())
+    scope = collection_scope(hosts)
+    directory = any(Path(p).is_dir() for p in paths)
+    save = args.save or (directory and not args.no_save)
+    unsaved = "--no-save" if args.no_save else "" if save else "files named one by one: --save keeps them"
+    db = args.db or default_db()
+    if not save and not db.is_file():  # a one-off look creates no database
+        view = build(hosts, None, [], None, errors, label=label, notes=notes)
+    else:
+        with History(db) as hist:
+            cid = hist.save(hosts, label, scope) if save else None
+            view = build(hosts, hist.previous(cid, label, scope), hist.trend(label, scope), cid, errors,
+                         label=label, notes=notes)
+    view.unsaved = unsaved
     if args.html:
         try:
             write_output(args.html, lambda fh: fh.write(render_html(view)), tag="report")
         except OSError as exc:
             raise KvmtuneError(f"{args.html}: cannot write ({exc.strerror})") from None
     text = render_text(view) + (f"wrote {args.html}\n" if args.html else "")
-    return Outcome(Exit.USAGE if errors else Exit.OK, text, errors)
+    return Outcome(Exit.USAGE if errors else Exit.OK, text, [*errors, *notes])

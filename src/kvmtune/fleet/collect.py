@@ -40,6 +40,8 @@ class FleetFinding:
     domain: str
     device: str
     summary: str
+    uuid: str = ""  # the guest's UUID where the audit knew it
+    waiver: str = ""  # why a waiver accepted it ("" : open): the host's own, or the fleet's (report --waivers)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -57,10 +59,34 @@ class HostResult:
     errors: list[str] = field(default_factory=list)
     generated: str = ""
     claimed: bool = False  # the name is the document's own claim (a file named on the command line)
+    scope: str = ""  # what its audit was asked for: host, guests, both ("": a document from before kvmtune said)
+
+    @property
+    def open(self) -> list[FleetFinding]:
+        """The findings no waiver accepted: what the score and the counts are made of."""
+        return [f for f in self.findings if not f.waiver]
+
+    @property
+    def waived(self) -> list[FleetFinding]:
+        return [f for f in self.findings if f.waiver]
 
     @property
     def score(self) -> int:
-        return sum(SEVERITY_WEIGHT.get(f.severity, 0) for f in self.findings)
+        return sum(SEVERITY_WEIGHT.get(f.severity, 0) for f in self.open)
+
+
+SCOPES = ("host", "guests")
+
+
+def scope_name(parts: list[str] | set[str]) -> str:
+    """``["host", "guests"]`` -> ``both``; one part -> its name."""
+    return "both" if set(parts) == set(SCOPES) else next(iter(parts), "")
+
+
+def covers(scope: str, f: FleetFinding) -> bool:
+    """Whether an audit of ``scope`` looks where ``f`` was found (a guest's finding names its domain);
+    an unknown scope ("") covers everything, as before kvmtune recorded it."""
+    return scope in ("", "both") or scope == ("guests" if f.domain else "host")
 
 
 @dataclass(frozen=True)
@@ -132,13 +158,14 @@ def host_result(path: Path, identity: str | None = None) -> HostResult:
         return HostResult(host=host, file=str(path), status="failed", problem=problem or "failed", claimed=claimed)
     if type(doc.get("schema_version")) is not int or doc.get("schema_version") != 1:
         raise InputError(str(path), "not a kvmtune audit JSON document (schema_version 1)")
+    scope = _scope(path, doc.get("scope", []))
     findings, errors = doc.get("findings"), doc.get("errors", [])
     if not isinstance(findings, list):
         raise _wrong(path, "findings", "an array", findings)
     if not isinstance(errors, list):
         raise _wrong(path, "errors", "an array", errors)
     out = HostResult(host=host, file=str(path), generated=_string(path, doc, "generated", "", optional=True),
-                     claimed=claimed)
+                     claimed=claimed, scope=scope)
     for i, e in enumerate(errors):
         if not isinstance(e, str):
             raise _wrong(path, f"errors[{i}]", "a string", e)
@@ -162,8 +189,31 @@ def host_result(path: Path, identity: str | None = None) -> HostResult:
             domain=_string(path, target, "domain", f"{where}.target.", optional=True),
             device=_string(path, target, "device", f"{where}.target.", optional=True),
             summary=_string(path, f, "summary", f"{where}.", optional=True),
+            uuid=_string(path, target, "uuid", f"{where}.target.", optional=True).lower(),
+            waiver=_waiver(path, f.get("waiver"), f"{where}.waiver"),
         ))
     return out
+
+
+def _scope(path: Path, scope: Any) -> str:
+    if not isinstance(scope, list) or not all(isinstance(x, str) and x in SCOPES for x in scope):
+        raise InputError(str(path), f"scope: expected an array of {' and '.join(map(repr, SCOPES))}; rejected")
+    return scope_name(scope)
+
+
+def _waiver(path: Path, w: Any, where: str) -> str:
+    """A finding's ``waiver`` object (the host's audit applied it) as one line: its reason, until when, and
+    where it was written; "" when there is none."""
+    if w is None:
+        return ""
+    if not isinstance(w, dict):
+        raise _wrong(path, where, "an object or null", w)
+    reason = _string(path, w, "reason", f"{where}.")
+    if not reason:
+        raise InputError(str(path), f"{where}.reason: empty (every waiver says why); rejected")
+    until = _string(path, w, "expires", f"{where}.", optional=True)
+    origin = _string(path, w, "origin", f"{where}.", optional=True)
+    return reason + (f" (until {until})" if until else "") + (f" [{origin}]" if origin else "")
 
 
 def expand(paths: list[str]) -> list[Source]:
@@ -180,6 +230,32 @@ def expand(paths: list[str]) -> list[Source]:
                 seen.add(real)
                 out.append(src)
     return out
+
+
+MARKER = ".kvmtune-collection"  # in a fleet directory: {"name": "..."}, the inventory the role collected it for
+MAX_NAME = 200
+
+
+def collection_name(paths: list[str]) -> str:
+    """The name a collection is kept under when ``--label`` gives none: each fleet directory's own (its
+    :data:`MARKER`, which contrib/ansible writes with the inventory's name), else the directory's real path.
+    Files named one by one add nothing: a collection of only those is unnamed ("")."""
+    names: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            continue
+        marker = p / MARKER
+        name = os.path.realpath(p)
+        if os.path.lexists(marker):
+            doc = _read_json(marker)
+            found = doc.get("name") if isinstance(doc, dict) else None
+            if not isinstance(found, str) or not found.strip() or len(found) > MAX_NAME:
+                raise InputError(str(marker), f"expected {{\"name\": \"...\"}} (1 to {MAX_NAME} characters)")
+            name = found.strip()
+        if name not in names:
+            names.append(name)
+    return ", ".join(names)
 
 
 def read_collection(paths: list[str]) -> tuple[list[HostResult], list[str]]:

@@ -3,6 +3,10 @@
 Tables of their own (``fleet_*``) beside the benchmark tables, created when first needed. Only the hosts
 the collection accepted are kept, under the name it accepted (``claimed`` when that name is a document's own
 claim, not a fleet directory's file name); a rejected file leaves nothing here.
+
+A collection has a name (``label``: ``--label``, else the fleet directory's, see
+:func:`kvmtune.fleet.collect.collection_name`) and a scope (host, guests, both, or mixed, from its hosts'
+audits); it is only ever compared with, and trended beside, collections of the same name and scope.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ class Collection:
     hosts: dict[str, tuple[str, str]]  # host -> (status, problem)
     findings: list[FleetFinding]
     claimed: set[str] = field(default_factory=set)  # hosts named by their document's claim
+    scope: str = ""
+    scopes: dict[str, str] = field(default_factory=dict)  # host -> what its audit was asked for
 
 
 class History:
@@ -48,41 +54,49 @@ class History:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def save(self, hosts: list[HostResult], label: str) -> int:
+    def save(self, hosts: list[HostResult], label: str, scope: str) -> int:
         with self.db:
-            cur = self.db.execute("INSERT INTO fleet_collections (created, label) VALUES (?, ?)", (time.time(), label))
+            cur = self.db.execute("INSERT INTO fleet_collections (created, label, scope) VALUES (?, ?, ?)",
+                                  (time.time(), label, scope))
             cid = int(cur.lastrowid or 0)
-            self.db.executemany("INSERT INTO fleet_hosts (collection, host, status, problem, claimed) VALUES (?, ?, ?, ?, ?)",
-                                [(cid, h.host, h.status, h.problem, int(h.claimed)) for h in hosts])
             self.db.executemany(
-                "INSERT INTO fleet_findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(cid, f.host, f.rule, f.severity, f.topic, f.domain, f.device, f.summary)
+                "INSERT INTO fleet_hosts (collection, host, status, problem, claimed, scope) VALUES (?, ?, ?, ?, ?, ?)",
+                [(cid, h.host, h.status, h.problem, int(h.claimed), h.scope) for h in hosts])
+            self.db.executemany(
+                "INSERT INTO fleet_findings (collection, host, rule, severity, topic, domain, device, summary, uuid, "
+                "waiver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(cid, f.host, f.rule, f.severity, f.topic, f.domain, f.device, f.summary, f.uuid, f.waiver)
                  for h in hosts for f in h.findings])
         return cid
 
     def load(self, cid: int) -> Collection:
-        row = self.db.execute("SELECT id, created, label FROM fleet_collections WHERE id = ?", (cid,)).fetchone()
+        row = self.db.execute("SELECT id, created, label, scope FROM fleet_collections WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise KvmtuneError(f"no fleet collection {cid}")
-        rows = self.db.execute("SELECT host, status, problem, claimed FROM fleet_hosts WHERE collection = ?",
+        rows = self.db.execute("SELECT host, status, problem, claimed, scope FROM fleet_hosts WHERE collection = ?",
                                (cid,)).fetchall()
-        hosts = {h: (s, p) for h, s, p, _ in rows}
+        hosts = {h: (s, p) for h, s, p, _, _ in rows}
         findings = [FleetFinding(*r) for r in self.db.execute(
-            "SELECT host, rule, severity, topic, domain, device, summary FROM fleet_findings WHERE collection = ?",
-            (cid,))]
-        return Collection(row[0], row[1], row[2], hosts, findings, {h for h, _, _, c in rows if c})
+            "SELECT host, rule, severity, topic, domain, device, summary, uuid, waiver FROM fleet_findings "
+            "WHERE collection = ?", (cid,))]
+        return Collection(row[0], row[1], row[2], hosts, findings, {h for h, _, _, c, _ in rows if c}, row[3],
+                          {h: sc for h, _, _, _, sc in rows})
 
-    def previous(self, cid: int) -> Collection | None:
-        row = self.db.execute("SELECT max(id) FROM fleet_collections WHERE id < ?", (cid,)).fetchone()
+    def previous(self, cid: int | None, label: str, scope: str) -> Collection | None:
+        """The newest collection of this name and scope before ``cid`` (``None``: before none, the newest)."""
+        row = self.db.execute("SELECT max(id) FROM fleet_collections WHERE id < ? AND label = ? AND scope = ?",
+                              (cid if cid is not None else 2**62, label, scope)).fetchone()
         return self.load(row[0]) if row and row[0] is not None else None
 
-    def trend(self, last: int = 10) -> list[tuple[int, float, str, dict[str, int]]]:
-        """(collection, created, label, findings per severity) for the newest ``last`` collections."""
-        ids = [r[0] for r in self.db.execute("SELECT id FROM fleet_collections ORDER BY id DESC LIMIT ?", (last,))]
+    def trend(self, label: str, scope: str, last: int = 10) -> list[tuple[int, float, str, dict[str, int]]]:
+        """(collection, created, label, open findings per severity) for the newest ``last`` collections of this
+        name and scope (a waived finding is not counted)."""
+        rows = self.db.execute("SELECT id, created, label FROM fleet_collections WHERE label = ? AND scope = ? "
+                               "ORDER BY id DESC LIMIT ?", (label, scope, last)).fetchall()
         out = []
-        for cid in sorted(ids):
-            c = self.db.execute("SELECT created, label FROM fleet_collections WHERE id = ?", (cid,)).fetchone()
+        for cid, created, name in sorted(rows):
             counts = dict(self.db.execute(
-                "SELECT severity, count(*) FROM fleet_findings WHERE collection = ? GROUP BY severity", (cid,)))
-            out.append((cid, c[0], c[1], counts))
+                "SELECT severity, count(*) FROM fleet_findings WHERE collection = ? AND waiver = '' GROUP BY severity",
+                (cid,)))
+            out.append((cid, created, name, counts))
         return out

@@ -28,6 +28,7 @@ def write_json(result: AuditResult, out: TextIO) -> None:
         "host": result.host,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "looked_at": result.looked_at,
+        "scope": result.scope,  # "host", "guests": what this run was asked to audit
         "summary": {"findings": len(result.findings) - waived, "by_severity": dict(counts), "waived": waived,
                     "errors": len(result.errors)},
         "findings": token,
