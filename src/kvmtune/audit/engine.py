@@ -28,7 +28,7 @@ class AuditResult:
     baseline: str | None = None  # audit --new-since FILE: findings carry .new
     resolved: list[dict[str, Any]] = field(default_factory=list)  # the baseline's findings this run no longer has
     show_waived: bool = False  # text: waived findings in full, not one line each
-    scope: list[str] = field(default_factory=list)  # what was asked for: "host", "guests" (the fleet report compares like with like)
+    scope: list[str] = field(default_factory=list)  # what was asked for: "host", "guests" (fleet: like with like)
 
 
 def rule_matches(rule: type[Rule], key: str) -> bool:
