@@ -116,7 +116,7 @@ def inventory(fleet: dict[str, object], wheel: Path, roots: dict[str, Path], out
         (tmp / name / "prom").mkdir(exist_ok=True)
         lines.append(f"{name} ansible_host=198.18.0.{10 + i} kvmtune_prefix={tmp}/{name}/venv "
                      f"kvmtune_textfile_dir={tmp}/{name}/prom "
-                     f"kvmtune_audit_args='--host --root {roots[name]}'")
+                     f"kvmtune_audit_args='--root {roots[name]}'")  # as the role's default: the host and its guests
     lines.append("nopython ansible_host=198.18.0.11 ansible_python_interpreter=/nonexistent/python3")
     lines.append(f"badroot ansible_host=198.18.0.12 kvmtune_prefix={tmp}/badroot/venv "
                  f"kvmtune_audit_args='--host --root {tmp}/no-such-root'")
@@ -168,6 +168,7 @@ def test_fleet_audit_report_and_prometheus(fleet: dict[str, object], wheel: Path
     kvmtune = str(REPO / ".venv" / "bin" / "kvmtune")
     first = sh(kvmtune, "report", str(out), "--db", str(db), "--html", str(tmp_path / "fleet.html"))
     assert "fleet: 6 host(s), 3 audited, 3 failed; stored as collection 1" in first.stdout
+    assert f"collection {str(inv)!r}, scope both" in first.stdout  # named after the inventory, host and guests
     assert "FAILED down: unreachable" in first.stdout and "FAILED nopython: no Python" in first.stdout
     worst = [line.split()[0] for line in first.stdout.split("Worst hosts")[1].splitlines()[2:5]]
     assert sorted(worst) == sorted(ROOTS) and worst[0] == max(ROOTS, key=lambda n: _score(status[n]))
@@ -177,7 +178,7 @@ def test_fleet_audit_report_and_prometheus(fleet: dict[str, object], wheel: Path
     dropped = h1["findings"].pop(0)
     (out / "h1.json").write_text(json.dumps(h1))
     second = sh(kvmtune, "report", str(out), "--db", str(db))
-    assert "Since collection 1" in second.stdout and "0 new, 1 resolved" in second.stdout
+    assert "Since collection 1" in second.stdout and "0 new, 1 resolved, 0 not audited this time" in second.stdout
     assert f"- h1 {dropped['rule']}" in second.stdout
     assert "Trend (findings per collection): #1:" in second.stdout
 

@@ -27,6 +27,7 @@ KVMTUNE = """#!/bin/sh
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
 echo "$out $(stat -c '%a %u' "$(dirname "$out")")" >> "{log}/kvmtune"
+echo "$*" >> "{log}/argv"
 case " $* " in *" --root /no-such-root "*) echo "kvmtune: --root /no-such-root: no such directory" >&2; exit 2;; esac
 echo '{{"kind": "stand-in audit"}}' > "$out"
 """
@@ -43,8 +44,9 @@ def _stand_in(tmp_path: Path) -> tuple[Path, Path]:
     return prefix, log
 
 
-def _play(tmp_path: Path, prefix: Path, audit_args: str, how: str = "") -> subprocess.CompletedProcess[str]:
-    """``how``: extra host variables; by default the role is pointed at a stand-in wheel by name."""
+def _play(tmp_path: Path, prefix: Path, audit_args: str | None, how: str = "") -> subprocess.CompletedProcess[str]:
+    """``how``: extra host variables; by default the role is pointed at a stand-in wheel by name.
+    ``audit_args``: ``None`` leaves the role's default."""
     if shutil.which("ansible-playbook") is None:
         pytest.fail("ansible-playbook is not installed (scripts/install.sh installs ansible-core)")
     if not how:
@@ -53,8 +55,8 @@ def _play(tmp_path: Path, prefix: Path, audit_args: str, how: str = "") -> subpr
         how = f"kvmtune_wheel={wheel}"
     inv = tmp_path / "inventory.ini"
     inv.write_text("[kvmtune_hosts]\nh1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3 "
-                   f"kvmtune_prefix={prefix} {how} kvmtune_collect_dir={tmp_path / 'collected'} "
-                   f"kvmtune_audit_args='{audit_args}'\n")
+                   f"kvmtune_prefix={prefix} {how} kvmtune_collect_dir={tmp_path / 'collected'}"
+                   + (f" kvmtune_audit_args='{audit_args}'" if audit_args is not None else "") + "\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROLE / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "al"),
            "ANSIBLE_REMOTE_TEMP": str(tmp_path / "ar")}
     return subprocess.run(["ansible-playbook", "-i", str(inv), str(ROLE / "site.yml")], capture_output=True,
@@ -137,6 +139,29 @@ def test_role_without_a_build_says_which_script_makes_it(tmp_path: Path) -> None
     run = _play(tmp_path, prefix, "--host", how=f"kvmtune_install_from=deb kvmtune_dist_dir={tmp_path / 'empty'}")
     status = json.loads((tmp_path / "collected" / "h1.json").read_text())
     assert "run scripts/build-deb.sh dist" in status["problem"], run.stdout[-3000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role runs as root")
+def test_role_audits_host_and_guests_by_default_names_the_collection_and_distributes_waivers(tmp_path: Path) -> None:
+    """Issue 31 item 10: the role's default audit is the host and what it runs (no --host: libvirt's domains and
+    the running QEMU processes too); the collection is named after the inventory. Issue 33: a fleet settings
+    file is copied to each host, root's and 0644, and the audits read it with --config."""
+    prefix, log = _stand_in(tmp_path)
+    run = _play(tmp_path, prefix, None)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    (argv,) = (log / "argv").read_text().splitlines()
+    assert argv.split()[:3] == ["audit", "--format", "json"]  # nothing narrows it to the host
+    marker = json.loads((tmp_path / "collected" / ".kvmtune-collection").read_text())
+    assert marker == {"kind": "kvmtune-fleet-collection", "name": str(tmp_path / "inventory.ini")}
+    waivers = tmp_path / "fleet.toml"
+    waivers.write_text('[[waiver]]\nrule = "KVM-HST-043"\nreason = "lab"\n')
+    dest = tmp_path / "host-etc" / "kvmtune" / "fleet.toml"
+    run = _play(tmp_path, prefix, None, how=f"kvmtune_wheel={tmp_path / 'kvmtune-0.1.0-py3-none-any.whl'} "
+                                            f"kvmtune_waivers_file={waivers} kvmtune_waivers_dest={dest}")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert dest.read_text() == waivers.read_text()
+    assert (dest.stat().st_uid, dest.stat().st_mode & 0o777) == (0, 0o644)
+    assert (log / "argv").read_text().splitlines()[1].split()[:3] == ["audit", "--config", str(dest)]
 
 
 def test_no_fixed_tmp_path_in_the_role() -> None:

@@ -194,21 +194,26 @@ def unaudited_hosts(v: FleetView) -> dict[str, tuple[int, str]]:
 
 
 def _bars_svg(v: FleetView) -> str:
-    """One stacked bar per host: findings by severity (inline SVG, no fetches)."""
+    """One stacked bar per host: open findings by severity (inline SVG, no fetches), hosts in the worst-hosts
+    table's order (by score, which weighs severity; a bar's height is a count, so it can be shorter than the next);
+    each bar's count is written over it."""
     ok = sorted((h for h in v.hosts if h.status == "ok"), key=lambda h: (-h.score, h.host))
     if not ok:
         return ""
-    top = max((len(h.findings) for h in ok), default=1) or 1
+    top = max((len(h.open) for h in ok), default=1) or 1
     bar_w, gap, height, left = 28, 18, 180, 40
     width = left + len(ok) * (bar_w + gap) + 20
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 90}" role="img" '
-             f'aria-label="findings per host by severity">']
-    parts.append(f'<text x="4" y="12" font-size="11">findings</text><line x1="{left - 4}" y1="20" x2="{left - 4}" '
-                 f'y2="{height + 20}" stroke="#333"/>')
+    parts = ["<p>Open findings per host by severity, hosts in score order (waived findings not counted)</p>",
+             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 60}" role="img" '
+             f'aria-label="open findings per host by severity">']
+    parts.append(f'<line x1="{left - 4}" y1="20" x2="{left - 4}" y2="{height + 20}" stroke="#333"/>')
     for i, h in enumerate(ok):
         x = left + i * (bar_w + gap)
         y = float(height + 20)
         c = _counts(h)
+        total = len(h.open)
+        parts.append(f'<text x="{x + bar_w / 2}" y="{height + 20 - total / top * height - 3:.1f}" font-size="10" '
+                     f'text-anchor="middle">{total}</text>')
         for s in reversed(SEVERITIES):
             n = c.get(s, 0)
             if not n:
@@ -259,19 +264,21 @@ def render_html(v: FleetView) -> str:
             for tag, fs in (("new", v.new), ("resolved", v.resolved)) for f in sorted(fs, key=lambda f: f.key))
         items += "".join(f"<li>not audited this time: {name(host, host in v.previous.claimed)}: {n} finding(s) "
                          f"({e(why)})</li>" for host, (n, why) in unaudited_hosts(v).items())
-        changes = (f"<h2>Since collection {v.previous.id}</h2><p>{len(v.new)} new, {len(v.resolved)} resolved, "
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.previous.created))
+        changes = (f"<h2>Since collection {v.previous.id} ({when})</h2><p>{len(v.new)} new, {len(v.resolved)} resolved, "
                    f"{len(v.unaudited)} not audited this time</p><ul>{items}</ul>")
     waived = sorted((f for h in ok for f in h.waived), key=lambda f: f.key)
     waivers = ""
     if waived or v.notes:
         waivers = (f"<h2>Waived findings ({len(waived)})</h2><p>Counted in no score or column above.</p>"
                    "<table><tr><th>host</th><th>rule</th><th>severity</th><th>where</th><th>waived because</th></tr>"
-                   + "".join(f"<tr><td>{name(f.host, f.host in v.claimed)}</td><td>{e(f.rule)}</td><td>{e(f.severity)}"
+                   + "".join(f"<tr><td>{name(f.host, f.host in v.claimed)}</td>"
+                             f"<td style=\"white-space:nowrap\">{e(f.rule)}</td><td>{e(f.severity)}"
                              f"</td><td>{e(_where(f))}</td><td>{e(f.waiver)}</td></tr>" for f in waived)
                    + "</table>" + "".join(f"<p>{e(n)}</p>" for n in v.notes))
     trend = ""
     if len(v.trend) > 1:
-        trend = "<h2>Trend</h2><table><tr><th>collection</th><th>findings</th><th>critical</th></tr>" + "".join(
+        trend = "<h2>Trend</h2><table><tr><th>collection</th><th>open findings</th><th>critical</th></tr>" + "".join(
             f"<tr><td>{cid}</td><td>{sum(c.values())}</td><td>{c.get('critical', 0)}</td></tr>"
             for cid, _, _, c in v.trend) + "</table>"
     head = "".join(f"<th>{s}</th>" for s in SEVERITIES)
