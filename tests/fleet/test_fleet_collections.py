@@ -136,6 +136,7 @@ def test_waived_findings_are_shown_apart_and_a_fleet_waiver_file_applies(tmp_pat
     assert "KVM-HST-043" in rules and "KVM-STO-004" not in rules and "KVM-HST-015" not in rules
     page = (tmp_path / "f.html").read_text()
     assert "<h2>Waived findings (2)</h2>" in page and "scratch database" in page
+    assert "hosts in score order (waived findings not counted)" in page  # the chart counts open findings only
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT host, rule FROM fleet_findings WHERE waiver != '' ORDER BY host").fetchall() == [
             ("web01", "KVM-STO-004"), ("web02", "KVM-HST-015")]
