@@ -74,7 +74,8 @@ class FakeOvs:
     """Answers ovs-vsctl and ovs-appctl as a running Open vSwitch does; records what was asked."""
 
     def __init__(self, dropped: int) -> None:
-        self.dropped, self.asked = dropped, []
+        self.dropped = dropped
+        self.asked: list[list[str]] = []
 
     def run(self, argv: list[str], **_: object) -> CommandResult:
         self.asked.append(argv)
