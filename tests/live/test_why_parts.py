@@ -95,6 +95,10 @@ def test_an_ovs_port_is_asked_through_the_runner_only_when_ovs_runs(tmp_path: Pa
     link = read_link(host, silent, "tap0")  # type: ignore[arg-type]
     assert link.ovs and link.counters == {} and silent.asked == []  # no database socket: OVS does not run
     write(tmp_path, "/run/openvswitch/db.sock", "")
+    hostile = FakeOvs(0)
+    (tmp_path / "sys/class/net/--db=x").mkdir()
+    (tmp_path / "sys/class/net/--db=x/master").symlink_to("../../../devices/virtual/net/ovs-system")
+    assert read_link(host, hostile, "--db=x").counters == {} and hostile.asked == []  # a name is never an option
     before = read_link(host, FakeOvs(2), "tap0")  # type: ignore[arg-type]
     after = read_link(host, FakeOvs(9), "tap0")  # type: ignore[arg-type]
     assert after.master == "ovsbr0" and after.counters["OVS port tap0 tx_dropped"] == 9

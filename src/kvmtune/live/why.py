@@ -15,6 +15,7 @@ Every line names a rule id, or says plainly that no rule covers it.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass, field
@@ -594,6 +595,7 @@ def _disk_extras(report: WhyReport, host: HostRoot, g: GuestSample, edges: DiskE
 
 
 OVS_DB = "/run/openvswitch/db.sock"
+_IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}")  # a Linux interface name that cannot start an option
 OVS_TIMEOUT_S = 2.0
 VHOST_BUSY = 0.5  # a single-queue NIC whose vhost worker is busy half a CPU or more is held by its one queue
 
@@ -632,6 +634,8 @@ def read_link(host: HostRoot, runner: Runner | None, tap: str) -> Link:
     """One tap's switch side: a Linux bridge through sysfs; an OVS port through ovs-vsctl/ovs-appctl, asked only
     when OVS runs (its database socket exists) and a runner is given."""
     link = Link()
+    if not _IFNAME.fullmatch(tap) or tap in (".", ".."):  # never an option to ovs-vsctl, never a path
+        return link
     queues = [q for q in host.listdir(f"/sys/class/net/{tap}/queues") if q.startswith("tx-")]
     link.queues = len(queues) or None
     master = (host.readlink(f"/sys/class/net/{tap}/master") or "").rsplit("/", 1)[-1] or None
