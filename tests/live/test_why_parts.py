@@ -11,7 +11,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnoser
 from kvmtune.live.model import DiskCounters, GuestSample, NicCounters
 from kvmtune.live.why import DiskEdges, Target, WhyReport, _disk_extras, _memory_lines, _net_lines, _Tracker, read_link
-from kvmtune.model.guest import Disk, Guest
+from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.runner import CommandResult
 
 from .test_why_unit import qemu, thread, write
@@ -179,3 +179,13 @@ def test_ksm_running_without_a_per_process_counter_is_a_note(tmp_path: Path) -> 
     _memory_lines(report, host, [])
     assert report.notes == ["KSM: runs, but /proc/100/ksm_merging_pages is not readable (Linux before 6.1): the "
                             "guest's share is not known"]
+
+
+def test_a_user_mode_nic_has_nothing_host_side_to_read_and_says_so(tmp_path: Path) -> None:
+    g = GuestSample("pid:100:ca", "ca", "pid 100", 100)
+    g.guest = Guest(name="ca", origin="pid 100", origin_kind="cmdline", vcpus=1, nics=[Nic(0, type="user")])
+    report = WhyReport(TARGET, 1.0, "tcg")
+    _net_lines(report, [], tracker(tmp_path), g, g, {}, {})
+    assert report.lines == [] and report.notes == [
+        "net: NIC 0 is QEMU's user-mode network (slirp; KVM-NET-003): no tap, bridge or vhost worker to read, its "
+        "packets are the work of QEMU's main loop"]

@@ -757,6 +757,10 @@ def _net_lines(report: WhyReport, diagnoses: list[Diagnosis], tr: _Tracker, a: G
                 _rule_fix("KVM-NET-008"), _verify("KVM-NET-008", report.target.name, "the vhost load spreads")))
     if delay >= _VCPU_WARN:
         _vhost_line(report, tr, delay, delay_cpu)
+    for n in b.guest.nics if b.guest is not None else []:
+        if n.type == "user":
+            report.notes.append(f"net: NIC {n.index} is QEMU's user-mode network (slirp; KVM-NET-003): no tap, bridge "
+                                "or vhost worker to read, its packets are the work of QEMU's main loop")
 
 
 def _kib(text: str, key: str) -> int | None:
