@@ -189,3 +189,16 @@ def test_a_user_mode_nic_has_nothing_host_side_to_read_and_says_so(tmp_path: Pat
     assert report.lines == [] and report.notes == [
         "net: NIC 0 is QEMU's user-mode network (slirp; KVM-NET-003): no tap, bridge or vhost worker to read, its "
         "packets are the work of QEMU's main loop"]
+
+
+def test_a_machine_type_before_5_2_names_kvm_sto_011_for_a_busy_disk(tmp_path: Path) -> None:
+    host = HostRoot(str(tmp_path))
+    g = GuestSample("pid:100:ca", "ca", "pid 100", 100, disks={"vda": DiskCounters()})
+    g.guest = Guest(name="ca", origin="pid 100", origin_kind="cmdline", vcpus=4, machine="pc-i440fx-4.2",
+                    disks=[Disk("vda", bus="virtio", source="rbd:pool/img", source_type="network")])
+    report = WhyReport(TARGET, 1.0, "tcg")
+    report.disks.append({"disk": "vda", "read_iops": 50.0, "write_iops": 0.0, "queue_depth": 3.0})
+    _disk_extras(report, host, g, DiskEdges(), Diagnoser(host).findings_for(g))
+    (line,) = report.lines
+    assert line.rule == "KVM-STO-011" and "1 queue for vda (4 vCPUs)" in line.what, line
+    assert report.disks[0]["host_device"] is None and report.disks[0]["queues"] == 1  # a network disk: no host device
