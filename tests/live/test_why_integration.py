@@ -184,3 +184,23 @@ def test_guest_run_disk_keeps_the_disk_busy_until_its_seconds(guest: ProbeGuest,
     assert disk["read_iops"] > 0 and disk["write_iops"] > 0, disk
     assert code == 0
     assert not list(workdir.glob("run-gw-disk-*"))  # its scratch image went with it
+
+
+def test_guest_run_net_streams_through_its_nic_and_why_says_what_it_cannot_read(guest: ProbeGuest, workdir: Path) -> None:
+    proc = start_load(workdir, "--load", "net", "--name", "gw-net", "--seconds", "40")
+    try:
+        assert proc.stdout is not None
+        rounds = []
+        for line in proc.stdout:  # a round is 5 s of netload against the host's server, rc 0 when it ran
+            if "KVMTUNE-NET-ROUND" in line:
+                rounds.append(line.strip())
+                break
+        rc, doc, err = why("gw-net")
+    finally:
+        proc.send_signal(2)
+        code = proc.wait(timeout=30)
+    assert rounds == ["console: KVMTUNE-NET-ROUND rc=0"], rounds
+    assert rc == 0, err
+    assert doc["emulation"] is True  # a TCG number, and it says so
+    assert any("user-mode network (slirp; KVM-NET-003)" in n for n in doc["notes"]), doc["notes"]
+    assert code == 130

@@ -4,7 +4,12 @@ It is started as libvirt and Proxmox VE start QEMU: ``-name N,debug-threads=on``
 threads) and a QMP socket, so every live source has what it reads. The load:
 
 - ``cpu``: one busy loop per vCPU;
-- ``disk``: fio random reads and writes on a scratch raw image (deleted afterwards), virtio-blk, cache=none.
+- ``disk``: fio random reads and writes on a scratch raw image (deleted afterwards), virtio-blk, cache=none;
+- ``net``: ``netload`` (put into the initramfs) streams from the guest, one 5 s round after another, to a
+  ``netload serve`` kvmtune starts on the host's loopback, through a virtio-net NIC on QEMU's user-mode network
+  (slirp: its host address 10.0.2.2 is the host's 127.0.0.1). No tap, bridge or root is needed, so there is no
+  vhost worker and no host-side NIC counter either: ``why`` says so and names KVM-NET-003; the packets are the
+  work of QEMU's main loop.
 
 The accelerator is the one ``kvmtune guest accel`` finds: under TCG every number the guest shows is an
 emulation number, and ``why`` says so.
@@ -14,6 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,21 +32,41 @@ from kvmtune.bench.qemu import Disk, GuestRun, VmSpec
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
 
-LOADS = ("cpu", "disk")  # net: not yet (the probe guest has no packet generator busybox drives faster than 1/s)
+LOADS = ("cpu", "disk", "net")
+NET_MODULES = ("virtio_pci", "virtio_net")
+NET_WORKLOAD = "str-writex30k"  # a steady TCP stream from the guest (netload's seed workload, 30 kB writes)
+SLIRP_HOST = "10.0.2.2"  # the host as QEMU's user-mode network shows it (its loopback)
 
 
 def _insmod(guest: ProbeGuest) -> str:
     return f"for m in {' '.join(guest.module_paths)}; do insmod /lib/modules/$m 2>/dev/null; done\n"
 
 
-def load_job(guest: ProbeGuest, load: str, smp: int) -> str:
-    """The guest's job script for ``load``."""
+def _net_job(guest: ProbeGuest, port: int, token: str) -> str:
+    insmod = "".join(f"insmod /lib/modules/{m} 2>/dev/null\n" for m in guest.modules_for(NET_MODULES))
+    return (insmod + "ip link set lo up\nip link set eth0 up\nip addr add 10.0.2.15/24 dev eth0\n"
+            f"ip route add default via {SLIRP_HOST}\n"
+            f"while :; do NETLOAD_TOKEN={token} netload run --workload {NET_WORKLOAD} --users 1 --duration 5s "
+            f"--remote {SLIRP_HOST}:{port} -q >/dev/null 2>&1; echo KVMTUNE-NET-ROUND rc=$?; done\n")
+
+
+def free_port() -> int:
+    """A TCP port on the host's loopback nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load_job(guest: ProbeGuest, load: str, smp: int, port: int = 0, token: str = "") -> str:
+    """The guest's job script for ``load`` (``net``: the host's netload server's port and token)."""
     if load == "cpu":
         return "".join("while :; do :; done &\n" for _ in range(smp)) + "wait\n"
     if load == "disk":
         return (_insmod(guest) + "while [ ! -b /dev/vda ]; do sleep 0.1; done\n"
                 "fio --name=load --filename=/dev/vda --rw=randrw --bs=4k --direct=1 --ioengine=psync "
                 "--time_based --runtime=86400 >/dev/null\n")
+    if load == "net":
+        return _net_job(guest, port, token)
     raise KvmtuneError(f"--load {load}: one of {', '.join(LOADS)}")
 
 
@@ -54,11 +82,14 @@ class LoadGuest:
     runner: Runner
     pin: str | None = None
     smp: int = 1
+    netload: str | None = None  # net: the host's netload binary (the guest's copy is in its initramfs)
 
     def __post_init__(self) -> None:
         self.rundir = self.workdir / f"run-{self.name}-{os.getpid()}"
         self.image = self.rundir / "disk.raw"
         self.run: GuestRun | None = None
+        self.server: subprocess.Popen[bytes] | None = None
+        self.port, self.token = 0, ""
 
     def _spec(self) -> VmSpec:
         extra = ["-name", f"{self.name},debug-threads=on"]
@@ -68,11 +99,24 @@ class LoadGuest:
             with open(self.image, "wb") as fh:
                 fh.truncate(1 << 30)
             disks = [Disk(str(self.image), "raw", "virtio-blk", "none", "threads")]
-        job = load_job(self.guest, self.load, self.smp)
+        if self.load == "net":
+            extra += ["-netdev", "user,id=n0,ipv6=off", "-device", "virtio-net-pci,netdev=n0"]
+        job = load_job(self.guest, self.load, self.smp, self.port, self.token)
         return VmSpec(guest=self.guest, accel=self.accel, smp=self.smp, job=job,
                       disks=disks, extra_args=extra, wrapper=["taskset", "-c", self.pin] if self.pin else [])
 
+    def _serve(self) -> None:
+        """The host end of the net load: netload's server on the loopback, for this run's token only."""
+        if self.netload is None:
+            raise KvmtuneError("--load net: no netload binary (build it: make -C netload)")
+        self.port, self.token = free_port(), secrets.token_hex(16)
+        self.server = self.runner.popen([self.netload, "serve", "-q", "--listen", f"127.0.0.1:{self.port}"],
+                                        env={**os.environ, "NETLOAD_TOKEN": self.token},
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def start(self) -> int:
+        if self.load == "net":
+            self._serve()
         self.run = GuestRun(self._spec(), self.rundir, self.runner, name=self.name)
         return self.run.start().pid
 
@@ -95,6 +139,13 @@ class LoadGuest:
     def close(self) -> None:
         if self.run is not None:
             self.run.close()
+        if self.server is not None:
+            self.server.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.server.wait(timeout=5)
+            if self.server.poll() is None:
+                self.server.kill()
+                self.server.wait()
         with contextlib.suppress(OSError):
             self.image.unlink()
         with contextlib.suppress(OSError):

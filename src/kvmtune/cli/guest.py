@@ -8,6 +8,7 @@ from pathlib import Path
 from kvmtune.bench.accel import detect_accel
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
 from kvmtune.bench.loadguest import LOADS, LoadGuest
+from kvmtune.bench.net.guest import find_netload
 from kvmtune.bench.workdir import default_workdir, ensure_dir
 from kvmtune.cli.command import Command, Outcome
 from kvmtune.errors import InputError, UsageError
@@ -40,9 +41,11 @@ def parse_extra(values: list[str]) -> list[ExtraFile]:
     return out
 
 
-def build_guest(args: argparse.Namespace, runner: Runner, force: bool = False) -> ProbeGuest:
+def build_guest(args: argparse.Namespace, runner: Runner, force: bool = False,
+                more: tuple[ExtraFile, ...] = ()) -> ProbeGuest:
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
-    builder = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=parse_extra(args.extra))
+    builder = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir,
+                           extra=[*parse_extra(args.extra), *more])
     return builder.build(force=force)
 
 
@@ -111,10 +114,12 @@ class GuestRunCommand(Command):
 
     def run(self, args: argparse.Namespace) -> Outcome:
         runner = Runner()
-        g = build_guest(args, runner)
+        netload = find_netload(None, runner) if args.load == "net" else None
+        g = build_guest(args, runner, more=(ExtraFile(netload, "/usr/bin/netload"),) if netload else ())
         workdir = args.workdir or default_workdir()
         choice = detect_accel(g, workdir, runner)
-        load = LoadGuest(g, args.load, args.name, choice.accel, workdir, runner, pin=args.pin, smp=args.smp)
+        load = LoadGuest(g, args.load, args.name, choice.accel, workdir, runner, pin=args.pin, smp=args.smp,
+                         netload=netload)
         try:
             pid = load.start()
             emulation = " (TCG: every number it shows is an emulation number)" if choice.accel == "tcg" else ""

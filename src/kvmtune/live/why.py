@@ -15,20 +15,25 @@ Every line names a rule id, or says plainly that no rule covers it.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import Rule, all_rules
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.errors import UsageError
-from kvmtune.host.root import HostRoot
+from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.live.diagnose import Diagnoser, Diagnosis
-from kvmtune.live.model import DiskCounters, GuestSample, Snapshot
+from kvmtune.live.model import DiskCounters, GuestSample, NicCounters, Snapshot
 from kvmtune.live.signals import rates
 from kvmtune.live.sources import Sampler, parse_schedstat, vcpu_index
 from kvmtune.live.symptoms import SIGNALS
 from kvmtune.live.threads import Owner, Owners, ThreadStat, read_threads
+from kvmtune.model.guest import Disk
+from kvmtune.runner import Runner
 
 TICK_S = 1.0
 THROTTLE_NEAR = 0.8  # a disk at 80 % or more of an I/O limit is held by it
@@ -195,12 +200,28 @@ class _Tracker:
         self.use: dict[int, dict[Owner, int]] = {}  # host CPU -> owner -> ns used
         self.own_use: dict[str, int] = {}  # the guest's own non-vCPU threads by name -> ns (I/O threads, main loop)
         self.sample_tid: dict[Owner, int] = {}
+        self.own_vcpu_use: dict[int, int] = {}  # host CPU -> ns the guest's own vCPUs used there
         self.prev: dict[int, ThreadStat] = {}
         self.prev_sched: dict[int, tuple[int, int]] = {}
         self.cgroup = _cgroup_dir(host, self.pid, next(iter(vcpus.values()), self.pid)) if self.pid else None
         self.cg_start: dict[str, int] = {}
         self.cg_end: dict[str, int] = {}
         self.t0 = self.t1 = time.monotonic()
+        self.vhost_comm = f"vhost-{self.pid}"
+        self.vhost_first: dict[int, tuple[int, int]] = {}  # vhost worker tid -> schedstat when first seen
+        self.vhost_last: dict[int, tuple[int, int]] = {}
+        self.vhost_cpu: dict[int, int] = {}  # the CPU it last ran on
+
+    def _vhost(self, now: dict[int, ThreadStat]) -> None:
+        """The guest's vhost workers' schedstat (kernel threads, or QEMU's own threads on Linux 6.4+)."""
+        for t in now.values():
+            if t.comm != self.vhost_comm:
+                continue
+            s = parse_schedstat(self.host.read_optional(f"/proc/{t.pid}/task/{t.tid}/schedstat") or "")
+            if s is not None:
+                self.vhost_first.setdefault(t.tid, s)
+                self.vhost_last[t.tid] = s
+                self.vhost_cpu[t.tid] = t.cpu
 
     def _cgroup_counters(self) -> dict[str, int]:
         if self.cgroup is None:
@@ -218,6 +239,7 @@ class _Tracker:
         sched = {tid: parse_schedstat(self.host.read_optional(f"/proc/{self.pid}/task/{tid}/schedstat") or "")
                  for tid in self.vcpus}
         self.t1 = time.monotonic()
+        self._vhost(now)
         if not self.prev:
             self.t0 = self.t1
             self.cg_start = self._cgroup_counters()
@@ -230,10 +252,13 @@ class _Tracker:
     def _account(self, now: dict[int, ThreadStat], sched: dict[int, tuple[int, int] | None]) -> None:
         for tid, t in now.items():
             before = self.prev.get(tid)
-            if before is None or (tid in self.vcpus and t.pid == self.pid) or t.pid == self.me:
+            if before is None or t.pid == self.me:
                 continue
             used = (t.ticks - before.ticks) * 1_000_000_000 // self.clk
             if used <= 0:
+                continue
+            if tid in self.vcpus and t.pid == self.pid:  # not its own neighbour, but its vhost worker's
+                self.own_vcpu_use[t.cpu] = self.own_vcpu_use.get(t.cpu, 0) + used
                 continue
             owner = self.owners.owner(t)
             self.use.setdefault(t.cpu, {}).setdefault(owner, 0)
@@ -466,21 +491,276 @@ def _disk_lines(report: WhyReport, a: GuestSample, b: GuestSample, dt: float, li
                     "explains it"))
 
 
-def _net_lines(report: WhyReport, diagnoses: list[Diagnosis], tr: _Tracker, g: GuestSample) -> None:
+HOST_BUSY = 0.8  # a backing device busy 80 % of the interval or more is saturated
+KSM_SHARE = 0.10  # KSM merging a tenth of the guest's memory or more is worth a line
+
+
+def backing_device(host: HostRoot, source: str | None) -> str | None:
+    """The host block device behind a disk's source: the device itself, or the one holding the file (through
+    ``/sys/dev/block/MAJ:MIN``); None for a network disk or a file on a file system without one (tmpfs, NFS)."""
+    if not source or not source.startswith("/"):
+        return None
+    try:
+        st = os.stat(host.beneath(source))
+    except (OSError, HostReadError):
+        return None
+    dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+    link = host.readlink(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    return link.rsplit("/", 1)[-1] if link else None
+
+
+def parse_diskstats(text: str) -> dict[str, tuple[int, int, int]]:
+    """``/proc/diskstats``: device -> (reads + writes completed, ms spent on them, ms the device was busy)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 13 and all(x.isdigit() for x in f[3:13]):
+            out[f[2]] = (int(f[3]) + int(f[7]), int(f[6]) + int(f[10]), int(f[12]))
+    return out
+
+
+@dataclass
+class DiskEdges:
+    """``/proc/diskstats`` at the start and the end of the sampling."""
+
+    t0: float = 0.0
+    t1: float = 0.0
+    start: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    end: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def read(self, host: HostRoot, first: bool) -> None:
+        stats = parse_diskstats(host.read_optional("/proc/diskstats") or "")
+        if first:
+            self.t0, self.start = time.monotonic(), stats
+        else:
+            self.t1, self.end = time.monotonic(), stats
+
+    def of(self, dev: str) -> dict[str, Any] | None:
+        if dev not in self.start or dev not in self.end:
+            return None
+        a, b = self.start[dev], self.end[dev]
+        ios, ms, busy = b[0] - a[0], b[1] - a[1], b[2] - a[2]
+        return {"device": dev, "await_ms": ms / ios if ios > 0 else None,
+                "util": min(1.0, busy / max(1e-3, (self.t1 - self.t0) * 1000)), "ios": ios}
+
+
+def _model_disk(g: GuestSample, name: str) -> Disk | None:
+    return next((d for d in (g.guest.disks if g.guest else []) if d.target == name or name.endswith(d.target)), None)
+
+
+def _queue_rule(findings: list[Finding], disk: Disk) -> tuple[str, Finding] | None:
+    """The rule of the KVM-STO-011 family that judged this disk's queue count, with its finding."""
+    for f in findings:
+        if f.rule == "KVM-STO-022" and f.target.device == disk.label and "queues=" in f.actual:
+            return f.rule, f
+        if f.rule == "KVM-STO-011" and disk.target in f.actual.replace(",", " ").split():
+            return f.rule, f
+    return None
+
+
+def _disk_extras(report: WhyReport, host: HostRoot, g: GuestSample, edges: DiskEdges, findings: list[Finding]) -> None:
+    """The backing device's host diskstats, and the queue count against the vCPUs, for each disk sampled."""
+    vcpus = len(g.vcpus) or (g.guest.vcpus if g.guest is not None and g.guest.vcpus else 1)
+    for entry in report.disks:
+        name = entry["disk"]
+        model = _model_disk(g, name)
+        dev = backing_device(host, model.source if model else None)
+        host_io = edges.of(dev) if dev else None
+        entry["host_device"] = host_io
+        ops = entry["read_iops"] + entry["write_iops"]
+        if host_io is not None:
+            aw = "–" if host_io["await_ms"] is None else f"{host_io['await_ms']:.1f} ms"
+            for line in report.lines:
+                if line.area == "disk" and line.what.startswith(f"disk {name}"):
+                    line.evidence += f"; host device {dev}: await {aw}, {host_io['util']:.0%} busy"
+            if host_io["util"] >= HOST_BUSY and ops >= 1:
+                report.lines.append(WhyLine(
+                    "disk", host_io["util"], f"disk {name}: its backing device {dev} was {host_io['util']:.0%} busy "
+                    f"on the host (await {aw})",
+                    f"/proc/diskstats {dev}: {host_io['ios']} I/Os, await {aw}, busy {host_io['util']:.0%} of the "
+                    f"interval; the guest did {ops:.0f} ops/s", "the host device behind it is saturated", None,
+                    f"move the image to a less busy device, or find who else uses {dev} (iotop, /proc/diskstats)",
+                    _verify(None, report.target.name, f"{dev} should be less than {HOST_BUSY:.0%} busy"),
+                    no_rule="no rule covers a saturated host device: it is shared with whatever else uses it"))
+        judged = _queue_rule(findings, model) if model is not None else None
+        entry["queues"] = model.queues if model is not None and model.queues else (1 if judged else None)
+        if judged is not None and ops >= 1:
+            rule, finding = judged
+            report.lines.append(WhyLine(
+                "disk", None, f"disk {name}: fewer queues than its {vcpus} vCPUs ({finding.actual})",
+                f"{ops:.0f} ops/s, queue depth {entry['queue_depth']:.1f}; {finding.evidence}",
+                "queue count against vCPUs: the vCPUs' submissions share one queue's lock", rule,
+                finding.fix.description or _rule_fix(rule),
+                _verify(rule, report.target.name, "the latency at the same load should fall")))
+
+
+OVS_DB = "/run/openvswitch/db.sock"
+_IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}")  # a Linux interface name that cannot start an option
+OVS_TIMEOUT_S = 2.0
+VHOST_BUSY = 0.5  # a single-queue NIC whose vhost worker is busy half a CPU or more is held by its one queue
+
+
+@dataclass
+class Link:
+    """What the host's side of one guest NIC shows: its switch, queues and the switch's drop counters."""
+
+    master: str | None = None  # the Linux bridge, or the OVS bridge
+    ovs: bool = False
+    queues: int | None = None  # the tap's queues (/sys/class/net/TAP/queues/tx-*)
+    counters: dict[str, int] = field(default_factory=dict)  # "bridge br0 rx_dropped" -> count
+
+
+def _ovs_numbers(text: str) -> dict[str, int]:
+    """``ovs-vsctl get Interface X statistics``: '{collisions=0, rx_dropped=3, …}'."""
+    out: dict[str, int] = {}
+    for part in text.strip().strip("{}").split(","):
+        key, _, value = part.strip().partition("=")
+        if value.strip().isdigit():
+            out[key] = int(value)
+    return out
+
+
+def _ovs_lost(text: str) -> int | None:
+    """``ovs-appctl dpctl/show``: 'lookups: hit:N missed:N lost:N' per datapath, summed."""
+    total = None
+    for line in text.splitlines():
+        for part in line.split():
+            if part.startswith("lost:") and part[5:].isdigit():
+                total = (total or 0) + int(part[5:])
+    return total
+
+
+def read_link(host: HostRoot, runner: Runner | None, tap: str) -> Link:
+    """One tap's switch side: a Linux bridge through sysfs; an OVS port through ovs-vsctl/ovs-appctl, asked only
+    when OVS runs (its database socket exists) and a runner is given."""
+    link = Link()
+    if not _IFNAME.fullmatch(tap) or tap in (".", ".."):  # never an option to ovs-vsctl, never a path
+        return link
+    queues = [q for q in host.listdir(f"/sys/class/net/{tap}/queues") if q.startswith("tx-")]
+    link.queues = len(queues) or None
+    master = (host.readlink(f"/sys/class/net/{tap}/master") or "").rsplit("/", 1)[-1] or None
+    if master == "ovs-system":
+        link.ovs = True
+        if runner is None or not host.exists(OVS_DB):
+            return link
+        br = runner.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S:.0f}", "port-to-br", tap], timeout=OVS_TIMEOUT_S + 1)
+        link.master = br.stdout.strip() or None if br.ok else None
+        st = runner.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S:.0f}", "get", "Interface", tap, "statistics"],
+                        timeout=OVS_TIMEOUT_S + 1)
+        numbers = _ovs_numbers(st.stdout) if st.ok else {}
+        for key in ("rx_dropped", "tx_dropped"):
+            if key in numbers:
+                link.counters[f"OVS port {tap} {key}"] = numbers[key]
+        dp = runner.run(["ovs-appctl", f"--timeout={OVS_TIMEOUT_S:.0f}", "dpctl/show"], timeout=OVS_TIMEOUT_S + 1)
+        lost = _ovs_lost(dp.stdout) if dp.ok else None
+        if lost is not None:
+            link.counters["OVS datapath lost (all ports)"] = lost
+        return link
+    link.master = master
+    if master:
+        for key in ("rx_dropped", "tx_dropped"):
+            value = host.read_optional(f"/sys/class/net/{master}/statistics/{key}")
+            if value and value.strip().isdigit():
+                link.counters[f"bridge {master} {key}"] = int(value)
+    return link
+
+
+def _vhost_delay(tr: _Tracker) -> tuple[float, int | None]:
+    """The vhost workers' run delay as a share of the interval, and the CPU the most delayed one last ran on."""
+    delays = {tid: tr.vhost_last[tid][1] - first[1] for tid, first in tr.vhost_first.items() if tid in tr.vhost_last}
+    if not delays:
+        return 0.0, None
+    worst = max(delays, key=lambda tid: delays[tid])
+    return sum(delays.values()) / tr.interval_ns, tr.vhost_cpu.get(worst)
+
+
+def _vhost_line(report: WhyReport, tr: _Tracker, delay: float, cpu: int | None) -> None:
+    users = {o: used for o, used in tr.use.get(cpu if cpu is not None else -1, {}).items()
+             if not (o.kind == "vhost" and o.pid == tr.pid)}
+    own = tr.own_vcpu_use.get(cpu if cpu is not None else -1, 0)
+    if own:
+        users[Owner("guest-vcpu", report.target.name, tr.pid, "its own vCPUs")] = own
+    head = f"the vhost worker waited {delay:.0%} of the interval for a host CPU"
+    if not users:
+        evidence, who = f"it last ran on CPU {cpu}; no thread seen there", None
+    else:
+        who, used = max(users.items(), key=lambda kv: kv[1])
+        evidence = f"it last ran on CPU {cpu}, which {who.label()} used for {used / tr.interval_ns:.0%} of the interval"
+    if who is not None and who.pid == tr.pid:
+        report.lines.append(WhyLine(
+            "net", delay, f"{head}: waits for {report.target.name}'s own threads", evidence,
+            "the guest's vhost worker shares host CPUs with its own vCPUs (libvirt puts vhost workers with the "
+            "emulator threads)", "KVM-CPU-021", _rule_fix("KVM-CPU-021") or "pin the emulator threads away",
+            _verify("KVM-CPU-021", report.target.name, "the vhost worker's wait should fall below 5 %")))
+        return
+    report.lines.append(WhyLine(
+        "net", delay, head + (f": waits for {who.name}" if who else ""), evidence,
+        "other threads take the vhost worker's CPU", None,
+        "give the guest's emulator threads (which carry its vhost workers) CPUs of their own (<emulatorpin>)",
+        _verify(None, report.target.name, "the vhost worker's wait should fall below 5 %"),
+        no_rule="no rule covers a vhost worker crowded by other threads: the audit cannot see who runs beside it"))
+
+
+def _drop_line(report: WhyReport, name: str, drops: dict[str, int], nic: dict[str, Any],
+               diagnosis: Diagnosis | None, mismatch: bool) -> None:
+    tap = drops.get("tap to guest", 0) + drops.get("tap from guest", 0)
+    where = "; ".join(f"{k} +{v}" for k, v in drops.items() if v > 0)
+    evidence = (f"{where}; txqueuelen {nic['txqueuelen']}; {nic['queues'] or '?'} queue(s) on {nic['vcpus']} vCPU(s); "
+                f"vhost worker {nic['vhost_cpu']:.0%} of a CPU, waited {nic['vhost_delay']:.0%}")
+    rule = diagnosis.rules[0] if diagnosis is not None and diagnosis.rules else None
+    if rule is None and tap and mismatch:
+        rule = "KVM-NET-008"
+    if tap:
+        cause, no_rule = "drops on the tap", "no rule covers these drops: no finding of its configuration explains them"
+        fix = (diagnosis.fix if diagnosis is not None and diagnosis.fix else _rule_fix(rule) if rule else
+               f"raise the tap's queue (ip link set {name} txqueuelen 10000), give the NIC queues = vCPUs")
+    else:
+        cause = "drops in the switch (the bridge or OVS), not on the tap"
+        no_rule = "no rule covers drops in a bridge or OVS: the audit judges guest definitions, not the switch's state"
+        fix = "look at the switch: its other ports, its flows (ovs-appctl dpctl/show), its MTU"
+        rule = None
+    report.lines.append(WhyLine(
+        "net", None, f"NIC {name}: {sum(drops.values())} packets dropped", evidence, cause, rule, fix,
+        _verify(rule, report.target.name, "no more drops"), no_rule="" if rule else no_rule))
+
+
+def _net_lines(report: WhyReport, diagnoses: list[Diagnosis], tr: _Tracker, a: GuestSample, b: GuestSample,
+               links0: dict[str, Link], links1: dict[str, Link]) -> None:
+    """Per NIC: drops on the tap and its bridge or OVS port, its queues against the vCPUs; the vhost worker's CPU and
+    run delay."""
     vhost = sum(used for per_cpu in tr.use.values() for o, used in per_cpu.items()
                 if o.kind == "vhost" and o.pid == tr.pid) / tr.interval_ns
-    for name in g.nics:
+    delay, delay_cpu = _vhost_delay(tr)
+    vcpus = len(b.vcpus) or (b.guest.vcpus if b.guest is not None and b.guest.vcpus else 1)
+    for name in sorted(b.nics):
+        na, nb = a.nics.get(name) or NicCounters(), b.nics[name]
+        la, lb = links0.get(name) or Link(), links1.get(name) or Link()
+        drops = {"tap to guest": nb.rx_drop - na.rx_drop, "tap from guest": nb.tx_drop - na.tx_drop}
+        drops.update({k: v - la.counters[k] for k, v in lb.counters.items() if k in la.counters})
         qlen = tr.host.read_optional(f"/sys/class/net/{name}/tx_queue_len")
-        report.nics.append({"nic": name, "txqueuelen": int(qlen) if qlen and qlen.strip().isdigit() else None,
-                            "vhost_cpu": vhost, "vcpus": len(g.vcpus)})
-    for d in diagnoses:
-        if d.signal.startswith("net-drops"):
-            rule = d.rules[0] if d.rules else None
+        drops = {k: max(0, v) for k, v in drops.items()}
+        nic: dict[str, Any] = {"nic": name, "txqueuelen": int(qlen) if qlen and qlen.strip().isdigit() else None,
+               "vhost_cpu": vhost, "vhost_delay": delay, "vcpus": vcpus, "queues": lb.queues,
+               "switch": "ovs" if lb.ovs else "bridge" if lb.master else None, "bridge": lb.master,
+               "drops": drops}
+        report.nics.append(nic)
+        queues = lb.queues
+        mismatch = queues is not None and ((vcpus >= 2 and queues == 1) or queues > vcpus)
+        if sum(drops.values()) > 0:
+            diagnosis = next((d for d in diagnoses if d.signal == f"net-drops {name}"), None)
+            _drop_line(report, name, drops, nic, diagnosis, mismatch)
+        elif mismatch and vhost >= VHOST_BUSY:
             report.lines.append(WhyLine(
-                "net", None, f"{d.signal}: {d.value} ({d.level})",
-                f"vhost worker {vhost:.0%} of a CPU; rules of its configuration: {d.explanation}", "drops on the tap",
-                rule, d.fix, _verify(rule, report.target.name, "no more drops"),
-                no_rule="" if rule else "no rule covers these drops: no finding of its configuration explains them"))
+                "net", None, f"NIC {name}: {queues} queue(s) on {vcpus} vCPU(s) while its vhost worker was busy "
+                f"{vhost:.0%} of a CPU", f"/sys/class/net/{name}/queues: {queues} tx queue(s)",
+                "queue count against vCPUs: one vhost worker and one vCPU carry the NIC", "KVM-NET-008",
+                _rule_fix("KVM-NET-008"), _verify("KVM-NET-008", report.target.name, "the vhost load spreads")))
+    if delay >= _VCPU_WARN:
+        _vhost_line(report, tr, delay, delay_cpu)
+    for n in b.guest.nics if b.guest is not None else []:
+        if n.type == "user":
+            report.notes.append(f"net: NIC {n.index} is QEMU's user-mode network (slirp; KVM-NET-003): no tap, bridge "
+                                "or vhost worker to read, its packets are the work of QEMU's main loop")
 
 
 def _kib(text: str, key: str) -> int | None:
@@ -491,19 +771,72 @@ def _kib(text: str, key: str) -> int | None:
     return None
 
 
-def _memory_lines(report: WhyReport, host: HostRoot, diagnoses: list[Diagnosis]) -> None:
+def _ksm_pages(host: HostRoot, pid: int) -> int | None:
+    """The process's pages KSM merged: ``/proc/PID/ksm_merging_pages`` (Linux 6.1+), or ``ksm_stat``'s line."""
+    text = host.read_optional(f"/proc/{pid}/ksm_merging_pages")
+    if text and text.strip().isdigit():
+        return int(text)
+    for line in (host.read_optional(f"/proc/{pid}/ksm_stat") or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "ksm_merging_pages" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _ksm_line(report: WhyReport, tr: _Tracker | None, pid: int, share: float, findings: list[Finding]) -> None:
+    ksmd = sum(used for per_cpu in (tr.use.values() if tr else ()) for o, used in per_cpu.items()
+               if o.kind == "kernel" and o.name == "ksmd") / (tr.interval_ns if tr else 1)
+    pinned = next((f for f in findings if f.rule == "KVM-MEM-001"), None)
+    rule = pinned.rule if pinned else None
+    report.lines.append(WhyLine(
+        "memory", share, f"KSM merges {share:.0%} of the guest's memory",
+        f"/proc/{pid}/ksm_merging_pages: {report.memory['ksm_kib'] // 1024} MiB; ksmd used {ksmd:.0%} of a CPU",
+        "KSM: every write to a merged page is a copy-on-write fault" +
+        ("; a pinned guest's pages merged across NUMA nodes" if pinned else ""), rule,
+        _rule_fix(rule) if rule else "<memoryBacking><nosharepages/> for this guest, or stop KSM where memory fits",
+        _verify(rule, report.target.name, "ksm_merging_pages should fall"),
+        no_rule="" if rule else "no rule covers KSM sharing on an unpinned guest: it is a memory trade, "
+        "judged host-wide (KVM-HST-005/006)"))
+
+
+def _hugepage_lines(report: WhyReport, findings: list[Finding]) -> None:
+    mem = report.memory
+    large = next((f for f in findings if f.rule == "KVM-MEM-004"), None)
+    if large is not None and not mem.get("hugetlb_kib") and (mem.get("thp_share") or 0.0) < 0.5:
+        report.lines.append(WhyLine(
+            "memory", None, "a large guest backed by small pages: no hugetlb pages, "
+            f"{mem.get('thp_share') or 0.0:.0%} transparent huge pages",
+            f"{large.actual}; HugetlbPages 0 kB", "TLB misses on 4 KiB pages", "KVM-MEM-004", large.fix.description,
+            _verify("KVM-MEM-004", report.target.name, "HugetlbPages should equal the guest's memory")))
+
+
+def _memory_lines(report: WhyReport, host: HostRoot, diagnoses: list[Diagnosis], tr: _Tracker | None = None,
+                  findings: list[Finding] | None = None) -> None:
     pid = report.target.pid
+    findings = findings or []
     if pid is not None:
         status = host.read_optional(f"/proc/{pid}/status") or ""
         rollup = host.read_optional(f"/proc/{pid}/smaps_rollup") or ""
         swap, anon, thp = _kib(status, "VmSwap"), _kib(rollup, "Anonymous"), _kib(rollup, "AnonHugePages")
+        hugetlb, ksm = _kib(status, "HugetlbPages"), _ksm_pages(host, pid)
+        backed = (anon or 0) + (hugetlb or 0)
+        ksm_kib = ksm * os.sysconf("SC_PAGE_SIZE") // 1024 if ksm is not None else None
         report.memory.update({"swap_kib": swap, "anon_kib": anon, "thp_kib": thp,
-                              "thp_share": thp / anon if thp is not None and anon else None})
+                              "thp_share": thp / anon if thp is not None and anon else None,
+                              "hugetlb_kib": hugetlb, "hugetlb_share": hugetlb / backed if hugetlb is not None and backed
+                              else None, "ksm_kib": ksm_kib,
+                              "ksm_share": ksm_kib / backed if ksm_kib is not None and backed else None})
+        if ksm is None and (host.read_optional("/sys/kernel/mm/ksm/run") or "").strip() == "1":
+            report.notes.append(f"KSM: runs, but /proc/{pid}/ksm_merging_pages is not readable (Linux before 6.1): "
+                                "the guest's share is not known")
         if swap:
             report.lines.append(WhyLine(
                 "memory", None, f"{swap / 1024:.0f} MiB of QEMU's memory is swapped out", f"/proc/{pid}/status VmSwap",
                 "swap", "KVM-HST-009", _rule_fix("KVM-HST-009"),
                 _verify("KVM-HST-009", report.target.name, "VmSwap should stay at 0")))
+        if (report.memory["ksm_share"] or 0.0) >= KSM_SHARE:
+            _ksm_line(report, tr, pid, report.memory["ksm_share"], findings)
+        _hugepage_lines(report, findings)
     for d in diagnoses:
         if d.signal in ("balloon", "psi-memory"):
             rule = d.rules[0] if d.rules else None
@@ -567,6 +900,11 @@ def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyRepo
         report.notes.append("cgroup: the guest has no cgroup v2 of its own (cgroup v1, or the root cgroup): "
                             "no per-guest PSI or CPU quota")
     report.accel = _accel(tr, sampler, target, g0)
+    runner = Runner() if host.is_live else None  # OVS is asked only about the host kvmtune runs on
+    taps = list(g0.nics)
+    links0 = {tap: read_link(host, runner, tap) for tap in taps}
+    edges = DiskEdges()
+    edges.read(host, first=True)
     if target.pid is not None:
         tr.tick()
     deadline = time.monotonic() + seconds
@@ -574,13 +912,17 @@ def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyRepo
         time.sleep(min(TICK_S, max(0.0, deadline - time.monotonic())))
         if target.pid is not None:
             tr.tick()
+    edges.read(host, first=False)
+    links1 = {tap: read_link(host, runner, tap) for tap in taps}
     last = sampler.snapshot()
     g1 = last.guests.get(target.key)
     if g1 is None:
         raise UsageError(f"{guest}: the guest stopped while it was sampled")
     report.seconds = max(last.t - first.t, 1e-6)
     report.notes.extend(last.notes + g1.notes)
-    diagnoses = [d for d in Diagnoser(host).diagnose(rates(first, last), last) if d.guest in (target.key, "")]
+    diagnoser = Diagnoser(host)
+    diagnoses = [d for d in diagnoser.diagnose(rates(first, last), last) if d.guest in (target.key, "")]
+    findings = diagnoser.findings_for(g1)
     online = last.host.online_cpus
     pinned = bool(g1.guest is not None and g1.guest.vcpu_pinned)
     _cpu_lines(tr, report, online, pinned)
@@ -588,7 +930,8 @@ def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyRepo
     limits = (_limits_libvirt(sampler, target, list(g1.disks)) if target.libvirt
               else _limits_qmp(sampler, target.pid) if target.pid else {})
     _disk_lines(report, g0, g1, report.seconds, limits, diagnoses, tr.own_use, tr.interval_ns)
-    _net_lines(report, diagnoses, tr, g1)
-    _memory_lines(report, host, diagnoses)
+    _disk_extras(report, host, g1, edges, findings)
+    _net_lines(report, diagnoses, tr, g0, g1, links0, links1)
+    _memory_lines(report, host, diagnoses, tr, findings)
     report.lines.sort(key=lambda line: -(line.share or 0.0))
     return report
