@@ -53,7 +53,39 @@ def test_fix_root_edits_pve_configs_and_undo_restores_them_byte_for_byte(tmp_pat
         "[PENDING]")[1]  # pending changes and snapshots untouched
     audit = json.loads(_cli("audit", "--root", str(tree), "--no-images", "--format", "json").stdout)
     left = {f["rule"] for f in audit["findings"] if f["fix"]["description"].startswith("qm set")}
-    assert left == {"KVM-CPU-001", "KVM-NET-001", "KVM-STO-012"}  # guest-visible: only with --allow-bus-change
+    # guest-visible: only with --allow-bus-change
+    assert left == {"KVM-CPU-001", "KVM-NET-001", "KVM-STO-012", "KVM-STO-001"}
+
+    undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
+    undone = _cli(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes")
+    assert undone.returncode == 0, undone.stderr
+    assert _sums(tree) == before
+
+
+def test_fix_root_moves_an_emulated_disk_to_virtio_keeping_its_volume_and_boot_place(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    before = _sums(tree)
+    confs = tree / "etc/pve/nodes/pve1/qemu-server"
+
+    plan = _cli("fix", "--root", str(tree), "--only", "KVM-STO-001")
+    assert plan.returncode == 0, plan.stderr
+    assert "KVM-STO-001 changes what the guest sees (--allow-bus-change)" in plan.stdout
+    assert _sums(tree) == before
+
+    applied = _cli("fix", "--root", str(tree), "--only", "KVM-STO-001", "--allow-bus-change", "--apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    win = (confs / "101.conf").read_text()
+    assert "sata0:" not in win and "unused" not in win
+    assert "virtio1: local-zfs:vm-101-disk-1,cache=writeback,discard=on,size=64G\n" in win  # the same volume
+    assert "boot: order=virtio1;ide0\n" in win  # it stays the disk the VM boots from
+    assert "virtio0: cifs-store:101/vm-101-disk-2.qcow2,cache=writethrough,size=40G\n" in win  # the other disk kept
+    db = (confs / "102.conf").read_text()
+    assert "ide0:" not in db and "virtio2: san-lvm:vm-102-disk-3,size=8G\n" in db and "boot" not in db
+    assert "viostor" in applied.stdout and "stop VM 101 first" in applied.stdout
+    assert "qm set 101 --virtio1 local-zfs:vm-101-disk-1,cache=writeback,discard=on,size=64G --boot " in applied.stdout
+    audit = json.loads(_cli("audit", "--root", str(tree), "--no-images", "--format", "json").stdout)
+    assert not [f for f in audit["findings"] if f["rule"] == "KVM-STO-001"]
 
     undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
     undone = _cli(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes")

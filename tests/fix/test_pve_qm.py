@@ -154,6 +154,68 @@ def test_undo_leaves_a_value_someone_else_changed_unless_forced(node: Node) -> N
     assert "virtio0: cifs-store:101/vm-101-disk-2.qcow2,cache=writethrough,size=40G" in node.values("101")[0]
 
 
+def test_the_stand_in_detaches_a_disk_to_unused_as_pve_does(node: Node) -> None:
+    node.qm("set", "101", "--delete", "sata0")
+    config = node.values("101")[0]
+    assert "sata0" not in config and "unused0: local-zfs:vm-101-disk-1\n" in config and "boot: order=ide0\n" in config
+
+
+def test_a_bus_change_on_a_stopped_vm_is_one_qm_set_and_undo_puts_the_disk_back(node: Node) -> None:
+    before = {v: node.values(v) for v in ("101", "102", "8006")}
+    applied = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-001", "--allow-bus-change")
+    assert applied.returncode == 0, applied.stderr
+    sets = _sets(node.calls())
+    assert sets["101"][5:] == ["--virtio1", "local-zfs:vm-101-disk-1,cache=writeback,discard=on,size=64G",
+                               "--boot", "order=virtio1;ide0", "--delete", "sata0"]
+    win = node.values("101")[1]
+    assert "sata0" not in win and "unused" not in win and "boot: order=virtio1;ide0\n" in win
+    assert "virtio1: local-zfs:vm-101-disk-1,cache=writeback,discard=on,size=64G\n" in win
+    db = node.values("102")[1]
+    assert "ide0:" not in db and "unused" not in db and "virtio2: san-lvm:vm-102-disk-3,size=8G\n" in db
+    journal = json.loads(next(node.journals.glob("*.json")).read_text())
+    entry = next(e for e in journal["changes"] if e["vmid"] == "101")
+    assert entry["prior"]["sata0"] == "local-zfs:vm-101-disk-1,cache=writeback,discard=on,size=64G"
+    assert entry["prior"]["virtio1"] is None and entry["new"]["sata0"] is None
+    assert refusals(_journal("/", **{k: entry[k] for k in ("vmid", "prior", "prior_current", "new")})) == []
+
+    undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
+    undone = node.kvmtune(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes")
+    assert undone.returncode == 0, undone.stderr
+    after = {v: node.values(v) for v in before}
+    assert after == before  # the same values (PVE's own order), no unusedN left behind
+
+
+def test_a_bus_change_on_a_running_vm_is_refused_with_its_reason(node: Node) -> None:
+    node.env["KVMTUNE_QM_RUNNING"] = "8006,101"
+    plan = node.kvmtune("fix", "--only", "KVM-STO-001", "--allow-bus-change")
+    assert plan.returncode == 0, plan.stderr
+    assert ("KVM-STO-001 (sata0 → virtio1) needs the VM stopped: on a running VM PVE would hot-plug the volume a "
+            "second time (qm shutdown 101, then kvmtune fix again)") in plan.stdout
+    assert "qm set 101" not in plan.stdout and "$ qm set 102 --virtio2 san-lvm:vm-102-disk-3,size=8G" in plan.stdout
+
+
+def test_undo_of_a_bus_change_never_attaches_a_volume_the_vm_no_longer_has(node: Node) -> None:
+    applied = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-001", "--allow-bus-change")
+    assert applied.returncode == 0, applied.stderr
+    node.qm("set", "101", "--delete", "virtio1")  # someone detached it
+    node.qm("set", "101", "--delete", "unused0")
+    undo = next(line for line in applied.stdout.splitlines() if line.startswith("Undo with: "))
+    forced = node.kvmtune(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes", "--force")
+    assert forced.returncode != 0
+    assert "sata0's volume local-zfs:vm-101-disk-1 is no longer attached to the VM" in forced.stdout + forced.stderr
+    assert "sata0" not in node.values("101")[0]
+
+
+def test_a_journal_may_move_a_volume_between_disk_keys_but_not_swap_in_another() -> None:
+    vol = "local-lvm:vm-101-disk-1"
+    move = {"vmid": "101", "prior": {"sata0": f"{vol},size=8G", "virtio1": None, "boot": "order=sata0"},
+            "prior_current": {"sata0": f"{vol},size=8G", "virtio1": None, "boot": "order=sata0"},
+            "new": {"sata0": None, "virtio1": f"{vol},size=8G", "boot": "order=virtio1"}}
+    assert refusals(_journal("/", **move)) == []
+    other = {**move, "new": {"sata0": None, "virtio1": "local-lvm:vm-999-disk-0,size=8G", "boot": "order=virtio1"}}
+    assert any("names another volume" in p for p in refusals(_journal("/", **other)))
+
+
 def _journal(root: str, **entry: object) -> Journal:
     j = Journal(id="20260101T000000Z-abcdef", directory=Path("/nonexistent"), root=root)
     j.entries = [QmEntry(what="qm set", **entry)]  # type: ignore[arg-type]

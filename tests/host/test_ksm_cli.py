@@ -41,6 +41,17 @@ def test_json_and_advice_without_overcommit(capsys: pytest.CaptureFixture[str]) 
     assert "wasted effort" in advice
 
 
+def test_advice_on_a_pve_node_leaves_ksm_to_ksmtuned(capsys: pytest.CaptureFixture[str], make_variant) -> None:  # type: ignore[no-untyped-def]
+    root = make_variant("rhel6-old", {"/etc/pve/storage.cfg": "dir: local\n\tpath /var/lib/vz\n",
+                                      "/proc/4242/comm": "ksmtuned\n"})
+    code, out, _ = ksm(["--root", str(root), "--format", "json"], capsys)
+    doc = json.loads(out)
+    advice = " ".join(doc["advice"])
+    assert code == 0 and doc["ksmtuned_thres_coef"] == 20
+    assert "ksmtuned started it" in advice and "KSM_THRES_COEF in /etc/ksmtuned.conf" in advice
+    assert "Consider echo 2" not in advice
+
+
 def test_ksm_off_and_absent(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = ksm(["--root", str(HOSTS / "nvme-modern")], capsys)
     assert code == 0 and "stopped" in out and "Nothing to change" in out

@@ -136,13 +136,19 @@ def test_a_running_qemu_pve_started_is_the_config_guest_not_a_second_one() -> No
     args = (HERE / "cmdlines" / "8006.args").read_text()
     by_uuid = guest_from_text(args, "/proc/4242/cmdline")
     by_id = guest_from_text(args.replace("uuid=6f1c2a3b", "uuid=00000000"), "/proc/4243/cmdline")
-    for process in (by_uuid, by_id):
+    # neither the UUID nor -id: PVE's pidfile path names the VMID
+    by_pidfile = guest_from_text(args.replace("uuid=6f1c2a3b", "uuid=00000000").replace("-id 8006 ", ""),
+                                 "/proc/4244/cmdline")
+    for process in (by_uuid, by_id, by_pidfile):
         process.active = True
         result = AuditResult()
         result.guests = [*read.guests, process]
         merge_pve_processes(result)
         assert [g.name for g in result.guests] == ["pve:8006 (web)"] and result.guests[0].active
         assert result.looked_at == [f"pve:8006 (web): running as {process.origin}"]
+    other = guest_from_text(args.replace("uuid=6f1c2a3b", "uuid=00000000").replace("-id 8006 ", "")
+                            .replace("/var/run/qemu-server/8006.pid", "/run/qemu-server/101.pid"), "/proc/4245/cmdline")
+    assert other.derived["pve_vmid"] == "101"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

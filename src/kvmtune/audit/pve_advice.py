@@ -30,6 +30,11 @@ def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> None:
                 finding.fix = FixHint("manual", "In this VM's Proxmox VE config (qm set or the web UI): "
                                       + finding.fix.description, finding.fix.safe)
             continue
-        restart = " (stored as pending while the VM runs; takes effect at its next start)"
-        finding.fix = FixHint(finding.fix.kind, f"{qm_set_line(cfg, change)}{restart}; web UI: {change.ui}",
+        if change.refused:
+            finding.fix = FixHint("manual", f"Not with one qm set: {change.refused}; web UI: {change.ui}",
+                                  finding.fix.safe)
+            continue
+        restart = "" if change.moves else " (stored as pending while the VM runs; takes effect at its next start)"
+        notes = "".join(f"; {n}" for n in change.notes)
+        finding.fix = FixHint(finding.fix.kind, f"{qm_set_line(cfg, change)}{restart}{notes}; web UI: {change.ui}",
                               finding.fix.safe)

@@ -44,7 +44,7 @@ from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import known_runtime_path
 from kvmtune.inputs import check_private, read_private
 from kvmtune.proxmox.config import DISK_KEY, NET_KEY, split_property_string
-from kvmtune.proxmox.qm import settable, valid_vmid
+from kvmtune.proxmox.qm import same_value, settable, valid_vmid
 
 DEFAULT_DIR = "/var/lib/kvmtune/journal"
 ENV_DIR = "KVMTUNE_JOURNAL_DIR"
@@ -354,6 +354,7 @@ def qm_refusals(e: QmEntry, root: str) -> list[str]:
     if not valid_vmid(e.vmid):
         return [f"{e.vmid!r} is not a VMID"]
     out: list[str] = []
+    moved = _moved_volumes(e)
     for key in sorted({*e.prior, *e.prior_current, *e.new, *e.pending}):
         if not settable(key):
             out.append(f"VM {e.vmid}: {key!r} is not a key kvmtune sets")
@@ -361,12 +362,27 @@ def qm_refusals(e: QmEntry, root: str) -> list[str]:
         values = [v for v in (e.prior.get(key), e.prior_current.get(key), e.new.get(key)) if v is not None]
         if any("\n" in v or "\0" in v or v.startswith("-") for v in values):
             out.append(f"VM {e.vmid}: {key} has a value qm set would not take")
+        elif key in moved:
+            continue
         elif DISK_KEY.match(key) or NET_KEY.match(key):
             anchor = "bridge" if NET_KEY.match(key) else None
             heads = {_anchor(v, anchor) for v in values}
             if len(values) != 3 or len(heads) != 1:
                 out.append(f"VM {e.vmid}: {key} names another volume or bridge before and after")
     return out
+
+
+def _moved_volumes(e: QmEntry) -> set[str]:
+    """The disk keys of a bus change (KVM-STO-001's PVE form): each volume detached from one key (set before, in
+    effect, ``None`` after) is attached under exactly one new key (unset before, set after) and no other volume
+    is; such an entry moves volumes the VM had, never attaches another. Empty when the entry is not that."""
+    sources = {k: _anchor(v, None) for k, v in e.prior.items() if DISK_KEY.match(k) and v is not None
+               and e.new.get(k, "") is None and same_value(e.prior_current.get(k), v)}
+    targets = {k: _anchor(v, None) for k, v in e.new.items() if DISK_KEY.match(k) and v is not None
+               and e.prior.get(k) is None and e.prior_current.get(k) is None}
+    if not sources or sorted(sources.values()) != sorted(targets.values()):
+        return set()
+    return {*sources, *targets}
 
 
 def _anchor(value: str, prop: str | None) -> str:

@@ -29,7 +29,7 @@ from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import qm
-from kvmtune.proxmox.config import PveConfig
+from kvmtune.proxmox.config import DISK_KEY, PveConfig, drive_props
 from kvmtune.proxmox.guest import config_of
 from kvmtune.proxmox.load import host_storages, read_config_text, read_host
 from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, new_values, qm_set_line
@@ -106,6 +106,7 @@ class QmSet(Change[QmEntry]):
             now = qm.config(ctx.runner, e.vmid, current=True)
         except qm.QmError as exc:
             raise KvmtuneError(str(exc)) from None
+        _check_moved_volumes(e, after)
         todo = [k for k in e.new if not qm.same_value(after.values.get(k), e.prior.get(k))]
         if not todo:
             ctx.done.append(f"Proxmox VE VM {e.vmid}: already as before")
@@ -129,6 +130,18 @@ class QmSet(Change[QmEntry]):
         ctx.done.append(f"Proxmox VE VM {e.vmid}: {', '.join(sorted(e.new))} as qm config showed them before")
 
 
+def _check_moved_volumes(e: QmEntry, now: qm.QmConfig) -> None:
+    """Undoing a bus change re-attaches a volume under its old key: only one the VM holds now (under any disk key),
+    never one a journal names that the VM no longer has, even with --force."""
+    attached = {drive_props(v)[0] for k, v in now.values.items() if DISK_KEY.match(k)}
+    for key, value in e.prior.items():
+        if value is not None and DISK_KEY.match(key) and key in e.new and e.new[key] is None:
+            volume = drive_props(value)[0]
+            if volume not in attached:
+                raise KvmtuneError(f"Proxmox VE VM {e.vmid}: {key}'s volume {volume} is no longer attached to the "
+                                   "VM; not re-attached")
+
+
 def has_pve(root: str, runner: Runner | None = None) -> bool:
     """A tree with PVE's ``/etc/pve``, or this host with it or with PVE's ``qm``."""
     host = HostRoot(root)
@@ -138,7 +151,7 @@ def has_pve(root: str, runner: Runner | None = None) -> bool:
 
 
 def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[type[Rule]], options: FixOptions,
-             plan: Plan) -> tuple[QmChange, list[Reason]]:
+             plan: Plan, *, running: bool = False) -> tuple[QmChange, list[Reason]]:
     """The merged ``qm set`` change of one guest's findings, and why (each finding with its config lines)."""
     change = QmChange()
     reasons: list[Reason] = []
@@ -146,6 +159,15 @@ def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[ty
     for finding in run_rules(ctx, [guest], [], False, rules):
         one = change_for(forms.get(finding.rule), cfg, finding.target.device)
         if one is None:
+            continue
+        if one.refused:
+            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule}: {one.refused}")
+            continue
+        if one.moves and running:
+            moved = ", ".join(f"{old} → {new}" for old, new in one.moves.items())
+            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} ({moved}) needs the VM "
+                                "stopped: on a running VM PVE would hot-plug the volume a second time "
+                                f"(qm shutdown {cfg.vmid}, then kvmtune fix again)")
             continue
         if one.guest_visible and not options.allow_bus_change:
             plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "
@@ -186,8 +208,9 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
             continue
         plan.changes.append(PveConfEdit(path=path, shown=cfg.path, before=before, after=after, reasons=reasons,
                                         guest=guest.name))
-        plan.notes.append(f"{guest.name}: on a running node the same change is: {qm_set_line(cfg, change)} "
-                          "(pending until the VM's next start)")
+        plan.notes.extend(f"{guest.name}: {n}" for n in change.notes)
+        when = "with the VM stopped" if change.moves else "pending until the VM's next start"
+        plan.notes.append(f"{guest.name}: on a running node the same change is: {qm_set_line(cfg, change)} ({when})")
 
 
 def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan) -> None:
@@ -212,13 +235,14 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
             continue
         cfg.path = f"qm config {vm.vmid}"
         guest.on_audited_host = guest.images_here = True
-        change, reasons = _changes(guest, cfg, ctx, rules, options, plan)
+        change, reasons = _changes(guest, cfg, ctx, rules, options, plan, running=vm.running)
         values = new_values(cfg, change)
         values = {k: v for k, v in values.items() if not qm.same_value(pending.values.get(k), v)}
         if not values:
             continue
         after = apply_to_text(text, cfg, change)
         notes = [PENDING_NOTE.format(vm.vmid)] if vm.running else []
+        notes += change.notes
         waiting = sorted(k for k in {*pending.values, *current.values}
                          if k != "description" and pending.values.get(k) != current.values.get(k))
         if waiting:

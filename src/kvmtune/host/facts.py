@@ -66,6 +66,9 @@ T = TypeVar("T")
 
 QEMU_DEFAULT_MEMORY_KIB = 128 * 1024  # QEMU's -m default
 SKIP_BLOCK_PREFIXES = ("loop", "ram", "zram", "dm-", "md", "sr", "fd", "nbd", "rbd", "drbd", "bcache", "mmcblk")
+# ksmtuned (PVE's ksm-control-daemon) starts KSM when less than this % of RAM is free to it, or when the QEMU
+# processes' memory comes within it of RAM
+KSMTUNED_THRES_COEF_DEFAULT = 20
 SYSCTL_CONF_DIRS = ("/usr/lib/sysctl.d", "/lib/sysctl.d", "/run/sysctl.d", "/etc/sysctl.d")
 
 
@@ -731,6 +734,23 @@ class HostFacts:
         return parse_pve_firewall_enable(text) if text is not None else False
 
     @cached_property
+    def ksmtuned_thres_coef(self) -> int:
+        """ksmtuned's ``KSM_THRES_COEF`` (``/etc/ksmtuned.conf``; unset or unreadable: 20, PVE's default):
+        ksmtuned runs KSM while less than this share of RAM (in %) is free to it (MemFree + Buffers + Cached), or
+        while the QEMU processes' memory plus this share exceeds RAM."""
+        text = self.text("/etc/ksmtuned.conf", quiet=True) or ""
+        value = KSMTUNED_THRES_COEF_DEFAULT
+        for line in text.splitlines():
+            m = re.fullmatch(r"\s*KSM_THRES_COEF=[\"']?([0-9]{1,2})[\"']?\s*(#.*)?", line)
+            if m:
+                value = int(m.group(1))  # the file is sourced by a shell: the last assignment counts
+        return value
+
+    def ksmtuned_manages_ksm(self) -> bool:
+        """On a Proxmox VE node with ksmtuned running, ksmtuned starts and stops KSM itself."""
+        return self.pve_node and self.process_running("ksmtuned")
+
+    @cached_property
     def zfs_arc(self) -> ZfsArc | None:
         """The ZFS ARC, where the zfs module is loaded."""
         return self.parsed("/proc/spl/kstat/zfs/arcstats", parse_arcstats)
@@ -743,6 +763,7 @@ class HostFacts:
             "entropy_poolsize", "block_devices", "mounts", "net_devices", "softnet", "guests", "ksmd",
             "tuned_profile", "cpu_governors", "energy_perf_bias", "cpuidle_states", "pinned_guest_cpus",
             "process_names", "irq_affinity", "iommu_groups", "pve_node", "pve_firewall_enabled", "zfs_arc",
+            "ksmtuned_thres_coef",
         ):
             getattr(self, name)
         for dev in self.net_devices.values():

@@ -36,6 +36,7 @@ class KsmReport:
     guest_memory_kib: int = 0
     mem_total_kib: int | None = None
     memory_ratio: float | None = None
+    ksmtuned_thres_coef: int | None = None  # a Proxmox VE node whose ksmtuned starts and stops KSM: its threshold
     advice: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -54,6 +55,8 @@ def build_report(facts: HostFacts) -> KsmReport:
     rep.mem_total_kib = facts.mem_total_kib
     rep.memory_ratio = facts.memory_ratio
     rep.numa_nodes = len(facts.numa_nodes)
+    if facts.ksmtuned_manages_ksm():
+        rep.ksmtuned_thres_coef = facts.ksmtuned_thres_coef
     if ksm is None:
         rep.state = "not available (kernel without CONFIG_KSM, or /sys/kernel/mm/ksm missing)"
         rep.advice.append("KSM is not available; memory overcommit has to come from ballooning or fewer guests.")
@@ -80,11 +83,19 @@ def advise(rep: KsmReport) -> list[str]:
     ratio = rep.memory_ratio
     c = rep.counters
     running = rep.run == 1
-    if running and rep.guests and ratio is not None and ratio < 0.9:
-        cpu = f" ksmd has used {rep.ksmd_cpu_percent:.1f} % of a CPU since boot." if rep.ksmd_cpu_percent else ""
+    coef = rep.ksmtuned_thres_coef
+    cpu = f" ksmd has used {rep.ksmd_cpu_percent:.1f} % of a CPU since boot." if rep.ksmd_cpu_percent else ""
+    if running and rep.guests and ratio is not None and ratio < 0.9 and coef is None:
         out.append(
             f"Guests' memory ({ratio:.2f}× RAM) fits without KSM: it costs CPU and splits huge pages for savings "
             f"the host does not need.{cpu} Consider echo 2 > /sys/kernel/mm/ksm/run (KVM-HST-005)."
+        )
+    elif running and rep.guests and ratio is not None and coef is not None and ratio < min(0.9, 1 - coef / 100):
+        out.append(
+            f"Guests' memory ({ratio:.2f}× RAM) fits without KSM, but this Proxmox VE node's ksmtuned started it: "
+            f"less than KSM_THRES_COEF={coef} % of RAM is free to it.{cpu} Writing to ksm/run lasts only until its "
+            "next check; lower KSM_THRES_COEF in /etc/ksmtuned.conf, or systemctl disable --now ksmtuned and "
+            "echo 2 > /sys/kernel/mm/ksm/run (KVM-HST-005)."
         )
     if not running and ratio is not None and ratio > 1.0:
         out.append(

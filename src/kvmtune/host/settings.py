@@ -176,9 +176,10 @@ def reno_want(facts: HostFacts, cur: str) -> str | None:
 
 
 def ksm_run_want(facts: HostFacts, cur: str) -> str | None:
-    """KSM on while guests' memory exceeds RAM, off while they use well under it."""
+    """KSM on while guests' memory exceeds RAM, off while they use well under it; never on a Proxmox VE node whose
+    ksmtuned runs (it starts and stops KSM itself: a value written here lasts until its next check)."""
     ratio = facts.memory_ratio
-    if ratio is None:
+    if ratio is None or facts.ksmtuned_manages_ksm():
         return None
     if ratio > 1.0 and normalise(cur) != "1":
         return "1"

@@ -22,7 +22,7 @@ TIMEOUT_S = 60.0
 _VMID = re.compile(r"^[1-9][0-9]{2,8}$")
 _KEY_LINE = re.compile(r"^([a-z][a-z0-9_-]*):\s?(.*)$")
 # the config keys kvmtune's qm set forms change (and so the only keys a journal may set or revert)
-SETTABLE = frozenset({"scsihw", "rng0", "balloon", "cpu"})
+SETTABLE = frozenset({"scsihw", "rng0", "balloon", "cpu", "boot", "bootdisk"})
 
 
 class QmError(KvmtuneError):

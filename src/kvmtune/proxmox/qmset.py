@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvmtune.proxmox.config import NET_KEY, PveConfig, split_property_string
+from kvmtune.proxmox.config import NET_KEY, PveConfig, drive_props, format_property_string, split_property_string
 
 
 @dataclass
@@ -26,12 +26,17 @@ class QmChange:
     props: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> properties to set in its string
     ui: str = ""
     guest_visible: bool = False  # the guest sees other hardware (controller, NIC model): --allow-bus-change
+    moves: dict[str, str] = field(default_factory=dict)  # a drive re-attached under another key: old -> new
+    refused: str = ""  # the form applies, but this config cannot take it (why, in one line); nothing to change
+    notes: list[str] = field(default_factory=list)  # what the operator must know beside the change
 
     def merge(self, other: QmChange) -> None:
         self.values.update(other.values)
         for key, props in other.props.items():
             self.props.setdefault(key, {}).update(props)
         self.guest_visible = self.guest_visible or other.guest_visible
+        self.moves.update(other.moves)
+        self.notes.extend(n for n in other.notes if n not in self.notes)
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,8 @@ class PveForm:
 
     ``kind`` says how: ``disk-props`` (``values`` set in the finding's drive), ``set`` (VM options: ``values``,
     an empty value deletes the key), or a form that needs the config: ``aio``, ``iothread``, ``scsihw``,
-    ``nic-model``, ``queues``. ``ui`` is the web UI's field, ``{}`` standing for the config key."""
+    ``nic-model``, ``queues``, ``bus`` (the drive's volume re-attached on virtio-blk). ``ui`` is the web UI's
+    field, ``{}`` standing for the config key."""
 
     kind: str
     ui: str
@@ -130,9 +136,60 @@ def _queues(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     return QmChange(props={key: {"queues": str(min(vcpus, 8))}}, ui=form.ui.format(key))
 
 
+# the drive properties a virtio-blk drive does not take (qemu-server Drive.pm: $virtio_fmt is the common drive
+# properties, iothread and ro; ide and sata add model, ssd and wwn)
+_NOT_ON_VIRTIO_DROPPED = ("ssd",)  # a hint about the medium: virtio-blk has no rotation rate to announce
+_NOT_ON_VIRTIO_REFUSED = ("model", "wwn", "product", "vendor", "scsiblock", "queues")  # the guest may name the disk by it
+_MAX_VIRTIO = 16
+
+
+def _bus(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
+    """An IDE or SATA data disk moved to virtio-blk, keeping its volume (what the web UI does with Detach, then
+    Edit on the ``unusedN`` it leaves and Add on the VirtIO Block bus): ``qm set VMID --delete sata0 --virtio1
+    VOLUME,… [--boot order=…]``. PVE registers the detached volume as ``unusedN`` and drops that entry again when
+    the same call attaches the volume under its new key (qemu-server: ``vmconfig_register_unused_drive``, and
+    ``write_config`` removing an ``unusedN`` whose volume is in use); ``--delete`` also removes the old key from
+    ``boot: order=``, so the new key takes its place there."""
+    key = _disk_key(cfg, device)
+    if key is None or not key.startswith(("ide", "sata")):
+        return None
+    ui = form.ui.format(key)
+    volume, props = drive_props(cfg.current[key])
+    refused = sorted(p for p in props if p in _NOT_ON_VIRTIO_REFUSED)
+    if refused:
+        return QmChange(ui=ui, refused=f"{key} sets {', '.join(refused)}, which a virtio-blk drive cannot carry and "
+                                          "the guest may name the disk by: move it by hand")
+    if key in cfg.pending or key in cfg.pending_delete:
+        return QmChange(ui=ui, refused=f"{key} has a pending change: apply it (restart the VM) or revert it first")
+    used = {k for k in (*cfg.current, *cfg.pending) if k.startswith("virtio")}
+    new = next((f"virtio{n}" for n in range(_MAX_VIRTIO) if f"virtio{n}" not in used), None)
+    if new is None:
+        return QmChange(ui=ui, refused=f"no free virtio drive key (virtio0 to virtio{_MAX_VIRTIO - 1} are in use)")
+    rest = {k: v for k, v in props.items() if k not in _NOT_ON_VIRTIO_DROPPED}
+    value = ",".join([volume, *(f"{k}={rest[k]}" for k in sorted(rest))])
+    change = QmChange(values={key: None, new: value}, ui=ui, guest_visible=True, moves={key: new})
+    dropped = [p for p in _NOT_ON_VIRTIO_DROPPED if p in props]
+    if dropped:
+        change.notes.append(f"{key}'s {', '.join(dropped)}= has no virtio-blk form and is left out")
+    boot = cfg.current.get("boot", "")
+    items = split_property_string(boot)
+    order = next((v for k, v in items if k == "order"), None)
+    if order is not None and key in order.split(";"):
+        new_order = ";".join(new if d == key else d for d in order.split(";"))
+        change.values["boot"] = format_property_string([(k, new_order if k == "order" else v) for k, v in items])
+    elif order is None and cfg.current.get("bootdisk") == key:
+        change.values["bootdisk"] = new  # the legacy boot format: the disk it boots from is named by bootdisk
+    change.notes.append(f"stop VM {cfg.vmid} first: on a running VM PVE would hot-plug {new} while {key} still "
+                        "holds the same volume")
+    if cfg.current.get("ostype", "").startswith("w"):
+        change.notes.append("Windows needs the virtio-blk driver (viostor, from the virtio-win ISO) installed before "
+                            f"{key} moves, or it will not find its disk")
+    return change
+
+
 KINDS: dict[str, Form] = {
     "disk-props": _disk_props, "set": _set, "aio": _aio, "iothread": _iothread, "scsihw": _scsihw,
-    "nic-model": _nic_model, "queues": _queues,
+    "nic-model": _nic_model, "queues": _queues, "bus": _bus,
 }
 CACHE_NONE = PveForm("disk-props", "Hardware > Hard Disk ({}) > Cache: No cache", (("cache", "none"),))
 
@@ -145,7 +202,8 @@ def change_for(form: PveForm | None, cfg: PveConfig, device: str | None) -> QmCh
 def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:
     """Each changed key's new value (``None``: deleted), property strings in PVE's own order."""
     out: dict[str, str | None] = dict(change.values)
-    for key, props in change.props.items():
+    for old, props in change.props.items():
+        key = change.moves.get(old, old)  # another finding's change to a drive this change moves: made on its new key
         base = out.get(key) or cfg.current.get(key)
         if base is None:
             continue

@@ -269,6 +269,16 @@ def _read_pve_id(r: _Reading, opt: Option) -> None:
     r.guest.derived["pve_vmid"] = (opt.value or "").strip()  # Proxmox VE's -id <vmid>: which config it runs
 
 
+_PVE_PIDFILE = re.compile(r"^/(?:var/)?run/qemu-server/([1-9][0-9]{2,8})\.pid$")
+
+
+def _read_pve_pidfile(r: _Reading, opt: Option) -> None:
+    """Proxmox VE's ``-pidfile /var/run/qemu-server/<vmid>.pid`` names the config too (``-id`` wins where both are)."""
+    m = _PVE_PIDFILE.match((opt.value or "").strip())
+    if m:
+        r.guest.derived.setdefault("pve_vmid", m.group(1))
+
+
 def _read_uuid(r: _Reading, opt: Option) -> None:
     r.guest.uuid = (opt.value or "").strip() or None
 
@@ -403,6 +413,7 @@ OPTION_READERS: dict[str, OptionReader] = {
     "-name": _read_name,
     "-uuid": _read_uuid,
     "-id": _read_pve_id,
+    "-pidfile": _read_pve_pidfile,
     "-smbios": _read_smbios,
     "-machine": _read_machine,
     "-M": _read_machine,

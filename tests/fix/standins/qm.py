@@ -3,7 +3,8 @@
 No real PVE (no pmxcfs, no API) is involved: this models what kvmtune relies on, as the PVE admin guide and
 ``qm(1)`` document it. ``KVMTUNE_QM_TREE`` is the fake ``/etc/pve``; this node is ``KVMTUNE_QM_NODE``
 (default pve1); the VMs named in ``KVMTUNE_QM_RUNNING`` (comma-separated VMIDs) run, so ``qm set`` keeps their
-changes in ``[PENDING]`` as PVE does for changes it cannot hotplug; every call is appended to
+changes in ``[PENDING]`` as PVE does for changes it cannot hotplug (a stopped VM's detached disk becomes
+``unusedN`` and leaves the boot order; re-attaching its volume drops the ``unusedN``); every call is appended to
 ``KVMTUNE_QM_LOG`` as a JSON list. The config is written back the way PVE writes it (description first,
 keys sorted, ``[PENDING]`` with its ``delete:`` line, then the snapshot sections), so bytes differ from a
 hand-edited file while values stay.
@@ -14,8 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
+
+DRIVE = re.compile(r"^(ide|sata|scsi|virtio)[0-9]+$")
 
 
 def _conf(vmid: str) -> Path:
@@ -51,8 +55,34 @@ def _read(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[s
     return description, current, pending, delete, rest
 
 
+def _volume(value: str) -> str:
+    return value.split(",", 1)[0].removeprefix("file=")
+
+
+def _detach(vmid: str, key: str, conf: dict[str, str]) -> None:
+    """PVE's vmconfig_register_unused_drive: a detached disk of a PVE storage that this VM owns becomes unusedN."""
+    value = conf.pop(key)
+    volume = _volume(value)
+    if "media=cdrom" in value or ":" not in volume or f"vm-{vmid}-" not in volume:
+        return
+    n = next(n for n in range(256) if f"unused{n}" not in conf)
+    conf[f"unused{n}"] = volume
+
+
+def _drop_from_boot(key: str, conf: dict[str, str]) -> None:
+    """``--delete KEY`` also removes KEY from ``boot: order=`` (qemu-server API2/Qemu.pm, update_vm_api)."""
+    boot = conf.get("boot", "")
+    if boot.startswith("order="):
+        order = [d for d in boot.removeprefix("order=").split(";") if d != key]
+        conf["boot"] = "order=" + ";".join(order)
+
+
 def _write(path: Path, description: list[str], current: dict[str, str], pending: dict[str, str],
            delete: list[str], rest: str) -> None:
+    # PVE's write_config drops an unusedN entry whose volume a drive uses again
+    used = {_volume(v) for k, v in [*current.items(), *pending.items()] if DRIVE.match(k)}
+    for key in [k for k, v in current.items() if k.startswith("unused") and v in used]:
+        del current[key]
     text = "".join(f"#{d}\n" for d in description) + "".join(f"{k}: {current[k]}\n" for k in sorted(current))
     if pending or delete:
         text += "\n[PENDING]\n" + "".join(f"{k}: {pending[k]}\n" for k in sorted(pending))
@@ -118,9 +148,13 @@ def cmd_set(vmid: str, args: list[str]) -> int:
         pending.pop(key, None)
         delete = [d for d in delete if d != key]
     for key in [k for k in options.pop("delete", "").split(",") if k]:
+        if "boot" not in options:
+            _drop_from_boot(key, pending if running else current)
         if running:
             pending.pop(key, None)
             delete = [*delete, key] if key in current and key not in delete else delete
+        elif DRIVE.match(key) and key in current:
+            _detach(vmid, key, current)
         else:
             current.pop(key, None)
     for key, value in options.items():

@@ -27,6 +27,7 @@ PVE: Edits = {"/etc/pve/storage.cfg": "dir: local\n\tpath /var/lib/vz\n\tcontent
 FWBR: Edits = {f"/sys/class/net/{d}/{f}": v for d in ("fwbr4100i0", "fwbr4101i0")
                for f, v in (("mtu", "1500\n"), ("bridge/stp_state", "0\n"), ("operstate", "up\n"))}
 FW_ON: Edits = {"/etc/pve/firewall/cluster.fw": "[OPTIONS]\n\nenable: 1\npolicy_in: DROP\n"}
+KSMTUNED: Edits = {"/proc/4242/comm": "ksmtuned\n", "/sys/kernel/mm/ksm/run": "1\n"}  # PVE's ksmtuned started KSM
 NEAR_FULL: Edits = {"/proc/meminfo": "MemTotal:       157286400 kB\nMemFree:         8388608 kB\n"}  # 4 × 32 GiB: 0.85×
 
 
@@ -49,7 +50,9 @@ CASES: dict[str, tuple[list[Case], list[Case]]] = {
     "KVM-HST-002": ([("rhel6-old", {}), ("this-machine", {})], [("nvme-modern", {}), ("ksm-overcommit", {})]),
     "KVM-HST-003": ([("nvme-modern", {"/dev/net/tun": None})], [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-004": ([("rhel6-old", {}), ("ksm-overcommit", {})], [("nvme-modern", {}), ("this-machine", {})]),
-    "KVM-HST-005": ([("rhel6-old", {})], [("nvme-modern", {}), ("ksm-overcommit", {})]),
+    "KVM-HST-005": ([("rhel6-old", {}), ("nvme-modern", {**PVE, **KSMTUNED})],
+                    [("nvme-modern", {}), ("ksm-overcommit", {}),
+                     ("nvme-modern", {**PVE, **KSMTUNED, **NEAR_FULL})]),  # 0.85×: ksmtuned's own threshold
     "KVM-HST-006": ([("ksm-overcommit", KSM_OFF)], [("ksm-overcommit", {}), ("nvme-modern", {})]),
     "KVM-HST-007": ([("ksm-overcommit", {})], [("nvme-modern", {}), ("rhel6-old", {})]),
     "KVM-HST-008": ([("rhel6-old", {}),
@@ -242,6 +245,41 @@ def test_pve_rules_name_what_they_saw(make_variant) -> None:  # type: ignore[no-
     arc = by["KVM-HST-063"]
     assert "ARC max 128.0 GiB" in arc.actual and "4 guest(s) holding 128.0 GiB = 100% of 256.0 GiB RAM" in arc.actual
     assert "zfs_arc_max at most 115.2 GiB" in arc.expected
+
+
+def test_ksm_without_overcommit_advises_stopping_ksm_off_pve(make_variant) -> None:  # type: ignore[no-untyped-def]
+    plain, _ = audit(make_variant("nvme-modern", {"/sys/kernel/mm/ksm/run": "1\n"}), ["KVM-HST-005"])
+    assert plain[0].fix.kind == "sysfs" and "echo 0 > /sys/kernel/mm/ksm/run" in plain[0].fix.description
+
+
+def test_ksm_without_overcommit_on_pve_leaves_ksm_to_ksmtuned(make_variant) -> None:  # type: ignore[no-untyped-def]
+    found, _ = audit(make_variant("nvme-modern", {**PVE, **KSMTUNED}), ["KVM-HST-005"])
+    fix = found[0].fix
+    assert fix.kind == "manual"  # fix --host does not write ksm/run: ksmtuned would undo it
+    assert "ksmtuned manages KSM here" in fix.description and "KSM_THRES_COEF=20" in fix.description
+    assert "/etc/ksmtuned.conf" in fix.description and "systemctl disable --now ksmtuned" in fix.description
+    assert found[0].expected == "KSM started by ksmtuned only under memory pressure (KSM_THRES_COEF=20)"
+    assert any("pve.proxmox.com/wiki/Kernel_Samepage_Merging" in r for r in found[0].references)
+
+
+def test_ksm_without_overcommit_reads_the_nodes_ksmtuned_conf(make_variant) -> None:  # type: ignore[no-untyped-def]
+    # a shell file: the last assignment counts
+    conf = "# KSM_THRES_COEF=20\nKSM_THRES_COEF=30\nKSM_THRES_COEF=5 # lowered\n"
+    found, _ = audit(make_variant("nvme-modern", {**PVE, **KSMTUNED, "/etc/ksmtuned.conf": conf}), ["KVM-HST-005"])
+    assert "KSM_THRES_COEF=5 %" in found[0].fix.description
+
+
+def test_ksm_within_ksmtuned_threshold_is_pves_design(make_variant) -> None:  # type: ignore[no-untyped-def]
+    # at 40 %, guests at 0.85× are past ksmtuned's threshold (0.6×): KSM runs by PVE's design, no finding
+    edits: Edits = {**PVE, **KSMTUNED, **NEAR_FULL, "/etc/ksmtuned.conf": "KSM_THRES_COEF=40\n"}
+    assert audit(make_variant("nvme-modern", edits), ["KVM-HST-005"])[0] == []
+
+
+@pytest.mark.parametrize(("edits", "writes_ksm"), [(KSMTUNED, True), ({**PVE, **KSMTUNED}, False)], ids=["plain", "pve"])
+def test_fix_host_does_not_fight_ksmtuned(make_variant, capsys, edits, writes_ksm) -> None:  # type: ignore[no-untyped-def]
+    from kvmtune.cli import main
+    assert main(["fix", "--host", "--root", str(make_variant("nvme-modern", edits))]) == 0
+    assert ("/sys/kernel/mm/ksm/run: 1 → 0" in capsys.readouterr().out) is writes_ksm
 
 
 def test_pve_ksmtuned_names_the_memory_it_saw(make_variant) -> None:  # type: ignore[no-untyped-def]

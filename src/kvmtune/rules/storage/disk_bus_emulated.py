@@ -7,6 +7,7 @@ from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
 from kvmtune.model.guest import Guest
+from kvmtune.proxmox.qmset import PveForm
 
 EMULATED_BUSES = {"ide", "sata", "fdc", "usb", "sd"}
 
@@ -34,6 +35,8 @@ class DiskBusEmulated(GuestRule):
         "libvirt formatdomain: disk target bus",
         "nova blockinfo.get_disk_bus_for_device_type (virtio for KVM disks)",
     )
+    # the same fix as 'qm set' (proxmox/qmset.py): the volume detached and re-attached on virtio-blk, boot order kept
+    pve = PveForm("bus", "Hardware > Hard Disk ({}) > Detach, then Unused Disk > Edit > Bus/Device: VirtIO Block")
     verify = NoExperiment("bus change " + GUEST_TIER)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
