@@ -12,8 +12,7 @@ from kvmtune.bench.report import baseline_names, render, resolve_baseline
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
-from kvmtune.bench.workdir import default_db
-from kvmtune.cli.command import Command, Exit, Outcome, db_option
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
 from kvmtune.fleet.collect import read_collection
@@ -39,6 +38,7 @@ def run_or_file(text: str) -> RunId | str:
 
 class ReportCommand(Command):
     name = "report"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = "HTML report (charts, seed verdicts) of benchmark runs; or a fleet report"
     description = ("RUN ids: charts and seed verdicts of benchmark runs. Audit JSON files or directories of them (one "
                    "per host, e.g. fetched by contrib/ansible): one fleet view, stored as a collection so the next "
@@ -52,7 +52,7 @@ class ReportCommand(Command):
         p.add_argument("--baseline", metavar="CONFIG",
                        help="benchmark reports: show each bar as %% of this configuration (a name as kvmtune prints it, "
                             "e.g. nbd/raw-off/none/native or 'ovs (userspace) MTU 1500', or the start of exactly one)")
-        db_option(p, default_db())
+        db_option(p)
 
     def run(self, args: argparse.Namespace) -> Outcome:
         run_ids = [int(r) for r in args.runs if isinstance(r, RunId)]
@@ -67,7 +67,7 @@ COMMANDS = (ReportCommand,)
 def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
     head: list[str] = []
     lines: list[str] = []
-    with Store(args.db or default_db(), must_exist=True) as st:
+    with Store(results_db(args), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
         runs = {rid: st.run(rid) for rid in run_ids}  # each run read once
         baseline = resolve_baseline(args.baseline, baseline_names(st, run_ids)) if args.baseline else None
@@ -130,7 +130,7 @@ def run_fleet_report(args: argparse.Namespace, paths: list[str]) -> Outcome:
         for err in errors:
             print(f"kvmtune: {safe(err)}", file=sys.stderr)
         raise KvmtuneError("no host's result could be read")
-    with History(args.db or default_db()) as hist:
+    with History(results_db(args)) as hist:
         cid = None if args.no_save else hist.save(hosts, args.label)
         previous = hist.previous(cid) if cid is not None else hist.previous(10**18)
         view = build(hosts, previous, hist.trend(), cid, errors)
