@@ -68,8 +68,7 @@ def _positive(kind: type, low: float) -> Any:
 
 class VerifyCommand(Command):
     name = "verify"
-    uses_settings = True  # [verify] threshold and budgets, and db
-    uses_settings = True  # its --db: the settings file's db (results_db)
+    uses_settings = True  # [verify] threshold and budgets, and --db's default: the settings file's db (results_db)
     help = "prove each fix on this host: measure as it is and as fixed, judge, keep or undo"
     description = ("For every fixable finding whose effect can be measured here, measure the setting as it is "
                    "and as the fix would make it (guest disks on scratch replicas of their configuration, network "
