@@ -3,7 +3,8 @@
 # (packaging/deb/ holds its control file, maintainer scripts, units, copyright and changelog):
 #   /usr/bin/kvmtune, the Python package in /usr/lib/python3/dist-packages/kvmtune (netload inside, stamped
 #   like the wheel), kvmtune(8), bash/zsh/fish completions, kvmtune-audit and kvmtune-sample services + timers,
-#   /etc/default/kvmtune (a conffile), the textfile directory /var/lib/prometheus/node-exporter.
+#   /etc/default/kvmtune and /etc/kvmtune/kvmtune.toml (conffiles; the settings file with every key commented out),
+#   the textfile directory /var/lib/prometheus/node-exporter.
 # Needs dpkg-deb, Go (netload) and this checkout's .venv (or python3 with lxml) to generate the man page.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ root=$stage/root
 src=packaging/deb
 install -d -m 755 "$root"/DEBIAN "$root"/usr/bin "$root"/usr/lib/python3/dist-packages \
   "$root"/usr/share/man/man8 "$root"/usr/share/bash-completion/completions "$root"/usr/share/zsh/vendor-completions \
-  "$root"/usr/share/fish/vendor_completions.d "$root"/usr/lib/systemd/system "$root"/etc/default \
+  "$root"/usr/share/fish/vendor_completions.d "$root"/usr/lib/systemd/system "$root"/etc/default "$root"/etc/kvmtune \
   "$root"/usr/share/doc/kvmtune "$root"/usr/share/lintian/overrides "$root"/var/lib/prometheus/node-exporter
 # the Python package: sources and data, no bytecode (postinst compiles it, prerm removes it)
 tar -C src --exclude=__pycache__ --exclude='*.pyc' --exclude=_bin --exclude=_build.json -cf - kvmtune | tar -C "$root"/usr/lib/python3/dist-packages -xf -
@@ -48,6 +49,7 @@ gen completion fish > "$root"/usr/share/fish/vendor_completions.d/kvmtune.fish
 install -m 644 $src/kvmtune-audit.service $src/kvmtune-audit.timer $src/kvmtune-sample.service $src/kvmtune-sample.timer \
   "$root"/usr/lib/systemd/system/
 install -m 644 $src/default "$root"/etc/default/kvmtune
+install -m 644 $src/kvmtune.toml "$root"/etc/kvmtune/kvmtune.toml
 install -m 644 $src/copyright "$root"/usr/share/doc/kvmtune/copyright
 gzip -9n < $src/changelog > "$root"/usr/share/doc/kvmtune/changelog.gz
 install -m 644 $src/lintian-overrides "$root"/usr/share/lintian/overrides/kvmtune
@@ -55,7 +57,7 @@ chmod 644 "$root"/usr/share/man/man8/kvmtune.8.gz "$root"/usr/share/doc/kvmtune/
   "$root"/usr/share/bash-completion/completions/kvmtune "$root"/usr/share/zsh/vendor-completions/_kvmtune \
   "$root"/usr/share/fish/vendor_completions.d/kvmtune.fish
 install -m 755 $src/postinst $src/prerm $src/postrm "$root"/DEBIAN/
-echo /etc/default/kvmtune > "$root"/DEBIAN/conffiles
+printf '%s\n' /etc/default/kvmtune /etc/kvmtune/kvmtune.toml > "$root"/DEBIAN/conffiles
 chmod 644 "$root"/DEBIAN/conffiles
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@SIZE@/$size/" $src/control.in > "$root"/DEBIAN/control

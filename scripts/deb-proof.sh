@@ -6,7 +6,8 @@
 # and then the package with `apt-get install --no-install-recommends`, so they resolve from SUITE (trixie: Python
 # 3.13, QEMU 10, libvirt 11), and inside the chroot runs: kvmtune --version, audit --examples, audit --host (the
 # chroot sees THIS machine's /proc and /sys, so the host audit is of the machine running the proof), rules
-# explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, and the services' own
+# explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, kvmtune config show (it
+# reads the shipped /etc/kvmtune/kvmtune.toml, every key commented out), and the services' own
 # ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `apt-get purge kvmtune` and
 # a file-by-file comparison with the system before the package: nothing of kvmtune may be left.
 # Everything is unmounted and the chroot removed on every exit path; only the cache stays.
@@ -114,6 +115,15 @@ step "systemd-analyze verify ${units[*]}"
 in_root systemd-analyze verify "${units[@]/#//usr/lib/systemd/system/}"
 echo "   verified"
 mkdir -p "$root/var/lib/kvmtune" "$root/var/cache/kvmtune"
+step "kvmtune config show, as the services run it: it reads /etc/kvmtune/kvmtune.toml (every key commented: defaults)"
+env_line=$(sed -n 's/^Environment=//p' "$root/usr/lib/systemd/system/kvmtune-audit.service")
+in_root sh -c ". /etc/default/kvmtune; export $env_line; exec kvmtune config show" > "$work/config.txt"
+head -1 "$work/config.txt"
+grep -qx '# files read: /etc/kvmtune/kvmtune.toml' "$work/config.txt" || {
+  cat "$work/config.txt" >&2; echo "deb-proof.sh: kvmtune config show does not name /etc/kvmtune/kvmtune.toml" >&2; exit 1; }
+if grep ' = ' "$work/config.txt" | grep -v '  # default (' >&2; then
+  echo "deb-proof.sh: the shipped settings file sets the values above; every key should be commented out" >&2; exit 1
+fi
 for service in kvmtune-audit kvmtune-sample; do
   step "$service.service's ExecStart lines, as the unit runs them (its Environment, /etc/default/kvmtune)"
   unit=$root/usr/lib/systemd/system/$service.service

@@ -7,6 +7,7 @@ import gzip
 import io
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
                  "/usr/share/zsh/vendor-completions/_kvmtune", "/usr/share/fish/vendor_completions.d/kvmtune.fish",
                  "/usr/lib/systemd/system/kvmtune-audit.service", "/usr/lib/systemd/system/kvmtune-audit.timer",
                  "/usr/lib/systemd/system/kvmtune-sample.service", "/usr/lib/systemd/system/kvmtune-sample.timer",
-                 "/etc/default/kvmtune", "/usr/share/doc/kvmtune/copyright", "/usr/share/doc/kvmtune/changelog.gz",
+                 "/etc/default/kvmtune", "/etc/kvmtune/kvmtune.toml", "/usr/share/doc/kvmtune/copyright",
+                 "/usr/share/doc/kvmtune/changelog.gz",
                  "/var/lib/prometheus/node-exporter/"):
         assert path in files, path
     assert not any("__pycache__" in f for f in files)  # postinst compiles, prerm removes: nothing left after purge
@@ -47,14 +49,16 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
     assert "Recommends: libvirt-daemon-system, qemu-system-x86, fio, prometheus-node-exporter\n" in control
     tmp = deb.parent / "ctrl"
     assert sh("dpkg-deb", "-e", deb, tmp).returncode == 0
-    assert (tmp / "conffiles").read_text() == "/etc/default/kvmtune\n"
+    assert (tmp / "conffiles").read_text() == "/etc/default/kvmtune\n/etc/kvmtune/kvmtune.toml\n"
     man = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(man)) as tar:
         roff = gzip.decompress(tar.extractfile("./usr/share/man/man8/kvmtune.8.gz").read()).decode()  # type: ignore[union-attr]
         units = {name: tar.extractfile(f"./usr/lib/systemd/system/{name}.service").read().decode()  # type: ignore[union-attr]
                  for name in ("kvmtune-audit", "kvmtune-sample")}
     assert roff.startswith(".TH KVMTUNE 8 ")
-    for unit in units.values():
+    for unit in units.values():  # /etc stays readable: the settings file /etc/kvmtune/kvmtune.toml reaches the runs
+        assert not any(ln.startswith(("InaccessiblePaths=", "TemporaryFileSystem=", "ReadOnlyPaths=", "BindPaths="))
+                       for ln in unit.splitlines())
         for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
                           "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
             assert f"\n{hardening}\n" in unit, hardening
@@ -74,3 +78,20 @@ def test_the_package_is_reproducible(deb: Path, tmp_path: Path) -> None:
     again = sh("bash", REPO / "scripts" / "build-deb.sh", tmp_path)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / deb.name).read_bytes() == deb.read_bytes()
+
+
+def test_the_package_ships_the_settings_file_with_every_key_commented_out(deb: Path, tmp_path: Path) -> None:
+    """/etc/kvmtune/kvmtune.toml: root's, mode 0644 (kvmtune refuses a settings file others can write), valid, and
+    setting nothing, so installing the package changes no behaviour; its keys are all there to uncomment."""
+    fsys = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(fsys)) as tar:
+        member = tar.getmember("./etc/kvmtune/kvmtune.toml")
+        text = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+    assert (member.uname, member.uid, member.mode) == ("root", 0, 0o644)
+    assert text == (REPO / "packaging" / "deb" / "kvmtune.toml").read_text(encoding="utf-8")
+    shipped = tmp_path / "kvmtune.toml"
+    shipped.write_text(text)
+    shipped.chmod(0o644)
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    done = sh(sys.executable, "-m", "kvmtune", "config", "check", shipped, env=env)
+    assert done.returncode == 0 and done.stdout == f"{shipped}: OK (0 setting(s), 0 waiver(s))\n", done.stderr

@@ -56,12 +56,21 @@ def _strings(v: object) -> str | None:
     return 'expected a list of strings (e.g. ["KVM-STO-004"])'
 
 
-def _number(low: float, high: float) -> Check:
+def _number(low: float, high: float, *, at_least: bool = False) -> Check:
+    """A number in (low, high], or [low, high] with ``at_least`` (as the command-line option takes it)."""
     def check(v: object) -> str | None:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return "expected a number"
-        return None if low < float(v) <= high else f"{v} is out of range (give more than {low:g}, at most {high:g})"
+        if (low <= float(v) if at_least else low < float(v)) and float(v) <= high:
+            return None
+        return f"{v} is out of range (give {'at least' if at_least else 'more than'} {low:g}, at most {high:g})"
     return check
+
+
+def _absolute_path(v: object) -> str | None:
+    if not isinstance(v, str) or not v:
+        return "expected a non-empty string (an absolute path)"
+    return None if os.path.isabs(v) else f"{v!r} is not an absolute path (a timer's working directory is not yours)"
 
 
 def _severity(v: object) -> str | None:
@@ -100,6 +109,9 @@ KEYS: tuple[Key, ...] = (
     Key("skip", [], "unset: no rule", _rules, "audit/fix --skip: rule ids, slugs or prefixes"),
     Key("profile", "virtual-host", "fix --host's default profile (host/settings.py)", _profile, "fix --host --profile"),
     Key("journal_dir", "/var/lib/kvmtune/journal", "fix/journal.py DEFAULT_DIR", _string, "fix/undo --journal-dir"),
+    Key("db", None, "unset: $XDG_DATA_HOME/kvmtune/results.db, else ~/.local/share/kvmtune/results.db "
+        "(bench/workdir.py default_db)", _absolute_path,
+        "--db of bench, results, compare, report and verify: the results database"),
     Key("connect", [], "unset: what this host runs", _strings, "libvirt URIs audit reads when no input is named"),
     Key("agent_timeout", 5.0, "audit/collect_agent.py DEFAULT_TIMEOUT_S", _number(0, 600),
         "audit --agent-timeout: seconds per guest agent"),
@@ -118,10 +130,17 @@ KEYS: tuple[Key, ...] = (
         "top/sample: disk latency on flash that warns"),
     Key("thresholds.disk_latency_hdd_ms", 10.0, "live/symptoms.py: storage vendors' guidance, HDD or network storage",
         _number(0, 10000), "top/sample: disk latency on HDD or network storage that warns"),
+    Key("verify.threshold", 5.0, "docs/verdicts.md 'The bands': a fix's band is ±5 % (verify/measure.py judge)",
+        _number(0, 100), "verify --threshold: the band, in %, a fix's B/A interval must clear to help or hurt"),
+    Key("verify.finding_budget", 30.0, "docs/verify.md: a finding noise cannot settle took 409 s of a 60 s-capped "
+        "--examples run, hence 30 s", _number(1, 86400, at_least=True),
+        "verify --finding-budget: seconds one finding may add A/B rounds until its verdict settles"),
+    Key("verify.budget", None, "unset: no cap on the whole run", _number(1, 7 * 86400, at_least=True),
+        "verify --budget: seconds the whole run may take; what does not fit is listed as skipped"),
 )
 KEY_NAMES = {k.name: k for k in KEYS}
 WAIVER_KEYS = ("rule", "reason", "host", "guest", "target", "expires", "by")
-TABLES = ("thresholds",)
+TABLES = ("thresholds", "verify")
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS, SWEEP, StorageConf
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.store import CellRow, Store
-from kvmtune.bench.workdir import Scratch, default_db, default_workdir
+from kvmtune.bench.workdir import Scratch, default_workdir
 from kvmtune.cli.bench_net import BenchNetCommand
-from kvmtune.cli.command import Command, Exit, Outcome, db_option
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
@@ -47,6 +47,7 @@ def _csv(values: list[str] | None) -> list[str] | None:
 
 class BenchStorageCommand(Command):
     name = "storage"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = "the storage matrix: bus × cache × aio × image format × preallocation × workload"
 
     def options(self, p: argparse.ArgumentParser) -> None:
@@ -86,7 +87,7 @@ class BenchStorageCommand(Command):
             "--no-snapshot", action="store_true",
             help="boot the probe guest for every configuration instead of restoring a saved booted one",
         )
-        db_option(p, default_db())
+        db_option(p)
         p.add_argument("--note", help="free text stored with the run")
         p.add_argument("--keep-leftovers", action="store_true", help=KEEP_LEFTOVERS_HELP)
 
@@ -162,8 +163,9 @@ class StorageSpec:
 
     def recorded(self, args: argparse.Namespace) -> dict[str, Any]:
         """The run's arguments as stored with it: what was given, and the defaults this run used."""
-        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object")}
-        return {**given, "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime, "disk_size": self.disk_size,
+        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")}
+        return {**given, "db": str(results_db(args)), "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime,
+                "disk_size": self.disk_size,
                 **{k: getattr(self, k) for k in GUEST_DEFAULTS}}
 
 
@@ -275,7 +277,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
             ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
         bench = MatrixBenchmark(ctx, configs, workloads)
     try:
-        with Store(args.db or default_db()) as store:
+        with Store(results_db(args)) as store:
             outcome = BenchRunner(store, args=spec.recorded(args), preset=args.preset, note=args.note, workdir=workdir,
                                   keep_leftovers=args.keep_leftovers, runner=runner).run(bench)
     finally:

@@ -17,8 +17,8 @@ from kvmtune.bench.net.netns import require_net_admin
 from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec
 from kvmtune.bench.runner import BenchRunner
 from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
-from kvmtune.cli.command import Command, Exit, Outcome, db_option
+from kvmtune.bench.workdir import default_workdir, ensure_dir
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, parse_extra
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
@@ -34,6 +34,7 @@ GUEST_DEFAULTS: dict[str, Any] = {"vhost": "auto", "memory": 512, "smp": 1, "acc
 
 class BenchNetCommand(Command):
     name = "net"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = ("seed 002's network tests over bridge, OVS, macvtap, NAT, user: between probe-guest pairs (--tier guest) "
             "or netload in namespaces on the host's datapath (--tier datapath)")
 
@@ -64,7 +65,7 @@ class BenchNetCommand(Command):
         p.add_argument("--boot-timeout", type=float, help="guest tier: seconds a guest may take beyond its tests (default 120)")
         p.add_argument("--no-pin", action="store_true",
                        help="datapath tier: do not pin netload clients to CPU 0 and servers to CPU 1")
-        db_option(p, default_db())
+        db_option(p)
         p.add_argument("--note", help="free text stored with the run")
         p.add_argument("--keep-leftovers", action="store_true",
                        help="do not remove what killed runs left (namespaces, loop devices, scratch directories of dead "
@@ -89,8 +90,8 @@ class NetSpec:
 
     def recorded(self, args: argparse.Namespace) -> dict[str, Any]:
         """The run's arguments as stored with it: what was given, and the defaults this run used."""
-        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object")}
-        return {**given, "tier": self.tier, "duration": self.duration,
+        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")}
+        return {**given, "db": str(results_db(args)), "tier": self.tier, "duration": self.duration,
                 **{k: getattr(self, k) for k in GUEST_DEFAULTS}}
 
 
@@ -188,7 +189,7 @@ def run_net_cli(args: argparse.Namespace) -> Outcome:
 
 
 def _store_and_run(args: argparse.Namespace, spec: NetSpec, runner: Runner, workdir: Path, bench: Any) -> Any:
-    with Store(args.db or default_db()) as store:
+    with Store(results_db(args)) as store:
         return BenchRunner(store, args=spec.recorded(args), preset=args.matrix, note=args.note, workdir=workdir,
                            keep_leftovers=args.keep_leftovers, runner=runner).run(bench)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from kvmtune.audit.settings import Settings
+from kvmtune.bench.workdir import default_db
 from kvmtune.errors import UsageError
 
 
@@ -116,8 +117,23 @@ def color_option(p: argparse.ArgumentParser) -> None:
                    help="colour the text output (auto: on a terminal, unless NO_COLOR is set)")
 
 
-def db_option(p: argparse.ArgumentParser, default: Path) -> None:
-    p.add_argument("--db", type=Path, default=None, metavar="FILE", help=f"results database (default {default})")
+def db_option(p: argparse.ArgumentParser) -> None:
+    """``--db FILE``; a command with it sets ``uses_settings`` and opens :func:`results_db`."""
+    p.add_argument("--db", type=Path, default=None, metavar="FILE",
+                   help=f"results database (default: the settings file's db, else {default_db()})")
+
+
+def results_db(args: argparse.Namespace) -> Path:
+    """The results database: ``--db``, else the settings file's ``db``, else :func:`default_db`."""
+    if args.db is not None:
+        return Path(args.db)
+    settings = settings_of(args)
+    return Path(str(settings.get("db"))) if settings.given("db") else default_db()
+
+
+def results_db_named(args: argparse.Namespace) -> bool:
+    """Whether ``--db`` or the settings file named the database (so it must exist where a command reads it)."""
+    return args.db is not None or settings_of(args).given("db")
 
 
 def journal_dir_option(p: argparse.ArgumentParser, default: str, env: str) -> None:

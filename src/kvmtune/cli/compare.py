@@ -14,8 +14,7 @@ from kvmtune.bench.metrics import names as catalogue_names
 from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
 from kvmtune.bench.store import RunRow, Store
 from kvmtune.bench.vocabulary import INCONCLUSIVE, NO_EFFECT
-from kvmtune.bench.workdir import default_db
-from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option, results_db
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.textsafe import safe
 
@@ -32,12 +31,13 @@ def run_tier(run: RunRow) -> str:
 
 class CompareCommand(Command):
     name = "compare"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = "compare two benchmark runs cell by cell"
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("run_a", type=int, metavar="RUN_A")
         p.add_argument("run_b", type=int, metavar="RUN_B")
-        db_option(p, default_db())
+        db_option(p)
         p.add_argument("--metric", action="append", help=f"metrics to compare (default {', '.join(DEFAULT_METRICS)})")
         p.add_argument("--threshold", type=float, default=5.0, help="smallest change in %% called a difference (default 5)")
         p.add_argument(
@@ -57,7 +57,7 @@ COMMANDS = (CompareCommand,)
 
 def run_compare(args: argparse.Namespace) -> Outcome:
     metrics = _metrics(args.metric)  # before the database: a typo is an error, not "nothing in common"
-    with Store(args.db or default_db(), must_exist=True) as st:
+    with Store(results_db(args), must_exist=True) as st:
         a, b = st.run(args.run_a), st.run(args.run_b)
         tier_a, tier_b = run_tier(a), run_tier(b)
         if tier_a != tier_b:  # before the accelerators: no flag compares tiers

@@ -14,8 +14,7 @@ from kvmtune.bench.report import baseline_names, render, resolve_baseline
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
-from kvmtune.bench.workdir import default_db
-from kvmtune.cli.command import Command, Exit, Outcome, db_option, settings_of
+from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db, settings_of
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.files import write_output
 from kvmtune.fleet import waivers as fleet_waivers
@@ -47,7 +46,7 @@ class ReportCommand(Command):
                    "per host, e.g. fetched by contrib/ansible): one fleet view. A directory's collection is stored under "
                    "its name and scope, so the next report of that name and scope shows what changed; files named one "
                    "by one are stored only with --save.")
-    uses_settings = True  # the settings file's waivers apply to the fleet report too
+    uses_settings = True  # its --db (results_db) and the waivers of the fleet report come from the settings file too
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("runs", nargs="+", type=run_or_file, metavar="RUN|FILE")
@@ -66,7 +65,7 @@ class ReportCommand(Command):
         p.add_argument("--baseline", metavar="CONFIG",
                        help="benchmark reports: show each bar as %% of this configuration (a name as kvmtune prints it, "
                             "e.g. nbd/raw-off/none/native or 'ovs (userspace) MTU 1500', or the start of exactly one)")
-        db_option(p, default_db())
+        db_option(p)
 
     def run(self, args: argparse.Namespace) -> Outcome:
         run_ids = [int(r) for r in args.runs if isinstance(r, RunId)]
@@ -81,7 +80,7 @@ COMMANDS = (ReportCommand,)
 def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
     head: list[str] = []
     lines: list[str] = []
-    with Store(args.db or default_db(), must_exist=True) as st:
+    with Store(results_db(args), must_exist=True) as st:
         by_accel: dict[str, list[Any]] = {}
         runs = {rid: st.run(rid) for rid in run_ids}  # each run read once
         baseline = resolve_baseline(args.baseline, baseline_names(st, run_ids)) if args.baseline else None
@@ -151,7 +150,7 @@ def run_fleet_report(args: argparse.Namespace, paths: list[str]) -> Outcome:
     directory = any(Path(p).is_dir() for p in paths)
     save = args.save or (directory and not args.no_save)
     unsaved = "--no-save" if args.no_save else "" if save else "files named one by one: --save keeps them"
-    db = args.db or default_db()
+    db = results_db(args)
     if not save and not db.is_file():  # a one-off look creates no database
         view = build(hosts, None, [], None, errors, label=label, notes=notes)
     else:

@@ -10,21 +10,22 @@ from kvmtune.bench.prometheus import render_run
 from kvmtune.bench.stats import cell_summaries
 from kvmtune.bench.store import Store
 from kvmtune.bench.workdir import default_db
-from kvmtune.cli.command import Command, Outcome, db_option, format_option
+from kvmtune.cli.command import Command, Outcome, db_option, format_option, results_db, results_db_named
 from kvmtune.textsafe import safe
 
 
 class ResultsListCommand(Command):
     name = "list"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = "one line per run"
 
     def options(self, p: argparse.ArgumentParser) -> None:
-        db_option(p, default_db())
+        db_option(p)
 
     def run(self, args: argparse.Namespace) -> Outcome:
-        if args.db is None and not default_db().exists():
+        if not results_db_named(args) and not default_db().exists():
             return Outcome(result=f"no runs yet ({default_db()} does not exist; 'kvmtune bench' creates it)\n")
-        with Store(args.db or default_db(), must_exist=True) as st:
+        with Store(results_db(args), must_exist=True) as st:
             runs = st.runs()
             if not runs:
                 return Outcome(result=f"no runs in {st.path}\n")
@@ -41,11 +42,12 @@ class ResultsListCommand(Command):
 
 class ResultsShowCommand(Command):
     name = "show"
+    uses_settings = True  # its --db: the settings file's db (results_db)
     help = "the cells of one run"
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("run", type=int, metavar="RUN")
-        db_option(p, default_db())
+        db_option(p)
         p.add_argument("--json", action="store_true", help="machine-readable output (same as --format json)")
         format_option(p, ("text", "json", "prometheus"),
                       help="prometheus: node_exporter textfile gauges with units (benchmark and verify runs)")
@@ -78,7 +80,7 @@ def _figure(metrics: dict[str, float], name: str, scale: float, width: int, digi
 
 
 def _show(args: argparse.Namespace) -> str:
-    with Store(args.db or default_db(), must_exist=True) as st:
+    with Store(results_db(args), must_exist=True) as st:
         run = st.run(args.run)
         cells = st.cells(run.id)
         if args.format == "prometheus":

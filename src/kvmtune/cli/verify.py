@@ -18,8 +18,18 @@ from kvmtune.audit.collect import Sources, gather
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.bench.accel_cache import verdict_for
-from kvmtune.bench.workdir import default_db, default_workdir, ensure_dir
-from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option, journal_dir_option, root_option
+from kvmtune.bench.workdir import default_workdir, ensure_dir
+from kvmtune.cli.command import (
+    Command,
+    Exit,
+    Outcome,
+    db_option,
+    format_option,
+    journal_dir_option,
+    results_db,
+    root_option,
+    settings_of,
+)
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
@@ -58,6 +68,7 @@ def _positive(kind: type, low: float) -> Any:
 
 class VerifyCommand(Command):
     name = "verify"
+    uses_settings = True  # [verify] threshold and budgets, and --db's default: the settings file's db (results_db)
     help = "prove each fix on this host: measure as it is and as fixed, judge, keep or undo"
     description = ("For every fixable finding whose effect can be measured here, measure the setting as it is "
                    "and as the fix would make it (guest disks on scratch replicas of their configuration, network "
@@ -81,14 +92,17 @@ class VerifyCommand(Command):
                        help="size of each scratch replica (default 1G)")
         p.add_argument("--repeat", type=_positive(int, 1), default=3, metavar="N",
                        help="samples per side at least, alternating A/B (default 3)")
-        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=30.0, metavar="SECONDS",
-                       help="how long one finding may go on adding A/B rounds until its verdict settles (default 30)")
+        p.add_argument("--finding-budget", type=_positive(float, 1.0), default=None, metavar="SECONDS",
+                       help="how long one finding may go on adding A/B rounds until its verdict settles (default: the "
+                       "settings file's verify.finding_budget, else 30)")
         p.add_argument("--seconds", type=_positive(float, 0.2), default=1.0, metavar="S",
                        help="measuring time of one sample (default 1)")
-        p.add_argument("--threshold", type=_positive(float, 0.0), default=5.0, metavar="PCT",
-                       help="smallest change that counts as helping or hurting, in %% (default 5)")
+        p.add_argument("--threshold", type=_positive(float, 0.0), default=None, metavar="PCT",
+                       help="smallest change that counts as helping or hurting, in %% (default: the settings file's "
+                       "verify.threshold, else 5)")
         p.add_argument("--budget", type=_positive(float, 1.0), default=None, metavar="SECONDS",
-                       help="cap the whole run; what does not fit is listed as skipped")
+                       help="cap the whole run; what does not fit is listed as skipped (default: the settings file's "
+                       "verify.budget, else none)")
         p.add_argument("--apply", action="store_true",
                        help="also measure host-wide fixes: apply through the journal, measure, undo unless it helps")
         p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
@@ -96,7 +110,7 @@ class VerifyCommand(Command):
         p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
         journal_dir_option(p, DEFAULT_DIR, ENV_DIR)
         p.add_argument("--workdir", type=Path, default=None, help=f"work directory (default {default_workdir()})")
-        db_option(p, default_db())
+        db_option(p)
         p.add_argument("--no-store", action="store_true", help="do not write the results database")
         format_option(p, ("text", "json"))
 
@@ -156,6 +170,26 @@ def _terminate_as_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+@dataclass(frozen=True)
+class _Limits:
+    threshold: float  # %
+    finding_budget: float  # s
+    budget: float | None  # s; None: no cap
+
+
+def _limits(args: argparse.Namespace) -> _Limits:
+    """``--threshold``, ``--finding-budget`` and ``--budget`` as given, else the settings file's ``[verify]``."""
+    settings = settings_of(args)
+
+    def pick(given: float | None, key: str) -> float | None:
+        value = given if given is not None else settings.get(key)
+        return None if value is None else float(value)
+
+    threshold, finding_budget = pick(args.threshold, "verify.threshold"), pick(args.finding_budget, "verify.finding_budget")
+    assert threshold is not None and finding_budget is not None  # their keys have defaults
+    return _Limits(threshold, finding_budget, pick(args.budget, "verify.budget"))
+
+
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -178,7 +212,8 @@ def _verify(args: argparse.Namespace) -> Outcome:
     if args.apply and not args.yes and not _confirm():
         return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
     started = time.monotonic()
-    deadline = started + args.budget if args.budget else None
+    limits = _limits(args)
+    deadline = started + limits.budget if limits.budget else None
     sources = Sources(paths=tuple(args.paths), connect=tuple(args.connect), examples=args.examples, host=args.host,
                       images=tuple(args.images), assume_this_host=args.assume_this_host)
     actx = AuditContext(host=(host := HostRoot(args.root)), accel_verdict=verdict_for(host))
@@ -197,7 +232,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
     ctx = VerifyContext(
         runner=default_runner(), host=actx.host, root=args.root, workdir=workdir, size=args.size, seconds=args.seconds,
-        repeat=args.repeat, finding_budget=args.finding_budget, threshold=args.threshold, deadline=deadline,
+        repeat=args.repeat, finding_budget=limits.finding_budget, threshold=limits.threshold, deadline=deadline,
         apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
     )
@@ -223,12 +258,14 @@ def _verify(args: argparse.Namespace) -> Outcome:
         from kvmtune.bench.store import Store
 
         env.update(base_environment(ctx.runner, ctx.host, AccelChoice("none", "verify boots no guest", 0.0), None))
-        argv = {k: v for k, v in vars(args).items() if k not in ("func", "command_object")}
-        with Store(args.db or default_db()) as store:
+        argv = {**{k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")},
+                "threshold": limits.threshold, "finding_budget": limits.finding_budget, "budget": limits.budget,
+                "db": str(results_db(args))}
+        with Store(results_db(args)) as store:
             outcome = BenchRunner(store, args=argv, workdir=workdir, runner=ctx.runner).run(bench)
         run_id, interrupted = outcome.run_id, outcome.status == "partial"
     results = bench.results
-    report = _Report(results, ctx, time.monotonic() - started, run_id, args.repeat, args.threshold, args.seconds)
+    report = _Report(results, ctx, time.monotonic() - started, run_id, args.repeat, limits.threshold, args.seconds)
     if interrupted:
         code = Exit.INTERRUPTED
     elif result.errors or actx.errors:
