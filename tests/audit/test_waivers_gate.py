@@ -168,3 +168,24 @@ def test_prometheus_counts_waived_findings_in_their_own_series(setup: dict[str, 
     assert not any(line.startswith("kvmtune_audit_findings{") and 'rule="KVM-STO-004"' in line
                    for line in done.stdout.splitlines())
     assert 'kvmtune_audit_waiver_notes{host=' in done.stdout
+
+
+def test_the_baseline_can_be_a_fleet_collection(setup: dict[str, Path], tmp_path: Path) -> None:
+    """`--new-since db:LABEL`: the newest fleet collection of that name stands in for the earlier report."""
+    doc = json.loads(setup["baseline"].read_text())
+    collected = tmp_path / "collected"
+    collected.mkdir()
+    (collected / f"{doc['host']}.json").write_text(json.dumps(doc))  # what the role fetches: one file per host
+    db = tmp_path / "r.db"
+    stored = kvmtune("report", str(collected), "--db", str(db), "--label", "prod")
+    assert stored.returncode == 0, stored.stdout + stored.stderr
+    done = kvmtune("audit", "--config", str(setup["config"]), "--fail-on", "high", "--new-since", "db:prod",
+                   "--db", str(db), "--format", "json", str(setup["now"]))
+    assert done.returncode == 1, done.stderr
+    assert [f["rule"] for f in json.loads(done.stdout)["findings"] if f["new"]] == ["KVM-NET-001"]
+    same = kvmtune("audit", "--config", str(setup["config"]), "--fail-on", "high", "--new-since", "db:prod",
+                   "--db", str(db), str(setup["before"]))
+    assert same.returncode == 0, same.stdout + same.stderr
+    missing = kvmtune("audit", "--new-since", "db:staging", "--db", str(db), str(setup["before"]))
+    assert missing.returncode == 2 and "no fleet collection named 'staging'" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -140,14 +140,20 @@ def finding_key(f: Finding, uuid: str | None) -> tuple[Key, Key]:
 class Baseline:
     source: str
     entries: list[dict[str, Any]]  # the baseline's findings: rule, target (host, domain, device, uuid)
+    # a fleet collection's findings of this one host: matched without the host part (the fleet keeps its
+    # inventory name per host, not each finding's target host)
+    any_host: bool = False
+
+    def host(self, target: Mapping[str, Any]) -> str:
+        return "" if self.any_host else str(target["host"])
 
     def keys(self) -> tuple[set[Key], set[Key]]:
         by_uuid, by_name = set(), set()
         for e in self.entries:
             t = e["target"]
             if t.get("uuid"):
-                by_uuid.add((e["rule"], t["host"], t["uuid"].lower(), t.get("device") or ""))
-            by_name.add((e["rule"], t["host"], t.get("domain") or "", t.get("device") or ""))
+                by_uuid.add((e["rule"], self.host(t), t["uuid"].lower(), t.get("device") or ""))
+            by_name.add((e["rule"], self.host(t), t.get("domain") or "", t.get("device") or ""))
         return by_uuid, by_name
 
 
@@ -178,6 +184,8 @@ def apply_baseline(findings: Sequence[Finding], baseline: Baseline, guests: Iter
     seen_name: set[Key] = set()
     for f in findings:
         ku, kn = finding_key(f, uuids.get(f.target.domain or ""))
+        if baseline.any_host:
+            ku, kn = (ku[0], "", ku[2], ku[3]), (kn[0], "", kn[2], kn[3])
         f.new = not ((ku[2] and ku in by_uuid) or kn in by_name)
         if ku[2]:
             seen_uuid.add(ku)
@@ -185,8 +193,8 @@ def apply_baseline(findings: Sequence[Finding], baseline: Baseline, guests: Iter
     resolved = []
     for e in baseline.entries:
         t = e["target"]
-        ku = (e["rule"], t["host"], (t.get("uuid") or "").lower(), t.get("device") or "")
-        kn = (e["rule"], t["host"], t.get("domain") or "", t.get("device") or "")
+        ku = (e["rule"], baseline.host(t), (t.get("uuid") or "").lower(), t.get("device") or "")
+        kn = (e["rule"], baseline.host(t), t.get("domain") or "", t.get("device") or "")
         if not ((ku[2] and ku in seen_uuid) or kn in seen_name):
             resolved.append(e)
     return resolved

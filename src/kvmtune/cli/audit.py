@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import date
-from typing import TextIO
+from typing import Any, TextIO
 
 from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather, pve_config_paths
 from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEOUT_S
@@ -16,7 +16,7 @@ from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
 from kvmtune.audit.settings import Settings
-from kvmtune.audit.waivers import apply_baseline, apply_waivers, counted, guest_waivers, read_baseline
+from kvmtune.audit.waivers import Baseline, apply_baseline, apply_waivers, counted, guest_waivers, read_baseline
 from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.cli import audit_host
 from kvmtune.cli.command import (
@@ -24,12 +24,15 @@ from kvmtune.cli.command import (
     Exit,
     Outcome,
     color_option,
+    db_option,
     format_option,
     output_option,
+    results_db,
     root_option,
     settings_of,
 )
 from kvmtune.errors import UsageError
+from kvmtune.fleet.history import History
 from kvmtune.host.root import HostRoot
 
 
@@ -70,8 +73,10 @@ class AuditCommand(Command):
         waived.add_argument("--no-waivers", action="store_true",
                             help="apply no waiver (settings file or domain <metadata>): every finding counts")
         p.add_argument("--new-since", metavar="REPORT", default=None,
-                       help="an earlier 'audit --format json' report: --fail-on counts only findings new since it; "
-                       "resolved ones are listed")
+                       help="an earlier 'audit --format json' report, or db:LABEL (the newest fleet collection of that "
+                       "name in the results database): --fail-on counts only findings new since it; resolved ones are "
+                       "listed")
+        db_option(p)
         color_option(p)
         p.add_argument("--agent-timeout", type=_seconds, default=None, metavar="SECONDS",
                        help="how long each running guest's QEMU guest agent may take to tell its inside "
@@ -87,7 +92,7 @@ class AuditCommand(Command):
         settings = settings_of(args)
         fail_on = _fail_on(args, settings)
         rules = select_rules(_rule_keys(args.only, settings, "only"), _rule_keys(args.skip, settings, "skip"))
-        baseline = read_baseline(args.new_since) if args.new_since else None
+        baseline = read_baseline(args.new_since) if args.new_since and not args.new_since.startswith("db:") else None
         paths, images, moved = domain_files_among_images(args.paths, args.images)
         paths, confs = pve_config_paths(paths)
         connect = tuple(args.connect or ([DEFAULT_URI] if args.domain else []))
@@ -117,6 +122,8 @@ class AuditCommand(Command):
                                   rule_ids=[r.id for r in rules])
             result.waiver_notes = notes.lines()
         result.show_waived = args.show_waived
+        if args.new_since and baseline is None:  # db:LABEL: this host's part of a fleet collection
+            baseline = _fleet_baseline(args, ctx.host_label())
         if baseline is not None:
             result.baseline = baseline.source
             result.resolved = apply_baseline(result.findings, baseline, result.guests)
@@ -159,6 +166,29 @@ def _fail_on(args: argparse.Namespace, settings: Settings) -> Severity | None:
 def _rule_keys(given: str | None, settings: Settings, name: str) -> list[str]:
     """``--only``/``--skip`` as given, else the settings file's list."""
     return _split(given) if given is not None else list(settings.get(name))
+
+
+def _fleet_baseline(args: argparse.Namespace, host: str) -> Baseline:
+    """``--new-since db:LABEL``: this host's findings in the newest fleet collection of that name (the fleet knows a
+    host by its inventory name, which must be this audit's host name)."""
+    spec = str(args.new_since)
+    label, db = spec[3:], results_db(args)
+    if not label:
+        raise UsageError("--new-since db:LABEL: name the fleet collection")
+    if not db.is_file():
+        raise UsageError(f"--new-since {spec}: no results database {db}")
+    with History(db) as hist:
+        found = hist.newest(label)
+    if found is None:
+        raise UsageError(f"--new-since {spec}: no fleet collection named {label!r} in {db}")
+    if host not in found.hosts:
+        raise UsageError(f"--new-since {spec}: fleet collection {found.id} has no host {host!r}")
+    entries: list[dict[str, Any]] = [
+        {"rule": f.rule, "target": {"host": f.host, "domain": f.domain or None, "device": f.device or None,
+                                    "uuid": f.uuid or None}, "summary": f.summary}
+        for f in found.findings if f.host == host
+    ]
+    return Baseline(f"fleet collection {label} ({found.id}), host {host}", entries, any_host=True)
 
 
 def _seconds(text: str) -> float:

@@ -82,6 +82,11 @@ class History:
         return Collection(row[0], row[1], row[2], hosts, findings, {h for h, _, _, c, _ in rows if c}, row[3],
                           {h: sc for h, _, _, _, sc in rows})
 
+    def newest(self, label: str) -> Collection | None:
+        """The newest collection of this name, whatever its scope (``audit --new-since db:LABEL``)."""
+        row = self.db.execute("SELECT max(id) FROM fleet_collections WHERE label = ?", (label,)).fetchone()
+        return self.load(row[0]) if row and row[0] is not None else None
+
     def previous(self, cid: int | None, label: str, scope: str) -> Collection | None:
         """The newest collection of this name and scope before ``cid`` (``None``: before none, the newest)."""
         row = self.db.execute("SELECT max(id) FROM fleet_collections WHERE id < ? AND label = ? AND scope = ?",
