@@ -111,7 +111,10 @@ def test_seed003_subset(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFix
             assert m["iops_write"] > 0 and m["clat_p99_us"] > 0 and 0 < m["guest_cpu_busy_pct"] <= 100
             assert m["qemu_cpu_s"] > 0 and "host_tps" in m
     assert cli.main(["report", "1", "--db", str(db), "--html", str(tmp_path / "r.html")]) == 0
-    assert "seed:003 [guest tier]: on this host qcow2+write-through without preallocation is" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # the seed measured KVM guests: a TCG run is reported, never judged against the seed (issue 31)
+    verdict = "seed:003 [guest tier]: not comparable (measured in a TCG guest" if run.accel == "tcg" else "seed:003 [guest tier]:"
+    assert verdict in out and "on this host qcow2+write-through without preallocation is" in out, out
     assert leftovers(workdir) == []
 
 

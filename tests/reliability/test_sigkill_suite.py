@@ -236,8 +236,8 @@ def test_sigkill_at_random_points_leaves_nothing(env: tuple[Path, str], kind: st
         new_row = len(statuses) > rows
         rows = len(statuses)
         report.append(f"{delay:.1f}s:{'finished' if finished else (statuses[-1] if new_row else 'before its run row')}")
-        if not finished and new_row:
-            assert statuses[-1] == "abandoned", listed.stdout
+        if not finished and new_row:  # killed mid-run: abandoned; or after the run's end, before the process exited
+            assert statuses[-1] in ("abandoned", "complete"), listed.stdout
     print(f"{kind}: {KILLS} kill(s), seed {SEED}: {', '.join(report)}")
     if slow_exits:
         print(f"{kind}: still exiting in the kernel 2 s after the kill (gone within {EXITING_GRACE_S:.0f} s): "
