@@ -8,23 +8,10 @@ from pathlib import Path
 
 from kvmtune import cli
 from kvmtune.audit.thresholds import Thresholds
-from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnoser
-from kvmtune.live.model import GuestSample, HostSample, Snapshot, VcpuCounters
-from kvmtune.live.signals import GuestRates, HostRates, Rates
+from kvmtune.live.signals import GuestRates
 
-
-def make_host(root: Path) -> HostRoot:
-    for path, text in (("proc/stat", "cpu  1 0 0 1 0 0 0 0 0 0\n"), ("sys/devices/system/cpu/online", "0-1\n"),
-                       ("proc/mounts", "/dev/vda1 / ext4 rw 0 0\n"), ("dev/kvm", "")):
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    return HostRoot(str(root))
-
-
-def one_guest(gr: GuestRates) -> tuple[Rates, Snapshot]:
-    sample = GuestSample(gr.key, gr.name, gr.source, vcpus={0: VcpuCounters(0, 0, frozenset({0}))})
-    return Rates(1.0, HostRates(), [gr], []), Snapshot(1.0, HostSample(), {gr.key: sample})
+from .test_symptoms import make_host, one_guest
 
 
 def test_run_delay_thresholds_come_from_the_settings(tmp_path: Path) -> None:
