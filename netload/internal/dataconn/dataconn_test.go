@@ -63,17 +63,24 @@ func tcpPair(t *testing.T) (nc, peer net.Conn) {
 	return nc, <-accepted
 }
 
+// connInMode is a TCP connection and its peer, the connection in blocking
+// mode or not.
+func connInMode(t *testing.T, blocking bool) (*Conn, net.Conn) {
+	nc, p := tcpPair(t)
+	c := NewConn(nc, Options{Protocol: "tcp"})
+	if blocking {
+		if err := c.SetBlocking(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, p
+}
+
 // Interrupt unblocks a read in both I/O modes, and Resume makes the
 // connection usable again.
 func TestInterruptAndResume(t *testing.T) {
 	for _, blocking := range []bool{false, true} {
-		nc, p := tcpPair(t)
-		c := NewConn(nc, Options{Protocol: "tcp"})
-		if blocking {
-			if err := c.SetBlocking(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		c, p := connInMode(t, blocking)
 		go func() { time.Sleep(50 * time.Millisecond); c.Interrupt() }()
 		start := time.Now()
 		buf := make([]byte, 10)
@@ -126,13 +133,7 @@ func TestPerOperationTimeout(t *testing.T) {
 // connection is usable again once the bound is lifted.
 func TestUntilEndsABlockedWrite(t *testing.T) {
 	for _, blocking := range []bool{false, true} {
-		nc, p := tcpPair(t)
-		c := NewConn(nc, Options{Protocol: "tcp"})
-		if blocking {
-			if err := c.SetBlocking(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		c, p := connInMode(t, blocking)
 		bound := time.Now().Add(300 * time.Millisecond)
 		c.SetUntil(bound)
 		buf := make([]byte, 1<<20)
