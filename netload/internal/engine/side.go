@@ -52,8 +52,8 @@ type side struct {
 
 // peer is one other end of the run and what this side knows of it.
 type peer struct {
-	host    string             // its address, for data connections
-	tcpPort int                // its default data listener
+	host    string               // its address, for data connections
+	tcpPort int                  // its default data listener
 	udp     map[dataconn.Key]int // its UDP endpoints
 	// local is this side's address toward it; the acceptors listen there
 	// (by port; 0 = the default listener).
