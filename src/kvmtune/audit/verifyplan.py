@@ -7,6 +7,9 @@ A rule whose fix kvmtune carries out (``fix_kind`` other than ``manual``) sets i
   replicas of the disk, as it is and as fixed (``verify/disk.py``);
 * :class:`HostFixExperiment` — a host fix measured through the runtime value the
   host fix plan writes for the finding (``verify/hostside.py``);
+* :class:`GuestExperiment` — a fix that changes what the guest sees (bus, controller, NIC model,
+  vhost, queues, IOThreads, vCPUs, hugepages) measured in two probe guests, as it is and as fixed
+  (``verify/guestvm.py``: the guest tier);
 * :class:`NoExperiment` — a one-line reason why nothing is measured.
 
 ``tests/verify/test_verify_plans.py`` holds every fixable rule to having one. This
@@ -64,6 +67,50 @@ class BlockExperiment:
 
 
 @dataclass(frozen=True)
+class NetJob:
+    """One netload workload from a probe guest to kvmtune's namespace: ``stream`` (throughput) or ``rr``
+    (transactions/s), over ``streams`` parallel connections (multiqueue needs more than one)."""
+
+    name: str
+    kind: str = "stream"  # stream | rr
+    streams: int = 1
+    size: int = 0  # request/message bytes; 0: netload's default for the kind
+
+    def describe(self) -> str:
+        text = f"netload {self.kind}"
+        if self.streams > 1:
+            text += f", {self.streams} streams"
+        if self.size:
+            text += f", {self.size} B messages"
+        return text + " from the probe guest to a kvmtune namespace"
+
+
+# the jobs the guest-tier rules share
+BUS_JOB = FioJob("bus", "randwrite", "4k", 16)
+IOTHREAD_JOB = FioJob("iothread", "randrw", "4k", 32, rwmixread=70)
+NIC_STREAM_JOB = NetJob("stream", "stream", 1)
+NIC_MQ_JOB = NetJob("multiqueue", "stream", 4)
+
+
+@dataclass(frozen=True)
+class GuestExperiment:
+    """The guest as it is vs as fixed, booted as two probe guests (the guest tier).
+
+    ``part``: which part of the probe guest the fix changes: ``disk`` (bus, queues, IOThread of the
+    finding's disk), ``controller`` (the disk's SCSI controller model or IOThread), ``nic`` (model,
+    vhost, queues, ring sizes of the finding's interface), ``cpu`` (vCPU count and topology) or
+    ``memory`` (hugepage backing). Side A is built from the audit's model of that part, side B from
+    the same part after the rule's own fixer ran on a copy of the definition. ``job``: the workload
+    run inside both guests (fio on the disk, netload through the NIC). ``note``: a line added to
+    every measured result.
+    """
+
+    part: str
+    job: FioJob | NetJob
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class HostFixExperiment:
     """The runtime value ``kvmtune fix --host`` writes for the finding, measured in kvmtune's namespaces
     (per-namespace network settings) or, with ``--apply``, on the host through the journal."""
@@ -76,4 +123,4 @@ class NoExperiment:
     reason: str
 
 
-VerifyPlan = BlockExperiment | HostFixExperiment | NoExperiment
+VerifyPlan = BlockExperiment | GuestExperiment | HostFixExperiment | NoExperiment
