@@ -151,6 +151,7 @@ def test_sto001_ide_to_virtio_from_the_example(tmp_path: Path) -> None:
     assert (exp.a.disk_bus, exp.b.disk_bus) == ("ide", "virtio")
     assert exp.a.machine == exp.b.machine == "pc-i440fx-2.11"  # the guest's own machine type, QEMU's compat with it
     assert exp.a.disk_format == "qcow2" and exp.a.disk_cache == exp.b.disk_cache
+    assert exp.layout.format == "qcow2" and exp.layout.cache == "writethrough"  # the block tier's replica of hda
     assert exp.change == "disk bus ide → virtio" and p.result.tier == "guest"
     assert exp.workload == "fio randwrite 4k QD16 in the probe guest on its raw disk"
 
@@ -332,3 +333,15 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
     assert cell.config["accel"] == "tcg" and cell.config["tier"] == "guest"
     (line,) = verified_fix_lines([cell])
     assert line.endswith("; not comparable; nothing changed (guest tier, TCG emulation)"), line
+
+
+def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:
+    import base64
+
+    from kvmtune.verify.guestvm import MAX_OUTPUT, _data
+
+    assert _data({"out-data": base64.b64encode(b"ok\xff\n").decode()}, "out-data") == "ok\ufffd\n"
+    assert _data({"out-data": "not base64 at all!"}, "out-data") == ""
+    assert _data({"out-data": 12}, "out-data") == "" and _data({}, "err-data") == ""
+    huge = base64.b64encode(b"x" * (3 * MAX_OUTPUT)).decode()
+    assert len(_data({"out-data": huge}, "out-data")) == MAX_OUTPUT

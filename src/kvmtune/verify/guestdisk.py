@@ -148,6 +148,7 @@ class GuestDiskExperiment:
     job: FioJob
     scratch: Path
     accel: AccelChoice
+    layout: Layout = field(default_factory=Layout)  # both scratch disks: the block tier's replica of the disk
     assumed: list[str] = field(default_factory=list)
     tier: str = "guest"
 
@@ -166,7 +167,7 @@ class GuestDiskExperiment:
         until = ctx.finding_until()  # the boot counts against the finding's cap
         with ProbePair(self.a, self.b, runner=ctx.runner, workdir=ctx.workdir, accel=self.accel.accel,
                        host=HostRoot(), scratch_parent=self.scratch, disk_size=ctx.size, kernel=ctx.guest_kernel,
-                       modules_dir=ctx.guest_modules) as pair:
+                       modules_dir=ctx.guest_modules, layouts=(self.layout, self.layout)) as pair:
             probe = FioProbe(pair, self.job, ctx.seconds)
             samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(IOPS, ctx.threshold), until=until)
             accel, boot_s = pair.accel, pair.boot_s
@@ -174,7 +175,7 @@ class GuestDiskExperiment:
         details = {
             "side_a": asdict(self.a), "side_b": asdict(self.b), "samples_a": samples.a, "samples_b": samples.b,
             "accel": accel, "boot_s": round(boot_s, 1), "replica_dir": str(self.scratch), "size": ctx.size,
-            "workload": self.workload,
+            "workload": self.workload, "replica_layout": self.layout.describe(),
         }
         notes = list(self.assumed)
         if accel == "tcg":
@@ -282,4 +283,4 @@ def plan_guest_disk(subject: Subject, ctx: VerifyContext, plan: GuestExperiment)
     parent, note = scratch_parent(source, ctx.workdir)
     if note:
         assumed.append(note)
-    return GuestDiskExperiment(subject, disk, a, b, plan.job, parent, accel, assumed)
+    return GuestDiskExperiment(subject, disk, a, b, plan.job, parent, accel, layout, assumed)

@@ -290,7 +290,7 @@ class ProbePair:
     ``plumbing``: per side, extra QEMU options and the command prefix QEMU runs under (a tap in a kvmtune
     namespace); ``taps``: per side, the tap :func:`qemu_args` writes the ``-netdev`` for (else a ``-netdev``
     in the plumbing with id :data:`NETDEV_ID`); ``extra``/``modules``: more files and drivers for the probe
-    guest; ``kernel``/``modules_dir``: another kernel for it.
+    guest; ``kernel``/``modules_dir``: another kernel for it; ``layouts``: how each scratch disk is created.
     """
 
     def __init__(self, a: GuestSide, b: GuestSide, *, runner: Runner, workdir: Path, accel: str,
@@ -298,7 +298,7 @@ class ProbePair:
                  plumbing: tuple[Plumbing, Plumbing] = (Plumbing(), Plumbing()),
                  taps: tuple[str | None, str | None] = (None, None), extra: Sequence[ExtraFile] = (),
                  modules: Sequence[str] = (), kernel: str | None = None, modules_dir: str | None = None,
-                 boot_timeout: float = 240.0) -> None:
+                 layouts: tuple[Layout, Layout] | None = None, boot_timeout: float = 240.0) -> None:
         if accel not in ("kvm", "tcg"):
             raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
         self.runner = runner
@@ -314,6 +314,12 @@ class ProbePair:
         self.kernel = kernel
         self.modules_dir = modules_dir
         self.boot_timeout = boot_timeout
+        # each scratch disk as qemu-img creates it (the block tier's replica layout: format, cluster size,
+        # preallocation); by default a sparse file of the side's format
+        self.layouts = dict(zip(SIDES, layouts or (Layout(format=a.disk_format), Layout(format=b.disk_format)), strict=True))
+        for name, side in (("A", a), ("B", b)):
+            if side.disk_bus is not None and self.layouts[name].format != side.disk_format:
+                raise ValueError(f"side {name}: layout format {self.layouts[name].format} is not the disk's {side.disk_format}")
         self.sides = {"A": _Side("A", a), "B": _Side("B", b)}
         self.guest: ProbeGuest | None = None
         self.run_dir: Path | None = None
@@ -358,7 +364,7 @@ class ProbePair:
             if s.side.disk_bus is not None:
                 assert self.disk_dir is not None
                 s.disk = self.disk_dir / f"disk-{s.name}.{s.side.disk_format}"
-                create_replica(self.runner, s.disk, Layout(format=s.side.disk_format), self.disk_size)
+                create_replica(self.runner, s.disk, self.layouts[s.name], self.disk_size)
             s.agent_sock = self.run_dir / f"qga-{s.name}.sock"
             plumb = self.plumbing[s.name]
             netdev = NETDEV_ID if self.taps[s.name] is None and any(a == "-netdev" for a in plumb.extra_args) else None
@@ -512,7 +518,7 @@ def _data(status: dict[str, Any], key: str) -> str:
     if not isinstance(raw, str):
         return ""
     try:
-        data = base64.b64decode(raw[: (MAX_OUTPUT * 4) // 3 + 4], validate=True)
+        data = base64.b64decode(raw[: -(-MAX_OUTPUT // 3) * 4], validate=True)  # whole 4-character groups only
     except (binascii.Error, ValueError):
         return ""
     return data[:MAX_OUTPUT].decode("utf-8", "replace")
