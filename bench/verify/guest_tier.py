@@ -57,6 +57,13 @@ def verify(inputs: list[str], extra: list[str]) -> dict[str, Any]:
             "load_after": load_after, "stderr_tail": res.stderr[-2000:], "results": doc.get("results", [])}
 
 
+def emulated(r: dict[str, Any]) -> str:
+    """The emulation label and the verdict the figures would have had under KVM's rule, or nothing."""
+    if not r.get("emulation"):
+        return ""
+    return f" ({r['emulation']}; by the interval alone: {(r.get('details') or {}).get('verdict_under_emulation')})"
+
+
 def summarise(run: dict[str, Any]) -> list[str]:
     lines = [f"{' '.join(run['inputs'])}: exit {run['exit']}, {run['wall_s']:.0f} s, load "
              f"{run['load_before'][0]:.2f} -> {run['load_after'][0]:.2f}"]
@@ -68,7 +75,8 @@ def summarise(run: dict[str, Any]) -> list[str]:
         ratio = f"{m['ratio']:.2f}" if m.get("ratio") is not None else "-"
         lines.append(f"  {r['rule']} {r['target']} [{r.get('tier')}, {r.get('accel') or 'host'}]: ratio {ratio}"
                      f"{f' [{ci[0]:.2f}, {ci[1]:.2f}]' if ci else ''} n={m.get('n', 0)} {r.get('verdict') or ''}"
-                     f"{' (' + r['emulation'] + ')' if r.get('emulation') else ''} {r.get('seconds', 0):.0f}s"
+                     f"{emulated(r)}"
+                     f" {r.get('seconds', 0):.0f}s"
                      f"{' error: ' + r['error'] if r.get('error') else ''}"
                      f"{' not measured: ' + r['not_measured'] if r.get('not_measured') else ''}")
     return lines
