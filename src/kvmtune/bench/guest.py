@@ -514,6 +514,9 @@ class GuestBuilder:
     fio: str | None = None
     busybox: str | None = None
     with_mke2fs: bool = True
+    # more modules a caller's guest needs (verify's guest tier: the drivers of the bus or NIC under test);
+    # like OPTIONAL_MODULES, one the kernel lacks is listed in ProbeGuest.missing_optional
+    more_modules: Sequence[str] = ()
 
     def _tool(self, name: str, given: str | None, candidates: Sequence[str] = ()) -> str:
         if given:
@@ -565,7 +568,7 @@ class GuestBuilder:
             raise KvmtuneError(
                 f"{kinfo.modules_dir}: kernel {kinfo.release} lacks modules the probe guest needs: {', '.join(missing)}"
             )
-        opt_order, missing_opt = resolve_modules(dep_text, builtin_text, OPTIONAL_MODULES)
+        opt_order, missing_opt = resolve_modules(dep_text, builtin_text, (*OPTIONAL_MODULES, *self.more_modules))
         for p in opt_order:
             if p not in modules:
                 modules.append(p)

@@ -27,6 +27,9 @@ READ_ONLY_COMMANDS = frozenset({
     "guest-sync-delimited", "guest-info", "guest-get-osinfo", "guest-get-disks", "guest-get-devices",
     "guest-file-open", "guest-file-read", "guest-file-close",
 })
+# kvmtune's own probe guest (verify's guest tier, ``verify/guestvm.py``) also runs its workloads through its agent;
+# no other guest is ever sent these
+PROBE_GUEST_COMMANDS = READ_ONLY_COMMANDS | frozenset({"guest-exec", "guest-exec-status"})
 
 
 class AgentError(KvmtuneError):
@@ -64,8 +67,8 @@ class Agent(Protocol):
     def close(self) -> None: ...
 
 
-def _request(command: str, arguments: dict[str, Any] | None) -> str:
-    if command not in READ_ONLY_COMMANDS:
+def _request(command: str, arguments: dict[str, Any] | None, allowed: frozenset[str] = READ_ONLY_COMMANDS) -> str:
+    if command not in allowed:
         raise AgentError(f"{command}: not a read-only agent command; kvmtune does not send it")
     if command == "guest-file-open" and (arguments or {}).get("mode") != "r":
         raise AgentError("guest-file-open: only mode 'r' is allowed")
@@ -101,8 +104,9 @@ class SocketAgent:
     line after it is the command's answer. An extra line can no longer shift later answers.
     """
 
-    def __init__(self, path: str, deadline: Deadline) -> None:
+    def __init__(self, path: str, deadline: Deadline, allowed: frozenset[str] = READ_ONLY_COMMANDS) -> None:
         self.deadline = deadline
+        self.allowed = allowed  # PROBE_GUEST_COMMANDS only for kvmtune's own probe guest
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._buf = b""
         try:
@@ -191,7 +195,7 @@ class SocketAgent:
             raise AgentError(f"more than {MAX_STRAY_LINES} lines that answer nothing kvmtune asked")
 
     def call(self, command: str, arguments: dict[str, Any] | None = None) -> Any:
-        request = _request(command, arguments).encode() + b"\n"
+        request = _request(command, arguments, self.allowed).encode() + b"\n"
         token, sync = self._sync_request()
         self._send(sync + request)
         self._await_sync(token)

@@ -1,0 +1,513 @@
+"""The guest tier's booted pair: two probe guests, A (as it is) and B (as fixed), each with its guest agent.
+
+:func:`qemu_args` turns one :class:`~kvmtune.verify.guestside.GuestSide` into the QEMU options of the
+probe guest (machine, vCPUs and topology, hugepage backing, the disk under test on its bus with its
+controller, queues and IOThread, the NIC under test with its queues and rings). :class:`ProbePair`
+builds the probe guest (:class:`kvmtune.bench.guest.GuestBuilder`, with ``qemu-ga`` and the drivers the
+sides need), makes one scratch disk per side (laid out like the block tier's replicas, never the
+guest's own image), boots both QEMUs once for the whole experiment and offers what
+:class:`~kvmtune.verify.guestside.GuestPair` promises: a command run in side A or B through the
+agent's ``guest-exec``, and QMP. On exit, an exception or Ctrl-C both QEMUs stop and every file is
+removed; the scratch disks are unlinked as soon as QEMU holds them open, so a killed kvmtune leaves
+none (QEMU dies with kvmtune), and its run directories are swept by the next verify.
+
+What the guest prints is the guest's: every answer is size-bounded by the agent client, decoded with
+replacement, and parsed strictly by the experiment that asked.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvmtune.bench.guest import (
+    ExtraFile,
+    GuestBuilder,
+    ProbeGuest,
+    find_kernel,
+    guest_agent_file,
+    guest_agent_job,
+    guest_agent_qemu_args,
+    resolve_modules,
+)
+from kvmtune.bench.qemu import GuestRun, VmSpec
+from kvmtune.errors import KvmtuneError
+from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
+from kvmtune.host.root import HostRoot
+from kvmtune.qemu.qmp import Qmp
+from kvmtune.runner import Runner
+from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
+from kvmtune.verify.guestside import ExecResult, GuestSide, Plumbing
+
+SIDES = ("A", "B")
+DISK_ID = "kvmtune-scratch"  # the -drive id (QMP query-block's device)
+DISK_DEV = "kvmtune-disk"  # the disk's -device id (query-pci / qom paths)
+SCSI_ID = "kvmtune-scsi"
+AHCI_ID = "kvmtune-ahci"
+IOTHREAD_ID = "kvmtune-io0"
+NETDEV_ID = "kvmtune-net"
+NIC_DEV = "kvmtune-nic"
+MEM_ID = "kvmtune-mem"
+NIC_MAC = {"A": "52:54:00:6b:74:0a", "B": "52:54:00:6b:74:0b"}
+MAX_OUTPUT = 1 << 20  # bytes of a command's stdout or stderr kept (the agent client bounds its answers as well)
+
+# libvirt's SCSI controller models → QEMU's device and the Linux driver that runs it
+SCSI_HBA: dict[str, tuple[str, tuple[str, ...]]] = {
+    "virtio-scsi": ("virtio-scsi-pci", ("virtio_pci", "virtio_scsi", "sd_mod")),
+    "lsilogic": ("lsi53c895a", ("sym53c8xx", "sd_mod")),
+    "lsi": ("lsi53c895a", ("sym53c8xx", "sd_mod")),
+    "lsi53c895a": ("lsi53c895a", ("sym53c8xx", "sd_mod")),
+    "lsisas1068": ("mptsas1068", ("mptsas", "sd_mod")),
+    "mptsas1068": ("mptsas1068", ("mptsas", "sd_mod")),
+    "lsisas1078": ("megasas", ("megaraid_sas", "sd_mod")),
+    "megasas": ("megasas", ("megaraid_sas", "sd_mod")),
+    "megasas-gen2": ("megasas-gen2", ("megaraid_sas", "sd_mod")),
+    "vmpvscsi": ("pvscsi", ("vmw_pvscsi", "sd_mod")),
+    "pvscsi": ("pvscsi", ("vmw_pvscsi", "sd_mod")),
+}
+# libvirt's NIC models → QEMU's device and the Linux driver
+NIC_DEVICE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "virtio": ("virtio-net-pci", ("virtio_pci", "virtio_net")),
+    "e1000": ("e1000", ("e1000",)),
+    "e1000e": ("e1000e", ("e1000e",)),
+    "rtl8139": ("rtl8139", ("8139cp",)),
+}
+
+
+class Unbootable(KvmtuneError):
+    """This side cannot be built as a probe guest here (a bus QEMU or the guest's kernel cannot drive); one line."""
+
+
+def disk_modules(side: GuestSide) -> tuple[str, ...]:
+    """The guest drivers the side's disk needs (module names, in no particular order)."""
+    bus = side.disk_bus
+    if bus is None:
+        return ()
+    if bus == "virtio":
+        return ("virtio_pci", "virtio_blk")
+    if bus == "ide":
+        return ("ahci", "sd_mod") if side.machine == "q35" else ("ata_piix", "sd_mod")
+    if bus == "sata":
+        return ("ahci", "sd_mod")
+    if bus == "nvme":
+        return ("nvme",)
+    if bus == "scsi":
+        return _hba(side)[1]
+    raise Unbootable(f"the probe guest has no {bus} disk (buses: ide, sata, scsi, virtio, nvme)")
+
+
+def nic_modules(side: GuestSide) -> tuple[str, ...]:
+    if side.nic_model is None:
+        return ()
+    return _nic(side)[1]
+
+
+def side_modules(side: GuestSide) -> tuple[str, ...]:
+    """Every guest driver the side needs, deduplicated."""
+    return tuple(dict.fromkeys((*disk_modules(side), *nic_modules(side))))
+
+
+def _hba(side: GuestSide) -> tuple[str, tuple[str, ...]]:
+    model = (side.scsi_model or "lsilogic").lower()
+    if model not in SCSI_HBA:
+        raise Unbootable(f"the probe guest has no SCSI controller model {model!r}")
+    return SCSI_HBA[model]
+
+
+def _nic(side: GuestSide) -> tuple[str, tuple[str, ...]]:
+    model = (side.nic_model or "").lower()
+    if model not in NIC_DEVICE:
+        raise Unbootable(f"the probe guest has no NIC model {model!r} ({', '.join(NIC_DEVICE)})")
+    return NIC_DEVICE[model]
+
+
+def _machine_args(side: GuestSide, hugetlbfs: str | None) -> list[str]:
+    # bench.qemu.qemu_argv writes -machine pc and -smp N first: QEMU merges repeated -machine/-smp, later wins
+    smp = str(side.vcpus)
+    if side.topology is not None:
+        sockets, cores, threads = side.topology
+        smp += f",sockets={sockets},cores={cores},threads={threads}"
+    args = ["-machine", side.machine, "-smp", smp]
+    if side.hugepages:
+        if not hugetlbfs:
+            raise Unbootable("hugepage backing needs a mounted hugetlbfs (mount -t hugetlbfs none /dev/hugepages)")
+        args += ["-object", f"memory-backend-file,id={MEM_ID},size={side.memory_mb}M,mem-path={hugetlbfs},"
+                 "share=off,prealloc=on", "-machine", f"memory-backend={MEM_ID}"]
+    return args
+
+
+def _disk_args(side: GuestSide, disk_path: str) -> list[str]:
+    bus = side.disk_bus
+    assert bus is not None
+    cache = "writeback" if side.disk_cache == "default" else side.disk_cache  # QEMU's default
+    args = ["-drive", f"file={disk_path},format={side.disk_format},if=none,id={DISK_ID},cache={cache},aio={side.disk_io}"]
+    thread = f",iothread={IOTHREAD_ID}" if side.disk_iothread else ""
+    if side.disk_iothread:
+        if not (bus == "virtio" or (bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci")):
+            raise Unbootable(f"an IOThread serves virtio-blk and virtio-scsi only, not a {bus} disk")
+        args += ["-object", f"iothread,id={IOTHREAD_ID}"]
+    if bus == "virtio":
+        opts = f"virtio-blk-pci,drive={DISK_ID},id={DISK_DEV},serial=kvmtune0{thread}"
+        if side.disk_queues is not None:
+            opts += f",num-queues={side.disk_queues}"
+        if side.disk_queue_size is not None:
+            opts += f",queue-size={side.disk_queue_size}"
+        return [*args, "-device", opts]
+    virtio_scsi = bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci"
+    if (side.disk_queues is not None and not virtio_scsi) or side.disk_queue_size is not None:
+        raise Unbootable(f"queues are a virtio-blk (or virtio-scsi) setting, not a {bus} disk's")
+    if bus == "ide":
+        return [*args, "-device", f"ide-hd,drive={DISK_ID},id={DISK_DEV},bus=ide.0,serial=kvmtune0"]
+    if bus == "sata":
+        return [*args, "-device", f"ahci,id={AHCI_ID}",
+                "-device", f"ide-hd,drive={DISK_ID},id={DISK_DEV},bus={AHCI_ID}.0,serial=kvmtune0"]
+    if bus == "nvme":
+        return [*args, "-device", f"nvme,drive={DISK_ID},id={DISK_DEV},serial=kvmtune0"]
+    if bus == "scsi":
+        hba = _hba(side)[0]
+        ctl = f"{hba},id={SCSI_ID}{thread}"
+        if side.disk_queues is not None:
+            ctl += f",num_queues={side.disk_queues}"
+        return [*args, "-device", ctl, "-device", f"scsi-hd,drive={DISK_ID},id={DISK_DEV},bus={SCSI_ID}.0,serial=kvmtune0"]
+    raise Unbootable(f"the probe guest has no {bus} disk (buses: ide, sata, scsi, virtio, nvme)")
+
+
+def _nic_args(side: GuestSide, tap: str | None, netdev: str | None, mac: str) -> list[str]:
+    device, _mods = _nic(side)
+    queues = side.nic_queues or 1
+    virtio = device == "virtio-net-pci"
+    if not virtio and (queues > 1 or side.rx_queue_size or side.tx_queue_size or side.vhost):
+        raise Unbootable(f"vhost, queues and ring sizes are virtio-net settings, not {side.nic_model}'s")
+    args: list[str] = []
+    if tap is not None:
+        opts = f"tap,id={NETDEV_ID},ifname={tap},script=no,downscript=no,vhost={'on' if side.vhost else 'off'}"
+        if queues > 1:
+            opts += f",queues={queues}"
+        args += ["-netdev", opts]
+        netdev = NETDEV_ID
+    if netdev is None:
+        raise Unbootable("the side has a NIC and nothing to attach it to (no tap and no -netdev)")
+    opts = f"{device},netdev={netdev},id={NIC_DEV},mac={mac}"
+    if virtio and queues > 1:
+        opts += f",mq=on,vectors={2 * queues + 2}"
+    if virtio and side.rx_queue_size:
+        opts += f",rx_queue_size={side.rx_queue_size}"
+    if virtio and side.tx_queue_size:
+        opts += f",tx_queue_size={side.tx_queue_size}"
+    return [*args, "-device", opts]
+
+
+def qemu_args(side: GuestSide, disk_path: str | Path | None, *, tap: str | None = None, netdev: str | None = None,
+              hugetlbfs: str | None = None, mac: str = NIC_MAC["A"]) -> list[str]:
+    """The QEMU options that give the probe guest this side's virtual hardware (added after
+    :func:`kvmtune.bench.qemu.qemu_argv`'s, which they override where both set something).
+
+    ``disk_path``: the side's scratch disk (required when the side has a disk). The NIC goes on a tap
+    (``tap``: its name; the ``-netdev`` is written here, with vhost and queues) or on a ``-netdev`` the
+    side's :class:`~kvmtune.verify.guestside.Plumbing` defines (``netdev``: its id). ``hugetlbfs``: where
+    hugepage backing is mounted. Raises :class:`Unbootable` with one line for what the probe guest cannot be.
+    """
+    args = _machine_args(side, hugetlbfs)
+    if side.disk_bus is not None:
+        if disk_path is None:
+            raise Unbootable("the side has a disk and no scratch disk was given")
+        args += _disk_args(side, str(disk_path))
+    if side.nic_model is not None:
+        args += _nic_args(side, tap, netdev, mac)
+    return args
+
+
+def kernel_lacks(host: HostRoot, names: Iterable[str], kernel: str | None = None,
+                 modules_dir: str | None = None) -> tuple[str, list[str]]:
+    """(the probe guest kernel's release, the modules among ``names`` it neither ships nor has built in);
+    reads only ``modules.dep``/``modules.builtin``, builds nothing."""
+    info = find_kernel(host, kernel, modules_dir)
+    if info.modules_dir is None:
+        return info.release, list(names)
+    dep = (info.modules_dir / "modules.dep").read_text()
+    builtin_path = info.modules_dir / "modules.builtin"
+    builtin = builtin_path.read_text() if builtin_path.is_file() else ""
+    _order, missing = resolve_modules(dep, builtin, names)
+    return info.release, missing
+
+
+def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str]) -> str:
+    """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one."""
+    what = side.disk_bus if side.disk_bus in ("ide", "sata", "nvme") else None
+    if side.disk_bus == "scsi":
+        what = f"{side.scsi_model or 'lsilogic'} SCSI controller"
+    if what is None and side.nic_model is not None:
+        what = f"{side.nic_model} NIC"
+    return (f"side {side_name} ({what or 'its device'}) needs the guest driver {', '.join(missing)}, which the probe "
+            f"guest's kernel {release} lacks (a cloud kernel ships no emulated-hardware drivers): pass a kernel that "
+            "has it with --guest-kernel (a generic distribution kernel)")
+
+
+def hugetlbfs_mount(host: HostRoot) -> str | None:
+    """Where a hugetlbfs is mounted on this host (the first), or None."""
+    text = host.read_optional("/proc/mounts") or ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "hugetlbfs":
+            return parts[1].replace("\\040", " ")
+    return None
+
+
+def side_job(guest: ProbeGuest, side: GuestSide) -> str:
+    """The probe guest's job for one side: load its drivers, start the agent, wait to be stopped."""
+    insmod = "".join(f"insmod /lib/modules/{m} 2>/dev/null\n" for m in guest.modules_for(side_modules(side)))
+    return insmod + guest_agent_job() + "echo KVMTUNE-PROBE-READY\nwhile true; do sleep 3600; done\n"
+
+
+@dataclass
+class _Side:
+    name: str
+    side: GuestSide
+    run: GuestRun | None = None
+    qmp: Qmp | None = None
+    agent: SocketAgent | None = None
+    disk: Path | None = None
+    agent_sock: Path | None = None
+
+
+class ProbePair:
+    """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.verify.guestside.GuestPair`).
+
+    ``a``/``b``: each side's hardware. ``accel``: ``kvm`` or ``tcg`` (what the caller decided; QMP's
+    ``query-kvm`` says what QEMU really runs, :attr:`accel`). ``scratch_parent``: where the scratch disks
+    go (the block tier's choice, :func:`kvmtune.verify.block.scratch_parent`), each ``disk_size`` bytes;
+    ``plumbing``: per side, extra QEMU options and the command prefix QEMU runs under (a tap in a kvmtune
+    namespace); ``taps``: per side, the tap :func:`qemu_args` writes the ``-netdev`` for (else a ``-netdev``
+    in the plumbing with id :data:`NETDEV_ID`); ``extra``/``modules``: more files and drivers for the probe
+    guest; ``kernel``/``modules_dir``: another kernel for it.
+    """
+
+    def __init__(self, a: GuestSide, b: GuestSide, *, runner: Runner, workdir: Path, accel: str,
+                 host: HostRoot | None = None, scratch_parent: Path | None = None, disk_size: int = 1 << 30,
+                 plumbing: tuple[Plumbing, Plumbing] = (Plumbing(), Plumbing()),
+                 taps: tuple[str | None, str | None] = (None, None), extra: Sequence[ExtraFile] = (),
+                 modules: Sequence[str] = (), kernel: str | None = None, modules_dir: str | None = None,
+                 boot_timeout: float = 240.0) -> None:
+        if accel not in ("kvm", "tcg"):
+            raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
+        self.runner = runner
+        self.workdir = workdir
+        self.host = host or HostRoot()
+        self.requested_accel = accel
+        self.scratch_parent = scratch_parent or workdir
+        self.disk_size = disk_size
+        self.plumbing = dict(zip(SIDES, plumbing, strict=True))
+        self.taps = dict(zip(SIDES, taps, strict=True))
+        self.extra = tuple(extra)
+        self.more_modules = tuple(modules)
+        self.kernel = kernel
+        self.modules_dir = modules_dir
+        self.boot_timeout = boot_timeout
+        self.sides = {"A": _Side("A", a), "B": _Side("B", b)}
+        self.guest: ProbeGuest | None = None
+        self.run_dir: Path | None = None
+        self.disk_dir: Path | None = None
+        self._accel: str | None = None
+        self.boot_s: float = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> ProbePair:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def build(self) -> ProbeGuest:
+        """The probe guest with qemu-ga, fio and every driver both sides need; :class:`Unbootable` names a missing one."""
+        needed = tuple(dict.fromkeys(m for s in self.sides.values() for m in side_modules(s.side)))
+        builder = GuestBuilder(self.workdir, self.runner, self.host, kernel=self.kernel, modules_dir=self.modules_dir,
+                               extra=(guest_agent_file(), *self.extra), more_modules=(*needed, *self.more_modules))
+        guest = builder.build()
+        for s in self.sides.values():
+            lacking = [m for m in side_modules(s.side) if m in guest.missing_optional]
+            if lacking:
+                raise Unbootable(missing_driver_line(s.name, s.side, guest.release, lacking))
+        return guest
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.guest = guest = self.build()
+        hugetlbfs = hugetlbfs_mount(self.host) if any(s.side.hugepages for s in self.sides.values()) else None
+        self.run_dir = make_scratch_dir(self.workdir)
+        if any(s.side.disk_bus for s in self.sides.values()):
+            self.disk_dir = self.run_dir if self.scratch_parent == self.workdir else make_scratch_dir(self.scratch_parent)
+        for s in self.sides.values():
+            args: list[str] = []
+            if s.side.disk_bus is not None:
+                assert self.disk_dir is not None
+                s.disk = self.disk_dir / f"disk-{s.name}.{s.side.disk_format}"
+                create_replica(self.runner, s.disk, Layout(format=s.side.disk_format), self.disk_size)
+            s.agent_sock = self.run_dir / f"qga-{s.name}.sock"
+            plumb = self.plumbing[s.name]
+            netdev = NETDEV_ID if self.taps[s.name] is None and any(a == "-netdev" for a in plumb.extra_args) else None
+            args += qemu_args(s.side, s.disk, tap=self.taps[s.name], netdev=netdev, hugetlbfs=hugetlbfs, mac=NIC_MAC[s.name])
+            args += guest_agent_qemu_args(str(s.agent_sock))
+            spec = VmSpec(guest=guest, accel=self.requested_accel, memory_mb=s.side.memory_mb, smp=s.side.vcpus,
+                          job=side_job(guest, s.side), extra_args=[*plumb.extra_args, *args], wrapper=plumb.wrapper)
+            s.run = GuestRun(spec, self.run_dir / s.name, self.runner, name=f"probe-{s.name}")
+            s.run.start()
+        for s in self.sides.values():  # both boot side by side
+            self._connect(s, started + self.boot_timeout)
+        accels = {s.name: self._query_accel(s) for s in self.sides.values()}
+        if accels["A"] != accels["B"]:
+            raise KvmtuneError(f"the two probe guests run under different accelerators ({accels['A']}, {accels['B']})")
+        self._accel = accels["A"]
+        self.boot_s = time.monotonic() - started
+
+    def _alive(self, s: _Side) -> None:
+        assert s.run is not None and s.run.proc is not None
+        if s.run.proc.poll() is not None:
+            try:
+                tail = s.run.stderr_path.read_bytes()[-2000:].decode("utf-8", "replace").strip().splitlines()
+            except OSError:
+                tail = []
+            raise KvmtuneError(f"QEMU of probe guest {s.name} exited {s.run.proc.returncode}: "
+                               f"{tail[-1] if tail else 'no error output'}")
+
+    def _connect(self, s: _Side, until: float) -> None:
+        assert s.run is not None and s.agent_sock is not None
+        while True:
+            self._alive(s)
+            try:
+                s.qmp = Qmp(s.run.qmp_path, timeout=5.0)
+                break
+            except (OSError, ConnectionError):
+                if time.monotonic() > until:
+                    raise KvmtuneError(f"QMP of probe guest {s.name} did not answer") from None
+                time.sleep(0.1)
+        if s.disk is not None:  # QEMU holds it open now: a killed kvmtune leaves no scratch disk behind
+            s.disk.unlink(missing_ok=True)
+        while True:
+            self._alive(s)
+            left = until - time.monotonic()
+            if left <= 0:
+                raise KvmtuneError(f"the agent of probe guest {s.name} did not answer within {self.boot_timeout:.0f}s "
+                                   f"(last console line: {self._last_console(s)!r})")
+            if not s.agent_sock.exists():
+                time.sleep(0.1)
+                continue
+            try:
+                s.agent = SocketAgent(str(s.agent_sock), Deadline(min(left, 5.0)), allowed=PROBE_GUEST_COMMANDS)
+                return
+            except AgentError:
+                continue
+
+    @staticmethod
+    def _last_console(s: _Side) -> str:
+        assert s.run is not None
+        try:
+            lines = s.run.serial.read_bytes()[-4000:].decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        return next((ln for ln in reversed(lines) if ln.strip()), "")[:120]
+
+    def _query_accel(self, s: _Side) -> str:
+        kvm = self.qmp(s.name, "query-kvm")
+        return "kvm" if isinstance(kvm, dict) and kvm.get("enabled") is True else "tcg"
+
+    def close(self) -> None:
+        for s in self.sides.values():
+            if s.agent is not None:
+                s.agent.close()
+                s.agent = None
+            if s.qmp is not None:
+                s.qmp.close()
+                s.qmp = None
+            if s.run is not None:
+                s.run.close()
+            if s.disk is not None:
+                s.disk.unlink(missing_ok=True)
+        for d in (self.disk_dir, self.run_dir):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
+        self.disk_dir = self.run_dir = None
+
+    # ------------------------------------------------------------------ GuestPair
+
+    @property
+    def accel(self) -> str:
+        if self._accel is None:
+            raise KvmtuneError("the probe guests are not running")
+        return self._accel
+
+    def _side(self, side: str) -> _Side:
+        if side not in self.sides:
+            raise ValueError(f"side must be A or B, not {side!r}")
+        return self.sides[side]
+
+    def qmp(self, side: str, command: str, arguments: dict[str, Any] | None = None) -> Any:
+        s = self._side(side)
+        if s.qmp is None:
+            raise KvmtuneError(f"probe guest {side} is not running")
+        try:
+            return s.qmp.execute(command, **(arguments or {}))
+        except (OSError, ValueError) as exc:
+            raise KvmtuneError(f"QMP {command} of probe guest {side}: {exc}") from None
+
+    def exec(self, side: str, argv: list[str], timeout: float) -> ExecResult:
+        """Run ``argv`` (an absolute path first) in probe guest ``side`` through ``guest-exec``; wait at most
+        ``timeout`` seconds, then kill it (rc None)."""
+        s = self._side(side)
+        if s.agent is None:
+            raise KvmtuneError(f"probe guest {side} is not running")
+        if not argv or not argv[0].startswith("/"):
+            raise ValueError("guest-exec needs an absolute path")
+        start = time.monotonic()
+        pid = self._call(s, "guest-exec", {"path": argv[0], "arg": argv[1:], "capture-output": True}, timeout)
+        if not isinstance(pid, dict) or type(pid.get("pid")) is not int:
+            raise KvmtuneError(f"probe guest {side}: guest-exec answered no pid")
+        gpid = pid["pid"]
+        poll = 0.02
+        while True:
+            status = self._call(s, "guest-exec-status", {"pid": gpid}, 30.0)
+            if not isinstance(status, dict):
+                raise KvmtuneError(f"probe guest {side}: guest-exec-status answered no object")
+            if status.get("exited") is True:
+                code = status.get("exitcode")
+                rc = code if type(code) is int else (128 + status["signal"] if type(status.get("signal")) is int else -1)
+                return ExecResult(rc, _data(status, "out-data"), _data(status, "err-data"), time.monotonic() - start)
+            if time.monotonic() - start > timeout:
+                with contextlib.suppress(KvmtuneError):
+                    self._call(s, "guest-exec", {"path": "/bin/kill", "arg": ["-9", str(gpid)]}, 10.0)
+                return ExecResult(None, "", "", time.monotonic() - start)
+            time.sleep(poll)
+            poll = min(poll * 2, 0.25)
+
+    def _call(self, s: _Side, command: str, arguments: dict[str, Any], seconds: float) -> Any:
+        assert s.agent is not None
+        self._alive(s)
+        s.agent.deadline = Deadline(max(seconds, 1.0) + 10.0)
+        try:
+            return s.agent.call(command, arguments)
+        except AgentError as exc:
+            raise KvmtuneError(f"the agent of probe guest {s.name}: {exc}") from None
+
+
+def _data(status: dict[str, Any], key: str) -> str:
+    raw = status.get(key)
+    if not isinstance(raw, str):
+        return ""
+    try:
+        data = base64.b64decode(raw[: (MAX_OUTPUT * 4) // 3 + 4], validate=True)
+    except (binascii.Error, ValueError):
+        return ""
+    return data[:MAX_OUTPUT].decode("utf-8", "replace")
+
