@@ -13,7 +13,7 @@ import pytest
 import kvmtune.verify
 from kvmtune.audit.finding import Finding, Target
 from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, Rule, all_rules, rule_by_id
-from kvmtune.audit.verifyplan import BlockExperiment, HostFixExperiment, NoExperiment
+from kvmtune.audit.verifyplan import BlockExperiment, FioJob, GuestExperiment, HostFixExperiment, NetJob, NoExperiment
 from kvmtune.fix.registry import all_fixers
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -56,6 +56,10 @@ def test_each_plan_fits_its_rule(rule: type[Rule]) -> None:
         assert plan.reason.strip() and "\n" not in plan.reason
     elif isinstance(plan, HostFixExperiment):
         assert issubclass(rule, HostRule) and rule.fix_kind != "manual", "the host fix plan must write a value for it"
+    elif isinstance(plan, GuestExperiment):  # two probe guests: side B is what the rule's own fixer writes
+        assert issubclass(rule, GuestRule) and rule.id in all_fixers()
+        assert plan.part in ("disk", "controller", "nic", "cpu", "memory")
+        assert isinstance(plan.job, NetJob if plan.part == "nic" else FioJob)
     else:
         assert isinstance(plan, BlockExperiment)
         assert issubclass(rule, (GuestRule, ImageRule)), "the block tier replicates a guest disk or an image"
@@ -79,7 +83,7 @@ def _finding(rule_id: str, device: str | None = None) -> Finding:
 
 def test_verify_gives_the_rules_own_reason(tmp_path: Path) -> None:
     vctx = VerifyContext(runner=Runner(), host=HostRoot("/"), root="/", workdir=tmp_path)
-    for rule_id in ("KVM-STO-001", "KVM-NET-006", "KVM-HST-023"):  # an XML fix, a manual rule, a host setting
+    for rule_id in ("KVM-WIN-003", "KVM-NET-006", "KVM-HST-023"):  # an XML fix, a manual rule, a host setting
         plan = plan_for(rule_id)
         assert isinstance(plan, NoExperiment)
         (p,) = plan_all([Subject(_finding(rule_id))], vctx)

@@ -25,7 +25,9 @@ GUEST_TIER = "needs the guest tier (a booted guest); KVM does not boot guests he
 
 @dataclass(frozen=True)
 class FioJob:
-    """One fio workload against an NBD export; ``fsync``: flush every N writes, as a guest file system does."""
+    """One fio workload against an NBD export (block tier) or a probe guest's raw disk (guest tier); ``fsync``: flush
+    every N writes, as a guest file system does; ``numjobs``: parallel fio jobs (the guest tier spreads them over the
+    probe guest's vCPUs: queue fixes pay off only with submissions from several vCPUs)."""
 
     name: str
     rw: str
@@ -33,9 +35,12 @@ class FioJob:
     iodepth: int = 16
     fsync: int = 0
     rwmixread: int | None = None
+    numjobs: int = 1
 
     def describe(self) -> str:
         text = f"fio {self.rw} {self.bs} QD{self.iodepth}"
+        if self.numjobs > 1:
+            text += f" x{self.numjobs} jobs"
         if self.rwmixread is not None:
             text += f" {self.rwmixread}% reads"
         if self.fsync:
@@ -88,6 +93,7 @@ class NetJob:
 # the jobs the guest-tier rules share
 BUS_JOB = FioJob("bus", "randwrite", "4k", 16)
 IOTHREAD_JOB = FioJob("iothread", "randrw", "4k", 32, rwmixread=70)
+QUEUE_JOB = FioJob("queues", "randread", "4k", 32, numjobs=4)
 NIC_STREAM_JOB = NetJob("stream", "stream", 1)
 NIC_MQ_JOB = NetJob("multiqueue", "stream", 4)
 

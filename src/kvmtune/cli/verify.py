@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import re
+import shlex
 import signal
 import sys
 import time
@@ -105,6 +106,9 @@ class VerifyCommand(Command):
                        "verify.budget, else none)")
         p.add_argument("--apply", action="store_true",
                        help="also measure host-wide fixes: apply through the journal, measure, undo unless it helps")
+        p.add_argument("--allow-tcg", action="store_true",
+                       help="where KVM does not boot guests, still run the guest tier (bus, controller, IOThread, queue, "
+                       "NIC fixes in two probe guests) under TCG emulation: labelled emulation, verdicts not comparable")
         p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask before changing host-wide settings")
         p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
@@ -190,6 +194,17 @@ def _limits(args: argparse.Namespace) -> _Limits:
     return _Limits(threshold, finding_budget, pick(args.budget, "verify.budget"))
 
 
+def _inputs_hint(args: argparse.Namespace) -> str:
+    """This run's inputs as ``kvmtune verify`` options (for the command a "needs KVM" line names)."""
+    parts: list[str] = ["--examples"] if args.examples else []
+    parts += [f"--connect {shlex.quote(u)}" for u in args.connect]
+    parts += [f"--domain {shlex.quote(d)}" for d in args.domain]
+    if args.assume_this_host:
+        parts.append("--assume-this-host")
+    parts += [shlex.quote(p) for p in args.paths]
+    return " ".join(parts)
+
+
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -235,9 +250,13 @@ def _verify(args: argparse.Namespace) -> Outcome:
         repeat=args.repeat, finding_budget=limits.finding_budget, threshold=limits.threshold, deadline=deadline,
         apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
+        allow_tcg=args.allow_tcg, inputs_hint=_inputs_hint(args),
     )
     planned = plan_all(subjects(findings, guests, result.images), ctx)
-    env = {"kvmtune_tiers": "block, netns, host", "accel": "none", "root": args.root}
+    guest_tier = ctx.guest_accel is not None and any(p.experiment is not None and p.experiment.tier == "guest"
+                                                      for p in planned)
+    env = {"kvmtune_tiers": "block, netns, host" + (", guest" if guest_tier else ""),
+           "accel": ctx.guest_accel.accel if guest_tier and ctx.guest_accel else "none", "root": args.root}
     bench = VerifyBenchmark(planned, ctx, env)
     run_id = None
     interrupted = False
@@ -257,7 +276,8 @@ def _verify(args: argparse.Namespace) -> Outcome:
         from kvmtune.bench.runner import BenchRunner, base_environment
         from kvmtune.bench.store import Store
 
-        env.update(base_environment(ctx.runner, ctx.host, AccelChoice("none", "verify boots no guest", 0.0), None))
+        choice = ctx.guest_accel if guest_tier and ctx.guest_accel else AccelChoice("none", "verify boots no guest", 0.0)
+        env.update(base_environment(ctx.runner, ctx.host, choice, None))
         argv = {**{k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")},
                 "threshold": limits.threshold, "finding_budget": limits.finding_budget, "budget": limits.budget,
                 "db": str(results_db(args))}

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.audit.finding import Finding
-from kvmtune.audit.verifyplan import BlockExperiment, NoExperiment
+from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
 from kvmtune.bench.runner import Cell, CellSink
-from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT
+from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
 from kvmtune.model.guest import Disk, Guest
@@ -26,6 +26,7 @@ from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
 from kvmtune.verify.block import scratch_parent, sweep_leftovers
 from kvmtune.verify.experiments import Experiment, LeavesScratch, Subject, Unmeasurable, VerifyContext, seed_figure
+from kvmtune.verify.guestside import EMULATION
 from kvmtune.verify.measure import VERDICTS, OutOfTime
 from kvmtune.verify.planner import plan_experiment, plan_for
 
@@ -33,9 +34,14 @@ TIER_LABELS = {
     "block": "block tier: qemu-storage-daemon + fio over NBD on scratch replicas, at host speed (no guest, no TCG)",
     "netns": "namespace tier: netload between two kvmtune network namespaces (veth, 198.18.0.0/15), host kernel only",
     "host": "host tier: the host's own setting, changed through the fix journal and measured with fio",
+    "guest": "guest tier: two probe guests booted once a finding (A as it is, B as fixed), the workload run inside "
+             "them through their guest agent, under {accel}",
 }
-SAMPLE_OVERHEAD_S = {"block": 0.35, "netns": 0.3, "host": 0.5}
-START_S = {"block": 0.6, "netns": 0.8, "host": 0.5}
+GUEST_ACCEL_LABELS = {"kvm": "KVM", "tcg": "TCG (emulation: not evidence for a KVM host; verdicts not comparable)"}
+# a guest-tier sample is fio's start in a probe guest (slow under TCG); its start is building the probe guest (cached)
+# and booting two of them
+SAMPLE_OVERHEAD_S = {"block": 0.35, "netns": 0.3, "host": 0.5, "guest": 1.5}
+START_S = {"block": 0.6, "netns": 0.8, "host": 0.5, "guest": 12.0}
 
 
 @dataclass
@@ -54,6 +60,7 @@ class VerifyResult:
     details: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     skipped_budget: bool = False
+    accel: str | None = None  # the guest tier's accelerator (kvm | tcg); None on the other tiers
 
     @property
     def target(self) -> str:
@@ -71,6 +78,8 @@ class VerifyResult:
             return f"{head}: not measured: {self.reason}"
         assert self.judgement is not None
         text = f"{head}: {self.change}: {self.judgement.describe()}"
+        if self.accel == "tcg":
+            text += f"; {EMULATION}"
         if self.seed:
             text += f"; seed figure: {self.seed}"
         return f"{text}; {self.verdict.upper() if self.verdict else '?'}; {self.action}"
@@ -82,7 +91,8 @@ class VerifyResult:
             "measurement": self.judgement.to_json() if self.judgement else None, "verdict": self.verdict,
             "action": self.action, "not_measured": self.reason, "error": self.error, "seed": self.seed,
             "notes": self.notes, "details": self.details, "seconds": round(self.seconds, 2),
-            "skipped_for_budget": self.skipped_budget,
+            "skipped_for_budget": self.skipped_budget, "accel": self.accel,
+            "emulation": EMULATION if self.accel == "tcg" else None,
         }
 
 
@@ -208,8 +218,10 @@ def execute_one(p: Planned, ctx: VerifyContext) -> None:
         r.seconds = time.monotonic() - start
     r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
     r.notes.extend(out.notes)
+    accel = out.details.get("accel")
+    r.accel = accel if isinstance(accel, str) else None
     plan = plan_for(r.finding.rule)
-    if isinstance(plan, BlockExperiment) and plan.note:
+    if isinstance(plan, (BlockExperiment, GuestExperiment)) and plan.note:
         r.notes.append(plan.note)
     r.details = out.details
     if out.cut_short:
@@ -241,7 +253,7 @@ def to_cell(r: VerifyResult) -> Cell:
             metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
     config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
               "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
-              "unit": j.metric.unit if j else None, "seed": r.seed}
+              "unit": j.metric.unit if j else None, "seed": r.seed, "accel": r.accel}
     return Cell(f"{r.finding.rule}|{r.target}", config, r.workload or "-", "ok" if j is not None else "error", metrics,
                 error=r.error or r.reason, raw=json.dumps(r.to_json(), default=str), duration_s=r.seconds)
 
@@ -291,7 +303,11 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
     out: list[str] = []
     tiers = sorted({r.tier for r in results if r.tier and r.measured})
     for t in tiers:
-        out.append(f"# {TIER_LABELS.get(t, t)}")
+        label = TIER_LABELS.get(t, t)
+        if t == "guest":
+            accels = sorted({r.accel for r in results if r.tier == t and r.measured and r.accel})
+            label = label.format(accel=", ".join(GUEST_ACCEL_LABELS.get(a, a) for a in accels) or "?")
+        out.append(f"# {label}")
     out.append(f"# each side at least {ctx.repeat}× alternating A (as it is) / B (as fixed), {ctx.seconds:g}s each, then "
                f"more rounds until the verdict settles (at most {ctx.finding_budget:g}s a finding); ratio B/A with its 95% "
                f"interval; helps/hurts only when the whole interval lies beyond ±{ctx.threshold:g}%, no measurable effect "
@@ -313,6 +329,9 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
     skipped = sum(1 for r in results if r.skipped_budget)
     summary = (f"{len(measured)} of {len(results)} finding(s) measured in {elapsed:.0f}s: {counts[HELPS]} help, "
                f"{counts[NO_EFFECT]} no measurable effect, {counts[HURTS]} hurt, {counts[INCONCLUSIVE]} inconclusive")
+    not_comparable = sum(1 for r in results if r.verdict == NOT_COMPARABLE)
+    if not_comparable:
+        summary += f", {not_comparable} not comparable (emulation)"
     if skipped:
         summary += f"; {skipped} skipped for --budget"
     out.append(summary)
@@ -334,5 +353,6 @@ def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
             text += f", ratio {m['ratio']:.2f}"
         if "ratio_ci_low" in m:
             text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
-        out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({cfg.get('tier')} tier)")
+        tier = f"{cfg.get('tier')} tier" + (", TCG emulation" if cfg.get("accel") == "tcg" else "")
+        out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({tier})")
     return out

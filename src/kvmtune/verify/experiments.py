@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kvmtune.audit.finding import Finding
+from kvmtune.bench.accel import AccelChoice
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.qemu.image import DiskImage
@@ -44,6 +45,14 @@ class VerifyContext:
     journal_dir: Path | None = None
     profile: str = "virtual-host"
     notes: list[str] = field(default_factory=list)
+    # the guest tier (verify/guestvm.py): measure under TCG emulation too (--allow-tcg), the accelerator the probe
+    # guests get (decided once a run: verify/guestvm.pair_accel), another kernel for them, and the inputs of this
+    # run as options (for the command a "needs KVM" line names)
+    allow_tcg: bool = False
+    guest_accel: AccelChoice | None = None
+    guest_kernel: str | None = None
+    guest_modules: str | None = None
+    inputs_hint: str = ""
 
     def finding_until(self) -> float:
         """When the finding now starting must stop adding rounds (its cap, or the run's budget if sooner)."""
@@ -73,7 +82,7 @@ class Outcome:
 
 class Experiment(Protocol):
     @property
-    def tier(self) -> str: ...  # block | netns | host
+    def tier(self) -> str: ...  # block | netns | host | guest
 
     @property
     def change(self) -> str: ...  # the change the fix makes, one line

@@ -23,10 +23,12 @@ import contextlib
 import shutil
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvmtune.bench.accel import AccelChoice, detect_accel
+from kvmtune.bench.accel_cache import read_cached_verdict
 from kvmtune.bench.guest import (
     ExtraFile,
     GuestBuilder,
@@ -38,13 +40,15 @@ from kvmtune.bench.guest import (
     resolve_modules,
 )
 from kvmtune.bench.qemu import GuestRun, VmSpec
+from kvmtune.bench.workdir import default_workdir
 from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.runner import Runner
 from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
-from kvmtune.verify.guestside import ExecResult, GuestSide, Plumbing
+from kvmtune.verify.experiments import Unmeasurable, VerifyContext
+from kvmtune.verify.guestside import ALLOW_TCG, NEEDS_KVM, ExecResult, GuestSide, Plumbing
 
 SIDES = ("A", "B")
 DISK_ID = "kvmtune-scratch"  # the -drive id (QMP query-block's device)
@@ -360,7 +364,9 @@ class ProbePair:
             netdev = NETDEV_ID if self.taps[s.name] is None and any(a == "-netdev" for a in plumb.extra_args) else None
             args += qemu_args(s.side, s.disk, tap=self.taps[s.name], netdev=netdev, hugetlbfs=hugetlbfs, mac=NIC_MAC[s.name])
             args += guest_agent_qemu_args(str(s.agent_sock))
-            spec = VmSpec(guest=guest, accel=self.requested_accel, memory_mb=s.side.memory_mb, smp=s.side.vcpus,
+            # PVH boot of the bare vmlinux is QEMU 4.0's: an older (versioned) machine type boots the bzImage
+            boots = guest if s.side.machine in ("pc", "q35") else replace(guest, vmlinux=None)
+            spec = VmSpec(guest=boots, accel=self.requested_accel, memory_mb=s.side.memory_mb, smp=s.side.vcpus,
                           job=side_job(guest, s.side), extra_args=[*plumb.extra_args, *args], wrapper=plumb.wrapper)
             s.run = GuestRun(spec, self.run_dir / s.name, self.runner, name=f"probe-{s.name}")
             s.run.start()
@@ -511,3 +517,40 @@ def _data(status: dict[str, Any], key: str) -> str:
         return ""
     return data[:MAX_OUTPUT].decode("utf-8", "replace")
 
+
+
+# --------------------------------------------------------------------------- the accelerator, once a run
+
+
+def pair_accel(ctx: VerifyContext) -> AccelChoice:
+    """The accelerator the probe guests get on this machine, decided once a run and kept on ``ctx``: ``tcg`` without a
+    usable /dev/kvm, else ``kvm`` only if a probe guest really boots under it (``kvmtune guest accel``'s verdict,
+    from its cache when it is there: a day old at most)."""
+    if ctx.guest_accel is None:
+        ctx.guest_accel = _decide_accel(ctx)
+    return ctx.guest_accel
+
+
+def _decide_accel(ctx: VerifyContext) -> AccelChoice:
+    host = HostRoot()  # the probe guests run on this machine, whatever --root names
+    if not host.exists("/dev/kvm"):
+        return AccelChoice("tcg", "/dev/kvm is absent", 0.0)
+    if not host.access("/dev/kvm", 6):  # R_OK | W_OK
+        return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
+    osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
+    for workdir in dict.fromkeys((ctx.workdir, default_workdir())):
+        cached = read_cached_verdict(workdir, osrel)
+        if cached is not None:
+            return AccelChoice(cached.accel, cached.reason, 0.0, cached=True)
+    guest = GuestBuilder(ctx.workdir, ctx.runner, host, kernel=ctx.guest_kernel, modules_dir=ctx.guest_modules).build()
+    return detect_accel(guest, ctx.workdir, ctx.runner, host)
+
+
+def require_accel(rule_id: str, ctx: VerifyContext) -> AccelChoice:
+    """The accelerator for this finding's pair; under TCG without ``--allow-tcg``, :class:`Unmeasurable` with the
+    "needs KVM" line and the command that measures it under emulation."""
+    choice = pair_accel(ctx)
+    if choice.accel == "tcg" and not ctx.allow_tcg:
+        command = " ".join(x for x in ("kvmtune verify", ctx.inputs_hint, f"--only {rule_id}", ALLOW_TCG) if x)
+        raise Unmeasurable(f"{NEEDS_KVM.format(why=choice.reason)}; to measure it under emulation: {command}")
+    return choice

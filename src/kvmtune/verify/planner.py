@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
 
 from kvmtune.audit.rule import all_rules
-from kvmtune.audit.verifyplan import BlockExperiment, HostFixExperiment, NoExperiment, VerifyPlan
+from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, HostFixExperiment, NoExperiment, VerifyPlan
 from kvmtune.verify.disk import plan_disk
 from kvmtune.verify.experiments import Experiment, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.hostside import plan_host_finding
@@ -30,6 +31,27 @@ def plan_experiment(subject: Subject, ctx: VerifyContext) -> Experiment:
         return plan_disk(subject, ctx, plan)
     if isinstance(plan, HostFixExperiment):
         return plan_host_finding(subject, ctx)
+    if isinstance(plan, GuestExperiment):
+        return plan_guest(subject, ctx, plan)
     if isinstance(plan, NoExperiment):
         raise Unmeasurable(plan.reason)
     raise Unmeasurable(NO_PLAN)
+
+
+NIC_NOT_BUILT = "the guest tier's NIC experiments are not built yet (verify/guestnic.py)"
+
+
+def plan_guest(subject: Subject, ctx: VerifyContext, plan: GuestExperiment) -> Experiment:
+    """The guest tier: the finding's disk or controller (``verify/guestdisk.py``) or its NIC (``verify/guestnic.py``)."""
+    if plan.part in ("disk", "controller"):
+        from kvmtune.verify.guestdisk import plan_guest_disk
+
+        return plan_guest_disk(subject, ctx, plan)
+    if plan.part == "nic":
+        try:
+            guestnic = importlib.import_module("kvmtune.verify.guestnic")
+        except ModuleNotFoundError:
+            raise Unmeasurable(NIC_NOT_BUILT) from None
+        experiment: Experiment = guestnic.plan_nic(subject, ctx, plan)
+        return experiment
+    raise Unmeasurable(f"the guest tier does not measure a {plan.part} change yet")

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import BUS_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 
@@ -37,7 +37,7 @@ class DiskBusEmulated(GuestRule):
     )
     # the same fix as 'qm set' (proxmox/qmset.py): the volume detached and re-attached on virtio-blk, boot order kept
     pve = PveForm("bus", "Hardware > Hard Disk ({}) > Detach, then Unused Disk > Edit > Bus/Device: VirtIO Block")
-    verify = NoExperiment("bus change " + GUEST_TIER)
+    verify = GuestExperiment("disk", BUS_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in guest.disks:

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import IOTHREAD_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low, many_vcpus
@@ -34,7 +34,7 @@ class DiskNoIothread(GuestRule):
         "Red Hat Developer 2024-09-05: scaling virtio-blk with IOThread virtqueue mapping",
         "Proxmox qm.adoc: IO Thread recommended with VirtIO SCSI single / VirtIO Block",
     )
-    verify = NoExperiment("an IOThread takes disk I/O off QEMU's main loop, which only a running guest keeps busy; " + GUEST_TIER)
+    verify = GuestExperiment("disk", IOTHREAD_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if (guest.vcpus or 1) < 2:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import QUEUE_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low, machine_version, many_vcpus
 
@@ -61,7 +61,7 @@ class MachineTypeSingleQueue(GuestRule):
         "RHEL machine types: qemu-kvm (CentOS Stream) hw/core/machine.c hw_compat_rhel_8_3 carries hw_compat_5_1 "
         "for pc-q35-rhel8.3.0 and older, pc-i440fx-rhel7.* and the other *-rhel8.3.0-and-older types",
     )
-    verify = NoExperiment("virtio-blk queues are per vCPU inside the guest; " + GUEST_TIER)
+    verify = GuestExperiment("disk", QUEUE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if not single_queue_machine(guest.machine) or (guest.vcpus or 1) < 2:

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import BUS_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import data_disks, low
@@ -44,7 +44,7 @@ class ScsiControllerEmulated(GuestRule):
         "libvirt formatdomain: controller type='scsi' models",
         "Proxmox qm.adoc: VirtIO SCSI single recommended (default for new Linux VMs since PVE 7.3)",
     )
-    verify = NoExperiment("controller model change " + GUEST_TIER)
+    verify = GuestExperiment("controller", BUS_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for disk in data_disks(guest):

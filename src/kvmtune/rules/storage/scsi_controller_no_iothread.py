@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import IOTHREAD_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import data_disks, low, many_vcpus
@@ -38,7 +38,7 @@ class ScsiControllerNoIothread(GuestRule):
         "Proxmox VE qm.adoc: IO Thread needs VirtIO SCSI single for SCSI disks",
         "QEMU hw/scsi/virtio-scsi.c: iothread property of virtio-scsi-pci",
     )
-    verify = NoExperiment("a virtio-scsi controller's IOThread takes its disks' I/O off QEMU's main loop; " + GUEST_TIER)
+    verify = GuestExperiment("controller", IOTHREAD_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if (guest.vcpus or 1) < 2:

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import QUEUE_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks
 
@@ -34,7 +34,7 @@ class VirtioBlkQueues(GuestRule):
         "QEMU 5.0: virtio-blk queue-size default raised from 128 to 256",
         "RHEL 9 'Configuring and managing virtualization': 'Optimizing virtual machine I/O performance' (multi-queue virtio-blk)",
     )
-    verify = NoExperiment("virtio-blk queues and ring size are the guest's blk-mq contexts; " + GUEST_TIER)
+    verify = GuestExperiment("disk", QUEUE_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         vcpus = guest.vcpus or 1
