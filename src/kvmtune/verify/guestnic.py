@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lxml import etree
@@ -21,8 +21,10 @@ from lxml import etree
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import GuestExperiment, NetJob
 from kvmtune.bench.guest import ExtraFile
+from kvmtune.bench.leftovers import sweep
 from kvmtune.bench.net.guest import find_netload, netload_metrics
 from kvmtune.bench.net.netns import NetError
+from kvmtune.bench.vocabulary import NOT_COMPARABLE
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.domains import fix_guest
@@ -34,7 +36,7 @@ from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyCon
 from kvmtune.verify.guestkernel import BOOT, GIVEN, KernelChoice, cached_kernel, lacks_line
 from kvmtune.verify.guestnet import VHOST_DEVICE, VHOST_MISSING, GuestNet
 from kvmtune.verify.guestside import GuestPair, GuestSide
-from kvmtune.verify.guestvm import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules
+from kvmtune.verify.guestvm import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules, require_accel
 from kvmtune.verify.measure import Metric, alternate, judge, settles
 
 GUEST_NETLOAD = "/usr/bin/netload"
@@ -166,8 +168,6 @@ def plan_nic(subject: Subject, ctx: VerifyContext, plan: GuestExperiment) -> Nic
     a, b, notes = build_sides(knobs_of(nic, guest), knobs_of(after, after_guest), vhost_device=host.exists(VHOST_DEVICE),
                               cpus=len(os.sched_getaffinity(0)), guest_vcpus=after_guest.vcpus or 1, job=plan.job)
     check_drivers({"A": a, "B": b}, kernel_choice(ctx))
-    from kvmtune.verify.guestvm import require_accel
-
     require_accel(f.rule, ctx)
     return NicExperiment(subject, a, b, plan.job, notes, plan.note)
 
@@ -279,16 +279,16 @@ class NicExperiment:
         return self.job.describe()
 
     def run(self, ctx: VerifyContext) -> Outcome:
-        from kvmtune.verify.guestvm import require_accel
-
-        accel = require_accel(self.subject.finding.rule, ctx)
+        until = ctx.finding_until()  # the boot counts against the finding's cap
+        choice = require_accel(self.subject.finding.rule, ctx)
         netload = find_netload(None, ctx.runner)
-        choice = kernel_choice(ctx)
+        kernel = kernel_choice(ctx)
         sides = {"A": self.a, "B": self.b}
+        swept = sweep(ctx.runner, HostRoot(), ctx.workdir).line()  # a killed run's namespace, taps and QEMUs
         with GuestNet(sides, netload, runner=ctx.runner, workdir=ctx.workdir) as net, ProbePair(
-            self.a, self.b, runner=ctx.runner, workdir=ctx.workdir, accel=accel.accel,
+            self.a, self.b, runner=ctx.runner, workdir=ctx.workdir, accel=choice.accel, host=HostRoot(),
             plumbing=(net.plumbing("A"), net.plumbing("B")), extra=(ExtraFile(netload, GUEST_NETLOAD),),
-            kernel=choice.kernel, modules_dir=choice.modules_dir,
+            kernel=kernel.kernel, modules_dir=kernel.modules_dir,
         ) as pair:
             for name, side in sides.items():
                 assert side.nic_model is not None
@@ -297,16 +297,22 @@ class NicExperiment:
             probe = NetloadProbe(pair, net, self.job, ctx.seconds)
             for name in sides:  # the first connection of a side (ARP, the server's first accept) is not measured
                 probe.run(name, min(0.5, ctx.seconds))
-            samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold),
-                                until=ctx.finding_until())
-            booted_s = pair.boot_s
+            samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold), until=until)
+            accel, boot_s = pair.accel, pair.boot_s
         j = judge(samples, probe.metric, ctx.threshold)
-        notes = [*self.assumed, f"probe guest kernel: {choice.origin}"]
+        notes = [*self.assumed, f"probe guest kernel: {kernel.origin}"]
         if self.note:
             notes.append(self.note)
-        details = {"samples_a": samples.a, "samples_b": samples.b, "workload": self.workload, "accel": accel.accel,
-                   "nic_a": devices["A"], "nic_b": devices["B"], "boot_s": round(booted_s, 1),
-                   "server": net.server_address, "kernel": choice.kernel or "/boot"}
-        return Outcome(j, "nothing changed on the guest (two probe guests on taps in a kvmtune namespace, removed)",
-                       notes, details, samples.cut_short)
-
+        if swept:
+            ctx.notes.append(swept)
+        details: dict[str, Any] = {
+            "side_a": asdict(self.a), "side_b": asdict(self.b), "nic_a": devices["A"], "nic_b": devices["B"],
+            "samples_a": samples.a, "samples_b": samples.b, "accel": accel, "boot_s": round(boot_s, 1),
+            "workload": self.workload, "server": net.server_address, "kernel": kernel.kernel or "/boot",
+        }
+        if accel == "tcg":  # emulation measures QEMU's device models, not a KVM host: kept, never judged
+            details.update({"verdict_under_emulation": j.verdict, "ratio": j.ratio,
+                            "interval_95": list(j.interval) if j.interval else None})
+            j = replace(j, verdict=NOT_COMPARABLE, rounds_to_settle=None)
+        action = "nothing changed on the guest (two probe guests on taps in a kvmtune namespace, removed); apply with kvmtune fix"
+        return Outcome(j, action, notes, details, samples.cut_short)
