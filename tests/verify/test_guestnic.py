@@ -188,3 +188,38 @@ def test_a_missing_driver_is_one_line_naming_it_and_how_to_get_one(tmp_path: Pat
     assert line.startswith("side A (e1000 NIC) needs the guest driver e1000, which the probe guest's kernel "
                            "6.1.0-56-cloud-amd64 (/boot's newest kernel (what bench uses)) lacks")
     assert FETCH_SCRIPT in line and "--guest-kernel PATH --guest-modules DIR" in line
+
+
+def _fake_kernel(tmp_path: Path, release: str, modules: list[str]) -> tuple[str, str]:
+    """A kernel image named by its release (no bzImage header: find_kernel reads the name) and a module tree."""
+    kernel = tmp_path / f"vmlinuz-{release}"
+    kernel.write_bytes(b"not a bzImage")
+    tree = tmp_path / "lib" / "modules" / release
+    tree.mkdir(parents=True)
+    (tree / "modules.dep").write_text("".join(f"kernel/drivers/net/{m}.ko:\n" for m in modules))
+    return str(kernel), str(tree)
+
+
+def test_plan_says_in_one_line_which_driver_the_chosen_kernel_lacks(tmp_path: Path) -> None:
+    from kvmtune.verify.engine import plan_all
+
+    guest = _guest("<model type='e1000'/>")
+    ctx = _ctx(tmp_path / "work")
+    ctx.guest_kernel, ctx.guest_modules = _fake_kernel(tmp_path, "6.1.0-56-cloud-amd64", ["virtio_net", "net_failover"])
+    (p,) = plan_all([_subject(guest, "KVM-NET-001")], ctx)
+    assert p.experiment is None and p.result.reason is not None
+    assert p.result.reason == (
+        "side A (e1000 NIC) needs the guest driver e1000, which the probe guest's kernel 6.1.0-56-cloud-amd64 "
+        "(--guest-kernel) lacks: pass --guest-kernel PATH --guest-modules DIR with a kernel that has it (a generic "
+        "distribution kernel)")
+    assert "not measured: side A (e1000 NIC) needs the guest driver e1000" in p.result.line()
+
+
+@pytest.mark.skipif(Path("/dev/vhost-net").exists(), reason="this host has /dev/vhost-net: the vhost experiment runs")
+def test_the_vhost_fix_is_not_measured_where_dev_vhost_net_is_missing(tmp_path: Path) -> None:
+    from kvmtune.verify.engine import plan_all
+
+    guest = _guest("<model type='virtio'/><driver name='qemu'/>")
+    (p,) = plan_all([_subject(guest, "KVM-NET-002")], _ctx(tmp_path))
+    assert p.experiment is None
+    assert p.result.line().endswith("not measured: /dev/vhost-net is missing on this host (modprobe vhost_net)")
