@@ -223,3 +223,35 @@ def test_the_vhost_fix_is_not_measured_where_dev_vhost_net_is_missing(tmp_path: 
     (p,) = plan_all([_subject(guest, "KVM-NET-002")], _ctx(tmp_path))
     assert p.experiment is None
     assert p.result.line().endswith("not measured: /dev/vhost-net is missing on this host (modprobe vhost_net)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--guest-modules", "/lib/modules"], "--guest-modules goes with --guest-kernel"),
+        (["--guest-kernel", "/nonexistent/vmlinuz"], "--guest-kernel /nonexistent/vmlinuz: no such kernel image"),
+        (["--guest-kernel", "/bin/sh", "--guest-modules", "/nonexistent"], "--guest-modules /nonexistent: no modules.dep"),
+    ],
+)
+def test_bad_guest_kernel_options_are_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "kvmtune", "verify", "--examples", *argv, "--workdir", str(tmp_path),
+                          "--no-store"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    assert res.returncode == 2 and message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr and res.stdout == ""
+
+
+def test_a_given_guest_kernel_reaches_the_plan(tmp_path: Path) -> None:
+    """--guest-kernel/--guest-modules replace the cached generic kernel: the NIC plan reads that kernel's modules."""
+    import subprocess
+    import sys
+
+    kernel, modules = _fake_kernel(tmp_path, "6.1.0-7-cloud-amd64", ["virtio_net"])
+    res = subprocess.run([sys.executable, "-m", "kvmtune", "verify", "--examples", "--only", "KVM-NET-001", "--allow-tcg",
+                          "--guest-kernel", kernel, "--guest-modules", modules, "--workdir", str(tmp_path / "w"),
+                          "--no-store"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert ("not measured: side A (e1000 NIC) needs the guest driver e1000, which the probe guest's kernel "
+            "6.1.0-7-cloud-amd64 (--guest-kernel) lacks") in res.stdout
