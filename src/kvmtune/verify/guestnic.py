@@ -44,6 +44,7 @@ THROUGHPUT = Metric("throughput", "MB/s", True, "netload stream from a probe gue
 TPS = Metric("transactions", "tx/s", True, "netload request/response from a probe guest to a kvmtune namespace")
 EXEC_SLACK_S = 90.0  # connecting and reporting on top of the measuring time, under TCG
 MAX_STDERR_LINE = 200
+TAP_BACKED = ("bridge", "network", "ethernet")  # libvirt interface types whose QEMU back end is a tap, as the probe's
 
 
 # --------------------------------------------------------------------------- the sides
@@ -167,6 +168,9 @@ def plan_nic(subject: Subject, ctx: VerifyContext, plan: GuestExperiment) -> Nic
     host = HostRoot()  # the probe guests run on this machine, whatever --root audits
     a, b, notes = build_sides(knobs_of(nic, guest), knobs_of(after, after_guest), vhost_device=host.exists(VHOST_DEVICE),
                               cpus=len(os.sched_getaffinity(0)), guest_vcpus=after_guest.vcpus or 1, job=plan.job)
+    if (nic.type or "bridge").lower() not in TAP_BACKED:
+        notes.append(f"the interface is type {nic.type}; the probe guests' NIC is on a tap (a bridge port in a kvmtune "
+                     "namespace), so the NIC's own part is measured, not that back end's")
     check_drivers({"A": a, "B": b}, kernel_choice(ctx))
     require_accel(f.rule, ctx)
     return NicExperiment(subject, a, b, plan.job, notes, plan.note)
