@@ -319,3 +319,16 @@ def test_plan_part_nic_waits_for_its_module(tmp_path: Path) -> None:
             plan_guest(Subject(f), _ctx(tmp_path), GuestExperiment("nic", IOTHREAD_JOB))
     with pytest.raises(Unmeasurable, match="does not measure a cpu change yet"):
         plan_guest(Subject(f), _ctx(tmp_path), GuestExperiment("cpu", IOTHREAD_JOB))
+
+
+def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path) -> None:
+    from kvmtune.verify.engine import to_cell, verified_fix_lines
+
+    ctx = _ctx(tmp_path)
+    (p,) = _planned(EXAMPLES / "web01-legacy.xml", "KVM-STO-001", ctx)
+    j = Judgement(Metric("iops", "IOPS", True), 400.0, 2400.0, 6.0, (5.0, 7.2), NOT_COMPARABLE, 3)
+    p.result.judgement, p.result.verdict, p.result.accel, p.result.action = j, NOT_COMPARABLE, "tcg", "nothing changed"
+    cell = to_cell(p.result)
+    assert cell.config["accel"] == "tcg" and cell.config["tier"] == "guest"
+    (line,) = verified_fix_lines([cell])
+    assert line.endswith("; not comparable; nothing changed (guest tier, TCG emulation)"), line
