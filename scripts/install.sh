@@ -4,7 +4,8 @@
 #   (no option)   everything: auditing, fixing, benchmarks and the tests. On a hypervisor this
 #                 installs a second kernel package (linux-image-cloud-amd64, the probe guest's),
 #                 Open vSwitch, iperf3 and sockperf, builds netload with Go, fetches the SARIF
-#                 schema from npm and starts libvirtd. Links /usr/local/bin/kvmtune.
+#                 schema from npm and starts libvirtd; unpacks a generic Debian kernel for verify's
+#                 guest tier into /var/cache/kvmtune (scripts/guest-kernel.sh). Links /usr/local/bin/kvmtune.
 #   --audit-only  for production hosts: only what `kvmtune audit` and `kvmtune fix` need
 #                 (python3-venv, python3-lxml, python3-libvirt, qemu-utils); no kernel, no OVS,
 #                 no benchmark tools, no Go, no npm, nothing from PyPI, starts nothing.
@@ -162,6 +163,10 @@ if [ -f netload/Makefile ]; then
     echo "install.sh: Go is not installed; netload not built (apt-get install golang-go)" >&2
   fi
 fi
+
+# A generic Debian kernel for the probe guest (the cloud kernel above has no e1000, rtl8139 or AHCI driver),
+# unpacked into /var/cache/kvmtune/guest-kernel, not installed: verify's guest tier boots emulated NICs and SATA with it.
+bash scripts/guest-kernel.sh || echo "install.sh: no generic guest kernel; verify's guest tier will say which sides it cannot boot" >&2
 
 # libvirtd without systemd: started by hand, as the project's own script does it.
 bash scripts/services.sh libvirtd-start

@@ -109,6 +109,12 @@ class VerifyCommand(Command):
         p.add_argument("--allow-tcg", action="store_true",
                        help="where KVM does not boot guests, still run the guest tier (bus, controller, IOThread, queue, "
                        "NIC fixes in two probe guests) under TCG emulation: labelled emulation, verdicts not comparable")
+        p.add_argument("--guest-kernel", default=None, metavar="PATH",
+                       help="the kernel the guest tier's probe guests boot (default: the generic kernel "
+                       "scripts/guest-kernel.sh unpacked into /var/cache/kvmtune/guest-kernel, else /boot's newest, as bench)")
+        p.add_argument("--guest-modules", default=None, metavar="DIR",
+                       help="with --guest-kernel: its module tree, a directory with modules.dep (default "
+                       "/lib/modules/RELEASE)")
         p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask before changing host-wide settings")
         p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
@@ -123,6 +129,12 @@ class VerifyCommand(Command):
             raise UsageError("--domain needs --connect URI, domain files or --examples")
         if args.keep and not args.apply:
             raise UsageError("--keep goes with --apply")
+        if args.guest_modules and not args.guest_kernel:
+            raise UsageError("--guest-modules goes with --guest-kernel")
+        if args.guest_kernel and not Path(args.guest_kernel).is_file():
+            raise UsageError(f"--guest-kernel {args.guest_kernel}: no such kernel image")
+        if args.guest_modules and not (Path(args.guest_modules) / "modules.dep").is_file():
+            raise UsageError(f"--guest-modules {args.guest_modules}: no modules.dep there (run depmod -b for it)")
 
     def run(self, args: argparse.Namespace) -> Outcome:
         return _verify(args)
@@ -223,6 +235,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
     from kvmtune.runner import default_runner
     from kvmtune.verify.engine import VerifyBenchmark, plan_all, subjects
     from kvmtune.verify.experiments import VerifyContext
+    from kvmtune.verify.guestkernel import choose_kernel
 
     if args.apply and not args.yes and not _confirm():
         return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
@@ -245,12 +258,14 @@ def _verify(args: argparse.Namespace) -> Outcome:
     for err in [*result.errors, *actx.errors]:  # now, not after the measurements: they may take minutes
         print(f"kvmtune: {safe(err)}", file=sys.stderr)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
+    kernel = choose_kernel(args.guest_kernel, args.guest_modules)  # the generic kernel unpacked for the guest tier, if any
     ctx = VerifyContext(
         runner=default_runner(), host=actx.host, root=args.root, workdir=workdir, size=args.size, seconds=args.seconds,
         repeat=args.repeat, finding_budget=limits.finding_budget, threshold=limits.threshold, deadline=deadline,
         apply=args.apply, keep=args.keep,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, profile=args.profile,
         allow_tcg=args.allow_tcg, inputs_hint=_inputs_hint(args),
+        guest_kernel=kernel.kernel, guest_modules=kernel.modules_dir,
     )
     planned = plan_all(subjects(findings, guests, result.images), ctx)
     guest_tier = ctx.guest_accel is not None and any(p.experiment is not None and p.experiment.tier == "guest"

@@ -176,6 +176,19 @@ NIC_MODEL_OF_DEVICE = {
     "i82551": "i82551", "i82557b": "i82557b", "i82559er": "i82559er", "usb-net": "usb-net",
     "spapr-vlan": "spapr-vlan",
 }
+
+
+def libvirt_default_nic_model(arch: str | None, machine: str | None) -> str | None:
+    """The NIC model libvirt picks when ``<model>`` is absent (qemuDomainDefaultNetModel); ``None``: not known here."""
+    if arch in (None, "x86_64", "i686"):
+        return "rtl8139"
+    if (arch or "").startswith("s390"):
+        return "virtio"
+    if arch in ("aarch64", "armv7l", "riscv64", "loongarch64") and (machine or "").startswith("virt"):
+        return "virtio"
+    return None
+
+
 # QEMU -netdev type -> libvirt's <interface type=...>
 NIC_TYPE_OF_NETDEV = {"tap": "ethernet", "user": "user", "vhost-user": "vhostuser", "bridge": "bridge",
                       "vhost-vdpa": "vdpa", "socket": "socket", "stream": "stream", "passt": "user"}

@@ -10,6 +10,7 @@ import re
 from functools import lru_cache
 
 from kvmtune.model.guest import Disk, Guest, Nic
+from kvmtune.model.values import libvirt_default_nic_model
 
 # disks whose I/O goes through QEMU's file-posix driver (host page cache, O_DIRECT, linux-aio/io_uring)
 LOCAL_SOURCES = frozenset({"file", "block", "volume"})
@@ -76,13 +77,7 @@ def vhost_off(nic: Nic) -> bool:
 
 def default_nic_model(guest: Guest) -> str | None:
     """The model libvirt picks when ``<model>`` is absent (qemuDomainDefaultNetModel)."""
-    if guest.is_x86:
-        return "rtl8139"
-    if (guest.arch or "").startswith("s390"):
-        return "virtio"
-    if guest.arch in ("aarch64", "armv7l", "riscv64", "loongarch64") and (guest.machine or "").startswith("virt"):
-        return "virtio"
-    return None
+    return libvirt_default_nic_model(guest.arch, guest.machine)
 
 
 # a vendor may append its own revision to QEMU's version: Proxmox VE's pc-q35-3.1+pve0

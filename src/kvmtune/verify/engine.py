@@ -118,6 +118,10 @@ def subjects(findings: Sequence[Finding], guests: Sequence[Guest], images: Seque
             by_name = [d for d in s.guest.disks if d.label == t.device]
             found = by_place or by_name
             s.disk = found[0] if found else None
+        if s.guest is not None and t.device and t.device.startswith("net:"):
+            ev = f.evidence
+            nics = [n for n in s.guest.nics if n.locator and (ev == n.locator or ev.startswith(n.locator + "/"))]
+            s.interface = next(iter(nics or [n for n in s.guest.nics if n.label == t.device]), None)
         if t.device and t.device.startswith("image:"):
             s.image, s.disk = _image_disk(t.device[len("image:"):], images)
         elif s.disk is not None:

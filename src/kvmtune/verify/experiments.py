@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from kvmtune.audit.finding import Finding
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.host.root import HostRoot
-from kvmtune.model.guest import Disk, Guest
+from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.qemu.image import DiskImage
 from kvmtune.runner import Runner
 from kvmtune.verify.measure import Judgement
@@ -68,6 +68,7 @@ class Subject:
     guest: Guest | None = None
     disk: Disk | None = None
     image: DiskImage | None = None
+    interface: Nic | None = None  # a NIC finding's interface (the guest tier's NIC experiments)
 
 
 @dataclass

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import NIC_STREAM_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import default_nic_model, low
@@ -46,7 +46,7 @@ class NicModelEmulated(GuestRule):
         "nova vif.get_vif_model (virtio for KVM); Proxmox qm.adoc (virtio for maximum performance)",
         "libvirt formatdomain: interface model",
     )
-    verify = NoExperiment("NIC model change " + GUEST_TIER)
+    verify = GuestExperiment("nic", NIC_STREAM_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for nic in guest.nics:

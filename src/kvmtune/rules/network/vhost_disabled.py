@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import NIC_STREAM_JOB, GuestExperiment
 from kvmtune.model.guest import Guest
 from kvmtune.rules.common import TAP_TYPES, is_virtio_model, low
 
@@ -35,7 +35,7 @@ class VhostDisabled(GuestRule):
         "microvm-nix/microvm.nix#463 (without vhost ~175 MB/s, with vhost ~580 MB/s)",
         "libvirt formatdomain: interface driver name (vhost default, silent fallback to qemu)",
     )
-    verify = NoExperiment("vhost-net carries a guest NIC's traffic; " + GUEST_TIER)
+    verify = GuestExperiment("nic", NIC_STREAM_JOB)
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         for nic in guest.nics:

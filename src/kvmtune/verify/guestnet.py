@@ -1,0 +1,115 @@
+"""The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
+
+The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
+namespace ``kvmtune-<run>-h0`` (made, locked and torn down by :class:`kvmtune.bench.net.topology.Topology`,
+so a killed run's namespace is found by ``kvmtune net cleanup`` and by the next benchmark's sweep), a Linux
+bridge with the server's address, and one tap per side on it, multiqueue when the side has more than one
+queue pair. ``netload serve`` listens on the bridge's address inside the namespace, for clients holding
+this run's token only. QEMU opens its tap inside the namespace (``ip netns exec``), so nothing is made
+or changed in the root namespace; every address lies in 198.18.0.0/15.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
+from kvmtune.bench.net.netns import NetError, check_address
+from kvmtune.bench.net.topology import Topology, TopologySpec
+from kvmtune.host.root import HostRoot
+from kvmtune.runner import Runner
+from kvmtune.verify.guestside import GuestSide, Plumbing
+from kvmtune.verify.guestvm import NETDEV_ID
+
+BRIDGE = "kvbr0"
+SERVER_CIDR = "198.18.0.1/24"
+SIDE_CIDR = {"A": "198.18.0.10/24", "B": "198.18.0.11/24"}
+TAP = {"A": "kvtap-a", "B": "kvtap-b"}
+VHOST_DEVICE = "/dev/vhost-net"
+VHOST_MISSING = f"{VHOST_DEVICE} is missing on this host (modprobe vhost_net)"
+MAX_TAP_QUEUES = 256
+
+
+def netdev_arg(side_name: str, side: GuestSide) -> str:
+    """The side's ``-netdev``: its tap in the namespace, vhost on or off, its queue pairs."""
+    queues = side.nic_queues or 1
+    if not 1 <= queues <= MAX_TAP_QUEUES:
+        raise NetError(f"side {side_name}: {queues} queues (a tap has 1..{MAX_TAP_QUEUES})")
+    arg = f"tap,id={NETDEV_ID},ifname={TAP[side_name]},script=no,downscript=no,vhost={'on' if side.vhost else 'off'}"
+    return arg + (f",queues={queues}" if queues > 1 else "")
+
+
+class GuestNet(Topology):
+    """The namespace, bridge, taps and netload server of one NIC experiment (a context manager).
+
+    ``sides``: side name (``A``, ``B``) → its hardware (the NIC model does not matter here; vhost and
+    queues do). ``netload``: the host's netload binary (the server runs it in the namespace).
+    """
+
+    kind = "guest-nic"
+
+    def __init__(self, sides: Mapping[str, GuestSide], netload: str, *, runner: Runner, host: HostRoot | None = None,
+                 workdir: Path | None = None, runid: str | None = None) -> None:
+        super().__init__(TopologySpec("bridge"), runner=runner, host=host, workdir=workdir, runid=runid)
+        unknown = set(sides) - set(TAP)
+        if unknown:
+            raise NetError(f"sides {', '.join(sorted(unknown))}: only A and B")
+        self.sides = dict(sides)
+        self.netload = netload
+        self.token = new_token()  # netload serves a bridge address: only this run's clients (in the environment, not argv)
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> GuestNet:
+        self.up()
+        return self
+
+    @property
+    def server_ip(self) -> str:
+        return SERVER_CIDR.split("/", 1)[0]
+
+    @property
+    def server_address(self) -> str:
+        return f"{self.server_ip}:{NETLOAD_PORT}"
+
+    def preflight(self) -> None:
+        super().preflight()  # root, iproute2
+        if any(s.vhost for s in self.sides.values()) and not self.host.exists(VHOST_DEVICE):
+            raise NetError(VHOST_MISSING)
+
+    def _build(self) -> None:
+        ns = self.host_ns(0)
+        self._linux_bridge(ns, BRIDGE)
+        ns.add_address(BRIDGE, check_address(SERVER_CIDR))
+        for name, side in self.sides.items():
+            tap = TAP[name]
+            mq = ["multi_queue"] if (side.nic_queues or 1) > 1 else []
+            ns.ip("tuntap", "add", "dev", tap, "mode", "tap", *mq)
+            ns.ip("link", "set", "dev", tap, "master", BRIDGE)
+            ns.up(tap)
+        self.server = self.runner.popen(
+            [*ns.exec_prefix, self.netload, "serve", "-q", "--listen", self.server_address],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "NETLOAD_TOKEN": self.token},
+        )
+        self.add_process(self.server, "netload serve")
+        self.facts.update(bridge=BRIDGE, server=self.server_address, taps={n: TAP[n] for n in self.sides})
+
+    def plumbing(self, side_name: str) -> Plumbing:
+        """What the side's QEMU needs: its ``-netdev`` on the side's tap, and to run inside the namespace."""
+        side = self.sides[side_name]
+        return Plumbing(("-netdev", netdev_arg(side_name, side)), tuple(self.host_ns(0).exec_prefix))
+
+    def guest_commands(self, side_name: str, dev: str = "eth0") -> list[list[str]]:
+        """The argv lists (busybox ``ip``) that give the guest's NIC its address on the bridge."""
+        cidr = check_address(SIDE_CIDR[side_name])
+        return [["/bin/ip", "addr", "add", cidr, "dev", dev], ["/bin/ip", "link", "set", "dev", dev, "up"]]
+
+    def server_error(self) -> str | None:
+        """Why the server is not serving, or None while it runs."""
+        if self.server is None:
+            return "netload serve was not started"
+        code = self.server.poll()
+        return None if code is None else f"netload serve exited {code} in {self.host_ns(0).name}"
