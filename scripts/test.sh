@@ -36,7 +36,9 @@ step .venv/bin/mypy
 if [ $fast -eq 1 ]; then
   step .venv/bin/pytest -q -p no:cacheprovider -m "not integration" tests
 else
-  step .venv/bin/pytest -q -p no:cacheprovider tests
+  step .venv/bin/pytest -q -p no:cacheprovider -m "not guest_tier" tests
+  # verify's guest tier end to end (two probe guests, under TCG here): its own step, held to 180 s
+  step timeout --kill-after=10 180 .venv/bin/pytest -q -p no:cacheprovider -m guest_tier tests/verify
   if [ -x .venv-py313/bin/pytest ]; then  # the unit tier on Python 3.13 as well (install.sh makes .venv-py313)
     # not here: the two tests that run this interpreter as 'nobody' (pyenv's lives under root's 0700 home), and
     # the one that needs Debian's python3-libvirt (built for Debian's 3.11 only)

@@ -79,3 +79,19 @@ def test_unknown_option_is_refused(tmp_path: Path) -> None:
     proc = _run(root, "--bogus")
     assert proc.returncode == 2 and "usage:" in proc.stderr
     assert not (tmp_path / "install-ran").exists() and not (tmp_path / "calls").exists()
+
+
+def test_full_run_holds_the_guest_tier_to_its_own_step(tmp_path: Path) -> None:
+    """Without --fast: install.sh, the whole suite but the guest tier, then the guest tier alone (held to 180 s), Go."""
+    root = _layout(tmp_path, venv=True)
+    proc = _run(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "install-ran").exists() and (root / "go-ran").exists()
+    calls = [line.split("|")[0].strip() for line in (tmp_path / "calls").read_text().splitlines()]
+    assert calls == [
+        "ruff check src tests bench tools",
+        "mypy",
+        "pytest -q -p no:cacheprovider -m not guest_tier tests",
+        "pytest -q -p no:cacheprovider -m guest_tier tests/verify",
+    ]
+    assert "== timeout --kill-after=10 180 .venv/bin/pytest" in proc.stdout
