@@ -8,7 +8,6 @@ joins them for the rules.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from kvmtune.runner import Runner, default_runner
 class AuditContext:
     host: HostRoot = field(default_factory=HostRoot)
     runner: Runner = field(default_factory=default_runner)
-    host_name: str = field(default_factory=socket.gethostname)
+    host_name: str = field(default_factory=lambda: _host_name())
     errors: list[str] = field(default_factory=list)
     # every image of this run, for rules that add up across images (set by the engine before the rules run)
     images: list[DiskImage] = field(default_factory=list)
@@ -56,3 +55,9 @@ class AuditContext:
 
     def host_target(self, device: str | None = None) -> Target:
         return Target(host=self.host_label(), device=device)
+
+
+def _host_name() -> str:
+    import socket  # here, not at import: `kvmtune rules list` imports this module and builds no context
+
+    return socket.gethostname()
