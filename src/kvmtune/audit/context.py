@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvmtune.audit.finding import Target
 from kvmtune.audit.thresholds import Thresholds
-from kvmtune.host.facts import HostFacts
-from kvmtune.host.probe import AccelVerdict
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import DiskImage
-from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.runner import Runner, default_runner
+
+if TYPE_CHECKING:  # every rule module imports this one (`kvmtune rules list` too): the readers come when used
+    from kvmtune.host.facts import HostFacts
+    from kvmtune.host.probe import AccelVerdict
+    from kvmtune.qemu.image import DiskImage
 
 
 @dataclass
@@ -39,6 +41,9 @@ class AuditContext:
     def facts(self) -> HostFacts:
         """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
         if self.host_facts is None:
+            from kvmtune.host.facts import HostFacts
+            from kvmtune.qemu.process import running_qemu_guests
+
             self.host_facts = HostFacts(self.host, errors=self.errors, guests=running_qemu_guests,
                                         accel_verdict=self.accel_verdict)
         return self.host_facts
