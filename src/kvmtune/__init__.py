@@ -1,8 +1,5 @@
 """kvmtune: audit, fix and benchmark KVM guests and hosts."""
 
-import json
-from importlib import resources
-
 __version__ = "0.1.0"
 
 # Written by scripts/build-wheel.sh and scripts/build-deb.sh when they build (never by a checkout, never at start-up):
@@ -12,6 +9,9 @@ BUILD_STAMP = "_build.json"
 
 def version_line() -> str:
     """What ``kvmtune --version`` prints: the version, and the commit and netload's version stamped at build time."""
+    import json  # here, not at the top: every kvmtune start imports this package
+    from importlib import resources
+
     try:
         stamp = json.loads(resources.files(__name__).joinpath(BUILD_STAMP).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -23,8 +23,7 @@ kills; fio measures the same either way).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import functools
 import os
 import shutil
 import signal
@@ -37,15 +36,24 @@ from dataclasses import dataclass, field
 STDERR_TAIL = 2000
 PR_SET_PDEATHSIG = 1
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_prctl = _libc.prctl
-_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_prctl.restype = ctypes.c_int
+
+@functools.cache
+def _prctl() -> Callable[[int, int, int, int, int], int]:
+    """libc's ``prctl``, loaded in the parent the first time a child is started, not at import: finding libc
+    runs ``ldconfig -p``, which a command that starts no child (``kvmtune --version``, ``audit FILE``) need not pay."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int, prctl: Callable[[int, int, int, int, int], int]) -> None:
     """Runs in the child before exec: SIGKILL it when its parent dies, and at once if that already happened."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:
         os._exit(127)
 
@@ -65,8 +73,8 @@ def die_with_parent_preexec(*, long_lived: bool = True) -> Callable[[], None]:
     ``long_lived`` children must come from the main thread."""
     if long_lived:
         _check_thread()
-    parent = os.getpid()
-    return lambda: _die_with_parent(parent)
+    parent, prctl = os.getpid(), _prctl()  # resolved here, in the parent: the child only calls it
+    return lambda: _die_with_parent(parent, prctl)
 
 
 class ChildFromThread(RuntimeError):

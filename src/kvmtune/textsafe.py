@@ -11,7 +11,6 @@ escapes. JSON and SARIF escape by their own rules and do not use this.
 
 from __future__ import annotations
 
-import html
 import re
 
 # C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidirectional overrides
@@ -37,4 +36,6 @@ def safe_block(text: str) -> str:
 
 def html_safe(value: object) -> str:
     """``value`` for HTML text or a quoted attribute: :func:`safe`, then ``&<>"'`` escaped."""
+    import html  # here: html.entities is a large table, and every start imports this module
+
     return html.escape(safe(value))

@@ -1,19 +1,22 @@
 """Every subcommand has one shape (cli/command.py): no module writes to ``args``, prints its own usage error
-or returns a raw exit number; ``--format`` is always an output format."""
+or returns a raw exit number; ``--format`` is always an output format. ``COMMAND_TABLE`` (what ``--help``
+lists without importing a command) says what the modules' ``COMMANDS`` say."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+from itertools import zip_longest
 from pathlib import Path
 
 import pytest
 
 import kvmtune.cli
-from kvmtune.cli import COMMAND_MODULES, build_parser
+from kvmtune.cli import COMMAND_MODULES, COMMAND_TABLE, _root_parser, build_parser
 
 CLI = Path(kvmtune.cli.__file__).resolve().parent
 OUTPUT_FORMATS = {"text", "json", "sarif", "prometheus", "html", "roff"}
+HELPERS = {"__init__", "command", "audit_host", "bench_net"}  # parts of audit and bench, not commands of their own
 
 
 def problems(tree: ast.AST) -> list[str]:
@@ -58,11 +61,57 @@ def test_a_command_module_has_the_one_shape(path: Path) -> None:
 
 def test_every_command_module_is_listed_and_converted_modules_name_their_commands() -> None:
     listed = {m.rsplit(".", 1)[1] for m in COMMAND_MODULES}
-    helpers = {"__init__", "command", "audit_host", "bench_net"}  # parts of audit and bench, not commands of their own
-    assert {p.stem for p in CLI.glob("*.py")} - helpers == listed
+    assert {p.stem for p in CLI.glob("*.py")} - HELPERS == listed
     for name in listed:
         module = __import__(f"kvmtune.cli.{name}", fromlist=["COMMANDS"])
         assert module.COMMANDS, name
+
+
+def table_drift(table: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """Where ``table`` and the ``COMMANDS`` of every command module under ``cli/`` disagree: a name, a module,
+    a help line or the order (``--help``'s order: module by module, each module's commands in its own order)."""
+    on_disk = sorted(f"kvmtune.cli.{p.stem}" for p in CLI.glob("*.py") if p.stem not in HELPERS)
+    modules = [*dict.fromkeys(module for _, module, _ in table if module in on_disk),
+               *(m for m in on_disk if m not in {module for _, module, _ in table})]
+    real = [(cls.name, module, cls.help) for module in modules
+            for cls in __import__(module, fromlist=["COMMANDS"]).COMMANDS]
+    return [f"COMMAND_TABLE has {t}, the modules {r}" for t, r in zip_longest(table, real) if t != r]
+
+
+def test_the_command_table_is_what_the_modules_say() -> None:
+    assert table_drift(COMMAND_TABLE) == []
+
+
+def test_the_drift_check_sees_each_disagreement() -> None:
+    rows = list(COMMAND_TABLE)
+    top = next(i for i, row in enumerate(rows) if row[0] == "top")
+    changed_help = [(n, m, h + "!" if n == "rules" else h) for n, m, h in rows]
+    swapped = [*rows[:top], rows[top + 1], rows[top], *rows[top + 2:]]  # top and sample, one module
+    split = [row for row in rows if row[0] != "capacity"] + [next(row for row in rows if row[0] == "capacity")]
+    first_module_last = [*rows[1:], rows[0]]  # the table orders the modules (`--help`'s order): no disagreement
+    assert len(table_drift(tuple(changed_help))) == 1
+    assert len(table_drift(tuple(rows[:-1]))) == 1  # a command (and its module) the table lacks
+    assert len(table_drift(tuple(row for row in rows if row[0] != "man"))) == 2  # man, then config one row up
+    assert len(table_drift((*rows, ("ghost", "kvmtune.cli.rules", "a command no module has")))) == 1
+    assert len(table_drift(tuple(swapped))) == 2
+    assert table_drift(tuple(split)) != []  # one module's commands, apart
+    assert table_drift(tuple(first_module_last)) == []
+    assert table_drift(tuple((n, "kvmtune.cli.audit" if n == "rules" else m, h) for n, m, h in rows)) != []
+
+
+def test_a_command_loaded_alone_is_the_one_build_parser_builds() -> None:
+    full = build_parser()
+    lazy, sub = _root_parser()
+    assert lazy.format_help() == full.format_help()
+    whole = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert whole is not None and list(whole) == list(sub.choices or ())
+    for name, _, _ in reversed(COMMAND_TABLE):  # each as if it were the one invoked, in another order
+        sub.load(name)
+        assert [(p, a.option_strings, a.help) for p, a in _options(sub.choices[name])] == \
+            [(p, a.option_strings, a.help) for p, a in _options(whole[name])], name
+        assert sub.choices[name].format_help() == whole[name].format_help(), name
+    assert list(sub.choices or ()) == list(whole) == [n for n, _, _ in COMMAND_TABLE]
+    assert lazy.format_help() == full.format_help()
 
 
 def _options(parser: argparse.ArgumentParser, path: str = "kvmtune") -> list[tuple[str, argparse.Action]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvmtune.audit.engine import AuditResult
@@ -135,6 +134,8 @@ def add_guest_insides(result: AuditResult, *, timeout: float = DEFAULT_TIMEOUT_S
     result.looked_at.extend(skipped)
     if not jobs:
         return
+    from concurrent.futures import ThreadPoolExecutor  # here: most audits ask no agent
+
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(jobs))) as pool:
         answers = list(pool.map(lambda job: _ask(job[1], job[2], timeout, _virtio_targets(job[0])), jobs))
     answered = 0

@@ -8,25 +8,26 @@ joins them for the rules.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvmtune.audit.finding import Target
 from kvmtune.audit.thresholds import Thresholds
-from kvmtune.host.facts import HostFacts
-from kvmtune.host.probe import AccelVerdict
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.image import DiskImage
-from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.runner import Runner, default_runner
+
+if TYPE_CHECKING:  # every rule module imports this one (`kvmtune rules list` too): the readers come when used
+    from kvmtune.host.facts import HostFacts
+    from kvmtune.host.probe import AccelVerdict
+    from kvmtune.qemu.image import DiskImage
 
 
 @dataclass
 class AuditContext:
     host: HostRoot = field(default_factory=HostRoot)
     runner: Runner = field(default_factory=default_runner)
-    host_name: str = field(default_factory=socket.gethostname)
+    host_name: str = field(default_factory=lambda: _host_name())
     errors: list[str] = field(default_factory=list)
     # every image of this run, for rules that add up across images (set by the engine before the rules run)
     images: list[DiskImage] = field(default_factory=list)
@@ -40,6 +41,9 @@ class AuditContext:
     def facts(self) -> HostFacts:
         """The :class:`HostFacts` of the audited host, shared by every rule of one run."""
         if self.host_facts is None:
+            from kvmtune.host.facts import HostFacts
+            from kvmtune.qemu.process import running_qemu_guests
+
             self.host_facts = HostFacts(self.host, errors=self.errors, guests=running_qemu_guests,
                                         accel_verdict=self.accel_verdict)
         return self.host_facts
@@ -56,3 +60,9 @@ class AuditContext:
 
     def host_target(self, device: str | None = None) -> Target:
         return Target(host=self.host_label(), device=device)
+
+
+def _host_name() -> str:
+    import socket  # here, not at import: `kvmtune rules list` imports this module and builds no context
+
+    return socket.gethostname()

@@ -12,11 +12,9 @@ syntax errors, so the line of a key is found by scanning the file). A typo never
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -181,6 +179,8 @@ def unknown_rule(key: str, *, slugs: bool) -> str | None:
     if slugs and any(r.slug.startswith(key.lower()) for r in rules):
         return None
     names = [r.id for r in rules] + sorted({r.id[:7] for r in rules}) + ([r.slug for r in rules] if slugs else [])
+    import difflib
+
     close = difflib.get_close_matches(upper if upper.startswith("KVM-") else key.lower(), names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else " ('kvmtune rules list' shows them)"
     return f"unknown rule id {key!r}{hint}"
@@ -236,6 +236,8 @@ def read_file(path: str) -> tuple[dict[str, Value], list[Waiver]]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "not UTF-8 text") from None
+    import tomllib  # here: most runs find no settings file
+
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -326,6 +328,8 @@ def as_date(v: object) -> date | None:
 
 
 def _did_you_mean(key: str, names: Sequence[str]) -> str:
+    import difflib
+
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(names)})"
 

@@ -8,8 +8,8 @@ benchmark drivers call from ``finally`` blocks (so Ctrl-C cleans up too).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
+import functools
 import json
 import os
 import shutil
@@ -19,10 +19,13 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kvmtune.bench.store import Owner
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
+
+if TYPE_CHECKING:
+    from kvmtune.bench.store import Owner  # imported where used: the store brings sqlite3
 
 
 def default_workdir() -> Path:
@@ -59,12 +62,22 @@ def check_free_space(path: Path, needed: int, what: str) -> None:
 
 COALESCE_CHUNK = 256 << 20  # at most this much of a file is turned into unwritten extents before it is freed
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10  # linux/falloc.h
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+
+
+@functools.cache
+def _libc_fallocate() -> Callable[[int, int, int, int], int]:
+    """libc's ``fallocate``, loaded when first used: `kvmtune audit` imports this module for :func:`default_workdir`."""
+    import ctypes
+
+    fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    return fallocate
 
 
 def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
-    if _LIBC.fallocate(fd, mode, offset, length) != 0:
+    import ctypes
+
+    if _libc_fallocate()(fd, mode, offset, length) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
@@ -193,6 +206,8 @@ OWNER_FILE = "owner.json"
 
 def write_owner(directory: Path) -> None:
     """Mark ``directory`` as this process's (atomically: a reader sees no file or a whole one)."""
+    from kvmtune.bench.store import Owner
+
     owner = Owner.this_process()
     tmp = directory / f".{OWNER_FILE}.tmp"
     tmp.write_text(json.dumps({"pid": owner.pid, "start": owner.start, "boot": owner.boot}))
@@ -206,6 +221,8 @@ def read_owner(directory: Path) -> Owner | None:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
         return None
+    from kvmtune.bench.store import Owner
+
     return Owner(doc["pid"], str(doc.get("start") or ""), str(doc.get("boot") or ""))
 
 

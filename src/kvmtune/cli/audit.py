@@ -32,7 +32,6 @@ from kvmtune.cli.command import (
     settings_of,
 )
 from kvmtune.errors import UsageError
-from kvmtune.fleet.history import History
 from kvmtune.host.root import HostRoot
 
 
@@ -177,6 +176,8 @@ def _fleet_baseline(args: argparse.Namespace, host: str) -> Baseline:
         raise UsageError("--new-since db:LABEL: name the fleet collection")
     if not db.is_file():
         raise UsageError(f"--new-since {spec}: no results database {db}")
+    from kvmtune.fleet.history import History
+
     with History(db) as hist:
         found = hist.newest(label)
     if found is None:

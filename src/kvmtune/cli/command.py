@@ -19,11 +19,12 @@ import os
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
-from kvmtune.audit.settings import Settings
-from kvmtune.bench.workdir import default_db
 from kvmtune.errors import UsageError
+
+if TYPE_CHECKING:  # imported where used: `import kvmtune.cli` stays light (bench/startup/run.py)
+    from kvmtune.audit.settings import Settings
 
 
 class Exit(IntEnum):
@@ -119,12 +120,16 @@ def color_option(p: argparse.ArgumentParser) -> None:
 
 def db_option(p: argparse.ArgumentParser) -> None:
     """``--db FILE``; a command with it sets ``uses_settings`` and opens :func:`results_db`."""
+    from kvmtune.bench.workdir import default_db
+
     p.add_argument("--db", type=Path, default=None, metavar="FILE",
                    help=f"results database (default: the settings file's db, else {default_db()})")
 
 
 def results_db(args: argparse.Namespace) -> Path:
     """The results database: ``--db``, else the settings file's ``db``, else :func:`default_db`."""
+    from kvmtune.bench.workdir import default_db
+
     if args.db is not None:
         return Path(args.db)
     settings = settings_of(args)
@@ -152,6 +157,8 @@ def settings_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> N
 
 def settings_of(args: argparse.Namespace) -> Settings:
     """The effective settings main() loaded for this command (the defaults when it loaded none)."""
+    from kvmtune.audit.settings import Settings
+
     found = getattr(args, "settings", None)
     return found if isinstance(found, Settings) else Settings()
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import json
 
 from kvmtune.audit.rule import all_rules, rule_by_id
 from kvmtune.cli.command import Command, Outcome, format_option
@@ -22,6 +20,8 @@ class RulesListCommand(Command):
     def check(self, args: argparse.Namespace) -> None:
         rules = all_rules()
         if args.topic and not any(r.topic == args.topic for r in rules):
+            import difflib
+
             close = difflib.get_close_matches(args.topic, sorted({r.topic for r in rules}), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UsageError(f"--topic {args.topic}: no rule has this topic{hint}")
@@ -29,6 +29,8 @@ class RulesListCommand(Command):
     def run(self, args: argparse.Namespace) -> Outcome:
         chosen = [r for r in all_rules() if not args.topic or r.topic == args.topic]
         if args.format == "json":
+            import json
+
             return Outcome(result=json.dumps({"schema_version": 1, "rules": [
                 {"id": r.id, "slug": r.slug, "topic": r.topic, "severity": str(r.severity),
                  "severity_range": r.severity_label(), "scope": r.scope, "title": r.title,

@@ -13,7 +13,6 @@ current partitioning tool uses.
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -109,6 +108,8 @@ def _mbr_entries(sector: bytes) -> list[tuple[int, int, int]]:
 
 
 def _gpt_guid(raw: bytes) -> str:
+    import uuid  # here: uuid imports platform, and most runs read no GPT
+
     return str(uuid.UUID(bytes_le=raw))
 
 
