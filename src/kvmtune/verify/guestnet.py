@@ -1,12 +1,14 @@
 """The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
 
 The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
-namespace ``kvmtune-<run>-h0`` (made, locked and torn down by :class:`kvmtune.bench.net.topology.Topology`,
-so a killed run's namespace is found by ``kvmtune net cleanup`` and by the next benchmark's sweep), a Linux
-bridge with the server's address, and one tap per side on it, multiqueue when the side has more than one
-queue pair. ``netload serve`` listens on the bridge's address inside the namespace, for clients holding
-this run's token only. QEMU opens its tap inside the namespace (``ip netns exec``), so nothing is made
-or changed in the root namespace; every address lies in 198.18.0.0/15.
+namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.bench.net.topology.Topology`
+but held by a keeper process instead of a name in ``/run/netns``
+(:class:`kvmtune.bench.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per
+side on it, multiqueue when the side has more than one queue pair. ``netload serve`` listens on the
+bridge's address inside the namespace, for clients holding this run's token only. QEMU opens its tap
+inside the namespace (``nsenter --net=/proc/<keeper>/ns/net``), so nothing is made or changed in the root
+namespace; every address lies in 198.18.0.0/15. The keeper, netload and QEMU die with kvmtune (SIGKILL
+included), and with them the namespace, its bridge and its taps: a killed run leaves none.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class GuestNet(Topology):
     """
 
     kind = "guest-nic"
+    held_namespaces = True  # the namespace dies with kvmtune (a keeper process), nothing for a sweep to find
 
     def __init__(self, sides: Mapping[str, GuestSide], netload: str, *, runner: Runner, host: HostRoot | None = None,
                  workdir: Path | None = None, runid: str | None = None) -> None:
