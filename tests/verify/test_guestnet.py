@@ -38,7 +38,7 @@ def _ip(*argv: str) -> str:
 
 
 def _inside(net: GuestNet, *argv: str) -> str:
-    return subprocess.run(["nsenter", f"--net={net.host_ns(0).path}", *argv], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(["nsenter", f"--net={net.netns.path}", *argv], capture_output=True, text=True, check=True).stdout
 
 
 def _holders(link: str) -> list[int]:
@@ -65,7 +65,7 @@ def _gone(net: GuestNet, link: str | None = None) -> None:
 
 def test_namespace_taps_and_server(netload: str, tmp_path: Path) -> None:
     with GuestNet(SIDES, netload, runner=Runner(), workdir=tmp_path) as net:
-        held = net.host_ns(0)
+        held = net.netns
         assert isinstance(held, HeldNetns) and held.keeper_pid is not None
         ns = held.name
         assert ns.startswith("kvmtune-") and ns.endswith("-h0")
@@ -97,7 +97,7 @@ def test_namespace_taps_and_server(netload: str, tmp_path: Path) -> None:
 def test_everything_goes_on_an_exception_and_on_ctrl_c(netload: str, tmp_path: Path, exc: BaseException) -> None:
     net = GuestNet(SIDES, netload, runner=Runner(), workdir=tmp_path)
     with pytest.raises(type(exc)), net:
-        link = os.readlink(net.host_ns(0).path)
+        link = os.readlink(net.netns.path)
         raise exc
     _gone(net, link)
 

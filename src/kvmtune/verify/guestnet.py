@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
-from kvmtune.bench.net.netns import NetError, check_address
+from kvmtune.bench.net.netns import HeldNetns, NetError, check_address
 from kvmtune.bench.net.topology import Topology, TopologySpec
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -70,6 +70,13 @@ class GuestNet(Topology):
         return self
 
     @property
+    def netns(self) -> HeldNetns:
+        """The namespace (held by its keeper process while the network is up)."""
+        ns = self.host_ns(0)
+        assert isinstance(ns, HeldNetns)
+        return ns
+
+    @property
     def server_ip(self) -> str:
         return SERVER_CIDR.split("/", 1)[0]
 
@@ -103,7 +110,7 @@ class GuestNet(Topology):
     def plumbing(self, side_name: str) -> Plumbing:
         """What the side's QEMU needs: its ``-netdev`` on the side's tap, and to run inside the namespace."""
         side = self.sides[side_name]
-        return Plumbing(("-netdev", netdev_arg(side_name, side)), tuple(self.host_ns(0).exec_prefix))
+        return Plumbing(("-netdev", netdev_arg(side_name, side)), tuple(self.netns.exec_prefix))
 
     def guest_commands(self, side_name: str, dev: str = "eth0") -> list[list[str]]:
         """The argv lists (busybox ``ip``) that give the guest's NIC its address on the bridge."""
