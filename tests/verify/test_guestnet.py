@@ -107,3 +107,24 @@ def test_a_vhost_side_without_dev_vhost_net_makes_nothing(netload: str, tmp_path
     with pytest.raises(NetError, match=VHOST_MISSING.replace("(", r"\(").replace(")", r"\)")):
         GuestNet({"B": GuestSide(nic_model="virtio", vhost=True)}, netload, runner=Runner(), workdir=tmp_path).up()
     assert list(tmp_path.iterdir()) == []  # refused before its run directory (and so any namespace) was made
+
+
+def test_a_dead_keeper_is_never_entered_by_a_stale_pid(netload: str, tmp_path: Path) -> None:
+    """The keeper killed from outside: it stays an unreaped zombie (its pid cannot be reused), nothing more enters by
+    its /proc path, and teardown still stops the server and leaves nothing."""
+    import signal
+
+    net = GuestNet(SIDES, netload, runner=Runner(), workdir=tmp_path)
+    with pytest.raises(NetError, match="the process holding the namespace is gone"), net:
+        link = os.readlink(net.netns.path)
+        pid = net.netns.keeper_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # not reaped: still our pid
+        assert net.server is not None and net.server.poll() is None  # the server still holds the namespace
+        net.plumbing("A")
+    _gone(net, link)
