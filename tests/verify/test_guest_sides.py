@@ -19,6 +19,7 @@ from kvmtune.runner import Runner
 from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
 from kvmtune.verify.experiments import Outcome, VerifyContext
 from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
+from kvmtune.verify.guestkernel import FETCH_SCRIPT, cache_dir
 from kvmtune.verify.guestside import EMULATION, ExecResult, GuestSide
 from kvmtune.verify.guestvm import (
     IOTHREAD_ID,
@@ -208,8 +209,29 @@ def test_a_missing_driver_names_it_and_the_way_out(tmp_path: Path) -> None:
     (p,) = _planned(_domain(tmp_path, "sata", disk), "KVM-STO-001", ctx)
     assert p.experiment is None
     assert p.result.reason == ("side A (sata) needs the guest driver ahci, which the probe guest's kernel 6.1.0-test "
-                               "lacks (a cloud kernel ships no emulated-hardware drivers): pass a kernel that has it "
-                               "with --guest-kernel (a generic distribution kernel)")
+                               "(--guest-kernel) lacks: pass --guest-kernel PATH --guest-modules DIR with a kernel that "
+                               "has it (a generic distribution kernel)")
+
+
+def test_a_missing_driver_of_bench_s_kernel_names_the_script_and_the_option(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --guest-kernel and no cached generic kernel: /boot's (a cloud kernel, here without AHCI); the line names
+    scripts/guest-kernel.sh as well as --guest-kernel, as the NIC experiments' does."""
+    import kvmtune.verify.guestdisk as guestdisk
+
+    def lacks(_host: HostRoot, names: tuple[str, ...], kernel: str | None, modules_dir: str | None) -> tuple[str, list[str]]:
+        assert (kernel, modules_dir) == (None, None)  # bench's default kernel was asked about
+        return "6.1.0-56-cloud-amd64", [n for n in names if n == "ahci"]
+
+    monkeypatch.setattr(guestdisk, "kernel_lacks", lacks)
+    disk = ("<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/nowhere/d.img'/>"
+            "<target dev='sda' bus='sata'/></disk>")
+    (p,) = _planned(_domain(tmp_path, "sata", disk), "KVM-STO-001", _ctx(tmp_path))
+    assert p.experiment is None
+    assert p.result.reason == ("side A (sata) needs the guest driver ahci, which the probe guest's kernel "
+                               "6.1.0-56-cloud-amd64 (/boot's newest kernel (what bench uses)) lacks: run "
+                               f"{FETCH_SCRIPT} (a generic Debian kernel into {cache_dir()}, /boot untouched) or pass "
+                               "--guest-kernel PATH --guest-modules DIR")
 
 
 def test_queues_from_hand_written_xml(tmp_path: Path) -> None:

@@ -81,8 +81,11 @@ def test_e1000_and_virtio_sides_really_differ_and_both_move_data(env: tuple[Path
     a, b = GuestSide(nic_model="e1000"), GuestSide(nic_model="virtio")
     before_links = set(_root_links())
     with _booted(env, a, b) as (net, pair):
-        ns = net.host_ns(0).name
-        assert ns in _namespaces()
+        ns = net.netns.name
+        assert ns not in _namespaces()  # held by a keeper process, not named in /run/netns
+        inside = net.netns.path
+        qemus = [s.run.proc for s in pair.sides.values() if s.run is not None and s.run.proc is not None]
+        assert len(qemus) == 2 and {os.readlink(f"/proc/{q.pid}/ns/net") for q in qemus} == {os.readlink(inside)}
         assert _pci_ids(pair, "A") == PCI_IDS["e1000"] and _pci_ids(pair, "B") == PCI_IDS["virtio"]
         assert nic_device(pair, "A")["type"] == "e1000" and nic_device(pair, "B")["type"] == "virtio-net-pci"
         for side, s in (("A", a), ("B", b)):
@@ -92,7 +95,8 @@ def test_e1000_and_virtio_sides_really_differ_and_both_move_data(env: tuple[Path
         assert "DRIVER=e1000\n" in drivers["A"] and "DRIVER=virtio_net\n" in drivers["B"]  # the guest's own view
         probe = NetloadProbe(pair, net, NIC_STREAM_JOB, 0.5)
         assert probe.sample("A") > 0 and probe.sample("B") > 0
-        taps = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+        taps = subprocess.run(["nsenter", f"--net={inside}", "ip", "-o", "link", "show"], capture_output=True, text=True,
+                              check=True).stdout
         assert TAP["A"] in taps and TAP["B"] in taps
     assert ns not in _namespaces()
     assert not {ln for ln in _root_links() if ln.startswith(("kvtap", "kvbr"))} - before_links  # the root namespace untouched

@@ -32,14 +32,15 @@ from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import Layout, Unreplicable, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
+from kvmtune.verify.guestkernel import choice_for, lacks_line
 from kvmtune.verify.guestside import GuestSide
 from kvmtune.verify.guestvm import (
     ProbePair,
     Unbootable,
     kernel_lacks,
-    missing_driver_line,
     qemu_args,
     require_accel,
+    side_device,
     side_modules,
 )
 from kvmtune.verify.measure import Metric, alternate, judge, settles
@@ -277,7 +278,8 @@ def plan_guest_disk(subject: Subject, ctx: VerifyContext, plan: GuestExperiment)
         except KvmtuneError as exc:
             raise Unmeasurable(f"no probe guest kernel: {exc}") from None
         if lacking:
-            raise Unmeasurable(missing_driver_line(name, side, release, lacking))
+            choice = choice_for(ctx.guest_kernel, ctx.guest_modules)
+            raise Unmeasurable(lacks_line(f"side {name} ({side_device(side)})", lacking, release, choice))
     accel = require_accel(f.rule, ctx)
     source = disk.source if disk.source_type in (None, "file") else None
     parent, note = scratch_parent(source, ctx.workdir)

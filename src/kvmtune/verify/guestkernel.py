@@ -64,6 +64,17 @@ def choose_kernel(kernel: str | None = None, modules_dir: str | None = None, cac
     return cached_kernel(cache) or KernelChoice(None, None, BOOT)
 
 
+def choice_for(kernel: str | None, modules_dir: str | None, cache: Path | None = None) -> KernelChoice:
+    """Where the kernel verify decided on came from (``kernel``/``modules_dir``: what the CLI put on the context, from
+    :func:`choose_kernel`): none is bench's default, the cached kernel's paths are the cached one, anything else given."""
+    if kernel is None and modules_dir is None:
+        return KernelChoice(None, None, BOOT)
+    cached = cached_kernel(cache)
+    if cached is not None and (kernel, modules_dir) == (cached.kernel, cached.modules_dir):
+        return cached
+    return KernelChoice(kernel, modules_dir, GIVEN)
+
+
 def how_to_get(choice: KernelChoice) -> str:
     """How to get a kernel that has the drivers this one lacks (the end of a "lacks the driver" line)."""
     if choice.origin == BOOT:

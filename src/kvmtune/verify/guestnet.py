@@ -1,12 +1,14 @@
 """The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
 
 The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
-namespace ``kvmtune-<run>-h0`` (made, locked and torn down by :class:`kvmtune.bench.net.topology.Topology`,
-so a killed run's namespace is found by ``kvmtune net cleanup`` and by the next benchmark's sweep), a Linux
-bridge with the server's address, and one tap per side on it, multiqueue when the side has more than one
-queue pair. ``netload serve`` listens on the bridge's address inside the namespace, for clients holding
-this run's token only. QEMU opens its tap inside the namespace (``ip netns exec``), so nothing is made
-or changed in the root namespace; every address lies in 198.18.0.0/15.
+namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.bench.net.topology.Topology`
+but held by a keeper process instead of a name in ``/run/netns``
+(:class:`kvmtune.bench.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per
+side on it, multiqueue when the side has more than one queue pair. ``netload serve`` listens on the
+bridge's address inside the namespace, for clients holding this run's token only. QEMU opens its tap
+inside the namespace (``nsenter --net=/proc/<keeper>/ns/net``), so nothing is made or changed in the root
+namespace; every address lies in 198.18.0.0/15. The keeper, netload and QEMU die with kvmtune (SIGKILL
+included), and with them the namespace, its bridge and its taps: a killed run leaves none.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
-from kvmtune.bench.net.netns import NetError, check_address
+from kvmtune.bench.net.netns import HeldNetns, NetError, check_address
 from kvmtune.bench.net.topology import Topology, TopologySpec
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -50,6 +52,7 @@ class GuestNet(Topology):
     """
 
     kind = "guest-nic"
+    held_namespaces = True  # the namespace dies with kvmtune (a keeper process), nothing for a sweep to find
 
     def __init__(self, sides: Mapping[str, GuestSide], netload: str, *, runner: Runner, host: HostRoot | None = None,
                  workdir: Path | None = None, runid: str | None = None) -> None:
@@ -65,6 +68,13 @@ class GuestNet(Topology):
     def __enter__(self) -> GuestNet:
         self.up()
         return self
+
+    @property
+    def netns(self) -> HeldNetns:
+        """The namespace (held by its keeper process while the network is up)."""
+        ns = self.host_ns(0)
+        assert isinstance(ns, HeldNetns)
+        return ns
 
     @property
     def server_ip(self) -> str:
@@ -100,7 +110,7 @@ class GuestNet(Topology):
     def plumbing(self, side_name: str) -> Plumbing:
         """What the side's QEMU needs: its ``-netdev`` on the side's tap, and to run inside the namespace."""
         side = self.sides[side_name]
-        return Plumbing(("-netdev", netdev_arg(side_name, side)), tuple(self.host_ns(0).exec_prefix))
+        return Plumbing(("-netdev", netdev_arg(side_name, side)), tuple(self.netns.exec_prefix))
 
     def guest_commands(self, side_name: str, dev: str = "eth0") -> list[list[str]]:
         """The argv lists (busybox ``ip``) that give the guest's NIC its address on the bridge."""

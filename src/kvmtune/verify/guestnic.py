@@ -33,7 +33,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.guestkernel import BOOT, GIVEN, KernelChoice, cached_kernel, lacks_line
+from kvmtune.verify.guestkernel import KernelChoice, choice_for, lacks_line
 from kvmtune.verify.guestnet import VHOST_DEVICE, VHOST_MISSING, GuestNet
 from kvmtune.verify.guestside import GuestPair, GuestSide
 from kvmtune.verify.guestvm import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules, require_accel
@@ -142,12 +142,7 @@ def fixed_nic(guest: Guest, nic: Nic, rule_id: str, ctx: VerifyContext) -> tuple
 
 def kernel_choice(ctx: VerifyContext) -> KernelChoice:
     """The kernel the probe guests boot (``ctx.guest_kernel``, filled by the CLI) and where it came from."""
-    if ctx.guest_kernel is None and ctx.guest_modules is None:
-        return KernelChoice(None, None, BOOT)
-    cached = cached_kernel()
-    if cached is not None and (ctx.guest_kernel, ctx.guest_modules) == (cached.kernel, cached.modules_dir):
-        return cached
-    return KernelChoice(ctx.guest_kernel, ctx.guest_modules, GIVEN)
+    return choice_for(ctx.guest_kernel, ctx.guest_modules)
 
 
 def check_drivers(sides: dict[str, GuestSide], choice: KernelChoice) -> None:

@@ -75,7 +75,7 @@ def _show(value: object) -> str:
 @dataclass(frozen=True)
 class Plumbing:
     """What one side needs from outside its VM: extra QEMU options (``-netdev tap,…``), a command prefix
-    QEMU runs under (``ip netns exec NS``: a tap opened inside a kvmtune namespace)."""
+    QEMU runs under (``nsenter --net=…``: a tap opened inside a kvmtune namespace)."""
 
     extra_args: tuple[str, ...] = ()
     wrapper: tuple[str, ...] = ()

@@ -242,14 +242,22 @@ def kernel_lacks(host: HostRoot, names: Iterable[str], kernel: str | None = None
     return info.release, missing
 
 
+def side_device(side: GuestSide) -> str:
+    """The side's device under test, for a message: ``sata``, ``lsilogic SCSI controller``, ``e1000 NIC``."""
+    if side.disk_bus in ("ide", "sata", "nvme"):
+        return side.disk_bus
+    if side.disk_bus == "scsi":
+        return f"{side.scsi_model or 'lsilogic'} SCSI controller"
+    if side.disk_bus == "virtio":
+        return "virtio-blk disk"
+    if side.nic_model is not None:
+        return f"{side.nic_model} NIC"
+    return "its device"
+
+
 def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str]) -> str:
     """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one."""
-    what = side.disk_bus if side.disk_bus in ("ide", "sata", "nvme") else None
-    if side.disk_bus == "scsi":
-        what = f"{side.scsi_model or 'lsilogic'} SCSI controller"
-    if what is None and side.nic_model is not None:
-        what = f"{side.nic_model} NIC"
-    return (f"side {side_name} ({what or 'its device'}) needs the guest driver {', '.join(missing)}, which the probe "
+    return (f"side {side_name} ({side_device(side)}) needs the guest driver {', '.join(missing)}, which the probe "
             f"guest's kernel {release} lacks (a cloud kernel ships no emulated-hardware drivers): pass a kernel that "
             "has it with --guest-kernel (a generic distribution kernel)")
 

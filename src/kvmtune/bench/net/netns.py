@@ -10,6 +10,12 @@ A live run holds an exclusive ``flock`` on each of its namespace files
 (``/run/netns/NAME``). The kernel drops the lock when the owner dies, even by
 SIGKILL, so ``kvmtune net cleanup`` can tell a killed run's leftovers from a
 run still in progress.
+
+:class:`HeldNetns` is the other kind (the guest tier's): a namespace with no name in ``/run/netns``,
+held by a keeper process kvmtune starts (``unshare --net``, dying with kvmtune like every child of
+the :class:`~kvmtune.runner.Runner`). Commands enter it with ``nsenter --net=/proc/<keeper>/ns/net``;
+when the keeper and everything inside are gone, even after SIGKILL of kvmtune, the kernel removes the
+namespace and its devices, so there is nothing to find or sweep.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import ipaddress
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import subprocess
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
@@ -32,6 +40,7 @@ ADDRESS_SPACE = ipaddress.ip_network("198.18.0.0/15")
 NETNS_DIR = "/run/netns"
 MIN_MTU, MAX_MTU = 68, 65535
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+KEEPER_START_S = 10.0  # the keeper's unshare(CLONE_NEWNET) is done long before this
 _NAME_RE = re.compile(r"^kvmtune-[a-z0-9][a-z0-9-]{0,40}$")
 
 
@@ -135,6 +144,17 @@ class Netns:
         self.release_lock()
         return self.runner.run(["ip", "netns", "del", self.name], timeout=30)
 
+    def pids(self) -> list[int]:
+        """The processes inside the namespace."""
+        return namespace_pids(self.runner, self.name)
+
+    def remove(self) -> list[str]:
+        """Delete the namespace; the problems (empty: gone). Its processes must have been stopped."""
+        res = self.delete()
+        if not res.ok and "No such file" not in res.stderr:
+            return [f"{self.name}: {res.describe_failure()}"]
+        return []
+
     # -- commands ----------------------------------------------------------------
 
     @property
@@ -195,3 +215,108 @@ class Netns:
 
     def up(self, dev: str) -> None:
         self.ip("link", "set", "dev", dev, "up")
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """True when ``proc`` has exited, without reaping it: its pid stays ours (a zombie) until it is waited for."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
+
+
+@dataclass
+class HeldNetns(Netns):
+    """A namespace held by a keeper process instead of a name in ``/run/netns`` (the guest tier's).
+
+    The keeper (``unshare --net -- sleep infinity``) is started through the Runner, so the kernel kills it when
+    kvmtune dies, SIGKILL included; so are the processes started inside (``nsenter``, then QEMU or netload, which
+    exec in place). With the last of them gone the kernel removes the namespace with its bridge and taps: a
+    killed run leaves none. ``name`` only labels it (messages, the run's facts).
+
+    Every command enters it by ``/proc/<keeper>/ns/net`` of the keeper this object started and still holds: the
+    keeper is never reaped before :meth:`remove` (checks use ``waitid(WNOWAIT)``), so its pid cannot be reused
+    meanwhile, and a dead keeper (a zombie has no namespace link) makes ``nsenter`` fail rather than enter
+    another namespace.
+    """
+
+    host: HostRoot = field(default_factory=HostRoot)
+    _keeper: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _link: str | None = field(default=None, repr=False)  # net:[inode] of the namespace
+
+    def create(self) -> None:
+        for tool in ("unshare", "nsenter"):
+            if self.runner.which(tool) is None:
+                raise NetError(f"{tool} (util-linux) is not installed: the guest tier's namespace needs it")
+        own = self.host.readlink("/proc/self/ns/net")
+        if own is None:
+            raise NetError("cannot read this process's network namespace (/proc/self/ns/net)")
+        keeper = self.runner.popen(["unshare", "--net", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        self._keeper = keeper
+        deadline = time.monotonic() + KEEPER_START_S
+        while True:  # until the keeper's unshare(2) is done: before it, its namespace is still ours
+            link = self.host.readlink(f"/proc/{keeper.pid}/ns/net")
+            if _exited(keeper):
+                err = keeper.stderr.read().decode(errors="replace").strip() if keeper.stderr else ""
+                last = err.splitlines()[-1] if err else "no error output"
+                raise NetError(f"cannot create network namespace {self.name}: 'unshare --net' exited: {last}")
+            if link is not None and link != own:
+                break
+            if time.monotonic() > deadline:
+                raise NetError(f"cannot create network namespace {self.name}: 'unshare --net' did not enter a new one "
+                               f"within {KEEPER_START_S:.0f}s")
+            time.sleep(0.005)
+        self._link = link
+        self.ip("link", "set", "lo", "up")
+
+    @property
+    def keeper_pid(self) -> int | None:
+        return self._keeper.pid if self._keeper is not None else None
+
+    @property
+    def path(self) -> str:
+        """``/proc/<keeper>/ns/net``; :class:`NetError` once the keeper is gone."""
+        if self._keeper is None or _exited(self._keeper):
+            raise NetError(f"{self.name}: the process holding the namespace is gone (and the namespace with it)")
+        return f"/proc/{self._keeper.pid}/ns/net"
+
+    @property
+    def exec_prefix(self) -> list[str]:
+        return ["nsenter", f"--net={self.path}", "--"]
+
+    def ip(self, *args: str, check: bool = True, timeout: float = 30) -> CommandResult:
+        res = self.runner.run([*self.exec_prefix, "ip", *args], timeout=timeout)
+        if check and not res.ok:
+            raise NetError(f"{self.name}: {replace(res, argv=('ip', *args)).describe_failure()}")
+        return res
+
+    def pids(self) -> list[int]:
+        """The processes inside the namespace, the keeper excepted."""
+        if self._link is None:
+            return []
+        out = []
+        for entry in self.host.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.keeper_pid and self.host.readlink(f"/proc/{entry}/ns/net") == self._link:
+                out.append(int(entry))
+        return out
+
+    def delete(self) -> CommandResult:
+        problems = self.remove()
+        return CommandResult(("kill", "keeper"), 1 if problems else 0, "", "; ".join(problems), 0.0)
+
+    def remove(self) -> list[str]:
+        """Stop the keeper; the problems (empty: no process holds the namespace any more, so the kernel removes it)."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is None:
+            return []
+        keeper.kill()  # reaped below: only now may its pid be reused
+        try:
+            keeper.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return [f"{self.name}: the keeper process {keeper.pid} survived SIGKILL"]
+        finally:
+            if keeper.stderr is not None:
+                keeper.stderr.close()
+        held = self.pids()
+        return [f"{self.name}: still held by pid {', '.join(map(str, held))}"] if held else []

@@ -56,12 +56,12 @@ from typing import Any, ClassVar, assert_never
 
 from kvmtune.bench.net.netns import (
     PREFIX,
+    HeldNetns,
     NetError,
     Netns,
     check_address,
     check_mtu,
     list_namespaces,
-    namespace_pids,
     require_net_admin,
 )
 from kvmtune.bench.net.ovs import OvsInstance, ovs_available, pick_datapath
@@ -228,6 +228,9 @@ class Topology:
     """Base class: namespaces, bookkeeping, teardown. Subclasses implement :meth:`_build`."""
 
     kind: ClassVar[str] = ""
+    # False (bench net): named namespaces (/run/netns), locked while the run lives, swept after a killed run.
+    # True (the guest tier): namespaces held by a keeper process that dies with kvmtune (HeldNetns), gone with it.
+    held_namespaces: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -264,7 +267,8 @@ class Topology:
         return self.namespaces[self.ns_name(f"h{index}")]
 
     def add_namespace(self, role: str) -> Netns:
-        ns = Netns(self.ns_name(role), self.runner)
+        name = self.ns_name(role)
+        ns = HeldNetns(name, self.runner, host=self.host) if self.held_namespaces else Netns(name, self.runner)
         if ns.name in self.namespaces:
             raise NetError(f"namespace {ns.name} exists already in this run")
         self.namespaces[ns.name] = ns  # registered first: a half-made namespace is still torn down
@@ -368,10 +372,8 @@ class Topology:
             for ovs in reversed(self._ovs):
                 problems += ovs.stop()
             for ns in reversed(list(self.namespaces.values())):
-                problems += _empty_namespace(self.runner, self.host, ns.name)
-                res = ns.delete()
-                if not res.ok and "No such file" not in res.stderr:
-                    problems.append(f"{ns.name}: {res.describe_failure()}")
+                problems += _empty_namespace(self.host, ns)
+                problems += ns.remove()
             left = [n for n in _safe_list(self.runner) if n in self.namespaces]
             problems += [f"namespace {n} still present after teardown" for n in left]
             shutil.rmtree(self.rundir, ignore_errors=True)
@@ -794,15 +796,15 @@ def _safe_list(runner: Runner) -> list[str]:
         return []
 
 
-def _empty_namespace(runner: Runner, host: HostRoot, name: str) -> list[str]:
-    """Stop every process still inside namespace ``name`` (they are all kvmtune's)."""
+def _empty_namespace(host: HostRoot, ns: Netns) -> list[str]:
+    """Stop every process still inside namespace ``ns`` (they are all kvmtune's)."""
     from kvmtune.bench.net.cleanup import kill_pids
 
-    pids = namespace_pids(runner, name)
+    pids = ns.pids()
     if not pids:
         return []
     survivors = kill_pids(host, pids)
-    return [f"pid {p} in {name} survived SIGKILL" for p in survivors]
+    return [f"pid {p} in {ns.name} survived SIGKILL" for p in survivors]
 
 
 @contextmanager
