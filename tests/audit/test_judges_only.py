@@ -32,7 +32,8 @@ TESTS = Path(__file__).resolve().parents[1]
 HOST = TESTS / "fixtures" / "hosts" / "rules-default"
 DECLARING = [r for r in all_rules() if issubclass(r, GuestRule) and r.judges_only is not None]
 # each judged part as a guest without it has it
-ABSENT: dict[str, Any] = {"disks": [], "nics": [], "rngs": [], "inside": None, "on_audited_host": False}
+ABSENT: dict[str, Any] = {"disks": [], "nics": [], "rngs": [], "hostdevs": 0, "vcpu_pinned": False, "inside": None,
+                          "on_audited_host": False}
 
 
 def load(files: list[Path]) -> list[Guest]:
