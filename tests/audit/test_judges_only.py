@@ -1,15 +1,17 @@
-"""``GuestRule.judges_only``: a rule that only reports about a guest's disks (NICs, RNGs) is not
-called for guests without any. The engine trusts the declaration, so each declaring rule is held
-to it here: on every guest of its own fixtures, of the bundled examples and of the corpus, with
-that device list emptied, it reports nothing. And the engine does skip those guests.
+"""``GuestRule.judges_only``: a rule that only reports about a guest's disks (NICs, RNGs), about what
+its guest agent answered (``inside``) or about a guest on the audited host is not called for guests
+without them. The engine trusts the declaration, so each declaring rule is held to it here: on every
+guest of its own fixtures, of the bundled examples and of the corpus, with that part emptied (no
+devices, no agent answers, not on this host), it reports nothing. And the engine does skip those guests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -17,9 +19,11 @@ from kvmtune.audit.collect import EXAMPLES
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
-from kvmtune.audit.rule import GuestRule, all_rules
+from kvmtune.audit.rule import DeviceList, GuestRule, all_rules
 from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
+from kvmtune.guestagent.client import ReplayAgent
+from kvmtune.guestagent.inside import read_inside
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_text
@@ -27,14 +31,26 @@ from kvmtune.qemu.cmdline import guest_from_text
 TESTS = Path(__file__).resolve().parents[1]
 HOST = TESTS / "fixtures" / "hosts" / "rules-default"
 DECLARING = [r for r in all_rules() if issubclass(r, GuestRule) and r.judges_only is not None]
+# each judged part as a guest without it has it
+ABSENT: dict[str, Any] = {"disks": [], "nics": [], "rngs": [], "hostdevs": 0, "vcpu_pinned": False, "inside": None,
+                          "on_audited_host": False}
 
 
 def load(files: list[Path]) -> list[Guest]:
+    """As tests/rules/test_rule_fixtures.py reads them: a case directory's files, an ``.agent.json`` beside an
+    XML file as that guest's agent answers, every guest on the audited host."""
+    files = [g for f in files for g in (sorted(f.iterdir()) if f.is_dir() else [f])]
     guests = []
     for f in files:
         try:
             if f.suffix == ".xml":
-                guests.append(load_guest_file(f))
+                guest = load_guest_file(f)
+                answers = f.with_suffix(".agent.json")
+                if answers.is_file():
+                    guest.active = True
+                    guest.inside = read_inside(ReplayAgent(json.loads(answers.read_text())), "recorded answers",
+                                               tuple(d.target for d in guest.disks if d.bus == "virtio"))
+                guests.append(guest)
             elif f.suffix == ".args":
                 guests.append(guest_from_text(f.read_text(), str(f)))
         except InputError:
@@ -49,7 +65,7 @@ def silent_without_devices(rule: type[GuestRule], guests: list[Guest]) -> list[s
     assert rule.judges_only is not None
     ctx = AuditContext(host=HostRoot(str(HOST)))
     loud = []
-    without: dict[str, Any] = {rule.judges_only: []}
+    without: dict[str, Any] = {rule.judges_only: ABSENT[rule.judges_only]}
     for guest in guests:
         if not getattr(guest, rule.judges_only):
             continue
@@ -60,7 +76,7 @@ def silent_without_devices(rule: type[GuestRule], guests: list[Guest]) -> list[s
 
 
 def test_some_rules_declare_it() -> None:
-    assert {r.judges_only for r in DECLARING} == {"disks", "nics", "rngs"}
+    assert {r.judges_only for r in DECLARING} == set(ABSENT) == set(get_args(DeviceList))
 
 
 @pytest.mark.parametrize("rule", DECLARING, ids=lambda r: r.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from lxml import etree
 
@@ -77,3 +79,41 @@ def test_a_stated_bus_is_kept_whatever_the_name() -> None:
     </devices></domain>""")
     assert guest.disks[0].bus == "sata"
     assert guest.disks[0].where("bus") == "/domain/devices/disk[1]/target/@bus"
+
+
+# --- templates: the byte search that spares most definitions the walk must miss no placeholder -------
+
+TEMPLATE = """<domain type='kvm'>
+  <name>{{ vm_name }}</name>
+  <description>free text {not a placeholder}</description>
+  <memory unit='MiB'>%(memory)s</memory>
+  <devices><disk type='file' device='disk'><source file='{path}'/><target dev='vda'/></disk></devices>
+</domain>"""
+PLACEHOLDERS = ("{{ vm_name }}", "%(memory)s", "{path}")
+# the same placeholders with no "{" or "%" byte in the file: character references only
+ESCAPED = (TEMPLATE.replace("{", "&#123;").replace("}", "&#x7D;").replace("%", "&#37;")
+           .replace("free text &#123;not a placeholder&#x7D;", "free text"))
+
+
+@pytest.mark.parametrize("data", [
+    TEMPLATE.encode(),
+    ESCAPED.encode(),
+    TEMPLATE.encode("utf-16"),  # a byte-order mark, no declaration (lxml's docinfo then says UTF-8)
+    ("<?xml version='1.0' encoding='UTF-16'?>" + TEMPLATE).encode("utf-16-le"),
+    ("<?xml version='1.0' encoding='ISO-8859-1'?>" + TEMPLATE.replace("free", "fr\xe9e")).encode("latin-1"),
+    ("<?xml version='1.0' encoding='IBM037'?>" + TEMPLATE.replace("\n", "")).encode("cp037"),  # "{" is 0xC0
+], ids=["utf-8", "char-refs", "utf-16-bom", "utf-16-declared", "latin-1", "ebcdic"])
+def test_placeholders_are_found_with_and_without_the_source_bytes(data: bytes) -> None:
+    assert guest_from_tree(parse_xml_bytes(data, "t.xml"), "t.xml", raw=data).template == PLACEHOLDERS
+    assert guest_from_tree(parse_xml_bytes(data, "t.xml"), "t.xml").template == PLACEHOLDERS
+
+
+def test_braces_only_in_free_text_or_percent_signs_make_no_template(tmp_path: Path) -> None:
+    data = (b"<domain type='kvm'><name>a</name><title>{x}</title><description>{{ y }}</description>"
+            b"<memory unit='KiB'>1024</memory><!-- {z} --><devices><disk type='file'>"
+            b"<source file='/img/100%.raw'/><target dev='vda'/></disk></devices></domain>")
+    f = tmp_path / "a.xml"
+    f.write_bytes(data)
+    guest = xml.load_guest_file(f)
+    assert (guest.template, guest.disks[0].source) == ((), "/img/100%.raw")
+    assert guest_from_tree(parse_xml_bytes(data, "a.xml"), "a.xml").template == ()

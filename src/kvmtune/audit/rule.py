@@ -94,8 +94,10 @@ class Rule:
         return FixHint(kind=self.fix_kind, description=self.fix_description, safe=self.fix_safe)
 
 
-# the device lists of a Guest a rule may declare it judges exclusively (GuestRule.judges_only)
-DeviceList = Literal["disks", "nics", "rngs"]
+# the parts of a Guest a rule may declare it judges exclusively (GuestRule.judges_only): a device list,
+# its VFIO devices (``hostdevs``), its vCPU pinning (``vcpu_pinned``), what its guest agent answered
+# (``inside``), or its running on the audited host (``on_audited_host``)
+DeviceList = Literal["disks", "nics", "rngs", "hostdevs", "vcpu_pinned", "inside", "on_audited_host"]
 
 
 class GuestRule(Rule):
@@ -105,6 +107,9 @@ class GuestRule(Rule):
     # A rule that only ever reports about a guest's disks (NICs, RNGs) says so here: a guest without
     # any is then not passed to ``check`` at all. Most corpus guests have no disk and no NIC, so this
     # halves the calls of the device rules (tests/audit/test_judges_only.py holds each to its word).
+    # Likewise ``hostdevs``, ``vcpu_pinned``, ``inside`` (rules on what the guest agent answered: a guest
+    # read from a file has no answers) and ``on_audited_host`` (host-relative rules: a file's guest runs
+    # on some other host).
     judges_only: ClassVar[DeviceList | None] = None
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterable[Finding]:

@@ -520,8 +520,11 @@ def _domain_root(tree: etree._ElementTree, origin: str) -> etree._Element:
     return root
 
 
-def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "xml") -> Guest:
-    """Build the :class:`Guest` view; raise :class:`InputError` if this is no domain."""
+def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "xml", raw: bytes | None = None) -> Guest:
+    """Build the :class:`Guest` view; raise :class:`InputError` if this is no domain.
+
+    ``raw``, the bytes ``tree`` was parsed from, lets a definition without any brace be passed as no
+    template without walking its tree (see :func:`_may_hold_placeholders`)."""
     root = _domain_root(tree, origin)
     top = _children(root)
     name = _text(top.get("name"))
@@ -538,7 +541,7 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
     devices = top.get("devices")
     if devices is not None:
         _read_devices(guest, devices, top.get("cpu"))
-    guest.template = _placeholders_in(root)
+    guest.template = _placeholders_in(root) if _may_hold_placeholders(tree, root, raw) else ()
     if guest.template:
         guest.forget_placeholders()
     return guest
@@ -546,6 +549,26 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
 
 # free text that may hold braces of its own: not part of what libvirt runs
 _FREE_TEXT = frozenset({"metadata", "description", "title"})
+
+
+# encodings in which every ASCII character is its own single byte, as in UTF-8 (UTF-16 and UTF-32 give
+# ASCII text NUL bytes, which the check below also looks for: a byte-order mark needs no declaration)
+_ASCII_BYTES_ENCODINGS = ("utf-8", "utf8", "us-ascii", "ascii", "iso-8859-")
+# what every placeholder (model.values.PLACEHOLDER) holds, and how XML could spell either without it
+_PLACEHOLDER_BYTES = (b"{", b"%", b"&#", b"\x00")
+
+
+def _may_hold_placeholders(tree: etree._ElementTree, root: etree._Element, raw: bytes | None) -> bool:
+    """False when no text or attribute of the document can hold a placeholder: each holds "{" or "%(".
+
+    Walking every element and attribute in Python cost more than the rest of reading a domain; most
+    definitions hold no brace at all, which a byte search of their source (or, without it, of the
+    tree serialised in C) tells. Only with a brace or percent sign does :func:`_placeholders_in` look.
+    """
+    if raw is not None and (tree.docinfo.encoding or "").lower().startswith(_ASCII_BYTES_ENCODINGS):
+        return any(b in raw for b in _PLACEHOLDER_BYTES)
+    text = etree.tostring(root, encoding="utf-8")
+    return b"{" in text or b"%(" in text
 
 
 def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
@@ -560,4 +583,6 @@ def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
 
 
 def load_guest_file(path: str | Path) -> Guest:
-    return guest_from_tree(read_xml_file(path), str(path))
+    where = str(path)
+    data = read_regular(where, MAX_XML_BYTES)  # as read_xml_file, keeping the bytes for guest_from_tree
+    return guest_from_tree(parse_xml_bytes(data, where), where, raw=data)

@@ -14,6 +14,7 @@ class EmulatorSharesVcpus(GuestRule):
     id = "KVM-CPU-021"
     slug = "emulatorpin-on-vcpu-cpus"
     topic = "vcpu-pinning"
+    judges_only = "vcpu_pinned"
     severity = Severity.MEDIUM
     title = "emulatorpin or iothreadpin puts QEMU's own threads on the pinned vCPUs' CPUs"
     why = (

@@ -19,6 +19,7 @@ class Hugepages1gNotReserved(GuestRule):
     id = "KVM-MEM-012"
     slug = "hugepages-1g-not-reserved"
     topic = "hugepages"
+    judges_only = "on_audited_host"
     severity = Severity.HIGH
     title = "Guest backed by 1 GiB hugepages on a host that reserves none: it will not start"
     why = (

@@ -18,6 +18,7 @@ class I440fxPassthrough(GuestRule):
     id = "KVM-CPU-026"
     slug = "i440fx-with-pci-passthrough"
     topic = "host-devices"
+    judges_only = "hostdevs"
     severity = Severity.MEDIUM
     title = "Guest with a passed-through device on the legacy i440fx machine instead of q35"
     why = (

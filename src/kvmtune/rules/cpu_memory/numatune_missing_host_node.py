@@ -14,6 +14,7 @@ class NumatuneMissingHostNode(GuestRule):
     id = "KVM-CPU-029"
     slug = "numatune-missing-host-node"
     topic = "numa"
+    judges_only = "on_audited_host"
     severity = Severity.HIGH
     title = "<numatune> binds the guest's memory strictly to a NUMA node this host does not have: it will not start"
     why = (

@@ -13,6 +13,7 @@ class VcpuTopologySmt(GuestRule):
     id = "KVM-CPU-023"
     slug = "vcpu-topology-vs-host-smt"
     topic = "vcpu-pinning"
+    judges_only = "on_audited_host"
     severity = Severity.MEDIUM
     title = "Pinned vCPUs sit on host SMT siblings the guest's topology does not show (or the reverse)"
     why = (

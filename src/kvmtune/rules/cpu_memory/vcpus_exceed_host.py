@@ -13,6 +13,7 @@ class VcpusExceedHost(GuestRule):
     id = "KVM-CPU-002"
     slug = "vcpus-exceed-host"
     topic = "vcpu-overcommit"
+    judges_only = "on_audited_host"
     severity = Severity.HIGH
     title = "Guest has more vCPUs than the host has online CPUs"
     why = (

@@ -13,6 +13,7 @@ class VcpusPinnedToOneCpu(GuestRule):
     id = "KVM-CPU-028"
     slug = "vcpus-pinned-to-one-cpu"
     topic = "vcpu-pinning"
+    judges_only = "vcpu_pinned"
     severity = Severity.MEDIUM
     also_severities = (Severity.HIGH,)
     title = "Several vCPUs of one guest pinned to the same single host CPU"

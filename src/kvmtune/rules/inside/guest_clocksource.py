@@ -15,6 +15,7 @@ class GuestClocksource(GuestRule):
     id = "KVM-INS-002"
     slug = "guest-clocksource"
     topic = "guest-clock"
+    judges_only = "inside"
     severity = Severity.MEDIUM
     title = "The guest keeps time with an emulated clock (hpet, acpi_pm): every clock read exits to QEMU"
     why = (

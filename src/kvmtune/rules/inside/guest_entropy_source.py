@@ -25,6 +25,7 @@ class GuestEntropySource(GuestRule):
     id = "KVM-INS-003"
     slug = "guest-entropy-source"
     topic = "entropy"
+    judges_only = "inside"
     severity = Severity.MEDIUM
     also_severities = (Severity.LOW,)
     title = "The guest's hardware RNG is not bound to virtio-rng"

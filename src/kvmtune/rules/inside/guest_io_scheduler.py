@@ -16,6 +16,7 @@ class GuestIoScheduler(GuestRule):
     id = "KVM-INS-001"
     slug = "guest-io-scheduler"
     topic = "io-scheduler"
+    judges_only = "inside"
     severity = Severity.MEDIUM
     title = "The guest schedules I/O to a virtio disk with a scheduler made for rotating disks"
     why = (

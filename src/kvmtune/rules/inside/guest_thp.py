@@ -12,6 +12,7 @@ class GuestThpNever(GuestRule):
     id = "KVM-INS-004"
     slug = "guest-thp-never"
     topic = "thp"
+    judges_only = "inside"
     severity = Severity.LOW
     title = "Transparent huge pages are off inside the guest"
     why = (

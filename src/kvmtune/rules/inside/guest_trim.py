@@ -13,6 +13,7 @@ class GuestNeverTrims(GuestRule):
     id = "KVM-INS-005"
     slug = "guest-never-trims"
     topic = "discard"
+    judges_only = "inside"
     severity = Severity.LOW
     title = "The host passes discards, but the guest never trims: freed blocks stay allocated on the host"
     why = (

@@ -39,6 +39,7 @@ class WindowsVirtioDriverMissing(GuestRule):
     id = "KVM-INS-006"
     slug = "windows-virtio-driver-missing"
     topic = "guest-drivers"
+    judges_only = "inside"
     severity = Severity.HIGH
     title = "A Windows guest has a virtio device with no driver bound"
     why = (
