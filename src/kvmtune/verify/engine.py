@@ -17,6 +17,7 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
+from kvmtune.bench.net.claims import verified_claim_line, verified_claims
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
@@ -247,9 +248,11 @@ def to_cell(r: VerifyResult) -> Cell:
             metrics["ratio"] = j.ratio
         if j.interval is not None:
             metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
-    config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
+    # the slug lets the report find the seed claims a fix answers (bench/ names rules by slug, never by id)
+    config = {"rule": r.finding.rule, "slug": r.finding.slug, "target": r.target, "change": r.change, "tier": r.tier,
               "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
-              "unit": j.metric.unit if j else None, "seed": r.seed, "accel": r.accel}
+              "unit": j.metric.unit if j else None, "higher_is_better": j.metric.higher_is_better if j else None,
+              "seed": r.seed, "accel": r.accel}
     return Cell(f"{r.finding.rule}|{r.target}", config, r.workload or "-", "ok" if j is not None else "error", metrics,
                 error=r.error or r.reason, raw=json.dumps(r.to_json(), default=str), duration_s=r.seconds)
 
@@ -335,7 +338,8 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
 
 
 def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
-    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run."""
+    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run, then the seed claims
+    its guest-tier fixes answer (each naming the tier and accelerator)."""
     out = []
     for c in cells:
         cfg = c.config
@@ -351,4 +355,5 @@ def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
             text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
         tier = f"{cfg.get('tier')} tier" + (", TCG emulation" if cfg.get("accel") == "tcg" else "")
         out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({tier})")
+    out.extend(verified_claim_line(claim) for _, claim in verified_claims(cells))
     return out
