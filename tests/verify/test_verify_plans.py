@@ -129,8 +129,8 @@ def test_the_contract_sees_a_guest_visible_rule_with_only_a_reason() -> None:
         id, topic, fix_kind = "KVM-TST-997", "disk-bus", "xml"
         verify = NoExperiment("needs a booted guest")
 
-    class Measured(Bus):
-        id = "KVM-TST-996"
+    class Measured(GuestRule):
+        id, topic, fix_kind = "KVM-TST-996", "disk-bus", "xml"
         verify = GuestExperiment("disk", FioJob("bus", "randwrite"))
 
     class Cache(Bus):

@@ -266,6 +266,7 @@ class VerifyBenchmark:
     ctx: VerifyContext
     env: dict[str, Any]
     kind: str = "verify"
+    started: int = 0  # planned findings whose experiment has run (or was skipped): the ETA counts the rest
 
     def plan(self) -> str:
         n = self.planned_cells()
@@ -279,12 +280,21 @@ class VerifyBenchmark:
 
     def execute(self, sink: CellSink) -> None:
         sweep(self.planned, self.ctx)
-        for p in self.planned:
+        for i, p in enumerate(self.planned):
             if p.experiment is None:
                 continue
             execute_one(p, self.ctx)
+            self.started = i + 1
             if not p.result.skipped_budget:
                 sink.record(to_cell(p.result))
+
+    def remaining_seconds(self) -> float:
+        """The ETA: each experiment still to run by its tier's :func:`estimate` (a guest-tier finding boots two probe
+        guests: tens of seconds where a block-tier one takes seconds), never past ``--budget``'s end."""
+        left = sum(estimate(p.experiment, self.ctx) for p in self.planned[self.started:] if p.experiment is not None)
+        if self.ctx.deadline is not None:
+            left = min(left, max(0.0, self.ctx.deadline - time.monotonic()))
+        return left
 
     def describe(self, cell: Cell) -> str:
         cfg = cell.config
