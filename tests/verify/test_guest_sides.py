@@ -12,6 +12,7 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
 from kvmtune.bench.accel import AccelChoice
+from kvmtune.bench.store import CellRow
 from kvmtune.bench.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
@@ -353,8 +354,10 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
     p.result.judgement, p.result.verdict, p.result.accel, p.result.action = j, NOT_COMPARABLE, "tcg", "nothing changed"
     cell = to_cell(p.result)
     assert cell.config["accel"] == "tcg" and cell.config["tier"] == "guest"
-    (line,) = verified_fix_lines([cell])
+    stored = CellRow(1, 7, cell.key, cell.config, cell.workload, 0, cell.status, cell.error, None, 0.0, cell.metrics)
+    line, seed = verified_fix_lines([stored])  # the fix, then the seed claim it answers (tests/verify/test_verify_seeds.py)
     assert line.endswith("; not comparable; nothing changed (guest tier, TCG emulation)"), line
+    assert seed.startswith("seed:000: not comparable") and "[verify run 7, guest tier, accelerator tcg]" in seed, seed
 
 
 def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:

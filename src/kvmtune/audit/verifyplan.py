@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-GUEST_TIER = "needs the guest tier (a booted guest); KVM does not boot guests here and TCG would measure the emulator"
+# Only the NIC rules still say this, until the guest tier's NIC experiments (verify/guestnic.py, branch guest-nic)
+# merge and they declare GuestExperiment("nic", ...): then nothing uses it and it goes. Every other rule that has no
+# guest-tier experiment names its own reason (why the probe guest cannot show that effect).
+GUEST_TIER = "needs the guest tier's NIC experiments (verify/guestnic.py), not in this build"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvmtune.bench.net.claims import net_tier
+from kvmtune.bench.net.claims import net_tier, verified_claims
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.report_net import configuration_names, net_sections
 from kvmtune.bench.report_parts import (
@@ -226,6 +226,7 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
             claim_rows.extend((label, v) for v in verdicts(tier_cells))
     net_cells = [c for cs in cells_by_accel.values() for c in cs if "topology" in c.config]
     claim_rows.extend(net_claim_rows(net_cells))
+    claim_rows.extend((f"verify: {where}", claim) for where, claim in verified_claims(verified))
     env = runs[0].env if runs else {}
     n_cells = sum(len(cs) for cs in cells_by_accel.values()) + len(verified)
     tiers_all = sorted({cell_tier(c) for cs in storage.values() for c in cs} | {cell_tier(c) for c in verified}

@@ -32,6 +32,10 @@ The API, all a caller needs (``kvmtune verify`` calls it directly)::
         def execute(self, sink: CellSink) -> None: # sink.record(Cell(...)) per cell
         def describe(self, cell: Cell) -> str: ... # the figure on a progress line
         def cleanup(self) -> list[str]: ...        # problems met while cleaning up
+        # optional: seconds the cells not yet recorded will take, for the ETA on the progress line (without it the
+        # ETA is the pace of the cells done so far, wrong when they differ: verify's guest tier boots, its block
+        # tier does not)
+        def remaining_seconds(self) -> float | None: ...
 
     with Store(db) as store:
         outcome = BenchRunner(store, args={...}, preset=None, note=None).run(MyBench())
@@ -56,7 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, runtime_checkable
 
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.guest import ProbeGuest
@@ -212,6 +216,13 @@ class Benchmark(Protocol):
     def cleanup(self) -> list[str]: ...
 
 
+@runtime_checkable
+class EstimatesRemaining(Protocol):
+    """A :class:`Benchmark` that knows how long its cells still to come will take (``None``: it does not know now)."""
+
+    def remaining_seconds(self) -> float | None: ...
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     run_id: int
@@ -343,17 +354,21 @@ class BenchRunner(CellSink):
         width = 24
         filled = int(width * done / max(1, total))
         what = bench.describe(cell) if cell.ok else f"ERROR: {cell.error}"
-        line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}{_eta(self._measuring_since, done, total)} " \
+        left = bench.remaining_seconds() if isinstance(bench, EstimatesRemaining) else None
+        line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}{_eta(self._measuring_since, done, total, left)} " \
                f"{safe(cell.config_key)} {safe(cell.workload)}: {safe(what)}"  # verify's keys name domains
         self.stream.write(("\r\033[K" if tty else "") + line + ("" if tty and done < total and cell.ok else "\n"))
         self.stream.flush()
 
 
-def _eta(since: float, done: int, total: int) -> str:
-    """' ETA 4m05s' from the pace so far; nothing before the first cell or after the last."""
-    if since <= 0 or done <= 0 or done >= total:
+def _eta(since: float, done: int, total: int, left: float | None = None) -> str:
+    """' ETA 4m05s': the benchmark's own estimate of what is ``left`` when it gives one, else the pace so far;
+    nothing before the first cell or after the last."""
+    if done >= total or (left is None and (since <= 0 or done <= 0)):
         return ""
-    left = (time.monotonic() - since) / done * (total - done)
+    if left is None:
+        left = (time.monotonic() - since) / done * (total - done)
+    left = max(0.0, left)
     return f" ETA {int(left // 60)}m{int(left % 60):02d}s"
 
 

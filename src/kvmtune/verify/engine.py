@@ -17,6 +17,7 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
+from kvmtune.bench.net.claims import verified_claim_line, verified_claims
 from kvmtune.bench.runner import Cell, CellSink
 from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
@@ -251,9 +252,11 @@ def to_cell(r: VerifyResult) -> Cell:
             metrics["ratio"] = j.ratio
         if j.interval is not None:
             metrics["ratio_ci_low"], metrics["ratio_ci_high"] = j.interval
-    config = {"rule": r.finding.rule, "target": r.target, "change": r.change, "tier": r.tier,
+    # the slug lets the report find the seed claims a fix answers (bench/ names rules by slug, never by id)
+    config = {"rule": r.finding.rule, "slug": r.finding.slug, "target": r.target, "change": r.change, "tier": r.tier,
               "verdict": r.verdict, "action": r.action, "metric": j.metric.name if j else None,
-              "unit": j.metric.unit if j else None, "seed": r.seed, "accel": r.accel}
+              "unit": j.metric.unit if j else None, "higher_is_better": j.metric.higher_is_better if j else None,
+              "seed": r.seed, "accel": r.accel}
     return Cell(f"{r.finding.rule}|{r.target}", config, r.workload or "-", "ok" if j is not None else "error", metrics,
                 error=r.error or r.reason, raw=json.dumps(r.to_json(), default=str), duration_s=r.seconds)
 
@@ -267,6 +270,7 @@ class VerifyBenchmark:
     ctx: VerifyContext
     env: dict[str, Any]
     kind: str = "verify"
+    started: int = 0  # planned findings whose experiment has run (or was skipped): the ETA counts the rest
 
     def plan(self) -> str:
         n = self.planned_cells()
@@ -280,12 +284,21 @@ class VerifyBenchmark:
 
     def execute(self, sink: CellSink) -> None:
         sweep(self.planned, self.ctx)
-        for p in self.planned:
+        for i, p in enumerate(self.planned):
             if p.experiment is None:
                 continue
             execute_one(p, self.ctx)
+            self.started = i + 1
             if not p.result.skipped_budget:
                 sink.record(to_cell(p.result))
+
+    def remaining_seconds(self) -> float:
+        """The ETA: each experiment still to run by its tier's :func:`estimate` (a guest-tier finding boots two probe
+        guests: tens of seconds where a block-tier one takes seconds), never past ``--budget``'s end."""
+        left = sum(estimate(p.experiment, self.ctx) for p in self.planned[self.started:] if p.experiment is not None)
+        if self.ctx.deadline is not None:
+            left = min(left, max(0.0, self.ctx.deadline - time.monotonic()))
+        return left
 
     def describe(self, cell: Cell) -> str:
         cfg = cell.config
@@ -339,7 +352,8 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
 
 
 def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
-    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run."""
+    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run, then the seed claims
+    its guest-tier fixes answer (each naming the tier and accelerator)."""
     out = []
     for c in cells:
         cfg = c.config
@@ -355,4 +369,5 @@ def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
             text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
         tier = f"{cfg.get('tier')} tier" + (", TCG emulation" if cfg.get("accel") == "tcg" else "")
         out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({tier})")
+    out.extend(verified_claim_line(claim) for _, claim in verified_claims(cells))
     return out

@@ -22,11 +22,25 @@ from typing import Any
 
 from kvmtune.bench.net.chart import aggregate
 from kvmtune.bench.store import CellRow
-from kvmtune.bench.verdicts import Ratio, ratio
+from kvmtune.bench.verdicts import (
+    TCG_NOT_SEED,
+    VIRTIO_VS_IDE_SLUG,
+    Ratio,
+    Verdict,
+    ratio,
+    seed000_verified,
+    verified_cells,
+    verified_ratio,
+    verified_subject,
+    verified_where,
+)
 from kvmtune.bench.vocabulary import (
     DOES_NOT_HOLD,
+    HELPS,
     HOLDS,
+    HURTS,
     INCONCLUSIVE,
+    NO_EFFECT,
     NOT_COMPARABLE,
     NOT_MEASURED,
     at_least,
@@ -371,3 +385,48 @@ def net_claims(cells: Sequence[CellRow]) -> list[NetClaim]:
 def _claims(data: dict[Setup, Any], tier: str) -> list[NetClaim]:
     return [macvtap_beats_bridges(data, tier), bridge_near_ovs(data, tier), large_mtu_helps(data, 1, tier),
             large_mtu_helps(data, 2, tier), macvtap_wins_one_host(data, tier)]
+
+
+# --------------------------------------------------------------------------- verify's guest tier as seed evidence
+
+# the rules whose verified fixes answer these claims, by slug (verify stores each cell's rule slug: no table of ids)
+VHOST_SLUG = "vhost-disabled"
+MULTIQUEUE_SLUG = "net-multiqueue-missing"
+CLAIM_VHOST = "vhost-net (the host kernel moves a virtio NIC's packets) beats QEMU's userspace data path in throughput"
+CLAIM_MULTIQUEUE = ("virtio-net multiqueue (queues = vCPUs) moves more data over several streams than one queue pair "
+                    "(published: +65 % on Linux guests, −47 % on older Windows guests)")
+
+
+def _verified_claim(cell: CellRow, seed: str, claim: str, figure: str) -> NetClaim:
+    """One verified fix as evidence for a claim that the fix helps: under KVM the verify verdict settles it (helps:
+    holds; hurts or no measurable effect: does not hold; else inconclusive); under TCG it is not comparable."""
+    r = verified_ratio(cell)
+    text = f"{verified_subject(cell)}: as fixed {_pct(r.value)}"
+    if r.low is not None and r.high is not None:
+        text += f" (95 % interval {_pct(r.low)} to {_pct(r.high)}, {r.n} rounds a side)"
+    else:
+        text += " (no interval)"
+    if (cell.config.get("accel") or cell.accel) == "tcg":
+        return NetClaim(seed, claim, figure, f"{text}; {NOT_COMPARABLE}: {TCG_NOT_SEED}", NOT_COMPARABLE)
+    verdict = str(cell.config.get("verdict") or "")
+    badge = {HELPS: HOLDS, HURTS: DOES_NOT_HOLD, NO_EFFECT: DOES_NOT_HOLD}.get(verdict, INCONCLUSIVE)
+    return NetClaim(seed, claim, figure, f"{text}; verify: {verdict or '?'}", badge)
+
+
+def verified_claims(cells: Sequence[CellRow]) -> list[tuple[str, Verdict | NetClaim]]:
+    """The seed claims verify's guest tier answers, one per measured fix, each with where it was measured (tier and
+    accelerator): seed 000's virtio-blk vs IDE (the bus fix), seed 002's vhost-net, the multiqueue claim."""
+    rows: list[tuple[str, Verdict | NetClaim]] = [(verified_where(c), seed000_verified(c))
+                                                  for c in verified_cells(cells, VIRTIO_VS_IDE_SLUG)]
+    rows += [(verified_where(c), _verified_claim(c, "seed:002", CLAIM_VHOST, "recommended"))
+             for c in verified_cells(cells, VHOST_SLUG)]
+    rows += [(verified_where(c), _verified_claim(c, "published figures", CLAIM_MULTIQUEUE, "+65 % / −47 %"))
+             for c in verified_cells(cells, MULTIQUEUE_SLUG)]
+    return rows
+
+
+def verified_claim_line(claim: Verdict | NetClaim) -> str:
+    """One text line of :func:`verified_claims` (the measured text names the run, tier and accelerator)."""
+    if isinstance(claim, NetClaim):
+        return f"{claim.seed}: {claim.badge}: {claim.measured} (claim: {claim.claim})"
+    return claim.line()

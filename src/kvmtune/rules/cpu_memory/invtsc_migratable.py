@@ -36,7 +36,8 @@ class InvtscMigratable(GuestRule):
         "QEMU target/i386: invtsc is a migration blocker unless the CPU is not migratable",
         "RHEL 9 Optimizing virtual machine performance: CPU models and live migration",
     )
-    verify = NoExperiment("migratable='off' changes what may migrate, not speed; invtsc needs KVM, which does not boot here")
+    verify = NoExperiment("migratable='off' decides whether the guest may migrate (and so may see invtsc), not how "
+                          "fast it runs; nothing to measure")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.cpu_mode not in ("host-passthrough", "maximum"):

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.finding import Finding, Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.audit.verifyplan import GUEST_TIER, NoExperiment
+from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.model.guest import Guest
 
 
@@ -30,7 +30,8 @@ class VcpusExceedHost(GuestRule):
         "nova initial_cpu_allocation_ratio 4.0 across guests, but never one guest above the host's threads",
         "Linux qspinlock/pvqspinlock: over-committed guests with more vCPUs than physical CPUs",
     )
-    verify = NoExperiment("vCPU count " + GUEST_TIER)
+    verify = NoExperiment("more vCPUs than host CPUs cost when all of them run at once (lock holders preempted); the guest "
+                          "tier has no all-vCPU load experiment for it")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if not guest.on_audited_host:

@@ -37,7 +37,8 @@ class HypervEnlightenments(GuestRule):
         "RHEL 9 Optimizing virtual machine performance: 'Enabling Hyper-V enlightenments' for Windows guests",
         "Proxmox VE: ostype win* enables the Hyper-V enlightenments",
     )
-    verify = NoExperiment("Hyper-V enlightenments act inside a Windows guest under KVM, which does not boot here")
+    verify = NoExperiment("Hyper-V enlightenments act inside a Windows guest (its timers, spinlocks, IPIs); the "
+                          "probe guest is Linux")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = hyperv_hint(guest)

@@ -29,7 +29,7 @@ class Hypervclock(GuestRule):
         "QEMU docs/system/i386/hyperv.rst: hv-time (reference TSC page), needed by hv-stimer",
         "RHEL 9 Optimizing virtual machine performance: Hyper-V enlightenments (hypervclock)",
     )
-    verify = NoExperiment("hypervclock acts inside a Windows guest under KVM, which does not boot here")
+    verify = NoExperiment("hypervclock is a Windows guest's clock source; the probe guest is Linux")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         hint = hyperv_hint(guest)
