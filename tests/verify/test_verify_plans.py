@@ -5,7 +5,6 @@ verify/ reads it from the rule and keeps no table of rule ids."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from pathlib import Path
 
@@ -114,9 +113,6 @@ def test_a_safety_note_comes_from_the_rule(tmp_path: Path) -> None:
 # what the guest tier measures: bus, NIC model, vhost, queues, IOThreads, named by the rules' own topics (audit/finding.py)
 GUEST_VISIBLE_TOPICS = {"disk-bus": "bus", "nic-model": "NIC model", "vhost-net": "vhost", "net-multiqueue": "queues",
                         "iothreads": "IOThreads and disk queues"}
-NIC_TOPICS = {"nic-model", "vhost-net", "net-multiqueue"}
-# the NIC experiments (verify/guestnic.py) come with branch guest-nic; until it merges the NIC rules keep a reason
-NIC_EXPERIMENTS_PENDING = importlib.util.find_spec("kvmtune.verify.guestnic") is None
 
 
 def guest_visible_without_experiment(rules: tuple[type[Rule], ...] | list[type[Rule]]) -> list[str]:
@@ -144,11 +140,7 @@ def test_the_guest_visible_topics_are_real_topics_with_rules() -> None:
     assert {r.topic for r in all_rules()} >= set(GUEST_VISIBLE_TOPICS)
 
 
-@pytest.mark.parametrize("rule", [
-    pytest.param(r, id=r.id, marks=[pytest.mark.xfail(
-        strict=True, reason="the NIC rules get their GuestExperiment with verify/guestnic.py (branch guest-nic)")]
-        if NIC_EXPERIMENTS_PENDING and r.topic in NIC_TOPICS and issubclass(r, GuestRule) else [])
-    for r in all_rules() if r.topic in GUEST_VISIBLE_TOPICS])
+@pytest.mark.parametrize("rule", [r for r in all_rules() if r.topic in GUEST_VISIBLE_TOPICS], ids=lambda r: r.id)
 def test_no_guest_visible_rule_declares_no_experiment(rule: type[Rule]) -> None:
     """After issue 37 "needs a booted guest" is no reason for bus, NIC model, vhost, queue or IOThread fixes: each
     fixable one is measured on the guest tier (or its block tier)."""

@@ -20,11 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Only the NIC rules still say this, until the guest tier's NIC experiments (verify/guestnic.py, branch guest-nic)
-# merge and they declare GuestExperiment("nic", ...): then nothing uses it and it goes. Every other rule that has no
-# guest-tier experiment names its own reason (why the probe guest cannot show that effect).
-GUEST_TIER = "needs the guest tier's NIC experiments (verify/guestnic.py), not in this build"
-
 
 @dataclass(frozen=True)
 class FioJob:
