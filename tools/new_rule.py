@@ -6,7 +6,8 @@
 writes
 
 * ``src/kvmtune/rules/<group>/<slug>.py``: the rule class (``fix_kind = "manual"``, or with ``--fixer``
-  ``"xml"`` and a ``verify = NoExperiment(...)`` to replace by what ``kvmtune verify`` measures);
+  ``"xml"`` and a ``verify = NoExperiment(...)`` to replace by what ``kvmtune verify`` measures), with the
+  names it uses only in annotations imported under ``if TYPE_CHECKING:`` like every rule module;
 * ``src/kvmtune/rules/<group>/<slug>.md``: its doc with the seven headings;
 * ``tests/rules/<ID>/bad/<slug>.xml`` and ``good/<slug>.xml``: fixtures to make show (or not) the problem;
 * with ``--fixer``: a fixer stub at the end of ``src/kvmtune/fix/fixers/<group>.py`` and a golden pair
@@ -39,14 +40,21 @@ RULES = REPO / "src" / "kvmtune" / "rules"
 FIXERS = REPO / "src" / "kvmtune" / "fix" / "fixers"
 NOT_GUEST = {"host": "host rules are judged on host trees", "image": "image rules are judged on real images"}
 
+# names used only in annotations are imported under TYPE_CHECKING: `kvmtune rules list` and every audit import all
+# rule modules, and the type-only imports (audit.context and what it pulls in) would cost each of them (issue 38)
 RULE = '''from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
-{verify_import}from kvmtune.model.guest import Guest
+{verify_import}
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 
 class {cls}(GuestRule):

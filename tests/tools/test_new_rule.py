@@ -80,6 +80,7 @@ def test_scaffolded_rule_with_fixer_passes_the_contracts_once_its_logic_is_writt
                            str(rule), str(repo / "src/kvmtune/fix/fixers/storage.py")],
                           capture_output=True, text=True, check=False)
     assert lint.returncode == 0, lint.stdout
+    assert _type_only_imports_at_runtime(rule) == ""
 
     # as written, the contracts hold the new rule to its TODOs: the bad fixture does not fire yet
     before = _contracts(repo)
@@ -94,6 +95,18 @@ def test_scaffolded_rule_with_fixer_passes_the_contracts_once_its_logic_is_writt
     after = _contracts(repo)
     assert after.returncode == 0, after.stdout[-3000:]
     assert " passed" in after.stdout and RID in _ids(repo)
+    assert _type_only_imports_at_runtime(rule) == ""
+
+
+def _type_only_imports_at_runtime(rule: Path) -> str:
+    """ruff's flake8-type-checking rules, strict: an import used only in annotations outside ``if TYPE_CHECKING:``
+    (TC001-TC003), or one inside it that is used at runtime (TC004), is reported; '' when there is none."""
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "ruff"), "check", "--config", str(REPO / "pyproject.toml"),
+                          "--select", "TC", "--config", "lint.flake8-type-checking.strict = true",
+                          "--output-format", "concise", str(rule)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode in (0, 1), res.stderr
+    return res.stdout if res.returncode else ""
 
 
 def _ids(repo: Path) -> str:
@@ -109,6 +122,7 @@ def test_scaffold_without_fixer_is_a_manual_rule(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     text = (repo / "src/kvmtune/rules/inside/inside_probe.py").read_text()
     assert 'fix_kind = "manual"' in text and "verify" not in text
+    assert _type_only_imports_at_runtime(repo / "src/kvmtune/rules/inside/inside_probe.py") == ""
     assert not (repo / "tests/fix/golden/KVM-INS-099").exists() and not (repo / "src/kvmtune/fix/fixers/inside.py").exists()
 
 

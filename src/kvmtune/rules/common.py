@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
+
+if TYPE_CHECKING:
+    from kvmtune.model.guest import Disk, Guest, Nic
 
 # disks whose I/O goes through QEMU's file-posix driver (host page cache, O_DIRECT, linux-aio/io_uring)
 LOCAL_SOURCES = frozenset({"file", "block", "volume"})

@@ -1,13 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.windows import os_identity, windows_hint
-from kvmtune.model.guest import Guest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 # the guest kernel that first reports free pages (virtio_balloon's VIRTIO_BALLOON_F_REPORTING, Linux 5.7)
 FIRST_KERNEL = (5, 7)

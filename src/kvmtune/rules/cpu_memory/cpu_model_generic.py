@@ -1,15 +1,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import low
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 # QEMU's named x86 CPU models and the instruction-set extensions among their features that decide this rule
 # (target/i386/cpu.c builtin_x86_defs; x86-64-vN: the psABI micro-architecture levels). The rule judges a

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.domain.cputune import CpuLayout, cpu_layout
+from kvmtune.domain.cputune import cpu_layout
 from kvmtune.host.parsers import format_cpu_list
-from kvmtune.model.guest import Guest
 from kvmtune.rules.host import gib
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.domain.cputune import CpuLayout
+    from kvmtune.model.guest import Guest
 
 
 def cpu_problems(layout: CpuLayout) -> list[str]:

@@ -6,12 +6,16 @@ the same rule runs against this machine or a captured tree (``--root``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Target
 from kvmtune.audit.rule import HostRule
-from kvmtune.host.facts import HostFacts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding, Target
+    from kvmtune.host.facts import HostFacts
 
 
 class HostFactsRule(HostRule):

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.host.facts import HostFacts
+from kvmtune.audit.finding import Severity
 from kvmtune.host.settings import DEEP_CSTATE_US, LATENCY_TUNED_PROFILES
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 # kernel parameters that keep CPUs out of deep idle states for good
 CSTATE_LIMITS = ("intel_idle.max_cstate", "processor.max_cstate")

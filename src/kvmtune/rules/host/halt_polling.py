@@ -1,14 +1,19 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_int
 from kvmtune.host.settings import KERNEL_HALT_POLL_NS, SEED_HALT_POLL_NS, halt_poll_want
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 
 class HaltPolling(HostFactsRule):

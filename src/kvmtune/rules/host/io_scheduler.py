@@ -1,13 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.verifyplan import HostFixExperiment
-from kvmtune.host.facts import BlockDevice, HostFacts
 from kvmtune.host.settings import SCHED_GOOD, SCHED_GOOD_LEGACY
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import BlockDevice, HostFacts
 
 # What it says it expects per device kind; what it accepts is the host settings table's SCHED_GOOD.
 EXPECTED = {

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.host.facts import HostFacts
+from kvmtune.audit.finding import Severity
 from kvmtune.host.parsers import format_cpu_list, parse_cpu_list, parse_cpu_mask
 from kvmtune.host.settings import IRQBALANCE_CONFIGS
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 
 class IrqbalancePinned(HostFactsRule):

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.host.facts import HostFacts
+from kvmtune.audit.finding import Severity
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 
 class MtuMismatch(HostFactsRule):

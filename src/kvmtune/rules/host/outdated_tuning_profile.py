@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.host.facts import HostFacts
+from kvmtune.audit.finding import Severity
 from kvmtune.host.parsers import parse_int
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 LATENCY_PROFILES = ("latency", "realtime", "cpu-partitioning")  # tuned profiles that legitimately set dirty 10/3
 

@@ -1,13 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.host.facts import HostFacts
 from kvmtune.host.settings import SWAPPINESS
 from kvmtune.rules.host import HostFactsRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.host.facts import HostFacts
 
 
 class SwappinessHigh(HostFactsRule):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Target
+from kvmtune.audit.finding import Target
 from kvmtune.audit.rule import ImageRule
-from kvmtune.qemu.image import DiskImage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.qemu.image import DiskImage
 
 
 class DiskImageRule(ImageRule):

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.qemu.image import DiskImage
+from kvmtune.audit.finding import Severity
 from kvmtune.qemu.partitions import alignment_of, classify_alignment, scan_line
 from kvmtune.rules.image import DiskImageRule
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.qemu.image import DiskImage
 
 MIB = 1024 * 1024
 

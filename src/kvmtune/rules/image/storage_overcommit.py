@@ -1,11 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
-from kvmtune.qemu.image import DiskImage
+from kvmtune.audit.finding import Severity
 from kvmtune.rules.image import DiskImageRule, size
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.qemu.image import DiskImage
 
 
 class StorageOvercommit(DiskImageRule):

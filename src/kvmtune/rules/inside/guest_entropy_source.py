@@ -1,11 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
-from kvmtune.model.guest import Guest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 LOW_BITS = 200  # as the host rule KVM-HST-006 counts: below this, a blocking read may wait
 FIXED_POOL_KERNEL = (5, 18)  # from 5.18 entropy_avail always says 256: the count means nothing

@@ -2,13 +2,18 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule, RunRule
 from kvmtune.audit.verifyplan import NoExperiment
-from kvmtune.model.guest import Guest, Nic
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest, Nic
 
 _HEX = re.compile(r"[^0-9a-f]")
 

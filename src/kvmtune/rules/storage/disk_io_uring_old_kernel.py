@@ -1,13 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import AIO_JOB, BlockExperiment
-from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 NO_IO_URING = (5, 1)  # io_uring(7) first appeared in Linux 5.1
 MATURE_IO_URING = (5, 10)  # the first LTS kernel QEMU's io_uring backend is routinely run on

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import IOTHREAD_JOB, GuestExperiment
-from kvmtune.model.guest import Guest
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low, many_vcpus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 
 class DiskNoIothread(GuestRule):

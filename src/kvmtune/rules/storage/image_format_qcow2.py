@@ -1,13 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob
-from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 # formats QEMU reads mainly to import images from other hypervisors
 FOREIGN = {"vmdk", "vdi", "vpc", "vhdx", "qed", "qcow", "parallels", "cow"}

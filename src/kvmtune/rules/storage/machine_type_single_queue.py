@@ -1,14 +1,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import QUEUE_JOB, GuestExperiment
-from kvmtune.model.guest import Guest
 from kvmtune.rules.common import data_disks, low, machine_version, many_vcpus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 FIRST_MULTIQUEUE = (5, 2)
 # Vendor machine types number their own versions. Each row: the machine-type pattern (family, version) and the

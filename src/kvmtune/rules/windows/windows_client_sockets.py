@@ -1,14 +1,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from kvmtune.audit.context import AuditContext
-from kvmtune.audit.finding import Finding, Severity
+from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.domain.cputune import cpu_layout
 from kvmtune.domain.windows import windows_hint
-from kvmtune.model.guest import Guest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.finding import Finding
+    from kvmtune.model.guest import Guest
 
 # Windows client editions use at most two physical processors (sockets): Home one, Pro, Enterprise and
 # Education two (Pro for Workstations four). Server editions are not limited this way.
