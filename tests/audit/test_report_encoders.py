@@ -76,6 +76,16 @@ def test_a_finding_line_is_json_dumps_of_its_to_json(uuid: str | None) -> None:
         assert encoder.encode(findings[0], other) == _expected(findings[0], other)
 
 
+def test_the_encoder_forgets_pieces_past_its_bound_and_still_writes_them_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FindingEncoder, "KEEP", 5)
+    encoder = FindingEncoder()
+    findings = _variants() + _result().findings
+    for f in findings + findings:
+        assert encoder.encode(f, "u") == _expected(f, "u")
+        kept = vars(encoder)
+        assert sum(len(kept[k]) for k in ("_escaped", "_targets", "_tails")) <= 5 + 7  # one finding adds at most 7
+
+
 def test_a_json_report_holds_each_finding_as_json_dumps_writes_it() -> None:
     res = _result()
     res.findings += _variants()
