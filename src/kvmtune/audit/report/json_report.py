@@ -80,9 +80,9 @@ class FindingEncoder:
         self._tails: dict[tuple[Any, ...], str] = {}
         self._escaped = _Escaped()  # the strings that differ more: actual, expected, evidence, summary, source
 
-    # pieces kept at most (a few hundred KiB); then forgotten and written anew: findings come target by target,
+    # pieces kept at most (~150 KiB); then forgotten and written anew: findings come target by target,
     # so what repeats is written again soon after, and a fleet of distinct guests never fills memory with them
-    KEEP = 4096
+    KEEP = 1024
 
     def encode(self, f: Finding, guest_uuid: str | None = None) -> str:
         if len(self._escaped) + len(self._targets) + len(self._tails) > self.KEEP:
