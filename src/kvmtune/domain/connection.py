@@ -47,8 +47,10 @@ def read_domains(uri: str) -> tuple[list[Guest], list[str]]:
     """Every domain of ``uri``, active and inactive. Returns (guests, per-domain errors).
 
     The guests keep no lxml tree (the audit reads only the model), so a libvirt holding thousands
-    of domains costs the models, not thousands of documents; activity comes from two list calls,
-    not one round trip per domain.
+    of domains costs the models, not thousands of documents. Per domain there is one call to libvirt,
+    its XML: whether it runs comes with the one listing (a domain handle carries its ID, -1 when shut off;
+    ``ID()`` reads the handle, it asks libvirt nothing), so a domain started between two listings is
+    neither read twice nor missed. Running domains come first, as libvirt listed them, then the others.
     """
     libvirt = _libvirt()
     conn = open_readonly(uri)
@@ -56,10 +58,11 @@ def read_domains(uri: str) -> tuple[list[Guest], list[str]]:
     errors: list[str] = []
     try:
         try:
-            domains = [(d, True) for d in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)]
-            domains += [(d, False) for d in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_INACTIVE)]
+            listed = [(d, d.ID() >= 0) for d in conn.listAllDomains(0)]
         except libvirt.libvirtError as exc:
             raise InputError(uri, f"cannot list domains: {_first_line(exc)}") from None
+        domains = [x for x in listed if x[1]] + [x for x in listed if not x[1]]
+        del listed
         for dom, active in domains:
             name = "?"
             try:

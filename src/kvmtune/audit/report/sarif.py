@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from kvmtune import __version__
@@ -90,4 +91,68 @@ def render_sarif(result: AuditResult) -> str:
             }
         ],
     }
-    return json.dumps(doc, indent=2) + "\n"
+    return dumps_indented(doc) + "\n"
+
+
+def dumps_indented(obj: object) -> str:
+    """``json.dumps(obj, indent=2)``, the same text in under half the time: with ``indent`` the standard
+    library leaves its C encoder for a generator per nesting level, which made a 1,000-domain SARIF report
+    cost four times its JSON one. Strings go through the same C escaper, each distinct one once; numbers and
+    anything else through ``json.dumps`` itself (``tests/audit/test_report_encoders.py`` holds them equal)."""
+    chunks: list[str] = []
+    put = chunks.append
+    escaped: dict[str, str] = {}
+    constants: dict[object, str] = {None: "null", True: "true", False: "false"}
+
+    def text(value: str) -> str:
+        out = escaped.get(value)
+        if out is None:
+            out = escaped[value] = encode_basestring_ascii(value)
+        return out
+
+    def encode(o: object, indent: str) -> None:
+        if isinstance(o, str):
+            put(text(o))
+        elif isinstance(o, dict):
+            if not o:
+                put("{}")
+                return
+            inner = indent + "  "
+            sep = "{" + inner
+            for k, v in o.items():
+                put(sep)
+                put(text(k) if isinstance(k, str) else _key(k))
+                put(": ")
+                if type(v) is str:  # most values: one call fewer
+                    put(text(v))
+                else:
+                    encode(v, inner)
+                sep = "," + inner
+            put(indent + "}")
+        elif isinstance(o, list | tuple):
+            if not o:
+                put("[]")
+                return
+            inner = indent + "  "
+            sep = "[" + inner
+            for v in o:
+                put(sep)
+                encode(v, inner)
+                sep = "," + inner
+            put(indent + "]")
+        elif o is None or o is True or o is False:
+            put(constants[o])
+        elif type(o) is int:
+            put(int.__repr__(o))
+        else:  # floats, int subclasses as json.dumps writes them; anything else raises as it would
+            put(json.dumps(o))
+
+    encode(obj, "\n")
+    return "".join(chunks)
+
+
+def _key(k: object) -> str:
+    """A dict key that is no string, as ``json.dumps`` writes it: a number or constant, quoted."""
+    if k is None or isinstance(k, bool | int | float):
+        return encode_basestring_ascii(json.dumps(k))
+    raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")

@@ -19,6 +19,7 @@ _COLOR = {
     Severity.INFO: "\033[2m",
 }
 _RESET = "\033[0m"
+_LABEL = {s: f"{str(s).upper():8}" for s in Severity}  # the severity column, padded
 
 
 _HANGING = re.compile(r"^(\s*)(?:(?:CRITICAL|HIGH|MEDIUM|LOW|INFO|WAIVED)\s+KVM-[A-Z]+-\d+ |[a-z]+: |Looked at: |hint: )")
@@ -37,9 +38,21 @@ def wrap(line: str, width: int | None) -> list[str]:
                          drop_whitespace=True) or [line]
 
 
+# what str.splitlines() ends a line at besides "\n": text holding none is its own lines joined again
+_OTHER_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _other_line_breaks(text: str) -> bool:
+    if text.isascii():  # each `in` a memchr-speed scan, together several times faster than the regex
+        return any(c in text for c in "\r\x0b\x0c\x1c\x1d\x1e")
+    return _OTHER_LINE_BREAKS.search(text) is not None
+
+
 def render_text(result: AuditResult, color: bool = False, width: int | None = None) -> str:
     """``width``: wrap to it (a terminal's columns); None leaves lines whole (files, pipes)."""
     text = _render(result)
+    if width is None and not color and not _other_line_breaks(text):
+        return text  # what splitting it into lines and joining them again would give
     lines = [piece for line in text.splitlines() for piece in wrap(line, width)]
     if color:
         lines = [_colorize(line) for line in lines]
@@ -61,14 +74,22 @@ def _waived(f: Finding) -> str:
     return f"waived: {safe(w.reason)}{until}"
 
 
-def _finding(f: Finding, result: AuditResult) -> list[str]:
+class _Safe(dict[object, str]):
+    """:func:`safe` of each value once: a report of thousands of findings repeats a few dozen rules' texts."""
+
+    def __missing__(self, value: object) -> str:
+        text = self[value] = safe(value)
+        return text
+
+
+def _finding(f: Finding, result: AuditResult, sf: _Safe) -> list[str]:
     if f.waiver is not None and not result.show_waived:
-        return [f"    {'WAIVED':8} {f.rule} {safe(f.summary)}; {_waived(f)}"]
-    out = [f"    {str(f.severity).upper():8} {f.rule} {safe(f.summary)}",
-           f"             actual: {safe(f.actual)}   expected: {safe(f.expected)}",
-           f"             at: {safe(f.evidence)}" + (f"  in {safe(f.source)}" if f.source else "")]
+        return [f"    {'WAIVED':8} {f.rule} {sf[f.summary]}; {_waived(f)}"]
+    out = [f"    {_LABEL[f.severity]} {f.rule} {sf[f.summary]}",
+           f"             actual: {sf[f.actual]}   expected: {sf[f.expected]}",
+           f"             at: {sf[f.evidence]}" + (f"  in {sf[f.source]}" if f.source else "")]
     if f.fix.description:
-        out.append(f"             fix: {safe(f.fix.description)}")
+        out.append(f"             fix: {sf[f.fix.description]}")
     if f.extra.get("guessed"):
         out.append(f"             guess: {safe(str(f.extra['guessed']))} (confidence: {f.confidence}); "
                    "kvmtune fix applies it only when the rule is named")
@@ -85,18 +106,21 @@ def _render(result: AuditResult) -> str:
     if result.looked_at:
         out.append("Looked at: " + "; ".join(safe(x) for x in result.looked_at))
         out.append("")
-    def key(f: Finding) -> tuple[str, str, str]:
-        return (f.target.host, f.target.domain or "", f.source if f.target.domain else "")
+    # (host, domain, source) then Finding.sort_key() (host, domain, device, worse first, rule), in one tuple
+    def key(f: Finding) -> tuple[str, str, str, str, int, str]:
+        t = f.target
+        return (t.host, t.domain or "", f.source if t.domain else "", t.device or "", -int(f.severity), f.rule)
 
-    ordered = sorted(result.findings, key=lambda f: (*key(f), *f.sort_key()))
-    for (host, domain, source), group in groupby(ordered, key=key):
-        head = f"== {safe(domain)}  [{safe(source)}]" if domain else f"== host {safe(host)}"
+    sf = _Safe()
+    keyed = sorted(((key(f), f) for f in result.findings), key=lambda kf: kf[0])
+    for (host, domain, source), group in groupby(keyed, key=lambda kf: kf[0][:3]):
+        head = f"== {sf[domain]}  [{sf[source]}]" if domain else f"== host {safe(host)}"
         out.append(head)
-        for device, items in groupby(group, key=lambda f: f.target.device or ""):
+        for device, items in groupby(group, key=lambda kf: kf[0][3]):
             if device:
-                out.append(f"  {safe(device)}")
-            for f in items:
-                out.extend(_finding(f, result))
+                out.append(f"  {sf[device]}")
+            for _, f in items:
+                out.extend(_finding(f, result, sf))
         out.append("")
     live = [f for f in result.findings if f.waiver is None]
     counts = Counter(f.severity for f in live)
