@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from kvmtune.audit.finding import Severity
@@ -40,21 +42,44 @@ class PinnedCpusShared(RunRule):
     )
 
     def check_run(self, guests: list[Guest], ctx: AuditContext) -> Iterator[Finding]:
-        pinned: list[tuple[Guest, set[int]]] = []
+        # linear in the guests (issue 38): guests pinned to the same set of host CPUs (clones) form one group,
+        # the groups are indexed by host CPU, and each guest is compared with the groups that share a CPU
+        # with it, not with every other guest
+        pinned: list[tuple[Guest, _Group]] = []
+        groups: dict[frozenset[int], _Group] = {}
         for g in guests:
             layout = cpu_layout(g) if g.vcpu_pinned else None
             if layout is not None and layout.vcpupins:
-                pinned.append((g, layout.vcpu_cpus))
-        for i, (guest, cpus) in enumerate(pinned):
-            # by name: the finding reads the same whichever order the guests were listed in (files, libvirt)
-            clashes = sorted(((other, cpus & ocpus) for j, (other, ocpus) in enumerate(pinned)
-                              if j != i and other.name != guest.name and cpus & ocpus), key=lambda c: c[0].name)
+                cpus = frozenset(layout.vcpu_cpus)
+                group = groups.get(cpus)
+                if group is None:
+                    group = groups[cpus] = _Group(cpus)
+                group.add(g, len(pinned))
+                pinned.append((g, group))
+        by_cpu: dict[int, list[_Group]] = defaultdict(list)
+        for group in groups.values():
+            group.seal()
+            for cpu in group.cpus:
+                by_cpu[cpu].append(group)
+        for guest, group in pinned:
+            clashes = 0  # the other guests (by another name) pinned to one of this guest's CPUs
+            stopped = 0  # those of them not running
+            shared: set[int] = set()
+            first: list[tuple[str, int]] = []  # candidates for the five names shown
+            for other, common in group.overlaps(by_cpu):
+                n = other.count_not_named(guest.name)
+                if not n:
+                    continue
+                clashes += n
+                stopped += other.stopped_not_named(guest.name)
+                shared |= common
+                first += other.first_not_named(guest.name, 5)
             if not clashes:
                 continue
-            shared = set().union(*(c for _, c in clashes))
-            names = ", ".join(o.name for o, _ in clashes[:5]) + (f" and {len(clashes) - 5} more"
-                                                                 if len(clashes) > 5 else "")
-            both_running = guest.active and all(o.active for o, _ in clashes)
+            # by name (then as listed): the finding reads the same whichever order the guests were listed in
+            first.sort()
+            names = ", ".join(name for name, _ in first[:5]) + (f" and {clashes - 5} more" if clashes > 5 else "")
+            both_running = guest.active and not stopped
             yield self.finding(
                 target=GuestRule.target(guest, "cputune"),
                 actual=f"vCPUs pinned to CPUs {format_cpu_list(shared)}, also pinned to by {names}",
@@ -64,3 +89,47 @@ class PinnedCpusShared(RunRule):
                 confidence="certain" if both_running else "possible",
             )
 
+
+class _Group:
+    """The pinned guests whose vCPUs may run on exactly the same host CPUs."""
+
+    def __init__(self, cpus: frozenset[int]) -> None:
+        self.cpus = cpus
+        self.keys: list[tuple[str, int]] = []  # (name, place in the run), sorted once sealed
+        self.names: list[str] = []  # the keys' names, for bisect
+        self.by_name: Counter[str] = Counter()
+        self.stopped = 0
+        self.stopped_by_name: Counter[str] = Counter()
+        self._overlaps: list[tuple[_Group, frozenset[int]]] | None = None
+
+    def add(self, guest: Guest, place: int) -> None:
+        self.keys.append((guest.name, place))
+        self.by_name[guest.name] += 1
+        if not guest.active:
+            self.stopped += 1
+            self.stopped_by_name[guest.name] += 1
+
+    def seal(self) -> None:
+        self.keys.sort()
+        self.names = [name for name, _ in self.keys]
+
+    def overlaps(self, by_cpu: dict[int, list[_Group]]) -> list[tuple[_Group, frozenset[int]]]:
+        """The groups (this one included) pinned to one of this group's CPUs, with the CPUs in common."""
+        if self._overlaps is None:
+            seen: dict[int, _Group] = {}
+            for cpu in self.cpus:
+                for other in by_cpu[cpu]:
+                    seen.setdefault(id(other), other)
+            self._overlaps = [(other, self.cpus & other.cpus) for other in seen.values()]
+        return self._overlaps
+
+    def count_not_named(self, name: str) -> int:
+        return len(self.keys) - self.by_name[name]
+
+    def stopped_not_named(self, name: str) -> int:
+        return self.stopped - self.stopped_by_name[name]
+
+    def first_not_named(self, name: str, count: int) -> list[tuple[str, int]]:
+        """The first ``count`` keys whose name is not ``name`` (the keys of one name lie together)."""
+        lo, hi = bisect_left(self.names, name), bisect_right(self.names, name)
+        return self.keys[: min(lo, count)] + self.keys[hi : hi + count]

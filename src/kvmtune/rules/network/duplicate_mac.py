@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule, RunRule
 from kvmtune.audit.verifyplan import NoExperiment
+from kvmtune.rules.common import others_shown
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -70,10 +71,12 @@ class DuplicateMac(RunRule):
             if len(ids) < 2 and not within:
                 continue
             labels = self._labels({ident: by_id[ident][0][0] for ident in ids})
-            for ident in ids:
-                others = [labels[i] for i in ids if i != ident]
+            listed = [labels[i] for i in ids]
+            for place, ident in enumerate(ids):
+                # the other guests, without listing them all for each guest (linear in the guests, issue 38)
+                n_others = len(ids) - 1
                 pairs = by_id[ident]
-                if not others and ident not in within:
+                if not n_others and ident not in within:
                     continue
                 for guest, nic in pairs:
                     key = (ident, mac, nic.index)
@@ -81,8 +84,9 @@ class DuplicateMac(RunRule):
                         continue
                     seen.add(key)
                     what = []
-                    if others:
-                        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                    if n_others:
+                        shown = ", ".join(others_shown(listed, place, 5)) + (
+                            f" and {n_others - 5} more" if n_others > 5 else "")
                         what.append(f"also used by {shown}")
                     if ident in within:
                         what.append("used by another NIC of this guest")

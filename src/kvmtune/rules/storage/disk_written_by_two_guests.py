@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule, RunRule
-from kvmtune.rules.common import data_disks, low
+from kvmtune.rules.common import data_disks, low, others_shown
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -84,11 +84,13 @@ class DiskWrittenByTwoGuests(RunRule):
                 continue
             users = sorted(by_id.values(), key=lambda gd: (gd[0].name, gd[0].origin))
             names = Counter(g.name for g, _ in users)
-            for guest, disk in users:
-                # a name two of the writers share gets its source: "db01 (a.xml)", not "db01" twice
-                others = [g.name if names[g.name] == 1 else f"{g.name} ({g.origin})" for g, _ in users if g is not guest]
-                shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-                running = [g for g, _ in users if g.active]
+            # a name two of the writers share gets its source: "db01 (a.xml)", not "db01" twice
+            labels = [g.name if names[g.name] == 1 else f"{g.name} ({g.origin})" for g, _ in users]
+            running = sum(1 for g, _ in users if g.active)
+            for place, (guest, disk) in enumerate(users):
+                # the other writers, without listing them all for each writer (linear in the writers, issue 38)
+                shown = ", ".join(others_shown(labels, place, 5)) + (
+                    f" and {len(users) - 1 - 5} more" if len(users) - 1 > 5 else "")
                 yield self.finding(
                     target=GuestRule.target(guest, disk.label),
                     actual=f"{key} writable, also written by {shown}",
@@ -96,5 +98,5 @@ class DiskWrittenByTwoGuests(RunRule):
                     evidence=disk.where("source"),
                     source=guest.origin,
                     # two running writers corrupt now; defined ones when the second starts (or fails to)
-                    severity=Severity.CRITICAL if len(running) >= 2 else Severity.HIGH,
+                    severity=Severity.CRITICAL if running >= 2 else Severity.HIGH,
                 )
