@@ -80,14 +80,17 @@ def guarded_each(rule: Rule, check: Callable[[Any, AuditContext], Iterable[Findi
                  ctx: AuditContext, out: list[Finding]) -> None:
     """:func:`guarded` for one rule over many subjects (``check(subject, ctx)`` each), same contract.
 
-    The guest rules run here ~100,000 times over the corpus: one loop per rule, no call per
-    subject besides the rule's own, is a fifth of the rule pass (``extend`` keeps what a
-    generator yielded before it raised, as the loop in :func:`guarded` does).
+    The guest rules run here ~34,000 times over the corpus: one loop per rule, no call per
+    subject besides the rule's own, is a fifth of the rule pass. The inner loop, not
+    ``out.extend(check(...))``: extend asks a generator for a length hint it has not, grows the
+    list by eight slots and shrinks it back, for every call (a fifth more instructions per call
+    of a rule that finds nothing, which is most calls). Findings yielded before a rule raised are kept.
     """
-    extend = out.extend
+    append = out.append
     for subject in subjects:
         try:
-            extend(check(subject, ctx))
+            for finding in check(subject, ctx):
+                append(finding)
         except Exception as exc:
             ctx.errors.append(_failed(rule, subject, exc))
 

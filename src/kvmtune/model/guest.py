@@ -31,7 +31,7 @@ def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, att
 _CONFIG_VOLUME = re.compile(r"cidata|cloud-?init|config-?drive|config-2|disk\.config|nocloud|seed|\.iso$", re.I)
 
 
-@dataclass
+@dataclass(slots=True)
 class Disk:
     target: str  # vda, hdc, or the QEMU drive/node id
     device: str = "disk"  # disk | cdrom | floppy | lun | firmware (pflash code/variable store: not a data disk)
@@ -83,7 +83,7 @@ class Disk:
         return _CONFIG_VOLUME.search(self.source.rsplit("/", 1)[-1]) is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class Nic:
     index: int
     type: str | None = None  # user | network | bridge | direct | ethernet | vhostuser | …
@@ -114,7 +114,7 @@ class Nic:
         return f"net:{self.target_dev or self.mac or self.index}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Rng:
     model: str | None
     backend_model: str | None  # random | builtin | egd
@@ -123,7 +123,7 @@ class Rng:
     index: int = 0  # its position among the guest's RNG devices (0-based)
 
 
-@dataclass
+@dataclass(slots=True)
 class Guest:
     name: str
     origin: str  # the file, URI or process this guest was read from

@@ -32,10 +32,13 @@ def low(value: str | None) -> str | None:
 
 def data_disks(guest: Guest, *, writable: bool = False) -> list[Disk]:
     """Disks that hold data (not CD-ROMs or floppies); with ``writable``, not read-only ones either."""
-    # a list, not a generator: a dozen rules ask for every guest, most of which have one disk or none
-    if writable:
-        return [d for d in guest.disks if d.is_data_disk and not d.readonly]
-    return [d for d in guest.disks if d.is_data_disk]
+    # a list, not a generator, worked out once per guest (Guest.derived): nineteen rules ask, ~6,000 times
+    # per corpus audit; callers only read it
+    key = "data_disks_writable" if writable else "data_disks"
+    found: list[Disk] | None = guest.derived.get(key)
+    if found is None:
+        found = guest.derived[key] = [d for d in guest.disks if d.is_data_disk and not (writable and d.readonly)]
+    return found
 
 
 def others_shown(labels: list[str], place: int, count: int) -> list[str]:
