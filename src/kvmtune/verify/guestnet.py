@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
-from kvmtune.bench.net.netns import HeldNetns, NetError, check_address
+from kvmtune.bench.net.netns import HeldNetns, NetError, Netns, check_address
 from kvmtune.bench.net.topology import Topology, TopologySpec
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -33,6 +34,7 @@ TAP = {"A": "kvtap-a", "B": "kvtap-b"}
 VHOST_DEVICE = "/dev/vhost-net"
 VHOST_MISSING = f"{VHOST_DEVICE} is missing on this host (modprobe vhost_net)"
 MAX_TAP_QUEUES = 256
+SERVER_START_S = 10.0  # netload serve listening in the namespace
 
 
 def netdev_arg(side_name: str, side: GuestSide) -> str:
@@ -105,7 +107,22 @@ class GuestNet(Topology):
             env={**os.environ, "NETLOAD_TOKEN": self.token},
         )
         self.add_process(self.server, "netload serve")
+        self._await_server(ns)
         self.facts.update(bridge=BRIDGE, server=self.server_address, taps={n: TAP[n] for n in self.sides})
+
+    def _await_server(self, ns: Netns, timeout: float = SERVER_START_S) -> None:
+        """Wait until netload serve listens inside the namespace: a guest's client, or a keeper that dies now, must not
+        race its start (under load, nsenter may not have entered the namespace yet when _build returns)."""
+        until = time.monotonic() + timeout
+        while True:
+            if (why := self.server_error()) is not None:
+                raise NetError(why)
+            res = ns.exec("ss", "-Hltn", f"sport = :{NETLOAD_PORT}", check=False, timeout=10)
+            if res.ok and res.stdout.strip():
+                return
+            if time.monotonic() > until:
+                raise NetError(f"netload serve did not listen on {self.server_address} within {timeout:g}s")
+            time.sleep(0.05)
 
     def plumbing(self, side_name: str) -> Plumbing:
         """What the side's QEMU needs: its ``-netdev`` on the side's tap, and to run inside the namespace."""
