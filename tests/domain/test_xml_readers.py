@@ -94,6 +94,17 @@ PLACEHOLDERS = ("{{ vm_name }}", "%(memory)s", "{path}")
 ESCAPED = (TEMPLATE.replace("{", "&#123;").replace("}", "&#x7D;").replace("%", "&#37;")
            .replace("free text &#123;not a placeholder&#x7D;", "free text"))
 
+EBCDIC = ("<?xml version='1.0' encoding='IBM037'?>" + TEMPLATE.replace("\n", "")).encode("cp037")  # "{" is 0xC0
+
+
+def _reads(data: bytes) -> bool:
+    """Whether this lxml's parser reads ``data`` (its encoding) at all."""
+    try:
+        etree.fromstring(data)
+    except etree.XMLSyntaxError:
+        return False
+    return True
+
 
 @pytest.mark.parametrize("data", [
     TEMPLATE.encode(),
@@ -101,7 +112,8 @@ ESCAPED = (TEMPLATE.replace("{", "&#123;").replace("}", "&#x7D;").replace("%", "
     TEMPLATE.encode("utf-16"),  # a byte-order mark, no declaration (lxml's docinfo then says UTF-8)
     ("<?xml version='1.0' encoding='UTF-16'?>" + TEMPLATE).encode("utf-16-le"),
     ("<?xml version='1.0' encoding='ISO-8859-1'?>" + TEMPLATE.replace("free", "fr\xe9e")).encode("latin-1"),
-    ("<?xml version='1.0' encoding='IBM037'?>" + TEMPLATE.replace("\n", "")).encode("cp037"),  # "{" is 0xC0
+    pytest.param(EBCDIC, marks=pytest.mark.skipif(not _reads(EBCDIC), reason="this lxml's libxml2 refuses EBCDIC "
+                                                  "(\"Unsupported encoding\"): nothing to audit, one error line")),
 ], ids=["utf-8", "char-refs", "utf-16-bom", "utf-16-declared", "latin-1", "ebcdic"])
 def test_placeholders_are_found_with_and_without_the_source_bytes(data: bytes) -> None:
     assert guest_from_tree(parse_xml_bytes(data, "t.xml"), "t.xml", raw=data).template == PLACEHOLDERS
