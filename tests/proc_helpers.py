@@ -30,3 +30,20 @@ def descendants(root: int) -> dict[int, str]:
             out[child] = starts[child]
             todo.append(child)
     return out
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Live processes (not this one, no zombies) whose command line contains ``text``: "pid command"."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and text.encode() in raw:
+            cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry} {cmd[:120]}")
+    return found

@@ -21,6 +21,7 @@ from kvmtune.bench.net.guest import find_netload
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
 from kvmtune.verify.guestkernel import FETCH_SCRIPT, cached_kernel
+from proc_helpers import processes_mentioning
 
 pytestmark = pytest.mark.integration
 TEARDOWN_S = 3.0  # processes reaped, the kernel's namespace teardown done
@@ -46,22 +47,6 @@ def work() -> Iterator[Path]:
 def _namespaces() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _processes(text: str) -> list[str]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and text.encode() in raw:
-            cmd = raw.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry} {cmd[:100]}")
-    return found
 
 
 def _root_taps() -> list[str]:
@@ -108,7 +93,7 @@ def _running(work: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         runs = [d.name for d in (work / "net").iterdir()] if (work / "net").is_dir() else []
-        qemus = [int(p.split()[0]) for p in _processes(str(work)) if "qemu-system" in p]
+        qemus = [int(p.split()[0]) for p in processes_mentioning(str(work)) if "qemu-system" in p]
         links = {_netns(pid) for pid in qemus}
         if runs and len(qemus) == 2 and len(links) == 1 and None not in links and links != {_netns(os.getpid())}:
             taps = _taps_in(qemus[0])
@@ -123,7 +108,7 @@ def _running(work: Path) -> tuple[subprocess.Popen[bytes], str, str]:
 
 def _wait_gone(text: str, seconds: float) -> list[str]:
     deadline = time.monotonic() + seconds
-    while (left := _processes(text)) and time.monotonic() < deadline:
+    while (left := processes_mentioning(text)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
@@ -139,7 +124,7 @@ def _assert_no_process_tap_or_namespace(work: Path, runid: str, link: str) -> No
     assert _wait_gone(str(work), TEARDOWN_S) == []  # QEMU dies with kvmtune (PR_SET_PDEATHSIG), so does netload serve
     assert _wait_unheld(link, TEARDOWN_S) == []  # nor is its namespace held by any process (the keeper died too)
     assert not [n for n in _namespaces() if n.startswith(f"kvmtune-{runid}-")]  # nor named in /run/netns
-    assert not _processes(f"kvmtune-{runid}-")
+    assert not processes_mentioning(f"kvmtune-{runid}-")
     assert _root_taps() == []
     assert [p for p in work.rglob("*") if p.name.startswith("disk-")] == []  # no scratch disk
 

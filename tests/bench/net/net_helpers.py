@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from kvmtune.bench.net.netns import ADDRESS_SPACE
+from proc_helpers import processes_mentioning
 
 OUR_LINK_PREFIXES = ("kvbr", "kvtap-", "kvsw", "kvmvt-", "kvlow", "kvnat", "kvlan")
 
@@ -37,22 +38,6 @@ def run_seeing_own_namespaces(argv: list[str], listing: Path) -> tuple[subproces
                          capture_output=True, text=True, timeout=120, check=False, env=env)
     assert res.returncode != 99, f"cannot give the command a private /run/netns: {res.stderr}"
     return res, listing.read_text().split()
-
-
-def processes_mentioning(text: str) -> list[str]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and text.encode() in raw:
-            cmd = raw.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry} {cmd[:120]}")
-    return found
 
 
 def root_namespace_leftovers() -> list[str]:
