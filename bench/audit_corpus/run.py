@@ -22,7 +22,6 @@ load changes: the figure to compare two versions by on a shared machine.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import statistics
 import sys
@@ -38,12 +37,14 @@ from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/measuring.py
+from measuring import loadavg, measure_lock, spread
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus" / "libvirt"
 ROUNDS = 15
 GOAL_RATIO = 1.5  # audit / bare parse
 GOAL_AUDIT_S = 2.0
-LOCK = "/tmp/kvmtune-measure.lock"  # the machine's measuring lock (flock): timing runs take turns
 
 
 class Timed:
@@ -83,17 +84,10 @@ def full_audit(files: list[Path], ctx: AuditContext) -> tuple[Timed, int]:
     return t, findings
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
-    except OSError:
-        return "unknown"
 
 
-def spread(ratios: list[float]) -> str:
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-    return (f"median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}, "
-            f"quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}")
+
+
 
 
 def pin() -> int:
@@ -113,8 +107,7 @@ def main() -> int:
     ctx = AuditContext(host=HostRoot(str(REPO / "tests" / "fixtures" / "hosts" / "rules-default")))
     all_rules()  # import the rules once, outside the timing, as a CLI run does before reading input
     allowed_before = pin()
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with measure_lock():
         load_before = loadavg()
         parse_only(files)  # one untimed round of each: file cache and first-use costs out of the figures
         full_audit(files, ctx)

@@ -27,7 +27,6 @@ other load on the machine changes, to compare two versions by on a shared machin
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import re
@@ -37,14 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/measuring.py
+from measuring import loadavg, measure_lock, spread
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "src" / "kvmtune" / "examples").glob("*.xml"))
-LOCK = "/tmp/kvmtune-measure.lock"
 GOAL_DOMAINS = 1000
 GOAL_RATIO = 2.0
 GOAL_PEAK_MIB = 100.0
@@ -107,27 +106,7 @@ def timed(argv: list[str], cpu: int | None) -> Run:
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
-@contextmanager
-def measuring_lock() -> Iterator[None]:
-    with open(LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
-
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
-    except OSError:
-        return "unknown"
-
-
-def spread(ratios: list[float]) -> str:
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-    return (f"median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}, "
-            f"quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}")
 
 
 def side_by_side(uri: str, rounds: int, cpu: int | None) -> dict[str, list[Run]]:
@@ -219,7 +198,7 @@ def main() -> int:
             if args.instructions:
                 count_instructions(count, uri)
                 continue
-            with measuring_lock():
+            with measure_lock():
                 before = loadavg()
                 runs = side_by_side(uri, args.rounds, cpu)
                 after = loadavg()

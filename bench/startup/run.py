@@ -29,20 +29,19 @@ every kvmtune module it imports on every start (the issue's 0.33 s for ``--versi
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/measuring.py
+from measuring import loadavg, measure_lock
+
 REPO = Path(__file__).resolve().parents[2]
-LOCK = Path("/tmp/kvmtune-measure.lock")
 ROUNDS = 20
 DEFAULT_XML = REPO / "examples" / "web01-legacy.xml"
 
@@ -74,23 +73,6 @@ def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     wall = (time.perf_counter() - start) * 1000
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
     return wall, (usage.ru_utime + usage.ru_stime) * 1000, proc.returncode
-
-
-@contextmanager
-def measure_lock() -> Iterator[None]:
-    with open(LOCK, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:

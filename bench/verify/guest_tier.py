@@ -20,7 +20,6 @@ guest-tier experiment (tests marked guest_tier).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import subprocess
@@ -29,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/measuring.py
+from measuring import measure_lock
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -100,8 +102,7 @@ def main() -> int:
     ap.add_argument("--no-own", action="store_true", help="skip bench/verify/domains/ (the vhost-net domain)")
     ap.add_argument("extra", nargs="*", help="more `kvmtune verify` options, after --")
     args = ap.parse_args()
-    with open("/tmp/kvmtune-measure.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with measure_lock():
         examples = verify(["--examples"], args.extra)
         own = None if args.no_own or not OWN_DOMAINS else verify([str(p) for p in OWN_DOMAINS], args.extra)
     out = {"cores": os.cpu_count(), "goal_s": GOAL_S, "examples": examples, "own_domains": own,
