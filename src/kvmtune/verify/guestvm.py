@@ -48,6 +48,7 @@ from kvmtune.qemu.qmp import Qmp
 from kvmtune.runner import Runner
 from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
 from kvmtune.verify.experiments import Unmeasurable, VerifyContext
+from kvmtune.verify.guestkernel import BOOT, KernelChoice, choice_for, lacks_line
 from kvmtune.verify.guestside import ALLOW_TCG, NEEDS_KVM, ExecResult, GuestSide, Plumbing
 
 SIDES = ("A", "B")
@@ -255,11 +256,12 @@ def side_device(side: GuestSide) -> str:
     return "its device"
 
 
-def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str]) -> str:
-    """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one."""
-    return (f"side {side_name} ({side_device(side)}) needs the guest driver {', '.join(missing)}, which the probe "
-            f"guest's kernel {release} lacks (a cloud kernel ships no emulated-hardware drivers): pass a kernel that "
-            "has it with --guest-kernel (a generic distribution kernel)")
+def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str],
+                        choice: KernelChoice | None = None) -> str:
+    """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one
+    (guestkernel's line, the same the planners give; ``choice``: where the kernel came from, default bench's)."""
+    return lacks_line(f"side {side_name} ({side_device(side)})", list(missing), release,
+                      choice or KernelChoice(None, None, BOOT))
 
 
 def hugetlbfs_mount(host: HostRoot) -> str | None:
@@ -357,7 +359,8 @@ class ProbePair:
         for s in self.sides.values():
             lacking = [m for m in side_modules(s.side) if m in guest.missing_optional]
             if lacking:
-                raise Unbootable(missing_driver_line(s.name, s.side, guest.release, lacking))
+                raise Unbootable(missing_driver_line(s.name, s.side, guest.release, lacking,
+                                                      choice_for(self.kernel, self.modules_dir)))
         return guest
 
     def start(self) -> None:
