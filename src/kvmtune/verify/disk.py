@@ -10,35 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from lxml import etree
-
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob
-from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
-from kvmtune.errors import KvmtuneError
-from kvmtune.fix.domains import fix_guest
-from kvmtune.fix.registry import FixOptions
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import BlockPair, DiscardProbe, Layout, Unreplicable, layout_of, scratch_parent
-from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.measure import Probe, alternate, judge, settles
 
 
 def _fixed_disk(guest: Guest, disk: Disk, rule_id: str, ctx: VerifyContext) -> Disk:
     """The disk after ``rule_id``'s fixer ran on a copy of the guest's definition."""
-    if guest.tree is None:
-        raise Unmeasurable("the guest was not read from domain XML, so the fix cannot be replayed on a copy")
-    rules = [r for r in all_rules() if r.id == rule_id]
-    data = etree.tostring(guest.tree)
-    try:
-        _g, result = fix_guest(data, guest.origin, guest.origin_kind, rules, FixOptions(host=ctx.host))
-    except KvmtuneError as exc:
-        raise Unmeasurable(f"the fix cannot be replayed: {exc}") from None
-    if result.after is None:
-        why = "; ".join(result.skipped) or "the fixer changed nothing"
-        raise Unmeasurable(f"the fix makes no change here ({why})")
-    after = guest_from_tree(parse_xml_bytes(result.after, guest.origin), guest.origin, guest.origin_kind)
-    for d in after.disks:
+    for d in replay_fix(guest, rule_id, ctx).disks:
         if d.target == disk.target:
             return d
     raise Unmeasurable(f"disk {disk.target} is gone after the fix")

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from kvmtune.audit.finding import Finding
 from kvmtune.bench.accel import AccelChoice
+from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.qemu.image import DiskImage
@@ -99,6 +100,31 @@ class LeavesScratch(Protocol):
     directories (a host experiment measures on the device's mount point): where a killed run left it."""
 
     def scratch_parents(self, ctx: VerifyContext) -> list[Path]: ...
+
+
+def replay_fix(guest: Guest, rule_id: str, ctx: VerifyContext, options: FixOptions | None = None) -> Guest:
+    """The guest after ``rule_id``'s own fixer ran on a copy of its definition (exactly what ``kvmtune fix`` would
+    write, read back into the model): side B of every experiment that replays a fix. ``options``: what the copy may
+    get (a guest-visible change is allowed on it); default, what ``kvmtune fix`` writes unasked."""
+    from lxml import etree
+
+    from kvmtune.audit.rule import all_rules
+    from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
+    from kvmtune.errors import KvmtuneError
+    from kvmtune.fix.domains import fix_guest
+
+    if guest.tree is None:
+        raise Unmeasurable("the guest was not read from domain XML, so the fix cannot be replayed on a copy")
+    rules = [r for r in all_rules() if r.id == rule_id]
+    try:
+        _g, result = fix_guest(etree.tostring(guest.tree), guest.origin, guest.origin_kind, rules,
+                               options or FixOptions(host=ctx.host))
+    except KvmtuneError as exc:
+        raise Unmeasurable(f"the fix cannot be replayed: {exc}") from None
+    if result.after is None:
+        why = "; ".join(result.skipped) or "the fixer changed nothing"
+        raise Unmeasurable(f"the fix makes no change here ({why})")
+    return guest_from_tree(parse_xml_bytes(result.after, guest.origin), guest.origin, guest.origin_kind)
 
 
 def seed_figure(rule_id: str) -> str | None:

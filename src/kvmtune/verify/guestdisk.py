@@ -17,21 +17,16 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from lxml import etree
-
-from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import FioJob, GuestExperiment
 from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.vocabulary import NOT_COMPARABLE
-from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.domains import fix_guest
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import Layout, Unreplicable, layout_of, scratch_parent
-from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.guestkernel import choice_for, lacks_line
 from kvmtune.verify.guestside import GuestSide
 from kvmtune.verify.guestvm import (
@@ -115,18 +110,8 @@ def _disk_for(subject: Subject) -> Disk | None:
 
 def fixed_guest(guest: Guest, rule_id: str, ctx: VerifyContext) -> Guest:
     """The guest after ``rule_id``'s fixer ran on a copy of its definition (guest-visible changes allowed on the copy)."""
-    if guest.tree is None:
-        raise Unmeasurable("the guest was not read from domain XML, so the fix cannot be replayed on a copy")
-    rules = [r for r in all_rules() if r.id == rule_id]
     opts = FixOptions(host=ctx.host, allow_bus_change=True, allow_cpu_change=True, named_rules=frozenset({rule_id}))
-    try:
-        _g, result = fix_guest(etree.tostring(guest.tree), guest.origin, guest.origin_kind, rules, opts)
-    except KvmtuneError as exc:
-        raise Unmeasurable(f"the fix cannot be replayed: {exc}") from None
-    if result.after is None:
-        why = "; ".join(result.skipped) or "the fixer changed nothing"
-        raise Unmeasurable(f"the fix makes no change here ({why})")
-    return guest_from_tree(parse_xml_bytes(result.after, guest.origin), guest.origin, guest.origin_kind)
+    return replay_fix(guest, rule_id, ctx, opts)
 
 
 def _same_disk(guest: Guest, disk: Disk, after: Guest) -> Disk:

@@ -16,23 +16,18 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from lxml import etree
-
-from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import GuestExperiment, NetJob
 from kvmtune.bench.guest import ExtraFile
 from kvmtune.bench.leftovers import sweep
 from kvmtune.bench.net.guest import find_netload, netload_metrics
 from kvmtune.bench.net.netns import NetError
 from kvmtune.bench.vocabulary import NOT_COMPARABLE
-from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.domains import fix_guest
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
-from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.guestkernel import KernelChoice, choice_for, lacks_line
 from kvmtune.verify.guestnet import VHOST_DEVICE, VHOST_MISSING, GuestNet
 from kvmtune.verify.guestside import GuestPair, GuestSide
@@ -118,18 +113,8 @@ def build_sides(a: NicKnobs, b: NicKnobs, *, vhost_device: bool, cpus: int, gues
 
 def _fixed_guest(guest: Guest, rule_id: str, ctx: VerifyContext) -> Guest:
     """The guest after ``rule_id``'s fixer ran on a copy of its definition."""
-    if guest.tree is None:
-        raise Unmeasurable("the guest was not read from domain XML, so the fix cannot be replayed on a copy")
-    rules = [r for r in all_rules() if r.id == rule_id]
     # the copy gets what 'kvmtune fix --allow-bus-change' would write: a NIC model change is guest-visible by design
-    options = FixOptions(host=ctx.host, allow_bus_change=True, named_rules=frozenset({rule_id}))
-    try:
-        _g, result = fix_guest(etree.tostring(guest.tree), guest.origin, guest.origin_kind, rules, options)
-    except KvmtuneError as exc:
-        raise Unmeasurable(f"the fix cannot be replayed: {exc}") from None
-    if result.after is None:
-        raise Unmeasurable(f"the fix makes no change here ({'; '.join(result.skipped) or 'the fixer changed nothing'})")
-    return guest_from_tree(parse_xml_bytes(result.after, guest.origin), guest.origin, guest.origin_kind)
+    return replay_fix(guest, rule_id, ctx, FixOptions(host=ctx.host, allow_bus_change=True, named_rules=frozenset({rule_id})))
 
 
 def fixed_nic(guest: Guest, nic: Nic, rule_id: str, ctx: VerifyContext) -> tuple[Guest, Nic]:
