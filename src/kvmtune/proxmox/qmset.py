@@ -15,7 +15,15 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvmtune.proxmox.config import NET_KEY, PveConfig, drive_props, format_property_string, split_property_string
+from kvmtune.proxmox.config import (
+    ASCII_SPACE,
+    NET_KEY,
+    PveConfig,
+    drive_props,
+    format_property_string,
+    pve_lines,
+    split_property_string,
+)
 
 
 @dataclass
@@ -235,12 +243,14 @@ def apply_to_text(text: str, cfg: PveConfig, change: QmChange) -> str:
     """The config file after the change: the current section's lines replaced, added (before the first section)
     or removed; every other byte kept."""
     values = new_values(cfg, change)
-    lines = text.splitlines(keepends=True)
+    lines = [line + "\n" for line in pve_lines(text)]  # PVE's lines: \n only
+    if lines and not text.endswith("\n"):
+        lines[-1] = lines[-1][:-1]
     out: list[str] = []
     done: set[str] = set()
     in_current = True
     for line in lines:
-        stripped = line.strip()
+        stripped = line.strip(ASCII_SPACE + "\n")
         if in_current and stripped.startswith("[") and stripped.endswith("]"):
             in_current = False
             out.extend(_added(values, done, cfg, before_section=True, after=out))
