@@ -330,3 +330,17 @@ def test_fix_skips_a_vm_whose_pvesh_answer_has_a_key_twice(node: Node, tmp_path:
     assert ("skipped: VM 101: pvesh get /nodes/localhost/qemu/101/config: key 'scsi0' appears twice\n"
             in plan.stdout)
     assert "qm set" not in plan.stdout and not _sets(node.calls())
+
+
+def test_live_fix_changes_a_host_device_drive_only_when_named(node: Node) -> None:
+    (node.tree / "etc/pve/nodes/pve1/qemu-server/320.conf").write_text(
+        "cores: 2\nmemory: 2048\nname: passthrough\nrng0: source=/dev/urandom\nscsihw: virtio-scsi-single\n"
+        "scsi0: local-lvm:vm-320-disk-0,iothread=1,size=8G\nscsi1: /dev/sdb,cache=writeback,iothread=1,size=100G\n")
+    applied = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-005")
+    assert applied.returncode == 0, applied.stderr
+    assert "320" not in _sets(node.calls())
+    assert ("skipped: pve:320 (passthrough) disk:scsi1: KVM-STO-005: scsi1 is the host's /dev/sdb (a path or device, "
+            "not a storage volume): changed only when named (--pve-volume /dev/sdb)") in applied.stdout
+    named = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-005", "--pve-volume", "/dev/sdb")
+    assert named.returncode == 0, named.stderr
+    assert _sets(node.calls())["320"][5:] == ["--scsi1", "/dev/sdb,cache=none,iothread=1,size=100G"]

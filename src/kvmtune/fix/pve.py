@@ -33,7 +33,7 @@ from kvmtune.proxmox import pvesh, qm
 from kvmtune.proxmox.config import DISK_KEY, PveConfig, drive_props
 from kvmtune.proxmox.guest import config_of
 from kvmtune.proxmox.load import host_storages, read_config_text, read_host
-from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, new_values, qm_set_line
+from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, drive_refusal, new_values, qm_set_line
 from kvmtune.runner import Runner, default_runner
 
 PENDING_NOTE = "the VM runs: PVE keeps what it cannot hotplug as pending until the VM's next start ('qm pending {}')"
@@ -169,6 +169,10 @@ def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[ty
             plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} ({moved}) needs the VM "
                                 "stopped: on a running VM PVE would hot-plug the volume a second time "
                                 f"(qm shutdown {cfg.vmid}, then kvmtune fix again)")
+            continue
+        refusal = drive_refusal(cfg, one, options.pve_volumes)
+        if refusal:
+            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule}: {refusal}")
             continue
         if one.guest_visible and not options.allow_bus_change:
             plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "

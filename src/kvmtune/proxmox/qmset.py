@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from kvmtune.proxmox.config import (
     ASCII_SPACE,
+    DISK_KEY,
     NET_KEY,
     PveConfig,
     drive_props,
@@ -221,6 +222,41 @@ def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:
         first = head[1] if head[0] is None else f"{head[0]}={head[1]}"
         out[key] = ",".join([first, *(f"{k}={rest[k]}" for k in sorted(rest))])
     return out
+
+
+def host_path_volume(volume: str) -> bool:
+    """A drive volume that is no PVE storage volume but a path on the host: a file or a device (``/dev/sdb``,
+    ``/dev/disk/by-id/…``), or ``cdrom``, the host's CD-ROM drive."""
+    return volume.startswith("/") or volume == "cdrom"
+
+
+def drive_refusal(cfg: PveConfig, change: QmChange, named: frozenset[str] = frozenset()) -> str:
+    """Why ``change`` may not be made (empty: it may). A fix changes options on the drives and NICs the VM already
+    has: it never creates a drive or NIC key, never puts another volume under one (a bus change moves a volume the VM
+    holds to a free key, keeping it), and leaves a drive on a host path or device alone unless the operator named
+    that volume (``fix --pve-volume PATH``)."""
+    values = new_values(cfg, change)
+    moved_from = {new: old for old, new in change.moves.items()}
+    for key, value in values.items():
+        disk = bool(DISK_KEY.match(key))
+        if not disk and not NET_KEY.match(key):
+            continue
+        if value is None:
+            if key in change.moves and key in cfg.current:
+                continue
+            return f"{key}: a fix does not remove a drive or NIC"
+        had = cfg.current.get(moved_from.get(key, key))
+        if had is None:
+            return f"{key} is not a drive or NIC VM {cfg.vmid} has: a fix never creates one"
+        if not disk:
+            continue
+        volume = drive_props(value)[0]
+        if volume != drive_props(had)[0]:
+            return f"{key}: the change would put another volume under it"
+        if host_path_volume(volume) and volume not in named:
+            return (f"{key} is the host's {volume} (a path or device, not a storage volume): changed only when named "
+                    f"(--pve-volume {volume})")
+    return ""
 
 
 def qm_set_line(cfg: PveConfig, change: QmChange) -> str:
