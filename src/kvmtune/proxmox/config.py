@@ -107,11 +107,6 @@ def decode_text(text: str) -> str:
     return data.decode("utf-8", "replace")
 
 
-def encode_text(text: str) -> str:
-    """``PVE::Tools::encode_text``: every byte outside printable ASCII, and ``:``, as ``%XX`` (one line)."""
-    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x3A else f"%{b:02X}" for b in text.encode("utf-8"))
-
-
 def break_characters(value: str) -> str:
     """The line-break characters (other than ``\n``) in ``value``, escaped for a message: ``'\\u2028'``."""
     return ", ".join(dict.fromkeys(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
