@@ -91,3 +91,19 @@ def test_fix_root_moves_an_emulated_disk_to_virtio_keeping_its_volume_and_boot_p
     undone = _cli(*undo.removeprefix("Undo with: kvmtune ").split(), "--yes")
     assert undone.returncode == 0, undone.stderr
     assert _sums(tree) == before
+
+
+def test_fix_root_leaves_a_host_device_drive_alone_unless_named(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    conf = tree / "etc/pve/nodes/pve1/qemu-server/102.conf"
+    conf.write_text(conf.read_text() + "scsi3: /dev/disk/by-id/ata-HOST,cache=writeback,size=100G\n")
+    plan = _cli("fix", "--root", str(tree))
+    assert plan.returncode == 0, plan.stderr
+    assert ("skipped: pve:102 (db) disk:scsi3: KVM-STO-005: scsi3 is the host's /dev/disk/by-id/ata-HOST (a path or "
+            "device, not a storage volume): changed only when named (--pve-volume /dev/disk/by-id/ata-HOST)") in plan.stdout
+    assert "+scsi3:" not in plan.stdout and "--scsi3" not in plan.stdout
+    assert "+scsi1: ceph-krbd:vm-102-disk-1,cache=none," in plan.stdout  # the VM's other fixes are planned
+    named = _cli("fix", "--root", str(tree), "--pve-volume", "/dev/disk/by-id/ata-HOST")
+    assert named.returncode == 0, named.stderr
+    assert "+scsi3: /dev/disk/by-id/ata-HOST,cache=none" in named.stdout

@@ -32,10 +32,11 @@ HERE = Path(__file__).resolve().parent
 TREE = HERE.parent / "fixtures" / "proxmox" / "cluster"
 SRC = HERE.parents[1] / "src"
 STANDIN = HERE / "standins" / "qm.py"
+PVESH = HERE / "standins" / "pvesh.py"
 
 
 class Node:
-    """A fake PVE node: the stand-in ``qm`` on PATH over a copy of the fixture tree; VM 8006 runs."""
+    """A fake PVE node: the stand-ins ``qm`` and ``pvesh`` on PATH over a copy of the fixture tree; VM 8006 runs."""
 
     def __init__(self, tmp: Path) -> None:
         self.tree = tmp / "tree"
@@ -45,6 +46,9 @@ class Node:
         qm = bin_dir / "qm"
         qm.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
         qm.chmod(0o755)
+        pvesh = bin_dir / "pvesh"
+        pvesh.write_text(f'#!/bin/sh\nexec {sys.executable} {PVESH} "$@"\n')
+        pvesh.chmod(0o755)
         self.log = tmp / "qm.log"
         self.journals = tmp / "journal"
         self.journals.mkdir(mode=0o700)
@@ -61,10 +65,8 @@ class Node:
                               check=True).stdout
 
     def values(self, vmid: str) -> tuple[str, str]:
-        """``qm config`` and ``qm config --current`` without their digest lines: the values PVE holds."""
-        def strip(text: str) -> str:
-            return "".join(line + "\n" for line in text.splitlines() if not line.startswith("digest:"))
-        return strip(self.qm("config", vmid)), strip(self.qm("config", vmid, "--current"))
+        """``qm config`` and ``qm config --current``: the values PVE holds."""
+        return self.qm("config", vmid), self.qm("config", vmid, "--current")
 
     def calls(self) -> list[list[str]]:
         if not self.log.exists():
@@ -81,11 +83,12 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
 
 
 def _sets(calls: list[list[str]]) -> dict[str, list[str]]:
-    return {c[2]: c for c in calls if c[1] == "set"}
+    return {c[2]: c for c in calls if c[:2] == ["qm", "set"]}
 
 
 def test_fix_on_a_pve_node_plans_one_qm_set_per_vm_and_changes_nothing(node: Node) -> None:
     before = {v: node.values(v) for v in ("101", "102", "8006")}
+    seen = len(node.calls())
     plan = node.kvmtune("fix")
     assert plan.returncode == 0, plan.stderr
     assert ("$ qm set 101 --rng0 source=/dev/urandom --virtio0 "
@@ -96,7 +99,7 @@ def test_fix_on_a_pve_node_plans_one_qm_set_per_vm_and_changes_nothing(node: Nod
     assert "VM runs: PVE keeps what it cannot hotplug as pending" in plan.stdout
     assert "already pending before this change: memory, scsi2, vmgenid" in plan.stdout
     assert "$ qm set 8006 --rng0 source=/dev/urandom\n" in plan.stdout
-    assert {c[1] for c in node.calls()} == {"list", "config"}  # planning only reads
+    assert {tuple(c[:2]) for c in node.calls()[seen:]} == {("qm", "list"), ("pvesh", "get")}  # planning only reads
     assert {v: node.values(v) for v in before} == before
 
 
@@ -245,3 +248,100 @@ def test_a_journal_of_kvmtunes_own_qm_changes_is_accepted() -> None:
              "prior_current": {"scsi0": f"{DISK},cache=writeback", "rng0": None, "balloon": "0"},
              "new": {"scsi0": f"{DISK},cache=none,iothread=1", "rng0": "source=/dev/urandom", "balloon": None}}
     assert refusals(_journal("/", **entry)) == []
+
+
+# issue 43 item 2: a value is never a key. VM 300's ciuser holds a U+2028 and "scsi5: /dev/sda" after it (one
+# line to PVE); VM 310's notes hold "scsi5: /dev/sda" on a line of their own (the description to PVE).
+TENANTS = {
+    "300": "boot: order=scsi0\nciuser: bob\u2028scsi5: /dev/sda,cache=writeback\ncores: 2\nmemory: 2048\nname: tenant\n"
+           "scsi0: local-lvm:vm-300-disk-0,size=8G\nscsihw: virtio-scsi-single\n",
+    "310": "#tenant notes\n#scsi5: /dev/sda,cache=writeback\nboot: order=scsi0\ncores: 2\nmemory: 2048\n"
+           "name: notes\nscsi0: local-lvm:vm-310-disk-0,size=8G\nscsihw: virtio-scsi-single\n",
+}
+
+
+def _tenants(node: Node) -> None:
+    for vmid, text in TENANTS.items():
+        (node.tree / f"etc/pve/nodes/pve1/qemu-server/{vmid}.conf").write_text(text, encoding="utf-8")
+
+
+def test_qm_config_prints_the_description_encoded_on_one_line_and_no_digest(node: Node) -> None:
+    _tenants(node)
+    assert node.qm("config", "310").split("\n") == [
+        "boot: order=scsi0", "cores: 2", "description: tenant notes%0Ascsi5%3A /dev/sda,cache=writeback",
+        "memory: 2048", "name: notes", "scsi0: local-lvm:vm-310-disk-0,size=8G", "scsihw: virtio-scsi-single", ""]
+    answer = json.loads(subprocess.run([sys.executable, str(PVESH), "get", "/nodes/localhost/qemu/310/config",
+                                        "--output-format", "json"], capture_output=True, text=True, env=node.env,
+                                       check=True).stdout)
+    assert answer["description"] == "tenant notes\nscsi5: /dev/sda,cache=writeback" and answer["cores"] == 2
+    assert len(answer["digest"]) == 40 and "scsi5" not in answer
+
+
+def test_live_fix_apply_attaches_no_disk_from_a_value_or_a_description(node: Node) -> None:
+    _tenants(node)
+    plan = node.kvmtune("fix")
+    assert plan.returncode == 0, plan.stderr
+    assert "--scsi5" not in plan.stdout and "/dev/sda" not in plan.stdout.replace("ciuser: bob\\u2028scsi5", "")
+    assert "VM 300 config, line 2: ciuser holds a line-break character (\\u2028)" in plan.stdout
+    applied = node.kvmtune("fix", "--apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    sets = _sets(node.calls())
+    assert sets["300"][3] == "--digest" and sets["310"][3] == "--digest"  # both VMs were fixed, with their digest
+    assert "local-lvm:vm-310-disk-0,iothread=1,size=8G" in sets["310"]
+    for argv in sets.values():
+        assert "--scsi5" not in argv and not any("/dev/sda" in a for a in argv)
+    for vmid in TENANTS:
+        assert "scsi5" not in node.values(vmid)[0].replace("scsi5%3A", "").replace("\u2028scsi5", "")
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    ('{"digest":"%s","scsi0":"local:101/a.raw","scsi0":"/dev/sda"}', "key 'scsi0' appears twice"),
+    ('{"digest":"%s","cores":true}', "cores: a bool, not a string or a number"),
+    ('{"digest":"%s","scsi5":null}', "scsi5: a NoneType, not a string or a number"),
+    ('{"digest":"%s","scsi5":["/dev/sda"]}', "scsi5: a list, not a string or a number"),
+    ('{"digest":"%s","scsi5":{"file":"/dev/sda"}}', "scsi5: a dict, not a string or a number"),
+    ('[{"digest":"%s"}]', "not a JSON object but list"),
+    ('{"digest":"%s","cpulimit":NaN}', "not JSON"),
+    ('{"digest":"%s","ciuser":"bob\\nscsi5: /dev/sda"}', "ciuser: a line break or NUL in a value"),
+    ('{"digest":"%s","Scsi5":"x"}', "'Scsi5' is not a config key"),
+    ('{"digest":"%s","a b":"x"}', "'a b' is not a config key"),
+    ('{"digest":"../../x","cores":2}', "digest '../../x' is not 40 hex digits"),
+    ('{"cores":2}', "no digest"),
+    ('{"digest":"%s","x":"' + "a" * (9 * 1024 * 1024) + '"}', "more than 8 MiB of output"),
+    ("[" * 100_000 + "]" * 100_000, "not JSON"),
+    ("{" + ",".join(f'"k{n}":1' for n in range(3000)) + ',"digest":"%s"}', "3001 keys, more than a VM config has"),
+])
+def test_a_hostile_pvesh_answer_is_one_line_naming_the_vm(answer: str, problem: str) -> None:
+    from kvmtune.proxmox.pvesh import parse_config_json  # here: a925907 has no pvesh reader, and the other tests run
+    from kvmtune.proxmox.qm import QmError
+
+    text = answer.replace("%s", "0" * 40) if '"digest":"%s"' in answer else answer
+    with pytest.raises(QmError) as err:
+        parse_config_json(text, "101")
+    assert str(err.value).startswith("pvesh get /nodes/localhost/qemu/101/config: ") and problem in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_fix_skips_a_vm_whose_pvesh_answer_has_a_key_twice(node: Node, tmp_path: Path) -> None:
+    bad = tmp_path / "answer.json"
+    bad.write_text('{"digest":"%s","scsi0":"local:101/a.raw,size=8G","scsi0":"/dev/sda,size=8G"}' % ("0" * 40))
+    node.env["KVMTUNE_PVESH_ANSWER"] = str(bad)
+    plan = node.kvmtune("fix", "--apply", "--yes")
+    assert plan.returncode == 0, plan.stderr
+    assert ("skipped: VM 101: pvesh get /nodes/localhost/qemu/101/config: key 'scsi0' appears twice\n"
+            in plan.stdout)
+    assert "qm set" not in plan.stdout and not _sets(node.calls())
+
+
+def test_live_fix_changes_a_host_device_drive_only_when_named(node: Node) -> None:
+    (node.tree / "etc/pve/nodes/pve1/qemu-server/320.conf").write_text(
+        "cores: 2\nmemory: 2048\nname: passthrough\nrng0: source=/dev/urandom\nscsihw: virtio-scsi-single\n"
+        "scsi0: local-lvm:vm-320-disk-0,iothread=1,size=8G\nscsi1: /dev/sdb,cache=writeback,iothread=1,size=100G\n")
+    applied = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-005")
+    assert applied.returncode == 0, applied.stderr
+    assert "320" not in _sets(node.calls())
+    assert ("skipped: pve:320 (passthrough) disk:scsi1: KVM-STO-005: scsi1 is the host's /dev/sdb (a path or device, "
+            "not a storage volume): changed only when named (--pve-volume /dev/sdb)") in applied.stdout
+    named = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-005", "--pve-volume", "/dev/sdb")
+    assert named.returncode == 0, named.stderr
+    assert _sets(node.calls())["320"][5:] == ["--scsi1", "/dev/sdb,cache=none,iothread=1,size=100G"]

@@ -112,3 +112,24 @@ def test_the_bus_form_refuses_what_it_cannot_move_and_says_why(edit: tuple[str, 
 def test_the_bus_form_leaves_disks_already_on_a_paravirtual_bus() -> None:
     cfg = parse_config(BUS_CONFIG.format(ostype="l26"), "151.conf", "151")
     assert change_for(BUS, cfg, "disk:virtio0") is None
+
+
+def test_a_fix_never_creates_a_drive_key_nor_puts_another_volume_under_one() -> None:
+    from kvmtune.proxmox.qmset import QmChange, drive_refusal
+
+    cfg = parse_config(CONFIG + "scsi1: /dev/disk/by-id/ata-HOST,cache=writeback,size=100G\n", "/x/150.conf", "150")
+    assert drive_refusal(cfg, QmChange(props={"scsi0": {"cache": "none"}})) == ""
+    assert drive_refusal(cfg, QmChange(values={"scsi5": "/dev/sda,cache=none"})) == (
+        "scsi5 is not a drive or NIC VM 150 has: a fix never creates one")
+    assert drive_refusal(cfg, QmChange(values={"net1": "virtio,bridge=vmbr0"})).startswith("net1 is not a drive or NIC")
+    assert drive_refusal(cfg, QmChange(values={"scsi0": "/dev/sda,cache=none"})) == (
+        "scsi0: the change would put another volume under it")
+    assert drive_refusal(cfg, QmChange(values={"sata1": None, "virtio0": "/dev/sda"}, moves={"sata1": "virtio0"})) == (
+        "virtio0: the change would put another volume under it")
+    assert drive_refusal(cfg, QmChange(values={"scsi0": None})) == "scsi0: a fix does not remove a drive or NIC"
+    host = QmChange(props={"scsi1": {"cache": "none"}})
+    assert drive_refusal(cfg, host) == ("scsi1 is the host's /dev/disk/by-id/ata-HOST (a path or device, not a storage "
+                                        "volume): changed only when named (--pve-volume /dev/disk/by-id/ata-HOST)")
+    assert drive_refusal(cfg, host, frozenset({"/dev/disk/by-id/ata-HOST"})) == ""
+    bus = change_for(PveForm("bus", "{}"), cfg, "disk:sata1")
+    assert bus is not None and bus.moves == {"sata1": "virtio0"} and drive_refusal(cfg, bus) == ""

@@ -80,6 +80,9 @@ class FixCommand(Command):
         p.add_argument("--allow-cpu-change", action="store_true",
                        help="also change the guest's CPUs (CPU model → host-model, vCPU count lowered to this host's CPUs, "
                        "TCG → KVM): the guest sees other CPU features or fewer CPUs")
+        p.add_argument("--pve-volume", action="append", default=[], metavar="PATH",
+                       help="Proxmox VE: also change the drive whose volume is this host path or device (e.g. "
+                       "/dev/disk/by-id/…); such drives are left alone unless named (repeatable)")
         p.add_argument("--assume-this-host", action="store_true",
                        help="domain files run on this host (as with audit): the rules that compare a guest with this "
                        "host's CPUs apply to them too")
@@ -112,6 +115,7 @@ class FixCommand(Command):
             image_format=args.image_format or (args.format if args.format in IMAGE_FORMATS else None),
             root=args.root, only=args.only, skip=args.skip, allow_bus_change=args.allow_bus_change,
             allow_cpu_change=args.allow_cpu_change, assume_this_host=args.assume_this_host,
+            pve_volumes=tuple(args.pve_volume),
             pve=not (paths or args.connect or args.host or args.profile or images) and has_pve(args.root),
             waivers=() if args.no_waivers else tuple(settings.waivers), use_waivers=not args.no_waivers,
         )
@@ -165,6 +169,7 @@ class FixSpec:
     allow_bus_change: bool
     allow_cpu_change: bool = False
     assume_this_host: bool = False
+    pve_volumes: tuple[str, ...] = ()  # --pve-volume: host paths or devices a Proxmox VE fix may change
     pve: bool = False  # the Proxmox VE VM configs of the --root tree
     waivers: tuple[Waiver, ...] = ()  # the settings file's; not part of the command line a journal records
     use_waivers: bool = True
@@ -194,6 +199,8 @@ class FixSpec:
             out.append("--allow-cpu-change")
         if self.assume_this_host:
             out.append("--assume-this-host")
+        for volume in self.pve_volumes:
+            out += ["--pve-volume", volume]
         return out
 
 
@@ -213,7 +220,7 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     named = {r.id for r in rules if r.id in _split(spec.only) or r.slug in _split(spec.only)}
     options = FixOptions(allow_bus_change=spec.allow_bus_change, allow_cpu_change=spec.allow_cpu_change,
                          assume_this_host=spec.assume_this_host, host=HostRoot(spec.root), named_rules=frozenset(named),
-                         waivers=spec.waivers, use_waivers=spec.use_waivers)
+                         waivers=spec.waivers, use_waivers=spec.use_waivers, pve_volumes=frozenset(spec.pve_volumes))
     plan = Plan()
     refused: list[str] = []
     if spec.paths:

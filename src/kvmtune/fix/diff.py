@@ -145,13 +145,20 @@ def grouped(codes: list[Opcode], context: int) -> list[list[Opcode]]:
     return groups
 
 
+def lines_of(text: str) -> list[str]:
+    """``text``'s lines with their ends, split on ``\n`` only: a ``\r``, U+2028 or other character that
+    ``str.splitlines`` breaks on is inside a line of the file (PVE and libvirt read them so), not a line of its own."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
 def unified(
     old: str, new: str, old_name: str, new_name: str, reasons: Sequence[Reason] = (), context: int = 3
 ) -> str:
     """A unified diff of ``old`` → ``new``; each hunk is preceded by ``# reason`` lines for the
     reasons whose lines fall in it (reasons without lines go before the first hunk)."""
-    a = old.splitlines(keepends=True)
-    b = new.splitlines(keepends=True)
+    a, b = lines_of(old), lines_of(new)
     out = [f"--- {old_name}\n", f"+++ {new_name}\n"]
     used: set[int] = set()
     groups = grouped(opcodes(a, b), context)

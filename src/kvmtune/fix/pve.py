@@ -5,8 +5,9 @@ through the journal (a :class:`PveConfEdit`, a :class:`FileChange`), so ``undo``
 
 On a running node (``/`` with PVE's ``qm``), each VM's changes are one ``qm set`` (a :class:`QmSet`): PVE
 validates it, takes its config lock, refuses it if the config changed since the plan (``--digest``) and keeps
-what it cannot hotplug on a running VM as pending until its next start. The journal records the changed keys'
-values as ``qm config`` showed them before, and ``undo`` sets them back with ``qm set`` (``--revert`` where the
+what it cannot hotplug on a running VM as pending until its next start. Each VM's values and digest are read
+from PVE's API as JSON (``pvesh get …/config``, :mod:`kvmtune.proxmox.pvesh`). The journal records the changed keys'
+values as the API showed them before, and ``undo`` sets them back with ``qm set`` (``--revert`` where the
 change is still only pending): the same values, in the form PVE writes its files, not the same bytes.
 """
 
@@ -28,11 +29,11 @@ from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan,
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
-from kvmtune.proxmox import qm
+from kvmtune.proxmox import pvesh, qm
 from kvmtune.proxmox.config import DISK_KEY, PveConfig, drive_props
 from kvmtune.proxmox.guest import config_of
 from kvmtune.proxmox.load import host_storages, read_config_text, read_host
-from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, new_values, qm_set_line
+from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, drive_refusal, new_values, qm_set_line
 from kvmtune.runner import Runner, default_runner
 
 PENDING_NOTE = "the VM runs: PVE keeps what it cannot hotplug as pending until the VM's next start ('qm pending {}')"
@@ -56,8 +57,8 @@ class QmSet(Change[QmEntry]):
     vmid: str
     guest: str
     digest: str
-    before: dict[str, str]  # qm config (pending applied)
-    current: dict[str, str]  # qm config --current
+    before: dict[str, str]  # the API's config (pending applied)
+    current: dict[str, str]  # the API's config --current 1
     values: dict[str, str | None]  # the keys qm set changes (None: --delete)
     text_before: str
     text_after: str
@@ -72,13 +73,13 @@ class QmSet(Change[QmEntry]):
         return qm.set_argv(self.vmid, self.values, digest=self.digest if digest else None)
 
     def render(self) -> str:
-        label = f"qm config {self.vmid}"
+        label = f"VM {self.vmid} config"
         return (f"$ {qm.shell_line(self.argv(digest=False))}\n"
                 + unified(self.text_before, self.text_after, label, label + " (after qm set)", self.reasons))
 
     def snapshot(self, ctx: ApplyContext) -> QmEntry:
         try:
-            now = qm.config(ctx.runner, self.vmid)
+            now = pvesh.config(ctx.runner, self.vmid)
         except qm.QmError as exc:
             raise ApplyError(str(exc)) from None
         if now.digest != self.digest:
@@ -90,20 +91,20 @@ class QmSet(Change[QmEntry]):
     def apply(self, entry: QmEntry, ctx: ApplyContext) -> None:
         try:
             qm.run_set(ctx.runner, self.argv())
-            after = qm.config(ctx.runner, self.vmid)
-            now = qm.config(ctx.runner, self.vmid, current=True)
+            after = pvesh.config(ctx.runner, self.vmid)
+            now = pvesh.config(ctx.runner, self.vmid, current=True)
         except qm.QmError as exc:
             raise ApplyError(str(exc)) from None
         wrong = [k for k, v in self.values.items() if not qm.same_value(after.values.get(k), v)]
         if wrong:
-            raise ApplyError(f"VM {self.vmid}: qm set ran, but qm config shows other values for {', '.join(wrong)}")
+            raise ApplyError(f"VM {self.vmid}: qm set ran, but its config shows other values for {', '.join(wrong)}")
         entry.pending = [k for k, v in self.values.items() if not qm.same_value(now.values.get(k), v)]
 
     @staticmethod
     def undo(e: QmEntry, ctx: UndoContext) -> None:
         try:
-            after = qm.config(ctx.runner, e.vmid)
-            now = qm.config(ctx.runner, e.vmid, current=True)
+            after = pvesh.config(ctx.runner, e.vmid)
+            now = pvesh.config(ctx.runner, e.vmid, current=True)
         except qm.QmError as exc:
             raise KvmtuneError(str(exc)) from None
         _check_moved_volumes(e, after)
@@ -121,13 +122,13 @@ class QmSet(Change[QmEntry]):
         values = {k: e.prior.get(k) for k in todo if k not in revert}
         try:
             qm.run_set(ctx.runner, qm.set_argv(e.vmid, values, revert=revert))
-            back = qm.config(ctx.runner, e.vmid)
+            back = pvesh.config(ctx.runner, e.vmid)
         except qm.QmError as exc:
             raise KvmtuneError(str(exc)) from None
         wrong = [k for k in e.new if not qm.same_value(back.values.get(k), e.prior.get(k))]
         if wrong:
             raise KvmtuneError(f"Proxmox VE VM {e.vmid}: qm set ran, but {', '.join(wrong)} differ from the journal")
-        ctx.done.append(f"Proxmox VE VM {e.vmid}: {', '.join(sorted(e.new))} as qm config showed them before")
+        ctx.done.append(f"Proxmox VE VM {e.vmid}: {', '.join(sorted(e.new))} as its config showed them before")
 
 
 def _check_moved_volumes(e: QmEntry, now: qm.QmConfig) -> None:
@@ -168,6 +169,10 @@ def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[ty
             plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} ({moved}) needs the VM "
                                 "stopped: on a running VM PVE would hot-plug the volume a second time "
                                 f"(qm shutdown {cfg.vmid}, then kvmtune fix again)")
+            continue
+        refusal = drive_refusal(cfg, one, options.pve_volumes)
+        if refusal:
+            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule}: {refusal}")
             continue
         if one.guest_visible and not options.allow_bus_change:
             plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "
@@ -214,7 +219,7 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
 
 
 def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan) -> None:
-    """This node's VMs (``qm list``), each read with ``qm config``: one :class:`QmSet` per VM with changes."""
+    """This node's VMs (``qm list``), each read from the API (``pvesh``): one :class:`QmSet` per VM with changes."""
     try:
         vms = qm.list_vms(runner)
     except qm.QmError as exc:
@@ -224,8 +229,8 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
     ctx = AuditContext(host=host, runner=runner)
     for vm in vms:
         try:
-            pending = qm.config(runner, vm.vmid)
-            current = qm.config(runner, vm.vmid, current=True)
+            pending = pvesh.config(runner, vm.vmid)
+            current = pvesh.config(runner, vm.vmid, current=True)
             # what the VM gets at its next start: a qm set on a running VM replaces the pending value, so the
             # change starts from it, never from the running value under it
             text = pending.as_config_text()
@@ -233,7 +238,8 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
         except KvmtuneError as exc:
             plan.skipped.append(f"VM {vm.vmid}: {exc}")
             continue
-        cfg.path = f"qm config {vm.vmid}"
+        cfg.path = f"VM {vm.vmid} config"
+        plan.notes.extend(n.replace(f"{vm.vmid}.conf:", f"{cfg.path}, line ", 1) for n in cfg.notes)
         guest.on_audited_host = guest.images_here = True
         change, reasons = _changes(guest, cfg, ctx, rules, options, plan, running=vm.running)
         values = new_values(cfg, change)

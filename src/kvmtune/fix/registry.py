@@ -46,6 +46,9 @@ class FixOptions:
     # alone unless its rule is named; use_waivers False (fix --no-waivers) applies none
     waivers: tuple[Waiver, ...] = ()
     use_waivers: bool = True
+    # Proxmox VE drive volumes on a host path or device (/dev/sdb) the operator named (fix --pve-volume): only
+    # these such drives are changed
+    pve_volumes: frozenset[str] = frozenset()
 
 
 _LOCATOR_CACHE: list[tuple[list[Disk] | list[Nic], dict[str, Disk | Nic]]] = []

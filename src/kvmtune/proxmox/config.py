@@ -1,6 +1,10 @@
 """A Proxmox VE VM config (``/etc/pve/qemu-server/<vmid>.conf``) as ``qm.conf(5)`` documents it.
 
-The file is ``key: value`` lines; ``#`` lines are the VM's description. A ``[name]`` line starts a
+The file is ``key: value`` lines, split on ``\n`` only as PVE's ``parse_vm_config`` splits it: any other
+line-break character (``\r``, ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``, ``\x85``, U+2028, U+2029) stays inside its
+value, so ``ciuser: bob<U+2028>scsi5: /dev/sda`` is one key to PVE and to kvmtune (a note says so; on a drive
+or NIC key it is refused). ``#`` lines before the first section are the VM's description, each percent-encoded
+(``PVE::Tools::encode_text``) and decoded here. A ``[name]`` line starts a
 snapshot section, ``[PENDING]`` the changes PVE applies at the next start (with ``delete:`` naming the
 keys to drop) and ``[special:cloudinit]`` the values the cloud-init drive was made from; only the part
 before the first section is the current config. Values of disks and NICs are property strings:
@@ -14,7 +18,12 @@ from dataclasses import dataclass, field
 
 from kvmtune.errors import InputError
 
-_LINE = re.compile(r"^([a-z][a-z0-9_-]*):\s*(.*?)\s*$")
+_LINE = re.compile(r"^([a-z][a-z0-9_-]*):[ \t]*(.*?)[ \t]*$")
+# what str.splitlines() splits on beside \n; PVE does not, so each is part of a value
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_BREAK = re.compile(f"[{LINE_BREAKS}]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+ASCII_SPACE = " \t\r\x0b\x0c"  # what Perl's \s strips from a line PVE reads as bytes
 _SECTION = re.compile(r"^\[([A-Za-z0-9_:.-]+)\]\s*$")
 VMID_FILE = re.compile(r"^([1-9][0-9]{2,8})\.conf$")  # qm.conf(5): VMIDs are 100 ... 999999999
 
@@ -79,26 +88,45 @@ class PveConfig:
     pending_delete: list[str] = field(default_factory=list)
     snapshots: list[str] = field(default_factory=list)
     node: str | None = None  # /etc/pve/nodes/<node>/qemu-server: the cluster node that runs it
+    notes: list[str] = field(default_factory=list)  # what a reader should know (a value with a line break)
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
         return f"{self.path}:{line} {key}" if line else f"{self.path} ({key} not set)"
 
 
+def pve_lines(text: str) -> list[str]:
+    """The lines of a config as PVE splits it: on ``\n`` only (``split(/\n/, $raw)``), each without its ``\n``."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def decode_text(text: str) -> str:
+    """``PVE::Tools::decode_text``: ``%XX`` escapes to bytes, read as UTF-8."""
+    data = re.sub(rb"%([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]), text.encode("utf-8"))
+    return data.decode("utf-8", "replace")
+
+
+def break_characters(value: str) -> str:
+    """The line-break characters (other than ``\n``) in ``value``, escaped for a message: ``'\\u2028'``."""
+    return ", ".join(dict.fromkeys(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                                   for c in _BREAK.findall(value)))
+
+
 def parse_config(text: str, path: str, vmid: str) -> PveConfig:
-    """Read a config the way PVE's ``parse_vm_config`` does; a line or a drive PVE would not accept
-    is an :class:`InputError` naming the file, the line and the problem."""
+    """Read a config the way PVE's ``parse_vm_config`` does; a line or a drive PVE would not accept, or a key
+    set twice in the current section, is an :class:`InputError` naming the file, the line and the problem."""
     cfg = PveConfig(vmid=vmid, path=path)
     section = ""
     target = cfg.current
     description: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
+    for number, raw in enumerate(pve_lines(text), 1):
+        line = raw.strip(ASCII_SPACE)
         if not line:
             continue
         if line.startswith("#"):
             if not section:
-                description.append(line[1:])
+                description.append(decode_text(line[1:]))
             continue
         if m := _SECTION.match(line):
             section = m.group(1)
@@ -117,15 +145,26 @@ def parse_config(text: str, path: str, vmid: str) -> PveConfig:
             cfg.pending_delete = [k.lstrip("!") for k in value.split(",") if k]
             continue
         if target is cfg.current:
+            if key in cfg.lines:
+                raise InputError(path, f"{key} is set twice (first on line {cfg.lines[key]}); PVE would take the "
+                                 "last, kvmtune takes neither", number)
             check_value(key, value, path, number)
             cfg.lines[key] = number
+            if _BREAK.search(value):
+                cfg.notes.append(f"{path}:{number}: {key} holds a line-break character ({break_characters(value)}) "
+                                 "that PVE does not split on: one value, not a line")
+        elif (DISK_KEY.match(key) or NET_KEY.match(key)) and _CONTROL.search(value):
+            raise InputError(path, f"{key}: a control or line-break character in a drive or NIC value", number)
         target[key] = value
     cfg.description = "\n".join(description)
     return cfg
 
 
 def check_value(key: str, value: str, path: str, line: int | None = None) -> None:
-    """What ``qm start`` would refuse ("unable to parse drive options", an unknown ``scsihw`` or ``ostype``)."""
+    """What ``qm start`` would refuse ("unable to parse drive options", an unknown ``scsihw`` or ``ostype``), and a
+    drive or NIC value holding a control or line-break character (kvmtune would hand it back to ``qm set``)."""
+    if (DISK_KEY.match(key) or NET_KEY.match(key)) and _CONTROL.search(value):
+        raise InputError(path, f"{key}: a control or line-break character in a drive or NIC value", line)
     if DISK_KEY.match(key):
         _check_drive(key, value, path, line)
     elif NET_KEY.match(key):

@@ -44,6 +44,7 @@ def read_config_text(text: str, path: str, storages: dict[str, Storage] | None, 
     cfg = parse_config(text, path, vmid_of(path))
     cfg.node = node
     guest, notes = guest_from_config(cfg, storages)
+    notes[:0] = cfg.notes
     if node:
         notes.insert(0, f"{guest.name}: runs on node {node}")
     return guest, cfg, notes

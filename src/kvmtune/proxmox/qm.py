@@ -1,10 +1,10 @@
-"""A running Proxmox VE node through its own CLI: ``qm list``, ``qm config`` (the values PVE holds) and the
-``qm set`` arguments that change them, every command through the one :class:`~kvmtune.runner.Runner`.
+"""A running Proxmox VE node through its own CLI: ``qm list`` and the ``qm set`` arguments that change a VM's
+config, every command through the one :class:`~kvmtune.runner.Runner`; the values PVE holds are read as JSON
+through its API (:mod:`kvmtune.proxmox.pvesh`), never from ``qm config``'s lines.
 
-``qm config VMID`` prints the config with its pending changes applied (what the VM gets at its next start),
-``--current`` the values it runs with now; both end with ``digest: <sha1>``, the digest ``qm set --digest``
-checks so that a config changed since it was read is refused by PVE itself. On a running VM, PVE keeps a
-change it cannot hotplug in the ``[PENDING]`` section; ``qm set --revert KEY`` drops that pending change.
+``qm set --digest D`` is refused by PVE when the config file's digest is no longer ``D`` (the API's, read with
+the values), so a config changed since it was read is not overwritten. On a running VM, PVE keeps a change it
+cannot hotplug in the ``[PENDING]`` section; ``qm set --revert KEY`` drops that pending change.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from kvmtune.runner import Runner
 QM = "qm"
 TIMEOUT_S = 60.0
 _VMID = re.compile(r"^[1-9][0-9]{2,8}$")
-_KEY_LINE = re.compile(r"^([a-z][a-z0-9_-]*):\s?(.*)$")
 # the config keys kvmtune's qm set forms change (and so the only keys a journal may set or revert)
 SETTABLE = frozenset({"scsihw", "rng0", "balloon", "cpu", "boot", "bootdisk"})
 
@@ -50,7 +49,8 @@ class QmVm:
 
 @dataclass
 class QmConfig:
-    """What ``qm config`` printed: the values (``description`` kept as one value) and the digest."""
+    """A VM's config as PVE's API gave it (:func:`kvmtune.proxmox.pvesh.config`): the values (``description`` kept
+    as one value) and the digest."""
 
     values: dict[str, str] = field(default_factory=dict)
     digest: str = ""
@@ -70,44 +70,15 @@ def _run(runner: Runner, argv: list[str]) -> str:
 def parse_list(text: str) -> list[QmVm]:
     """``qm list``: a header, then ``VMID NAME STATUS MEM(MB) BOOTDISK(GB) PID`` per VM."""
     out: list[QmVm] = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         words = line.split()
         if len(words) >= 3 and valid_vmid(words[0]):
             out.append(QmVm(words[0], words[1], words[2]))
     return out
 
 
-def parse_config_output(text: str, vmid: str) -> QmConfig:
-    """``qm config``'s ``key: value`` lines; a line that is not one continues the value before it (a
-    multi-line description)."""
-    out = QmConfig()
-    last: str | None = None
-    for line in text.splitlines():
-        m = _KEY_LINE.match(line)
-        if m:
-            key, value = m.group(1), m.group(2).strip()
-            if key == "digest":
-                out.digest = value
-                last = None
-                continue
-            out.values[key] = value
-            last = key
-        elif last is not None:
-            out.values[last] += "\n" + line
-        elif line.strip():
-            raise QmError(f"qm config {vmid}: cannot read {line[:60]!r}")
-    if not re.fullmatch(r"[0-9a-f]{40}", out.digest):
-        raise QmError(f"qm config {vmid}: no digest line (is this Proxmox VE's qm?)")
-    return out
-
-
 def list_vms(runner: Runner) -> list[QmVm]:
     return parse_list(_run(runner, [QM, "list"]))
-
-
-def config(runner: Runner, vmid: str, *, current: bool = False) -> QmConfig:
-    """``qm config VMID``: pending changes applied (``current``: without them)."""
-    return parse_config_output(_run(runner, [QM, "config", vmid, *(["--current"] if current else [])]), vmid)
 
 
 def set_argv(vmid: str, values: dict[str, str | None], *, digest: str | None = None,

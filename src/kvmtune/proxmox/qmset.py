@@ -15,7 +15,16 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvmtune.proxmox.config import NET_KEY, PveConfig, drive_props, format_property_string, split_property_string
+from kvmtune.proxmox.config import (
+    ASCII_SPACE,
+    DISK_KEY,
+    NET_KEY,
+    PveConfig,
+    drive_props,
+    format_property_string,
+    pve_lines,
+    split_property_string,
+)
 
 
 @dataclass
@@ -215,6 +224,41 @@ def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:
     return out
 
 
+def host_path_volume(volume: str) -> bool:
+    """A drive volume that is no PVE storage volume but a path on the host: a file or a device (``/dev/sdb``,
+    ``/dev/disk/by-id/…``), or ``cdrom``, the host's CD-ROM drive."""
+    return volume.startswith("/") or volume == "cdrom"
+
+
+def drive_refusal(cfg: PveConfig, change: QmChange, named: frozenset[str] = frozenset()) -> str:
+    """Why ``change`` may not be made (empty: it may). A fix changes options on the drives and NICs the VM already
+    has: it never creates a drive or NIC key, never puts another volume under one (a bus change moves a volume the VM
+    holds to a free key, keeping it), and leaves a drive on a host path or device alone unless the operator named
+    that volume (``fix --pve-volume PATH``)."""
+    values = new_values(cfg, change)
+    moved_from = {new: old for old, new in change.moves.items()}
+    for key, value in values.items():
+        disk = bool(DISK_KEY.match(key))
+        if not disk and not NET_KEY.match(key):
+            continue
+        if value is None:
+            if key in change.moves and key in cfg.current:
+                continue
+            return f"{key}: a fix does not remove a drive or NIC"
+        had = cfg.current.get(moved_from.get(key, key))
+        if had is None:
+            return f"{key} is not a drive or NIC VM {cfg.vmid} has: a fix never creates one"
+        if not disk:
+            continue
+        volume = drive_props(value)[0]
+        if volume != drive_props(had)[0]:
+            return f"{key}: the change would put another volume under it"
+        if host_path_volume(volume) and volume not in named:
+            return (f"{key} is the host's {volume} (a path or device, not a storage volume): changed only when named "
+                    f"(--pve-volume {volume})")
+    return ""
+
+
 def qm_set_line(cfg: PveConfig, change: QmChange) -> str:
     values = new_values(cfg, change)
     args = ["qm", "set", cfg.vmid]
@@ -235,12 +279,14 @@ def apply_to_text(text: str, cfg: PveConfig, change: QmChange) -> str:
     """The config file after the change: the current section's lines replaced, added (before the first section)
     or removed; every other byte kept."""
     values = new_values(cfg, change)
-    lines = text.splitlines(keepends=True)
+    lines = [line + "\n" for line in pve_lines(text)]  # PVE's lines: \n only
+    if lines and not text.endswith("\n"):
+        lines[-1] = lines[-1][:-1]
     out: list[str] = []
     done: set[str] = set()
     in_current = True
     for line in lines:
-        stripped = line.strip()
+        stripped = line.strip(ASCII_SPACE + "\n")
         if in_current and stripped.startswith("[") and stripped.endswith("]"):
             in_current = False
             out.extend(_added(values, done, cfg, before_section=True, after=out))

@@ -49,7 +49,7 @@ class Volume:
 def parse_storage_cfg(text: str, path: str) -> dict[str, Storage]:
     storages: dict[str, Storage] = {}
     current: tuple[str, str, dict[str, str]] | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(text.split("\n"), 1):  # PVE's SectionConfig splits on \n only
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         if m := _HEAD.match(raw):

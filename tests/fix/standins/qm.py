@@ -1,5 +1,11 @@
 """A recording stand-in for Proxmox VE's ``qm`` (list, config, set), over a fake ``/etc/pve`` tree.
 
+It reads a config as qemu-server's ``parse_vm_config`` does: lines split on ``\n`` only (a U+2028 or ``\r``
+stays inside its value), the ``#`` lines before the first section are the description, each percent-decoded
+(``PVE::Tools::decode_text``). ``qm config`` prints what PVE's ``qm config`` prints: the keys sorted, the
+description on one line percent-encoded (``PVE::Tools::encode_text``), no ``digest`` (PVE's API has the digest:
+``tests/fix/standins/pvesh.py``). ``qm set --digest D`` is refused unless D is the file's SHA-1, as PVE does.
+
 No real PVE (no pmxcfs, no API) is involved: this models what kvmtune relies on, as the PVE admin guide and
 ``qm(1)`` document it. ``KVMTUNE_QM_TREE`` is the fake ``/etc/pve``; this node is ``KVMTUNE_QM_NODE``
 (default pve1); the VMs named in ``KVMTUNE_QM_RUNNING`` (comma-separated VMIDs) run, so ``qm set`` keeps their
@@ -22,20 +28,21 @@ from pathlib import Path
 DRIVE = re.compile(r"^(ide|sata|scsi|virtio)[0-9]+$")
 
 
-def _conf(vmid: str) -> Path:
+def conf_path(vmid: str) -> Path:
     node = os.environ.get("KVMTUNE_QM_NODE", "pve1")
     return Path(os.environ["KVMTUNE_QM_TREE"]) / "nodes" / node / "qemu-server" / f"{vmid}.conf"
 
 
-def _read(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[str], str]:
+def read_conf(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[str], str]:
     description: list[str] = []
     current: dict[str, str] = {}
     pending: dict[str, str] = {}
     delete: list[str] = []
     rest = ""
     section = ""
-    for line in path.read_text().splitlines(keepends=True):
-        s = line.strip()
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for line in (raw + "\n" for raw in (lines[:-1] if lines[-1] == "" else lines)):
+        s = line.strip(" \t\r\x0b\x0c\n")
         if s.startswith("[") and s.endswith("]"):
             section = s[1:-1]
         if section and section != "PENDING":
@@ -44,15 +51,25 @@ def _read(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[s
         if not s or s.startswith("["):
             continue
         if s.startswith("#"):
-            description.append(s[1:])
+            description.append(decode_text(s[1:]))
             continue
         key, _, value = s.partition(":")
-        value = value.strip()
+        value = value.strip(" \t")
         if section == "PENDING" and key == "delete":
             delete = [k for k in value.split(",") if k]
         else:
             (pending if section else current)[key] = value
     return description, current, pending, delete, rest
+
+
+def decode_text(text: str) -> str:
+    data = re.sub(rb"%([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]), text.encode("utf-8"))
+    return data.decode("utf-8", "replace")
+
+
+def encode_text(text: str) -> str:
+    """Every byte outside printable ASCII, and ':', as %XX: PVE writes a description line so."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x3A else f"%{b:02X}" for b in text.encode("utf-8"))
 
 
 def _volume(value: str) -> str:
@@ -83,7 +100,7 @@ def _write(path: Path, description: list[str], current: dict[str, str], pending:
     used = {_volume(v) for k, v in [*current.items(), *pending.items()] if DRIVE.match(k)}
     for key in [k for k, v in current.items() if k.startswith("unused") and v in used]:
         del current[key]
-    text = "".join(f"#{d}\n" for d in description) + "".join(f"{k}: {current[k]}\n" for k in sorted(current))
+    text = "".join(f"#{encode_text(d)}\n" for d in description) + "".join(f"{k}: {current[k]}\n" for k in sorted(current))
     if pending or delete:
         text += "\n[PENDING]\n" + "".join(f"{k}: {pending[k]}\n" for k in sorted(pending))
         if delete:
@@ -91,48 +108,56 @@ def _write(path: Path, description: list[str], current: dict[str, str], pending:
     if rest:
         text += "\n" + rest.lstrip("\n")
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
-def _digest(path: Path) -> str:
+def digest(path: Path) -> str:
     return hashlib.sha1(path.read_bytes()).hexdigest()
 
 
 def cmd_list() -> int:
     running = set(os.environ.get("KVMTUNE_QM_RUNNING", "").split(","))
     print(f"{'VMID':>10} {'NAME':<20} {'STATUS':<10} {'MEM(MB)':<10} {'BOOTDISK(GB)':>12} PID")
-    folder = _conf("100").parent
+    folder = conf_path("100").parent
     for conf in sorted(folder.glob("*.conf"), key=lambda p: int(p.stem)):
-        _, current, *_ = _read(conf)
+        _, current, *_ = read_conf(conf)
         status = "running" if conf.stem in running else "stopped"
         print(f"{conf.stem:>10} {current.get('name', ''):<20} {status:<10} {current.get('memory', '512'):<10} "
               f"{32.0:>12.2f} {4242 if status == 'running' else 0}")
     return 0
 
 
-def cmd_config(vmid: str, args: list[str]) -> int:
-    path = _conf(vmid)
+def config_values(vmid: str, *, current: bool) -> dict[str, str] | None:
+    """The values PVE's API and ``qm config`` show: pending changes applied unless ``current``; None: no VM."""
+    path = conf_path(vmid)
     if not path.exists():
-        print(f"Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist", file=sys.stderr)
-        return 2
-    description, current, pending, delete, _ = _read(path)
-    values = dict(current)
-    if "--current" not in args:
+        return None
+    description, cur, pending, delete, _ = read_conf(path)
+    values = dict(cur)
+    if not current:
         values.update(pending)
         for key in delete:
             values.pop(key, None)
     if description:
         values["description"] = "\n".join(description)
-    for key in sorted(values):
-        print(f"{key}: {values[key]}")
-    print(f"digest: {_digest(path)}")
+    return values
+
+
+def cmd_config(vmid: str, args: list[str]) -> int:
+    values = config_values(vmid, current="--current" in args)
+    if values is None:
+        print(f"Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist", file=sys.stderr)
+        return 2
+    for key in sorted(values):  # PVE/CLI/qm.pm: the description encoded on one line, no digest
+        value = encode_text(values[key]) if key == "description" else values[key]
+        sys.stdout.write(f"{key}: {value}\n")
     return 0
 
 
 def cmd_set(vmid: str, args: list[str]) -> int:
-    path = _conf(vmid)
-    description, current, pending, delete, rest = _read(path)
+    path = conf_path(vmid)
+    description, current, pending, delete, rest = read_conf(path)
     running = vmid in os.environ.get("KVMTUNE_QM_RUNNING", "").split(",")
     options: dict[str, str] = {}
     while args:
@@ -140,8 +165,12 @@ def cmd_set(vmid: str, args: list[str]) -> int:
         if not opt.startswith("--"):
             print(f"400 unable to parse option: {opt}", file=sys.stderr)
             return 255
+        if "\n" in value:
+            print(f"400 Parameter verification failed. {opt[2:]}: value does not match the regex pattern",
+                  file=sys.stderr)
+            return 255
         options[opt[2:]] = value
-    if "digest" in options and options.pop("digest") != _digest(path):
+    if "digest" in options and options.pop("digest") != digest(path):
         print("detected modified configuration - file changed by other user? Try again.", file=sys.stderr)
         return 255
     for key in [k for k in options.pop("revert", "").split(",") if k]:

@@ -1,0 +1,113 @@
+"""A running Proxmox VE node's VM configuration as structured data: ``pvesh get /nodes/localhost/qemu/VMID/config
+--output-format json``, through the one :class:`~kvmtune.runner.Runner`.
+
+The API answers one JSON object: each config key to its value (a string or a number; ``description`` is the
+notes as they are, newlines and all) and ``digest``, the SHA-1 of the config file that ``qm set --digest``
+checks, so that a config changed since it was read is refused by PVE itself. Without ``--current 1`` the
+pending changes are applied (what the VM gets at its next start). ``qm config`` is not read: it prints the
+same values as ``key: value`` lines, which a value can only be told apart from by PVE's own encoding rules.
+
+``localhost`` is the node PVE's API resolves to the one it runs on (``pvesh``'s ``check_proxyto`` never
+proxies it), so no host name read from the system reaches the path. What the command prints is hostile:
+at most :data:`MAX_JSON_BYTES`, one object, no key twice, keys of PVE's key syntax, each value a string or a
+number (never ``true``, ``null``, a list or an object), a 40-digit hex digest; a ``\\n`` in any value but the
+description is refused (PVE's config file cannot hold one). Anything else is a :class:`~kvmtune.proxmox.qm.QmError`
+naming the VM and the problem in one line; the VM is then not planned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from kvmtune.proxmox.qm import QmConfig, QmError, valid_vmid
+from kvmtune.runner import Runner
+
+PVESH = "pvesh"
+NODE = "localhost"
+TIMEOUT_S = 60.0
+# a config file is at most 1 MiB (pmxcfs); JSON writes a control character in six bytes
+MAX_JSON_BYTES = 8 * 1024 * 1024
+MAX_KEYS = 2048
+_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_DIGEST = re.compile(r"[0-9a-f]{40}")
+
+
+def config_argv(vmid: str, *, current: bool = False) -> list[str]:
+    if not valid_vmid(vmid):
+        raise QmError(f"{vmid!r} is not a VMID")
+    return [PVESH, "get", f"/nodes/{NODE}/qemu/{vmid}/config", *(["--current", "1"] if current else []),
+            "--output-format", "json"]
+
+
+def config(runner: Runner, vmid: str, *, current: bool = False) -> QmConfig:
+    """VM ``vmid``'s config, pending changes applied (``current``: without them), with its digest."""
+    result = runner.run(config_argv(vmid, current=current), timeout=TIMEOUT_S)
+    if not result.ok:
+        raise QmError(result.describe_failure())
+    return parse_config_json(result.stdout, vmid)
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _text(value: object) -> str | None:
+    """A value as the config file holds it: a string as is, an integer or a finite number in decimal."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
+
+
+def parse_config_json(text: str, vmid: str) -> QmConfig:
+    where = f"pvesh get /nodes/{NODE}/qemu/{vmid}/config"
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_JSON_BYTES:
+        raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
+    try:
+        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+    except _Duplicate as exc:
+        raise QmError(f"{where}: key {str(exc)[:64]!r} appears twice") from None
+    except (ValueError, RecursionError) as exc:
+        raise QmError(f"{where}: not JSON ({str(exc)[:80]})") from None
+    if not isinstance(data, dict):
+        raise QmError(f"{where}: not a JSON object but {type(data).__name__}")
+    if len(data) > MAX_KEYS:
+        raise QmError(f"{where}: {len(data)} keys, more than a VM config has")
+    out = QmConfig()
+    for key, value in data.items():
+        if not _KEY.fullmatch(key):
+            raise QmError(f"{where}: {key[:64]!r} is not a config key")
+        as_text = _text(value)
+        if as_text is None:
+            raise QmError(f"{where}: {key}: a {type(value).__name__}, not a string or a number")
+        if key == "digest":
+            if not _DIGEST.fullmatch(as_text):
+                raise QmError(f"{where}: digest {as_text[:64]!r} is not 40 hex digits")
+            out.digest = as_text
+            continue
+        if key != "description" and ("\n" in as_text or "\0" in as_text):
+            raise QmError(f"{where}: {key}: a line break or NUL in a value PVE's config file cannot hold")
+        out.values[key] = as_text
+    if not out.digest:
+        raise QmError(f"{where}: no digest (is this Proxmox VE's API?)")
+    return out
