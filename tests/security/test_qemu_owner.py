@@ -85,7 +85,7 @@ def test_without_the_capabilities_to_take_its_uid_the_images_are_said_not_read(
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, timeout=300, check=False)
     assert done.returncode in (0, 1), done.stderr
     doc = json.loads(done.stdout)
-    assert any(f["target"]["domain"] == name for f in doc["findings"]), "the QEMU of nobody was audited"
+    assert any(f["target"]["domain"] == name for f in doc["findings"]), ("the QEMU of nobody was audited", doc["looked_at"])
     (line,) = [n for n in doc["looked_at"] if "QEMUs run by other users than root not read" in n]
     assert "no CAP_SETUID/CAP_SETGID, as under kvmtune-audit.service" in line
     assert str(shared) in line and str(private) in line
