@@ -71,7 +71,9 @@ def test_a_malformed_metadata_waiver_is_one_error_line() -> None:
         "/x/db02.xml: <metadata> waiver 1 of guest db02: expires 'soon' is not a date (YYYY-MM-DD)",
     ]
     assert errors[2].startswith("/x/db03.xml: <metadata> waiver 1 of guest db03: unknown rule id 'KVM-STQ-004'")
-    assert ws == [Waiver("KVM-STO-004", "ok", guest="AB-CD", target="disk:vda", origin="<metadata> of db04")]
+    # bound to the guest it came from (its name and source), not to a pattern made of its UUID
+    assert ws == [Waiver("KVM-STO-004", "ok", guest="db04", target="disk:vda", origin="<metadata> of db04",
+                         guest_source="/x/db04.xml")]
 
 
 def test_the_baseline_matches_by_uuid_across_a_rename_and_lists_the_resolved(tmp_path: Path) -> None:

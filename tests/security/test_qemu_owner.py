@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -70,3 +71,23 @@ def test_images_of_a_users_qemu_are_read_as_that_user(nobody_qemu: tuple[str, Pa
     audited = {f["target"]["device"] or "" for f in doc["findings"]}
     assert not any(str(private) in d for d in audited)
     assert any(str(shared) in d for d in audited), "its readable image was audited (as nobody)"
+
+
+def test_without_the_capabilities_to_take_its_uid_the_images_are_said_not_read(
+        nobody_qemu: tuple[str, Path, Path]) -> None:
+    """Issue 43 item 7: kvmtune-audit.service's bounding set lacks CAP_SETUID/CAP_SETGID, so the timer's audit cannot
+    read a user's QEMU images as that user. It says so, naming them, rather than blaming the images' modes."""
+    name, shared, private = nobody_qemu
+    src = Path(__file__).resolve().parents[2] / "src"
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-setuid,-setgid", "--", sys.executable, "-m", "kvmtune", "audit", "--no-config",
+         "--running", "--format", "json"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    doc = json.loads(done.stdout)
+    assert any(f["target"]["domain"] == name for f in doc["findings"]), ("the QEMU of nobody was audited", doc["looked_at"])
+    (line,) = [n for n in doc["looked_at"] if "QEMUs run by other users than root not read" in n]
+    assert "no CAP_SETUID/CAP_SETGID, as under kvmtune-audit.service" in line
+    assert str(shared) in line and str(private) in line
+    audited = {f["target"]["device"] or "" for f in doc["findings"]}
+    assert not any(str(shared) in d or str(private) in d for d in audited)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,7 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         add_images(sources.images, ctx, result)
     if not explicit:
         _add_this_hosts_guests(ctx, result)
+    forget_bad_uuids(result)
     mark_guests_off_host(result, sources.assume_this_host)
     if sources.agent_timeout is not None:
         add_guest_insides(result, timeout=sources.agent_timeout, live_host=ctx.host.is_live)
@@ -200,6 +202,20 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[Path]:
         else:
             files.append(p)
     return files
+
+
+# a UUID as libvirt and QEMU write it: 32 hex digits, dashed 8-4-4-4-12 or not at all
+_UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
+
+
+def forget_bad_uuids(result: AuditResult) -> None:
+    """A guest's UUID that is no UUID (``<uuid>*</uuid>``) is said in one line and the guest audited without
+    one: a UUID names one guest, in waivers, baselines and reports, and such a value names none."""
+    for guest in result.guests:
+        if guest.uuid is not None and not _UUID.fullmatch(guest.uuid.strip()):
+            result.looked_at.append(f"{safe(guest.origin)}: guest {safe(guest.name)}'s UUID '{safe(guest.uuid)}' is "
+                                    "not a UUID; audited without one")
+            guest.uuid = None
 
 
 def note_template(guest: Guest, result: AuditResult) -> None:

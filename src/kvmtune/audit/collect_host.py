@@ -71,12 +71,37 @@ def _expand(paths: Iterable[str], result: AuditResult) -> list[str]:
     return out
 
 
+# CAP_SETGID (6) and CAP_SETUID (7): what setpriv needs to read an image as the QEMU user who runs it
+_SET_IDS = (1 << 6) | (1 << 7)
+
+
+def can_take_uids() -> bool:
+    """Whether this process may take another user's uid and gid (root with CAP_SETUID and CAP_SETGID in effect).
+    ``kvmtune-audit.service`` leaves both out of its bounding set, so the timer's audit may not."""
+    status = HostRoot("/").read_optional("/proc/self/status") or ""
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16) & _SET_IDS == _SET_IDS
+            except ValueError:
+                return False
+    return False
+
+
 def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, quiet_unreadable: bool) -> int:
     mounts = local_mounts()
     skipped: list[str] = []
+    not_as_owner: list[str] = []
+    can_take: bool | None = None
     header_only = 0
     n = 0
     for w in wanted:
+        if w.owner is not None and w.owner[0] != 0 and os.geteuid() == 0:
+            # root reads another user's QEMU's image as that user (setpriv), or not at all
+            can_take = can_take_uids() if can_take is None else can_take
+            if not can_take:
+                not_as_owner.append(w.path)
+                continue
         try:
             img = read_image(w.path, ctx.runner, mounts, in_use=w.in_use, declared_format=w.declared_format,
                              owner=w.owner)
@@ -99,6 +124,11 @@ def _read_all(wanted: list[_Wanted], ctx: AuditContext, result: AuditResult, *, 
         )
     if skipped:
         result.looked_at.append(f"{len(skipped)} guest image(s) not readable by this user (skipped): {', '.join(skipped)}")
+    if not_as_owner:
+        result.looked_at.append(
+            f"{len(not_as_owner)} image(s) of QEMUs run by other users than root not read: this process may not take "
+            "their uid (no CAP_SETUID/CAP_SETGID, as under kvmtune-audit.service); run 'kvmtune audit' as root "
+            f"outside the unit to read them: {', '.join(not_as_owner)}")
     unfollowed = [i.path for i in result.images[-n:] if n and i.backing_note]
     if unfollowed:
         result.looked_at.append(

@@ -84,7 +84,8 @@ class FixHint:
 @dataclass(frozen=True, slots=True)
 class Waiver:
     """An accepted finding: a settings file's ``[[waiver]]`` or a guest's own ``<metadata>`` (audit/waivers.py
-    matches them). ``rule`` is an id or id prefix; ``host``, ``guest`` and ``target`` are globs (``None``: any)."""
+    matches them). ``rule`` is an id or id prefix; ``host``, ``guest`` and ``target`` are globs (``None``: any),
+    except that a ``<metadata>`` waiver (``guest_source`` set) is bound to the one guest it came from."""
 
     rule: str
     reason: str
@@ -94,10 +95,15 @@ class Waiver:
     expires: date | None = None  # waives up to and including this day
     by: str | None = None
     origin: str = ""  # where it was written: FILE:LINE, or the guest's <metadata>
+    # a <metadata> waiver: where the one guest it came from was read (its file, URI or process); it then
+    # applies to that guest's own findings only, ``guest`` being that guest's name, not a glob. None: a
+    # settings file's waiver (globs)
+    guest_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "reason": self.reason, "host": self.host, "guest": self.guest, "target": self.target,
-                "expires": self.expires.isoformat() if self.expires else None, "by": self.by, "origin": self.origin}
+                "expires": self.expires.isoformat() if self.expires else None, "by": self.by, "origin": self.origin,
+                "guest_source": self.guest_source}
 
     def label(self) -> str:
         """``KVM-STO-004 guest=db* (FILE:LINE)``: how notices name it."""

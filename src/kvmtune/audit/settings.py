@@ -244,6 +244,10 @@ def read_file(path: str) -> tuple[dict[str, Value], list[Waiver]]:
         m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise InputError(path, f"not valid TOML: {message}", int(m.group(1)) if m else None) from None
+    except RecursionError:  # tomllib recurses per nesting level: a deep list is a line, not a traceback
+        raise InputError(path, "TOML nested too deeply to read") from None
+    except MemoryError:
+        raise InputError(path, "too large to read as TOML") from None
     return _Reader(path, text).read(doc)
 
 

@@ -12,6 +12,8 @@ baseline's findings that are gone are listed as resolved.
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -24,7 +26,10 @@ from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Guest
 
-MAX_BASELINE_BYTES = 512 * 1024 * 1024
+# A baseline is an earlier report: a 10,000-domain audit's JSON is 148 MiB (measured on the fleet scale bench's
+# domains, bench/fleet/audit_scale.py; 105,000 findings, each with its guest's UUID) and takes 645 MiB to read.
+# The cap leaves 1.7x that for waivers, baseline marks and longer names (docs/settings.md names it).
+MAX_BASELINE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -47,14 +52,22 @@ def matches(w: Waiver, f: Finding, uuid: str | None) -> bool:
     t = f.target
     if not f.rule.startswith(w.rule):
         return False
+    if w.guest_source is not None:  # a guest's own <metadata> waiver: that guest's findings, by name and source
+        return t.domain == w.guest and f.source == w.guest_source and _glob(w.target, t.device)
     if w.guest is not None and t.domain is None:
         return False
     return _glob(w.host, t.host) and _glob(w.guest, t.domain, uuid) and _glob(w.target, t.device)
 
 
-def guest_waivers(guests: Iterable[Guest], errors: list[str]) -> list[Waiver]:
-    """The waivers guests carry in their ``<metadata>`` (kvmtune's namespace), each for that guest only; a
-    malformed one is an error line naming the guest and is not used."""
+# the rule groups (KVM-STO, KVM-NET, ...): a <metadata> waiver names at least one
+_CATEGORY = re.compile(r"KVM-[A-Z]{3}")
+
+
+def guest_waivers(guests: Iterable[Guest], errors: list[str], notes: list[str] | None = None) -> list[Waiver]:
+    """The waivers guests carry in their ``<metadata>`` (kvmtune's namespace), each bound to the guest it came
+    from (its name and the file, URI or process it was read from), never a pattern: a guest named ``*`` waives
+    its own findings only. A malformed one is an error line naming the guest and is not used; one whose rule
+    names less than a category (``KVM-``) is ignored with a line in ``notes``."""
     out: list[Waiver] = []
     for g in guests:
         for i, attrs in enumerate(g.waivers, 1):
@@ -71,9 +84,14 @@ def guest_waivers(guests: Iterable[Guest], errors: list[str]) -> list[Waiver]:
             if problem is not None:
                 errors.append(f"{where}: {problem}")
                 continue
-            out.append(Waiver(rule=rule.upper(), reason=reason, host=None, guest=g.uuid or g.name,
+            if not _CATEGORY.match(rule.upper()):
+                if notes is not None:
+                    notes.append(f"{where}: rule {rule!r} names less than a rule group (KVM-STO, KVM-NET, …); "
+                                 "ignored")
+                continue
+            out.append(Waiver(rule=rule.upper(), reason=reason, host=None, guest=g.name,
                               target=attrs.get("target") or None, expires=expires, by=attrs.get("by") or None,
-                              origin=f"<metadata> of {g.name}"))
+                              origin=f"<metadata> of {g.name}", guest_source=g.origin))
     return out
 
 
@@ -89,12 +107,16 @@ def apply_waivers(findings: Sequence[Finding], waivers: Sequence[Waiver], guests
 
     A waiver is stale only where it could have matched: its rule among ``rule_ids`` (those that ran) and its
     host glob matching ``host`` (the audited host), so a fleet-wide file is not stale on every other host."""
-    uuids = _uuids(guests)
+    guests = list(guests)
+    by_source = {(g.name, g.origin): g.uuid.lower() for g in guests if g.uuid}
+    names = Counter(g.name for g in guests)
+    uuids = {name: uuid for name, uuid in _uuids(guests).items() if names[name] == 1}
     notes = WaiverNotes()
     used: set[int] = set()
     expired_hits: dict[int, int] = {}
     for f in findings:
-        uuid = uuids.get(f.target.domain or "")
+        # the UUID of the guest the finding is about: by name and source, a name two guests share names neither
+        uuid = by_source.get((f.target.domain or "", f.source)) or uuids.get(f.target.domain or "")
         for i, w in enumerate(waivers):
             if not matches(w, f, uuid):
                 continue
@@ -159,11 +181,17 @@ class Baseline:
 
 def read_baseline(path: str) -> Baseline:
     """An earlier ``audit --format json`` report; :class:`InputError` (one line) for anything else."""
-    raw = read_regular(path, MAX_BASELINE_BYTES, "baseline report")
+    raw = read_regular(path, MAX_BASELINE_BYTES, " (a baseline report)")
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(path, f"not a JSON report ({exc})") from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply to read; not a kvmtune audit report") from None
+    except MemoryError:
+        raise InputError(path, "too large to read into memory; not used as a baseline") from None
+    finally:
+        del raw
     if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list) or "schema_version" not in doc:
         raise InputError(path, "not a kvmtune audit JSON report (no schema_version and findings list)")
     entries: list[dict[str, Any]] = []

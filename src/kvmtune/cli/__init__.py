@@ -167,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvmtuneError as exc:
         print(f"kvmtune: {safe(exc)}", file=sys.stderr)
         return Exit.USAGE
+    except (RecursionError, MemoryError) as exc:
+        # an input nested or sized past what could be read, where no reader said which (each names its file):
+        # still one line and exit 2, never a traceback whose exit 1 CI reads as "findings"
+        print(f"kvmtune: an input was nested too deeply or too large to read ({type(exc).__name__}); "
+              "nothing judged", file=sys.stderr)
+        return Exit.USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED

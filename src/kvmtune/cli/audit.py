@@ -116,10 +116,11 @@ class AuditCommand(Command):
         pve_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         if not args.no_waivers:
-            waivers = [*settings.waivers, *guest_waivers(result.guests, result.errors)]
+            ignored: list[str] = []
+            waivers = [*settings.waivers, *guest_waivers(result.guests, result.errors, ignored)]
             notes = apply_waivers(result.findings, waivers, result.guests, today=date.today(), host=result.host,
                                   rule_ids=[r.id for r in rules])
-            result.waiver_notes = notes.lines()
+            result.waiver_notes = [*ignored, *notes.lines()]
         result.show_waived = args.show_waived
         if args.new_since and baseline is None:  # db:LABEL: this host's part of a fleet collection
             baseline = _fleet_baseline(args, ctx.host_label())

@@ -65,6 +65,8 @@ class WhyCommand(Command):
 def render_text(r: WhyReport) -> str:
     t = r.target
     where = ", ".join(dict.fromkeys(x for x in (f"pid {t.pid}" if t.pid is not None else "", t.source) if x))
+    if t.owner:  # a QEMU libvirt did not start: any user may run one under any -name
+        where += f", run by {safe(t.owner)}"
     lines = [f"why {t.name} ({where}): sampled {r.seconds:.1f} s"]
     if r.emulation:
         lines.append("EMULATION: this guest runs under TCG, not KVM: every number below is an emulation number")

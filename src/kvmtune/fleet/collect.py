@@ -101,6 +101,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(data)
     except RecursionError:
         raise InputError(str(path), "JSON nested too deeply to read") from None
+    except MemoryError:
+        raise InputError(str(path), "too large to read into memory") from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise InputError(str(path), f"not JSON ({str(exc).splitlines()[0]})") from None
 

@@ -55,6 +55,9 @@ class GuestSample:
     # what metrics are keyed by, the same across a restart: "uuid:<UUID>" (libvirt, QEMU -uuid or smbios),
     # else "name:<QEMU -name>", else "pid:<pid>" (an unnamed process has nothing steadier)
     identity: str = ""
+    # who runs a QEMU that libvirt did not start (its user name, else "uid N"): any user may start one and
+    # give it any -name; "" for libvirt's guests
+    owner: str = ""
 
 
 @dataclass

@@ -51,7 +51,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | N
         by_guest.setdefault(d.guest, []).append(d)
     for d in by_guest.get("", []):
         lines.append(safe(f"host {d.level}: {d.signal} {d.value} (≥ {d.threshold}) → {d.explanation}"))
-    head = f"{'GUEST':<22} {'SOURCE':<22} {'vCPU DELAY':>10} {'vCPU BUSY':>9} {'IOPS':>7} {'DISK ms':>8} " \
+    head = f"{'GUEST':<22} {'SOURCE':<28} {'vCPU DELAY':>10} {'vCPU BUSY':>9} {'IOPS':>7} {'DISK ms':>8} " \
            f"{'NET pps':>8} {'DROPS':>6} {'BALLOON':>7}  DIAGNOSIS"
     lines.append(head)
     for g in sorted(r.guests, key=_sort_key(sort)):
@@ -62,7 +62,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | N
         # a disk's or NIC's name is the QMP device id or tap name, which a fake QEMU chooses freely
         diag = safe("; ".join(f"{d.level} {d.signal} {d.value}{', ' + d.who if d.who else ''} → {d.explanation}"
                               for d in by_guest.get(g.key, [])))
-        row = (f"{safe(g.name)[:22]:<22} {safe(g.source)[:22]:<22} {_pct(g.max_vcpu_delay):>10} "
+        row = (f"{safe(g.name)[:22]:<22} {_source(g)[:28]:<28} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
                f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
         lines.append(row[:width] if width is not None and width > 40 else row)
@@ -70,6 +70,12 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | N
         lines.append("(no running guest found)")
     lines.extend(f"note: {safe(n)}" for n in r.notes)
     return "\n".join(lines)
+
+
+def _source(g: GuestRates) -> str:
+    """Where a guest was found and, for a QEMU libvirt did not start, who runs it: any user may start a QEMU
+    under any -name (``pid 4242 (mallory)``; a name too long for the column is whole in the JSON)."""
+    return f"{safe(g.source)} ({safe(g.owner)})" if g.owner else safe(g.source)
 
 
 def _diag_json(d: Diagnosis) -> dict[str, Any]:
@@ -81,7 +87,7 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
     guests = []
     for g in r.guests:
         guests.append({
-            "key": g.key, "id": g.identity, "name": g.name, "source": g.source,
+            "key": g.key, "id": g.identity, "name": g.name, "source": g.source, "owner": g.owner or None,
             "vcpu_delay": {str(k): v for k, v in g.vcpu_delay.items()},
             "vcpu_busy": {str(k): v for k, v in g.vcpu_busy.items()},
             "disks": {k: vars(v) for k, v in g.disks.items()},
@@ -96,7 +102,10 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
 
 def _series(g: GuestRates) -> dict[str, str]:
     """A guest's labels: its stable identity, never its pid, so a restarted guest continues its series."""
-    return {"guest": g.name, "id": g.identity, "source": "qemu" if g.source.startswith("pid ") else g.source}
+    labels = {"guest": g.name, "id": g.identity, "source": "qemu" if g.source.startswith("pid ") else g.source}
+    if g.owner:  # a QEMU libvirt did not start: who runs it (a user name or uid, steady across its restarts)
+        labels["owner"] = g.owner
+    return labels
 
 
 def prometheus_text(r: Rates, diagnoses: list[Diagnosis]) -> str:

@@ -38,6 +38,7 @@ class GuestRates:
     balloon_fraction: float | None = None  # balloon size / defined memory
     halt_poll_success: float | None = None
     identity: str = ""  # GuestSample.identity: what metrics are keyed by
+    owner: str = ""  # GuestSample.owner: who runs a QEMU libvirt did not start
 
     @property
     def max_vcpu_delay(self) -> float | None:
@@ -78,7 +79,7 @@ def _ratio(num: int | None, den: int | None) -> float | None:
 
 
 def guest_rates(a: GuestSample, b: GuestSample, dt: float) -> GuestRates:
-    out = GuestRates(b.key, b.name, b.source, identity=b.identity or b.key)
+    out = GuestRates(b.key, b.name, b.source, identity=b.identity or b.key, owner=b.owner)
     dt_ns = dt * 1e9
     for i, vb in b.vcpus.items():
         va = a.vcpus.get(i)

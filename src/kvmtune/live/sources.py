@@ -134,6 +134,26 @@ def _halt_poll(host: HostRoot, directory: str) -> tuple[int | None, int | None]:
     return int(success), int(attempted)
 
 
+def process_owner(host: HostRoot, pid: int) -> str:
+    """Who runs ``pid`` (its real uid, ``/proc/PID/status`` ``Uid``): the user's name in the host's user database
+    (the tree's ``/etc/passwd`` under ``--root``), else ``uid N``; "" when the status cannot be read."""
+    uid = (_status_field(host.read_optional(f"/proc/{pid}/status") or "", "Uid") or "").split()[:1]
+    if not uid or not uid[0].isdigit():
+        return ""
+    if host.is_live:
+        import pwd
+
+        try:
+            return pwd.getpwuid(int(uid[0])).pw_name
+        except (KeyError, OverflowError):
+            return f"uid {uid[0]}"
+    for line in (host.read_optional("/etc/passwd") or "").splitlines():
+        fields = line.split(":")
+        if len(fields) > 2 and fields[2] == uid[0] and fields[0]:
+            return fields[0]
+    return f"uid {uid[0]}"
+
+
 class ProcQemuSource:
     """QEMU processes found in /proc that no libvirt manages, read without disturbing them.
 
@@ -151,6 +171,7 @@ class ProcQemuSource:
         self._threads: dict[int, dict[int, str]] = {}
         self._models: dict[int, Guest] = {}
         self._tap_names: dict[int, list[str]] = {}
+        self._owners: dict[int, str] = {}
         self._affinity: dict[tuple[int, str], frozenset[int] | None] = {}
         self._round = 0
 
@@ -193,6 +214,7 @@ class ProcQemuSource:
         self._threads.pop(pid, None)
         self._models.pop(pid, None)
         self._tap_names.pop(pid, None)
+        self._owners.pop(pid, None)
         for key in [k for k in self._affinity if k[0] == pid]:
             del self._affinity[key]
 
@@ -227,8 +249,11 @@ class ProcQemuSource:
         name = model.name if model.name and model.name != "?" else f"pid-{pid}"
         identity = (f"uuid:{model.uuid.strip().lower()}" if model.uuid else
                     f"name:{model.name}" if model.name and model.name != "?" else f"pid:{pid}")
+        owner = self._owners.get(pid)
+        if owner is None:
+            owner = self._owners[pid] = process_owner(self.host, pid)
         g = GuestSample(key=f"pid:{pid}:{name}", name=name, source=f"pid {pid}", pid=pid, guest=model,
-                        memory_kib=model.memory_kib, identity=identity)
+                        memory_kib=model.memory_kib, identity=identity, owner=owner)
         qmp = self._connect(pid, argv, g)
         for index, tid in self._vcpu_threads(pid, qmp).items():
             counters = parse_schedstat(self.host.read_optional(f"/proc/{pid}/task/{tid}/schedstat") or "")

@@ -71,6 +71,7 @@ class Target:
     pid: int | None
     uuid: str | None
     libvirt: bool
+    owner: str = ""  # a QEMU libvirt did not start: who runs it (user name, else "uid N")
 
 
 @dataclass
@@ -93,7 +94,8 @@ class WhyReport:
     def as_json(self) -> dict[str, Any]:
         t = self.target
         return {"schema_version": 1, "kind": "kvmtune-why",
-                "guest": {"name": t.name, "source": t.source, "key": t.key, "pid": t.pid, "uuid": t.uuid},
+                "guest": {"name": t.name, "source": t.source, "key": t.key, "pid": t.pid, "uuid": t.uuid,
+                          "owner": t.owner or None},
                 "seconds": self.seconds, "accel": self.accel, "emulation": self.emulation,
                 "explained": bool(self.lines), "lines": [line.as_json() for line in self.lines],
                 "vcpus": self.vcpus, "disks": self.disks, "nics": self.nics, "memory": self.memory,
@@ -117,12 +119,13 @@ def find_target(host: HostRoot, snap: Snapshot, text: str) -> Target:
         uuid = g.guest.uuid if g.guest is not None else None
         names = {g.name, *([uuid.lower()] if uuid else [])}
         if (text.isdigit() and pid == int(text)) or text in names or text.lower() in names:
-            matches.append(Target(g.name, g.source, g.key, pid, uuid, libvirt))
+            matches.append(Target(g.name, g.source, g.key, pid, uuid, libvirt, g.owner))
     if not matches:
         seen = ", ".join(sorted(g.name for g in snap.guests.values())) or "none"
         raise UsageError(f"{text}: no running guest has this name, UUID or pid (running: {seen})")
     if len(matches) > 1:
-        raise UsageError(f"{text}: names {len(matches)} running guests ({', '.join(m.source for m in matches)}); "
+        shown = ", ".join(m.source + (f" ({m.owner})" if m.owner else "") for m in matches)
+        raise UsageError(f"{text}: names {len(matches)} running guests ({shown}); "
                          "name it by pid or UUID")
     return matches[0]
 

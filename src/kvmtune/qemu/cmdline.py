@@ -103,6 +103,8 @@ def parse_keyval(text: str, implied: str | None = None) -> dict[str, Any]:
             data = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise ValueError(f"invalid JSON option value: {exc.msg}") from None
+        except RecursionError:  # another user's QEMU may carry it: a line, not a traceback
+            raise ValueError("JSON option value nested too deeply to read") from None
         if not isinstance(data, dict):
             raise ValueError("JSON option value is not an object")
         return _flatten(data)

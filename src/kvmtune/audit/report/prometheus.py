@@ -22,10 +22,13 @@ def render_prometheus(result: AuditResult, host: str, now: float | None = None) 
     for (rule, topic, severity), n in sorted(per_rule.items()):
         m.add("kvmtune_audit_findings", "Findings of one rule at one severity on this host (waived ones not counted).",
               {"host": host, "rule": rule, "topic": topic, "severity": severity}, n)
-    waived = Counter((f.rule, f.topic, str(f.severity)) for f in result.findings if f.waiver is not None)
-    for (rule, topic, severity), n in sorted(waived.items()):
-        m.add("kvmtune_audit_waived_findings", "Findings a waiver accepted, per rule and severity on this host.",
-              {"host": host, "rule": rule, "topic": topic, "severity": severity}, n)
+    waived = Counter((f.rule, f.topic, str(f.severity), f.waiver.origin) for f in result.findings
+                     if f.waiver is not None)
+    for (rule, topic, severity, origin), n in sorted(waived.items()):
+        m.add("kvmtune_audit_waived_findings",
+              "Findings a waiver accepted, per rule and severity on this host, and where the waiver was written "
+              "(FILE:LINE, or <metadata> of GUEST).",
+              {"host": host, "rule": rule, "topic": topic, "severity": severity, "waiver": origin}, n)
     m.add("kvmtune_audit_waiver_notes", "Waivers that expired or matched nothing in this audit (stale).",
           {"host": host}, len(result.waiver_notes))
     by_severity = Counter(str(f.severity) for f in live)

@@ -67,7 +67,7 @@ def render_sarif(result: AuditResult) -> str:
         if f.waiver is not None:  # SARIF's own way to say "accepted, and why": code-scanning UIs show it
             w = f.waiver
             until = f" (until {w.expires.isoformat()})" if w.expires else ""
-            res["suppressions"] = [{"kind": "external", "status": "accepted", "justification": f"{w.reason}{until}",
+            res["suppressions"] = [{"kind": "external", "status": "accepted", "justification": f"{w.reason}{until} [{w.origin}]",
                                     "properties": w.to_json()}]
         if f.new is not None:
             res["baselineState"] = "new" if f.new else "unchanged"
