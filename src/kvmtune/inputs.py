@@ -163,8 +163,12 @@ def _component_error(path: str, where: str, fd: int, name: str, exc: OSError) ->
     if exc.errno == errno.ENOTDIR:
         return InputError(path, f"{where} is not a directory")
     if isinstance(exc, FileNotFoundError):
-        return InputError(path, f"no such file or directory ({where})")
+        return MissingPath(path, f"no such file or directory ({where})")
     return _os_error(path, exc)
+
+
+class MissingPath(InputError):
+    """:func:`open_dir` found a component of the path missing."""
 
 
 # openat2(2): Linux 5.6; the same number on every architecture (system calls added since 4.20 share them)
@@ -204,16 +208,16 @@ class _Openat2:
 
 
 def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o600) -> int:
-    """Open ``rel`` below the directory ``dir_fd``: no component a symbolic link, none leading out (``..``,
-    an absolute path). ``openat2`` where the kernel has it, else an ``O_NOFOLLOW`` walk; ``O_CLOEXEC`` always.
+    """Open ``rel`` below the directory ``dir_fd``: no component a symbolic link, no ``..``, not absolute.
+    ``openat2`` where the kernel has it, else an ``O_NOFOLLOW`` walk; ``O_CLOEXEC`` always.
     An :class:`OSError` (``ELOOP``, ``EXDEV``, ``ENOTDIR``...) when ``rel`` cannot be reached that way."""
     flags |= os.O_CLOEXEC
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts:  # refused by both ways alike (openat2 takes a ".." that stays below)
+        raise OSError(errno.EXDEV, "leads out of its directory", rel)
     fd = _Openat2.open(dir_fd, rel, flags, mode)
     if fd is not None:
         return fd
-    parts = rel.split("/")
-    if rel.startswith("/") or ".." in parts:
-        raise OSError(errno.EXDEV, "leads out of its directory", rel)
     names = [p for p in parts if p not in ("", ".")] or ["."]
     here = dir_fd
     try:
@@ -229,45 +233,47 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o600) -> int:
 
 
 def read_private(path: str, limit: int, what: str = "", noun: str = "a file",
-                 check: Callable[[str, os.stat_result], None] | None = None, *, ancestors: bool = True) -> bytes:
+                 check: Callable[[str, os.stat_result], None] | None = None, *, dir_fd: int | None = None) -> bytes:
     """At most ``limit`` bytes of a regular file that only the invoking user (``check``: another rule, given
     the path and the descriptor's ``fstat``) can have written, opened once and read from that descriptor.
 
-    Reached through :func:`open_dir` (no symbolic link on the way; with ``ancestors``, every directory above
-    it one only root and the invoking user can change, :func:`check_ancestor`), then opened relative to its
-    directory: not a link (``O_NOFOLLOW``), not a FIFO or device (``O_NONBLOCK``, then ``fstat``), passing
-    ``check`` (default: :func:`check_private`), and no larger than ``limit``."""
+    Reached through :func:`open_dir` (no symbolic link on the way, every directory above it one only root
+    and the invoking user can change, :func:`check_ancestor`), or in ``dir_fd`` (a descriptor of its
+    directory the caller reached so), then opened relative to its directory: not a link (``O_NOFOLLOW``),
+    not a FIFO or device (``O_NONBLOCK``, then ``fstat``), passing ``check`` (default: :func:`check_private`),
+    and no larger than ``limit``."""
     directory, name = os.path.split(os.path.join(os.getcwd(), path))
-    dir_fd = open_dir(directory, check=_ancestor_rule(path) if ancestors else None, shown=path)
+    if dir_fd is None:
+        held = open_dir(directory, check=ancestor_rule(path), shown=path)
+        try:
+            return read_private(path, limit, what, noun, check, dir_fd=held)
+        finally:
+            os.close(held)
     try:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW,
-                         dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise InputError(path, "a symbolic link; not followed") from None
-            raise _os_error(path, exc) from None
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise InputError(path, "is a directory")
-            if not stat.S_ISREG(st.st_mode):
-                raise InputError(path, f"not a regular file ({kind_of(st.st_mode)}); not read")
-            if ancestors:
-                check_ancestor(path, directory, os.fstat(dir_fd), st)
-            if check is None:
-                check_private(path, st, noun)
-            else:
-                check(path, st)
-        except BaseException:
-            os.close(fd)
-            raise
-    finally:
-        os.close(dir_fd)
+        fd = open_beneath(dir_fd, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            raise InputError(path, "a symbolic link; not followed") from None
+        raise _os_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(path, "is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(path, f"not a regular file ({kind_of(st.st_mode)}); not read")
+        check_ancestor(path, directory, os.fstat(dir_fd), st)
+        if check is None:
+            check_private(path, st, noun)
+        else:
+            check(path, st)
+    except BaseException:
+        os.close(fd)
+        raise
     return _read_fd(fd, st, path, limit, what)
 
 
-def _ancestor_rule(path: str) -> Callable[[str, os.stat_result, os.stat_result], None]:
+def ancestor_rule(path: str) -> Callable[[str, os.stat_result, os.stat_result], None]:
+    """:func:`check_ancestor` for :func:`open_dir`'s ``check``, naming ``path``."""
     def rule(directory: str, st: os.stat_result, child: os.stat_result) -> None:
         check_ancestor(path, directory, st, child)
     return rule

@@ -1,7 +1,10 @@
 """Reading and atomically replacing files: temp file in the same directory, fsync, rename, fsync the directory.
 
 A reader sees the old content or the new one, never a mix; a failed write (full
-disk, permission) leaves the old file untouched and no temp file behind.
+disk, permission) leaves the old file untouched and no temp file behind. Every replace works in one
+descriptor of the directory, held from the temp file's creation to the rename and its fsync: the
+directory cannot be swapped for another (or a link) in between. The journal passes the descriptor it
+reached without following a link (``inputs.open_dir``); names in it are opened with ``open_beneath``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+from kvmtune.inputs import open_beneath
 
 
 @dataclass(frozen=True)
@@ -200,9 +205,11 @@ def _write_in_place(path: Path, seen: os.stat_result, write: Callable[[TextIO], 
 
 
 def write_atomic(
-    path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new"
+    path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new",
+    dir_fd: int | None = None,
 ) -> None:
-    """Replace ``path`` with ``data`` atomically; on any error the old file is untouched."""
+    """Replace ``path`` with ``data`` atomically; on any error the old file is untouched. With ``dir_fd`` (a
+    descriptor of ``path``'s directory), the file is ``path``'s name in that directory, whatever path names now."""
 
     def fill(fd: int) -> None:
         view = memoryview(data)
@@ -210,19 +217,27 @@ def write_atomic(
             n = os.write(fd, view)
             view = view[n:]
 
-    _replace(path, tag, fill, mode=mode, uid=uid, gid=gid)
+    _replace(path, tag, fill, mode=mode, uid=uid, gid=gid, dir_fd=dir_fd)
 
 
 def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0o644, uid: int | None = None,
-             gid: int | None = None) -> None:
-    """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``."""
-    tmp = temp_name(path, tag)
+             gid: int | None = None, dir_fd: int | None = None) -> None:
+    """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``, all in
+    one descriptor of its directory (``dir_fd``, else the directory ``path`` names, opened once)."""
+    if dir_fd is None:
+        held = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _replace(path, tag, fill, mode=mode, uid=uid, gid=gid, dir_fd=held)
+        finally:
+            os.close(held)
+        return
+    name, tmp = path.name, temp_name(path, tag).name
     # a temp file (or FIFO, or link) already there may be another user's, in a directory like /tmp: it goes,
     # and the temp file is created anew, so no one else holds it open or waits on it
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=dir_fd)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_beneath(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             fill(fd)
             os.fchmod(fd, mode)
@@ -232,12 +247,22 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    fsync_dir(path.parent)
+    fsync_at(dir_fd)
+
+
+def fsync_at(dir_fd: int) -> None:
+    """fsync the directory ``dir_fd`` (an ``O_PATH`` descriptor cannot be synced: it is reopened); errors ignored."""
+    with contextlib.suppress(OSError):
+        fd = open_beneath(dir_fd, ".", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def remove_file(path: Path) -> None:
