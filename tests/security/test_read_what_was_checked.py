@@ -319,3 +319,28 @@ def test_journal_writes_never_follow_a_directory_swapped_for_a_link(tmp_path: Pa
         assert racer.poll() is None, "the racer stopped"
     assert list(elsewhere.iterdir()) == []
     assert saved > 0 and refused > 0, (saved, refused)  # the race was live
+
+
+def test_a_file_fix_snapshots_is_never_read_through_a_link_swapped_in(tmp_path: Path) -> None:
+    """fix's snapshot of a file it will replace (``read_state``: what undo puts back) with a racer exchanging
+    the file and a link to a secret: the secret is never read, whatever the timing (refused, or the file)."""
+    from kvmtune.fix.files import read_state
+
+    conf = tmp_path / "etc" / "sysctl.d" / "90-kvmtune.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("vm.swappiness = 10\n")
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret:19000::::::\n")
+    (tmp_path / "trap").symlink_to(secret)
+    read = refused = 0
+    with racing(conf, tmp_path / "trap") as racer:
+        for _ in range(TRIES):
+            try:
+                state = read_state(conf)
+            except OSError:
+                refused += 1
+                continue
+            assert state.data in (None, b"vm.swappiness = 10\n"), state.data
+            read += 1
+        assert racer.poll() is None, "the racer stopped"
+    assert read > 0 and refused > 0, (read, refused)

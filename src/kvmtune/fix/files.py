@@ -40,6 +40,9 @@ class FileState:
 
 
 def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
+    """What ``path`` holds now, read from the descriptor that was checked: not a link (``O_NOFOLLOW``), a
+    regular file (``lstat`` first, so no device is ever opened, then ``fstat`` of what was opened: the same
+    file), at most ``limit`` bytes."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -48,11 +51,22 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
         raise OSError(f"{path} is a symbolic link; kvmtune does not replace links")
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{path} is not a regular file")
-    if st.st_size > limit:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(f"{path} is a symbolic link; kvmtune does not replace links") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise OSError(f"{path} was replaced while kvmtune was reading it; run kvmtune fix again")
+        if now.st_size > limit:
+            raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
         raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return FileState(data, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return FileState(data, stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid)
 
 
 def temp_name(path: Path, tag: str) -> Path:
