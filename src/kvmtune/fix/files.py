@@ -74,16 +74,22 @@ def temp_name(path: Path, tag: str) -> Path:
 
 
 def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """fsync the directory ``path``; errors ignored (a file system that cannot sync directories)."""
+    _fsync_opened(lambda: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+
+def fsync_at(dir_fd: int) -> None:
+    """fsync the directory ``dir_fd`` (an ``O_PATH`` descriptor cannot be synced: it is reopened); errors ignored."""
+    _fsync_opened(lambda: open_beneath(dir_fd, ".", os.O_RDONLY | os.O_DIRECTORY))
+
+
+def _fsync_opened(opener: Callable[[], int]) -> None:
+    with contextlib.suppress(OSError):
+        fd = opener()
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "out") -> None:
@@ -269,20 +275,18 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
     fsync_at(dir_fd)
 
 
-def fsync_at(dir_fd: int) -> None:
-    """fsync the directory ``dir_fd`` (an ``O_PATH`` descriptor cannot be synced: it is reopened); errors ignored."""
-    with contextlib.suppress(OSError):
-        fd = open_beneath(dir_fd, ".", os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def remove_file(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    fsync_dir(path.parent)
+    """Remove ``path`` (absent is fine) and fsync its directory, both in one descriptor of that directory."""
+    try:
+        dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.name, dir_fd=dir_fd)
+        fsync_at(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def make_dirs(path: Path) -> list[str]:
