@@ -24,7 +24,7 @@ from kvmtune.audit.finding import Severity, Waiver
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.thresholds import Thresholds
 from kvmtune.errors import InputError
-from kvmtune.inputs import check_regular, read_regular
+from kvmtune.inputs import read_private
 
 MAX_BYTES = 1024 * 1024
 SYSTEM_FILE = "/etc/kvmtune/kvmtune.toml"
@@ -229,9 +229,8 @@ def check_owner(path: str, st: os.stat_result) -> None:
 
 def read_file(path: str) -> tuple[dict[str, Value], list[Waiver]]:
     """One settings file, checked whole: its values (each with FILE:LINE) and its waivers."""
-    check_owner(path, check_regular(path))
-    raw = read_regular(path, MAX_BYTES, "settings file")
-    check_owner(path, os.stat(path))
+    # opened once (no link, no FIFO), its directories and the descriptor's owner and mode checked, then read
+    raw = read_private(path, MAX_BYTES, " (a settings file)", check=check_owner)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

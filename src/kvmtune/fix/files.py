@@ -1,7 +1,10 @@
 """Reading and atomically replacing files: temp file in the same directory, fsync, rename, fsync the directory.
 
 A reader sees the old content or the new one, never a mix; a failed write (full
-disk, permission) leaves the old file untouched and no temp file behind.
+disk, permission) leaves the old file untouched and no temp file behind. Every replace works in one
+descriptor of the directory, held from the temp file's creation to the rename and its fsync: the
+directory cannot be swapped for another (or a link) in between. The journal passes the descriptor it
+reached without following a link (``inputs.open_dir``); names in it are opened with ``open_beneath``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kvmtune.inputs import open_beneath
+
 
 @dataclass(frozen=True)
 class FileState:
@@ -35,6 +40,9 @@ class FileState:
 
 
 def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
+    """What ``path`` holds now, read from the descriptor that was checked: not a link (``O_NOFOLLOW``), a
+    regular file (``lstat`` first, so no device is ever opened, then ``fstat`` of what was opened: the same
+    file), at most ``limit`` bytes."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -43,11 +51,22 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
         raise OSError(f"{path} is a symbolic link; kvmtune does not replace links")
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{path} is not a regular file")
-    if st.st_size > limit:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(f"{path} is a symbolic link; kvmtune does not replace links") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise OSError(f"{path} was replaced while kvmtune was reading it; run kvmtune fix again")
+        if now.st_size > limit:
+            raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
         raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return FileState(data, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return FileState(data, stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid)
 
 
 def temp_name(path: Path, tag: str) -> Path:
@@ -55,16 +74,22 @@ def temp_name(path: Path, tag: str) -> Path:
 
 
 def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """fsync the directory ``path``; errors ignored (a file system that cannot sync directories)."""
+    _fsync_opened(lambda: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+
+def fsync_at(dir_fd: int) -> None:
+    """fsync the directory ``dir_fd`` (an ``O_PATH`` descriptor cannot be synced: it is reopened); errors ignored."""
+    _fsync_opened(lambda: open_beneath(dir_fd, ".", os.O_RDONLY | os.O_DIRECTORY))
+
+
+def _fsync_opened(opener: Callable[[], int]) -> None:
+    with contextlib.suppress(OSError):
+        fd = opener()
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_output(path: Path, write: Callable[[TextIO], object], *, tag: str = "out") -> None:
@@ -200,9 +225,11 @@ def _write_in_place(path: Path, seen: os.stat_result, write: Callable[[TextIO], 
 
 
 def write_atomic(
-    path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new"
+    path: Path, data: bytes, *, mode: int = 0o644, uid: int | None = None, gid: int | None = None, tag: str = "new",
+    dir_fd: int | None = None,
 ) -> None:
-    """Replace ``path`` with ``data`` atomically; on any error the old file is untouched."""
+    """Replace ``path`` with ``data`` atomically; on any error the old file is untouched. With ``dir_fd`` (a
+    descriptor of ``path``'s directory), the file is ``path``'s name in that directory, whatever path names now."""
 
     def fill(fd: int) -> None:
         view = memoryview(data)
@@ -210,19 +237,27 @@ def write_atomic(
             n = os.write(fd, view)
             view = view[n:]
 
-    _replace(path, tag, fill, mode=mode, uid=uid, gid=gid)
+    _replace(path, tag, fill, mode=mode, uid=uid, gid=gid, dir_fd=dir_fd)
 
 
 def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0o644, uid: int | None = None,
-             gid: int | None = None) -> None:
-    """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``."""
-    tmp = temp_name(path, tag)
+             gid: int | None = None, dir_fd: int | None = None) -> None:
+    """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``, all in
+    one descriptor of its directory (``dir_fd``, else the directory ``path`` names, opened once)."""
+    if dir_fd is None:
+        held = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _replace(path, tag, fill, mode=mode, uid=uid, gid=gid, dir_fd=held)
+        finally:
+            os.close(held)
+        return
+    name, tmp = path.name, temp_name(path, tag).name
     # a temp file (or FIFO, or link) already there may be another user's, in a directory like /tmp: it goes,
     # and the temp file is created anew, so no one else holds it open or waits on it
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=dir_fd)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_beneath(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             fill(fd)
             os.fchmod(fd, mode)
@@ -232,18 +267,26 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    fsync_dir(path.parent)
+    fsync_at(dir_fd)
 
 
 def remove_file(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    fsync_dir(path.parent)
+    """Remove ``path`` (absent is fine) and fsync its directory, both in one descriptor of that directory."""
+    try:
+        dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.name, dir_fd=dir_fd)
+        fsync_at(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def make_dirs(path: Path) -> list[str]:

@@ -8,8 +8,13 @@ after every change, so a crash leaves a journal ``undo`` can use.
 
 A journal is input to ``undo``, which runs as root: it is read only from a directory and a file
 the invoking user owns and no one else can write (regular file, no link followed, size bounded),
-and every path it names must lie inside its root (:func:`refusals`): a journal in a host tree
-(``--root``) touches nothing outside that tree, and restores only values the settings table sets.
+below directories only root and the invoking user can change, and every path it names must lie
+inside its root (:func:`refusals`): a journal in a host tree (``--root``) touches nothing outside that
+tree, and restores only values the settings table sets.
+
+Every use of the directory (the lock, a journal's write, read, listing) goes through one descriptor of
+it, reached from ``/`` without following a link and checked on the way (:func:`open_directory`): what
+was checked is what is written and read.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import os
 import re
 import secrets
 import shlex
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +46,7 @@ from kvmtune.fix.entries import (
 from kvmtune.fix.files import write_atomic
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import known_runtime_path
-from kvmtune.inputs import check_private, read_private
+from kvmtune.inputs import MissingPath, ancestor_rule, check_private, open_beneath, open_dir, read_private
 from kvmtune.proxmox.config import DISK_KEY, NET_KEY, split_property_string
 from kvmtune.proxmox.qm import same_value, settable, valid_vmid
 
@@ -62,50 +66,64 @@ class JournalError(KvmtuneError):
 def locked(directory: Path) -> Iterator[None]:
     """One ``fix --apply`` or ``undo`` at a time per journal directory (an flock, released on exit or crash)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        dir_fd = open_directory(directory, create=True)
     except OSError as exc:
         raise JournalError(f"cannot write the journal in {directory}: {exc.strerror or exc}; nothing changed") from None
-    check_directory(directory)
     try:
-        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        fd = open_beneath(dir_fd, ".lock", os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o600)
     except OSError as exc:
+        os.close(dir_fd)
         raise JournalError(f"cannot write the journal in {directory}: {exc.strerror or exc}; nothing changed") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise JournalError(f"another kvmtune fix --apply or undo is running (lock {directory / '.lock'})") from None
-        _remove_stray_temps(directory)
+        _remove_stray_temps(dir_fd)
         yield
     finally:
         os.close(fd)
+        os.close(dir_fd)
 
 
-def _remove_stray_temps(directory: Path) -> None:
+def _remove_stray_temps(dir_fd: int) -> None:
     """A journal being written when kvmtune was killed leaves ``.ID.json.kvmtune-journal.tmp`` (0600, with
     the prior file contents in it). Only a holder of the directory lock writes journals, so under the lock
     every such file is a dead writer's and goes."""
     with contextlib.suppress(OSError):
-        for p in directory.glob(".*.kvmtune-journal.tmp"):
-            with contextlib.suppress(OSError):
-                p.unlink()
+        for name in _names(dir_fd):
+            if name.startswith(".") and name.endswith(".kvmtune-journal.tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
 
 
-def check_directory(directory: Path) -> None:
-    """:class:`JournalError` unless ``directory`` (when it exists) is a directory the invoking user owns and no
-    one else can write: journals found there tell root what to write and delete."""
+def _names(dir_fd: int) -> list[str]:
+    """The entries of the directory ``dir_fd`` (an ``O_PATH`` descriptor: listed through ``.`` opened in it)."""
+    fd = open_beneath(dir_fd, ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        st = os.stat(directory)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise JournalError(f"{directory}: cannot use the journal directory ({exc.strerror or exc})") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise JournalError(f"{directory}: the journal directory is not a directory")
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def open_directory(directory: Path, *, create: bool = False) -> int:
+    """A descriptor of the journal directory, reached from ``/`` one component at a time without following
+    a link (made, 0700, with ``create``): every directory above it one only root and the invoking user can
+    change, and itself the invoking user's, not writable by group or others (journals found there tell root
+    what to write and delete). :class:`JournalError` (one line) when it is not; :class:`FileNotFoundError`
+    when it is absent; another :class:`OSError` when it cannot be made or opened."""
     try:
-        check_private(str(directory), st, "a journal directory")
+        fd = open_dir(str(directory), create=0o700 if create else None, check=ancestor_rule(str(directory)))
+    except MissingPath:
+        raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory)) from None
     except InputError as exc:
         raise JournalError(str(exc)) from None
+    try:
+        check_private(str(directory), os.fstat(fd), "a journal directory")
+    except InputError as exc:
+        os.close(fd)
+        raise JournalError(str(exc)) from None
+    return fd
 
 
 def default_dir(root: str = "/") -> Path:
@@ -161,11 +179,19 @@ class Journal:
         }
 
     def save(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Write the journal, atomically, in a descriptor of its directory (:func:`open_directory`); an
+        :class:`OSError` when it cannot be written (a refused directory included: ``EPERM``)."""
         data = (json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n").encode()
         if len(data) > MAX_BYTES:  # load() would refuse it: never write a journal undo cannot read
             raise OSError(errno.EFBIG, f"the journal would be larger than {MAX_BYTES // 2**20} MiB")
-        write_atomic(self.path, data, mode=0o600, tag="journal")
+        try:
+            dir_fd = open_directory(self.directory, create=True)
+        except JournalError as exc:
+            raise OSError(errno.EPERM, str(exc)) from None
+        try:
+            write_atomic(self.path, data, mode=0o600, tag="journal", dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def log(self, text: str) -> None:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -204,13 +230,26 @@ def load(journal_id: str, directory: Path, root: str | None = None) -> Journal:
     reaches outside its root (:func:`refusals`), is refused as a whole: nothing of it is undone."""
     if not ID_RE.match(journal_id):
         raise JournalError(f"{journal_id!r} is not a journal id (see 'kvmtune undo --list')")
-    check_directory(directory)
-    path = directory / f"{journal_id}.json"
-    if not os.path.lexists(path):
-        raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')")
     try:
-        raw = read_private(str(path), MAX_BYTES, " (a journal)", noun="a journal")
+        dir_fd = open_directory(directory)
+    except FileNotFoundError:
+        raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')") from None
+    except OSError as exc:
+        raise JournalError(f"{directory}: cannot use the journal directory ({exc.strerror or exc})") from None
+    try:
+        return _load_at(dir_fd, journal_id, directory, root)
+    finally:
+        os.close(dir_fd)
+
+
+def _load_at(dir_fd: int, journal_id: str, directory: Path, root: str | None) -> Journal:
+    """:func:`load` in ``dir_fd``, the journal directory's descriptor."""
+    path = directory / f"{journal_id}.json"
+    try:
+        raw = read_private(str(path), MAX_BYTES, " (a journal)", noun="a journal", dir_fd=dir_fd)
     except InputError as exc:
+        if exc.problem == "no such file":
+            raise JournalError(f"no journal {journal_id} in {directory} (see 'kvmtune undo --list')") from None
         raise JournalError(str(exc)) from None
     try:
         doc = json.loads(raw)
@@ -396,20 +435,28 @@ def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:
     """Every journal in ``directory``, oldest first: (id, journal or None, problem). A journal that cannot be
     read (not a regular file, a link, too large, another user's, corrupt) or that reaches outside its own root
     is listed with its problem; a directory another user can write is refused as a whole."""
-    check_directory(directory)
+    try:
+        dir_fd = open_directory(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise JournalError(f"{directory}: cannot use the journal directory ({exc.strerror or exc})") from None
     out: list[tuple[str, Journal | None, str]] = []
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for p in sorted(directory.iterdir()):
-            if p.suffix != ".json" or not ID_RE.match(p.stem):
+    try:
+        for name in sorted(_names(dir_fd)):
+            stem, dot, suffix = name.rpartition(".")
+            if not dot or suffix != "json" or not ID_RE.match(stem):
                 continue
             try:
-                journal = load(p.stem, directory)
+                journal = _load_at(dir_fd, stem, directory, None)
             except JournalError as exc:
-                out.append((p.stem, None, str(exc)))
+                out.append((stem, None, str(exc)))
                 continue
             problems = refusals(journal)
             if problems:
-                out.append((p.stem, None, f"{journal.path}: refused: {'; '.join(problems)}"))
+                out.append((stem, None, f"{journal.path}: refused: {'; '.join(problems)}"))
             else:
-                out.append((p.stem, journal, ""))
+                out.append((stem, journal, ""))
+    finally:
+        os.close(dir_fd)
     return out
