@@ -39,12 +39,12 @@ PR_SET_PDEATHSIG = 1
 
 @functools.cache
 def _prctl() -> Callable[[int, int, int, int, int], int]:
-    """libc's ``prctl``, loaded in the parent the first time a child is started, not at import: finding libc
-    runs ``ldconfig -p``, which a command that starts no child (``kvmtune --version``, ``audit FILE``) need not pay."""
+    """libc's ``prctl``, loaded in the parent the first time a child is started, not at import. It is looked up
+    in the symbols this process already has (``dlopen(NULL)``: the C library Python runs on), not through
+    ``ctypes.util.find_library``, which forks ``ldconfig -p``: a command no runner started."""
     import ctypes
-    import ctypes.util
 
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
