@@ -8,8 +8,9 @@
 # chroot sees THIS machine's /proc and /sys, so the host audit is of the machine running the proof), rules
 # explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, kvmtune config show (it
 # reads the shipped /etc/kvmtune/kvmtune.toml, every key commented out), and the services' own
-# ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `apt-get purge kvmtune` and
-# a file-by-file comparison with the system before the package: nothing of kvmtune may be left.
+# ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `systemctl enable` of both
+# timers, `apt-get purge kvmtune` and a file-by-file comparison with the system before the package: nothing of
+# kvmtune may be left (no enable link in timers.target.wants, no deb-systemd-helper state).
 # Everything is unmounted and the chroot removed on every exit path; only the cache stays.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -141,7 +142,12 @@ for prom in "$root"/var/lib/prometheus/node-exporter/kvmtune{,-live}.prom; do
   fi
 done
 
-step "apt-get purge kvmtune; compare with the system before it"
+step "systemctl enable both timers (offline, in the chroot), as an operator would before changing their mind"
+in_root systemctl enable kvmtune-audit.timer kvmtune-sample.timer 2>&1 | sed 's/^/   /'
+for timer in kvmtune-audit.timer kvmtune-sample.timer; do
+  [ -L "$root/etc/systemd/system/timers.target.wants/$timer" ] || { echo "deb-proof.sh: systemctl enable made no link for $timer" >&2; exit 1; }
+done
+step "apt-get purge kvmtune; compare with the system before it (no enable link, no deb-systemd-helper state left)"
 in_root apt-get purge -y -q kvmtune >/dev/null
 snapshot > "$work/after"
 if ! diff "$work/before" "$work/after" > "$work/diff"; then
