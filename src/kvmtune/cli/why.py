@@ -69,8 +69,10 @@ def render_text(r: WhyReport) -> str:
     if r.emulation:
         lines.append("EMULATION: this guest runs under TCG, not KVM: every number below is an emulation number")
     if not r.lines:
-        lines.append("Nothing here explains it: no signal passed its threshold (vCPU wait under 5 %, no throttling, "
-                     "no disk latency, drops or memory pressure past their thresholds)")
+        measured = [x for x in ("vCPU wait under 5 %",) if "vcpu-delay" not in r.not_measured]
+        measured.append("no throttling, no disk latency, drops or memory pressure past their thresholds")
+        lines.append(f"Nothing here explains it: no signal passed its threshold ({', '.join(measured)})"
+                     + ("; not measured: " + ", ".join(r.not_measured) if r.not_measured else ""))
     for line in r.lines:
         share = "" if line.share is None else f"{line.share:.0%}"
         lines.append(f"{share:>5}  {line.area.upper():<6} {line.what}")
@@ -80,6 +82,7 @@ def render_text(r: WhyReport) -> str:
         if line.fix:
             lines.append(f"{'':13}fix:      {line.fix}")
         lines.append(f"{'':13}verify:   {line.verify}")
+    lines.extend(f"not measured: {signal}: {why}" for signal, why in r.not_measured.items())
     lines.extend(f"note: {n}" for n in r.notes)
     return "".join(safe(line) + "\n" for line in lines)
 

@@ -38,6 +38,9 @@ class GuestRates:
     balloon_fraction: float | None = None  # balloon size / defined memory
     halt_poll_success: float | None = None
     identity: str = ""  # GuestSample.identity: what metrics are keyed by
+    # signal -> why its figure could not be taken (symptoms.Signal.unmeasured, filled by diagnose.Diagnoser):
+    # "not measured" in top, sample and why, and no Prometheus sample at all
+    not_measured: dict[str, str] = field(default_factory=dict)
 
     @property
     def max_vcpu_delay(self) -> float | None:
@@ -57,6 +60,7 @@ class HostRates:
     swap_out_s: float | None = None
     ksm_saved_bytes: int | None = None
     halt_poll_success: float | None = None
+    not_measured: dict[str, str] = field(default_factory=dict)  # as GuestRates.not_measured, for host signals
 
 
 @dataclass
