@@ -69,6 +69,45 @@ def test_a_malformed_setting_is_one_line_naming_file_and_line(case: str, tmp_pat
         assert problem in done.stderr
 
 
+FIVE_MISTAKES = (
+    'fail_on = "hihg"\n'                      # 1: unknown severity
+    'skip_list = ["KVM-STO-004"]\n'           # 2: unknown key
+    '\n[thresholds]\n'
+    'vcpu_overcommit = "eight"\n'             # 5: wrong type
+    '\n[[waiver]]\n'                          # 7: without a reason
+    'rule = "KVM-STO-004"\n'
+    'guset = "db01"\n'                        # 9: unknown waiver key
+)
+
+
+def test_config_check_and_every_settings_load_report_all_mistakes_of_a_file_in_one_run(tmp_path: Path) -> None:
+    """Issue 46 item 4: five mistakes, five FILE:LINE lines, in one `config check` and in any command's load."""
+    path = write(tmp_path / "kvmtune.toml", FIVE_MISTAKES)
+    for argv in (["config", "check", str(path)], ["audit", "--examples", "--config", str(path)]):
+        done = kvmtune(*argv)
+        assert done.returncode == 2 and done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert [ln.split(": ", 2)[1] for ln in lines] == [f"{path}:{n}" for n in (1, 2, 5, 7, 9)], done.stderr
+        for line, problem in zip(lines, ("unknown severity 'hihg'", "unknown key 'skip_list'",
+                                         "thresholds.vcpu_overcommit: expected a number", "without a reason",
+                                         "did you mean 'guest'?"), strict=True):
+            assert line.startswith(f"kvmtune: {path}:") and problem in line
+    with pytest.raises(InputError) as caught:
+        load([(str(path), True)])
+    assert str(caught.value).endswith("(and 4 more mistake(s) in this file)")
+
+
+def test_the_mistakes_reported_are_capped(tmp_path: Path) -> None:
+    from kvmtune.audit.settings import MAX_ERRORS
+
+    path = write(tmp_path / "kvmtune.toml", "".join(f"key{i} = 1\n" for i in range(MAX_ERRORS + 5)))
+    done = kvmtune("config", "check", str(path))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == MAX_ERRORS + 1
+    assert lines[0].startswith(f"kvmtune: {path}:1: unknown key 'key0'")
+    assert lines[-1] == f"kvmtune: {path}: 5 more mistake(s) not shown"
+
+
 def test_config_check_accepts_a_good_file(tmp_path: Path) -> None:
     path = write(tmp_path / "k.toml", 'fail_on = "high"\n[thresholds]\nvcpu_overcommit = 8\n'
                  '[[waiver]]\nrule = "KVM-STO"\nreason = "x"\nexpires = 2030-01-01\n')

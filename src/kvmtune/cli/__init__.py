@@ -165,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kvmtune: {safe(err)}", file=sys.stderr)
         return int(outcome.exit)
     except KvmtuneError as exc:
-        print(f"kvmtune: {safe(exc)}", file=sys.stderr)
+        for line in getattr(exc, "errors", None) or [exc]:  # a settings file's mistakes: one line each
+            print(f"kvmtune: {safe(line)}", file=sys.stderr)
         return Exit.USAGE
     except KeyboardInterrupt:
         print("kvmtune: interrupted", file=sys.stderr)

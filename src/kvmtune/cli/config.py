@@ -42,7 +42,7 @@ class ConfigShow(Command):
 
 class ConfigCheck(Command):
     name = "check"
-    help = "check a settings file without running anything (exit 2 with one line naming the file and line)"
+    help = "check a settings file without running anything (exit 2, one FILE:LINE line per mistake)"
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("file", metavar="FILE", help="the settings file (TOML)")
