@@ -26,6 +26,16 @@ def test_first_lines_build_then_install_without_recommends_then_test_and_the_fas
     assert "go 1.22\n" in (REPO / "netload" / "go.mod").read_text()  # the version the README names
 
 
+def test_the_readme_says_how_the_wheel_reaches_libvirts_binding() -> None:
+    """Issue 46 item 2: the pipx line that reaches the system's binding and the one that builds it."""
+    first_screen = README[: README.index("## Audit")]
+    assert "pipx install --system-site-packages ./dist/kvmtune-*x86_64.whl" in first_screen
+    assert "apt install pkg-config gcc python3-dev libvirt-dev && pipx inject kvmtune libvirt-python" in first_screen
+    from kvmtune.domain.connection import BINDING_HINT  # the audit's note says the same
+
+    assert "--system-site-packages" in BINDING_HINT and "pipx inject kvmtune libvirt-python" in BINDING_HINT
+
+
 def test_deb_proof_reads_and_runs_the_readme_install_line_as_written() -> None:
     """deb-proof.sh takes the line from README.md with its own sed: the same line this test reads."""
     proof = REPO / "scripts" / "deb-proof.sh"
