@@ -179,6 +179,18 @@ def test_config_show_says_where_each_value_came_from(tmp_path: Path) -> None:
         assert out.startswith("# files read: none") and f"{user}" not in out
 
 
+def test_config_show_marks_an_expired_waiver(tmp_path: Path) -> None:
+    """Issue 46 item 7: an expired waiver waives nothing; config show says so, in text and JSON."""
+    path = write(tmp_path / "kvmtune.toml", '[[waiver]]\nrule = "KVM-STO-004"\nreason = "old"\nexpires = 2020-01-01\n\n'
+                 '[[waiver]]\nrule = "KVM-STO-002"\nreason = "live"\nexpires = 2999-12-31\n')
+    done = kvmtune("config", "show", "--config", str(path))
+    waivers = [ln for ln in done.stdout.splitlines() if ln.startswith("waiver ")]
+    assert waivers[0].endswith("old EXPIRED 2020-01-01 (waives nothing; its findings count again)")
+    assert waivers[1].endswith("live until 2999-12-31") and "EXPIRED" not in waivers[1]
+    js = json.loads(kvmtune("config", "show", "--config", str(path), "--format", "json").stdout)
+    assert [w["expired"] for w in js["waivers"]] == [True, False]
+
+
 def test_the_settings_reach_audit(tmp_path: Path) -> None:
     """fail_on, skip and thresholds from the file; the command line wins over the file."""
     root = str(HOSTS / "ksm-overcommit")
