@@ -77,3 +77,13 @@ def test_no_symlink_in_the_repository_dangles() -> None:
     assert "examples" in links
     for link in links:
         assert (REPO / link).exists(), f"{link} -> {(REPO / link).readlink()} dangles"
+
+
+def test_one_textfile_path_everywhere() -> None:
+    """Issue 46 item 7: the README, the units and kvmtune(8) name node_exporter's textfile directory alike."""
+    from kvmtune.cli.shelldocs import _FILES
+
+    units = "".join((REPO / "packaging" / "deb" / f"kvmtune-{u}.service").read_text() for u in ("audit", "sample"))
+    texts = (README, units, " ".join(path for path, _ in _FILES))
+    textfiles = {m for text in texts for m in re.findall(r"(/var/lib/[\w/.-]*)/kvmtune[\w-]*\.prom", text)}
+    assert textfiles == {"/var/lib/prometheus/node-exporter"}, textfiles
