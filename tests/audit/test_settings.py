@@ -179,6 +179,23 @@ def test_config_show_says_where_each_value_came_from(tmp_path: Path) -> None:
         assert out.startswith("# files read: none") and f"{user}" not in out
 
 
+def test_a_waiver_rule_takes_a_slug_as_only_does_and_keeps_the_id(tmp_path: Path) -> None:
+    """Issue 46 item 7: rule = "disk-cache-unsafe" waives KVM-STO-004; a slug prefix naming several rules is refused
+    with their ids."""
+    path = write(tmp_path / "kvmtune.toml", '[[waiver]]\nrule = "disk-cache-unsafe"\nguest = "app02-clone"\n'
+                 'reason = "scratch clone"\n')
+    shown = kvmtune("config", "show", "--config", str(path))
+    assert shown.returncode == 0 and f"waiver KVM-STO-004 guest=app02-clone ({path}:1): scratch clone" in shown.stdout
+    audit = kvmtune("audit", "--examples", "--no-images", "--only", "KVM-STO-004", "--config", str(path), "--color", "never")
+    assert audit.returncode == 0, audit.stderr
+    assert any(ln.strip().startswith("WAIVED   KVM-STO-004") and ln.endswith("waived: scratch clone")
+               for ln in audit.stdout.splitlines()), audit.stdout
+    several = write(tmp_path / "several.toml", '[[waiver]]\nrule = "disk"\nreason = "x"\n')
+    done = kvmtune("config", "check", str(several))
+    assert done.returncode == 2 and f"{several}:2: waiver rule: slug prefix 'disk' names " in done.stderr
+    assert "KVM-STO-004" in done.stderr
+
+
 def test_config_show_marks_an_expired_waiver(tmp_path: Path) -> None:
     """Issue 46 item 7: an expired waiver waives nothing; config show says so, in text and JSON."""
     path = write(tmp_path / "kvmtune.toml", '[[waiver]]\nrule = "KVM-STO-004"\nreason = "old"\nexpires = 2020-01-01\n\n'

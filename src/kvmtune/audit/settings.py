@@ -328,12 +328,20 @@ class _Reader:
                 self.fail("waiver", i, key, f"waiver {key}: expected a non-empty string")
         rule = w.get("rule") if isinstance(w.get("rule"), str) and w["rule"].strip() else None
         if "rule" not in w:
-            self.fail("waiver", i, "", "waiver without a rule (an id or id prefix, e.g. rule = \"KVM-STO-004\")")
+            self.fail("waiver", i, "", "waiver without a rule (an id, id prefix or slug, e.g. rule = \"KVM-STO-004\")")
         if "reason" not in w:
             self.fail("waiver", i, "", f"waiver for {rule or 'a rule'} without a reason (reason = \"why it is accepted\")")
-        problem = unknown_rule(rule, slugs=False) if rule else None
+        problem = unknown_rule(rule, slugs=True) if rule else None
         if problem:
             self.fail("waiver", i, "rule", f"waiver rule: {problem}")
+        elif rule and not rule.upper().startswith("KVM-"):  # a slug, as --only takes it: the waiver keeps the id
+            ids = sorted(r.id for r in all_rules() if r.slug.startswith(rule.lower()))
+            exact = [r.id for r in all_rules() if r.slug == rule.lower()]
+            if len(exact) == 1 or len(ids) == 1:
+                rule = (exact or ids)[0]
+            else:
+                self.fail("waiver", i, "rule", f"waiver rule: slug prefix {rule!r} names {len(ids)} rules "
+                          f"({', '.join(ids)}); a waiver names one rule or an id prefix")
         expires = w.get("expires")
         if expires is not None:
             day = as_date(expires)
@@ -342,7 +350,8 @@ class _Reader:
             expires = day
         if len(self.errors) > before:
             return None
-        return Waiver(rule=w["rule"].upper(), reason=w["reason"], host=w.get("host"), guest=w.get("guest"),
+        assert rule is not None
+        return Waiver(rule=rule.upper(), reason=w["reason"], host=w.get("host"), guest=w.get("guest"),
                       target=w.get("target"), expires=expires, by=w.get("by"), origin=self.where("waiver", i, ""))
 
 

@@ -248,7 +248,7 @@ _EXIT = (
 )
 
 _WAIVER_KEYS = {
-    "rule": "a rule id or id prefix (KVM-STO) (required)",
+    "rule": "a rule id, id prefix (KVM-STO) or slug (disk-cache-unsafe), kept as the id (required)",
     "reason": "why the finding is accepted (required)",
     "host": "glob (fnmatch) of the audited host's name",
     "guest": "glob of the guest's name or UUID; a waiver with guest never matches a host finding",
