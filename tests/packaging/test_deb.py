@@ -65,7 +65,10 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
         for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
                           "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
             assert f"\n{hardening}\n" in unit, hardening
-    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune.prom" in units["kvmtune-audit"]
+    # one audit a run, both outputs from it (issue 46 item 7)
+    (audit_exec,) = [ln for ln in units["kvmtune-audit"].splitlines() if ln.startswith("ExecStart=")]
+    assert audit_exec.endswith("--format json -o /var/lib/kvmtune/audit.json "
+                               "--also prometheus=/var/lib/prometheus/node-exporter/kvmtune.prom")
     assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune-live.prom" in units["kvmtune-sample"]
 
 
