@@ -195,3 +195,36 @@ def test_man_page_is_written_for_its_readers(capsys: pytest.CaptureFixture[str])
     assert plain["EXAMPLES"].count(".TP") >= 10
     render = subprocess.run(["groff", "-man", "-Tutf8", "-ww"], input=page, capture_output=True, text=True)
     assert render.returncode == 0 and render.stderr == "", render.stderr
+
+
+def test_rule_ids_complete_in_bash_zsh_and_fish(tmp_path: Path) -> None:
+    """Issue 46 item 7: --only/--skip of audit, fix and verify, and `rules explain`, complete to rule ids."""
+    from kvmtune.audit.rule import all_rules
+
+    ids = sorted(r.id for r in all_rules())
+    sto = [i for i in ids if i.startswith("KVM-STO-00")]
+    bash = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "c.bash").write_text(bash)
+
+    def bash_complete(*words: str) -> list[str]:
+        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {' '.join(words)}); "
+                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    assert bash_complete("rules", "explain", "KVM-STO-00") == sto
+    for command in ("audit", "fix", "verify"):
+        assert bash_complete(command, "--only", "KVM-STO-00") == sto, command
+        assert bash_complete(command, "--skip", "KVM-STO-00") == sto, command
+    zsh = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
+    assert f"'*:rule:({' '.join(ids)})'" in zsh and "'--only[" in zsh and f":RULES:({' '.join(ids)})" in zsh
+    assert subprocess.run(["zsh", "-n"], input=zsh, capture_output=True, text=True).returncode == 0
+    fish_script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "kvmtune.fish").write_text(fish_script)
+
+    def fish_complete(line: str) -> list[str]:
+        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
+        proc = subprocess.run(["fish", "--no-config", "-c", probe], capture_output=True, text=True, check=True)
+        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+
+    assert fish_complete("kvmtune rules explain KVM-STO-00") == sto
+    assert fish_complete("kvmtune audit --only KVM-STO-00") == sto

@@ -44,13 +44,30 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
-def _options(parser: argparse.ArgumentParser) -> list[tuple[list[str], list[str], str, str | None]]:
-    """(option strings, fixed choices, help, metavar) of each optional argument."""
+def _rule_ids() -> list[str]:
+    from kvmtune.audit.rule import all_rules
+
+    return sorted(r.id for r in all_rules())
+
+
+def _takes_rules(action: argparse.Action) -> bool:
+    """--only/--skip RULES (audit, fix, verify) and ``rules explain ID``: the completions offer the rule ids."""
+    return action.metavar == "RULES" if action.option_strings else action.dest == "rule"
+
+
+def _positional_rules(parser: argparse.ArgumentParser) -> list[str]:
+    return _rule_ids() if any(not a.option_strings and _takes_rules(a) for a in parser._actions) else []
+
+
+def _options(parser: argparse.ArgumentParser, *, rules: bool = True) -> list[tuple[list[str], list[str], str, str | None]]:
+    """(option strings, fixed choices, help, metavar) of each optional argument; with ``rules`` (completions, not
+    the man page), an option taking rules has the rule ids as its choices."""
     out = []
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
-        choices = [str(c) for c in action.choices] if action.choices else []
+        choices = [str(c) for c in action.choices] if action.choices else (
+            _rule_ids() if rules and _takes_rules(action) else [])
         metavar = action.metavar if isinstance(action.metavar, str) else None
         takes = action.nargs != 0
         out.append((list(action.option_strings), choices, action.help or "", metavar or ("VALUE" if takes else None)))
@@ -72,8 +89,9 @@ def _bash_case(sp: argparse.ArgumentParser, depth: int, indent: str) -> str:
     choice_cases = "".join(
         f"{indent}  {'|'.join(opts)}) COMPREPLY=($(compgen -W '{' '.join(ch)}' -- \"$cur\")); return ;;\n"
         for opts, ch, _, _ in options if ch)
-    positional = " ".join(str(c) for a in sp._actions if not a.option_strings and a.choices
-                          and not isinstance(a, argparse._SubParsersAction) for c in a.choices)
+    positional = " ".join([*(str(c) for a in sp._actions if not a.option_strings and a.choices
+                             and not isinstance(a, argparse._SubParsersAction) for c in a.choices),
+                           *_positional_rules(sp)])
     return (f"{indent}case \"$prev\" in\n{choice_cases}{indent}esac\n"
             f"{indent}COMPREPLY=($(compgen -W '{words} {positional}' -- \"$cur\"))\n"
             f"{indent}[ ${{#COMPREPLY[@]}} -eq 0 ] && COMPREPLY=($(compgen -f -- \"$cur\"))\n")
@@ -103,7 +121,9 @@ def _zsh_arguments(sp: argparse.ArgumentParser) -> str:
         action = f":{metavar}:({' '.join(choices)})" if choices else (f":{metavar}:_files" if metavar else "")
         for o in opts:
             specs.append(f"'{o}[{_zsh_escape(help_text)}]{action}'")
-    return f"_arguments {' '.join(specs)} '*:file:_files'"
+    rules = _positional_rules(sp)
+    rest = f"'*:rule:({' '.join(rules)})'" if rules else "'*:file:_files'"
+    return f"_arguments {' '.join(specs)} {rest}"
 
 
 def _zsh_case(name: str, sp: argparse.ArgumentParser, depth: int, indent: str) -> list[str]:
@@ -148,6 +168,9 @@ def _fish_lines(sp: argparse.ArgumentParser, path: list[str]) -> list[str]:
         flags = " ".join(f"-l {o[2:]}" if o.startswith("--") else f"-s {o[1:]}" for o in strings)
         takes = (" -x -a " + _fish_quote(" ".join(choices))) if choices else (" -r" if metavar else "")
         lines.append(f"complete -c kvmtune -n {_fish_quote(seen)} {flags}{takes} -d {_fish_quote(help_text)}")
+    rules = _positional_rules(sp)
+    if rules:
+        lines.append(f"complete -c kvmtune -n {_fish_quote(seen)} -f -a {_fish_quote(' '.join(rules))} -d 'rule id'")
     for name, child in children.items():
         lines += _fish_lines(child, [*path, name])
     return lines
@@ -188,7 +211,7 @@ def _man_commands(parser: argparse.ArgumentParser, path: str) -> list[str]:
     parts: list[str] = []
     for name, sp in _subcommands(parser).items():
         parts += [".SS " + _roff(f"{path} {name}"), _roff(sp.description or _help_of(parser, name))]
-        for opts, choices, help_text, metavar in _options(sp):
+        for opts, choices, help_text, metavar in _options(sp, rules=False):
             if "-h" in opts:
                 continue
             head = ", ".join(f"\\fB{_roff(o)}\\fR" for o in opts)
