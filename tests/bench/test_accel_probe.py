@@ -130,3 +130,27 @@ def test_doctor_names_a_kvm_pvm_host(tmp_path: Path) -> None:
     (plain / "proc/sys/kernel").mkdir(parents=True)
     other = {c.what: c for c in checks(HostRoot(str(plain)), Runner(), tmp_path / "work")}
     assert other["KVM module"].ok is True and other["KVM module"].detail == "kvm_intel loaded"
+
+
+def test_guest_run_says_what_it_stopped_and_what_it_left_in_the_cache(fake_qemu: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46 item 7: `guest run` ends saying what it stopped and removed, and what stays in the cache."""
+    from kvmtune.bench.loadguest import LoadGuest
+    from kvmtune.cli.guest import cache_left
+
+    monkeypatch.setenv("FAKE_QEMU_STATE", "running")
+    work = tmp_path / "work"
+    (work / "guest").mkdir(parents=True)
+    (work / "guest" / "initrd-x.cpio").write_bytes(b"\0" * 3 * 2**20)
+    (work / "accel.json").write_text("{}")
+    load = LoadGuest(probe_guest(tmp_path), "disk", "t1", "kvm", work, Runner())
+    pid = load.start()
+    time.sleep(0.3)
+    done = load.close()
+    assert done[0] == f"stopped QEMU (pid {pid})"
+    assert done[1].startswith(f"removed the scratch disk {work}/run-t1-") and done[1].endswith("disk.raw (1 GiB)")
+    assert not list(work.glob("run-t1-*"))
+    left = cache_left(work)
+    assert left.startswith(f"{work}/guest (the probe guest's kernel and initramfs, 1 file(s), 3 MiB: reused by the next run")
+    assert left.endswith(f"{work}/accel.json (the accelerator verdict; kvmtune guest accel --no-cache probes again)")
+    assert cache_left(tmp_path / "empty") == "nothing"
