@@ -37,5 +37,5 @@ def test_one_audit_is_written_as_json_and_as_prometheus_text(tmp_path: Path) -> 
 def test_also_takes_a_known_format_and_a_file(tmp_path: Path) -> None:
     for bad in ("bogus=x", "prometheus", "prometheus=", "json=-"):
         done = kvmtune("audit", "--examples", "--no-config", "--also", bad, cwd=tmp_path)
-        assert done.returncode == 2 and done.stderr.startswith(f"kvmtune: error: --also {bad!r}: expected FORMAT=FILE")
+        assert done.returncode == 2 and f"argument --also: {bad!r}: expected FORMAT=FILE" in done.stderr
     assert list(tmp_path.iterdir()) == []

@@ -190,7 +190,7 @@ def _emit(command: Command, outcome: Outcome, args: argparse.Namespace) -> None:
         return
     fmt = str(getattr(args, "format", None) or "text")
     output: Path | None = getattr(args, "output", None)
-    also: list[tuple[str, Path]] = list(getattr(args, "also_outputs", None) or [])  # audit --also FORMAT=FILE
+    also: list[tuple[str, Path]] = list(getattr(args, "also", None) or [])  # audit --also FORMAT=FILE
     if (output is not None and str(output) != "-") or also:
         from kvmtune.fix.files import write_output
 

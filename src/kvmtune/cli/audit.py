@@ -63,7 +63,7 @@ class AuditCommand(Command):
         p.add_argument("--examples", action="store_true", help="audit the example domains shipped with kvmtune")
         format_option(p, FORMATS)
         output_option(p)
-        p.add_argument("--also", action="append", default=[], metavar="FORMAT=FILE",
+        p.add_argument("--also", action="append", default=[], metavar="FORMAT=FILE", type=_also,
                        help="also write this same audit as FORMAT to FILE (atomically; repeatable): one audit, "
                             "several outputs, e.g. --format json -o audit.json --also prometheus=kvmtune.prom")
         p.add_argument("--fail-on", metavar="SEVERITY", default=None,
@@ -90,7 +90,6 @@ class AuditCommand(Command):
 
     def check(self, args: argparse.Namespace) -> None:
         _fail_on(args, settings_of(args))
-        args.also_outputs = [_also(text) for text in args.also]
 
     def run(self, args: argparse.Namespace) -> Outcome:
         settings = settings_of(args)
@@ -164,7 +163,7 @@ def _also(text: str) -> tuple[str, Path]:
     text from one audit, so they describe the same moment)."""
     fmt, sep, path = text.partition("=")
     if not sep or fmt not in FORMATS or not path or path == "-":
-        raise UsageError(f"--also {text!r}: expected FORMAT=FILE, FORMAT one of {', '.join(FORMATS)}")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected FORMAT=FILE, FORMAT one of {', '.join(FORMATS)}")
     return fmt, Path(path)
 
 
