@@ -196,3 +196,25 @@ def test_a_wait_whose_live_cause_names_no_rule_takes_the_rules_top_names_for_the
     _cpu_lines(tr, judged, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003", "KVM-HST-001"], ""))
     assert judged.lines[0].rule == "KVM-CPU-003" and judged.lines[0].no_rule == ""
     assert judged.lines[0].cause.endswith("the audit's findings for this signal: KVM-CPU-003, KVM-HST-001")
+
+
+def test_why_judges_the_vcpu_wait_with_the_thresholds_top_uses(tmp_path: Path) -> None:
+    """The settings file's run_delay_warn reaches why as it reaches top and sample: a 50 % wait under a 60 % warn level
+    is no line; why reads the settings file (a bad one is refused before sampling)."""
+    host = HostRoot(str(tmp_path))
+    crowd(tmp_path, 0)
+    target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
+    tr = _Tracker(host, target, {0: 101})
+    tr.tick()
+    crowd(tmp_path, 1)
+    tr.tick()
+    tr.t1 = tr.t0 + 1.0
+    lenient = WhyReport(target, 1.0, "kvm")
+    _cpu_lines(tr, lenient, online=2, pinned_in_definition=False, warn=0.6)
+    assert lenient.lines == [] and lenient.vcpus[0]["delay"] == 0.5
+    bad = tmp_path / "kvmtune.toml"
+    bad.write_text("[thresholds]\nrun_delay_warn = 7\n")
+    bad.chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "kvmtune", "why", "ca", "--config", str(bad), "--no-libvirt",
+                           "--root", str(tmp_path)], capture_output=True, text=True, env=os.environ, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(f"kvmtune: {bad}:2: thresholds.run_delay_warn")

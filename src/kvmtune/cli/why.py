@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TextIO
 
-from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option
+from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option, settings_of
 from kvmtune.cli.top import DEFAULT_URI
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import UsageError
@@ -18,6 +18,7 @@ from kvmtune.textsafe import safe
 
 class WhyCommand(Command):
     name = "why"
+    uses_settings = True  # the [thresholds] top and sample judge the same signals with
     help = "why one running guest is slow: where its time went, who took it, the rule and the fix"
     description = ("Sample one running guest (a libvirt name or UUID, a QEMU pid, or a QEMU -name) for --seconds and "
                    "print a ranked breakdown: vCPU waits and who ran instead, CPU quota, disks (throttling, latency), "
@@ -49,7 +50,7 @@ class WhyCommand(Command):
                 uris = [DEFAULT_URI]
         sampler = Sampler(host, uris)
         try:
-            return Outcome(result=why(host, sampler, args.guest, args.seconds))
+            return Outcome(result=why(host, sampler, args.guest, args.seconds, settings_of(args).thresholds))
         finally:
             sampler.close()
 

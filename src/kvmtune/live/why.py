@@ -23,6 +23,7 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import Rule, all_rules
+from kvmtune.audit.thresholds import Thresholds
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostReadError, HostRoot
@@ -369,7 +370,7 @@ def _cpus(cpus: frozenset[int] | None) -> str:
 
 
 def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_definition: bool,
-               signal_rules: tuple[list[str], str] = ([], "")) -> None:
+               signal_rules: tuple[list[str], str] = ([], ""), warn: float = _VCPU_WARN) -> None:
     """A line per vCPU that waited past the vcpu-delay signal's threshold. Where what kvmtune saw live names no
     rule, the rules top names for the same signal (``signal_rules``: Diagnoser.explain) stand instead."""
     interval = tr.interval_ns
@@ -385,7 +386,7 @@ def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_de
             "thieves": [{"who": o.label(), "kind": o.kind, "name": o.name, "pid": o.pid, "share": s}
                         for o, s in thieves[:5]],
         })
-        if delay < _VCPU_WARN:
+        if delay < warn:  # the vcpu-delay signal's warn level, as top judges it (the settings file's, if set)
             continue
         where, waited = max(v.waits.items(), key=lambda kv: kv[1])
         head = f"vCPU {v.index} waited {delay:.0%} of the interval for a host CPU (ran {busy:.0%})"
@@ -419,7 +420,8 @@ def _signal_rule(rule: str | None, no_rule: str, cause: str,
     return rules[0], "", cause + also
 
 
-def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[str], str]) -> None:
+def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[str], str],
+                      warn: float = _VCPU_WARN) -> None:
     """No vCPU thread known: the vCPU wait is not measured. The process's busiest threads' schedstat stands in:
     the largest wait of any of its threads bounds every vCPU's wait from above (the vCPUs are among them)."""
     if tr.pid == 0 or tr.vcpus:
@@ -439,7 +441,7 @@ def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[
         f"measured; its threads' largest wait, {bound:.0%} of the interval, bounds it from above")
     report.vcpu_wait_bound = {"bound": bound, "busiest": [{"tid": tid, "busy": busy, "delay": delay}
                                                             for tid, busy, delay in busiest]}
-    if bound < _VCPU_WARN:
+    if bound < warn:
         return
     evidence = "; ".join(f"thread {t_} ran {b:.0%} and waited {d:.0%} of the interval" for t_, b, d in busiest[:3])
     rules, fix = signal_rules
@@ -948,7 +950,8 @@ def _thread_notes(host: HostRoot, target: Target, vcpus: dict[int, int], report:
                             "threads cannot be found: no CPU breakdown")
 
 
-def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyReport:
+def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float, thresholds: Thresholds | None = None) -> WhyReport:
+    """Sample ``guest`` for ``seconds``; ``thresholds``: the settings file's, which top and sample judge with too."""
     first = sampler.snapshot()
     target = find_target(host, first, guest)
     vcpus: dict[int, int] = {}
@@ -986,14 +989,15 @@ def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyRepo
         raise UsageError(f"{guest}: the guest stopped while it was sampled")
     report.seconds = max(last.t - first.t, 1e-6)
     report.notes.extend(last.notes + g1.notes)
-    diagnoser = Diagnoser(host)
+    diagnoser = Diagnoser(host, thresholds)
+    warn = next(s.thresholds[""].warn for s in diagnoser.signals if s.name == "vcpu-delay")
     diagnoses = [d for d in diagnoser.diagnose(rates(first, last), last) if d.guest in (target.key, "")]
     findings = diagnoser.findings_for(g1)
     online = last.host.online_cpus
     pinned = bool(g1.guest is not None and g1.guest.vcpu_pinned)
     signal_rules = diagnoser.explain("vcpu-delay", g1)
-    _cpu_lines(tr, report, online, pinned, signal_rules)
-    _unnamed_cpu_line(tr, report, signal_rules)
+    _cpu_lines(tr, report, online, pinned, signal_rules, warn)
+    _unnamed_cpu_line(tr, report, signal_rules, warn)
     if target.pid is None and not g1.vcpus:
         report.not_measured["vcpu-delay"] = "the guest's QEMU process is not on this host and libvirt gave no vCPU delay"
     _quota_line(tr, report)
