@@ -98,6 +98,12 @@ def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -
     report2 = WhyReport(target, 1.0, "kvm")
     _cpu_lines(tr, report2, online=2, pinned_in_definition=True)
     assert report2.lines[0].rule == "KVM-CPU-020"  # the same overlap, stated in a libvirt definition
+    report3 = WhyReport(target, 1.0, "kvm")  # the rules top names for the signal do not hide the specific cause
+    _cpu_lines(tr, report3, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003"], ""))
+    assert report3.lines[0].rule is None
+    assert report3.lines[0].no_rule == ("no rule covers affinity set outside libvirt (taskset, a cgroup cpuset): the "
+                                        "audit cannot see it in a definition; top names KVM-CPU-003 for this signal "
+                                        "(the audit's findings in its topics)")
 
 
 def test_text_says_nothing_explains_it_and_labels_emulation() -> None:

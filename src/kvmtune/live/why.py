@@ -360,8 +360,7 @@ def _cpu_cause(tr: _Tracker, v: _Vcpu, owner: Owner, online: int | None, target:
         return (f"{what} runs on the guest's pinned CPUs", "KVM-HST-046", "",
                 f"move {owner.name} off CPU(s) {_cpus(v.allowed)} (taskset, systemd CPUAffinity=), "
                 "or isolate the guests' CPUs (isolcpus / nohz_full)")
-    return (f"{what} competes for the same CPUs", None,
-            "no rule covers a host process taking a guest's CPU time",
+    return (f"{what} competes for the same CPUs", None, _NO_RULE_PROCESS,
             f"move {owner.name} off the guest's CPUs (taskset, systemd CPUAffinity=), or pin the guest away from it")
 
 
@@ -409,15 +408,21 @@ def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_de
                                     _verify(rule, name, "the wait should fall below 5 %"), no_rule=no_rule))
 
 
+_NO_RULE_PROCESS = "no rule covers a host process taking a guest's CPU time"
+
+
 def _signal_rule(rule: str | None, no_rule: str, cause: str,
                  signal_rules: tuple[list[str], str]) -> tuple[str | None, str, str]:
-    """The rule of a vCPU-wait line: the one the live cause names, else the first that top names for the
-    vcpu-delay signal (the others in the cause), else none with the reason."""
+    """The rule of a vCPU-wait line, judged as top judges the vcpu-delay signal: the rule the live cause names;
+    else, for a host process competing (no cause of its own), the first rule top names (the others in the cause);
+    a specific cause no rule covers (affinity set outside libvirt) keeps its reason and names top's rules."""
     rules, _ = signal_rules
     if rule is not None or not rules:
         return rule, no_rule, cause
-    also = f"; the audit's findings for this signal: {', '.join(rules)}" if len(rules) > 1 else ""
-    return rules[0], "", cause + also
+    if no_rule == _NO_RULE_PROCESS:
+        also = f"; the audit's findings for this signal: {', '.join(rules)}" if len(rules) > 1 else ""
+        return rules[0], "", cause + also
+    return None, f"{no_rule}; top names {', '.join(rules)} for this signal (the audit's findings in its topics)", cause
 
 
 def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[str], str],
