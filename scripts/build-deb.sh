@@ -4,6 +4,7 @@
 #   /usr/bin/kvmtune, the Python package in /usr/lib/python3/dist-packages/kvmtune (netload inside, stamped
 #   like the wheel), kvmtune(8), bash/zsh/fish completions, kvmtune-audit and kvmtune-sample services + timers,
 #   /etc/default/kvmtune and /etc/kvmtune/kvmtune.toml (conffiles; the settings file with every key commented out),
+#   README.md and docs/*.md in /usr/share/doc/kvmtune (what the man page's SEE ALSO names),
 #   the textfile directory /var/lib/prometheus/node-exporter.
 # Needs dpkg-deb, Go (netload) and this checkout's .venv (or python3 with lxml) to generate the man page.
 set -euo pipefail
@@ -51,6 +52,8 @@ install -m 644 $src/kvmtune-audit.service $src/kvmtune-audit.timer $src/kvmtune-
 install -m 644 $src/default "$root"/etc/default/kvmtune
 install -m 644 $src/kvmtune.toml "$root"/etc/kvmtune/kvmtune.toml
 install -m 644 $src/copyright "$root"/usr/share/doc/kvmtune/copyright
+# the documents kvmtune(8) and the settings file point to (shelldocs.SHIPPED_DOCS): README.md and docs/*.md
+install -m 644 README.md docs/*.md "$root"/usr/share/doc/kvmtune/
 gzip -9n < $src/changelog > "$root"/usr/share/doc/kvmtune/changelog.gz
 install -m 644 $src/lintian-overrides "$root"/usr/share/lintian/overrides/kvmtune
 chmod 644 "$root"/usr/share/man/man8/kvmtune.8.gz "$root"/usr/share/doc/kvmtune/changelog.gz \

@@ -3,13 +3,15 @@
 #   bash scripts/deb-proof.sh SUITE [DEB]    (as root; DEB defaults to one built now by scripts/build-deb.sh)
 # Debootstraps a minimal SUITE (cached as a tarball in $KVMTUNE_PROOF_CACHE, default /var/cache/kvmtune-proof, so
 # the next run only unpacks it; a fresh machine builds it from Debian's mirror), installs kvmtune's dependencies
-# and then the package with `apt-get install --no-install-recommends`, so they resolve from SUITE (trixie: Python
+# and then the package with the README's own `apt install --no-install-recommends ./dist/kvmtune_*.deb` line, read
+# from README.md and run as written, so they resolve from SUITE (trixie: Python
 # 3.13, QEMU 10, libvirt 11), and inside the chroot runs: kvmtune --version, audit --examples, audit --host (the
 # chroot sees THIS machine's /proc and /sys, so the host audit is of the machine running the proof), rules
 # explain, man kvmtune, the bash/zsh/fish completions, systemd-analyze verify of the units, kvmtune config show (it
 # reads the shipped /etc/kvmtune/kvmtune.toml, every key commented out), and the services' own
-# ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `apt-get purge kvmtune` and
-# a file-by-file comparison with the system before the package: nothing of kvmtune may be left.
+# ExecStart lines (their textfiles are checked with promtool when promtool is here). Then `systemctl enable` of both
+# timers, `apt-get purge kvmtune` and a file-by-file comparison with the system before the package: nothing of
+# kvmtune may be left (no enable link in timers.target.wants, no deb-systemd-helper state).
 # Everything is unmounted and the chroot removed on every exit path; only the cache stays.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,8 +71,7 @@ mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" && mounted+=("
 mount --bind "$cache/$suite-archives" "$root/var/cache/apt/archives" && mounted+=("$root/var/cache/apt/archives")
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d" && chmod 755 "$root/usr/sbin/policy-rc.d"
-cp "$deb" "$root/tmp/"
-pkg=/tmp/$(basename "$deb")
+printf 'APT::Get::Assume-Yes "true";\n' > "$root/etc/apt/apt.conf.d/90proof-assume-yes"  # the README's line has no -y
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp/home LANG=C.UTF-8 \
   DEBIAN_FRONTEND=noninteractive "$@"; }
 mkdir -p "$root/tmp/home"
@@ -87,8 +88,15 @@ snapshot() {  # every path outside the churn of apt, dpkg, logs and /tmp, with i
 }
 snapshot > "$work/before"
 
-step "apt install --no-install-recommends ./$(basename "$deb") (the README's line)"
-in_root sh -c 'cd /tmp && apt install -y --no-install-recommends ./kvmtune_*.deb' >/dev/null 2>"$work/apt.err" || {
+# the README's install line, as written (comment aside), run where the build put the package: /tmp/dist
+readme_line=$(sed -n 's/^\(apt install [^#]*\)#.*/\1/p; s/^\(apt install [^#]*\)$/\1/p' README.md | head -1 | sed 's/ *$//')
+case "$readme_line" in
+  *--no-install-recommends*./dist/kvmtune_*.deb) ;;
+  *) echo "deb-proof.sh: the README's first apt line is '$readme_line', not an --no-install-recommends of ./dist/kvmtune_*.deb" >&2; exit 1 ;;
+esac
+mkdir -p "$root/tmp/dist" && cp "$deb" "$root/tmp/dist/"
+step "$readme_line (the README's line, in /tmp; apt answers yes by apt.conf, as a person would)"
+in_root sh -c "cd /tmp && $readme_line" >/dev/null 2>"$work/apt.err" || {
   cat "$work/apt.err" >&2; exit 1; }
 in_root kvmtune --version
 step "kvmtune audit --examples"
@@ -141,7 +149,12 @@ for prom in "$root"/var/lib/prometheus/node-exporter/kvmtune{,-live}.prom; do
   fi
 done
 
-step "apt-get purge kvmtune; compare with the system before it"
+step "systemctl enable both timers (offline, in the chroot), as an operator would before changing their mind"
+in_root systemctl enable kvmtune-audit.timer kvmtune-sample.timer 2>&1 | sed 's/^/   /'
+for timer in kvmtune-audit.timer kvmtune-sample.timer; do
+  [ -L "$root/etc/systemd/system/timers.target.wants/$timer" ] || { echo "deb-proof.sh: systemctl enable made no link for $timer" >&2; exit 1; }
+done
+step "apt-get purge kvmtune; compare with the system before it (no enable link, no deb-systemd-helper state left)"
 in_root apt-get purge -y -q kvmtune >/dev/null
 snapshot > "$work/after"
 if ! diff "$work/before" "$work/after" > "$work/diff"; then

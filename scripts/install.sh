@@ -28,7 +28,7 @@ case "$release" in
   "debian bookworm"|"debian trixie") ;;
   *) echo "install.sh: $release is not Debian 12 (bookworm) or 13 (trixie); nothing installed. Install by hand:" \
        "python3 (>= 3.11) with venv, lxml, libvirt's Python binding and qemu-img, then 'pip install kvmtune-*.whl'" \
-       "(scripts/build-wheel.sh), or 'apt install ./kvmtune_*.deb' (scripts/build-deb.sh) on a Debian-based release" >&2
+       "(scripts/build-wheel.sh), or 'apt install --no-install-recommends ./dist/kvmtune_*.deb' (scripts/build-deb.sh dist) on a Debian-based release" >&2
      exit 2 ;;
 esac
 # bookworm and trixie name every package below alike (each checked with apt-cache policy in a debootstrapped

@@ -69,6 +69,45 @@ def test_a_malformed_setting_is_one_line_naming_file_and_line(case: str, tmp_pat
         assert problem in done.stderr
 
 
+FIVE_MISTAKES = (
+    'fail_on = "hihg"\n'                      # 1: unknown severity
+    'skip_list = ["KVM-STO-004"]\n'           # 2: unknown key
+    '\n[thresholds]\n'
+    'vcpu_overcommit = "eight"\n'             # 5: wrong type
+    '\n[[waiver]]\n'                          # 7: without a reason
+    'rule = "KVM-STO-004"\n'
+    'guset = "db01"\n'                        # 9: unknown waiver key
+)
+
+
+def test_config_check_and_every_settings_load_report_all_mistakes_of_a_file_in_one_run(tmp_path: Path) -> None:
+    """Issue 46 item 4: five mistakes, five FILE:LINE lines, in one `config check` and in any command's load."""
+    path = write(tmp_path / "kvmtune.toml", FIVE_MISTAKES)
+    for argv in (["config", "check", str(path)], ["audit", "--examples", "--config", str(path)]):
+        done = kvmtune(*argv)
+        assert done.returncode == 2 and done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert [ln.split(": ", 2)[1] for ln in lines] == [f"{path}:{n}" for n in (1, 2, 5, 7, 9)], done.stderr
+        for line, problem in zip(lines, ("unknown severity 'hihg'", "unknown key 'skip_list'",
+                                         "thresholds.vcpu_overcommit: expected a number", "without a reason",
+                                         "did you mean 'guest'?"), strict=True):
+            assert line.startswith(f"kvmtune: {path}:") and problem in line
+    with pytest.raises(InputError) as caught:
+        load([(str(path), True)])
+    assert str(caught.value).endswith("(and 4 more mistake(s) in this file)")
+
+
+def test_the_mistakes_reported_are_capped(tmp_path: Path) -> None:
+    from kvmtune.audit.settings import MAX_ERRORS
+
+    path = write(tmp_path / "kvmtune.toml", "".join(f"key{i} = 1\n" for i in range(MAX_ERRORS + 5)))
+    done = kvmtune("config", "check", str(path))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == MAX_ERRORS + 1
+    assert lines[0].startswith(f"kvmtune: {path}:1: unknown key 'key0'")
+    assert lines[-1] == f"kvmtune: {path}: 5 more mistake(s) not shown"
+
+
 def test_config_check_accepts_a_good_file(tmp_path: Path) -> None:
     path = write(tmp_path / "k.toml", 'fail_on = "high"\n[thresholds]\nvcpu_overcommit = 8\n'
                  '[[waiver]]\nrule = "KVM-STO"\nreason = "x"\nexpires = 2030-01-01\n')
@@ -138,6 +177,35 @@ def test_config_show_says_where_each_value_came_from(tmp_path: Path) -> None:
     for argv in (["--no-config", "config", "show"], ["config", "show", "--no-config"]):
         out = kvmtune(*argv, env={"HOME": str(tmp_path / "home")}).stdout
         assert out.startswith("# files read: none") and f"{user}" not in out
+
+
+def test_a_waiver_rule_takes_a_slug_as_only_does_and_keeps_the_id(tmp_path: Path) -> None:
+    """Issue 46 item 7: rule = "disk-cache-unsafe" waives KVM-STO-004; a slug prefix naming several rules is refused
+    with their ids."""
+    path = write(tmp_path / "kvmtune.toml", '[[waiver]]\nrule = "disk-cache-unsafe"\nguest = "app02-clone"\n'
+                 'reason = "scratch clone"\n')
+    shown = kvmtune("config", "show", "--config", str(path))
+    assert shown.returncode == 0 and f"waiver KVM-STO-004 guest=app02-clone ({path}:1): scratch clone" in shown.stdout
+    audit = kvmtune("audit", "--examples", "--no-images", "--only", "KVM-STO-004", "--config", str(path), "--color", "never")
+    assert audit.returncode == 0, audit.stderr
+    assert any(ln.strip().startswith("WAIVED   KVM-STO-004") and ln.endswith("waived: scratch clone")
+               for ln in audit.stdout.splitlines()), audit.stdout
+    several = write(tmp_path / "several.toml", '[[waiver]]\nrule = "disk"\nreason = "x"\n')
+    done = kvmtune("config", "check", str(several))
+    assert done.returncode == 2 and f"{several}:2: waiver rule: slug prefix 'disk' names " in done.stderr
+    assert "KVM-STO-004" in done.stderr
+
+
+def test_config_show_marks_an_expired_waiver(tmp_path: Path) -> None:
+    """Issue 46 item 7: an expired waiver waives nothing; config show says so, in text and JSON."""
+    path = write(tmp_path / "kvmtune.toml", '[[waiver]]\nrule = "KVM-STO-004"\nreason = "old"\nexpires = 2020-01-01\n\n'
+                 '[[waiver]]\nrule = "KVM-STO-002"\nreason = "live"\nexpires = 2999-12-31\n')
+    done = kvmtune("config", "show", "--config", str(path))
+    waivers = [ln for ln in done.stdout.splitlines() if ln.startswith("waiver ")]
+    assert waivers[0].endswith("old EXPIRED 2020-01-01 (waives nothing; its findings count again)")
+    assert waivers[1].endswith("live until 2999-12-31") and "EXPIRED" not in waivers[1]
+    js = json.loads(kvmtune("config", "show", "--config", str(path), "--format", "json").stdout)
+    assert [w["expired"] for w in js["waivers"]] == [True, False]
 
 
 def test_the_settings_reach_audit(tmp_path: Path) -> None:

@@ -189,3 +189,14 @@ def test_the_baseline_can_be_a_fleet_collection(setup: dict[str, Path], tmp_path
     missing = kvmtune("audit", "--new-since", "db:staging", "--db", str(db), str(setup["before"]))
     assert missing.returncode == 2 and "no fleet collection named 'staging'" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_new_finding_says_new_in_its_header(setup: dict[str, Path]) -> None:
+    """Issue 46 item 7: with --new-since, the text report marks a new finding in its header line, not only below it."""
+    done = kvmtune("audit", "--config", str(setup["config"]), "--new-since", str(setup["baseline"]), "--color", "never",
+                   str(setup["now"]))
+    headers = [ln for ln in done.stdout.splitlines() if ln.startswith("    ") and " KVM-" in ln[:30]]
+    new = [ln for ln in headers if " NEW " in ln]
+    assert len(new) == 1 and new[0].split()[1:3] == ["KVM-NET-001", "NEW"], new
+    assert "             new: not in " in done.stdout
+    assert all(" NEW " not in ln for ln in headers if "KVM-NET-001" not in ln)

@@ -156,3 +156,75 @@ def test_completion_completes_nested_actions_and_their_options(tmp_path: Path) -
             assert missing == [], f"{path}: {missing}"
     zsh = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
     assert "storage) _arguments" in zsh and "'--image-format[" in zsh and "compadd storage net" in zsh
+
+
+def test_man_page_is_written_for_its_readers(capsys: pytest.CaptureFixture[str]) -> None:
+    """NAME, a SYNOPSIS line per command and action, FILES, ENVIRONMENT, EXIT STATUS with 3, every settings key and
+    waiver key, EXAMPLES (issue 46 item 5)."""
+    from kvmtune.audit.settings import KEYS, WAIVER_KEYS
+
+    assert cli.main(["man"]) == 0
+    page = capsys.readouterr().out
+    sections = {s.split("\n", 1)[0]: s for s in page.split("\n.SH ")[1:]}
+    assert list(sections) == ["NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "SETTINGS", "WAIVERS", "FILES",
+                              "ENVIRONMENT", "EXIT STATUS", "EXAMPLES", "SEE ALSO"]
+    plain = {k: v.replace("\\-", "-").replace("\\fB", "").replace("\\fR", "").replace("\\fI", "") for k, v in sections.items()}
+    leaves = [p for p, parser in _commands(cli.build_parser()) if not any(q.startswith(p + " ") for q, _ in
+                                                                        _commands(cli.build_parser()))]
+    synopsis = plain["SYNOPSIS"].splitlines()
+    for path in leaves:
+        assert any(line.startswith(path + " [options]") for line in synopsis), path
+    assert "kvmtune rules explain [options] ID" in synopsis and "kvmtune config check [options] FILE" in synopsis
+    for path in ("/etc/kvmtune/kvmtune.toml", "/etc/default/kvmtune", "/var/lib/kvmtune", "kvmtune-audit.timer",
+                 "kvmtune-sample.timer", "/var/lib/prometheus/node-exporter/kvmtune.prom",
+                 "/var/lib/prometheus/node-exporter/kvmtune-live.prom", "/usr/share/doc/kvmtune"):
+        assert path in plain["FILES"], path
+    for var in ("KVMTUNE_CONFIG", "KVMTUNE_JOURNAL_DIR", "NO_COLOR"):
+        assert f".TP\n{var}\n" in plain["ENVIRONMENT"], var
+    exit_status = plain["EXIT STATUS"]
+    for code in ("0", "1", "2", "3", "130"):
+        assert f".TP\n{code}\n" in exit_status, code
+    assert "fix --apply stopped" in exit_status and "kvmtune undo ID" in exit_status
+    for key in KEYS:
+        table, _, name = key.name.rpartition(".")
+        assert f".TP\n{f'[{table}] ' if table else ''}{name} (default " in plain["SETTINGS"], key.name
+        assert key.help in plain["SETTINGS"], key.name
+    for key in WAIVER_KEYS:
+        assert f".TP\n{key}\n" in plain["WAIVERS"], key
+    assert "[[waiver]]" in plain["WAIVERS"] and "reason = " in plain["WAIVERS"]
+    assert plain["EXAMPLES"].count(".TP") >= 10
+    render = subprocess.run(["groff", "-man", "-Tutf8", "-ww"], input=page, capture_output=True, text=True)
+    assert render.returncode == 0 and render.stderr == "", render.stderr
+
+
+def test_rule_ids_complete_in_bash_zsh_and_fish(tmp_path: Path) -> None:
+    """Issue 46 item 7: --only/--skip of audit, fix and verify, and `rules explain`, complete to rule ids."""
+    from kvmtune.audit.rule import all_rules
+
+    ids = sorted(r.id for r in all_rules())
+    sto = [i for i in ids if i.startswith("KVM-STO-00")]
+    bash = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "c.bash").write_text(bash)
+
+    def bash_complete(*words: str) -> list[str]:
+        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {' '.join(words)}); "
+                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    assert bash_complete("rules", "explain", "KVM-STO-00") == sto
+    for command in ("audit", "fix", "verify"):
+        assert bash_complete(command, "--only", "KVM-STO-00") == sto, command
+        assert bash_complete(command, "--skip", "KVM-STO-00") == sto, command
+    zsh = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
+    assert f"'*:rule:({' '.join(ids)})'" in zsh and "'--only[" in zsh and f":RULES:({' '.join(ids)})" in zsh
+    assert subprocess.run(["zsh", "-n"], input=zsh, capture_output=True, text=True).returncode == 0
+    fish_script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "kvmtune.fish").write_text(fish_script)
+
+    def fish_complete(line: str) -> list[str]:
+        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
+        proc = subprocess.run(["fish", "--no-config", "-c", probe], capture_output=True, text=True, check=True)
+        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+
+    assert fish_complete("kvmtune rules explain KVM-STO-00") == sto
+    assert fish_complete("kvmtune audit --only KVM-STO-00") == sto

@@ -11,15 +11,40 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def test_first_lines_are_the_three_ways_in_then_test_and_the_fast_loop() -> None:
-    """The package (tried in scripts/deb-proof.sh), the wheel (tests/packaging/test_wheel.py), the checkout."""
+def test_first_lines_build_then_install_without_recommends_then_test_and_the_fast_loop() -> None:
+    """How to build the package and the wheels, then the package (run as written by scripts/deb-proof.sh), the wheel
+    (tests/packaging/test_wheel.py), the checkout (issue 46 item 1)."""
     block = README.split("```sh\n", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip()]
-    assert commands == ["apt install ./kvmtune_*.deb", "pipx install ./kvmtune-*x86_64.whl", "bash scripts/install.sh",
-                        "bash scripts/test.sh", "bash scripts/test.sh --fast"]
-    proof = (REPO / "scripts" / "deb-proof.sh").read_text()
-    assert "apt install -y --no-install-recommends ./kvmtune_*.deb" in proof
+    assert commands == ["bash scripts/build-deb.sh dist", "bash scripts/build-wheel.sh dist",
+                        "apt install --no-install-recommends ./dist/kvmtune_*.deb", "pipx install ./dist/kvmtune-*x86_64.whl",
+                        "bash scripts/install.sh", "bash scripts/test.sh", "bash scripts/test.sh --fast"]
     assert README.index("```sh") < 200
+    building = README[: README.index("**What kvmtune does")]
+    for needed in ("Go >= 1.22", "bookworm-backports", "GOTOOLCHAIN", "`go 1.22` directive", "docs/packaging.md"):
+        assert needed in building.replace("\n", " "), needed
+    assert "go 1.22\n" in (REPO / "netload" / "go.mod").read_text()  # the version the README names
+
+
+def test_the_readme_says_how_the_wheel_reaches_libvirts_binding() -> None:
+    """Issue 46 item 2: the pipx line that reaches the system's binding and the one that builds it."""
+    first_screen = README[: README.index("## Audit")]
+    assert "pipx install --system-site-packages ./dist/kvmtune-*x86_64.whl" in first_screen
+    assert "apt install pkg-config gcc python3-dev libvirt-dev && pipx inject kvmtune libvirt-python" in first_screen
+    from kvmtune.domain.connection import BINDING_HINT  # the audit's note says the same
+
+    assert "--system-site-packages" in BINDING_HINT and "pipx inject kvmtune libvirt-python" in BINDING_HINT
+
+
+def test_deb_proof_reads_and_runs_the_readme_install_line_as_written() -> None:
+    """deb-proof.sh takes the line from README.md with its own sed: the same line this test reads."""
+    proof = REPO / "scripts" / "deb-proof.sh"
+    (extract,) = [ln for ln in proof.read_text().splitlines() if ln.startswith("readme_line=$(")]
+    script = extract.removeprefix("readme_line=$(").removesuffix(")")
+    got = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    assert got == "apt install --no-install-recommends ./dist/kvmtune_*.deb"
+    assert 'in_root sh -c "cd /tmp && $readme_line"' in proof.read_text()
+    assert 'cp "$deb" "$root/tmp/dist/"' in proof.read_text()
 
 
 def test_first_screen_says_where_the_command_is_and_what_install_changes() -> None:
@@ -52,3 +77,13 @@ def test_no_symlink_in_the_repository_dangles() -> None:
     assert "examples" in links
     for link in links:
         assert (REPO / link).exists(), f"{link} -> {(REPO / link).readlink()} dangles"
+
+
+def test_one_textfile_path_everywhere() -> None:
+    """Issue 46 item 7: the README, the units and kvmtune(8) name node_exporter's textfile directory alike."""
+    from kvmtune.cli.shelldocs import _FILES
+
+    units = "".join((REPO / "packaging" / "deb" / f"kvmtune-{u}.service").read_text() for u in ("audit", "sample"))
+    texts = (README, units, " ".join(path for path, _ in _FILES))
+    textfiles = {m for text in texts for m in re.findall(r"(/var/lib/[\w/.-]*)/kvmtune[\w-]*\.prom", text)}
+    assert textfiles == {"/var/lib/prometheus/node-exporter"}, textfiles

@@ -469,3 +469,37 @@ def test_a_repinned_vcpu_is_seen_within_affinity_every_samples(tmp_path: Path) -
     write(tmp_path, "/proc/100/task/101/status", "Name:\tCPU 0/KVM\nCpus_allowed_list:\t1\n")  # virsh vcpupin
     seen = [sampler.snapshot().guests["pid:100:web"].vcpus[0].allowed_cpus for _ in range(AFFINITY_EVERY)]
     assert seen[-1] == frozenset({1}) and seen.count(frozenset({0, 1})) < AFFINITY_EVERY
+
+
+def test_a_guest_whose_vcpu_delay_could_not_be_taken_is_not_measured_not_ok(tmp_path: Path) -> None:
+    """Issue 46 item 3: top, sample's JSON and its Prometheus text say "not measured" (no sample, not a zero) for a
+    QEMU whose vCPU threads cannot be found, and for a host without PSI; a guest is "ok" only when all was measured."""
+    make_host(tmp_path)
+    (tmp_path / "proc/pressure/memory").unlink()  # a kernel without PSI
+    make_qemu(tmp_path, 100, "named", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 200, "unnamed", {})
+    argv = ["qemu-system-x86_64", "-name", "unnamed", "-m", "1024"]  # no debug-threads, no QMP
+    (tmp_path / "proc/200/cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    host = HostRoot(str(tmp_path))
+    sampler = Sampler(host, [])
+    a = sampler.snapshot()
+    make_qemu(tmp_path, 100, "named", {0: (10_000_000, 0, "0")})
+    write(tmp_path, "/proc/stat", STAT.format(busy=150, idle=1800))
+    b = sampler.snapshot()
+    b.t = a.t + 1.0
+    r = rates(a, b)
+    diagnoses = Diagnoser(host).diagnose(r, b)
+    rows = {line.split()[0]: line for line in render_table(r, diagnoses, "guest", width=None).splitlines()}
+    assert rows["named"].endswith("  ok")
+    assert rows["unnamed"].endswith("  not measured: vcpu-delay") and " ok" not in rows["unnamed"]
+    assert "host not measured: psi-memory: no /proc/pressure/memory" in rows["host"] + "\n" + "\n".join(rows.values())
+    doc = rates_json(r, diagnoses)
+    by_name = {g["name"]: g for g in doc["guests"]}
+    assert by_name["unnamed"]["not_measured"] == {
+        "vcpu-delay": "its vCPU threads were not identified (QEMU without -name …,debug-threads=on, and no QMP)"}
+    assert by_name["named"]["not_measured"] == {} and by_name["unnamed"]["vcpu_delay"] == {}
+    assert doc["host"]["not_measured"] == {"psi-memory": "no /proc/pressure/memory (a kernel without CONFIG_PSI, or psi=0)"}
+    text = prometheus_text(r, diagnoses)
+    delays = [ln for ln in text.splitlines() if ln.startswith("kvmtune_guest_vcpu_delay_ratio{")]
+    assert len(delays) == 1 and 'guest="named"' in delays[0]  # no sample for unnamed, not a zero
+    assert "pressure" not in text and "kvmtune_diagnosis{" not in text

@@ -98,6 +98,12 @@ def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -
     report2 = WhyReport(target, 1.0, "kvm")
     _cpu_lines(tr, report2, online=2, pinned_in_definition=True)
     assert report2.lines[0].rule == "KVM-CPU-020"  # the same overlap, stated in a libvirt definition
+    report3 = WhyReport(target, 1.0, "kvm")  # the rules top names for the signal do not hide the specific cause
+    _cpu_lines(tr, report3, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003"], ""))
+    assert report3.lines[0].rule is None
+    assert report3.lines[0].no_rule == ("no rule covers affinity set outside libvirt (taskset, a cgroup cpuset): the "
+                                        "audit cannot see it in a definition; top names KVM-CPU-003 for this signal "
+                                        "(the audit's findings in its topics)")
 
 
 def test_text_says_nothing_explains_it_and_labels_emulation() -> None:
@@ -126,3 +132,95 @@ def test_guest_run_refuses_a_name_or_pin_that_could_carry_other_options() -> Non
                               capture_output=True, text=True, env=os.environ, timeout=60)
         assert done.returncode == 2 and done.stdout == "", done
         assert done.stderr.startswith(f"kvmtune: error: {message}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def unnamed(root: Path, step: int) -> None:
+    """qx runs without debug-threads: its threads are unnamed; its busiest thread waits twice as long as it runs."""
+    write(root, "/proc/stat", "cpu  1 0 0 1 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n")
+    if step == 0:
+        (root / "proc/300").mkdir(parents=True, exist_ok=True)
+        os.symlink("/usr/bin/qemu-system-x86_64", root / "proc/300/exe")
+        write(root, "/proc/300/cmdline", "qemu-system-x86_64\0-name\0qx\0")
+    thread(root, 300, 300, "qemu-system-x86", 10 + 5 * step, 0, delay_ns=10_000_000 * step)
+    thread(root, 300, 301, "qemu-system-x86", 10 + 30 * step, 0, delay_ns=600_000_000 * step)
+    thread(root, 300, 302, "qemu-system-x86", 10 + 2 * step, 0)
+
+
+def test_without_thread_names_the_vcpu_wait_is_not_measured_and_the_busiest_threads_bound_it(tmp_path: Path) -> None:
+    """Issue 46 item 3: never "under 5 %" for a wait that could not be measured; the bound says what it is."""
+    from kvmtune.live.why import _unnamed_cpu_line
+
+    host = HostRoot(str(tmp_path))
+    unnamed(tmp_path, 0)
+    target = Target("qx", "pid 300", "pid:300:qx", 300, None, False)
+    tr = _Tracker(host, target, {})
+    tr.tick()
+    unnamed(tmp_path, 1)
+    tr.tick()
+    tr.t1 = tr.t0 + 1.0
+    report = WhyReport(target, 1.0, "kvm")
+    _cpu_lines(tr, report, online=1, pinned_in_definition=False)
+    _unnamed_cpu_line(tr, report, (["KVM-CPU-003", "KVM-HST-001"], "the fix"))
+    assert "bounds it from above" in report.not_measured["vcpu-delay"]
+    bound = report.vcpu_wait_bound
+    assert bound is not None and bound["bound"] == 0.6 and bound["busiest"][0] == {"tid": 301, "busy": 0.3, "delay": 0.6}
+    (line,) = report.lines
+    assert line.share == 0.6 and line.what.startswith("vCPU wait not measured (unnamed threads); upper bound")
+    assert "thread 301 ran 30% and waited 60% of the interval" in line.evidence
+    assert line.rule == "KVM-CPU-003" and line.fix == "the fix"  # what top names for the same signal
+    text = render_text(report)
+    assert "under 5 %" not in text and "not measured: vcpu-delay: its vCPU threads are unnamed" in text
+    assert json.loads(json.dumps(report.as_json()))["not_measured"]["vcpu-delay"]
+
+
+def test_nothing_explains_it_never_claims_a_wait_it_did_not_measure() -> None:
+    report = WhyReport(Target("quiet", "pid 7", "pid:7:quiet", 7, None, False), 10.0, "kvm",
+                       not_measured={"vcpu-delay": "its vCPU threads are unnamed"})
+    line = render_text(report).splitlines()[1]
+    assert line.startswith("Nothing here explains it: no signal passed its threshold (no throttling")
+    assert "under 5 %" not in line and line.endswith("; not measured: vcpu-delay")
+
+
+def test_a_wait_whose_live_cause_names_no_rule_takes_the_rules_top_names_for_the_signal(tmp_path: Path) -> None:
+    """top and why judge the vcpu-delay signal from the same Signal row: a host process competing for the guest's CPUs
+    has no rule of its own, so why names the rules top names (Diagnoser.explain), not "no rule covers"."""
+    host = HostRoot(str(tmp_path))
+    write(tmp_path, "/proc/stat", "cpu  1 0 0 1 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n")
+    qemu(tmp_path, 100, "ca")
+    for step in (0, 1):
+        thread(tmp_path, 100, 101, "CPU 0/KVM", 10 + 40 * step, 0, delay_ns=500_000_000 * step, allowed="0-1")
+        thread(tmp_path, 900, 900, "stress", 10 + 50 * step, 0, allowed="0-1")
+        if step == 0:
+            target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
+            tr = _Tracker(host, target, {0: 101})
+        tr.tick()
+    tr.t1 = tr.t0 + 1.0
+    alone = WhyReport(target, 1.0, "kvm")
+    _cpu_lines(tr, alone, online=2, pinned_in_definition=False)
+    assert alone.lines[0].rule is None and alone.lines[0].no_rule.startswith("no rule covers a host process")
+    judged = WhyReport(target, 1.0, "kvm")
+    _cpu_lines(tr, judged, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003", "KVM-HST-001"], ""))
+    assert judged.lines[0].rule == "KVM-CPU-003" and judged.lines[0].no_rule == ""
+    assert judged.lines[0].cause.endswith("the audit's findings for this signal: KVM-CPU-003, KVM-HST-001")
+
+
+def test_why_judges_the_vcpu_wait_with_the_thresholds_top_uses(tmp_path: Path) -> None:
+    """The settings file's run_delay_warn reaches why as it reaches top and sample: a 50 % wait under a 60 % warn level
+    is no line; why reads the settings file (a bad one is refused before sampling)."""
+    host = HostRoot(str(tmp_path))
+    crowd(tmp_path, 0)
+    target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
+    tr = _Tracker(host, target, {0: 101})
+    tr.tick()
+    crowd(tmp_path, 1)
+    tr.tick()
+    tr.t1 = tr.t0 + 1.0
+    lenient = WhyReport(target, 1.0, "kvm")
+    _cpu_lines(tr, lenient, online=2, pinned_in_definition=False, warn=0.6)
+    assert lenient.lines == [] and lenient.vcpus[0]["delay"] == 0.5
+    bad = tmp_path / "kvmtune.toml"
+    bad.write_text("[thresholds]\nrun_delay_warn = 7\n")
+    bad.chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "kvmtune", "why", "ca", "--config", str(bad), "--no-libvirt",
+                           "--root", str(tmp_path)], capture_output=True, text=True, env=os.environ, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(f"kvmtune: {bad}:2: thresholds.run_delay_warn")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
     assert not any("__pycache__" in f for f in files)  # postinst compiles, prerm removes: nothing left after purge
     control = sh("dpkg-deb", "-f", deb).stdout
     assert "Depends: python3 (>= 3.11), python3-lxml, python3-libvirt, qemu-utils\n" in control
-    assert "Recommends: libvirt-daemon-system, qemu-system-x86, fio, prometheus-node-exporter\n" in control
+    # a Proxmox VE node has pve-qemu-kvm (Provides and Conflicts qemu-system-x86, qemu-utils) and no libvirt: only suggested
+    assert "Recommends: fio, prometheus-node-exporter\n" in control
+    assert "Suggests: libvirt-daemon-system, qemu-system-x86, " in control
     tmp = deb.parent / "ctrl"
     assert sh("dpkg-deb", "-e", deb, tmp).returncode == 0
     assert (tmp / "conffiles").read_text() == "/etc/default/kvmtune\n/etc/kvmtune/kvmtune.toml\n"
@@ -62,8 +65,36 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
         for hardening in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes",
                           "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any", "StateDirectory=kvmtune"):
             assert f"\n{hardening}\n" in unit, hardening
-    assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune.prom" in units["kvmtune-audit"]
+    # one audit a run, both outputs from it (issue 46 item 7)
+    (audit_exec,) = [ln for ln in units["kvmtune-audit"].splitlines() if ln.startswith("ExecStart=")]
+    assert audit_exec.endswith("--format json -o /var/lib/kvmtune/audit.json "
+                               "--also prometheus=/var/lib/prometheus/node-exporter/kvmtune.prom")
     assert "--format prometheus -o /var/lib/prometheus/node-exporter/kvmtune-live.prom" in units["kvmtune-sample"]
+
+
+def test_the_package_ships_every_document_the_man_page_and_the_settings_file_name(deb: Path) -> None:
+    """kvmtune(8)'s SEE ALSO and FILES, and the shipped kvmtune.toml, name /usr/share/doc/kvmtune/...: all there (issue 46)."""
+    from kvmtune.cli.shelldocs import SHIPPED_DOCS
+
+    files = {line.split()[-1].removeprefix(".") for line in sh("dpkg-deb", "-c", deb).stdout.splitlines()}
+    with tarfile.open(fileobj=io.BytesIO(subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True,
+                                                        check=True).stdout)) as tar:
+        roff = gzip.decompress(tar.extractfile("./usr/share/man/man8/kvmtune.8.gz").read()).decode()  # type: ignore[union-attr]
+        toml = tar.extractfile("./etc/kvmtune/kvmtune.toml").read().decode()  # type: ignore[union-attr]
+    named = set(re.findall(r"/usr/share/doc/kvmtune/[\w.-]*\w", roff.replace("\\-", "-") + toml))
+    assert {f"/usr/share/doc/kvmtune/{d}" for d in SHIPPED_DOCS} <= named
+    assert "/usr/share/doc/kvmtune/settings.md" in toml
+    missing = sorted(n for n in named if n not in files)
+    assert missing == []
+    assert "docs/" not in toml  # no pointer into a source checkout the host does not have
+    shipped = (REPO / "docs" / "settings.md").read_text()
+    assert tar_text(deb, "./usr/share/doc/kvmtune/settings.md") == shipped
+
+
+def tar_text(deb: Path, member: str) -> str:
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return tar.extractfile(member).read().decode()  # type: ignore[union-attr]
 
 
 def test_the_package_is_lintian_clean(deb: Path) -> None:

@@ -40,3 +40,12 @@ def test_explain_prints_doc(capsys: pytest.CaptureFixture[str]) -> None:
     assert "## Why it matters" in capsys.readouterr().out
     assert main(["rules", "explain", "disk-cache-writethrough"]) == 0
     assert main(["rules", "explain", "NOPE-001"]) == 2
+
+
+def test_sto_004_advises_a_per_guest_waiver_not_a_skip_or_a_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 46 item 7: disposable guests' unsafe cache is accepted per guest and disk, with a reason and an end date."""
+    assert main(["rules", "explain", "KVM-STO-004"]) == 0
+    text = capsys.readouterr().out
+    use_instead = text.split("## Use instead", 1)[1].split("## Fix safety", 1)[0]
+    assert "[[waiver]]" in use_instead and "<metadata>" in use_instead and "expires" in use_instead
+    assert "--skip KVM-STO-004" not in use_instead and "baseline" not in use_instead

@@ -310,10 +310,16 @@ def add_libvirt(uri: str, result: AuditResult, *, required: bool = True, domains
                 matched: set[str] | None = None) -> int:
     """The domains of ``uri``; with ``domains``, only those whose name or UUID matches one of these globs
     (each pattern that matched is added to ``matched``)."""
-    from kvmtune.domain.connection import read_domains
+    from kvmtune.domain.connection import BindingMissing, read_domains
 
     try:
         guests, errors = read_domains(uri)
+    except BindingMissing as exc:  # the wheel in a venv of its own: audit what needs no libvirt, say what is missing
+        if required:
+            result.errors.append(f"{uri}: {exc}")
+        else:
+            result.looked_at.append(f"libvirt {uri}: not read: {exc}")
+        return 0
     except InputError as exc:
         if required:
             result.errors.append(str(exc))

@@ -247,17 +247,39 @@ def read_file(path: str) -> tuple[dict[str, Value], list[Waiver]]:
         raise InputError(path, "TOML nested too deeply to read") from None
     except MemoryError:
         raise InputError(path, "too large to read as TOML") from None
-    return _Reader(path, text).read(doc)
+    reader = _Reader(path, text)
+    values, waivers = reader.read(doc)
+    if reader.errors:
+        raise SettingsErrors(reader.errors)
+    return values, waivers
+
+
+MAX_ERRORS = 20  # mistakes of one file reported in one run; the rest are counted
+
+
+class SettingsErrors(InputError):
+    """Every mistake of one settings file (up to :data:`MAX_ERRORS`), each with its FILE:LINE: one run shows
+    them all (``kvmtune config check``, any settings load). ``str()`` is the first, with how many follow."""
+
+    def __init__(self, errors: Sequence[InputError]) -> None:
+        ordered = sorted(errors, key=lambda e: e.line or 0)
+        self.errors: list[InputError] = ordered[:MAX_ERRORS]
+        if len(ordered) > MAX_ERRORS:
+            self.errors.append(InputError(ordered[0].where, f"{len(ordered) - MAX_ERRORS} more mistake(s) not shown"))
+        first = ordered[0]
+        more = f" (and {len(ordered) - 1} more mistake(s) in this file)" if len(ordered) > 1 else ""
+        super().__init__(first.where, first.problem + more, first.line)
 
 
 class _Reader:
     def __init__(self, path: str, text: str) -> None:
         self.path = path
         self.lines = _key_lines(text)
+        self.errors: list[InputError] = []  # every mistake, in the order found; read() goes on past each
 
-    def fail(self, table: str, index: int, key: str, problem: str) -> InputError:
+    def fail(self, table: str, index: int, key: str, problem: str) -> None:
         line = self.lines.get((table, index, key)) or self.lines.get((table, index, ""))
-        return InputError(self.path, problem, line)
+        self.errors.append(InputError(self.path, problem, line))
 
     def where(self, table: str, index: int, key: str) -> str:
         line = self.lines.get((table, index, key)) or self.lines.get((table, index, ""))
@@ -269,50 +291,70 @@ class _Reader:
         for name, value in doc.items():
             if name == "waiver":
                 if not isinstance(value, list):
-                    raise self.fail("", 0, name, "waiver: expected [[waiver]] tables")
-                waivers.extend(self.waiver(i, w) for i, w in enumerate(value))
+                    self.fail("", 0, name, "waiver: expected [[waiver]] tables")
+                    continue
+                waivers.extend(w for i, raw in enumerate(value) if (w := self.waiver(i, raw)) is not None)
             elif name in TABLES:
                 if not isinstance(value, dict):
-                    raise self.fail("", 0, name, f"{name}: expected a [{name}] table")
+                    self.fail("", 0, name, f"{name}: expected a [{name}] table")
+                    continue
                 for sub, v in value.items():
-                    values[f"{name}.{sub}"] = self.value(name, f"{name}.{sub}", sub, v)
-            else:
-                values[name] = self.value("", name, name, value)
+                    if (checked := self.value(name, f"{name}.{sub}", sub, v)) is not None:
+                        values[f"{name}.{sub}"] = checked
+            elif (checked := self.value("", name, name, value)) is not None:
+                values[name] = checked
         return values, waivers
 
-    def value(self, table: str, dotted: str, key: str, v: object) -> Value:
+    def value(self, table: str, dotted: str, key: str, v: object) -> Value | None:
         spec = KEY_NAMES.get(dotted)
         if spec is None:
             known = [k.name.split(".", 1)[1] if table else k.name for k in KEYS if k.name.startswith(f"{table}.")
                      or (not table and "." not in k.name)] + ([] if table else [*TABLES, "waiver"])
-            raise self.fail(table, 0, key, f"unknown key {dotted!r}{_did_you_mean(key, known)}")
+            self.fail(table, 0, key, f"unknown key {dotted!r}{_did_you_mean(key, known)}")
+            return None
         problem = "wrong type (a date)" if isinstance(v, date) else spec.check(v)
         if problem is not None:
-            raise self.fail(table, 0, key, f"{dotted}: {problem}")
+            self.fail(table, 0, key, f"{dotted}: {problem}")
+            return None
         return Value(v, self.where(table, 0, key))
 
-    def waiver(self, i: int, w: object) -> Waiver:
+    def waiver(self, i: int, w: object) -> Waiver | None:
+        """One [[waiver]] table, or None after naming each of its mistakes."""
         if not isinstance(w, dict):
-            raise self.fail("waiver", i, "", "waiver: expected a table")
+            self.fail("waiver", i, "", "waiver: expected a table")
+            return None
+        before = len(self.errors)
         for key, v in w.items():
             if key not in WAIVER_KEYS:
-                raise self.fail("waiver", i, key, f"unknown waiver key {key!r}{_did_you_mean(key, WAIVER_KEYS)}")
-            if key != "expires" and not (isinstance(v, str) and v.strip()):
-                raise self.fail("waiver", i, key, f"waiver {key}: expected a non-empty string")
+                self.fail("waiver", i, key, f"unknown waiver key {key!r}{_did_you_mean(key, WAIVER_KEYS)}")
+            elif key != "expires" and not (isinstance(v, str) and v.strip()):
+                self.fail("waiver", i, key, f"waiver {key}: expected a non-empty string")
+        rule = w.get("rule") if isinstance(w.get("rule"), str) and w["rule"].strip() else None
         if "rule" not in w:
-            raise self.fail("waiver", i, "", "waiver without a rule (an id or id prefix, e.g. rule = \"KVM-STO-004\")")
+            self.fail("waiver", i, "", "waiver without a rule (an id, id prefix or slug, e.g. rule = \"KVM-STO-004\")")
         if "reason" not in w:
-            raise self.fail("waiver", i, "", f"waiver for {w['rule']} without a reason (reason = \"why it is accepted\")")
-        problem = unknown_rule(w["rule"], slugs=False)
+            self.fail("waiver", i, "", f"waiver for {rule or 'a rule'} without a reason (reason = \"why it is accepted\")")
+        problem = unknown_rule(rule, slugs=True) if rule else None
         if problem:
-            raise self.fail("waiver", i, "rule", f"waiver rule: {problem}")
+            self.fail("waiver", i, "rule", f"waiver rule: {problem}")
+        elif rule and not rule.upper().startswith("KVM-"):  # a slug, as --only takes it: the waiver keeps the id
+            ids = sorted(r.id for r in all_rules() if r.slug.startswith(rule.lower()))
+            exact = [r.id for r in all_rules() if r.slug == rule.lower()]
+            if len(exact) == 1 or len(ids) == 1:
+                rule = (exact or ids)[0]
+            else:
+                self.fail("waiver", i, "rule", f"waiver rule: slug prefix {rule!r} names {len(ids)} rules "
+                          f"({', '.join(ids)}); a waiver names one rule or an id prefix")
         expires = w.get("expires")
         if expires is not None:
             day = as_date(expires)
             if day is None:
-                raise self.fail("waiver", i, "expires", f"waiver expires: {expires!r} is not a date (YYYY-MM-DD)")
+                self.fail("waiver", i, "expires", f"waiver expires: {expires!r} is not a date (YYYY-MM-DD)")
             expires = day
-        return Waiver(rule=w["rule"].upper(), reason=w["reason"], host=w.get("host"), guest=w.get("guest"),
+        if len(self.errors) > before:
+            return None
+        assert rule is not None
+        return Waiver(rule=rule.upper(), reason=w["reason"], host=w.get("host"), guest=w.get("guest"),
                       target=w.get("target"), expires=expires, by=w.get("by"), origin=self.where("waiver", i, ""))
 
 

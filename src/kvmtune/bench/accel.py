@@ -3,8 +3,12 @@
 ``/dev/kvm`` existing proves little (a nested, paravirtual KVM can accept the
 ioctl and then never run a guest), so the probe boots the real probe guest
 with ``-accel kvm`` and a short timeout, and asks QEMU over QMP whether KVM is
-enabled. Anything else means TCG, with the reason kept for the warning. The
-answer is cached in the work directory per (probe guest, QEMU, host kernel).
+enabled. Until the guest's init announces itself, QMP's run state is read too:
+a guest QEMU stopped in ``internal-error`` (a KVM emulation failure: a stock
+kernel on a ``kvm_pvm`` host) or ``guest-panicked`` ends the probe at once, with
+the KVM error and the instruction QEMU reports. Anything else means TCG, with
+the reason kept for the warning. The answer is cached in the work directory per
+(probe guest, QEMU, host kernel).
 """
 
 from __future__ import annotations
@@ -40,6 +44,18 @@ class AccelChoice:
         )
 
 
+KVM_PVM_MODULE = "/sys/module/kvm_pvm"
+KVM_PVM_MEANING = ("this host's KVM is kvm_pvm (PVM: a KVM on shadow page tables, without VMX/SVM, for hosts that are "
+                   "virtual machines themselves); it runs the guest kernel deprivileged and emulates its privileged "
+                   "code, so only a kernel built as a PVM guest boots, and a stock kernel stops in "
+                   "'KVM internal error ... emulation failure'")
+
+
+def kvm_pvm_note(host: HostRoot) -> str | None:
+    """What a kvm_pvm host means for guests, or None where the module is not loaded."""
+    return KVM_PVM_MEANING if host.is_dir(KVM_PVM_MODULE) else None
+
+
 def kvm_probe(guest: ProbeGuest, workdir: Path, runner: Runner, timeout: float = 8.0) -> AccelChoice:
     """Boot the probe guest under KVM; return kvm only if it booted and QMP says KVM is on."""
     start = time.monotonic()
@@ -49,6 +65,8 @@ def kvm_probe(guest: ProbeGuest, workdir: Path, runner: Runner, timeout: float =
         out = vm.follow(timeout, boot_timeout=timeout)
     took = time.monotonic() - start
     booted = any(ln.startswith("KVMTUNE-POWEROFF") for ln in out.lines)
+    if out.stopped:  # QMP's run state: KVM refused the guest (internal-error) or its kernel panicked
+        return AccelChoice("tcg", f"the probe guest failed under KVM after {took:.1f}s: {out.error()}", took)
     if out.timed_out:
         return AccelChoice("tcg", f"a probe guest did not boot under KVM within {timeout:.0f}s", took)
     if not booted:
@@ -84,6 +102,8 @@ def detect_accel(
         except (OSError, ValueError, KeyError, TypeError):
             pass
     choice = kvm_probe(guest, workdir, runner, timeout)
+    if choice.accel == "tcg" and (pvm := kvm_pvm_note(host)):
+        choice = AccelChoice(choice.accel, f"{choice.reason}; {pvm}", choice.probe_s)
     try:
         cache.write_text(json.dumps({"key": key, "at": time.time(), "choice": asdict(choice)}))
     except OSError:

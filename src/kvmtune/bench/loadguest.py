@@ -136,10 +136,18 @@ class LoadGuest:
             err = self.run.stderr_path.read_bytes()[-400:].decode("utf-8", "replace").strip().splitlines()
             raise KvmtuneError(f"QEMU exited {self.run.proc.returncode}: {err[-1] if err else 'no error output'}")
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Stop what :meth:`start` began and remove what it made; one phrase per process stopped or file removed
+        (``kvmtune guest run`` says them)."""
+        done: list[str] = []
         if self.run is not None:
+            proc = self.run.proc
+            if proc is not None:
+                done.append(f"stopped QEMU (pid {proc.pid})" if proc.poll() is None
+                            else f"QEMU (pid {proc.pid}) had exited ({proc.returncode})")
             self.run.close()
         if self.server is not None:
+            done.append(f"stopped the netload server (pid {self.server.pid})")
             self.server.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.server.wait(timeout=5)
@@ -147,6 +155,9 @@ class LoadGuest:
                 self.server.kill()
                 self.server.wait()
         with contextlib.suppress(OSError):
+            size = self.image.stat().st_size
             self.image.unlink()
+            done.append(f"removed the scratch disk {self.image} ({size / 2**30:.0f} GiB)")
         with contextlib.suppress(OSError):
             self.rundir.rmdir()
+        return done

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -127,9 +128,13 @@ class RunOutcome:
     accel_confirmed: str | None = None
     line_times: list[float] = field(default_factory=list)
     restored: bool = False
+    stopped: str | None = None  # the run state QMP reported when QEMU stopped the guest (STOPPED_STATES)
 
     def error(self) -> str | None:
         """One line describing why the guest run failed, or None."""
+        if self.stopped:
+            detail = kvm_error(self.stderr_tail)
+            return f"QEMU stopped the guest in its {self.stopped} state" + (f": {detail}" if detail else "")
         if self.timed_out:
             last = next((ln for ln in reversed(self.lines) if ln.strip()), "no console output")
             if not self.restored and not any(ln.startswith("KVMTUNE-BOOTED") for ln in self.lines):
@@ -144,6 +149,34 @@ class RunOutcome:
                 return "kernel did not boot" + (f": {panic.strip()[:140]}" if panic else " (no init output)")
             return "guest stopped before its job finished"
         return None
+
+
+# QEMU's run states (QMP query-status) in which a guest never goes on by itself: KVM refused to run it (a KVM
+# internal error, e.g. an emulation failure) or its kernel panicked (with a pvpanic device)
+STOPPED_STATES = ("internal-error", "guest-panicked")
+# how often follow() asks QMP for the run state until the guest's init announces itself (KVMTUNE-BOOTED); not
+# after: a booted guest's job is being measured, and its console's line times must not wait on QMP
+STATUS_EVERY_S = 0.5
+
+
+def kvm_error(stderr: str) -> str:
+    """What QEMU printed when KVM stopped the guest, in one line: the error, its suberror's meaning, the
+    instruction pointer and the instruction bytes QEMU dumps (``Code=… <0f> 01 …``: the byte at RIP in brackets)."""
+    lines = [ln.strip() for ln in stderr.splitlines()]
+    head = next((ln for ln in lines if ln.startswith(("KVM internal error", "error: kvm run failed"))), None)
+    if head is None:
+        return ""
+    parts = [head.rstrip(".")]
+    if "emulation failure" in lines:
+        parts.append("emulation failure")
+    rip = next((m.group(1) for ln in lines if (m := re.match(r"RIP=([0-9a-fA-F]+)", ln))), None)
+    code = next((ln for ln in lines if ln.startswith("Code=")), None)
+    if rip:
+        parts.append(f"at RIP={rip}")
+    if code and "<" in code:
+        at = code.index("<")
+        parts.append("instruction bytes " + " ".join(code[at:].split()[:6]))
+    return ", ".join(parts)
 
 
 class GuestRun:
@@ -250,6 +283,22 @@ class GuestRun:
         finally:
             q.close()
 
+    def query_status(self) -> str | None:
+        """QEMU's run state over QMP (running, paused, internal-error, guest-panicked, …); None: no answer."""
+        if not self.qmp_path.exists():
+            return None
+        try:
+            q = Qmp(self.qmp_path, timeout=1.0)
+        except OSError:
+            return None
+        try:
+            status = q.execute("query-status")
+            return str(status["status"]) if isinstance(status, dict) and "status" in status else None
+        except (OSError, KvmtuneError, ValueError):
+            return None
+        finally:
+            q.close()
+
     def follow(
         self,
         timeout: float,
@@ -260,7 +309,9 @@ class GuestRun:
         """Poll the console until QEMU exits or ``timeout`` seconds pass (then kill it).
 
         With ``boot_timeout``, a guest whose init has not announced itself by then is
-        killed early: a kernel that does not boot should not cost the whole budget.
+        killed early: a kernel that does not boot should not cost the whole budget. Until then, a guest
+        that QEMU stopped (QMP's run state internal-error or guest-panicked: it will never go on) is killed
+        at once, the state kept in :attr:`RunOutcome.stopped`.
         """
         if self.proc is None:
             self.start()
@@ -272,7 +323,9 @@ class GuestRun:
         pos = 0
         accel: str | None = None
         timed_out = False
+        stopped: str | None = None
         booted = self.spec.incoming is not None  # a restored guest booted long ago
+        next_status = start + STATUS_EVERY_S
         with open(self.serial, "rb") as fh:
             while True:
                 fh.seek(pos)
@@ -302,6 +355,15 @@ class GuestRun:
                                 if on_line is not None:
                                     on_line(line, time.monotonic())
                     break
+                now = time.monotonic()
+                if not booted and now >= next_status:
+                    next_status = now + STATUS_EVERY_S
+                    state = self.query_status()
+                    if state in STOPPED_STATES:
+                        stopped = state
+                        time.sleep(0.1)  # QEMU writes its register dump to stderr as it stops
+                        stop_process(self.proc, grace=1.0)
+                        break
                 elapsed = time.monotonic() - start
                 if elapsed > timeout or (boot_timeout is not None and not booted and elapsed > boot_timeout):
                     timed_out = True
@@ -318,7 +380,7 @@ class GuestRun:
         except OSError:
             tail = ""
         return RunOutcome(lines, code, timed_out, duration, tail, self.proc.pid, accel, times,
-                          restored=self.spec.incoming is not None)
+                          restored=self.spec.incoming is not None, stopped=stopped)
 
     def close(self) -> None:
         if self.proc is not None:

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvmtune import version_line
 from kvmtune.cli.command import Command, Exit, Outcome, register, settings_options, use_color
@@ -165,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kvmtune: {safe(err)}", file=sys.stderr)
         return int(outcome.exit)
     except KvmtuneError as exc:
-        print(f"kvmtune: {safe(exc)}", file=sys.stderr)
+        for line in getattr(exc, "errors", None) or [exc]:  # a settings file's mistakes: one line each
+            print(f"kvmtune: {safe(line)}", file=sys.stderr)
         return Exit.USAGE
     except (RecursionError, MemoryError) as exc:
         # an input nested or sized past what could be read, where no reader said which (each names its file):
@@ -195,14 +196,21 @@ def _emit(command: Command, outcome: Outcome, args: argparse.Namespace) -> None:
         return
     fmt = str(getattr(args, "format", None) or "text")
     output: Path | None = getattr(args, "output", None)
-    if output is not None and str(output) != "-":
+    also: list[tuple[str, Path]] = list(getattr(args, "also", None) or [])  # audit --also FORMAT=FILE
+    if (output is not None and str(output) != "-") or also:
         from kvmtune.fix.files import write_output
 
-        try:
-            write_output(Path(output), lambda fh: command.render(outcome, fmt, fh, color=False), tag=str(os.getpid()))
-        except OSError as exc:
-            raise UsageError(f"{output}: cannot write the report ({exc.strerror or exc})") from None
-        return
+        targets = ([(fmt, Path(output))] if output is not None and str(output) != "-" else []) + also
+        for form, path in targets:  # one outcome, each rendering written atomically
+            def write(fh: TextIO, form: str = form) -> None:
+                command.render(outcome, form, fh, color=False)
+
+            try:
+                write_output(path, write, tag=str(os.getpid()))
+            except OSError as exc:
+                raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+        if output is not None and str(output) != "-":
+            return
     color = use_color(str(getattr(args, "color", "never")), sys.stdout.isatty())
     command.render(outcome, fmt, sys.stdout, color=color)
 

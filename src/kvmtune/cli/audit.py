@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import date
+from pathlib import Path
 from typing import Any, TextIO
 
 from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather, pve_config_paths
@@ -62,6 +63,9 @@ class AuditCommand(Command):
         p.add_argument("--examples", action="store_true", help="audit the example domains shipped with kvmtune")
         format_option(p, FORMATS)
         output_option(p)
+        p.add_argument("--also", action="append", default=[], metavar="FORMAT=FILE", type=_also,
+                       help="also write this same audit as FORMAT to FILE (atomically; repeatable): one audit, "
+                            "several outputs, e.g. --format json -o audit.json --also prometheus=kvmtune.prom")
         p.add_argument("--fail-on", metavar="SEVERITY", default=None,
                        help="exit 1 if any finding is at or above SEVERITY (info|low|medium|high|critical)")
         p.add_argument("--only", default=None, metavar="RULES", help="comma-separated rule ids, slugs or prefixes")
@@ -153,6 +157,15 @@ class AuditCommand(Command):
 
 
 COMMANDS = (AuditCommand,)
+
+
+def _also(text: str) -> tuple[str, Path]:
+    """``--also FORMAT=FILE``: another rendering of the same audit (the audit service writes JSON and Prometheus
+    text from one audit, so they describe the same moment)."""
+    fmt, sep, path = text.partition("=")
+    if not sep or fmt not in FORMATS or not path or path == "-":
+        raise argparse.ArgumentTypeError(f"{text!r}: expected FORMAT=FILE, FORMAT one of {', '.join(FORMATS)}")
+    return fmt, Path(path)
 
 
 def _fail_on(args: argparse.Namespace, settings: Settings) -> Severity | None:

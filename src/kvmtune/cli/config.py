@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import date
 from typing import Any, TextIO
 
 from kvmtune.audit.settings import KEYS, Settings, load
@@ -34,15 +35,19 @@ class ConfigShow(Command):
             v = s.values[key.name]
             shown = json.dumps(v.value) if v.value is not None else "(unset)"
             out.write(f"{key.name:{width}} = {safe(shown):20}  # {safe(v.origin)}\n")
+        today = date.today()
         for w in s.waivers:
             until = f" until {w.expires.isoformat()}" if w.expires else ""
+            if _expired(w.expires, today):  # it waives nothing any more: say so where the operator looks
+                assert w.expires is not None
+                until = f" EXPIRED {w.expires.isoformat()} (waives nothing; its findings count again)"
             by = f" by {w.by}" if w.by else ""
             out.write(f"waiver {safe(w.label())}: {safe(w.reason)}{until}{safe(by)}\n")
 
 
 class ConfigCheck(Command):
     name = "check"
-    help = "check a settings file without running anything (exit 2 with one line naming the file and line)"
+    help = "check a settings file without running anything (exit 2, one FILE:LINE line per mistake)"
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("file", metavar="FILE", help="the settings file (TOML)")
@@ -64,9 +69,15 @@ class ConfigCommand(Command):
 COMMANDS = (ConfigCommand,)
 
 
+def _expired(expires: date | None, today: date) -> bool:
+    """A waiver waives up to and including its ``expires`` day (docs/settings.md)."""
+    return expires is not None and expires < today
+
+
 def _as_json(s: Settings) -> dict[str, Any]:
+    today = date.today()
     return {
         "files": s.files,
         "settings": {k.name: {"value": s.values[k.name].value, "from": s.values[k.name].origin} for k in KEYS},
-        "waivers": [w.to_json() for w in s.waivers],
+        "waivers": [{**w.to_json(), "expired": _expired(w.expires, today)} for w in s.waivers],
     }

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kvmtune.bench.accel import kvm_pvm_note
 from kvmtune.bench.accel_cache import read_cached_verdict
 from kvmtune.bench.net.guest import PACKAGED_NETLOAD, REPO_NETLOAD
 from kvmtune.bench.workdir import default_workdir
@@ -79,6 +80,13 @@ def checks(host: HostRoot, runner: Runner, workdir: Path) -> list[Check]:
         out.append(Check("KVM boots a guest", None,
                          f"not probed yet (run `kvmtune guest accel`); /dev/kvm {'present' if kvm else 'absent'}, "
                          f"CPU flag {flag or 'vmx/svm absent'}", "unknown until probed"))
+    modules = [m for m in ("kvm_intel", "kvm_amd", "kvm_pvm") if host.is_dir(f"/sys/module/{m}")]
+    pvm = kvm_pvm_note(host)
+    out.append(Check("KVM module", None if not modules else pvm is None,
+                     f"{', '.join(modules) or 'none of kvm_intel, kvm_amd, kvm_pvm'} loaded"
+                     + (f": {pvm}" if pvm else ""),
+                     "stock guest kernels do not boot under KVM here; the probe guest falls back to TCG" if pvm else
+                     "no KVM: guests run under TCG emulation"))
     out.append(Check("vhost-net", host.exists("/dev/vhost-net"), "/dev/vhost-net",
                      "virtio-net's data path stays in QEMU userspace"))
     ovs_kernel = host.is_dir("/sys/module/openvswitch")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvmtune.bench.accel import detect_accel
+from kvmtune.bench.accel_cache import CACHE_NAME
 from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
 from kvmtune.bench.loadguest import LOADS, LoadGuest
 from kvmtune.bench.net.guest import find_netload
@@ -47,6 +48,19 @@ def build_guest(args: argparse.Namespace, runner: Runner, force: bool = False,
     builder = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir,
                            extra=[*parse_extra(args.extra), *more])
     return builder.build(force=force)
+
+
+def cache_left(workdir: Path) -> str:
+    """What ``guest run`` leaves in the work directory on purpose: the probe guest (reused by the next run) and the
+    accelerator verdict."""
+    guest = workdir / "guest"
+    files = [p for p in guest.iterdir() if p.is_file()] if guest.is_dir() else []
+    size = sum(p.stat().st_size for p in files) / 2**20
+    parts = [f"{guest} (the probe guest's kernel and initramfs, {len(files)} file(s), {size:.0f} MiB: reused by the "
+             "next run; kvmtune guest build --force rebuilds it)"] if files else []
+    if (workdir / CACHE_NAME).is_file():
+        parts.append(f"{workdir / CACHE_NAME} (the accelerator verdict; kvmtune guest accel --no-cache probes again)")
+    return "; ".join(parts) or "nothing"
 
 
 class GuestBuildCommand(Command):
@@ -128,8 +142,10 @@ class GuestRunCommand(Command):
                   f"  stop it: Ctrl-C{'' if args.seconds is None else f' (or wait {args.seconds:g} s)'}", flush=True)
             for line in load.wait(args.seconds):
                 print(f"  console: {safe(line)}", flush=True)
-        finally:
-            load.close()
+        finally:  # on Ctrl-C too: what went, and what stays for the next run
+            done = load.close()
+            print(f"guest {args.name}: {'; '.join(done) or 'nothing was started'}\n"
+                  f"  left in the cache: {safe(cache_left(workdir))}", flush=True)
         return Outcome()
 
 

@@ -44,13 +44,30 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
-def _options(parser: argparse.ArgumentParser) -> list[tuple[list[str], list[str], str, str | None]]:
-    """(option strings, fixed choices, help, metavar) of each optional argument."""
+def _rule_ids() -> list[str]:
+    from kvmtune.audit.rule import all_rules
+
+    return sorted(r.id for r in all_rules())
+
+
+def _takes_rules(action: argparse.Action) -> bool:
+    """--only/--skip RULES (audit, fix, verify) and ``rules explain ID``: the completions offer the rule ids."""
+    return action.metavar == "RULES" if action.option_strings else action.dest == "rule"
+
+
+def _positional_rules(parser: argparse.ArgumentParser) -> list[str]:
+    return _rule_ids() if any(not a.option_strings and _takes_rules(a) for a in parser._actions) else []
+
+
+def _options(parser: argparse.ArgumentParser, *, rules: bool = True) -> list[tuple[list[str], list[str], str, str | None]]:
+    """(option strings, fixed choices, help, metavar) of each optional argument; with ``rules`` (completions, not
+    the man page), an option taking rules has the rule ids as its choices."""
     out = []
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
-        choices = [str(c) for c in action.choices] if action.choices else []
+        choices = [str(c) for c in action.choices] if action.choices else (
+            _rule_ids() if rules and _takes_rules(action) else [])
         metavar = action.metavar if isinstance(action.metavar, str) else None
         takes = action.nargs != 0
         out.append((list(action.option_strings), choices, action.help or "", metavar or ("VALUE" if takes else None)))
@@ -72,8 +89,9 @@ def _bash_case(sp: argparse.ArgumentParser, depth: int, indent: str) -> str:
     choice_cases = "".join(
         f"{indent}  {'|'.join(opts)}) COMPREPLY=($(compgen -W '{' '.join(ch)}' -- \"$cur\")); return ;;\n"
         for opts, ch, _, _ in options if ch)
-    positional = " ".join(str(c) for a in sp._actions if not a.option_strings and a.choices
-                          and not isinstance(a, argparse._SubParsersAction) for c in a.choices)
+    positional = " ".join([*(str(c) for a in sp._actions if not a.option_strings and a.choices
+                             and not isinstance(a, argparse._SubParsersAction) for c in a.choices),
+                           *_positional_rules(sp)])
     return (f"{indent}case \"$prev\" in\n{choice_cases}{indent}esac\n"
             f"{indent}COMPREPLY=($(compgen -W '{words} {positional}' -- \"$cur\"))\n"
             f"{indent}[ ${{#COMPREPLY[@]}} -eq 0 ] && COMPREPLY=($(compgen -f -- \"$cur\"))\n")
@@ -103,7 +121,9 @@ def _zsh_arguments(sp: argparse.ArgumentParser) -> str:
         action = f":{metavar}:({' '.join(choices)})" if choices else (f":{metavar}:_files" if metavar else "")
         for o in opts:
             specs.append(f"'{o}[{_zsh_escape(help_text)}]{action}'")
-    return f"_arguments {' '.join(specs)} '*:file:_files'"
+    rules = _positional_rules(sp)
+    rest = f"'*:rule:({' '.join(rules)})'" if rules else "'*:file:_files'"
+    return f"_arguments {' '.join(specs)} {rest}"
 
 
 def _zsh_case(name: str, sp: argparse.ArgumentParser, depth: int, indent: str) -> list[str]:
@@ -148,6 +168,9 @@ def _fish_lines(sp: argparse.ArgumentParser, path: list[str]) -> list[str]:
         flags = " ".join(f"-l {o[2:]}" if o.startswith("--") else f"-s {o[1:]}" for o in strings)
         takes = (" -x -a " + _fish_quote(" ".join(choices))) if choices else (" -r" if metavar else "")
         lines.append(f"complete -c kvmtune -n {_fish_quote(seen)} {flags}{takes} -d {_fish_quote(help_text)}")
+    rules = _positional_rules(sp)
+    if rules:
+        lines.append(f"complete -c kvmtune -n {_fish_quote(seen)} -f -a {_fish_quote(' '.join(rules))} -d 'rule id'")
     for name, child in children.items():
         lines += _fish_lines(child, [*path, name])
     return lines
@@ -188,7 +211,7 @@ def _man_commands(parser: argparse.ArgumentParser, path: str) -> list[str]:
     parts: list[str] = []
     for name, sp in _subcommands(parser).items():
         parts += [".SS " + _roff(f"{path} {name}"), _roff(sp.description or _help_of(parser, name))]
-        for opts, choices, help_text, metavar in _options(sp):
+        for opts, choices, help_text, metavar in _options(sp, rules=False):
             if "-h" in opts:
                 continue
             head = ", ".join(f"\\fB{_roff(o)}\\fR" for o in opts)
@@ -199,18 +222,163 @@ def _man_commands(parser: argparse.ArgumentParser, path: str) -> list[str]:
     return parts
 
 
+DOC_DIR = "/usr/share/doc/kvmtune"  # where the .deb puts README.md and docs/*.md (scripts/build-deb.sh)
+# the documents the page names, shipped by the .deb under DOC_DIR (tests/packaging/test_deb.py checks them)
+SHIPPED_DOCS = ("README.md", "settings.md", "security.md", "verdicts.md", "verify.md", "why.md", "bench-storage.md",
+                "bench-net.md", "packaging.md", "architecture.md")
+
+_FILES = (
+    ("/etc/kvmtune/kvmtune.toml", "the system's settings file (SETTINGS below); the package ships it with every key "
+     "commented out"),
+    ("~/.config/kvmtune/kvmtune.toml", "the invoking user's settings file ($XDG_CONFIG_HOME/kvmtune/kvmtune.toml): "
+     "overrides the system's key by key; both files' waivers apply"),
+    ("/etc/default/kvmtune", "KVMTUNE_AUDIT_ARGS and KVMTUNE_SAMPLE_ARGS: the arguments of the audit and sample services"),
+    ("/usr/lib/systemd/system/kvmtune-audit.service, kvmtune-audit.timer", "the hourly audit (not enabled by "
+     "default: systemctl enable --now kvmtune-audit.timer): the audit's JSON and Prometheus text"),
+    ("/usr/lib/systemd/system/kvmtune-sample.service, kvmtune-sample.timer", "the running guests' live rates, every "
+     "minute (not enabled by default)"),
+    ("/var/lib/kvmtune/audit.json", "the audit service's JSON report"),
+    ("/var/lib/prometheus/node-exporter/kvmtune.prom", "the audit service's textfile for node_exporter's textfile "
+     "collector"),
+    ("/var/lib/prometheus/node-exporter/kvmtune-live.prom", "the sample service's textfile"),
+    ("/var/lib/kvmtune/journal", "fix's journals, one per --apply, which undo replays (--journal-dir, "
+     "$KVMTUNE_JOURNAL_DIR, or the settings file's journal_dir elsewhere)"),
+    ("/var/cache/kvmtune", "the services' cache and work directory (their XDG_CACHE_HOME; ~/.cache/kvmtune elsewhere)"),
+    ("~/.local/share/kvmtune/results.db", "the results database of bench, verify, results, compare and report "
+     "(--db, or the settings file's db; $XDG_DATA_HOME/kvmtune/results.db)"),
+    (DOC_DIR, "README.md and the documents SEE ALSO names (the Debian package)"),
+)
+
+_ENVIRONMENT = (
+    ("KVMTUNE_CONFIG", "the settings file to read instead of the two default places (it must exist); "
+     "--config wins over it, --no-config reads none"),
+    ("KVMTUNE_JOURNAL_DIR", "where fix writes and undo reads journals, when --journal-dir is not given"),
+    ("NO_COLOR", "set and not empty: no colour in text output under --color auto (no-color.org)"),
+    ("XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME", "the per-user settings file, results database and cache "
+     "(default ~/.config, ~/.local/share, ~/.cache)"),
+    ("SOURCE_DATE_EPOCH", "kvmtune man: the page's date (a reproducible build)"),
+)
+
+_EXIT = (
+    ("0", "success: nothing at or above --fail-on; every planned experiment of verify ran, whatever its verdict"),
+    ("1", "the answer is no: findings at or above --fail-on (audit), a change undo could not restore, "
+     "a no at a confirmation prompt (fix, undo)"),
+    ("2", "arguments, inputs or settings that cannot be used, each refused with one line naming it; nothing changed"),
+    ("3", "work that began failed part-way: fix --apply stopped after some changes (they stay made; "
+     "kvmtune undo ID restores them, the line names ID), an image fix --images --apply refused (in use, "
+     "short of space), a verify experiment that failed"),
+    ("130", "interrupted (Ctrl-C): what the command made is removed, host changes undone"),
+)
+
+_WAIVER_KEYS = {
+    "rule": "a rule id, id prefix (KVM-STO) or slug (disk-cache-unsafe), kept as the id (required)",
+    "reason": "why the finding is accepted (required)",
+    "host": "glob (fnmatch) of the audited host's name",
+    "guest": "glob of the guest's name or UUID; a waiver with guest never matches a host finding",
+    "target": "glob of the finding's device (disk:vdb, nic:net0)",
+    "expires": "a TOML date or \"YYYY-MM-DD\": waives up to and including that day, then stops and says so",
+    "by": "who accepted it",
+}
+
+_EXAMPLES = (
+    ("kvmtune audit", "this host, its libvirt domains and running QEMU processes"),
+    ("kvmtune audit --examples", "the bundled example domains"),
+    ("kvmtune audit --format json -o audit.json", "the report as JSON (also sarif, prometheus, html)"),
+    ("kvmtune audit --new-since audit.json --fail-on high", "a CI gate: exit 1 only for new findings"),
+    ("kvmtune rules explain KVM-STO-004", "what a rule checks, why, and how to fix or waive it"),
+    ("kvmtune fix --domain db01", "the changes fix would make, as a diff; nothing changed"),
+    ("kvmtune fix --domain db01 --apply", "make them, journaled"),
+    ("kvmtune undo --list", "the journals; kvmtune undo ID restores one"),
+    ("kvmtune verify --examples", "measure each fix as it is and as fixed, with its verdict"),
+    ("kvmtune top", "the running guests' live signals; kvmtune why GUEST explains one"),
+    ("kvmtune config show", "every effective setting and where it came from"),
+    ("kvmtune config check /etc/kvmtune/kvmtune.toml", "check a settings file, every mistake FILE:LINE"),
+    ("systemctl enable --now kvmtune-audit.timer", "the hourly audit into the textfile and audit.json"),
+)
+
+
+def _positional(action: argparse.Action) -> str:
+    if isinstance(action, argparse._SubParsersAction):
+        return "{" + ",".join(action.choices) + "}"
+    name = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+    if action.choices and not action.metavar:
+        name = "{" + ",".join(str(c) for c in action.choices) + "}"
+    if action.nargs == "?":
+        return f"[{name}]"
+    if action.nargs == "*":
+        return f"[{name} ...]"
+    if action.nargs == "+":
+        return f"{name} [{name} ...]"
+    return name
+
+
+def _synopsis(parser: argparse.ArgumentParser, path: str = "kvmtune") -> list[str]:
+    """One line per command and nested action: ``kvmtune audit [options] [PATH ...]``, ``kvmtune rules explain ...``."""
+    lines: list[str] = []
+    for name, sp in _subcommands(parser).items():
+        if _subcommands(sp):
+            lines += _synopsis(sp, f"{path} {name}")
+            continue
+        positionals = " ".join(_positional(a) for a in sp._actions if not a.option_strings and a.help != argparse.SUPPRESS)
+        lines += [".br", f"\\fB{_roff(path)} {_roff(name)}\\fR [\\fIoptions\\fR] {_roff(positionals)}".rstrip()]
+    return lines
+
+
+def _tagged(items: tuple[tuple[str, str], ...] | list[tuple[str, str]], *, bold: bool = True) -> list[str]:
+    out: list[str] = []
+    for tag, text in items:
+        out += [".TP", f"\\fB{_roff(tag)}\\fR" if bold else _roff(tag), _roff(text)]
+    return out
+
+
+def _settings_section() -> list[str]:
+    from kvmtune.audit.settings import KEYS, WAIVER_KEYS
+
+    parts = [".SH SETTINGS", _roff(
+             "A TOML file: top-level keys, the tables [thresholds] and [verify], and [[waiver]] tables. kvmtune reads "
+             "--config FILE, else $KVMTUNE_CONFIG, else /etc/kvmtune/kvmtune.toml and then "
+             "~/.config/kvmtune/kvmtune.toml. A command-line option always wins. Every key is checked before "
+             "anything runs; each mistake is one line FILE:LINE, exit 2. The file must be owned by root or the "
+             "invoking user and not writable by group or others. kvmtune config show prints every effective value "
+             "and where it came from.")]
+    for key in KEYS:
+        default = "unset" if key.default is None else repr(key.default).replace("'", '"')
+        name, _, sub = key.name.rpartition(".")
+        tag = f"[{name}] {sub}" if name else sub
+        parts += [".TP", f"\\fB{_roff(tag)}\\fR (default {_roff(default)})", _roff(key.help)]
+    parts += [".SH WAIVERS", _roff(
+              "A waiver accepts a finding on purpose: it is still computed and shown (WAIVED), but never counts "
+              "toward --fail-on, and fix leaves it alone. Each [[waiver]] table of a settings file, "
+              "or a kvmtune:waiver element in a libvirt domain's <metadata> (namespace urn:kvmtune:1), takes:")]
+    parts += _tagged([(k, _WAIVER_KEYS[k]) for k in WAIVER_KEYS])
+    parts += [".PP", _roff("A waiver matches when the finding's rule starts with rule and each glob given matches. An "
+              "expired waiver stops waiving and is reported; one that matched nothing in a run is reported as "
+              "stale. --no-waivers applies none."), ".PP", ".nf", *map(_roff, (
+              "[[waiver]]", "rule = \"KVM-STO-004\"", "guest = \"scratch-db*\"",
+              "target = \"disk:vdb\"",
+              "reason = \"scratch database on throw-away storage: cache=unsafe on purpose\"",
+              "expires = 2026-12-31")), ".fi"]
+    return parts
+
+
 def man_page(parser: argparse.ArgumentParser) -> str:
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")  # a reproducible build (scripts/build-deb.sh) sets it
     day = datetime.datetime.fromtimestamp(int(epoch), datetime.UTC).date() if epoch.isdigit() else datetime.date.today()
     date = day.isoformat()
     parts = [f'.TH KVMTUNE 8 "{date}" "kvmtune {__version__}" "System Administration"', ".SH NAME",
              "kvmtune \\- find why KVM guests are slow, fix it safely, and prove the fix on your own host",
-             ".SH SYNOPSIS", ".B kvmtune", ".I COMMAND", "[options]", ".SH DESCRIPTION", _roff(parser.description or ""),
-             ".SH COMMANDS"]
+             ".SH SYNOPSIS", "\\fBkvmtune\\fR [\\fB\\-\\-config\\fR \\fIFILE\\fR | "
+             "\\fB\\-\\-no\\-config\\fR] \\fICOMMAND\\fR [\\fIoptions\\fR]"]
+    parts += _synopsis(parser)
+    parts += [".SH DESCRIPTION", _roff(parser.description or ""), ".SH COMMANDS"]
     parts += _man_commands(parser, "kvmtune")
-    parts += [".SH EXIT STATUS", "0 nothing at or above \\-\\-fail\\-on; 1 findings at or above it; "
-              "2 unusable input or usage; 130 interrupted.", ".SH SEE ALSO",
-              "The project's README.md and docs/architecture.md; virsh(1), qemu\\-img(1), fio(1)."]
+    parts += _settings_section()
+    parts += [".SH FILES", *_tagged(list(_FILES)), ".SH ENVIRONMENT", *_tagged(list(_ENVIRONMENT)),
+              ".SH EXIT STATUS", *_tagged(list(_EXIT)), ".SH EXAMPLES"]
+    parts += _tagged(list(_EXAMPLES))
+    docs = ", ".join(f"{DOC_DIR}/{name}" for name in SHIPPED_DOCS)
+    parts += [".SH SEE ALSO", f"The Debian package's documents: {_roff(docs)} (README.md and docs/ in a checkout "
+              "or the sdist). virsh(1), qemu\\-img(1), fio(1), systemctl(1), systemd.timer(5)."]
     return "\n".join(parts) + "\n"
 
 

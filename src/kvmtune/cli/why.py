@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TextIO
 
-from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option
+from kvmtune.cli.command import Command, Outcome, format_option, output_option, root_option, settings_of
 from kvmtune.cli.top import DEFAULT_URI
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import UsageError
@@ -18,6 +18,7 @@ from kvmtune.textsafe import safe
 
 class WhyCommand(Command):
     name = "why"
+    uses_settings = True  # the [thresholds] top and sample judge the same signals with
     help = "why one running guest is slow: where its time went, who took it, the rule and the fix"
     description = ("Sample one running guest (a libvirt name or UUID, a QEMU pid, or a QEMU -name) for --seconds and "
                    "print a ranked breakdown: vCPU waits and who ran instead, CPU quota, disks (throttling, latency), "
@@ -49,7 +50,7 @@ class WhyCommand(Command):
                 uris = [DEFAULT_URI]
         sampler = Sampler(host, uris)
         try:
-            return Outcome(result=why(host, sampler, args.guest, args.seconds))
+            return Outcome(result=why(host, sampler, args.guest, args.seconds, settings_of(args).thresholds))
         finally:
             sampler.close()
 
@@ -71,8 +72,10 @@ def render_text(r: WhyReport) -> str:
     if r.emulation:
         lines.append("EMULATION: this guest runs under TCG, not KVM: every number below is an emulation number")
     if not r.lines:
-        lines.append("Nothing here explains it: no signal passed its threshold (vCPU wait under 5 %, no throttling, "
-                     "no disk latency, drops or memory pressure past their thresholds)")
+        measured = [x for x in ("vCPU wait under 5 %",) if "vcpu-delay" not in r.not_measured]
+        measured.append("no throttling, no disk latency, drops or memory pressure past their thresholds")
+        lines.append(f"Nothing here explains it: no signal passed its threshold ({', '.join(measured)})"
+                     + ("; not measured: " + ", ".join(r.not_measured) if r.not_measured else ""))
     for line in r.lines:
         share = "" if line.share is None else f"{line.share:.0%}"
         lines.append(f"{share:>5}  {line.area.upper():<6} {line.what}")
@@ -82,6 +85,7 @@ def render_text(r: WhyReport) -> str:
         if line.fix:
             lines.append(f"{'':13}fix:      {line.fix}")
         lines.append(f"{'':13}verify:   {line.verify}")
+    lines.extend(f"not measured: {signal}: {why}" for signal, why in r.not_measured.items())
     lines.extend(f"note: {n}" for n in r.notes)
     return "".join(safe(line) + "\n" for line in lines)
 

@@ -11,11 +11,21 @@ from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.model.guest import Guest
 
 
+class BindingMissing(KvmtuneError):
+    """libvirt's Python binding is not importable: an audit of this host goes on without libvirt (host, QEMU
+    processes, Proxmox VE configs), with one note naming the binding; a named ``--connect`` fails on it."""
+
+
+BINDING_HINT = ("libvirt's Python binding (libvirt-python) is not installed in this Python: Debian's python3-libvirt, "
+                "reached from a virtualenv made with --system-site-packages (pipx install --system-site-packages), "
+                "or built into it: pipx inject kvmtune libvirt-python (needs pkg-config, gcc, python3-dev and libvirt-dev)")
+
+
 def _libvirt() -> Any:
     try:
         import libvirt
     except ImportError:
-        raise KvmtuneError("libvirt-python is not installed (Debian: python3-libvirt)") from None
+        raise BindingMissing(BINDING_HINT) from None
     # libvirt prints every error to stderr by default; we report them ourselves
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
     return libvirt

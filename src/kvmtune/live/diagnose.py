@@ -93,16 +93,28 @@ class Diagnoser:
         self._media[key] = medium
         return medium
 
+    def explain(self, signal_name: str, g: GuestSample) -> tuple[list[str], str]:
+        """The rules (and the first one's fix) that explain ``signal_name`` for guest ``g``, as top judges it:
+        the guest's and the host's findings in the signal's topics. ``kvmtune why`` asks this."""
+        signal = next(s for s in self.signals if s.name == signal_name)
+        return self._explain(signal, self.findings_for(g) + self.host_findings)
+
     def _explain(self, signal: Signal, findings: list[Finding]) -> tuple[list[str], str]:
         hits = [f for f in findings if f.topic in signal.topics]
         rules = sorted({f.rule for f in hits})
         return rules, (hits[0].fix.description if hits else "")
 
     def _diagnoses(self, guest: str, subject: Subject, scope: str, findings: list[Finding]) -> list[Diagnosis]:
+        """The signals past their thresholds; each signal whose figure could not be taken is recorded in the
+        rates' ``not_measured`` instead (shown as "not measured", never as "ok")."""
         out: list[Diagnosis] = []
+        missing = subject.guest.not_measured if scope == "guest" and subject.guest else subject.host.not_measured
         for signal in self.signals:
             if signal.scope != scope:
                 continue
+            why = signal.unmeasured(subject)
+            if why is not None:
+                missing[signal.name] = why
             for reading in signal.read(subject):
                 diagnosis = self._judge(guest, signal, reading, findings)
                 if diagnosis is not None:

@@ -35,6 +35,13 @@ def _sort_key(sort: str) -> Any:
     return key
 
 
+def _unjudged(g: GuestRates) -> str:
+    """A guest no signal fired for: "ok" only when every signal that applies to it was measured."""
+    if g.not_measured:
+        return "not measured: " + ", ".join(g.not_measured)
+    return "ok"
+
+
 def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | None = 160) -> str:
     """The table; rows are cut at ``width`` columns (a terminal's), never when ``width`` is None."""
     host = r.host
@@ -51,6 +58,8 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | N
         by_guest.setdefault(d.guest, []).append(d)
     for d in by_guest.get("", []):
         lines.append(safe(f"host {d.level}: {d.signal} {d.value} (≥ {d.threshold}) → {d.explanation}"))
+    for signal, why in host.not_measured.items():
+        lines.append(safe(f"host not measured: {signal}: {why}"))
     head = f"{'GUEST':<22} {'SOURCE':<28} {'vCPU DELAY':>10} {'vCPU BUSY':>9} {'IOPS':>7} {'DISK ms':>8} " \
            f"{'NET pps':>8} {'DROPS':>6} {'BALLOON':>7}  DIAGNOSIS"
     lines.append(head)
@@ -64,7 +73,7 @@ def render_table(r: Rates, diagnoses: list[Diagnosis], sort: str, width: int | N
                               for d in by_guest.get(g.key, [])))
         row = (f"{safe(g.name)[:22]:<22} {_source(g)[:28]:<28} {_pct(g.max_vcpu_delay):>10} "
                f"{_pct(busy):>9} {_num(iops):>7} {_num(_worst_ms(g), '{:.1f}'):>8} {_num(pps):>8} "
-               f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or 'ok'}")
+               f"{_num(drops):>6} {_pct(g.balloon_fraction):>7}  {diag or _unjudged(g)}")
         lines.append(row[:width] if width is not None and width > 40 else row)
     if not r.guests:
         lines.append("(no running guest found)")
@@ -95,6 +104,7 @@ def rates_json(r: Rates, diagnoses: list[Diagnosis]) -> dict[str, Any]:
             "memory_kib": g.memory_kib, "balloon_kib": g.balloon_kib, "balloon_fraction": g.balloon_fraction,
             "halt_poll_success": g.halt_poll_success, "tps": g.tps,
             "diagnoses": [_diag_json(d) for d in diagnoses if d.guest == g.key],
+            "not_measured": dict(g.not_measured),
         })
     return {"interval_s": r.interval_s, "host": vars(r.host), "guests": guests,
             "host_diagnoses": [_diag_json(d) for d in diagnoses if d.guest == ""], "notes": r.notes}

@@ -39,6 +39,9 @@ class GuestRates:
     halt_poll_success: float | None = None
     identity: str = ""  # GuestSample.identity: what metrics are keyed by
     owner: str = ""  # GuestSample.owner: who runs a QEMU libvirt did not start
+    # signal -> why its figure could not be taken (symptoms.Signal.unmeasured, filled by diagnose.Diagnoser):
+    # "not measured" in top, sample and why, and no Prometheus sample at all
+    not_measured: dict[str, str] = field(default_factory=dict)
 
     @property
     def max_vcpu_delay(self) -> float | None:
@@ -58,6 +61,7 @@ class HostRates:
     swap_out_s: float | None = None
     ksm_saved_bytes: int | None = None
     halt_poll_success: float | None = None
+    not_measured: dict[str, str] = field(default_factory=dict)  # as GuestRates.not_measured, for host signals
 
 
 @dataclass

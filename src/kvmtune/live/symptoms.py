@@ -121,6 +121,9 @@ class Signal:
     thresholds: Mapping[str, Threshold]  # by variant; "" when there is one
     topics: frozenset[str]  # the audit topics whose findings can explain it
     verdict: Callable[[Reading, Threshold], Level | None] = threshold_verdict
+    # why the subject's figure could not be taken, where it applies but was not measured (None: measured, or
+    # not applicable, like the balloon of a guest without one): shown as "not measured", never judged "ok"
+    unmeasured: Callable[[Subject], str | None] = lambda s: None
 
     def threshold_key(self, variant: str) -> str:
         return f"{self.name}-{variant}" if variant else self.name
@@ -151,9 +154,30 @@ def _host_cpu(s: Subject) -> Iterable[Reading]:
     yield Reading(s.host.cpu_busy, f"{s.host.cpu_busy:.0%} busy", cause=emulated)
 
 
+def _host_cpu_unmeasured(s: Subject) -> str | None:
+    return ("/proc/stat was not read at both ends of the interval, or counted no CPU time between them"
+            if s.host.cpu_busy is None else None)
+
+
 def _psi_memory(s: Subject) -> Iterable[Reading]:
+    if _psi_unmeasured(s) is not None:  # no PSI: not measured, never a zero
+        return
     some, full = s.host.psi_some.get("memory") or 0, s.host.psi_full.get("memory") or 0
     yield Reading(some, f"some {some:.1f} % full {full:.1f} %", critical_value=full)
+
+
+def _psi_unmeasured(s: Subject) -> str | None:
+    if "memory" in s.host.psi_some or "memory" in s.host.psi_full:
+        return None
+    return "no /proc/pressure/memory (a kernel without CONFIG_PSI, or psi=0)"
+
+
+def _vcpu_delay_unmeasured(s: Subject) -> str | None:
+    if _guest(s).max_vcpu_delay is not None:
+        return None
+    if s.sample is not None and not s.sample.vcpus:
+        return "its vCPU threads were not identified (QEMU without -name …,debug-threads=on, and no QMP)"
+    return "its vCPUs' run delay was not read at both ends of the interval"
 
 
 def _vcpu_delay(s: Subject) -> Iterable[Reading]:
@@ -234,11 +258,13 @@ SIGNALS: list[Signal] = [
            {"": Threshold(0.05, 0.10, "fraction of the interval per vCPU",
                           "VMware's CPU Ready guidance (5 % per vCPU worth a look, 10 % a problem)",
                           scale=100, symbol="%", per="per vCPU", cite="CPU Ready")},
-           frozenset({"vcpu-overcommit", "vcpu-pinning", "cpu-utilization", "halt-polling", "kvm-acceleration"})),
+           frozenset({"vcpu-overcommit", "vcpu-pinning", "cpu-utilization", "halt-polling", "kvm-acceleration"}),
+           unmeasured=_vcpu_delay_unmeasured),
     Signal("host-cpu", "host", "/proc/stat (all CPUs: busy over total, iowait counted idle)", _host_cpu,
            {"": Threshold(0.80, 0.95, "fraction of all host CPUs", "seed:000 (target system use at 80 % or lower)",
                           scale=100, symbol="%", cite="seed:000")},
-           frozenset({"cpu-utilization", "vcpu-overcommit", "ksm"})),  # kvm-acceleration: only as the live cause
+           frozenset({"cpu-utilization", "vcpu-overcommit", "ksm"}),  # kvm-acceleration: only as the live cause
+           unmeasured=_host_cpu_unmeasured),
     Signal("disk-latency", "guest", "libvirt block.N.{rd,wr}.times/reqs, or QMP query-blockstats", _disk_latency,
            {"flash": Threshold(2.0, 10.0, "ms per operation", _DISK_SOURCE, symbol="ms"),
             "hdd": Threshold(10.0, 25.0, "ms per operation", f"{_DISK_SOURCE} (HDD or network storage)", symbol="ms")},
@@ -256,7 +282,7 @@ SIGNALS: list[Signal] = [
            {"": Threshold(10.0, 10.0, "% (some avg10 warns, full avg10 is critical)",
                           "kernel PSI documentation, systemd-oomd's default",
                           symbol="%", measures=("some avg10", "full avg10"))},
-           frozenset({"swap", "memory-overcommit", "ksm", "thp", "hugepages", "balloon"})),
+           frozenset({"swap", "memory-overcommit", "ksm", "thp", "hugepages", "balloon"}), unmeasured=_psi_unmeasured),
     Signal("balloon", "guest", "libvirt balloon.current / balloon.maximum", _balloon,
            {"": Threshold(0.90, 0.75, "balloon size / defined memory",
                           "kvmtune's own value: a guest ballooned below 90 % of its memory is being squeezed",

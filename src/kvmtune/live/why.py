@@ -23,6 +23,7 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import Rule, all_rules
+from kvmtune.audit.thresholds import Thresholds
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostReadError, HostRoot
@@ -86,6 +87,9 @@ class WhyReport:
     memory: dict[str, Any] = field(default_factory=dict)
     psi: dict[str, float] = field(default_factory=dict)  # the guest's cgroup: 'some' share of the interval
     notes: list[str] = field(default_factory=list)
+    not_measured: dict[str, str] = field(default_factory=dict)  # a figure that could not be taken -> why
+    # without named vCPU threads: the busiest threads' schedstat, whose largest wait bounds every vCPU's
+    vcpu_wait_bound: dict[str, Any] | None = None
 
     @property
     def emulation(self) -> bool:
@@ -99,7 +103,8 @@ class WhyReport:
                 "seconds": self.seconds, "accel": self.accel, "emulation": self.emulation,
                 "explained": bool(self.lines), "lines": [line.as_json() for line in self.lines],
                 "vcpus": self.vcpus, "disks": self.disks, "nics": self.nics, "memory": self.memory,
-                "psi": self.psi, "notes": self.notes}
+                "psi": self.psi, "not_measured": self.not_measured, "vcpu_wait_bound": self.vcpu_wait_bound,
+                "notes": self.notes}
 
 
 # --- finding the guest -------------------------------------------------------------------------------
@@ -214,6 +219,9 @@ class _Tracker:
         self.vhost_first: dict[int, tuple[int, int]] = {}  # vhost worker tid -> schedstat when first seen
         self.vhost_last: dict[int, tuple[int, int]] = {}
         self.vhost_cpu: dict[int, int] = {}  # the CPU it last ran on
+        # no vCPU thread known (unnamed threads, no QMP): every thread's schedstat at its first and last tick
+        self.thread_first: dict[int, tuple[int, int]] = {}
+        self.thread_last: dict[int, tuple[int, int]] = {}
 
     def _vhost(self, now: dict[int, ThreadStat]) -> None:
         """The guest's vhost workers' schedstat (kernel threads, or QEMU's own threads on Linux 6.4+)."""
@@ -225,6 +233,15 @@ class _Tracker:
                 self.vhost_first.setdefault(t.tid, s)
                 self.vhost_last[t.tid] = s
                 self.vhost_cpu[t.tid] = t.cpu
+
+    def _all_threads(self, now: dict[int, ThreadStat]) -> None:
+        for t in now.values():
+            if t.pid != self.pid or t.comm == self.vhost_comm:
+                continue
+            s = parse_schedstat(self.host.read_optional(f"/proc/{t.pid}/task/{t.tid}/schedstat") or "")
+            if s is not None:
+                self.thread_first.setdefault(t.tid, s)
+                self.thread_last[t.tid] = s
 
     def _cgroup_counters(self) -> dict[str, int]:
         if self.cgroup is None:
@@ -243,6 +260,8 @@ class _Tracker:
                  for tid in self.vcpus}
         self.t1 = time.monotonic()
         self._vhost(now)
+        if not self.vcpus and self.pid:
+            self._all_threads(now)
         if not self.prev:
             self.t0 = self.t1
             self.cg_start = self._cgroup_counters()
@@ -344,8 +363,7 @@ def _cpu_cause(tr: _Tracker, v: _Vcpu, owner: Owner, online: int | None, target:
         return (f"{what} runs on the guest's pinned CPUs", "KVM-HST-046", "",
                 f"move {owner.name} off CPU(s) {_cpus(v.allowed)} (taskset, systemd CPUAffinity=), "
                 "or isolate the guests' CPUs (isolcpus / nohz_full)")
-    return (f"{what} competes for the same CPUs", None,
-            "no rule covers a host process taking a guest's CPU time",
+    return (f"{what} competes for the same CPUs", None, _NO_RULE_PROCESS,
             f"move {owner.name} off the guest's CPUs (taskset, systemd CPUAffinity=), or pin the guest away from it")
 
 
@@ -353,7 +371,10 @@ def _cpus(cpus: frozenset[int] | None) -> str:
     return ",".join(str(c) for c in sorted(cpus)) if cpus else "any"
 
 
-def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_definition: bool) -> None:
+def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_definition: bool,
+               signal_rules: tuple[list[str], str] = ([], ""), warn: float = _VCPU_WARN) -> None:
+    """A line per vCPU that waited past the vcpu-delay signal's threshold. Where what kvmtune saw live names no
+    rule, the rules top names for the same signal (``signal_rules``: Diagnoser.explain) stand instead."""
     interval = tr.interval_ns
     name = report.target.name
     for v in sorted(tr.vcpus.values(), key=lambda x: x.index):
@@ -367,7 +388,7 @@ def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_de
             "thieves": [{"who": o.label(), "kind": o.kind, "name": o.name, "pid": o.pid, "share": s}
                         for o, s in thieves[:5]],
         })
-        if delay < _VCPU_WARN:
+        if delay < warn:  # the vcpu-delay signal's warn level, as top judges it (the settings file's, if set)
             continue
         where, waited = max(v.waits.items(), key=lambda kv: kv[1])
         head = f"vCPU {v.index} waited {delay:.0%} of the interval for a host CPU (ran {busy:.0%})"
@@ -385,8 +406,60 @@ def _cpu_lines(tr: _Tracker, report: WhyReport, online: int | None, pinned_in_de
         if len(thieves) > 1 and thieves[1][1] >= CPU_CAUSE_MIN:
             evidence += f"; also {thieves[1][0].label()} ({thieves[1][1]:.0%})"
         cause, rule, no_rule, fix = _cpu_cause(tr, v, owner, online, report.target, pinned_in_definition)
+        rule, no_rule, cause = _signal_rule(rule, no_rule, cause, signal_rules)
         report.lines.append(WhyLine("cpu", delay, f"{head}: waits for {owner.name}", evidence, cause, rule, fix,
                                     _verify(rule, name, "the wait should fall below 5 %"), no_rule=no_rule))
+
+
+_NO_RULE_PROCESS = "no rule covers a host process taking a guest's CPU time"
+
+
+def _signal_rule(rule: str | None, no_rule: str, cause: str,
+                 signal_rules: tuple[list[str], str]) -> tuple[str | None, str, str]:
+    """The rule of a vCPU-wait line, judged as top judges the vcpu-delay signal: the rule the live cause names;
+    else, for a host process competing (no cause of its own), the first rule top names (the others in the cause);
+    a specific cause no rule covers (affinity set outside libvirt) keeps its reason and names top's rules."""
+    rules, _ = signal_rules
+    if rule is not None or not rules:
+        return rule, no_rule, cause
+    if no_rule == _NO_RULE_PROCESS:
+        also = f"; the audit's findings for this signal: {', '.join(rules)}" if len(rules) > 1 else ""
+        return rules[0], "", cause + also
+    return None, f"{no_rule}; top names {', '.join(rules)} for this signal (the audit's findings in its topics)", cause
+
+
+def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[str], str],
+                      warn: float = _VCPU_WARN) -> None:
+    """No vCPU thread known: the vCPU wait is not measured. The process's busiest threads' schedstat stands in:
+    the largest wait of any of its threads bounds every vCPU's wait from above (the vCPUs are among them)."""
+    if tr.pid == 0 or tr.vcpus:
+        return
+    interval = tr.interval_ns
+    figures = []
+    for tid, last in tr.thread_last.items():
+        first = tr.thread_first[tid]
+        figures.append((tid, (last[0] - first[0]) / interval, (last[1] - first[1]) / interval))
+    if not figures or tr.t1 <= tr.t0:
+        report.not_measured["vcpu-delay"] = "its vCPU threads are unnamed and its threads' schedstat was not readable"
+        return
+    busiest = sorted(figures, key=lambda f: -f[1])[:4]
+    bound = max(f[2] for f in figures)
+    report.not_measured["vcpu-delay"] = (
+        "its vCPU threads are unnamed (QEMU without -name …,debug-threads=on, and no QMP): the vCPU wait is not "
+        f"measured; its threads' largest wait, {bound:.0%} of the interval, bounds it from above")
+    report.vcpu_wait_bound = {"bound": bound, "busiest": [{"tid": tid, "busy": busy, "delay": delay}
+                                                            for tid, busy, delay in busiest]}
+    if bound < warn:
+        return
+    evidence = "; ".join(f"thread {t_} ran {b:.0%} and waited {d:.0%} of the interval" for t_, b, d in busiest[:3])
+    rules, fix = signal_rules
+    report.lines.append(WhyLine(
+        "cpu", bound, f"vCPU wait not measured (unnamed threads); upper bound: a thread of its QEMU waited {bound:.0%} "
+        "of the interval for a host CPU", f"the busiest threads' /proc schedstat: {evidence}",
+        "an upper bound, not a vCPU's wait: name the threads (-name …,debug-threads=on) to measure each vCPU",
+        rules[0] if rules else None, fix, _verify(rules[0] if rules else None, report.target.name,
+                                                 "the wait should fall below 5 %"),
+        no_rule="" if rules else "no finding of the audit is in the vcpu-delay signal's topics for this guest"))
 
 
 def _quota_line(tr: _Tracker, report: WhyReport) -> None:
@@ -885,7 +958,8 @@ def _thread_notes(host: HostRoot, target: Target, vcpus: dict[int, int], report:
                             "threads cannot be found: no CPU breakdown")
 
 
-def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyReport:
+def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float, thresholds: Thresholds | None = None) -> WhyReport:
+    """Sample ``guest`` for ``seconds``; ``thresholds``: the settings file's, which top and sample judge with too."""
     first = sampler.snapshot()
     target = find_target(host, first, guest)
     vcpus: dict[int, int] = {}
@@ -923,12 +997,17 @@ def why(host: HostRoot, sampler: Sampler, guest: str, seconds: float) -> WhyRepo
         raise UsageError(f"{guest}: the guest stopped while it was sampled")
     report.seconds = max(last.t - first.t, 1e-6)
     report.notes.extend(last.notes + g1.notes)
-    diagnoser = Diagnoser(host)
+    diagnoser = Diagnoser(host, thresholds)
+    warn = next(s.thresholds[""].warn for s in diagnoser.signals if s.name == "vcpu-delay")
     diagnoses = [d for d in diagnoser.diagnose(rates(first, last), last) if d.guest in (target.key, "")]
     findings = diagnoser.findings_for(g1)
     online = last.host.online_cpus
     pinned = bool(g1.guest is not None and g1.guest.vcpu_pinned)
-    _cpu_lines(tr, report, online, pinned)
+    signal_rules = diagnoser.explain("vcpu-delay", g1)
+    _cpu_lines(tr, report, online, pinned, signal_rules, warn)
+    _unnamed_cpu_line(tr, report, signal_rules, warn)
+    if target.pid is None and not g1.vcpus:
+        report.not_measured["vcpu-delay"] = "the guest's QEMU process is not on this host and libvirt gave no vCPU delay"
     _quota_line(tr, report)
     limits = (_limits_libvirt(sampler, target, list(g1.disks)) if target.libvirt
               else _limits_qmp(sampler, target.pid) if target.pid else {})

@@ -85,7 +85,8 @@ class _Safe(dict[object, str]):
 def _finding(f: Finding, result: AuditResult, sf: _Safe) -> list[str]:
     if f.waiver is not None and not result.show_waived:
         return [f"    {'WAIVED':8} {f.rule} {sf[f.summary]}; {_waived(f)} [{sf[f.waiver.origin]}]"]
-    out = [f"    {_LABEL[f.severity]} {f.rule} {sf[f.summary]}",
+    new = "NEW " if f.new else ""  # --new-since: in the header, where a reader scanning findings sees it
+    out = [f"    {_LABEL[f.severity]} {f.rule} {new}{sf[f.summary]}",
            f"             actual: {sf[f.actual]}   expected: {sf[f.expected]}",
            f"             at: {sf[f.evidence]}" + (f"  in {sf[f.source]}" if f.source else "")]
     if f.fix.description:
