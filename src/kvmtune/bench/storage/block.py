@@ -30,9 +30,10 @@ measures it):
 
 - one fio process per round (:meth:`BlockTier.run_batch`, :mod:`~kvmtune.bench.storage.fiobatch`) for
   the consecutive write cells on images made ahead, and the floor: fio's start (its libraries, a CPU-clock
-  calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and the jobs follow
-  each other 0.1 s apart. Cells that leave dirty pages in the host page cache (writeback, unsafe) run last
-  in the round; the last is killed without writing back, as the round's deletion follows. Other cells
+  calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and each job starts
+  only once the previous one has ended (fio's ``stonewall``: about 0.3 s between two jobs; issue 50). Cells
+  that leave dirty pages in the host page cache (writeback, unsafe) run last in the round; the last is
+  killed without writing back, as the round's deletion follows. Other cells
   (reads, images their own cell makes) run one fio process each: a first-write cell's unmeasured ramp is
   then a job of its own before the measured one (the measured job's ``startdelay`` is the ramp plus 20
   ms). fio reads the time with ``clock_gettime`` (its default CPU clock is calibrated at every start,
@@ -566,8 +567,9 @@ class BlockTier:
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
         """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.bench.storage.fiobatch`):
-        every daemon is started first, each cell's jobs run on a schedule, and the jobs' own time stamps say
-        when each cell measured, for its host figures, and that no two cells overlapped. Each cell keeps its
+        every daemon is started first, each cell's job starts once the previous one has ended (its ramp an
+        unmeasured lead-in), and the jobs' own time stamps say when each cell measured, for its host figures, and
+        that no two cells overlapped (were one to, it would be stored as an error: a defect, not noise). Each cell keeps its
         own fio JSON (its jobs, under the names a cell of its own would have). ``last_in_round``: the last
         cell's daemon need not write back (:func:`storage_daemon`). Each cell's ``slot_s`` is the wall time
         from the previous cell's end (``since``, wall clock) to its own."""
@@ -611,8 +613,7 @@ class BlockTier:
             sampler.start()
             try:
                 timeout = fiobatch.planned_seconds(jobs) * 2 + 60
-                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)),
-                                     timeout=timeout, cwd=str(workdir))
+                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)), timeout=timeout, cwd=str(workdir))
             finally:
                 sampler.stop()
                 for proc in killed:  # together rather than one after the other (about 30 ms each)
