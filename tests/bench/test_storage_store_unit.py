@@ -51,3 +51,25 @@ def test_refuses_a_newer_schema_and_foreign_databases(tmp_path: Path) -> None:
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(KvmtuneError, match=r"junk\.db"):
         Store(junk)
+
+
+def test_a_version_2_database_gets_the_retry_columns_and_keeps_its_cells(tmp_path: Path) -> None:
+    """Schema 3 (issue 50) adds cells.attempts and cells.first_error; a schema-2 cell reads back as one try."""
+    from kvmtune.bench.store import SCHEMA
+
+    db = tmp_path / "v2.db"
+    con = sqlite3.connect(db)
+    con.executescript(SCHEMA.replace(",\n    attempts INTEGER NOT NULL DEFAULT 1,\n    first_error TEXT", "")
+                      + "INSERT INTO runs (started, kind, status, env, args) VALUES (1, 'block', 'complete', '{}', '{}');"
+                      "INSERT INTO cells (run_id, key, config, workload, status) VALUES (1, 'k|w', '{}', 'w', 'ok');"
+                      "PRAGMA user_version = 2;")
+    con.close()
+    with Store(db) as st:
+        assert st.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        (old,) = st.cells(1)
+        assert (old.attempts, old.first_error) == (1, None)
+        st.add_cell(1, "k2|w", {}, "w", "ok", {"iops": 1.0}, attempts=2, first_error="fio started this cell early")
+        retried = st.cells(1)[1]
+        assert (retried.attempts, retried.first_error) == (2, "fio started this cell early")
+    with Store(db) as st:  # the upgraded file is one kvmtune accepts as its own
+        assert len(st.cells(1)) == 2

@@ -153,8 +153,9 @@ def test_two_first_benchmarks_on_a_new_database(tmp_path: Path) -> None:
 def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     con = sqlite3.connect(db)
-    con.executescript(  # schema 1 as kvmtune created it: schema 2 without runs' three owner columns
-        SCHEMA.replace(",\n    owner_pid INTEGER,\n    owner_start TEXT,\n    owner_boot TEXT", "") +
+    con.executescript(  # schema 1 as kvmtune created it: without runs' three owner columns and cells' two retry columns
+        SCHEMA.replace(",\n    owner_pid INTEGER,\n    owner_start TEXT,\n    owner_boot TEXT", "")
+        .replace(",\n    attempts INTEGER NOT NULL DEFAULT 1,\n    first_error TEXT", "") +
         "INSERT INTO runs (started, kind, status, env, args) VALUES (1, 'storage', 'running', '{}', '{}');"
         "PRAGMA user_version = 1;"
     )

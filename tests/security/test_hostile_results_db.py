@@ -95,6 +95,7 @@ def test_foreign_objects_are_refused_and_the_file_is_left_alone(tmp_path: Path, 
     db = tmp_path / "v1.db"
     con = sqlite3.connect(db)
     con.executescript(SCHEMA.replace(",\n    owner_pid INTEGER,\n    owner_start TEXT,\n    owner_boot TEXT", "")
+                      .replace(",\n    attempts INTEGER NOT NULL DEFAULT 1,\n    first_error TEXT", "")
                       + extra + "; PRAGMA user_version = 1;")
     con.close()
     before = digest(db)

@@ -155,6 +155,8 @@ class Cell:
     samples: list[tuple[float, str, float]] = field(default_factory=list)
     duration_s: float | None = None
     rep: int = 0  # repetition (storage) or pair index (network)
+    attempts: int = 1  # 2: measured again after its first try failed (whose error is first_error)
+    first_error: str | None = None
 
     @property
     def key(self) -> str:
@@ -279,7 +281,7 @@ class BenchRunner(CellSink):
         self.store.add_cell(
             self.run_id, cell.key, cell.config, cell.workload, cell.status, cell.metrics, rep=cell.rep,
             error=cell.error, accel=self.accel, started=time.time(), duration_s=cell.duration_s, raw=cell.raw,
-            samples=cell.samples,
+            samples=cell.samples, attempts=cell.attempts, first_error=cell.first_error,
         )
         if show and self._bench is not None:
             self._progress(cell, self._bench)
@@ -354,6 +356,9 @@ class BenchRunner(CellSink):
         width = 24
         filled = int(width * done / max(1, total))
         what = bench.describe(cell) if cell.ok else f"ERROR: {cell.error}"
+        if cell.attempts > 1:
+            what += (f" (retried: the first try failed: {cell.first_error})" if cell.ok
+                     else f" (retried: the first try failed too: {cell.first_error})")
         left = bench.remaining_seconds() if isinstance(bench, EstimatesRemaining) else None
         line = f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}{_eta(self._measuring_since, done, total, left)} " \
                f"{safe(cell.config_key)} {safe(cell.workload)}: {safe(what)}"  # verify's keys name domains

@@ -16,7 +16,7 @@ a ``running`` run whose owner is gone reads back as ``abandoned``. SQLite errors
 :meth:`Store.check` (``PRAGMA quick_check``) before measuring anything.
 
 A results database is untrusted input (``--db``, or a file others can write): before anything is
-read or written its schema must be one kvmtune made (the tables and index of schema 1 or 2, the
+read or written its schema must be one kvmtune made (the tables and index of schema 1, 2 or 3, the
 fleet tables of :mod:`kvmtune.fleet.history` beside them, no views, triggers or virtual tables),
 else it is "not a kvmtune results database" and is left as it was (no migration, no journal-mode
 change). SQLite runs with ``trusted_schema`` off, a cap on any one value (:data:`MAX_VALUE_BYTES`)
@@ -40,7 +40,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostRoot
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 MAX_VALUE_BYTES = 32 << 20  # SQLITE_LIMIT_LENGTH: a cell's raw fio JSON is kilobytes; no value of a real database nears it
 MAX_JSON_CHARS = 1 << 20  # env, args, a cell's configuration: a few KiB in a real database
@@ -76,7 +76,9 @@ CREATE TABLE cells (
     accel TEXT,
     started REAL,
     duration_s REAL,
-    raw TEXT
+    raw TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    first_error TEXT
 );
 CREATE INDEX cells_run ON cells(run_id, key);
 CREATE TABLE metrics (
@@ -101,7 +103,19 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN owner_start TEXT",
         "ALTER TABLE runs ADD COLUMN owner_boot TEXT",
     ],
+    2: [  # a cell measured a second time after its first try failed (issue 50): how many tries, the first's error
+        "ALTER TABLE cells ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE cells ADD COLUMN first_error TEXT",
+    ],
 }
+# the columns each migration above adds at the end of a table: schema N's table is the current one less those
+# added by the migrations from N on
+ADDED_COLUMNS: dict[str, dict[int, int]] = {"runs": {1: 3}, "cells": {2: 2}}
+
+
+def _dropped(table: str, version: int) -> int:
+    """How many of ``table``'s last columns schema ``version`` did not have yet."""
+    return sum(n for step, n in ADDED_COLUMNS.get(table, {}).items() if step >= version)
 
 
 # the stored JSON keys whose type kvmtune's readers rely on (null allowed): anything else may hold any JSON
@@ -217,7 +231,7 @@ FLEET_ADDED: dict[str, tuple[tuple[str, str], ...]] = {
 
 
 def _reference() -> dict[str, tuple[Any, ...]]:
-    """The shape of every object kvmtune creates (schema 2 and the fleet tables), from an in-memory copy."""
+    """The shape of every object kvmtune creates (the current schema and the fleet tables), from an in-memory copy."""
     con = sqlite3.connect(":memory:")
     try:
         con.executescript(SCHEMA + FLEET_SCHEMA)
@@ -228,7 +242,6 @@ def _reference() -> dict[str, tuple[Any, ...]]:
 
 
 _REFERENCE: dict[str, tuple[Any, ...]] = {}
-V1_DROPPED = 3  # schema 1's runs had no owner_pid, owner_start, owner_boot (MIGRATIONS[1] adds them at the end)
 
 
 def _shape(con: sqlite3.Connection, name: str) -> tuple[Any, ...]:
@@ -290,6 +303,8 @@ class CellRow:
     accel: str | None
     duration_s: float | None
     metrics: dict[str, float]
+    attempts: int = 1  # 2: the first try failed and the cell was measured again (its error: first_error)
+    first_error: str | None = None
 
 
 class Store:
@@ -361,8 +376,9 @@ class Store:
             if not isinstance(name, str) or name not in _REFERENCE:
                 raise self._not_ours(f"unexpected {type_} {shown}")
             expected = _REFERENCE[name]
-            if name == "runs" and version == 1:
-                expected = (*expected[:3], expected[3][:-V1_DROPPED], expected[4])
+            dropped = _dropped(name, version)
+            if dropped:
+                expected = (*expected[:3], expected[3][:-dropped], expected[4])
             shapes = [expected] + [(*expected[:3], expected[3][:-n], expected[4])
                                    for n in range(1, len(FLEET_ADDED.get(name, ())) + 1)]
             if _shape(self.db, name) not in shapes:
@@ -479,12 +495,15 @@ class Store:
         duration_s: float | None = None,
         raw: str | None = None,
         samples: Iterable[tuple[float, str, float]] = (),
+        attempts: int = 1,
+        first_error: str | None = None,
     ) -> int:
         with self.db:
             cur = self.db.execute(
-                "INSERT INTO cells (run_id, key, config, workload, rep, status, error, accel, started, duration_s, raw)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, key, json.dumps(config, sort_keys=True), workload, rep, status, error, accel, started, duration_s, raw),
+                "INSERT INTO cells (run_id, key, config, workload, rep, status, error, accel, started, duration_s, raw,"
+                " attempts, first_error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, key, json.dumps(config, sort_keys=True), workload, rep, status, error, accel, started, duration_s, raw,
+                 attempts, first_error),
             )
             cell_id = cur.lastrowid
             assert cell_id is not None
@@ -577,7 +596,7 @@ class Store:
     _CELL_COLUMNS = (
         ("id", (int,)), ("run_id", (int,)), ("key", (str,)), ("config", (str,)), ("workload", (str,)), ("rep", (int,)),
         ("status", (str,)), ("error", (str, type(None))), ("accel", (str, type(None))),
-        ("duration_s", (float, int, type(None))),
+        ("duration_s", (float, int, type(None))), ("attempts", (int,)), ("first_error", (str, type(None))),
     )
 
     @_one_line
@@ -591,7 +610,8 @@ class Store:
             metrics.setdefault(row[0], {})[row[1]] = float(row[2])
         out = []
         for r in self.db.execute(
-            "SELECT id, run_id, key, config, workload, rep, status, error, accel, duration_s FROM cells"
+            "SELECT id, run_id, key, config, workload, rep, status, error, accel, duration_s, attempts, first_error"
+            " FROM cells"
             " WHERE run_id=? ORDER BY id",
             (run_id,),
         ):
@@ -599,7 +619,8 @@ class Store:
             self._check(where, r, self._CELL_COLUMNS)
             config = self._json_object(where, "config", r[3], CONFIG_TYPES)
             duration = None if r[9] is None else float(r[9])
-            out.append(CellRow(r[0], r[1], r[2], config, r[4], r[5], r[6], r[7], r[8], duration, metrics.get(r[0], {})))
+            out.append(CellRow(r[0], r[1], r[2], config, r[4], r[5], r[6], r[7], r[8], duration, metrics.get(r[0], {}),
+                               r[10], r[11]))
         return out
 
     @_one_line

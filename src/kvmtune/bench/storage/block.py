@@ -25,14 +25,23 @@ system-wide) just before the measurement, except where the cache mode reads
 through the host page cache on purpose (writeback, writethrough, unsafe), which
 the cell records as ``warm``.
 
+Retries (issue 50): a cell that fails, other than an impossible combination, is
+measured once more at the end of its round, after the others (a write cell on a
+fresh image, the way its round measured it), and is stored as failed only if
+that fails too; the cell stores ``attempts`` (2) and its first try's error,
+and its progress line says it was retried. The round's images are deleted
+before the first retry, so that no retry measures the write-back of what the
+round's last cell left dirty.
+
 What the harness costs (issue 22's speed goals; bench/storage/block_speed.py
 measures it):
 
 - one fio process per round (:meth:`BlockTier.run_batch`, :mod:`~kvmtune.bench.storage.fiobatch`) for
   the consecutive write cells on images made ahead, and the floor: fio's start (its libraries, a CPU-clock
-  calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and the jobs follow
-  each other 0.1 s apart. Cells that leave dirty pages in the host page cache (writeback, unsafe) run last
-  in the round; the last is killed without writing back, as the round's deletion follows. Other cells
+  calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and each job starts
+  only once the previous one has ended (fio's ``stonewall``: about 0.3 s between two jobs; issue 50). Cells
+  that leave dirty pages in the host page cache (writeback, unsafe) run last in the round; the last is
+  killed without writing back, as the round's deletion follows (before any retry, below). Other cells
   (reads, images their own cell makes) run one fio process each: a first-write cell's unmeasured ramp is
   then a job of its own before the measured one (the measured job's ``startdelay`` is the ramp plus 20
   ms). fio reads the time with ``clock_gettime`` (its default CPU clock is calibrated at every start,
@@ -428,16 +437,33 @@ class BlockTier:
             for cfg in self.plan.configs:
                 cfg = replace(cfg, host_fs=fs.name)
                 for w in self.plan.workloads:
-                    if not _made_ahead(cfg, w, fs):
-                        continue
-                    size = self.image_size(cfg, w, fs.root)
-                    tag = f"{os.getpid()}-r{rep}-{len(self.ready)}"
-                    try:
-                        image = self.create_image(fs, cfg, size, tag, ahead=True)
-                        _sync(image)
-                        self.ready[(fs.name, cfg.key, w.name)] = (image, size)
-                    except (KvmtuneError, OSError) as exc:
-                        self.ready[(fs.name, cfg.key, w.name)] = KvmtuneError(str(exc))
+                    if _made_ahead(cfg, w, fs):
+                        self.make_ready(fs, cfg, w, f"{os.getpid()}-r{rep}-{len(self.ready)}")
+
+    def make_ready(self, fs: HostFs, cfg: StorageConfig, w: fiomod.Workload, tag: str) -> None:
+        """One cell's sparse image, made and synced now, for :meth:`run_batch` to take (or what making it raised)."""
+        size = self.image_size(cfg, w, fs.root)
+        try:
+            image = self.create_image(fs, cfg, size, tag, ahead=True)
+            _sync(image)
+            self.ready[(fs.name, cfg.key, w.name)] = (image, size)
+        except (KvmtuneError, OSError) as exc:
+            self.ready[(fs.name, cfg.key, w.name)] = KvmtuneError(str(exc))
+
+    def retry(self, unit: tuple[HostFs, StorageConfig, fiomod.Workload], tag: str, *, last_in_round: bool) -> Cell:
+        """A failed cell measured again, the way its round measured it: a write cell on a fresh image made now,
+        in a fio process of its own but with the options of a round's shared one (:meth:`run_batch`: fio's
+        ramp_time, the allocation sampled after the ramp, the time stamps); any other cell as a cell of its own."""
+        fs, cfg, w = unit
+        if cfg.target != "host" and _writes(w) and _made_ahead(cfg, w, fs):
+            self.make_ready(fs, cfg, w, f"{tag}-retry")
+        if not self.batchable(fs, cfg, w):
+            self.ready.pop((fs.name, cfg.key, w.name), None)
+            return _single_cell(self, unit, tag, last_in_round=last_in_round)
+        try:
+            return self.run_batch(fs, [(cfg, w, tag)], last_in_round=last_in_round)[0]
+        except KvmtuneError as exc:
+            return storage_cell(cfg, w.name, "error", error=str(exc))
 
     def prepare_floor(self, fs: HostFs) -> None:
         """The floor's file for ``fs``, written through once: every round overwrites it in place."""
@@ -566,8 +592,9 @@ class BlockTier:
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
         """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.bench.storage.fiobatch`):
-        every daemon is started first, each cell's jobs run on a schedule, and the jobs' own time stamps say
-        when each cell measured, for its host figures, and that no two cells overlapped. Each cell keeps its
+        every daemon is started first, each cell's job starts once the previous one has ended (its ramp an
+        unmeasured lead-in), and the jobs' own time stamps say when each cell measured, for its host figures, and
+        that no two cells overlapped (were one to, it would be stored as an error: a defect, not noise). Each cell keeps its
         own fio JSON (its jobs, under the names a cell of its own would have). ``last_in_round``: the last
         cell's daemon need not write back (:func:`storage_daemon`). Each cell's ``slot_s`` is the wall time
         from the previous cell's end (``since``, wall clock) to its own."""
@@ -611,8 +638,7 @@ class BlockTier:
             sampler.start()
             try:
                 timeout = fiobatch.planned_seconds(jobs) * 2 + 60
-                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)),
-                                     timeout=timeout, cwd=str(workdir))
+                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)), timeout=timeout, cwd=str(workdir))
             finally:
                 sampler.stop()
                 for proc in killed:  # together rather than one after the other (about 30 ms each)
@@ -698,7 +724,8 @@ class BlockTier:
 
 def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
     """Every file system made once; then round after round, each file system, each configuration (the floor
-    first), each workload."""
+    first), each workload. A cell that failed (other than an impossible combination) is measured once more at
+    the end of its round, after the others, and stored as failed only if that fails too."""
     check_tools(ctx)
     tier = BlockTier(ctx, plan)
     n = 0
@@ -723,6 +750,7 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
                 _round_done(tier, systems, rep)
             units = [(fs, replace(cfg, host_fs=fs.name), w) for fs in systems for cfg in round_order(plan.configs)
                      for w in plan.workloads]
+            failed: list[tuple[int, Cell]] = []  # (unit, its first try): measured again once the round is through
             last_end, i = time.time(), 0
             while i < len(units):
                 j = _batch_end(tier, units, i)
@@ -740,10 +768,26 @@ def run_block(ctx: StorageContext, plan: BlockPlan, sink: CellSink) -> None:
                             cells[0].metrics["slot_s"] = time.time() - last_end
                 finally:
                     ctx.scratch.cleanup(mark)  # the cells' daemons, sockets, images, loop devices
-                for cell in cells:
+                for k, cell in enumerate(cells):
                     cell.rep = rep
-                    sink.record(cell)
+                    if cell.ok or _problem(units[i + k]):
+                        sink.record(cell)
+                    else:
+                        failed.append((i + k, cell))
                 last_end, i = time.time(), j
+            if failed:
+                # the round's last cell was stopped without writing back what it left dirty in the host page
+                # cache, on the promise that the round's deletion came next: it does now, before any retry measures
+                tier.flush_graveyard()
+            for k, (u, first) in enumerate(failed):
+                n += 1
+                mark = ctx.scratch.mark()
+                try:
+                    cell = tier.retry(units[u], f"{os.getpid()}-{n}", last_in_round=k == len(failed) - 1)
+                finally:
+                    ctx.scratch.cleanup(mark)
+                cell.rep, cell.attempts, cell.first_error = rep, 2, first.error
+                sink.record(cell)
         _round_done(tier, systems, ctx.repeat)
 
 
@@ -768,10 +812,16 @@ def _batch_end(tier: BlockTier, units: Sequence[tuple[HostFs, StorageConfig, fio
     return max(j, i + 1)
 
 
+def _problem(unit: tuple[HostFs, StorageConfig, fiomod.Workload]) -> str | None:
+    """Why a cell cannot be measured at all (an impossible combination): it fails every time, so it is not retried."""
+    fs, cfg, w = unit
+    return cfg.problem() or _block_problem(cfg, w, fs)
+
+
 def _single_cell(tier: BlockTier, unit: tuple[HostFs, StorageConfig, fiomod.Workload], tag: str, *,
                  last_in_round: bool) -> Cell:
     fs, cfg, w = unit
-    problem = cfg.problem() or _block_problem(cfg, w, fs)
+    problem = _problem(unit)
     if problem:
         return storage_cell(cfg, w.name, "error", error=problem)
     try:
