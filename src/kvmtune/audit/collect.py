@@ -20,7 +20,7 @@ from kvmtune.inputs import read_regular, walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import load as pve
 from kvmtune.proxmox.config import VMID_FILE
-from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.cmdline import DEFAULT_BINARY, guest_from_argv, guest_from_text, split_proc_cmdline
 from kvmtune.textsafe import safe
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
@@ -36,6 +36,7 @@ class Sources:
     connect: tuple[str, ...] = ()  # libvirt URIs
     domains: tuple[str, ...] = ()  # only these of the libvirt URIs' domains: names or UUIDs, shell globs allowed
     qemu_cmdline: tuple[str, ...] = ()  # files of one QEMU command line each
+    qemu_binary: str = DEFAULT_BINARY  # whose argument lists those without the binary are
     running: bool = False  # every running qemu-system-* process
     examples: bool = False  # the example domains shipped with kvmtune
     host: bool = False  # the host's tunables, devices and load
@@ -69,7 +70,7 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         add_domain_files(sources.paths, result)
     _add_named_libvirt(sources, result)
     if sources.qemu_cmdline:
-        add_cmdline_files(sources.qemu_cmdline, result)
+        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary)
     if sources.pve_configs:
         add_pve_files(sources, ctx.host, result)
     if sources.running:
@@ -241,7 +242,9 @@ def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
         result.looked_at.append(f"{ok} of {len(files)} domain XML file(s)")
 
 
-def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
+def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: str = DEFAULT_BINARY) -> None:
+    """Each file holds one command line; one whose first word is an option (the binary logged apart) is
+    ``qemu_binary``'s argument list, said in one line."""
     n = 0
     for raw in paths:
         p = Path(raw)
@@ -256,13 +259,16 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
             if not data.strip():
                 raise InputError(str(p), "empty file")
             if b"\0" in data:
-                guest = guest_from_argv(split_proc_cmdline(data), str(p))
+                guest = guest_from_argv(split_proc_cmdline(data), str(p), qemu_binary)
             else:
-                guest = guest_from_text(data.decode("utf-8", "replace"), str(p))
+                guest = guest_from_text(data.decode("utf-8", "replace"), str(p), qemu_binary)
             if guest.name == "?":
                 guest.name = p.stem
             result.guests.append(guest)
             n += 1
+            if "binary_assumed" in guest.derived:
+                result.looked_at.append(f"{safe(str(p))}: an argument list without the binary, read as "
+                                        f"{safe(qemu_binary)}'s (--qemu-binary NAME to choose another)")
             note_template(guest, result)
         except InputError as exc:
             result.errors.append(str(exc))

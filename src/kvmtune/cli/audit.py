@@ -34,6 +34,7 @@ from kvmtune.cli.command import (
 )
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.cmdline import DEFAULT_BINARY, is_qemu_binary
 
 
 class AuditCommand(Command):
@@ -55,6 +56,9 @@ class AuditCommand(Command):
                        f"without --connect, those of {DEFAULT_URI}")
         p.add_argument("--qemu-cmdline", action="append", default=[], metavar="FILE",
                        help="a file holding one QEMU command line (repeatable)")
+        p.add_argument("--qemu-binary", default=DEFAULT_BINARY, metavar="NAME", type=_qemu_binary,
+                       help="whose argument list a --qemu-cmdline file starting with an option is (the binary "
+                       f"logged apart, as Packer, Multipass and Kata do; default {DEFAULT_BINARY})")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -104,6 +108,7 @@ class AuditCommand(Command):
         timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
         sources = Sources(
             paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
+            qemu_binary=args.qemu_binary,
             running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,
@@ -204,6 +209,12 @@ def _fleet_baseline(args: argparse.Namespace, host: str) -> Baseline:
         for f in found.findings if f.host == host
     ]
     return Baseline(f"fleet collection {label} ({found.id}), host {host}", entries, any_host=True)
+
+
+def _qemu_binary(text: str) -> str:
+    if not is_qemu_binary(text) or any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a QEMU system emulator (qemu-system-ARCH, qemu-kvm, kvm)")
+    return text
 
 
 def _seconds(text: str) -> float:

@@ -150,16 +150,31 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
-    """Return (binary, options). Raises ValueError when this is no QEMU command line."""
+DEFAULT_BINARY = "qemu-system-x86_64"
+
+
+def is_qemu_binary(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base.startswith("qemu-system-") or base in ("qemu-kvm", "kvm") or base.startswith("qemu-kvm")
+
+
+def parse_options(argv: list[str], default_binary: str | None = None) -> tuple[str, list[Option]]:
+    """Return (binary, options). Raises ValueError when this is no QEMU command line.
+
+    With ``default_binary``, an argument list whose first word is an option (the binary passed separately, as
+    Packer, Multipass and Kata log it) is read as that binary's; one option alone stays a fragment, refused.
+    """
     if not argv:
         raise ValueError("empty command line")
     binary = argv[0]
     base = binary.rsplit("/", 1)[-1]
-    if not (base.startswith("qemu-system-") or base in ("qemu-kvm", "kvm") or base.startswith("qemu-kvm")):
+    start = 1
+    if default_binary is not None and binary.startswith("-") and len(binary) > 1:
+        binary, start = default_binary, 0
+    elif not is_qemu_binary(binary):
         raise ValueError(f"not a QEMU system emulator command line (starts with {base!r})")
     options: list[Option] = []
-    i = 1
+    i = start
     index = 0
     while i < len(argv):
         word = argv[i]
@@ -181,6 +196,9 @@ def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
             options.append(Option(name, value, index, props))
             i += 2
         index += 1
+    if start == 0 and len(options) < 2:
+        raise ValueError(f"a single option ({argv[0]!r}), a fragment of a QEMU command line, not an argument list "
+                         "to audit")
     return binary, options
 
 
@@ -555,13 +573,17 @@ def _settle_memory(r: _Reading) -> None:
         guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
 
 
-def guest_from_argv(argv: list[str], origin: str) -> Guest:
+def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = None) -> Guest:
+    """The guest ``argv`` starts; with ``default_binary``, an argument list without the binary is that binary's
+    (the guest's ``derived["binary_assumed"]`` says so)."""
     try:
-        binary, options = parse_options(argv)
+        binary, options = parse_options(argv, default_binary)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
     arch = binary.rsplit("qemu-system-", 1)[-1] if "qemu-system-" in binary else "x86_64"
     r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch, vcpus=1), binary)
+    if binary != argv[0]:
+        r.guest.derived["binary_assumed"] = binary
     for opt in options:
         read = OPTION_READERS.get(opt.name)
         if read is not None:
@@ -721,9 +743,9 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     return nic
 
 
-def guest_from_text(text: str, origin: str) -> Guest:
+def guest_from_text(text: str, origin: str, default_binary: str | None = None) -> Guest:
     try:
         argv = split_args_text(text)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
-    return guest_from_argv(argv, origin)
+    return guest_from_argv(argv, origin, default_binary)
