@@ -6,12 +6,16 @@ Each test runs the real ``kvmtune audit`` (the CLI's ``main``) over real files a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvmtune.cli import main
+from kvmtune.host.root import HostRoot
+from kvmtune.model.guest import Guest
+from kvmtune.qemu.cmdline import guest_from_text
 
 
 def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any], str]:
@@ -86,3 +90,133 @@ def test_a_command_that_is_not_qemu_is_still_refused(tmp_path: Path, capsys: pyt
     f.write_text("ls -l -m 2048\n")
     code, report, _ = audit(capsys, "--qemu-cmdline", str(f))
     assert code == 2 and report["errors"] == [f"{f}: not a QEMU system emulator command line (starts with 'ls')"]
+
+
+# --- item 1: -readconfig (LXD, Incus) ---------------------------------------------------------------
+
+LXD = Path(__file__).resolve().parents[1] / "fixtures" / "launchers" / "lxd"
+LXD_CONF = "/var/snap/lxd/common/lxd/logs/v1/qemu.conf"
+ABSENCE_RULES = {"KVM-CPU-003", "KVM-MEM-002", "KVM-SEC-001"}
+
+
+def rules_of(report: dict[str, Any]) -> set[str]:
+    return {f["rule"] for f in findings(report)}
+
+
+def lxd_guest(root: Path | str, text: str | None = None) -> Guest:
+    return guest_from_text(text or (LXD / "v1.args").read_text(), "v1.args", host=HostRoot(str(root)))
+
+
+def test_the_lxd_argv_with_its_config_file_reads_what_the_file_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(LXD / "v1.args"), "--root", str(LXD / "root"))
+    assert code == 0 and not rules_of(report) & ABSENCE_RULES
+    assert any(f"-readconfig {LXD_CONF} (beneath {LXD / 'root'}): read, 20 section(s)" in line
+               for line in report["looked_at"])
+    g = lxd_guest(LXD / "root")
+    assert (g.machine, g.virt_type, g.memory_kib, g.hugepages, g.vcpus) == ("q35", "kvm", 4096 * 1024, True, 2)
+    assert (g.memballoon, [r.backend_source for r in g.rngs], g.name) == ("virtio", ["/dev/urandom"], "lxd:v1")
+    (root_disk,) = [d for d in g.disks if d.device == "disk"]
+    assert (root_disk.bus, root_disk.cache, root_disk.io, root_disk.scsi_controller_model) == (
+        "scsi", "none", "native", "virtio-scsi-pci")
+    assert root_disk.where("cache") == 'qemu.conf:112 [drive "lxd_root"] (used by qemu.conf:120 [device "dev-lxd_root"])'
+
+
+def test_without_its_config_file_the_lxd_argv_says_so_and_judges_no_absence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(LXD / "v1.args"), "--root", str(tmp_path))
+    assert code == 0 and not rules_of(report) & ABSENCE_RULES
+    said = [line for line in report["looked_at"] if "not read" in line]
+    assert said == [f"{LXD / 'v1.args'}: -readconfig {LXD_CONF} (beneath {tmp_path}): not read (no such file); "
+                    "findings on what the file may hold (no accelerator, no balloon, no RNG, ...) are withheld"]
+    g = lxd_guest(tmp_path)
+    assert (g.virt_type, g.memballoon, g.unread) == (None, None, (f"-readconfig {LXD_CONF}",))
+
+
+def test_options_around_readconfig_merge_in_qemus_order(tmp_path: Path) -> None:
+    conf = tmp_path / "vm.conf"
+    conf.write_text('[machine]\ntype = "q35"\naccel = "kvm"\n\n[memory]\nsize = "2G"\n')
+    g = guest_from_text(f"qemu-system-x86_64 -machine pc,accel=tcg -readconfig {conf} -m 8G", "x",
+                        host=HostRoot("/"))
+    assert (g.machine, g.virt_type, g.memory_kib) == ("q35", "kvm", 8 * 1024 * 1024)
+    assert g.where("machine") == "vm.conf:1 [machine]"
+
+
+def test_a_relative_readconfig_path_is_read_against_the_current_directory_and_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "vm.conf").write_text('[accel]\naccel = "kvm"\n')
+    (tmp_path / "vm.args").write_text("qemu-system-x86_64 -m 1G -readconfig vm.conf\n")
+    monkeypatch.chdir(tmp_path)
+    _, report, _ = audit(capsys, "--qemu-cmdline", "vm.args")
+    assert "KVM-CPU-003" not in rules_of(report)
+    assert (f"vm.args: -readconfig vm.conf: a relative path, read against the current directory ({tmp_path}); "
+            "QEMU's own working directory is unknown") in report["looked_at"]
+
+
+def test_a_config_file_given_alone_is_audited_as_a_fragment(capsys: pytest.CaptureFixture[str]) -> None:
+    conf = LXD / "root" / LXD_CONF.lstrip("/")
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(conf))
+    assert code == 0 and report["errors"] == [] and not rules_of(report) & ABSENCE_RULES
+    assert (f"{conf}: a QEMU configuration file (-readconfig format), not a command line: audited as a fragment "
+            "of a guest; what only the command line can say is not judged") in report["looked_at"]
+    assert "KVM-NET-008" in rules_of(report)  # judged on what the file holds
+
+
+def test_an_unknown_section_is_a_note_and_a_key_given_twice_counts_last(tmp_path: Path) -> None:
+    conf = tmp_path / "vm.conf"
+    conf.write_text('[spice]\nport = "5900"\n[memory]\nsize = "1G"\nsize = "3G"\n'
+                    '[drive "d,0"]\nfile = "/v/a,b.raw"\nif = "virtio"\ncache = "none"\n')
+    g = guest_from_text(f"qemu-system-x86_64 -enable-kvm -readconfig {conf}", "x", host=HostRoot("/"))
+    assert g.memory_kib == 3 * 1024 * 1024
+    assert [(d.target, d.source, d.cache) for d in g.disks] == [("d,0", "/v/a,b.raw", "none")]
+    assert f"{conf}:1: section [spice] not read (kvmtune does not know it)" in g.derived["notes"]
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('[machine]\ntype = q35\n', ':2: not read (not a QEMU configuration line (expected [section] or key = "value"))'),
+    ('type = "q35"\n', ':1: not read (a key = "value" line before any [section])'),
+    ('[machine]\ntype = "q35\0"\n', ": not read (a NUL byte in a QEMU configuration file; not read)"),
+    ("[machine]\n" + "#" * (1024 * 1024 + 1), ": not read (larger than 1 MiB (a QEMU configuration file), refused)"),
+])
+def test_a_hostile_config_file_is_not_read_and_said_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, problem: str) -> None:
+    conf = tmp_path / "vm.conf"
+    conf.write_text(content)
+    (tmp_path / "vm.args").write_text(f"qemu-system-x86_64 -m 1G -readconfig {conf}\n")
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(tmp_path / "vm.args"))
+    assert code == 0 and not rules_of(report) & ABSENCE_RULES
+    (said,) = [line for line in report["looked_at"] if "not read (" in line]
+    assert said == (f"{tmp_path / 'vm.args'}: -readconfig {conf}{problem}; findings on what the file may hold "
+                    "(no accelerator, no balloon, no RNG, ...) are withheld")
+
+
+def test_a_fifo_or_a_link_out_of_the_tree_is_not_opened(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "run" / "incus" / "v1").mkdir(parents=True)
+    os.mkfifo(root / "run" / "incus" / "v1" / "qemu.conf")
+    outside = tmp_path / "secret.conf"
+    outside.write_text('[accel]\naccel = "kvm"\n')
+    (root / "run" / "incus" / "v2").mkdir()
+    (root / "run" / "incus" / "v2" / "qemu.conf").symlink_to(outside)
+    for inst, problem in (("v1", "not a regular file (a FIFO); not opened"), ("v2", "leads out of the host root")):
+        g = guest_from_text(f"qemu-system-x86_64 -name {inst} -readconfig /run/incus/{inst}/qemu.conf", "x",
+                            host=HostRoot(str(root)))
+        assert g.virt_type is None and g.unread and g.name == f"incus:{inst}"
+        assert any(problem in n for n in g.derived["notes"]), g.derived["notes"]
+
+
+def test_incus_fixes_use_incus_keys_and_name_raw_qemu_elsewhere(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inst = tmp_path / "var" / "log" / "incus" / "web"
+    inst.mkdir(parents=True)
+    (inst / "qemu.conf").write_text(
+        '[machine]\ntype = "q35"\naccel = "kvm"\n[memory]\nsize = "2G"\n[smp-opts]\ncpus = "4"\n'
+        '[drive "incus_root"]\nfile = "/v/root.img"\nformat = "raw"\nif = "none"\ncache = "writeback"\n'
+        '[device "dev-incus_root"]\ndriver = "virtio-blk-pci"\ndrive = "incus_root"\n')
+    (tmp_path / "web.args").write_text("qemu-system-x86_64 -name web -readconfig /var/log/incus/web/qemu.conf\n")
+    _, report, _ = audit(capsys, "--qemu-cmdline", str(tmp_path / "web.args"), "--root", str(tmp_path))
+    by_rule = {f["rule"]: f for f in findings(report)}
+    assert by_rule["KVM-STO-005"]["target"]["domain"] == "incus:web"
+    assert by_rule["KVM-STO-005"]["fix"]["description"].startswith(
+        "incus config device set web root io.cache=none")
+    assert by_rule["KVM-STO-009"]["fix"]["description"].startswith(
+        "Incus has no key for this; only raw.qemu or raw.qemu.conf (incus config set web raw.qemu.conf=...)")

@@ -20,7 +20,8 @@ from kvmtune.inputs import read_regular, walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import load as pve
 from kvmtune.proxmox.config import VMID_FILE
-from kvmtune.qemu.cmdline import DEFAULT_BINARY, guest_from_argv, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.cmdline import DEFAULT_BINARY, guest_from_argv, guest_from_config, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.readconfig import MAX_CONFIG_BYTES, looks_like_config, parse_config
 from kvmtune.textsafe import safe
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
@@ -70,7 +71,7 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         add_domain_files(sources.paths, result)
     _add_named_libvirt(sources, result)
     if sources.qemu_cmdline:
-        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary)
+        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary, ctx.host)
     if sources.pve_configs:
         add_pve_files(sources, ctx.host, result)
     if sources.running:
@@ -242,9 +243,11 @@ def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
         result.looked_at.append(f"{ok} of {len(files)} domain XML file(s)")
 
 
-def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: str = DEFAULT_BINARY) -> None:
+def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: str = DEFAULT_BINARY,
+                      host: HostRoot | None = None) -> None:
     """Each file holds one command line; one whose first word is an option (the binary logged apart) is
-    ``qemu_binary``'s argument list, said in one line."""
+    ``qemu_binary``'s argument list, said in one line. Its ``-readconfig`` files are read beneath ``host``'s
+    root. A file in QEMU's configuration-file format is audited as a fragment of a guest."""
     n = 0
     for raw in paths:
         p = Path(raw)
@@ -256,23 +259,40 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: st
             result.errors.append(str(exc))
             continue
         try:
-            if not data.strip():
-                raise InputError(str(p), "empty file")
-            if b"\0" in data:
-                guest = guest_from_argv(split_proc_cmdline(data), str(p), qemu_binary)
-            else:
-                guest = guest_from_text(data.decode("utf-8", "replace"), str(p), qemu_binary)
-            if guest.name == "?":
-                guest.name = p.stem
-            result.guests.append(guest)
-            n += 1
-            if "binary_assumed" in guest.derived:
-                result.looked_at.append(f"{safe(str(p))}: an argument list without the binary, read as "
-                                        f"{safe(qemu_binary)}'s (--qemu-binary NAME to choose another)")
-            note_template(guest, result)
+            guest = _cmdline_guest(p, data, qemu_binary, host)
         except InputError as exc:
             result.errors.append(str(exc))
+            continue
+        if guest.name == "?":
+            guest.name = p.stem
+        result.guests.append(guest)
+        n += 1
+        if "binary_assumed" in guest.derived:
+            result.looked_at.append(f"{safe(str(p))}: an argument list without the binary, read as "
+                                    f"{safe(qemu_binary)}'s (--qemu-binary NAME to choose another)")
+        note_reading(guest, result)
+        note_template(guest, result)
     result.looked_at.append(f"{n} QEMU command line file(s)")
+
+
+def _cmdline_guest(p: Path, data: bytes, qemu_binary: str, host: HostRoot | None) -> Guest:
+    if not data.strip():
+        raise InputError(str(p), "empty file")
+    if b"\0" in data:
+        return guest_from_argv(split_proc_cmdline(data), str(p), qemu_binary, host)
+    if len(data) <= MAX_CONFIG_BYTES and looks_like_config(data):
+        guest = guest_from_config(parse_config(data.decode("utf-8", "replace"), str(p)), str(p))
+        guest.derived.setdefault("notes", []).insert(
+            0, "a QEMU configuration file (-readconfig format), not a command line: audited as a fragment of a "
+            "guest; what only the command line can say is not judged")
+        return guest
+    return guest_from_text(data.decode("utf-8", "replace"), str(p), qemu_binary, host)
+
+
+def note_reading(guest: Guest, result: AuditResult) -> None:
+    """What reading the guest's definition had to say (its -readconfig files), one line each."""
+    for note in guest.derived.get("notes", ()):
+        result.looked_at.append(f"{safe(guest.origin)}: {safe(note)}")
 
 
 def add_running(host: HostRoot, result: AuditResult) -> int:
@@ -280,6 +300,8 @@ def add_running(host: HostRoot, result: AuditResult) -> int:
 
     guests, errors = running_qemu_guests(host)
     result.guests.extend(guests)
+    for guest in guests:
+        note_reading(guest, result)
     result.errors.extend(errors)
     result.looked_at.append(f"{len(guests)} running QEMU process(es) from {host.path.rstrip('/') or ''}/proc")
     return len(guests)

@@ -13,6 +13,7 @@ from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEO
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
+from kvmtune.audit.incus_advice import incus_fix_texts
 from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
@@ -123,6 +124,7 @@ class AuditCommand(Command):
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
         pve_fix_texts(result.findings, result.guests)
+        incus_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         if not args.no_waivers:
             ignored: list[str] = []

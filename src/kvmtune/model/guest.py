@@ -170,6 +170,9 @@ class Guest:
     inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
     # the placeholders of a template ({path}, %(name)s, {{ x }}, ${X}) found in its definition; () for a real guest
     template: tuple[str, ...] = ()
+    # parts of the definition that could not be read (a -readconfig file): what they may hold is not stated,
+    # so no rule judges an absence ("no RNG device") on this guest
+    unread: tuple[str, ...] = ()
     evidence: dict[str, str] = field(default_factory=dict)
     # waivers the definition carries (<metadata><kvmtune:waiver rule= reason= …/>): attributes as written,
     # checked by audit/waivers.py

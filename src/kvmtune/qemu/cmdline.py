@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
 from kvmtune.model.values import (
     BUS_OF_DEVICE,
@@ -33,6 +34,7 @@ from kvmtune.model.values import (
     qemu_size_kib,
 )
 from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
+from kvmtune.qemu.readconfig import ConfigFile, read_config
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -64,10 +66,11 @@ class Option:
     value: str | None
     index: int  # position among the options, for evidence
     props: dict[str, Any]
+    where: str | None = None  # a -readconfig file's section: its file and line, cited instead of the position
 
     @property
     def label(self) -> str:
-        return f"{self.name} #{self.index}"
+        return self.where or f"{self.name} #{self.index}"
 
 
 def split_args_text(text: str) -> list[str]:
@@ -368,7 +371,7 @@ def _read_mem_path(r: _Reading, opt: Option) -> None:
 
 def _read_rtc(r: _Reading, opt: Option) -> None:
     """-rtc base=utc|localtime|<date>: libvirt's clock offset utc, localtime or (a start date) variable."""
-    base = str(parse_keyval(opt.value or "").get("base", "utc")).strip().lower()
+    base = str((opt.props or parse_keyval(opt.value or "")).get("base", "utc")).strip().lower()
     r.guest.clock_offset = base if base in ("utc", "localtime") else "variable"
     r.guest.evidence["clock"] = opt.label
 
@@ -534,6 +537,9 @@ DEVICE_READERS: dict[str, DeviceReader] = {
 
 def _settle_accel(r: _Reading) -> None:
     guest, base = r.guest, r.binary.rsplit("/", 1)[-1]
+    if r.accel is None and guest.unread:  # an unread -readconfig file may name it: not stated, not TCG
+        guest.evidence["virt_type"] = "(not stated: " + ", ".join(guest.unread) + " not read)"
+        return
     if r.accel is None and (base in ("kvm", "qemu-kvm") or base.startswith("qemu-kvm")):
         r.accel = "kvm"  # RHEL's qemu-kvm and Debian's kvm wrapper default to KVM
         guest.evidence["virt_type"] = f"({base} defaults to KVM)"
@@ -542,7 +548,7 @@ def _settle_accel(r: _Reading) -> None:
 
 
 def _settle_cpu(r: _Reading) -> None:
-    if not r.cpu_seen and r.guest.is_x86:
+    if not r.cpu_seen and r.guest.is_x86 and not r.guest.unread:
         r.guest.cpu_mode = "custom"
         r.guest.cpu_model = "qemu64"
         r.guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
@@ -560,8 +566,8 @@ def _read_devices(r: _Reading) -> None:
             DEVICE_READERS[kind](r, dev, drv)
     for drive_id, opt in r.legacy_disks:
         r.guest.disks.append(_disk_from_drive(drive_id, opt, r.storage, r.guest))
-    r.guest.memballoon = "virtio" if r.balloon else "none"
-    if not r.balloon:
+    r.guest.memballoon = "virtio" if r.balloon else (None if r.guest.unread else "none")
+    if not r.balloon and not r.guest.unread:
         r.guest.evidence["memballoon"] = "(no -device virtio-balloon-* or -balloon virtio option)"
 
 
@@ -573,9 +579,11 @@ def _settle_memory(r: _Reading) -> None:
         guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
 
 
-def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = None) -> Guest:
+def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = None,
+                    host: HostRoot | None = None) -> Guest:
     """The guest ``argv`` starts; with ``default_binary``, an argument list without the binary is that binary's
-    (the guest's ``derived["binary_assumed"]`` says so)."""
+    (the guest's ``derived["binary_assumed"]`` says so). ``-readconfig`` files are read beneath ``host``'s root;
+    without ``host``, or when one cannot be read, the guest says so (``Guest.unread``)."""
     try:
         binary, options = parse_options(argv, default_binary)
     except ValueError as exc:
@@ -584,6 +592,81 @@ def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = N
     r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch, vcpus=1), binary)
     if binary != argv[0]:
         r.guest.derived["binary_assumed"] = binary
+    expanded = _with_config_files(r.guest, options, host)
+    guest = _read_guest(r, expanded, argv)
+    _recognise_instance(r, options)
+    return guest
+
+
+def guest_from_config(config: ConfigFile, origin: str) -> Guest:
+    """A ``-readconfig`` file given on its own: a fragment of a guest, audited with the same rules, its command
+    line not read (so nothing is judged on what the file leaves out)."""
+    r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch="x86_64", vcpus=1), DEFAULT_BINARY)
+    r.guest.unread = ("the command line that reads this configuration file",)
+    r.guest.derived["notes"] = list(config.notes)
+    return _read_guest(r, _config_options(config, 0), [])
+
+
+def _config_options(config: ConfigFile, index: int) -> list[Option]:
+    return [Option(s.option, None, index, s.props, s.where) for s in config.sections]
+
+
+def _with_config_files(guest: Guest, options: list[Option], host: HostRoot | None) -> list[Option]:
+    """``options`` with each ``-readconfig`` replaced by its file's sections, where it stands (QEMU applies a
+    file's options there: earlier options are overridden by it, later ones override it)."""
+    if not any(o.name == "-readconfig" for o in options):
+        return options
+    out: list[Option] = []
+    notes: list[str] = guest.derived.setdefault("notes", [])
+    for opt in options:
+        if opt.name != "-readconfig":
+            out.append(opt)
+            continue
+        value = opt.value or ""
+        if host is None:
+            guest.unread += (f"-readconfig {value}",)
+            notes.append(f"-readconfig {value}: not read here; findings on what the file may hold are withheld")
+            continue
+        try:
+            config, note = read_config(value, host)
+        except InputError as exc:
+            guest.unread += (f"-readconfig {value}",)
+            notes.append(f"-readconfig {exc.where}: not read ({exc.problem}); findings on what the file may hold "
+                         "(no accelerator, no balloon, no RNG, ...) are withheld")
+            continue
+        notes.extend([f"-readconfig {config.path}: read, {len(config.sections)} section(s)",
+                      *([note] if note else []), *config.notes])
+        guest.derived.setdefault("config_files", []).append(config.path)
+        out.extend(_config_options(config, opt.index))
+    return out
+
+
+# where LXD and Incus keep an instance's QEMU configuration file: .../lxd/logs/<instance>/qemu.conf (the snap),
+# /var/log/{lxd,incus}/<instance>/qemu.conf, /run/incus/<instance>/qemu.conf
+_INSTANCE_CONFIG = re.compile(r"/(lxd|incus)/(?:logs/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,127})/qemu\.conf$")
+_INSTANCE_PRODUCT = re.compile(r"(?:^|,)product=(LXD|Incus)(?:,|$)")
+
+
+def _recognise_instance(r: _Reading, options: list[Option]) -> None:
+    """An LXD or Incus VM (its -readconfig path, or the SMBIOS product it sets) is named by its instance:
+    ``incus:<instance>`` (``derived["instance"]``: (manager, instance), for fix texts in their CLI)."""
+    manager = instance = None
+    for opt in options:
+        value = opt.value or ""
+        if opt.name == "-readconfig" and (m := _INSTANCE_CONFIG.search(value)):
+            manager, instance = m.group(1), instance or m.group(2)
+        elif opt.name == "-smbios" and (m := _INSTANCE_PRODUCT.search(value)):
+            manager = manager or m.group(1).lower()
+    if manager is None:
+        return
+    if r.guest.name != "?":
+        instance = r.guest.name  # -name is the instance; the directory adds the project (<project>_<instance>)
+    if instance:
+        r.guest.derived["instance"] = (manager, instance)
+        r.guest.name = f"{manager}:{instance}"
+
+
+def _read_guest(r: _Reading, options: list[Option], argv: list[str]) -> Guest:
     for opt in options:
         read = OPTION_READERS.get(opt.name)
         if read is not None:
@@ -743,9 +826,10 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     return nic
 
 
-def guest_from_text(text: str, origin: str, default_binary: str | None = None) -> Guest:
+def guest_from_text(text: str, origin: str, default_binary: str | None = None,
+                    host: HostRoot | None = None) -> Guest:
     try:
         argv = split_args_text(text)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
-    return guest_from_argv(argv, origin, default_binary)
+    return guest_from_argv(argv, origin, default_binary, host)
