@@ -220,3 +220,41 @@ def test_incus_fixes_use_incus_keys_and_name_raw_qemu_elsewhere(
         "incus config device set web root io.cache=none")
     assert by_rule["KVM-STO-009"]["fix"]["description"].startswith(
         "Incus has no key for this; only raw.qemu or raw.qemu.conf (incus config set web raw.qemu.conf=...)")
+
+
+# --- item 4: memory devices, KVM-NET-008 on command lines -------------------------------------------
+
+def test_nvdimm_is_device_memory_and_dimms_are_hotplugged_ram() -> None:
+    g = guest_from_text(
+        "qemu-system-x86_64 -enable-kvm -machine pc,nvdimm=on -m 2G,slots=4,maxmem=32G "
+        "-object memory-backend-file,id=nv0,mem-path=/v/nvdimm.img,size=8G -device nvdimm,memdev=nv0,id=nvd0 "
+        "-object memory-backend-ram,id=d0,size=1G -device pc-dimm,memdev=d0,id=dimm0 "
+        "-object memory-backend-ram,id=vm0,size=4G -device virtio-mem-pci,memdev=vm0,requested-size=512M,id=vmem0",
+        "x")
+    assert g.memory_kib == (2048 + 1024 + 512) * 1024
+    assert g.device_memory_kib == 8 * 1024 * 1024
+    assert g.where("memory") == "-m #2 + hotplugged memory devices"
+
+
+def test_nvdimm_in_a_domain_is_not_ram(tmp_path: Path) -> None:
+    from kvmtune.domain.xml import load_guest_file
+
+    f = tmp_path / "nv.xml"
+    f.write_text("<domain type='kvm'><name>nv</name><memory unit='GiB'>12</memory><vcpu>2</vcpu><devices>"
+                 "<memory model='nvdimm'><source><path>/v/nv.img</path></source><target><size unit='GiB'>8</size>"
+                 "</target></memory></devices></domain>")
+    g = load_guest_file(f)
+    assert (g.memory_kib, g.device_memory_kib) == (4 * 1024 * 1024, 8 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("net", [
+    "-nic tap,ifname=tap0,script=no,model=virtio-net-pci",
+    "-netdev tap,id=n0,ifname=tap0,script=no -device virtio-net-pci,netdev=n0",
+    "-netdev tap,id=n0,ifname=tap0,script=no,vhost=on -device virtio-net-pci,netdev=n0",
+])
+def test_net_008_judges_command_line_nics(tmp_path: Path, capsys: pytest.CaptureFixture[str], net: str) -> None:
+    f = tmp_path / "vm.args"
+    f.write_text(f"qemu-system-x86_64 -enable-kvm -smp 4 -m 4G {net}\n")
+    _, report, _ = audit(capsys, "--qemu-cmdline", str(f))
+    (finding,) = findings(report, "KVM-NET-008")
+    assert finding["actual"] == "1 queue, 4 vCPUs"

@@ -300,7 +300,8 @@ class _Devices:
 
     guest: Guest
     controllers: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # index -> (model, iothread)
-    hotplug_kib: int = 0
+    hotplug_kib: int = 0  # RAM: dimm, virtio-mem
+    device_kib: int = 0  # not RAM: nvdimm, virtio-pmem (persistent memory the guest sees as a device)
 
 
 def _read_disk(seen: _Devices, el: etree._Element, n: int) -> None:
@@ -326,7 +327,10 @@ def _read_controller(seen: _Devices, el: etree._Element, n: int) -> None:
 
 
 def _read_memory_device(seen: _Devices, el: etree._Element, n: int) -> None:
-    seen.hotplug_kib += _memory_device_kib(el)
+    if low(el.get("model")) in DEVICE_MEMORY_MODELS:
+        seen.device_kib += _memory_device_kib(el)
+    else:
+        seen.hotplug_kib += _memory_device_kib(el)
 
 
 def _read_memballoon(seen: _Devices, el: etree._Element, n: int) -> None:
@@ -376,7 +380,7 @@ def _read_devices(guest: Guest, devices: etree._Element, cpu: etree._Element | N
         if read is not None:
             read(seen, el, n)
     _resolve_scsi_controllers(guest, seen.controllers)
-    _add_memory_devices(guest, cpu, seen.hotplug_kib)
+    _add_memory_devices(guest, cpu, seen.hotplug_kib, seen.device_kib)
 
 
 def _resolve_scsi_controllers(guest: Guest, controllers: dict[str, tuple[str, str | None]]) -> None:
@@ -388,11 +392,21 @@ def _resolve_scsi_controllers(guest: Guest, controllers: dict[str, tuple[str, st
             disk.scsi_controller_model, disk.scsi_controller_iothread = controllers.get(ctrl, ("default", None))
 
 
-def _add_memory_devices(guest: Guest, cpu: etree._Element | None, hotplug_kib: int) -> None:
-    """With NUMA cells libvirt sizes the guest as their sum plus the memory devices."""
-    if hotplug_kib and cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None \
-            and guest.memory_kib:
+# memory devices that are no RAM: persistent memory the guest sees as a device (never boot or hotplugged RAM)
+DEVICE_MEMORY_MODELS = ("nvdimm", "virtio-pmem")
+
+
+def _add_memory_devices(guest: Guest, cpu: etree._Element | None, hotplug_kib: int, device_kib: int) -> None:
+    """With NUMA cells libvirt sizes the guest as their sum plus the memory devices; without, <memory> holds
+    them. Hotplugged RAM (dimm, virtio-mem) counts as the guest's memory, device memory (nvdimm) never does."""
+    guest.device_memory_kib = device_kib
+    if not guest.memory_kib:
+        return
+    if cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None:
         guest.memory_kib += hotplug_kib
+    elif device_kib and guest.memory_kib > device_kib:
+        guest.memory_kib -= device_kib
+        guest.evidence["memory"] = "/domain/memory less the nvdimm devices"
 
 
 def _memory_device_kib(el: etree._Element) -> int:

@@ -139,6 +139,7 @@ class Guest:
     memory_kib: int | None = None
     # <currentMemory>: what the balloon leaves the guest at boot; None = not stated (all of memory_kib)
     current_memory_kib: int | None = None
+    device_memory_kib: int = 0  # nvdimm / virtio-pmem: memory the guest sees as a device, not in memory_kib
     cpu_mode: str | None = None  # host-passthrough | host-model | custom | maximum
     cpu_model: str | None = None
     vcpu_pinned: bool = False

@@ -572,11 +572,14 @@ def _read_devices(r: _Reading) -> None:
 
 
 def _settle_memory(r: _Reading) -> None:
+    """-m is the boot RAM; pc-dimm and virtio-mem add hotplugged RAM to it, nvdimm and virtio-pmem are device
+    memory (``Guest.device_memory_kib``), never RAM."""
     guest = r.guest
-    plugged = _hotplugged_memory_kib(r.devices, r.objects)
+    plugged, device = _memory_devices_kib(r.devices, r.objects)
+    guest.device_memory_kib = device
     if plugged and guest.memory_kib is not None:
-        guest.memory_kib += plugged  # -m is the boot RAM; pc-dimm/nvdimm/virtio-mem add to it
-        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
+        guest.memory_kib += plugged
+        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + hotplugged memory devices"
 
 
 def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = None,
@@ -691,23 +694,28 @@ _ABSENT_EVIDENCE = {
 }
 
 
-_MEMORY_DEVICES = ("pc-dimm", "nvdimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device", "virtio-pmem-pci")
+_RAM_DEVICES = ("pc-dimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device")
+_DEVICE_MEMORY = ("nvdimm", "virtio-pmem-pci")
 
 
-def _hotplugged_memory_kib(devices: list[Option], objects: dict[str, Option]) -> int:
-    total = 0
+def _memory_devices_kib(devices: list[Option], objects: dict[str, Option]) -> tuple[int, int]:
+    """(hotplugged RAM, device memory) of the memory devices, in KiB."""
+    ram = device_memory = 0
     for dev in devices:
         drv = str(dev.props.get("driver", "")).lower()
-        if drv not in _MEMORY_DEVICES:
+        if drv not in _RAM_DEVICES and drv not in _DEVICE_MEMORY:
             continue
         if drv.startswith("virtio-mem"):
             size = dev.props.get("requested-size")  # what is plugged now, not the region's maximum
         else:
             backend = objects.get(str(dev.props.get("memdev", "")))
             size = backend.props.get("size") if backend is not None else None
-        kib = qemu_object_kib(size)
-        total += kib or 0
-    return total
+        kib = qemu_object_kib(size) or 0
+        if drv in _DEVICE_MEMORY:
+            device_memory += kib
+        else:
+            ram += kib
+    return ram, device_memory
 
 
 def _disk_from_device(
