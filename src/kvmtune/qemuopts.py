@@ -250,6 +250,16 @@ def whole_path(option: str, path: PurePath | str) -> str:
     return text
 
 
+def file_argument(option: str, path: PurePath | str) -> str:
+    """A path as a positional argument (``qemu-img create … FILENAME``): absolute, so QEMU reads no protocol
+    prefix (``json:``, ``nbd:``) from it; controls refused; a comma is literal there, so it is not doubled."""
+    text = str(path)
+    _refuse_controls(option, text)
+    if not text.startswith("/"):
+        raise OptionError(option, f"path {text!r} is not absolute")
+    return text
+
+
 def long_option(key: str, value: Value) -> str:
     """``--key=value`` for any other tool (``setpriv``, ``nsenter``, ``qm``): a path is taken whole
     (:func:`whole_path`), any other value as in :func:`keyval`."""

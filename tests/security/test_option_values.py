@@ -9,6 +9,7 @@ daemon) and parses the argv the way QEMU does: no option ever gains a key.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path, PurePath
 from xml.sax.saxutils import quoteattr
@@ -35,7 +36,8 @@ from kvmtune.qemuopts import (
     keyval,
     operand,
 )
-from kvmtune.verify.block import Layout, Unreplicable, _blockdev, layout_of
+from kvmtune.runner import Runner
+from kvmtune.verify.block import Layout, Unreplicable, _blockdev, create_replica, layout_of
 from kvmtune.verify.guestside import GuestSide
 from kvmtune.verify.guestvm import Unbootable, qemu_args
 
@@ -232,3 +234,15 @@ def test_an_unknown_io_mode_is_a_note_on_the_audit(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     assert main(["audit", "--format", "json", "-o", str(out), str(f)]) in (0, 1)
     assert note in json.loads(out.read_text())["looked_at"]
+
+
+def test_a_replica_in_a_directory_with_a_comma_is_made_at_that_very_path(tmp_path: Path) -> None:
+    """qemu-img create's FILENAME is no keyval: its comma is literal (doubling it would name another file)."""
+    if shutil.which("qemu-img") is None:
+        pytest.skip("qemu-img not installed")
+    where = tmp_path / "a,filename=b"
+    where.mkdir()
+    create_replica(Runner(), where / "replica-A.raw", Layout(), 1 << 20)
+    assert [p.name for p in tmp_path.iterdir()] == ["a,filename=b"] and (where / "replica-A.raw").stat().st_size == 1 << 20
+    with pytest.raises(OptionError):
+        create_replica(Runner(), Path("relative.raw"), Layout(), 1 << 20)

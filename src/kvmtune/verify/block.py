@@ -52,10 +52,10 @@ from kvmtune.qemuopts import (
     ImageFormat,
     Preallocation,
     enum_value,
+    file_argument,
     fio_nbd_uri,
     fio_option,
     keyval,
-    path_value,
     unknown_line,
 )
 from kvmtune.runner import Runner
@@ -219,7 +219,7 @@ def _blockdev(node: str, path: Path, lay: Layout) -> list[str]:
 def create_replica(runner: Runner, path: Path, lay: Layout, size: int) -> None:
     cluster = (lay.cluster_size or DEFAULT_CLUSTER) if lay.format == ImageFormat.QCOW2 else None
     opts = keyval(("preallocation", lay.preallocation), ("cluster_size", cluster))
-    res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", opts, path_value("path", path), str(size)],
+    res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", opts, file_argument("path", path), str(size)],
                      timeout=120)
     if not res.ok:
         raise KvmtuneError(f"cannot create the scratch replica {path}: {res.describe_failure()}")
