@@ -31,6 +31,7 @@ from kvmtune.live.diagnose import Diagnoser
 from kvmtune.live.signals import rates
 from kvmtune.live.sources import Sampler
 from kvmtune.live.why import TICK_S, Target, _Tracker
+from kvmtune.qemuopts import keyval, unix_socket
 
 BLOCKSTATS = {"return": [{"device": f"drive{i}", "qdev": f"/machine/peripheral/virtio-disk{i}/virtio-backend",
                           "stats": {"rd_operations": 100, "wr_operations": 200, "flush_operations": 3,
@@ -75,8 +76,8 @@ def make_tree(root: Path, sockdir: Path, guests: int) -> list[str]:
         proc = root / "proc" / str(pid)
         proc.mkdir(parents=True)
         os.symlink("/usr/bin/qemu-system-x86_64", proc / "exe")
-        argv = ["qemu-system-x86_64", "-name", f"guest=vm{i},debug-threads=on", "-m", "2048", "-smp", "2",
-                "-qmp", f"unix:{sock},server=on,wait=off"]
+        argv = ["qemu-system-x86_64", "-name", keyval(("guest", f"vm{i}"), ("debug-threads", True)), "-m", "2048",
+                "-smp", "2", "-qmp", keyval(("server", True), ("wait", False), first=unix_socket(Path(sock)))]
         (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
         write(f"/proc/{pid}/status", f"Name:\tqemu\nUid:\t{os.getuid()}\t0\t0\t0\n")
         for v in range(2):

@@ -75,12 +75,24 @@ def test_layout_from_the_image_model() -> None:
     assert "2048 KiB clusters" in lay.describe()
 
 
-def test_scratch_goes_next_to_the_image_or_falls_back(tmp_path: Path) -> None:
-    images = tmp_path / "images"
+def test_scratch_goes_next_to_an_existing_image_only(tmp_path: Path) -> None:
+    images, work = tmp_path / "images", tmp_path / "w"
     images.mkdir()
-    assert scratch_parent(str(images / "a.qcow2"), tmp_path / "w") == (images, None)
-    parent, note = scratch_parent("/nonexistent/dir/a.qcow2", tmp_path / "w")
-    assert parent == tmp_path / "w" and note and "does not exist" in note
+    (images / "a.qcow2").write_bytes(b"")
+    parent, note = scratch_parent(str(images / "a.qcow2"), work)
+    assert parent == images and "beside the image" in note
+    # a writable directory is not enough: the path a definition names must be the image, there, as a regular file
+    (images / "link.qcow2").symlink_to(images / "a.qcow2")
+    (images / "dir.qcow2").mkdir()
+    for named, why in (("missing.qcow2", "does not exist"), ("link.qcow2", "is not a regular file"),
+                       ("dir.qcow2", "is not a regular file")):
+        parent, note = scratch_parent(str(images / named), work)
+        assert parent == work and why in note and str(work) in note, named
+    assert scratch_parent("/dev/null", work)[0] == work
+    parent, note = scratch_parent("/nonexistent/dir/a.qcow2", work)
+    assert parent == work and "does not exist" in note
+    assert scratch_parent("rbd:pool/img", work) == (
+        work, f"the disk is not a local file: replicas made in the work directory {work}")
 
 
 def test_sweep_removes_only_dead_owners(tmp_path: Path) -> None:

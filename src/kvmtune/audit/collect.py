@@ -86,6 +86,8 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         _add_this_hosts_guests(ctx, result)
     forget_bad_uuids(result)
     mark_guests_off_host(result, sources.assume_this_host)
+    for guest in result.guests:  # values the readers refused (kvmtune.qemuopts' enumerations)
+        result.looked_at.extend(safe(n) for n in guest.notes)
     if sources.agent_timeout is not None:
         add_guest_insides(result, timeout=sources.agent_timeout, live_host=ctx.host.is_live)
     if sources.guest_images and result.guests:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import keyval
 from kvmtune.runner import Runner
 
 BUILDER_VERSION = "3"
@@ -139,7 +140,7 @@ def guest_agent_job() -> str:
 def guest_agent_qemu_args(socket_path: str) -> list[str]:
     """QEMU options for the agent's channel: a virtio-serial port behind a socket QEMU listens on."""
     return [
-        "-chardev", f"socket,path={socket_path},server=on,wait=off,id=qga0",
+        "-chardev", keyval(("path", Path(socket_path)), ("server", True), ("wait", False), ("id", "qga0"), first="socket"),
         "-device", "virtio-serial-pci,id=vser0",
         "-device", f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
     ]
@@ -586,7 +587,7 @@ class GuestBuilder:
         h = hashlib.sha256()
         h.update(f"builder={BUILDER_VERSION}\n".encode())
         h.update(init_text.encode())
-        h.update(f"kernel={hc.digest(str(kinfo.path))}\n".encode())
+        h.update(f"kernel={hc.digest(str(kinfo.path))}\n".encode())  # not-an-option: a hash input
         for dest in sorted(files):
             src, mode = files[dest]
             h.update(f"{dest}={hc.digest(src)}:{mode:o}\n".encode())

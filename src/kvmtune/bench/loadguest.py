@@ -30,6 +30,7 @@ from pathlib import Path
 from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.qemu import Disk, GuestRun, VmSpec
 from kvmtune.errors import KvmtuneError
+from kvmtune.qemuopts import Text, keyval
 from kvmtune.runner import Runner
 
 LOADS = ("cpu", "disk", "net")
@@ -92,7 +93,7 @@ class LoadGuest:
         self.port, self.token = 0, ""
 
     def _spec(self) -> VmSpec:
-        extra = ["-name", f"{self.name},debug-threads=on"]
+        extra = ["-name", keyval(("debug-threads", True), first=Text(self.name))]
         disks: list[Disk] = []
         if self.load == "disk":
             self.rundir.mkdir(parents=True, exist_ok=True)

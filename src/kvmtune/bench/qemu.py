@@ -24,6 +24,7 @@ from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
 from kvmtune.qemu.qmp import Qmp
+from kvmtune.qemuopts import Aio, Cache, ImageFormat, keyval, member, unix_socket
 from kvmtune.runner import Runner
 
 QEMU = "qemu-system-x86_64"
@@ -94,7 +95,7 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
         "-serial",
         f"file:{serial}",
         "-qmp",
-        f"unix:{qmp},server=on,wait=off",
+        keyval(("server", True), ("wait", False), first=unix_socket(qmp)),
         "-kernel",
         str(spec.guest.vmlinux or spec.guest.kernel),
         "-initrd",
@@ -105,10 +106,11 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
     if spec.accel == "kvm":
         argv += ["-cpu", "host"]
     if job_file is not None:
-        argv += ["-fw_cfg", f"name=opt/kvmtune/job,file={job_file}"]
+        argv += ["-fw_cfg", keyval(("name", "opt/kvmtune/job"), ("file", job_file))]
     for i, d in enumerate(spec.disks):
         drive = f"d{i}"
-        opts = f"file={d.path},format={d.fmt},if=none,id={drive},cache={d.cache},aio={d.aio}"
+        opts = keyval(("file", Path(d.path)), ("format", member("format", ImageFormat, d.fmt)), ("if", "none"),
+                      ("id", drive), ("cache", member("cache", Cache, d.cache)), ("aio", member("aio", Aio, d.aio)))
         argv += ["-drive", opts]
         argv += [a.replace("{drive}", drive) for a in BUS_DEVICE[d.bus]]
     argv += list(spec.extra_args)

@@ -30,6 +30,7 @@ from kvmtune.model.values import (
     unit_kib,
     xml_int,
 )
+from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard
 
 MAX_XML_BYTES = 16 * 1024 * 1024
 # the virtio-serial port name QEMU's guest agent listens on (libvirt's <channel><target name=...>)
@@ -216,11 +217,7 @@ def _disk(el: etree._Element, locator: str) -> Disk:
         target=target.get("dev") or "?",
         device=device or "disk",
         bus=low(target.get("bus")),
-        cache=low(driver.get("cache")),
-        io=low(driver.get("io")),
         format=low(driver.get("type")),
-        discard=low(driver.get("discard")),
-        detect_zeroes=low(driver.get("detect_zeroes")),
         iothread=driver.get("iothread"),
         queues=xml_int(driver.get("queues")),
         queue_size=xml_int(driver.get("queue_size")),
@@ -233,6 +230,10 @@ def _disk(el: etree._Element, locator: str) -> Disk:
         evidence_below=DISK_EVIDENCE,
         element=el,
     )
+    disk.cache = disk.take("cache", Cache, driver.get("cache"))
+    disk.io = disk.take("io", Aio, driver.get("io"))
+    disk.discard = disk.take("discard", Discard, driver.get("discard"))
+    disk.detect_zeroes = disk.take("detect_zeroes", DetectZeroes, driver.get("detect_zeroes"))
     if driver_el is not None and disk.iothread is None and _first(driver_el, "iothreads") is not None:
         disk.iothread = "mapped"
     if disk.bus is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kvmtune.model.inside import GuestInside
 from kvmtune.model.values import placeholders
+from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard, E, enum_value, unknown_line
 
 
 def _where(evidence: dict[str, str], below: Mapping[str, str], locator: str, attr: str) -> str:
@@ -39,11 +40,12 @@ class Disk:
     scsi_controller_model: str | None = None  # for bus=scsi: virtio-scsi, lsilogic, …
     scsi_controller_iothread: str | None = None  # for bus=scsi: the IOThread of its controller, if any
     scsi_controller: str | None = None  # for bus=scsi: the controller's index (XML) or id (command line)
-    cache: str | None = None  # none | writethrough | writeback | directsync | unsafe | default
-    io: str | None = None  # native | threads | io_uring
+    # enumerations (kvmtune.qemuopts): a value QEMU does not know is None here, its note in ``refused``
+    cache: Cache | None = None  # none | writethrough | writeback | directsync | unsafe | default
+    io: Aio | None = None  # native | threads | io_uring | default
     format: str | None = None  # raw | qcow2 | …
-    discard: str | None = None  # unmap | ignore
-    detect_zeroes: str | None = None
+    discard: Discard | None = None  # unmap | ignore | default
+    detect_zeroes: DetectZeroes | None = None  # off | on | unmap | default
     iothread: str | None = None
     queues: int | None = None
     queue_size: int | None = None  # virtio-blk descriptors per queue (libvirt queue_size, QEMU queue-size)
@@ -55,12 +57,24 @@ class Disk:
     shareable: bool = False
     locator: str = ""  # where this disk is described (XPath or command-line option)
     evidence: dict[str, str] = field(default_factory=dict)
+    # attribute → why its value was not taken ("io mode 'x' is not one QEMU knows"): never judged, never passed on
+    refused: dict[str, str] = field(default_factory=dict)
     # XML: where each attribute sits below ``locator`` (one mapping shared by every disk, joined on demand)
     evidence_below: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     element: Any = None  # the lxml <disk> element when read from XML
 
     def where(self, attr: str) -> str:
         return _where(self.evidence, self.evidence_below, self.locator, attr)
+
+    def take(self, attr: str, kind: type[E], raw: str | None) -> E | None:
+        """``raw`` as a member of the enumeration ``kind``; a value QEMU does not know is noted in
+        :attr:`refused` and becomes ``None``."""
+        if raw is None:
+            return None
+        value = enum_value(kind, raw)
+        if value is None:
+            self.refused[attr] = unknown_line(kind, raw)
+        return value
 
     @property
     def label(self) -> str:
@@ -185,6 +199,12 @@ class Guest:
 
     def where(self, attr: str) -> str:
         return self.evidence.get(attr, "")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the readers refused in this guest's definition, one line each (the audit shows them)."""
+        return [f"{self.name}: {disk.label}: {line} ({disk.where(attr)}); not judged, never passed on"
+                for disk in self.disks for attr, line in disk.refused.items()]
 
     def rng_label(self, rng: Rng) -> str:
         """``rng`` for a guest's only RNG device; ``rng:1``, ``rng:2``, … when it has several."""

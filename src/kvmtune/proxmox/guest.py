@@ -25,6 +25,7 @@ from kvmtune.model.values import machine_bus
 from kvmtune.proxmox.config import DISK_KEY, NET_KEY, PveConfig, drive_props, pve_bool, split_property_string
 from kvmtune.proxmox.storage import Storage, Volume, resolve_volume
 from kvmtune.qemu.cmdline import guest_from_argv
+from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard
 
 SCSI_DRIVER = {"lsi": "lsi", "lsi53c810": "lsi53c810", "megasas": "megasas", "pvscsi": "pvscsi",
                "virtio-scsi-pci": "virtio-scsi-pci", "virtio-scsi-single": "virtio-scsi-pci"}
@@ -156,11 +157,12 @@ def _disk(cfg: PveConfig, key: str, scsihw: str, storages: dict[str, Storage] | 
     disk.shareable = pve_bool(p.get("shared"))
     cache = p.get("cache")
     cache_direct = cache in ("none", "directsync") if cache else media != "cdrom"
-    disk.cache = cache or ("none" if cache_direct else None)
-    disk.io = p.get("aio") or default_aio(volume, cache_direct)
-    disk.discard = "unmap" if p.get("discard") == "on" else None
+    disk.cache = disk.take("cache", Cache, cache or ("none" if cache_direct else None))
+    disk.io = disk.take("io", Aio, p.get("aio") or default_aio(volume, cache_direct))
+    disk.discard = Discard.UNMAP if p.get("discard") == "on" else None
     dz = p.get("detect_zeroes")
-    disk.detect_zeroes = "off" if dz is not None and not pve_bool(dz) else ("unmap" if disk.discard else "on")
+    disk.detect_zeroes = DetectZeroes.OFF if dz is not None and not pve_bool(dz) else (
+        DetectZeroes.UNMAP if disk.discard else DetectZeroes.ON)
     iothread = pve_bool(p.get("iothread"))
     if bus == "virtio" and iothread:
         disk.iothread = f"iothread-{key}"

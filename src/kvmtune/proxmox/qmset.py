@@ -25,6 +25,7 @@ from kvmtune.proxmox.config import (
     pve_lines,
     split_property_string,
 )
+from kvmtune.qemuopts import keyval
 
 
 @dataclass
@@ -131,7 +132,7 @@ def _nic_model(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     items = split_property_string(cfg.current[key])
     mac = next((v for k, v in items if k is not None and ":" in v and k not in ("bridge", "macaddr")), None)
     rest = {k: v for k, v in items[1:] if k is not None}
-    value = f"virtio={mac}" if mac else "virtio"
+    value = keyval(("virtio", mac)) if mac else "virtio"
     if rest:
         value += "," + ",".join(f"{k}={rest[k]}" for k in sorted(rest))
     return QmChange(values={key: value}, ui=form.ui.format(key), guest_visible=True)

@@ -35,6 +35,7 @@ from kvmtune.model.values import (
 )
 from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
 from kvmtune.qemu.readconfig import ConfigFile, read_config
+from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -253,15 +254,15 @@ def _node_options(value: str) -> dict[str, Any]:
 
 def _apply_resolved(disk: Disk, res: ResolvedDisk, write_cache: bool | None) -> None:
     wce = write_cache if write_cache is not None else res.wce_default
-    disk.cache = cache_mode(res.direct, res.no_flush, wce)
-    disk.io = res.aio
+    disk.cache = disk.take("cache", Cache, cache_mode(res.direct, res.no_flush, wce))
+    disk.io = disk.take("io", Aio, res.aio)
     disk.format = res.format
     disk.source = res.path
     disk.source_type = res.source_type
     disk.protocol = res.protocol
     disk.filters = list(res.filters)
-    disk.discard = "unmap" if res.discard else None
-    disk.detect_zeroes = res.detect_zeroes
+    disk.discard = Discard.UNMAP if res.discard else None
+    disk.detect_zeroes = disk.take("detect_zeroes", DetectZeroes, res.detect_zeroes)
     disk.readonly = disk.readonly or res.read_only
 
 

@@ -29,12 +29,14 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvmtune.errors import InputError
 from kvmtune.host.parsers import Mount, mount_for
 from kvmtune.inputs import kind_of
 from kvmtune.qemu.partitions import PartitionTable, parse_partition_table
+from kvmtune.qemuopts import Cache, Text, long_option, operand
 from kvmtune.runner import CommandResult, Runner
 
 if TYPE_CHECKING:
@@ -101,7 +103,7 @@ def as_owner(argv: list[str], owner: tuple[int, int] | None) -> list[str]:
     """Run ``argv`` with a process owner's uid/gid (root auditing another user's QEMU)."""
     if owner is None or os.geteuid() != 0 or owner[0] == 0:
         return argv
-    return ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups", "--", *argv]
+    return ["setpriv", long_option("reuid", owner[0]), long_option("regid", owner[1]), "--clear-groups", "--", *argv]
 
 
 def _run(runner: Runner, argv: list[str], owner: tuple[int, int] | None, timeout: float) -> CommandResult:
@@ -190,7 +192,7 @@ class ImageUse:
 
     domain: str
     disk: str  # target (vda)
-    cache: str | None
+    cache: Cache | None
     source_type: str | None
     declared_format: str | None
     origin: str
@@ -515,8 +517,8 @@ class QemuImgReader:
                 os.chown(tmp, self.owner[0], self.owner[1])
             out = os.path.join(tmp, "out")
             # qemu-img dd's count is the end block, skipped blocks included
-            argv = ["qemu-img", "dd", "-U", "-O", "raw", f"bs={SECTOR}", f"skip={first}", f"count={last}",
-                    f"if={self.spec.filename()}", f"of={out}"]
+            argv = ["qemu-img", "dd", "-U", "-O", "raw", f"bs={SECTOR}", operand("skip", first), operand("count", last),
+                    operand("if", Text(self.spec.filename())), operand("of", PurePath(out))]
             res = _run(self.runner, argv, self.owner, 60.0)
             if not res.ok:
                 raise OSError(_clean(res.describe_failure(), self.spec))

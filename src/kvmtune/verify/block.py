@@ -9,9 +9,12 @@ socket, and fio's ``nbd`` engine drives them. This runs at host speed: no
 guest, no TCG.
 
 The replicas live on the file system of the real image (that is where the
-cache and AIO modes act), in a directory named ``.kvmtune-verify-*``; when the
-image's directory is missing or not writable they go to the work directory and
-the result says so. As soon as the daemon has opened them the replica files are
+cache and AIO modes act), in a directory named ``.kvmtune-verify-*``, only when
+the image is there as a regular file in a writable directory; otherwise (a
+missing path, a device, a link: a place kvmtune does not own) they go to the
+work directory. The result says which and why (:func:`scratch_parent`). Every
+option string is built by :mod:`kvmtune.qemuopts`: a cache, AIO or discard
+mode QEMU does not know leaves the disk :class:`Unreplicable`. As soon as the daemon has opened them the replica files are
 unlinked, so a killed kvmtune leaves no replica behind (the daemon dies with
 kvmtune, and the kernel frees the space with its last file descriptor).
 
@@ -27,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 
 from kvmtune.audit.verifyplan import FioJob
@@ -40,6 +45,19 @@ from kvmtune.bench.storage.fio import parse_fio_json
 from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
 from kvmtune.model.guest import Disk
+from kvmtune.qemuopts import (
+    Aio,
+    Cache,
+    Discard,
+    ImageFormat,
+    Preallocation,
+    enum_value,
+    file_argument,
+    fio_nbd_uri,
+    fio_option,
+    keyval,
+    unknown_line,
+)
 from kvmtune.runner import Runner
 from kvmtune.verify.measure import Metric
 
@@ -54,17 +72,31 @@ ALLOCATED = Metric("allocated", "MiB", False, "host space the replica still hold
 
 @dataclass(frozen=True)
 class Layout:
-    """What QEMU is told about one disk: the part of its configuration that the fixes change."""
+    """What QEMU is told about one disk: the part of its configuration that the fixes change.
 
-    format: str = "raw"  # raw | qcow2
+    Every field that reaches an option string is an enumeration of :mod:`kvmtune.qemuopts`: a word given
+    here (a rule's ``layout``) is checked against it, and one QEMU does not know is :class:`Unreplicable`.
+    """
+
+    format: ImageFormat = ImageFormat.RAW
     cluster_size: int | None = None  # qcow2 only
-    preallocation: str = "off"  # off | metadata | falloc | full
-    cache: str = "default"  # none | writethrough | writeback | directsync | unsafe | default (= writeback)
-    io: str = "threads"  # threads | native | io_uring
-    discard: str = "ignore"  # ignore | unmap
+    preallocation: Preallocation = Preallocation.OFF
+    cache: Cache = Cache.DEFAULT  # none | writethrough | writeback | directsync | unsafe | default (= writeback)
+    io: Aio = Aio.THREADS  # threads | native | io_uring
+    discard: Discard = Discard.IGNORE  # ignore | unmap
+
+    def __post_init__(self) -> None:
+        for name, kind in _LAYOUT_KINDS.items():
+            raw = getattr(self, name)
+            value = enum_value(kind, raw) if isinstance(raw, str) else None
+            if value is None:
+                raise Unreplicable(unknown_line(kind, str(raw)))
+            object.__setattr__(self, name, value)
+        if self.cluster_size is not None and (not isinstance(self.cluster_size, int) or isinstance(self.cluster_size, bool)):
+            raise Unreplicable(f"cluster size {self.cluster_size!r} is not a number")
 
     def describe(self) -> str:
-        fmt = self.format
+        fmt = str(self.format)
         if self.format == "qcow2":
             fmt += f" ({(self.cluster_size or DEFAULT_CLUSTER) // 1024} KiB clusters, preallocation {self.preallocation})"
         elif self.preallocation != "off":
@@ -82,10 +114,8 @@ class Layout:
     # the cache mode as libvirt hands it to QEMU: the storage bench's block tier holds the one table
     @property
     def mode(self) -> CacheMode:
-        if self.cache == "default":
+        if self.cache == Cache.DEFAULT:
             return CACHE_MODES["writeback"]  # QEMU's default
-        if self.cache not in CACHE_MODES:
-            raise Unreplicable(f"cache mode {self.cache!r} is unknown to QEMU")
         return CACHE_MODES[self.cache]
 
     @property
@@ -108,11 +138,24 @@ class Layout:
 
     def nearest_valid(self) -> Layout:
         """The closest layout QEMU opens: io=native without O_DIRECT becomes io=threads (what nova does)."""
-        return self if self.starts else replace(self, io="threads")
+        return self if self.starts else replace(self, io=Aio.THREADS)
+
+
+_LAYOUT_KINDS: dict[str, type[StrEnum]] = {
+    "format": ImageFormat, "preallocation": Preallocation, "cache": Cache, "io": Aio, "discard": Discard,
+}
+# the disk attributes a replica copies: a value the reader refused there means the disk cannot be replicated
+REPLICATED = ("cache", "io", "discard", "detect_zeroes")
 
 
 def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str]]:
-    """The disk's layout as the audit read it, and what had to be assumed (one line each)."""
+    """The disk's layout as the audit read it, and what had to be assumed (one line each).
+
+    A value the reader refused (:attr:`Disk.refused`: "io mode 'x' is not one QEMU knows") makes the disk
+    :class:`Unreplicable` with that reason: it is never passed on."""
+    for attr in REPLICATED:
+        if attr in disk.refused:
+            raise Unreplicable(f"disk {disk.target}: {disk.refused[attr]}")
     assumed: list[str] = []
     fmt = (disk.format or getattr(image, "format", None) or "raw").lower()
     if fmt not in ("raw", "qcow2"):
@@ -130,43 +173,54 @@ def layout_of(disk: Disk, image: object | None = None) -> tuple[Layout, list[str
                 "allocated": "falloc"}.get(prealloc or "off", "off")
     if fmt == "raw" and prealloc == "metadata":
         prealloc = "off"
-    cache = (disk.cache or "default").lower()
-    if cache != "default" and cache not in CACHE_MODES:
-        raise Unreplicable(f"cache mode {cache!r} is unknown to QEMU")
-    io = (disk.io or "threads").lower()
-    if io == "default":
-        io = "threads"
-    discard = (disk.discard or "ignore").lower()
-    return Layout(fmt, cluster, prealloc, cache, io, discard), assumed
+    io = disk.io or Aio.THREADS
+    if io == Aio.DEFAULT:
+        io = Aio.THREADS
+    discard = disk.discard if disk.discard not in (None, Discard.DEFAULT) else Discard.IGNORE
+    return Layout(fmt, cluster, prealloc, disk.cache or Cache.DEFAULT, io, discard), assumed  # type: ignore[arg-type]
 
 
 class Unreplicable(KvmtuneError):
     """This disk's configuration cannot be copied onto a scratch replica; ``str()`` says why."""
 
 
-def scratch_parent(source: str | None, fallback: Path) -> tuple[Path, str | None]:
-    """Where the replicas go: the image's own directory when it is there and writable, else ``fallback``."""
-    if source and source.startswith("/"):
-        parent = Path(source).parent
-        if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
-            return parent, None
-        why = "does not exist" if not parent.exists() else "is not writable"
-        return fallback, f"{parent} {why}: replicas made in {fallback} instead (another file system may behave differently)"
-    return fallback, "the disk is not a local file: replicas made in the work directory"
+def scratch_parent(source: str | None, workdir: Path) -> tuple[Path, str]:
+    """Where the replicas go, and why (one line for the progress output).
+
+    Only where kvmtune owns the place, or the image is: the image's own directory when the image is there as
+    a regular file (its file system is where the cache and AIO modes act), else the work directory. A path a
+    definition merely names (missing, a device, a directory, a symbolic link) never gets a scratch directory
+    beside it."""
+    if not source or not source.startswith("/"):
+        return workdir, f"the disk is not a local file: replicas made in the work directory {workdir}"
+    try:
+        st = os.lstat(source)
+    except OSError:
+        st = None
+    instead = f"replicas made in the work directory {workdir} (another file system may behave differently)"
+    if st is None or not stat.S_ISREG(st.st_mode):
+        what = "does not exist" if st is None else "is not a regular file"
+        return workdir, f"the image {source} {what}: {instead}"
+    parent = Path(source).parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return workdir, f"the image's directory {parent} is not writable: {instead}"
+    return parent, f"replicas made in {parent}, beside the image (a regular file there), on its file system"
 
 
 def _blockdev(node: str, path: Path, lay: Layout) -> list[str]:
-    cache = f"cache.direct={'on' if lay.direct else 'off'},cache.no-flush={'on' if lay.no_flush else 'off'}"
-    proto = f"driver=file,node-name={node}-file,filename={path},{cache},aio={lay.io},discard={lay.discard}"
-    fmt = f"driver={lay.format},node-name={node},file={node}-file,{cache},discard={lay.discard}"
+    cache = (("cache.direct", lay.direct), ("cache.no-flush", lay.no_flush))
+    proto = keyval(("driver", "file"), ("node-name", f"{node}-file"), ("filename", path), *cache,
+                   ("aio", lay.io), ("discard", lay.discard))
+    fmt = keyval(("driver", lay.format), ("node-name", node), ("file", f"{node}-file"), *cache,
+                 ("discard", lay.discard))
     return ["--blockdev", proto, "--blockdev", fmt]
 
 
 def create_replica(runner: Runner, path: Path, lay: Layout, size: int) -> None:
-    opts = [f"preallocation={lay.preallocation}"]
-    if lay.format == "qcow2":
-        opts.append(f"cluster_size={lay.cluster_size or DEFAULT_CLUSTER}")
-    res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", ",".join(opts), str(path), str(size)], timeout=120)
+    cluster = (lay.cluster_size or DEFAULT_CLUSTER) if lay.format == ImageFormat.QCOW2 else None
+    opts = keyval(("preallocation", lay.preallocation), ("cluster_size", cluster))
+    res = runner.run(["qemu-img", "create", "-q", "-f", lay.format, "-o", opts, file_argument("path", path), str(size)],
+                     timeout=120)
     if not res.ok:
         raise KvmtuneError(f"cannot create the scratch replica {path}: {res.describe_failure()}")
 
@@ -216,10 +270,10 @@ class BlockPair:
             create_replica(self.runner, path, lay, self.size)
             paths[side] = path
             argv += _blockdev(side, path, lay)
-        argv += ["--nbd-server", f"addr.type=unix,addr.path={self.socket}"]
+        argv += ["--nbd-server", keyval(("addr.type", "unix"), ("addr.path", self.socket))]
         for side, lay in self.layouts.items():
-            wt = "on" if lay.writethrough else "off"
-            argv += ["--export", f"type=nbd,id=export-{side},node-name={side},name={side},writable=on,writethrough={wt}"]
+            argv += ["--export", keyval(("type", "nbd"), ("id", f"export-{side}"), ("node-name", side), ("name", side),
+                                        ("writable", True), ("writethrough", lay.writethrough))]
         err = open(self.dir / "qsd.stderr", "wb")  # noqa: SIM115 - the child keeps it
         with err:
             self.proc = self.runner.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
@@ -245,16 +299,16 @@ class BlockPair:
 
     def fio_argv(self, side: str, job: FioJob, seconds: float | None = None, size: str | None = None) -> list[str]:
         argv = [
-            "fio", f"--name={job.name}", "--ioengine=nbd", f"--uri=nbd+unix:///{side}?socket={self.socket}",
-            f"--rw={job.rw}", f"--bs={job.bs}", f"--iodepth={job.iodepth}", f"--size={size or self.size}",
-            "--output-format=json",
+            "fio", fio_option("name", job.name), "--ioengine=nbd", fio_nbd_uri(side, self.socket),
+            fio_option("rw", job.rw), fio_option("bs", job.bs), fio_option("iodepth", job.iodepth),
+            fio_option("size", size or self.size), "--output-format=json",
         ]
         if job.fsync:
-            argv.append(f"--fsync={job.fsync}")
+            argv.append(fio_option("fsync", job.fsync))
         if job.rwmixread is not None:
-            argv.append(f"--rwmixread={job.rwmixread}")
+            argv.append(fio_option("rwmixread", job.rwmixread))
         if seconds is not None:
-            argv += [f"--runtime={max(1, round(seconds * 1000))}ms", "--time_based"]
+            argv += [fio_option("runtime", f"{max(1, round(seconds * 1000))}ms"), "--time_based"]
         return argv
 
     def run_fio(self, argv: list[str], seconds: float, parse: bool = True) -> dict[str, float]:

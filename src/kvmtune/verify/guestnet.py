@@ -23,6 +23,7 @@ from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
 from kvmtune.bench.net.netns import HeldNetns, NetError, Netns, check_address
 from kvmtune.bench.net.topology import Topology, TopologySpec
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import keyval
 from kvmtune.runner import Runner
 from kvmtune.verify.guestside import GuestSide, Plumbing
 from kvmtune.verify.guestvm import NETDEV_ID
@@ -42,8 +43,8 @@ def netdev_arg(side_name: str, side: GuestSide) -> str:
     queues = side.nic_queues or 1
     if not 1 <= queues <= MAX_TAP_QUEUES:
         raise NetError(f"side {side_name}: {queues} queues (a tap has 1..{MAX_TAP_QUEUES})")
-    arg = f"tap,id={NETDEV_ID},ifname={TAP[side_name]},script=no,downscript=no,vhost={'on' if side.vhost else 'off'}"
-    return arg + (f",queues={queues}" if queues > 1 else "")
+    return keyval(("id", NETDEV_ID), ("ifname", TAP[side_name]), ("script", "no"), ("downscript", "no"),
+                  ("vhost", side.vhost), ("queues", queues if queues > 1 else None), first="tap")
 
 
 class GuestNet(Topology):

@@ -45,6 +45,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.host.root import HostRoot
 from kvmtune.qemu.qmp import Qmp
+from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, keyval, unknown_line, word
 from kvmtune.runner import Runner
 from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
 from kvmtune.verify.experiments import Unmeasurable, VerifyContext
@@ -135,52 +136,57 @@ def _nic(side: GuestSide) -> tuple[str, tuple[str, ...]]:
 
 def _machine_args(side: GuestSide, hugetlbfs: str | None) -> list[str]:
     # bench.qemu.qemu_argv writes -machine pc and -smp N first: QEMU merges repeated -machine/-smp, later wins
-    smp = str(side.vcpus)
-    if side.topology is not None:
-        sockets, cores, threads = side.topology
-        smp += f",sockets={sockets},cores={cores},threads={threads}"
-    args = ["-machine", side.machine, "-smp", smp]
+    topology = dict(zip(("sockets", "cores", "threads"), side.topology or (), strict=False))
+    smp = keyval(*topology.items(), first=str(int(side.vcpus)))
+    args = ["-machine", word("-machine", side.machine), "-smp", smp]
     if side.hugepages:
         if not hugetlbfs:
             raise Unbootable("hugepage backing needs a mounted hugetlbfs (mount -t hugetlbfs none /dev/hugepages)")
-        args += ["-object", f"memory-backend-file,id={MEM_ID},size={side.memory_mb}M,mem-path={hugetlbfs},"
-                 "share=off,prealloc=on", "-machine", f"memory-backend={MEM_ID}"]
+        args += ["-object", keyval(("id", MEM_ID), ("size", f"{int(side.memory_mb)}M"), ("mem-path", Path(hugetlbfs)),
+                                   ("share", False), ("prealloc", True), first="memory-backend-file"),
+                 "-machine", keyval(("memory-backend", MEM_ID))]
     return args
+
+
+def _side_enum(kind: type[E], raw: str) -> E:
+    value = enum_value(kind, raw)
+    if value is None:
+        raise Unbootable(unknown_line(kind, raw))
+    return value
 
 
 def _disk_args(side: GuestSide, disk_path: str) -> list[str]:
     bus = side.disk_bus
     assert bus is not None
-    cache = "writeback" if side.disk_cache == "default" else side.disk_cache  # QEMU's default
-    args = ["-drive", f"file={disk_path},format={side.disk_format},if=none,id={DISK_ID},cache={cache},aio={side.disk_io}"]
-    thread = f",iothread={IOTHREAD_ID}" if side.disk_iothread else ""
+    cache = _side_enum(Cache, side.disk_cache)
+    io = _side_enum(Aio, side.disk_io)
+    drive = keyval(("file", Path(disk_path)), ("format", _side_enum(ImageFormat, side.disk_format)), ("if", "none"),
+                   ("id", DISK_ID), ("cache", Cache.WRITEBACK if cache == Cache.DEFAULT else cache),  # QEMU's default
+                   ("aio", Aio.THREADS if io == Aio.DEFAULT else io))
+    args = ["-drive", drive]
+    thread = ("iothread", IOTHREAD_ID if side.disk_iothread else None)
     if side.disk_iothread:
         if not (bus == "virtio" or (bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci")):
             raise Unbootable(f"an IOThread serves virtio-blk and virtio-scsi only, not a {bus} disk")
-        args += ["-object", f"iothread,id={IOTHREAD_ID}"]
+        args += ["-object", keyval(("id", IOTHREAD_ID), first="iothread")]
+    disk = (("drive", DISK_ID), ("id", DISK_DEV))
     if bus == "virtio":
-        opts = f"virtio-blk-pci,drive={DISK_ID},id={DISK_DEV},serial=kvmtune0{thread}"
-        if side.disk_queues is not None:
-            opts += f",num-queues={side.disk_queues}"
-        if side.disk_queue_size is not None:
-            opts += f",queue-size={side.disk_queue_size}"
-        return [*args, "-device", opts]
+        return [*args, "-device", keyval(*disk, ("serial", "kvmtune0"), thread, ("num-queues", side.disk_queues),
+                                         ("queue-size", side.disk_queue_size), first="virtio-blk-pci")]
     virtio_scsi = bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci"
     if (side.disk_queues is not None and not virtio_scsi) or side.disk_queue_size is not None:
         raise Unbootable(f"queues are a virtio-blk (or virtio-scsi) setting, not a {bus} disk's")
     if bus == "ide":
-        return [*args, "-device", f"ide-hd,drive={DISK_ID},id={DISK_DEV},bus=ide.0,serial=kvmtune0"]
+        return [*args, "-device", keyval(*disk, ("bus", "ide.0"), ("serial", "kvmtune0"), first="ide-hd")]
     if bus == "sata":
-        return [*args, "-device", f"ahci,id={AHCI_ID}",
-                "-device", f"ide-hd,drive={DISK_ID},id={DISK_DEV},bus={AHCI_ID}.0,serial=kvmtune0"]
+        return [*args, "-device", keyval(("id", AHCI_ID), first="ahci"),
+                "-device", keyval(*disk, ("bus", AHCI_ID + ".0"), ("serial", "kvmtune0"), first="ide-hd")]
     if bus == "nvme":
-        return [*args, "-device", f"nvme,drive={DISK_ID},id={DISK_DEV},serial=kvmtune0"]
+        return [*args, "-device", keyval(*disk, ("serial", "kvmtune0"), first="nvme")]
     if bus == "scsi":
-        hba = _hba(side)[0]
-        ctl = f"{hba},id={SCSI_ID}{thread}"
-        if side.disk_queues is not None:
-            ctl += f",num_queues={side.disk_queues}"
-        return [*args, "-device", ctl, "-device", f"scsi-hd,drive={DISK_ID},id={DISK_DEV},bus={SCSI_ID}.0,serial=kvmtune0"]
+        ctl = keyval(("id", SCSI_ID), thread, ("num_queues", side.disk_queues), first=_hba(side)[0])
+        return [*args, "-device", ctl,
+                "-device", keyval(*disk, ("bus", SCSI_ID + ".0"), ("serial", "kvmtune0"), first="scsi-hd")]
     raise Unbootable(f"the probe guest has no {bus} disk (buses: ide, sata, scsi, virtio, nvme)")
 
 
@@ -192,21 +198,17 @@ def _nic_args(side: GuestSide, tap: str | None, netdev: str | None, mac: str) ->
         raise Unbootable(f"vhost, queues and ring sizes are virtio-net settings, not {side.nic_model}'s")
     args: list[str] = []
     if tap is not None:
-        opts = f"tap,id={NETDEV_ID},ifname={tap},script=no,downscript=no,vhost={'on' if side.vhost else 'off'}"
-        if queues > 1:
-            opts += f",queues={queues}"
-        args += ["-netdev", opts]
+        args += ["-netdev", keyval(("id", NETDEV_ID), ("ifname", tap), ("script", "no"), ("downscript", "no"),
+                                   ("vhost", side.vhost), ("queues", queues if queues > 1 else None), first="tap")]
         netdev = NETDEV_ID
     if netdev is None:
         raise Unbootable("the side has a NIC and nothing to attach it to (no tap and no -netdev)")
-    opts = f"{device},netdev={netdev},id={NIC_DEV},mac={mac}"
-    if virtio and queues > 1:
-        opts += f",mq=on,vectors={2 * queues + 2}"
-    if virtio and side.rx_queue_size:
-        opts += f",rx_queue_size={side.rx_queue_size}"
-    if virtio and side.tx_queue_size:
-        opts += f",tx_queue_size={side.tx_queue_size}"
-    return [*args, "-device", opts]
+    multi = virtio and queues > 1
+    return [*args, "-device", keyval(
+        ("netdev", netdev), ("id", NIC_DEV), ("mac", mac), ("mq", True if multi else None),
+        ("vectors", 2 * queues + 2 if multi else None),
+        ("rx_queue_size", side.rx_queue_size if virtio and side.rx_queue_size else None),
+        ("tx_queue_size", side.tx_queue_size if virtio and side.tx_queue_size else None), first=device)]
 
 
 def qemu_args(side: GuestSide, disk_path: str | Path | None, *, tap: str | None = None, netdev: str | None = None,
@@ -326,7 +328,7 @@ class ProbePair:
         self.boot_timeout = boot_timeout
         # each scratch disk as qemu-img creates it (the block tier's replica layout: format, cluster size,
         # preallocation); by default a sparse file of the side's format
-        self.layouts = dict(zip(SIDES, layouts or (Layout(format=a.disk_format), Layout(format=b.disk_format)), strict=True))
+        self.layouts = dict(zip(SIDES, layouts or (Layout(format=a.disk_format), Layout(format=b.disk_format)), strict=True))  # type: ignore[arg-type]
         for name, side in (("A", a), ("B", b)):
             if side.disk_bus is not None and self.layouts[name].format != side.disk_format:
                 raise ValueError(f"side {name}: layout format {self.layouts[name].format} is not the disk's {side.disk_format}")

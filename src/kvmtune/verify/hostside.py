@@ -35,6 +35,7 @@ from kvmtune.fix.plan import Plan, SysfsWrite, read_value
 from kvmtune.fix.undo import undo_journal
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.qemuopts import fio_option
 from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Metric, Samples, alternate, judge, settles
@@ -262,9 +263,9 @@ class SchedulerExperiment:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _fio(self, ctx: VerifyContext, path: Path) -> float:
-        argv = ["fio", "--name=sched", f"--filename={path}", f"--size={min(ctx.size, 256 << 20)}", "--rw=randrw",
-                "--rwmixread=70", "--bs=4k", "--iodepth=16", "--ioengine=libaio", "--direct=1",
-                f"--runtime={max(1, round(ctx.seconds * 1000))}ms", "--time_based", "--output-format=json"]
+        argv = ["fio", "--name=sched", fio_option("filename", path), fio_option("size", min(ctx.size, 256 << 20)),
+                "--rw=randrw", "--rwmixread=70", "--bs=4k", "--iodepth=16", "--ioengine=libaio", "--direct=1",
+                fio_option("runtime", f"{max(1, round(ctx.seconds * 1000))}ms"), "--time_based", "--output-format=json"]
         res = ctx.runner.run(argv, timeout=ctx.seconds + 120)
         if not res.ok:
             raise KvmtuneError(f"fio on {path}: {res.describe_failure()}")

@@ -29,10 +29,12 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import PurePath
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import long_option
 from kvmtune.runner import CommandResult, Runner
 
 PREFIX = "kvmtune-"
@@ -283,7 +285,7 @@ class HeldNetns(Netns):
 
     @property
     def exec_prefix(self) -> list[str]:
-        return ["nsenter", f"--net={self.path}", "--"]
+        return ["nsenter", long_option("net", PurePath(self.path)), "--"]
 
     def ip(self, *args: str, check: bool = True, timeout: float = 30) -> CommandResult:
         res = self.runner.run([*self.exec_prefix, "ip", *args], timeout=timeout)

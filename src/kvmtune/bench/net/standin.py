@@ -28,6 +28,7 @@ from typing import Any
 
 from kvmtune.bench.net.netns import NetError, Netns
 from kvmtune.bench.net.topology import SLIRP_HOST, Endpoint, NatTopology, Topology
+from kvmtune.qemuopts import keyval
 
 RELAY = Path(__file__).with_name("relay.py")
 PROBE = Path(__file__).with_name("probe.py")
@@ -69,7 +70,8 @@ def _slirp_qemu(topo: Topology, ep: Endpoint) -> str:
         *ep.exec_prefix, qemu, "-M", "none", "-nodefaults", "-display", "none", "-monitor", "none", "-serial", "none",
         "-pidfile", str(topo.rundir / f"qemu-{ep.name}.pid"),
         "-netdev", ep.netdev_arg("u0"),
-        "-netdev", f"dgram,id=d0,local.type=unix,local.path={qsock},remote.type=unix,remote.path={wsock}",
+        "-netdev", keyval(("id", "d0"), ("local.type", "unix"), ("local.path", qsock), ("remote.type", "unix"),
+                          ("remote.path", wsock), first="dgram"),
         "-netdev", "hubport,id=p0,hubid=0,netdev=u0", "-netdev", "hubport,id=p1,hubid=0,netdev=d0",
     ]
     err = open(topo.rundir / f"qemu-{ep.name}.stderr", "wb")  # noqa: SIM115 - kept open by the child

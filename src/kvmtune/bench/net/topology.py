@@ -68,6 +68,7 @@ from kvmtune.bench.net.ovs import OvsInstance, ovs_available, pick_datapath
 from kvmtune.bench.workdir import default_workdir, stop_process
 from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import Value, keyval
 from kvmtune.runner import Runner, default_runner
 
 TOPOLOGIES = ("bridge", "ovs", "macvtap", "nat", "user")
@@ -187,24 +188,25 @@ class Endpoint:
         """The ``-netdev`` value. macvtap needs ``fd``: the caller opens :attr:`chardev` and passes it to QEMU."""
         match self.backend:
             case Backend.TAP:
-                arg = f"tap,id={netdev_id},ifname={self.ifname},script=no,downscript=no"
+                pairs: list[tuple[str, Value | None]] = [("id", netdev_id), ("ifname", self.ifname), ("script", "no"),
+                                                         ("downscript", "no")]
+                first = "tap"
             case Backend.MACVTAP:
                 if fd is None:
                     raise NetError(f"endpoint {self.name}: macvtap needs the open {self.chardev} passed as fd=")
-                arg = f"tap,id={netdev_id},fd={fd}"
+                pairs, first = [("id", netdev_id), ("fd", fd)], "tap"
             case Backend.USER:
-                arg = f"user,id={netdev_id},net={SLIRP_NET},host={SLIRP_HOST},dhcpstart={self.ip},ipv6=off"
-                for port in self.ports:
-                    arg += f",hostfwd=tcp:{self.hostfwd_address}:{port}-:{port}"
-                return arg
+                pairs = [("id", netdev_id), ("net", SLIRP_NET), ("host", SLIRP_HOST), ("dhcpstart", self.ip),
+                         ("ipv6", False)]
+                pairs += [("hostfwd", f"tcp:{self.hostfwd_address}:{int(port)}-:{int(port)}") for port in self.ports]
+                return keyval(*pairs, first="user")
             case _:
                 assert_never(self.backend)
-        return arg + (",vhost=on" if self.vhost else ",vhost=off")
+        return keyval(*pairs, ("vhost", self.vhost), first=first)
 
     def qemu_args(self, netdev_id: str = "net0", fd: int | None = None, model: str = "virtio-net-pci") -> list[str]:
-        dev = f"{model},netdev={netdev_id},mac={self.mac}"
-        if self.mtu != 1500 and model.startswith("virtio-net"):
-            dev += f",host_mtu={self.mtu}"
+        mtu = self.mtu if self.mtu != 1500 and model.startswith("virtio-net") else None
+        dev = keyval(("netdev", netdev_id), ("mac", self.mac), ("host_mtu", mtu), first=model)
         return ["-netdev", self.netdev_arg(netdev_id, fd), "-device", dev]
 
     def guest_commands(self, dev: str = "eth0") -> list[str]:

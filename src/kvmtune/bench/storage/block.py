@@ -92,6 +92,7 @@ from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.qemuopts import Aio, Cache, ImageFormat, Preallocation, fio_nbd_uri, fio_option, keyval, member
 
 TIER = "block"
 RAMP_S = 0.5
@@ -148,27 +149,26 @@ def _on(flag: bool) -> str:
     return "on" if flag else "off"
 
 
-def _qemu_opt(value: str) -> str:
-    """A value inside QEMU's key=value,… option syntax (a comma is written twice)."""
-    return value.replace(",", ",,")
-
-
 def daemon_argv(image: str, fmt: str, cache: str, aio: str, socket: Path, *, device: bool = False) -> list[str]:
     """qemu-storage-daemon's arguments: the protocol and format nodes as libvirt would define them, one NBD export."""
-    mode = CACHE_MODES[cache]
-    cache_opts = f"cache.direct={_on(mode.direct)},cache.no-flush={_on(mode.no_flush)}"
+    mode = CACHE_MODES[member("cache", Cache, cache)]
+    cache_opts = (("cache.direct", mode.direct), ("cache.no-flush", mode.no_flush))
     proto = "host_device" if device else "file"
     return [
         "qemu-storage-daemon",
-        "--blockdev", f"driver={proto},node-name=proto0,filename={_qemu_opt(image)},aio={aio},{cache_opts}",
-        "--blockdev", f"driver={fmt},node-name=fmt0,file=proto0,{cache_opts}",
-        "--nbd-server", f"addr.type=unix,addr.path={_qemu_opt(str(socket))}",
-        "--export", f"type=nbd,id=exp0,node-name=fmt0,name=disk,writable=on,writethrough={_on(not mode.write_cache)}",
+        "--blockdev", keyval(("driver", proto), ("node-name", "proto0"), ("filename", Path(image)),
+                             ("aio", member("aio", Aio, aio)), *cache_opts),
+        "--blockdev", keyval(("driver", member("format", ImageFormat, fmt)), ("node-name", "fmt0"), ("file", "proto0"),
+                             *cache_opts),
+        "--nbd-server", keyval(("addr.type", "unix"), ("addr.path", socket)),
+        "--export", keyval(("type", "nbd"), ("id", "exp0"), ("node-name", "fmt0"), ("name", "disk"), ("writable", True),
+                           ("writethrough", not mode.write_cache)),
     ]
 
 
 def nbd_uri(socket: Path) -> str:
-    return f"nbd+unix:///disk?socket={socket}"
+    """fio's ``--uri=`` for the daemon's export."""
+    return fio_nbd_uri("disk", socket)
 
 
 def check_tools(ctx: StorageContext) -> None:
@@ -241,7 +241,7 @@ def _fio_argv(args: Sequence[str]) -> list[str]:
 
 def _floor_options(target: str) -> list[str]:
     """The floor: fio straight on the host file (or device), O_DIRECT."""
-    return [f"--filename={target}", "--ioengine=libaio", "--direct=1"]
+    return [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
 
 
 def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
@@ -265,12 +265,13 @@ def _writes_done(raw: str, job: str) -> float:
 
 
 def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
-    args = [f"--name={name or w.name}", f"--rw={w.rw}", f"--bs={w.bs}", f"--iodepth={w.iodepth}", f"--size={size_mib}m",
-            f"--runtime={_ms(seconds)}", "--time_based", "--group_reporting"]
+    args = [fio_option("name", name or w.name), fio_option("rw", w.rw), fio_option("bs", w.bs),
+            fio_option("iodepth", w.iodepth), fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", _ms(seconds)),
+            "--time_based", "--group_reporting"]
     if w.rwmixread is not None:
-        args.append(f"--rwmixread={w.rwmixread}")
+        args.append(fio_option("rwmixread", w.rwmixread))
     if ramp > 0:
-        args.append(f"--ramp_time={_ms(ramp)}")
+        args.append(fio_option("ramp_time", _ms(ramp)))
     return args
 
 
@@ -470,8 +471,8 @@ class BlockTier:
         ctx = self.ctx
         try:
             target = fs.floor_target(ctx, ctx.disk_mib, f"{os.getpid()}-{fs.name}")
-            _fio(ctx, [f"--filename={target}", "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", "--ioengine=libaio",
-                       "--direct=1", f"--size={ctx.disk_mib}m"], 300)
+            _fio(ctx, [fio_option("filename", Path(target)), "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4",
+                       "--ioengine=libaio", "--direct=1", fio_option("size", f"{int(ctx.disk_mib)}m")], 300)
         except KvmtuneError as exc:
             self.floor_problem[fs.name] = str(exc)
             return
@@ -498,7 +499,7 @@ class BlockTier:
         path = self.bury(fs.root / f"img-{tag}.{cfg.fmt}")
         argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
         if cfg.prealloc != "off":
-            argv += ["-o", f"preallocation={cfg.prealloc}"]
+            argv += ["-o", keyval(("preallocation", member("preallocation", Preallocation, cfg.prealloc)))]
         res = self.ctx.runner.run([*argv, str(path), f"{size_mib}M"], timeout=600)
         if not res.ok:
             raise KvmtuneError(f"{path.name}: qemu-img create failed: {res.describe_failure()}")
@@ -531,11 +532,12 @@ class BlockTier:
         ctx, seconds = self.ctx, self.ctx.runtime_s
         sampler = HostSampler(ctx.host, fs.device, None)
         with storage_daemon(ctx, image, cfg, tag, write_back=write_back) as socket:
-            uri = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
+            uri = ["--ioengine=nbd", nbd_uri(socket)]
             timeout = seconds * 3 + 60
             first_write = _first_write(cfg, w, image)
             if not _writes(w):
-                _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", f"--size={size}m"], 300)
+                _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", fio_option("size", f"{int(size)}m")],
+                     300)
                 if CACHE_MODES[cfg.cache].direct:
                     if not image.startswith("/dev/"):
                         _drop_cache(image)  # the fill went through O_DIRECT too; this catches what the fs kept
@@ -547,7 +549,7 @@ class BlockTier:
                 # (startdelay, its own reporting group): a second fio start would cost more than the ramp, fio's
                 # ramp_time would hide how many writes the ramp made, and a stonewall costs fio another 100 ms
                 # wait for the next job to start
-                delay = f"--startdelay={_ms(self.plan.ramp_s + RAMP_GAP_S)}"
+                delay = fio_option("startdelay", _ms(self.plan.ramp_s + RAMP_GAP_S))
                 jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), delay,
                         "--new_group"]
             else:
@@ -621,7 +623,7 @@ class BlockTier:
                         write_back = not (last_in_round and i == len(units) - 1 and _scratch_file(cfg, image))
                         kill = killed.append if killed_at_end(cfg, write_back) else None
                         socket = daemons.enter_context(storage_daemon(ctx, image, cfg, tag, write_back=write_back, started=kill))
-                        opts = ["--ioengine=nbd", f"--uri={nbd_uri(socket)}"]
+                        opts = ["--ioengine=nbd", nbd_uri(socket)]
                 except KvmtuneError as exc:
                     cells[i] = storage_cell(cfg, w.name, "error", error=str(exc))
                     continue

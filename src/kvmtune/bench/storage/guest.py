@@ -29,6 +29,7 @@ from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import Preallocation, fio_option, keyval, member
 
 
 @dataclass(kw_only=True)
@@ -77,7 +78,7 @@ def create_image(ctx: StorageContext, cfg: StorageConfig, tag: str) -> tuple[str
         return dev, "raw"
     argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
     if cfg.prealloc != "off":
-        argv += ["-o", f"preallocation={cfg.prealloc}"]
+        argv += ["-o", keyval(("preallocation", member("preallocation", Preallocation, cfg.prealloc)))]
     argv += [str(path), f"{ctx.disk_mib}M"]
     res = ctx.runner.run(argv, timeout=300)
     if not res.ok:
@@ -337,14 +338,14 @@ def host_disk_capacity(ctx: StorageContext, seconds: float = 3.0) -> dict[str, f
         [
             "fio",
             "--name=capacity",
-            f"--filename={path}",
+            fio_option("filename", Path(path)),
             "--rw=randwrite",
             "--bs=4k",
             "--direct=1",
             "--iodepth=1",
             "--ioengine=psync",
             "--size=256m",
-            f"--runtime={seconds:g}",
+            fio_option("runtime", f"{float(seconds):g}"),
             "--time_based",
             "--fdatasync=1",
             "--output-format=json",

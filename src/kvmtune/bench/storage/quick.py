@@ -23,6 +23,7 @@ from kvmtune.bench.storage.guest import StorageContext, describe, storage_cell, 
 from kvmtune.bench.storage.matrix import StorageConfig, build_matrix
 from kvmtune.bench.workdir import check_free_space
 from kvmtune.errors import KvmtuneError
+from kvmtune.qemuopts import Preallocation, keyval, member
 
 BLOCK = 4096
 STEP = 64 * 1024
@@ -135,7 +136,7 @@ def _one_pass(ctx: StorageContext, plan: QuickPlan, cfg: StorageConfig, tag: str
     try:
         argv = ["qemu-img", "create", "-q", "-f", cfg.fmt]
         if cfg.prealloc != "off":
-            argv += ["-o", f"preallocation={cfg.prealloc}"]
+            argv += ["-o", keyval(("preallocation", member("preallocation", Preallocation, cfg.prealloc)))]
         r = ctx.runner.run([*argv, str(path), f"{size}M"], timeout=300)
         if not r.ok:
             raise KvmtuneError(f"{path.name}: qemu-img create failed: {r.describe_failure()}")
