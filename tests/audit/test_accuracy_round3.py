@@ -258,3 +258,65 @@ def test_net_008_judges_command_line_nics(tmp_path: Path, capsys: pytest.Capture
     _, report, _ = audit(capsys, "--qemu-cmdline", str(f))
     (finding,) = findings(report, "KVM-NET-008")
     assert finding["actual"] == "1 queue, 4 vCPUs"
+
+
+# --- item 3: templates ------------------------------------------------------------------------------
+
+MINIKUBE = Path(__file__).resolve().parents[1] / "fixtures" / "launchers" / "templates" / "minikube.xml"
+
+
+def test_the_minikube_template_is_refused_with_the_placeholders_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report, _ = audit(capsys, str(MINIKUBE))
+    assert code == 2 and findings(report) == []
+    assert report["errors"] == [f"{MINIKUBE}:3: a template: placeholder {{{{.Memory}}}} in <memory> stands for a "
+                                "value the rules judge; not audited (--template audits it with those values not "
+                                "stated)"]
+
+
+def test_with_template_it_is_audited_with_those_values_not_stated(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report, _ = audit(capsys, str(MINIKUBE), "--template")
+    assert code == 0 and report["errors"] == []
+    assert any(line.startswith(f"{MINIKUBE}: a template, not a guest definition") for line in report["looked_at"])
+    assert not any("{{" in f"{f['actual']} {f['evidence']}" for f in findings(report))
+    assert not findings(report, "KVM-MEM-004")  # no memory stated: no judgement on its size
+    g = guest_of(MINIKUBE)
+    assert (g.memory_kib, g.vcpus, len(g.nics)) == (None, None, 2)
+
+
+def guest_of(path: Path) -> Guest:
+    from kvmtune.domain.xml import load_guest_file
+
+    return load_guest_file(path)
+
+
+@pytest.mark.parametrize(("text", "line", "placeholder", "where"), [
+    ("qemu-system-x86_64 -accel kvm \\\n  -m @MEM@ -smp 2\n", 2, "@MEM@", "-m #1 size="),
+    ("qemu-system-x86_64 -accel kvm -m 2G \\\n -drive 'file=/v/a.raw,if=virtio,cache=<%= cache %>'\n", 2,
+     "<%= cache %>", "-drive #2 cache="),
+    ("qemu-system-x86_64 -accel kvm -smp ${CPUS} -m 2G\n", 1, "${CPUS}", "-smp #1 cpus="),
+])
+def test_a_command_line_template_is_refused_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int, placeholder: str, where: str) -> None:
+    f = tmp_path / "t.args"
+    f.write_text(text)
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(f))
+    assert code == 2 and report["errors"] == [
+        f"{f}:{line}: a template: placeholder {placeholder} in {where} stands for a value the rules judge; not "
+        "audited (--template audits it with those values not stated)"]
+    code, report, _ = audit(capsys, "--qemu-cmdline", str(f), "--template")
+    assert code == 0 and report["errors"] == []
+
+
+def test_a_placeholder_mac_keeps_its_nic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    xml = tmp_path / "t.xml"
+    xml.write_text("<domain type='kvm'><name>{{ name }}</name><memory unit='GiB'>2</memory><vcpu>2</vcpu><devices>"
+                   "<interface type='bridge'><mac address='{{ mac }}'/><source bridge='@BRIDGE@'/>"
+                   "<model type='e1000'/></interface></devices></domain>")
+    args = tmp_path / "t.args"
+    args.write_text("qemu-system-x86_64 -accel kvm -m 2G -smp 2 -netdev tap,id=n0,ifname=%(tap)s "
+                    "-device e1000,netdev=n0,mac=${MAC}\n")
+    code, report, _ = audit(capsys, str(xml), "--qemu-cmdline", str(args))  # names only: no --template needed
+    assert code == 0
+    emulated = findings(report, "KVM-NET-001")
+    assert sorted(f["source"] for f in emulated) == sorted([str(xml), str(args)])
+    assert {f["target"]["device"] for f in emulated} == {"net:0"}  # the NIC, its placeholder MAC not a label

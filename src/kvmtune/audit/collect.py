@@ -47,6 +47,7 @@ class Sources:
     agent_timeout: float | None = None  # ask running guests' agents about their inside, each within this; None: do not
     pve_configs: tuple[str, ...] = ()  # Proxmox VE VM configs (<vmid>.conf) or directories of them
     pve_storage: str | None = None  # the storage.cfg they name storage from (default: the host's /etc/pve/storage.cfg)
+    template: bool = False  # audit templates whose placeholders stand for judged values, those values not stated
 
     @property
     def explicit(self) -> bool:
@@ -68,10 +69,10 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
     result = AuditResult()
     explicit = sources.explicit
     if sources.paths:
-        add_domain_files(sources.paths, result)
+        add_domain_files(sources.paths, result, sources.template)
     _add_named_libvirt(sources, result)
     if sources.qemu_cmdline:
-        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary, ctx.host)
+        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary, ctx.host, sources.template)
     if sources.pve_configs:
         add_pve_files(sources, ctx.host, result)
     if sources.running:
@@ -222,6 +223,17 @@ def forget_bad_uuids(result: AuditResult) -> None:
             guest.uuid = None
 
 
+def refuse_template(guest: Guest, template: bool) -> None:
+    """A template whose placeholders stand for values the rules judge (memory, a cache mode) is refused with
+    the placeholder's line, unless ``template`` (``--template``): then those values are not stated."""
+    judged = guest.derived.get("template_judged")
+    if judged is None or template:
+        return
+    placeholder, where, line = judged
+    raise InputError(guest.origin, f"a template: placeholder {safe(placeholder)} in {safe(where)} stands for a "
+                     "value the rules judge; not audited (--template audits it with those values not stated)", line)
+
+
 def note_template(guest: Guest, result: AuditResult) -> None:
     """A definition with placeholders is a template: said in one line, its placeholder values not judged."""
     if guest.template:
@@ -230,12 +242,13 @@ def note_template(guest: Guest, result: AuditResult) -> None:
                                 "the values holding them are not judged")
 
 
-def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
+def add_domain_files(paths: Iterable[str], result: AuditResult, template: bool = False) -> None:
     files = _expand(paths, result)
     ok = 0
     for f in files:
         try:
             guest = load_guest_file(f)
+            refuse_template(guest, template)
             result.guests.append(guest)
             ok += 1
             note_template(guest, result)
@@ -246,7 +259,7 @@ def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
 
 
 def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: str = DEFAULT_BINARY,
-                      host: HostRoot | None = None) -> None:
+                      host: HostRoot | None = None, template: bool = False) -> None:
     """Each file holds one command line; one whose first word is an option (the binary logged apart) is
     ``qemu_binary``'s argument list, said in one line. Its ``-readconfig`` files are read beneath ``host``'s
     root. A file in QEMU's configuration-file format is audited as a fragment of a guest."""
@@ -262,6 +275,7 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: st
             continue
         try:
             guest = _cmdline_guest(p, data, qemu_binary, host)
+            refuse_template(guest, template)
         except InputError as exc:
             result.errors.append(str(exc))
             continue

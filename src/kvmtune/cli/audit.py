@@ -60,6 +60,9 @@ class AuditCommand(Command):
         p.add_argument("--qemu-binary", default=DEFAULT_BINARY, metavar="NAME", type=_qemu_binary,
                        help="whose argument list a --qemu-cmdline file starting with an option is (the binary "
                        f"logged apart, as Packer, Multipass and Kata do; default {DEFAULT_BINARY})")
+        p.add_argument("--template", action="store_true",
+                       help="audit templates (placeholders such as {{ x }}, ${X}, %%(x)s, @X@ in values the rules "
+                       "judge) with those values not stated, instead of refusing them")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -109,7 +112,7 @@ class AuditCommand(Command):
         timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
         sources = Sources(
             paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
-            qemu_binary=args.qemu_binary,
+            qemu_binary=args.qemu_binary, template=args.template,
             running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,

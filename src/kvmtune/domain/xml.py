@@ -567,6 +567,9 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         _read_devices(guest, devices, top.get("cpu"))
     guest.template = _placeholders_in(root) if _may_hold_placeholders(tree, root, raw) else ()
     if guest.template:
+        judged = _judged_placeholder(root)
+        if judged is not None:
+            guest.derived["template_judged"] = judged
         guest.forget_placeholders()
     return guest
 
@@ -602,10 +605,10 @@ def _may_hold_placeholders(tree: etree._ElementTree, root: etree._Element, raw: 
     # what every placeholder (model.values.PLACEHOLDER) holds, "{" or "%", how XML could spell either without
     # it ("&#"), and NUL: "&#" only where "&" is (one-byte needles are a memchr, a two-byte one scans it all)
     if raw is not None and _ascii_bytes(tree, raw):
-        return (raw.find(b"{") >= 0 or raw.find(b"%") >= 0 or raw.find(b"\x00") >= 0
+        return (raw.find(b"{") >= 0 or raw.find(b"%") >= 0 or raw.find(b"@") >= 0 or raw.find(b"\x00") >= 0
                 or (raw.find(b"&") >= 0 and raw.find(b"&#") >= 0))
     text = etree.tostring(root, encoding="utf-8")
-    return text.find(b"{") >= 0 or text.find(b"%(") >= 0
+    return text.find(b"{") >= 0 or text.find(b"%") >= 0 or text.find(b"@") >= 0
 
 
 def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
@@ -617,6 +620,39 @@ def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
         for value in (*el.attrib.values(), el.text if el is not root else None):
             found.update(dict.fromkeys(placeholders(str(value)) if value is not None else ()))
     return tuple(found)
+
+
+# where a placeholder changes no finding: names, paths, addresses and free text (each rule reads what the guest
+# runs, never what it is called or where its files are); anywhere else it stands for a value a rule judges
+_NAMING_TEXT = frozenset({"name", "uuid", "title", "description", "emulator", "loader", "nvram", "kernel", "initrd",
+                          "cmdline", "dtb", "backend", "label", "imagelabel", "baselabel", "genid", "serial",
+                          "wwn", "vendor", "product", "alias"})
+_NAMING_ATTRS = frozenset({"file", "dev", "network", "bridge", "path", "dir", "name", "pool", "volume", "socket",
+                           "passwd", "listen", "host", "port", "tlsPort", "websocket", "portgroup", "keymap",
+                           "uuid", "id", "alias", "serial", "wwn", "target"})
+_NAMING_ELEMENTS = frozenset({"address", "mac", "alias", "seclabel", "graphics", "serial", "console", "channel",
+                              "source", "listen", "boot"})
+
+
+def _judged_placeholder(root: etree._Element) -> tuple[str, str, int | None] | None:
+    """The first placeholder in a value a rule judges (memory, vCPUs, a cache mode, a model): (placeholder,
+    where, line); ``None`` when every placeholder names something (a path, a MAC, a bridge)."""
+    for child in root:
+        if not isinstance(child.tag, str) or child.tag in _FREE_TEXT:
+            continue
+        for el in child.iter():
+            tag = el.tag
+            if not isinstance(tag, str):
+                continue
+            naming_el = tag in _NAMING_ELEMENTS
+            for attr, value in el.attrib.items():
+                found = placeholders(str(value))
+                if found and not naming_el and str(attr) not in _NAMING_ATTRS:
+                    return found[0], f"<{tag} {attr!s}=>", _line(el)
+            found = placeholders(el.text) if el.text else []
+            if found and tag not in _NAMING_TEXT and not naming_el:
+                return found[0], f"<{tag}>", _line(el)
+    return None
 
 
 def load_guest_file(path: str | Path) -> Guest:

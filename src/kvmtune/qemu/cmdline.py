@@ -681,10 +681,48 @@ def _read_guest(r: _Reading, options: list[Option], argv: list[str]) -> Guest:
     _settle_memory(r)
     for attr, absent in _ABSENT_EVIDENCE.items():  # a rule citing a default cites the option that is not there
         r.guest.evidence.setdefault(attr, absent)
-    r.guest.template = tuple(dict.fromkeys(p for word in argv for p in placeholders(word)))
+    from_files = [str(v) for opt in options if opt.where for v in opt.props.values()]
+    r.guest.template = tuple(dict.fromkeys(p for word in (*argv, *from_files) for p in placeholders(word)))
     if r.guest.template:
+        judged = _judged_placeholder(options)
+        if judged is not None:
+            r.guest.derived["template_judged"] = judged
         r.guest.forget_placeholders()
     return r.guest
+
+
+# options whose value names something (a guest, a file, a socket, a display): a placeholder there changes no
+# finding; and the keys of the others that do the same
+_NAMING_OPTIONS = frozenset({
+    "-name", "-uuid", "-pidfile", "-D", "-runas", "-kernel", "-initrd", "-append", "-bios", "-L", "-vnc", "-spice",
+    "-serial", "-monitor", "-qmp", "-mon", "-chardev", "-readconfig", "-smbios", "-display", "-sandbox", "-boot",
+    "-k", "-loadvm", "-id", "-parallel", "-incoming", "-fsdev", "-virtfs", "-trace", "-msg", "-sd", "-pflash",
+    *_LEGACY_DRIVE_OPTIONS,
+})
+_NAMING_KEYS = frozenset({
+    "file", "filename", "path", "ifname", "br", "mac", "id", "node-name", "script", "downscript", "guest", "chardev",
+    "netdev", "drive", "bus", "addr", "serial", "wwn", "fd", "fds", "vhostfd", "vhostfds", "hostfwd", "sock",
+    "socket", "addr.path", "server", "bootindex", "romfile", "file.filename", "file.path", "memdev", "rng", "iothread",
+    "host", "sysfsdev", "rombar", "x-pci-sub-device-id", "serial-number",
+})
+
+
+def _judged_placeholder(options: list[Option]) -> tuple[str, str, int | None] | None:
+    """The first placeholder in a value a rule judges (a size, a count, a cache mode, a model): (placeholder,
+    where, None: the line is the text's to tell); ``None`` when every placeholder names something."""
+    for opt in options:
+        if opt.name in _NAMING_OPTIONS:
+            continue
+        if not opt.props:
+            found = placeholders(opt.value)
+            if found:
+                return found[0], opt.label, None
+            continue
+        for key, value in opt.props.items():
+            found = placeholders(str(value)) if key not in _NAMING_KEYS and not isinstance(value, dict) else []
+            if found:
+                return found[0], f"{opt.label} {key}=", None
+    return None
 
 
 # what a finding about a value QEMU chose by default cites: the option left out, never a domain XPath
@@ -841,4 +879,9 @@ def guest_from_text(text: str, origin: str, default_binary: str | None = None,
         argv = split_args_text(text)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
-    return guest_from_argv(argv, origin, default_binary, host)
+    guest = guest_from_argv(argv, origin, default_binary, host)
+    judged = guest.derived.get("template_judged")
+    if judged is not None and judged[2] is None:
+        line = next((n for n, text_line in enumerate(text.splitlines(), 1) if judged[0] in text_line), None)
+        guest.derived["template_judged"] = (judged[0], judged[1], line)
+    return guest
