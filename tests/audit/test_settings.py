@@ -188,7 +188,7 @@ def test_a_waiver_rule_takes_a_slug_as_only_does_and_keeps_the_id(tmp_path: Path
     assert shown.returncode == 0 and f"waiver KVM-STO-004 guest=app02-clone ({path}:1): scratch clone" in shown.stdout
     audit = kvmtune("audit", "--examples", "--no-images", "--only", "KVM-STO-004", "--config", str(path), "--color", "never")
     assert audit.returncode == 0, audit.stderr
-    assert any(ln.strip().startswith("WAIVED   KVM-STO-004") and ln.endswith("waived: scratch clone")
+    assert any(ln.strip().startswith("WAIVED   KVM-STO-004") and ln.endswith(f"waived: scratch clone [{path}:1]")
                for ln in audit.stdout.splitlines()), audit.stdout
     several = write(tmp_path / "several.toml", '[[waiver]]\nrule = "disk"\nreason = "x"\n')
     done = kvmtune("config", "check", str(several))

@@ -445,7 +445,7 @@ def _unnamed_cpu_line(tr: _Tracker, report: WhyReport, signal_rules: tuple[list[
     busiest = sorted(figures, key=lambda f: -f[1])[:4]
     bound = max(f[2] for f in figures)
     report.not_measured["vcpu-delay"] = (
-        "its vCPU threads are unnamed (QEMU without -name …,debug-threads=on, and no QMP): the vCPU wait is not "
+        "its vCPU threads are unnamed (QEMU without debug-threads=on in its -name, and no QMP): the vCPU wait is not "
         f"measured; its threads' largest wait, {bound:.0%} of the interval, bounds it from above")
     report.vcpu_wait_bound = {"bound": bound, "busiest": [{"tid": tid, "busy": busy, "delay": delay}
                                                             for tid, busy, delay in busiest]}
