@@ -320,3 +320,83 @@ def test_a_placeholder_mac_keeps_its_nic(tmp_path: Path, capsys: pytest.CaptureF
     emulated = findings(report, "KVM-NET-001")
     assert sorted(f["source"] for f in emulated) == sorted([str(xml), str(args)])
     assert {f["target"]["device"] for f in emulated} == {"net:0"}  # the NIC, its placeholder MAC not a label
+
+
+# --- item 5: Proxmox VE, the operator's tree (etc/pve only) -------------------------------------------
+
+OPERATOR = Path(__file__).resolve().parents[1] / "fixtures" / "proxmox" / "operator"
+
+
+def operator_tree(tmp_path: Path) -> Path:
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(OPERATOR, tree)
+    return tree
+
+
+def fix(capsys: pytest.CaptureFixture[str], tree: Path, *flags: str) -> tuple[int, str]:
+    code = main(["fix", "--root", str(tree), "--journal-dir", str(tree.parent / "journal"), *flags])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def conf(tree: Path, vmid: int) -> dict[str, str]:
+    text = (tree / "etc" / "pve" / "qemu-server" / f"{vmid}.conf").read_text()
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
+def test_one_fix_apply_leaves_no_fixable_finding_and_planning_again_says_nothing_to_change(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    code, _ = fix(capsys, tree, "--allow-bus-change", "--allow-cpu-change", "--apply", "--yes")
+    assert code == 0
+    code, out = fix(capsys, tree, "--allow-bus-change", "--allow-cpu-change")
+    assert code == 0 and out.strip().splitlines()[-1] == "Nothing to change."
+    legacy, win = conf(tree, 100), conf(tree, 101)
+    assert (legacy["scsihw"], legacy["cpu"], legacy["net0"]) == (
+        "virtio-scsi-single", "x86-64-v3", "virtio=BC:24:11:A0:01:00,bridge=vmbr0,queues=2")
+    assert "cache=none" in legacy["scsi0"] and "cache=none" in legacy["scsi1"] and "iothread=1" in legacy["scsi1"]
+    assert (win["cpu"], "sata0" in win, win["virtio1"]) == ("x86-64-v3", False, "local-lvm:vm-101-disk-1,iothread=1,size=100G")
+    _, report, _ = audit(capsys, "--root", str(tree))
+    left = {f["rule"] for f in findings(report)}
+    assert left == {"KVM-NET-021"}  # no qm set form: said so, not fixable by fix
+
+
+def test_allow_bus_change_alone_leaves_cpu_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    code, out = fix(capsys, tree, "--allow-bus-change", "--apply", "--yes")
+    assert code == 0
+    assert "pve:101 (win) cpu: KVM-CPU-001 changes the guest's CPU model (--allow-cpu-change)" in out
+    assert "cpu" not in conf(tree, 100) and conf(tree, 101)["cpu"] == "x86-64-v2-AES"
+
+
+def test_no_plan_proposes_a_vms_current_cpu_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    _, out = fix(capsys, tree, "--allow-bus-change", "--allow-cpu-change")
+    assert "--cpu x86-64-v3" in out and "--cpu x86-64-v2-AES" not in out
+    assert "the current x86-64-v2-AES is PVE's default, an accepted migration baseline" in out
+    (tree / "etc" / "pve" / "qemu-server" / "101.conf").write_text(
+        (OPERATOR / "etc" / "pve" / "qemu-server" / "101.conf").read_text().replace("x86-64-v2-AES", "x86-64-v3"))
+    _, out = fix(capsys, tree, "--allow-cpu-change")
+    assert "qm set 101 --cpu" not in out and "pve:100 (legacy): on a running node the same change is: qm set 100" in out
+
+
+def test_audit_of_a_tree_holding_only_etc_pve_gives_no_host_finding(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    _, report, _ = audit(capsys, "--root", str(tree))
+    assert [f for f in findings(report) if f["target"]["domain"] is None] == []
+    assert f"host {tree}: the tree holds no proc/, sys/ or dev/: host rules skipped" in report["looked_at"]
+
+
+def test_audit_shows_the_vms_one_combined_qm_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    _, report, _ = audit(capsys, "--root", str(tree))
+    lines = {f["fix"]["description"].split(" (this VM's")[0]
+             for f in findings(report) if f["target"]["domain"] == "pve:100 (legacy)"}
+    (line,) = lines
+    assert line.startswith("qm set 100 ")
+    for part in ("--scsihw virtio-scsi-single", "cache=none,iothread=1,size=32G", "cache=none,iothread=1,size=64G",
+                 "--net0 virtio=BC:24:11:A0:01:00,bridge=vmbr0,queues=2", "--cpu x86-64-v3", "--rng0 source=/dev/urandom"):
+        assert part in line

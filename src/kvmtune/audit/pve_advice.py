@@ -6,19 +6,99 @@ is the PVE form of the same fix. A finding whose rule has no PVE form keeps its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
+from kvmtune.audit.context import AuditContext
+from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding, FixHint
-from kvmtune.audit.rule import rule_by_id
+from kvmtune.audit.rule import Rule, all_rules, rule_by_id
+from kvmtune.errors import KvmtuneError
 from kvmtune.model.guest import Guest
-from kvmtune.proxmox.guest import config_of
-from kvmtune.proxmox.qmset import change_for, qm_set_line
+from kvmtune.proxmox.config import PveConfig
+from kvmtune.proxmox.guest import STORAGES, config_of
+from kvmtune.proxmox.load import read_config_text
+from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, drive_refusal, new_values, qm_set_line
+
+# how often a VM's findings are planned again on the changed config (libvirt's fix re-audits the same way)
+MAX_ROUNDS = 6
+
+# whether a finding's change is taken: (finding, its change, the config it was made on)
+Keep = Callable[[Finding, QmChange, PveConfig], bool]
 
 
-def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> None:
+@dataclass
+class Converged:
+    change: QmChange  # from the config as it is to one that leaves nothing new to plan: one qm set
+    taken: list[tuple[Finding, QmChange, PveConfig]] = field(default_factory=list)
+    text: str = ""  # the config after it
+
+
+def config_text(cfg: PveConfig) -> str:
+    """The current section as PVE writes it: enough to read the config again (the file's bytes are fix's)."""
+    return "".join(f"{k}: {v}\n" for k, v in cfg.current.items())
+
+
+def converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: Sequence[type[Rule]],
+             keep: Keep) -> Converged:
+    """Plan the findings' changes, apply them to the text, read it again and plan again until a round adds nothing
+    (a change can raise a finding of its own: queues= on a NIC, a disk moved to virtio-blk without an IOThread).
+    The result is one change made against ``cfg``: what one ``qm set`` gives, never lines that undo each other."""
+    forms = {r.id: r.pve for r in rules}
+    storages = guest.derived.get(STORAGES)
+    out = Converged(QmChange(), text=text)
+    now_guest, now_cfg = guest, cfg
+    order: list[str] = []  # the keys in the order the rounds changed them: the qm set line keeps it
+    for _ in range(MAX_ROUNDS):
+        change = QmChange()
+        for finding in run_rules(ctx, [now_guest], [], False, rules):
+            one = change_for(forms.get(finding.rule), now_cfg, finding.target.device)
+            if one is not None and keep(finding, one, now_cfg):
+                change.merge(one)
+                out.taken.append((finding, one, now_cfg))
+        after = apply_to_text(out.text, now_cfg, change) if (change.values or change.props) else out.text
+        if after == out.text:
+            break
+        order.extend(k for k in new_values(now_cfg, change) if k not in order)
+        out.change.moves.update(change.moves)
+        out.change.notes.extend(n for n in change.notes if n not in out.change.notes)
+        out.text = after
+        try:
+            now_guest, now_cfg, _ = read_config_text(after, f"{cfg.vmid}.conf", storages)
+        except KvmtuneError:
+            break
+        now_cfg.path, now_guest.origin = cfg.path, guest.origin
+        now_guest.on_audited_host, now_guest.images_here = guest.on_audited_host, guest.images_here
+    for key in (*order, *cfg.current, *now_cfg.current):
+        if cfg.current.get(key) != now_cfg.current.get(key) and key not in out.change.values:
+            out.change.values[key] = now_cfg.current.get(key)
+    return out
+
+
+def _fixable(finding: Finding, change: QmChange, cfg: PveConfig) -> bool:
+    return not change.refused and not drive_refusal(cfg, change)
+
+
+def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest], ctx: AuditContext | None = None,
+                  rules: Sequence[type[Rule]] | None = None) -> None:
+    """Each finding's fix as ``qm set``; with ``ctx``, the line of a finding ``fix`` would change is the VM's one
+    combined ``qm set`` (what ``fix`` runs), re-planned until nothing new turns up, never one per finding."""
+    guests = list(guests)
     configs = {g.name: cfg for g in guests if g.origin_kind == "pve" and (cfg := config_of(g)) is not None}
     if not configs:
         return
+    findings = list(findings)
+    combined: dict[str, str] = {}
+    if ctx is not None:
+        chosen = list(rules) if rules is not None else list(all_rules())
+        for guest in guests:
+            cfg = configs.get(guest.name)
+            if cfg is not None and any(f.target.domain == guest.name for f in findings):
+                done = converge(guest, cfg, config_text(cfg), ctx, chosen, _fixable)
+                if done.change.values:
+                    when = "with the VM stopped" if done.change.moves else "pending while the VM runs"
+                    combined[guest.name] = (f"{qm_set_line(cfg, done.change)} (this VM's one qm set for every "
+                                            f"finding kvmtune fix changes; {when})")
     for finding in findings:
         cfg = configs.get(finding.target.domain or "")
         if cfg is None:
@@ -36,5 +116,5 @@ def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> None:
             continue
         restart = "" if change.moves else " (stored as pending while the VM runs; takes effect at its next start)"
         notes = "".join(f"; {n}" for n in change.notes)
-        finding.fix = FixHint(finding.fix.kind, f"{qm_set_line(cfg, change)}{restart}{notes}; web UI: {change.ui}",
-                              finding.fix.safe)
+        line = combined.get(finding.target.domain or "") or f"{qm_set_line(cfg, change)}{restart}"
+        finding.fix = FixHint(finding.fix.kind, f"{line}{notes}; web UI: {change.ui}", finding.fix.safe)

@@ -126,7 +126,7 @@ class AuditCommand(Command):
                                               ("guests", guests_named or not sources.explicit)) if on]
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
-        pve_fix_texts(result.findings, result.guests)
+        pve_fix_texts(result.findings, result.guests, ctx, rules)
         incus_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         if not args.no_waivers:

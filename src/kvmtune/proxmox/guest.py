@@ -36,6 +36,9 @@ DISK_ORDER = ("ide", "sata", "scsi", "virtio")
 CONFIG = "pve_config"  # Guest.derived key: the PveConfig a guest was read from
 
 
+STORAGES = "pve_storages"
+
+
 def config_of(guest: Guest) -> PveConfig | None:
     cfg = guest.derived.get(CONFIG)
     return cfg if isinstance(cfg, PveConfig) else None
@@ -62,6 +65,7 @@ def guest_from_config(cfg: PveConfig, storages: dict[str, Storage] | None) -> tu
     c = cfg.current
     guest = Guest(name=guest_name(cfg), origin=cfg.path, origin_kind="pve", vcpus=1)
     guest.derived[CONFIG] = cfg  # what the qm set forms of its findings' fixes start from
+    guest.derived[STORAGES] = storages  # what the config is read again with, once a fix changed it
     notes: list[str] = []
     _read_machine_cpu_memory(cfg, guest)
     _read_os(cfg, guest)
