@@ -400,3 +400,26 @@ def test_audit_shows_the_vms_one_combined_qm_set(tmp_path: Path, capsys: pytest.
     for part in ("--scsihw virtio-scsi-single", "cache=none,iothread=1,size=32G", "cache=none,iothread=1,size=64G",
                  "--net0 virtio=BC:24:11:A0:01:00,bridge=vmbr0,queues=2", "--cpu x86-64-v3", "--rng0 source=/dev/urandom"):
         assert part in line
+
+
+def test_pve_evidence_cites_config_lines_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    _, report, _ = audit(capsys, "--root", str(tree))
+    evidence = {(f["target"]["domain"], f["rule"]): f["evidence"] for f in findings(report)}
+    assert not [e for e in evidence.values() if "/domain" in e]
+    q = tree / "etc" / "pve" / "qemu-server"
+    assert evidence[("pve:101 (win)", "KVM-CPU-001")] == f"{q / '101.conf'}:3 cpu"
+    assert evidence[("pve:100 (legacy)", "KVM-CPU-001")] == f"{q / '100.conf'} (cpu not set)"
+    assert evidence[("pve:100 (legacy)", "KVM-SEC-001")] == f"{q / '100.conf'} (rng0 not set)"
+
+
+def test_a_fix_pve_has_no_form_for_says_so_and_gives_args_only_as_a_last_resort(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = operator_tree(tmp_path)
+    fix(capsys, tree, "--allow-bus-change", "--allow-cpu-change", "--apply", "--yes")
+    _, report, _ = audit(capsys, "--root", str(tree))
+    (ring,) = [f for f in findings(report, "KVM-NET-021") if f["target"]["domain"] == "pve:101 (win)"]
+    assert ring["fix"]["kind"] == "manual"
+    assert ring["fix"]["description"].startswith(
+        "No qm set or web UI form: Proxmox VE has no option for this. Last resort, unsupported by PVE (it passes "
+        "args: to QEMU unchecked and may override it): qm set 101 --args '-global virtio-net-pci.rx_queue_size=1024'")

@@ -75,6 +75,44 @@ def converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: 
     return out
 
 
+# what a rule citing a domain XPath cites on a PVE guest instead: the config key that holds (or would hold) it
+_KEY_OF_XPATH = (
+    ("/domain/cpu/numa", "numa"), ("/domain/numatune", "numa"), ("/domain/cputune", "affinity"),
+    ("/domain/cpu/topology", "sockets"), ("/domain/cpu", "cpu"), ("/domain/vcpu", "cores"),
+    ("/domain/memoryBacking", "hugepages"), ("/domain/currentMemory", "balloon"), ("/domain/memory", "memory"),
+    ("/domain/devices/memballoon", "balloon"), ("/domain/devices/rng", "rng0"), ("/domain/os", "machine"),
+    ("/domain/clock/@offset", "localtime"), ("/domain/clock", "args"), ("/domain/features", "args"),
+    ("/domain/@type", "kvm"),
+)
+# the QEMU option a fix without a qm set form would take, for the args: line PVE passes on unchecked
+ARGS_OF_RULE = {"KVM-NET-021": "-global virtio-net-pci.rx_queue_size=1024"}
+
+
+def config_evidence(evidence: str, cfg: PveConfig) -> str:
+    """A finding's evidence on a PVE guest: config lines (``101.conf:11 cpu`` or ``101.conf (cpu not set)``), never
+    the domain XPaths a rule cites on libvirt guests."""
+    if "/domain" not in evidence:
+        return evidence
+    keys: list[str] = []
+    for part in evidence.replace(";", ",").split(","):
+        part = part.strip()
+        if not part.startswith("/domain"):
+            continue
+        key = next((k for prefix, k in _KEY_OF_XPATH if part.startswith(prefix)), None)
+        if key is not None and key not in keys:
+            keys.append(key)
+    return ", ".join(cfg.where(k) for k in keys) if keys else f"{cfg.path} (PVE's default)"
+
+
+def _no_form(finding: Finding, cfg: PveConfig) -> FixHint:
+    """A fix PVE has no option for: said so, the args: line only as the last resort, marked unsupported."""
+    args = ARGS_OF_RULE.get(finding.rule)
+    last = (f"qm set {cfg.vmid} --args '{args}'" if args else f"an args: line in {cfg.path}")
+    return FixHint("manual", "No qm set or web UI form: Proxmox VE has no option for this. Last resort, unsupported "
+                   f"by PVE (it passes args: to QEMU unchecked and may override it): {last}; what it must say: "
+                   + finding.fix.description, finding.fix.safe)
+
+
 def _fixable(finding: Finding, change: QmChange, cfg: PveConfig) -> bool:
     return not change.refused and not drive_refusal(cfg, change)
 
@@ -105,10 +143,10 @@ def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest], ctx: Aud
             continue
         rule = rule_by_id(finding.rule)
         change = change_for(rule.pve if rule else None, cfg, finding.target.device)
+        finding.evidence = config_evidence(finding.evidence, cfg)
         if change is None:
             if finding.fix.kind == "xml":
-                finding.fix = FixHint("manual", "In this VM's Proxmox VE config (qm set or the web UI): "
-                                      + finding.fix.description, finding.fix.safe)
+                finding.fix = _no_form(finding, cfg)
             continue
         if change.refused:
             finding.fix = FixHint("manual", f"Not with one qm set: {change.refused}; web UI: {change.ui}",
