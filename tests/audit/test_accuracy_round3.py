@@ -423,3 +423,33 @@ def test_a_fix_pve_has_no_form_for_says_so_and_gives_args_only_as_a_last_resort(
     assert ring["fix"]["description"].startswith(
         "No qm set or web UI form: Proxmox VE has no option for this. Last resort, unsupported by PVE (it passes "
         "args: to QEMU unchecked and may override it): qm set 101 --args '-global virtio-net-pci.rx_queue_size=1024'")
+
+
+# --- item 5: config and command line agree per device (the pinned-machine class) ----------------------
+
+PVE_CLASSES = Path(__file__).resolve().parents[1] / "fixtures" / "proxmox" / "classes"
+PVE_STORAGE = Path(__file__).resolve().parents[1] / "fixtures" / "proxmox" / "cluster" / "etc" / "pve" / "storage.cfg"
+RULES_HOST = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "rules-default"
+
+
+@pytest.mark.parametrize("vmid", ["9101"])
+def test_a_pinned_machine_config_and_its_command_line_agree_per_device(vmid: str) -> None:
+    from kvmtune.audit.context import AuditContext
+    from kvmtune.audit.engine import run_rules
+    from kvmtune.proxmox.load import read_files, storage_file
+
+    read = read_files([str(PVE_CLASSES / f"{vmid}.conf")], storage_file(str(PVE_STORAGE)))
+    assert read.errors == []
+    config = read.guests[0]
+    cmdline = guest_from_text((PVE_CLASSES / f"{vmid}.args").read_text(), f"{vmid}.args")
+    ctx = AuditContext(host=HostRoot(str(RULES_HOST)))
+
+    def judged(guest: Guest) -> set[tuple[str, str]]:
+        guest.on_audited_host = True
+        return {(f.rule, f.target.device or "") for f in run_rules(ctx, [guest], [], False)
+                if (f.target.device or "").startswith(("disk:", "net:"))}  # the rules that read disks and NICs
+
+    assert config.machine == cmdline.machine == "pc-i440fx-6.1+pve0"
+    # qemu-server adds free-page-reporting=on only from machine 6.2 on
+    assert config.balloon_free_page_reporting is cmdline.balloon_free_page_reporting is False
+    assert judged(config) == judged(cmdline) == {("KVM-NET-021", "net:bc:24:11:00:91:01")}
