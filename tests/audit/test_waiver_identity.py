@@ -98,3 +98,20 @@ def test_every_format_says_where_a_waiver_was_written(tmp_path: Path) -> None:
     config.chmod(0o644)
     text = kvmtune("audit", "--config", str(config), str(d / "victim.xml"))
     assert "WAIVED   KVM-STO-002" in text.stdout and f"until the SAN move [{config}:1]" in text.stdout
+
+
+def test_a_metadata_waiver_takes_a_slug_as_a_settings_file_does(tmp_path: Path) -> None:
+    """Issue 46 item 7: rule="disk-cache-writethrough" in <metadata> waives KVM-STO-002 of that guest (the waiver
+    keeps the id); a slug prefix naming several rules is an error line with their ids, as in a settings file."""
+    xml = LEGACY.replace("<memory", """<metadata>
+    <k:waiver xmlns:k="urn:kvmtune:1" rule="disk-cache-writethrough" reason="a scratch guest"/>
+    <k:waiver xmlns:k="urn:kvmtune:1" rule="disk-" reason="too wide"/>
+  </metadata>
+  <memory""", 1)
+    path = tmp_path / "web01.xml"
+    path.write_text(xml)
+    done = kvmtune("audit", "--no-config", "--format", "json", str(path))
+    report = json.loads(done.stdout)
+    waived = {f["rule"] for f in report["findings"] if f.get("waiver")}
+    assert waived == {"KVM-STO-002"}, waived
+    assert "slug prefix 'disk-' names" in done.stdout + done.stderr and "KVM-STO-001" in done.stdout + done.stderr

@@ -170,6 +170,21 @@ class Settings:
                              if k.name.startswith("thresholds.")})
 
 
+def waiver_rule(rule: str) -> tuple[str, str | None]:
+    """A waiver's ``rule`` as the id (or id prefix) it keeps, and the problem with it, if any: an id, an id prefix
+    or a slug, as ``--only`` takes them; a slug prefix only where it names one rule (settings files and
+    ``<metadata>`` waivers alike)."""
+    problem = unknown_rule(rule, slugs=True)
+    if problem or rule.upper().startswith("KVM-"):
+        return rule, problem
+    ids = sorted(r.id for r in all_rules() if r.slug.startswith(rule.lower()))
+    exact = [r.id for r in all_rules() if r.slug == rule.lower()]
+    if len(exact) == 1 or len(ids) == 1:
+        return (exact or ids)[0], None
+    return rule, (f"slug prefix {rule!r} names {len(ids)} rules ({', '.join(ids)}); a waiver names one rule or an "
+                  "id prefix")
+
+
 def unknown_rule(key: str, *, slugs: bool) -> str | None:
     """None when ``key`` names a rule: an id or id prefix (and, with ``slugs``, a slug or slug prefix)."""
     rules = all_rules()
@@ -334,17 +349,10 @@ class _Reader:
             self.fail("waiver", i, "", "waiver without a rule (an id, id prefix or slug, e.g. rule = \"KVM-STO-004\")")
         if "reason" not in w:
             self.fail("waiver", i, "", f"waiver for {rule or 'a rule'} without a reason (reason = \"why it is accepted\")")
-        problem = unknown_rule(rule, slugs=True) if rule else None
-        if problem:
-            self.fail("waiver", i, "rule", f"waiver rule: {problem}")
-        elif rule and not rule.upper().startswith("KVM-"):  # a slug, as --only takes it: the waiver keeps the id
-            ids = sorted(r.id for r in all_rules() if r.slug.startswith(rule.lower()))
-            exact = [r.id for r in all_rules() if r.slug == rule.lower()]
-            if len(exact) == 1 or len(ids) == 1:
-                rule = (exact or ids)[0]
-            else:
-                self.fail("waiver", i, "rule", f"waiver rule: slug prefix {rule!r} names {len(ids)} rules "
-                          f"({', '.join(ids)}); a waiver names one rule or an id prefix")
+        if rule:
+            rule, problem = waiver_rule(rule)
+            if problem:
+                self.fail("waiver", i, "rule", f"waiver rule: {problem}")
         expires = w.get("expires")
         if expires is not None:
             day = as_date(expires)

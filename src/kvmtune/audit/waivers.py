@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from kvmtune.audit.finding import Finding, Waiver
-from kvmtune.audit.settings import as_date, unknown_rule
+from kvmtune.audit.settings import as_date, waiver_rule
 from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.model.guest import Guest
@@ -73,11 +73,10 @@ def guest_waivers(guests: Iterable[Guest], errors: list[str], notes: list[str] |
         for i, attrs in enumerate(g.waivers, 1):
             where = f"{g.origin}: <metadata> waiver {i} of guest {g.name}"
             rule, reason = attrs.get("rule", "").strip(), attrs.get("reason", "").strip()
-            problem = (
-                "no rule attribute" if not rule else
-                "no reason attribute (every waiver says why)" if not reason else
-                unknown_rule(rule, slugs=False)
-            )
+            problem = "no rule attribute" if not rule else "no reason attribute (every waiver says why)" if not reason \
+                else None
+            if problem is None:
+                rule, problem = waiver_rule(rule)  # an id, id prefix or slug, as in a settings file
             expires = as_date(attrs["expires"]) if "expires" in attrs else None
             if problem is None and "expires" in attrs and expires is None:
                 problem = f"expires {attrs['expires']!r} is not a date (YYYY-MM-DD)"
