@@ -453,3 +453,16 @@ def test_a_pinned_machine_config_and_its_command_line_agree_per_device(vmid: str
     # qemu-server adds free-page-reporting=on only from machine 6.2 on
     assert config.balloon_free_page_reporting is cmdline.balloon_free_page_reporting is False
     assert judged(config) == judged(cmdline) == {("KVM-NET-021", "net:bc:24:11:00:91:01")}
+
+
+@pytest.mark.parametrize(("flags", "proposed"), [("fpu sse4_2 aes avx avx2", "x86-64-v3"),
+                                                 ("fpu sse4_2 aes", "host")])
+def test_kvm_cpu_001_proposes_what_this_hosts_cpus_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: str, proposed: str) -> None:
+    tree = operator_tree(tmp_path)
+    (tree / "proc").mkdir()
+    (tree / "proc" / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n\n")
+    _, out = fix(capsys, tree, "--allow-cpu-change")
+    assert f"qm set 101 --cpu {proposed}" in out and f"qm set 100 --cpu {proposed}" in out
+    if proposed == "host":
+        assert "this host's CPUs lack AVX2, so x86-64-v3 would not start: 'host' passes them through" in out

@@ -46,13 +46,14 @@ def converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: 
     The result is one change made against ``cfg``: what one ``qm set`` gives, never lines that undo each other."""
     forms = {r.id: r.pve for r in rules}
     storages = guest.derived.get(STORAGES)
+    flags = ctx.facts.cpu_flags
     out = Converged(QmChange(), text=text)
     now_guest, now_cfg = guest, cfg
     order: list[str] = []  # the keys in the order the rounds changed them: the qm set line keeps it
     for _ in range(MAX_ROUNDS):
         change = QmChange()
         for finding in run_rules(ctx, [now_guest], [], False, rules):
-            one = change_for(forms.get(finding.rule), now_cfg, finding.target.device)
+            one = change_for(forms.get(finding.rule), now_cfg, finding.target.device, flags)
             if one is not None and keep(finding, one, now_cfg):
                 change.merge(one)
                 out.taken.append((finding, one, now_cfg))
@@ -142,7 +143,8 @@ def pve_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest], ctx: Aud
         if cfg is None:
             continue
         rule = rule_by_id(finding.rule)
-        change = change_for(rule.pve if rule else None, cfg, finding.target.device)
+        change = change_for(rule.pve if rule else None, cfg, finding.target.device,
+                            ctx.facts.cpu_flags if ctx is not None else None)
         finding.evidence = config_evidence(finding.evidence, cfg)
         if change is None:
             if finding.fix.kind == "xml":

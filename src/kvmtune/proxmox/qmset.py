@@ -205,19 +205,25 @@ CPU_PROPOSED = "x86-64-v3"
 PVE_BASELINE = "x86-64-v2-aes"
 
 
-def _cpu(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
-    """``cpu:`` set to x86-64-v3, its other properties (flags=, hidden=) kept; never the value it has."""
+def _cpu(form: PveForm, cfg: PveConfig, device: str, host_flags: set[str] | None = None) -> QmChange | None:
+    """``cpu:`` set to x86-64-v3 (``host`` where this host's CPUs, ``host_flags``, lack AVX2), its other properties
+    (flags=, hidden=) kept; never the value it has."""
     items = split_property_string(cfg.current.get("cpu", ""))
     current = next((v for k, v in items if k in (None, "cputype")), "") if items else ""
     ui = form.ui
-    if current.lower() == CPU_PROPOSED:
+    proposed = "host" if host_flags is not None and "avx2" not in host_flags else CPU_PROPOSED
+    if current.lower() == proposed:
         return QmChange(ui=ui, refused=f"cpu: is {current} already")
     rest = [(k, v) for k, v in items if k not in (None, "cputype")]
-    value = ",".join([CPU_PROPOSED, *(f"{k}={v}" for k, v in rest)])
+    value = ",".join([proposed, *(f"{k}={v}" for k, v in rest)])
     change = QmChange(values={"cpu": value}, ui=ui, cpu_change=True)
-    change.notes.append(f"{CPU_PROPOSED} needs AVX2 on every node VM {cfg.vmid} runs or migrates on (Intel Haswell, "
-                        "AMD Zen 1 and later); where one lacks it, 'host' is the alternative, at the cost of live "
-                        "migration between nodes with different CPUs")
+    if proposed == "host":
+        change.notes.append("this host's CPUs lack AVX2, so x86-64-v3 would not start: 'host' passes them through, "
+                            f"at the cost of live migrating VM {cfg.vmid} only to nodes with the same CPU")
+    else:
+        change.notes.append(f"{CPU_PROPOSED} needs AVX2 on every node VM {cfg.vmid} runs or migrates on (Intel "
+                            "Haswell, AMD Zen 1 and later); where one lacks it, 'host' is the alternative, at the cost "
+                            "of live migration between nodes with different CPUs")
     if current.lower() == PVE_BASELINE:
         change.notes.append(f"the current {current} is PVE's default, an accepted migration baseline for a cluster "
                             "with pre-AVX2 CPUs: keep it there (and waive this finding)")
@@ -231,9 +237,15 @@ KINDS: dict[str, Form] = {
 CACHE_NONE = PveForm("disk-props", "Hardware > Hard Disk ({}) > Cache: No cache", (("cache", "none"),))
 
 
-def change_for(form: PveForm | None, cfg: PveConfig, device: str | None) -> QmChange | None:
-    """One finding's change: its rule's PVE form (``None``: the rule has none) applied to the config."""
-    return KINDS[form.kind](form, cfg, device or "") if form is not None else None
+def change_for(form: PveForm | None, cfg: PveConfig, device: str | None,
+               host_flags: set[str] | None = None) -> QmChange | None:
+    """One finding's change: its rule's PVE form (``None``: the rule has none) applied to the config; ``host_flags``
+    (this host's CPU flags, ``None``: unknown) choose the CPU type a ``cpu`` form proposes."""
+    if form is None:
+        return None
+    if form.kind == "cpu":
+        return _cpu(form, cfg, device or "", host_flags)
+    return KINDS[form.kind](form, cfg, device or "")
 
 
 def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:
