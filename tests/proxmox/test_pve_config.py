@@ -168,8 +168,11 @@ def test_audit_root_names_guests_by_vmid_on_their_node_with_qm_set_fixes() -> No
     assert "pve:8006 (web): 1 snapshot(s) (before-upgrade) not audited" in looked
     assert "pve:8006 (web): pending until its next start" in looked
     fixes = {(f["rule"], f["target"]["domain"], f["target"]["device"]): f["fix"]["description"] for f in findings}
-    assert fixes[("KVM-STO-005", "pve:8006 (web)", "disk:scsi2")].startswith(
-        "qm set 8006 --scsi2 nfs-store:8006/vm-8006-disk-2.qcow2,cache=none,size=50G ")
+    # the VM's one combined qm set (issue 45): the same line on each finding fix changes, none undoing another
+    combined = fixes[("KVM-STO-005", "pve:8006 (web)", "disk:scsi2")]
+    assert combined.startswith("qm set 8006 ") and "this VM's one qm set for every finding" in combined
+    assert " --scsi2 nfs-store:8006/vm-8006-disk-2.qcow2,cache=none," in combined
+    assert combined.split(";")[0] == fixes[("KVM-SEC-001", "pve:8006 (web)", "rng")].split(";")[0]
     assert "web UI: Hardware > Hard Disk (scsi2) > Cache: No cache" in fixes[("KVM-STO-005", "pve:8006 (web)", "disk:scsi2")]
     assert not any("<driver" in text for (rule, _d, _dev), text in fixes.items() if rule in ("KVM-STO-005", "KVM-STO-010"))
     assert not [k for k in fixes if k[0].startswith("KVM-WIN")]

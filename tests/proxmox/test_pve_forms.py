@@ -26,7 +26,8 @@ sockets: 1
 balloon: 0
 """
 DEVICE = {"disk-props": "disk:scsi0", "aio": "disk:scsi0", "iothread": "disk:scsi0", "scsihw": "scsi-controller:scsi0",
-          "nic-model": "net:bc:24:11:00:00:01", "queues": "net:bc:24:11:00:00:01", "set": "", "bus": "disk:sata1"}
+          "nic-model": "net:bc:24:11:00:00:01", "queues": "net:bc:24:11:00:00:01", "set": "", "bus": "disk:sata1",
+          "cpu": "cpu"}
 WITH_FORMS = [r for r in all_rules() if r.pve is not None]
 
 

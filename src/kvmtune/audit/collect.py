@@ -20,7 +20,8 @@ from kvmtune.inputs import read_regular, walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import load as pve
 from kvmtune.proxmox.config import VMID_FILE
-from kvmtune.qemu.cmdline import guest_from_argv, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.cmdline import DEFAULT_BINARY, guest_from_argv, guest_from_config, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.readconfig import MAX_CONFIG_BYTES, looks_like_config, parse_config
 from kvmtune.textsafe import safe
 
 MAX_CMDLINE_BYTES = 4 * 1024 * 1024
@@ -36,6 +37,7 @@ class Sources:
     connect: tuple[str, ...] = ()  # libvirt URIs
     domains: tuple[str, ...] = ()  # only these of the libvirt URIs' domains: names or UUIDs, shell globs allowed
     qemu_cmdline: tuple[str, ...] = ()  # files of one QEMU command line each
+    qemu_binary: str = DEFAULT_BINARY  # whose argument lists those without the binary are
     running: bool = False  # every running qemu-system-* process
     examples: bool = False  # the example domains shipped with kvmtune
     host: bool = False  # the host's tunables, devices and load
@@ -45,6 +47,7 @@ class Sources:
     agent_timeout: float | None = None  # ask running guests' agents about their inside, each within this; None: do not
     pve_configs: tuple[str, ...] = ()  # Proxmox VE VM configs (<vmid>.conf) or directories of them
     pve_storage: str | None = None  # the storage.cfg they name storage from (default: the host's /etc/pve/storage.cfg)
+    template: bool = False  # audit templates whose placeholders stand for judged values, those values not stated
 
     @property
     def explicit(self) -> bool:
@@ -66,10 +69,10 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
     result = AuditResult()
     explicit = sources.explicit
     if sources.paths:
-        add_domain_files(sources.paths, result)
+        add_domain_files(sources.paths, result, sources.template)
     _add_named_libvirt(sources, result)
     if sources.qemu_cmdline:
-        add_cmdline_files(sources.qemu_cmdline, result)
+        add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary, ctx.host, sources.template)
     if sources.pve_configs:
         add_pve_files(sources, ctx.host, result)
     if sources.running:
@@ -220,6 +223,17 @@ def forget_bad_uuids(result: AuditResult) -> None:
             guest.uuid = None
 
 
+def refuse_template(guest: Guest, template: bool) -> None:
+    """A template whose placeholders stand for values the rules judge (memory, a cache mode) is refused with
+    the placeholder's line, unless ``template`` (``--template``): then those values are not stated."""
+    judged = guest.derived.get("template_judged")
+    if judged is None or template:
+        return
+    placeholder, where, line = judged
+    raise InputError(guest.origin, f"a template: placeholder {safe(placeholder)} in {safe(where)} stands for a "
+                     "value the rules judge; not audited (--template audits it with those values not stated)", line)
+
+
 def note_template(guest: Guest, result: AuditResult) -> None:
     """A definition with placeholders is a template: said in one line, its placeholder values not judged."""
     if guest.template:
@@ -228,12 +242,13 @@ def note_template(guest: Guest, result: AuditResult) -> None:
                                 "the values holding them are not judged")
 
 
-def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
+def add_domain_files(paths: Iterable[str], result: AuditResult, template: bool = False) -> None:
     files = _expand(paths, result)
     ok = 0
     for f in files:
         try:
             guest = load_guest_file(f)
+            refuse_template(guest, template)
             result.guests.append(guest)
             ok += 1
             note_template(guest, result)
@@ -243,7 +258,11 @@ def add_domain_files(paths: Iterable[str], result: AuditResult) -> None:
         result.looked_at.append(f"{ok} of {len(files)} domain XML file(s)")
 
 
-def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
+def add_cmdline_files(paths: Iterable[str], result: AuditResult, qemu_binary: str = DEFAULT_BINARY,
+                      host: HostRoot | None = None, template: bool = False) -> None:
+    """Each file holds one command line; one whose first word is an option (the binary logged apart) is
+    ``qemu_binary``'s argument list, said in one line. Its ``-readconfig`` files are read beneath ``host``'s
+    root. A file in QEMU's configuration-file format is audited as a fragment of a guest."""
     n = 0
     for raw in paths:
         p = Path(raw)
@@ -255,20 +274,41 @@ def add_cmdline_files(paths: Iterable[str], result: AuditResult) -> None:
             result.errors.append(str(exc))
             continue
         try:
-            if not data.strip():
-                raise InputError(str(p), "empty file")
-            if b"\0" in data:
-                guest = guest_from_argv(split_proc_cmdline(data), str(p))
-            else:
-                guest = guest_from_text(data.decode("utf-8", "replace"), str(p))
-            if guest.name == "?":
-                guest.name = p.stem
-            result.guests.append(guest)
-            n += 1
-            note_template(guest, result)
+            guest = _cmdline_guest(p, data, qemu_binary, host)
+            refuse_template(guest, template)
         except InputError as exc:
             result.errors.append(str(exc))
+            continue
+        if guest.name == "?":
+            guest.name = p.stem
+        result.guests.append(guest)
+        n += 1
+        if "binary_assumed" in guest.derived:
+            result.looked_at.append(f"{safe(str(p))}: an argument list without the binary, read as "
+                                    f"{safe(qemu_binary)}'s (--qemu-binary NAME to choose another)")
+        note_reading(guest, result)
+        note_template(guest, result)
     result.looked_at.append(f"{n} QEMU command line file(s)")
+
+
+def _cmdline_guest(p: Path, data: bytes, qemu_binary: str, host: HostRoot | None) -> Guest:
+    if not data.strip():
+        raise InputError(str(p), "empty file")
+    if b"\0" in data:
+        return guest_from_argv(split_proc_cmdline(data), str(p), qemu_binary, host)
+    if len(data) <= MAX_CONFIG_BYTES and looks_like_config(data):
+        guest = guest_from_config(parse_config(data.decode("utf-8", "replace"), str(p)), str(p))
+        guest.derived.setdefault("notes", []).insert(
+            0, "a QEMU configuration file (-readconfig format), not a command line: audited as a fragment of a "
+            "guest; what only the command line can say is not judged")
+        return guest
+    return guest_from_text(data.decode("utf-8", "replace"), str(p), qemu_binary, host)
+
+
+def note_reading(guest: Guest, result: AuditResult) -> None:
+    """What reading the guest's definition had to say (its -readconfig files), one line each."""
+    for note in guest.derived.get("notes", ()):
+        result.looked_at.append(f"{safe(guest.origin)}: {safe(note)}")
 
 
 def add_running(host: HostRoot, result: AuditResult) -> int:
@@ -276,6 +316,8 @@ def add_running(host: HostRoot, result: AuditResult) -> int:
 
     guests, errors = running_qemu_guests(host)
     result.guests.extend(guests)
+    for guest in guests:
+        note_reading(guest, result)
     result.errors.extend(errors)
     result.looked_at.append(f"{len(guests)} running QEMU process(es) from {host.path.rstrip('/') or ''}/proc")
     return len(guests)

@@ -19,7 +19,11 @@ IMAGE_SUFFIXES = (".qcow2", ".qcow", ".img", ".raw", ".vmdk", ".vdi", ".vhd", ".
 
 
 def add_host(ctx: AuditContext, result: AuditResult) -> None:
-    """Mark the host for auditing and say what it is."""
+    """Mark the host for auditing and say what it is; a captured tree without proc/, sys/ and dev/ (one holding
+    only etc/pve, say) has no host to judge: its host rules are skipped, said in one line."""
+    if not ctx.host.is_live and not any(ctx.host.is_dir(d) for d in ("/proc", "/sys", "/dev")):
+        result.looked_at.append(f"host {ctx.host.path}: the tree holds no proc/, sys/ or dev/: host rules skipped")
+        return
     facts = ctx.facts
     result.host_audited = True
     where = "this machine" if ctx.host.is_live else f"captured tree {ctx.host.path}"

@@ -129,6 +129,8 @@ def run_rules(
                 if key not in with_devices:
                     with_devices[key] = [g for g in subjects if getattr(g, rule.judges_only)]
                 subjects = with_devices[key]
+            if rule.rests_on_absence:
+                subjects = [g for g in subjects if not g.unread]
             guarded_each(rule, rule.check, subjects, ctx, findings)
         elif isinstance(rule, RunRule):
             if audited:

@@ -111,6 +111,9 @@ class GuestRule(Rule):
     # read from a file has no answers) and ``on_audited_host`` (host-relative rules: a file's guest runs
     # on some other host).
     judges_only: ClassVar[DeviceList | None] = None
+    # A rule whose finding is an absence ("no RNG device") says so here: a guest with a part not read
+    # (``Guest.unread``, a -readconfig file) may hold what is absent, so it is not passed to ``check``.
+    rests_on_absence: ClassVar[bool] = False
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterable[Finding]:
         raise NotImplementedError

@@ -13,6 +13,7 @@ from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEO
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
+from kvmtune.audit.incus_advice import incus_fix_texts
 from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
@@ -34,6 +35,7 @@ from kvmtune.cli.command import (
 )
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
+from kvmtune.qemu.cmdline import DEFAULT_BINARY, is_qemu_binary
 
 
 class AuditCommand(Command):
@@ -55,6 +57,12 @@ class AuditCommand(Command):
                        f"without --connect, those of {DEFAULT_URI}")
         p.add_argument("--qemu-cmdline", action="append", default=[], metavar="FILE",
                        help="a file holding one QEMU command line (repeatable)")
+        p.add_argument("--qemu-binary", default=DEFAULT_BINARY, metavar="NAME", type=_qemu_binary,
+                       help="whose argument list a --qemu-cmdline file starting with an option is (the binary "
+                       f"logged apart, as Packer, Multipass and Kata do; default {DEFAULT_BINARY})")
+        p.add_argument("--template", action="store_true",
+                       help="audit templates (placeholders such as {{ x }}, ${X}, %%(x)s, @X@ in values the rules "
+                       "judge) with those values not stated, instead of refusing them")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -104,6 +112,7 @@ class AuditCommand(Command):
         timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
         sources = Sources(
             paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
+            qemu_binary=args.qemu_binary, template=args.template,
             running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,
@@ -117,7 +126,8 @@ class AuditCommand(Command):
                                               ("guests", guests_named or not sources.explicit)) if on]
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
-        pve_fix_texts(result.findings, result.guests)
+        pve_fix_texts(result.findings, result.guests, ctx, rules)
+        incus_fix_texts(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         if not args.no_waivers:
             ignored: list[str] = []
@@ -204,6 +214,12 @@ def _fleet_baseline(args: argparse.Namespace, host: str) -> Baseline:
         for f in found.findings if f.host == host
     ]
     return Baseline(f"fleet collection {label} ({found.id}), host {host}", entries, any_host=True)
+
+
+def _qemu_binary(text: str) -> str:
+    if not is_qemu_binary(text) or any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a QEMU system emulator (qemu-system-ARCH, qemu-kvm, kvm)")
+    return text
 
 
 def _seconds(text: str) -> float:

@@ -301,7 +301,8 @@ class _Devices:
 
     guest: Guest
     controllers: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # index -> (model, iothread)
-    hotplug_kib: int = 0
+    hotplug_kib: int = 0  # RAM: dimm, virtio-mem
+    device_kib: int = 0  # not RAM: nvdimm, virtio-pmem (persistent memory the guest sees as a device)
 
 
 def _read_disk(seen: _Devices, el: etree._Element, n: int) -> None:
@@ -327,7 +328,10 @@ def _read_controller(seen: _Devices, el: etree._Element, n: int) -> None:
 
 
 def _read_memory_device(seen: _Devices, el: etree._Element, n: int) -> None:
-    seen.hotplug_kib += _memory_device_kib(el)
+    if low(el.get("model")) in DEVICE_MEMORY_MODELS:
+        seen.device_kib += _memory_device_kib(el)
+    else:
+        seen.hotplug_kib += _memory_device_kib(el)
 
 
 def _read_memballoon(seen: _Devices, el: etree._Element, n: int) -> None:
@@ -377,7 +381,7 @@ def _read_devices(guest: Guest, devices: etree._Element, cpu: etree._Element | N
         if read is not None:
             read(seen, el, n)
     _resolve_scsi_controllers(guest, seen.controllers)
-    _add_memory_devices(guest, cpu, seen.hotplug_kib)
+    _add_memory_devices(guest, cpu, seen.hotplug_kib, seen.device_kib)
 
 
 def _resolve_scsi_controllers(guest: Guest, controllers: dict[str, tuple[str, str | None]]) -> None:
@@ -389,11 +393,21 @@ def _resolve_scsi_controllers(guest: Guest, controllers: dict[str, tuple[str, st
             disk.scsi_controller_model, disk.scsi_controller_iothread = controllers.get(ctrl, ("default", None))
 
 
-def _add_memory_devices(guest: Guest, cpu: etree._Element | None, hotplug_kib: int) -> None:
-    """With NUMA cells libvirt sizes the guest as their sum plus the memory devices."""
-    if hotplug_kib and cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None \
-            and guest.memory_kib:
+# memory devices that are no RAM: persistent memory the guest sees as a device (never boot or hotplugged RAM)
+DEVICE_MEMORY_MODELS = ("nvdimm", "virtio-pmem")
+
+
+def _add_memory_devices(guest: Guest, cpu: etree._Element | None, hotplug_kib: int, device_kib: int) -> None:
+    """With NUMA cells libvirt sizes the guest as their sum plus the memory devices; without, <memory> holds
+    them. Hotplugged RAM (dimm, virtio-mem) counts as the guest's memory, device memory (nvdimm) never does."""
+    guest.device_memory_kib = device_kib
+    if not guest.memory_kib:
+        return
+    if cpu is not None and next(_grandchildren(cpu, "numa", "cell"), None) is not None:
         guest.memory_kib += hotplug_kib
+    elif device_kib and guest.memory_kib > device_kib:
+        guest.memory_kib -= device_kib
+        guest.evidence["memory"] = "/domain/memory less the nvdimm devices"
 
 
 def _memory_device_kib(el: etree._Element) -> int:
@@ -553,6 +567,9 @@ def guest_from_tree(tree: etree._ElementTree, origin: str, origin_kind: str = "x
         _read_devices(guest, devices, top.get("cpu"))
     guest.template = _placeholders_in(root) if _may_hold_placeholders(tree, root, raw) else ()
     if guest.template:
+        judged = _judged_placeholder(root)
+        if judged is not None:
+            guest.derived["template_judged"] = judged
         guest.forget_placeholders()
     return guest
 
@@ -588,10 +605,10 @@ def _may_hold_placeholders(tree: etree._ElementTree, root: etree._Element, raw: 
     # what every placeholder (model.values.PLACEHOLDER) holds, "{" or "%", how XML could spell either without
     # it ("&#"), and NUL: "&#" only where "&" is (one-byte needles are a memchr, a two-byte one scans it all)
     if raw is not None and _ascii_bytes(tree, raw):
-        return (raw.find(b"{") >= 0 or raw.find(b"%") >= 0 or raw.find(b"\x00") >= 0
+        return (raw.find(b"{") >= 0 or raw.find(b"%") >= 0 or raw.find(b"@") >= 0 or raw.find(b"\x00") >= 0
                 or (raw.find(b"&") >= 0 and raw.find(b"&#") >= 0))
     text = etree.tostring(root, encoding="utf-8")
-    return text.find(b"{") >= 0 or text.find(b"%(") >= 0
+    return text.find(b"{") >= 0 or text.find(b"%") >= 0 or text.find(b"@") >= 0
 
 
 def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
@@ -603,6 +620,39 @@ def _placeholders_in(root: etree._Element) -> tuple[str, ...]:
         for value in (*el.attrib.values(), el.text if el is not root else None):
             found.update(dict.fromkeys(placeholders(str(value)) if value is not None else ()))
     return tuple(found)
+
+
+# where a placeholder changes no finding: names, paths, addresses and free text (each rule reads what the guest
+# runs, never what it is called or where its files are); anywhere else it stands for a value a rule judges
+_NAMING_TEXT = frozenset({"name", "uuid", "title", "description", "emulator", "loader", "nvram", "kernel", "initrd",
+                          "cmdline", "dtb", "backend", "label", "imagelabel", "baselabel", "genid", "serial",
+                          "wwn", "vendor", "product", "alias"})
+_NAMING_ATTRS = frozenset({"file", "dev", "network", "bridge", "path", "dir", "name", "pool", "volume", "socket",
+                           "passwd", "listen", "host", "port", "tlsPort", "websocket", "portgroup", "keymap",
+                           "uuid", "id", "alias", "serial", "wwn", "target"})
+_NAMING_ELEMENTS = frozenset({"address", "mac", "alias", "seclabel", "graphics", "serial", "console", "channel",
+                              "source", "listen", "boot"})
+
+
+def _judged_placeholder(root: etree._Element) -> tuple[str, str, int | None] | None:
+    """The first placeholder in a value a rule judges (memory, vCPUs, a cache mode, a model): (placeholder,
+    where, line); ``None`` when every placeholder names something (a path, a MAC, a bridge)."""
+    for child in root:
+        if not isinstance(child.tag, str) or child.tag in _FREE_TEXT:
+            continue
+        for el in child.iter():
+            tag = el.tag
+            if not isinstance(tag, str):
+                continue
+            naming_el = tag in _NAMING_ELEMENTS
+            for attr, value in el.attrib.items():
+                found = placeholders(str(value))
+                if found and not naming_el and str(attr) not in _NAMING_ATTRS:
+                    return found[0], f"<{tag} {attr!s}=>", _line(el)
+            found = placeholders(el.text) if el.text else []
+            if found and tag not in _NAMING_TEXT and not naming_el:
+                return found[0], f"<{tag}>", _line(el)
+    return None
 
 
 def load_guest_file(path: str | Path) -> Guest:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from kvmtune.audit.context import AuditContext
-from kvmtune.audit.engine import run_rules
+from kvmtune.audit.finding import Finding
+from kvmtune.audit.pve_advice import Keep, converge
 from kvmtune.audit.rule import Rule
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
@@ -33,7 +34,7 @@ from kvmtune.proxmox import pvesh, qm
 from kvmtune.proxmox.config import DISK_KEY, PveConfig, drive_props
 from kvmtune.proxmox.guest import config_of
 from kvmtune.proxmox.load import host_storages, read_config_text, read_host
-from kvmtune.proxmox.qmset import QmChange, apply_to_text, change_for, drive_refusal, new_values, qm_set_line
+from kvmtune.proxmox.qmset import QmChange, drive_refusal, new_values, qm_set_line
 from kvmtune.runner import Runner, default_runner
 
 PENDING_NOTE = "the VM runs: PVE keeps what it cannot hotplug as pending until the VM's next start ('qm pending {}')"
@@ -151,37 +152,44 @@ def has_pve(root: str, runner: Runner | None = None) -> bool:
     return host.is_live and (runner or default_runner()).which(qm.QM) is not None
 
 
-def _changes(guest: Guest, cfg: PveConfig, ctx: AuditContext, rules: Sequence[type[Rule]], options: FixOptions,
-             plan: Plan, *, running: bool = False) -> tuple[QmChange, list[Reason]]:
-    """The merged ``qm set`` change of one guest's findings, and why (each finding with its config lines)."""
-    change = QmChange()
-    reasons: list[Reason] = []
-    forms = {r.id: r.pve for r in rules}
-    for finding in run_rules(ctx, [guest], [], False, rules):
-        one = change_for(forms.get(finding.rule), cfg, finding.target.device)
-        if one is None:
-            continue
+def _keep(guest: Guest, options: FixOptions, plan: Plan, *, running: bool) -> Keep:
+    """Which findings' changes ``fix`` makes (the others said in ``plan.skipped``, once each)."""
+    def skip(line: str) -> bool:
+        if line not in plan.skipped:
+            plan.skipped.append(line)
+        return False
+
+    def keep(finding: Finding, one: QmChange, cfg: PveConfig) -> bool:
+        where = f"{guest.name} {finding.target.device or ''}: {finding.rule}"
         if one.refused:
-            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule}: {one.refused}")
-            continue
+            return skip(f"{where}: {one.refused}")
         if one.moves and running:
             moved = ", ".join(f"{old} → {new}" for old, new in one.moves.items())
-            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} ({moved}) needs the VM "
-                                "stopped: on a running VM PVE would hot-plug the volume a second time "
-                                f"(qm shutdown {cfg.vmid}, then kvmtune fix again)")
-            continue
+            return skip(f"{where} ({moved}) needs the VM stopped: on a running VM PVE would hot-plug the volume a "
+                        f"second time (qm shutdown {cfg.vmid}, then kvmtune fix again)")
         refusal = drive_refusal(cfg, one, options.pve_volumes)
         if refusal:
-            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule}: {refusal}")
-            continue
+            return skip(f"{where}: {refusal}")
+        if one.cpu_change and not options.allow_cpu_change:
+            return skip(f"{where} changes the guest's CPU model (--allow-cpu-change)")
         if one.guest_visible and not options.allow_bus_change:
-            plan.skipped.append(f"{guest.name} {finding.target.device or ''}: {finding.rule} changes what the "
-                                "guest sees (--allow-bus-change)")
-            continue
-        change.merge(one)
-        lines = tuple(n for k in [*one.values, *one.props] if (n := cfg.lines.get(k)))
-        reasons.append(Reason(f"{finding.rule} {finding.slug}", lines))
-    return change, reasons
+            return skip(f"{where} changes what the guest sees (--allow-bus-change)")
+        return True
+    return keep
+
+
+def _converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: Sequence[type[Rule]],
+              options: FixOptions, plan: Plan, *, running: bool = False) -> tuple[QmChange, list[Reason], str]:
+    """One VM's change until nothing new turns up (audit/pve_advice.converge), and why: each finding with the
+    config lines it changes."""
+    done = converge(guest, cfg, text, ctx, rules, _keep(guest, options, plan, running=running))
+    reasons: list[Reason] = []
+    for finding, one, at in done.taken:
+        lines = tuple(n for k in [*one.values, *one.props] if (n := at.lines.get(k)))
+        reason = Reason(f"{finding.rule} {finding.slug}", lines)
+        if reason not in reasons:
+            reasons.append(reason)
+    return done.change, reasons, done.text
 
 
 def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan,
@@ -202,13 +210,11 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
         cfg = config_of(guest)
         if cfg is None:
             continue
-        change, reasons = _changes(guest, cfg, ctx, rules, options, plan)
-        if not (change.values or change.props):
-            continue
         path = Path(cfg.path)
         before = read_state(path)
         text = (before.data or b"").decode("utf-8")
-        after = apply_to_text(text, cfg, change).encode("utf-8")
+        change, reasons, after_text = _converge(guest, cfg, text, ctx, rules, options, plan)
+        after = after_text.encode("utf-8")
         if after == before.data:
             continue
         plan.changes.append(PveConfEdit(path=path, shown=cfg.path, before=before, after=after, reasons=reasons,
@@ -241,12 +247,11 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
         cfg.path = f"VM {vm.vmid} config"
         plan.notes.extend(n.replace(f"{vm.vmid}.conf:", f"{cfg.path}, line ", 1) for n in cfg.notes)
         guest.on_audited_host = guest.images_here = True
-        change, reasons = _changes(guest, cfg, ctx, rules, options, plan, running=vm.running)
+        change, reasons, after = _converge(guest, cfg, text, ctx, rules, options, plan, running=vm.running)
         values = new_values(cfg, change)
         values = {k: v for k, v in values.items() if not qm.same_value(pending.values.get(k), v)}
         if not values:
             continue
-        after = apply_to_text(text, cfg, change)
         notes = [PENDING_NOTE.format(vm.vmid)] if vm.running else []
         notes += change.notes
         waiting = sorted(k for k in {*pending.values, *current.values}

@@ -153,6 +153,7 @@ class Guest:
     memory_kib: int | None = None
     # <currentMemory>: what the balloon leaves the guest at boot; None = not stated (all of memory_kib)
     current_memory_kib: int | None = None
+    device_memory_kib: int = 0  # nvdimm / virtio-pmem: memory the guest sees as a device, not in memory_kib
     cpu_mode: str | None = None  # host-passthrough | host-model | custom | maximum
     cpu_model: str | None = None
     vcpu_pinned: bool = False
@@ -184,6 +185,9 @@ class Guest:
     inside: GuestInside | None = None  # what the guest agent answered; None: not asked or no answer
     # the placeholders of a template ({path}, %(name)s, {{ x }}, ${X}) found in its definition; () for a real guest
     template: tuple[str, ...] = ()
+    # parts of the definition that could not be read (a -readconfig file): what they may hold is not stated,
+    # so no rule judges an absence ("no RNG device") on this guest
+    unread: tuple[str, ...] = ()
     evidence: dict[str, str] = field(default_factory=dict)
     # waivers the definition carries (<metadata><kvmtune:waiver rule= reason= …/>): attributes as written,
     # checked by audit/waivers.py

@@ -202,9 +202,11 @@ VFIO_HOSTDEV_TYPES = ("pci", "mdev")
 
 # the placeholders of the template languages definitions are generated from: Jinja ({{ x }}, {% ... %}),
 # Python's str.format ({path}) and %-formatting (%(name)s), shell and Go/JS templates (${VAR})
-PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\$\{[^}\s]+\}|%\([A-Za-z_]\w*\)[sdifr]|\{[A-Za-z_][\w.-]*\}")
+# ERB/EJS (<% x %>) and autoconf/CMake substitutions (@VAR@)
+PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\$\{[^}\s]+\}|%\([A-Za-z_]\w*\)[sdifr]|\{[A-Za-z_][\w.-]*\}"
+                         r"|<%.*?%>|@[A-Z_][A-Z0-9_]*@")
 
 
 def placeholders(text: str | None) -> list[str]:
     """The template placeholders in ``text``, in order (none in ordinary values, JSON included)."""
-    return PLACEHOLDER.findall(text) if text and ("{" in text or "%(" in text) else []
+    return PLACEHOLDER.findall(text) if text and ("{" in text or "%" in text or "@" in text) else []

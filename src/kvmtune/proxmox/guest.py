@@ -16,6 +16,7 @@ A value taken from these defaults says so in its evidence (``(no cache=: PVE's d
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from kvmtune.domain.windows import OsIdentity
@@ -34,6 +35,9 @@ WINDOWS_OSTYPES = frozenset({"wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "wi
 LINUX_OSTYPES = frozenset({"l24", "l26"})
 DISK_ORDER = ("ide", "sata", "scsi", "virtio")
 CONFIG = "pve_config"  # Guest.derived key: the PveConfig a guest was read from
+
+
+STORAGES = "pve_storages"
 
 
 def config_of(guest: Guest) -> PveConfig | None:
@@ -62,6 +66,7 @@ def guest_from_config(cfg: PveConfig, storages: dict[str, Storage] | None) -> tu
     c = cfg.current
     guest = Guest(name=guest_name(cfg), origin=cfg.path, origin_kind="pve", vcpus=1)
     guest.derived[CONFIG] = cfg  # what the qm set forms of its findings' fixes start from
+    guest.derived[STORAGES] = storages  # what the config is read again with, once a fix changed it
     notes: list[str] = []
     _read_machine_cpu_memory(cfg, guest)
     _read_os(cfg, guest)
@@ -119,12 +124,23 @@ def _read_machine_cpu_memory(cfg: PveConfig, guest: Guest) -> None:
     guest.memory_kib = int(memory) * 1024
     balloon = c.get("balloon")
     guest.memballoon = "none" if balloon == "0" else "virtio"
-    guest.balloon_free_page_reporting = balloon != "0"  # qemu-server: free-page-reporting=on (machine >= 6.2)
+    # qemu-server adds free-page-reporting=on for machine versions from 6.2 on: a VM pinned below has none
+    guest.balloon_free_page_reporting = balloon != "0" and _machine_version(guest.machine) >= (6, 2)
     guest.hugepages = "hugepages" in c
     guest.uuid = next((v for k, v in split_property_string(c.get("smbios1", "")) if k == "uuid"), None)
     for attr, key in (("machine", "machine"), ("cpu", "cpu"), ("vcpus", "cores"), ("memory", "memory"),
                       ("memballoon", "balloon"), ("virt_type", "kvm")):
         guest.evidence[attr] = cfg.where(key)
+
+
+_PINNED_MACHINE = re.compile(r"^pc(?:-i440fx|-q35)?-(\d+)\.(\d+)(?:\+pve\d+)?$")
+
+
+def _machine_version(machine: str | None) -> tuple[int, int]:
+    """The QEMU machine version a PVE ``machine:`` pins (``pc-i440fx-6.1+pve0``); an alias (``pc``, ``q35``) is the
+    newest, which qemu-server pins at start."""
+    m = _PINNED_MACHINE.match(machine or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (99, 0)
 
 
 def _read_os(cfg: PveConfig, guest: Guest) -> None:

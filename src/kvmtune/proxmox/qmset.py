@@ -36,6 +36,7 @@ class QmChange:
     props: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> properties to set in its string
     ui: str = ""
     guest_visible: bool = False  # the guest sees other hardware (controller, NIC model): --allow-bus-change
+    cpu_change: bool = False  # the guest's CPU model changes: --allow-cpu-change
     moves: dict[str, str] = field(default_factory=dict)  # a drive re-attached under another key: old -> new
     refused: str = ""  # the form applies, but this config cannot take it (why, in one line); nothing to change
     notes: list[str] = field(default_factory=list)  # what the operator must know beside the change
@@ -45,6 +46,7 @@ class QmChange:
         for key, props in other.props.items():
             self.props.setdefault(key, {}).update(props)
         self.guest_visible = self.guest_visible or other.guest_visible
+        self.cpu_change = self.cpu_change or other.cpu_change
         self.moves.update(other.moves)
         self.notes.extend(n for n in other.notes if n not in self.notes)
 
@@ -62,7 +64,7 @@ class PveForm:
     kind: str
     ui: str
     values: tuple[tuple[str, str], ...] = ()
-    guest_visible: bool = False  # the guest sees other hardware (controller, NIC model, CPU): --allow-bus-change
+    guest_visible: bool = False  # the guest sees other hardware (controller, NIC model): --allow-bus-change
 
 
 Form = Callable[[PveForm, PveConfig, str], "QmChange | None"]
@@ -197,16 +199,53 @@ def _bus(form: PveForm, cfg: PveConfig, device: str) -> QmChange | None:
     return change
 
 
+# the CPU type proposed for a VM without AVX: x86-64-v3 (AVX2: Intel since Haswell, AMD since Zen 1), migratable
+CPU_PROPOSED = "x86-64-v3"
+# PVE's default CPU type since 8.0 (the web UI's): a baseline chosen for clusters mixing older CPUs
+PVE_BASELINE = "x86-64-v2-aes"
+
+
+def _cpu(form: PveForm, cfg: PveConfig, device: str, host_flags: set[str] | None = None) -> QmChange | None:
+    """``cpu:`` set to x86-64-v3 (``host`` where this host's CPUs, ``host_flags``, lack AVX2), its other properties
+    (flags=, hidden=) kept; never the value it has."""
+    items = split_property_string(cfg.current.get("cpu", ""))
+    current = next((v for k, v in items if k in (None, "cputype")), "") if items else ""
+    ui = form.ui
+    proposed = "host" if host_flags is not None and "avx2" not in host_flags else CPU_PROPOSED
+    if current.lower() == proposed:
+        return QmChange(ui=ui, refused=f"cpu: is {current} already")
+    rest = [(k, v) for k, v in items if k not in (None, "cputype")]
+    value = ",".join([proposed, *(f"{k}={v}" for k, v in rest)])
+    change = QmChange(values={"cpu": value}, ui=ui, cpu_change=True)
+    if proposed == "host":
+        change.notes.append("this host's CPUs lack AVX2, so x86-64-v3 would not start: 'host' passes them through, "
+                            f"at the cost of live migrating VM {cfg.vmid} only to nodes with the same CPU")
+    else:
+        change.notes.append(f"{CPU_PROPOSED} needs AVX2 on every node VM {cfg.vmid} runs or migrates on (Intel "
+                            "Haswell, AMD Zen 1 and later); where one lacks it, 'host' is the alternative, at the cost "
+                            "of live migration between nodes with different CPUs")
+    if current.lower() == PVE_BASELINE:
+        change.notes.append(f"the current {current} is PVE's default, an accepted migration baseline for a cluster "
+                            "with pre-AVX2 CPUs: keep it there (and waive this finding)")
+    return change
+
+
 KINDS: dict[str, Form] = {
     "disk-props": _disk_props, "set": _set, "aio": _aio, "iothread": _iothread, "scsihw": _scsihw,
-    "nic-model": _nic_model, "queues": _queues, "bus": _bus,
+    "nic-model": _nic_model, "queues": _queues, "bus": _bus, "cpu": _cpu,
 }
 CACHE_NONE = PveForm("disk-props", "Hardware > Hard Disk ({}) > Cache: No cache", (("cache", "none"),))
 
 
-def change_for(form: PveForm | None, cfg: PveConfig, device: str | None) -> QmChange | None:
-    """One finding's change: its rule's PVE form (``None``: the rule has none) applied to the config."""
-    return KINDS[form.kind](form, cfg, device or "") if form is not None else None
+def change_for(form: PveForm | None, cfg: PveConfig, device: str | None,
+               host_flags: set[str] | None = None) -> QmChange | None:
+    """One finding's change: its rule's PVE form (``None``: the rule has none) applied to the config; ``host_flags``
+    (this host's CPU flags, ``None``: unknown) choose the CPU type a ``cpu`` form proposes."""
+    if form is None:
+        return None
+    if form.kind == "cpu":
+        return _cpu(form, cfg, device or "", host_flags)
+    return KINDS[form.kind](form, cfg, device or "")
 
 
 def new_values(cfg: PveConfig, change: QmChange) -> dict[str, str | None]:

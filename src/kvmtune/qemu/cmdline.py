@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmtune.errors import InputError
+from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
 from kvmtune.model.values import (
     BUS_OF_DEVICE,
@@ -33,6 +34,7 @@ from kvmtune.model.values import (
     qemu_size_kib,
 )
 from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
+from kvmtune.qemu.readconfig import ConfigFile, read_config
 from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -65,10 +67,11 @@ class Option:
     value: str | None
     index: int  # position among the options, for evidence
     props: dict[str, Any]
+    where: str | None = None  # a -readconfig file's section: its file and line, cited instead of the position
 
     @property
     def label(self) -> str:
-        return f"{self.name} #{self.index}"
+        return self.where or f"{self.name} #{self.index}"
 
 
 def split_args_text(text: str) -> list[str]:
@@ -151,16 +154,31 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
-    """Return (binary, options). Raises ValueError when this is no QEMU command line."""
+DEFAULT_BINARY = "qemu-system-x86_64"
+
+
+def is_qemu_binary(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base.startswith("qemu-system-") or base in ("qemu-kvm", "kvm") or base.startswith("qemu-kvm")
+
+
+def parse_options(argv: list[str], default_binary: str | None = None) -> tuple[str, list[Option]]:
+    """Return (binary, options). Raises ValueError when this is no QEMU command line.
+
+    With ``default_binary``, an argument list whose first word is an option (the binary passed separately, as
+    Packer, Multipass and Kata log it) is read as that binary's; one option alone stays a fragment, refused.
+    """
     if not argv:
         raise ValueError("empty command line")
     binary = argv[0]
     base = binary.rsplit("/", 1)[-1]
-    if not (base.startswith("qemu-system-") or base in ("qemu-kvm", "kvm") or base.startswith("qemu-kvm")):
+    start = 1
+    if default_binary is not None and binary.startswith("-") and len(binary) > 1:
+        binary, start = default_binary, 0
+    elif not is_qemu_binary(binary):
         raise ValueError(f"not a QEMU system emulator command line (starts with {base!r})")
     options: list[Option] = []
-    i = 1
+    i = start
     index = 0
     while i < len(argv):
         word = argv[i]
@@ -182,6 +200,9 @@ def parse_options(argv: list[str]) -> tuple[str, list[Option]]:
             options.append(Option(name, value, index, props))
             i += 2
         index += 1
+    if start == 0 and len(options) < 2:
+        raise ValueError(f"a single option ({argv[0]!r}), a fragment of a QEMU command line, not an argument list "
+                         "to audit")
     return binary, options
 
 
@@ -351,7 +372,7 @@ def _read_mem_path(r: _Reading, opt: Option) -> None:
 
 def _read_rtc(r: _Reading, opt: Option) -> None:
     """-rtc base=utc|localtime|<date>: libvirt's clock offset utc, localtime or (a start date) variable."""
-    base = str(parse_keyval(opt.value or "").get("base", "utc")).strip().lower()
+    base = str((opt.props or parse_keyval(opt.value or "")).get("base", "utc")).strip().lower()
     r.guest.clock_offset = base if base in ("utc", "localtime") else "variable"
     r.guest.evidence["clock"] = opt.label
 
@@ -517,6 +538,9 @@ DEVICE_READERS: dict[str, DeviceReader] = {
 
 def _settle_accel(r: _Reading) -> None:
     guest, base = r.guest, r.binary.rsplit("/", 1)[-1]
+    if r.accel is None and guest.unread:  # an unread -readconfig file may name it: not stated, not TCG
+        guest.evidence["virt_type"] = "(not stated: " + ", ".join(guest.unread) + " not read)"
+        return
     if r.accel is None and (base in ("kvm", "qemu-kvm") or base.startswith("qemu-kvm")):
         r.accel = "kvm"  # RHEL's qemu-kvm and Debian's kvm wrapper default to KVM
         guest.evidence["virt_type"] = f"({base} defaults to KVM)"
@@ -525,7 +549,7 @@ def _settle_accel(r: _Reading) -> None:
 
 
 def _settle_cpu(r: _Reading) -> None:
-    if not r.cpu_seen and r.guest.is_x86:
+    if not r.cpu_seen and r.guest.is_x86 and not r.guest.unread:
         r.guest.cpu_mode = "custom"
         r.guest.cpu_model = "qemu64"
         r.guest.evidence["cpu"] = "(no -cpu option: QEMU's default model)"
@@ -543,26 +567,110 @@ def _read_devices(r: _Reading) -> None:
             DEVICE_READERS[kind](r, dev, drv)
     for drive_id, opt in r.legacy_disks:
         r.guest.disks.append(_disk_from_drive(drive_id, opt, r.storage, r.guest))
-    r.guest.memballoon = "virtio" if r.balloon else "none"
-    if not r.balloon:
+    r.guest.memballoon = "virtio" if r.balloon else (None if r.guest.unread else "none")
+    if not r.balloon and not r.guest.unread:
         r.guest.evidence["memballoon"] = "(no -device virtio-balloon-* or -balloon virtio option)"
 
 
 def _settle_memory(r: _Reading) -> None:
+    """-m is the boot RAM; pc-dimm and virtio-mem add hotplugged RAM to it, nvdimm and virtio-pmem are device
+    memory (``Guest.device_memory_kib``), never RAM."""
     guest = r.guest
-    plugged = _hotplugged_memory_kib(r.devices, r.objects)
+    plugged, device = _memory_devices_kib(r.devices, r.objects)
+    guest.device_memory_kib = device
     if plugged and guest.memory_kib is not None:
-        guest.memory_kib += plugged  # -m is the boot RAM; pc-dimm/nvdimm/virtio-mem add to it
-        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + memory devices"
+        guest.memory_kib += plugged
+        guest.evidence["memory"] = f"{guest.evidence.get('memory', '-m')} + hotplugged memory devices"
 
 
-def guest_from_argv(argv: list[str], origin: str) -> Guest:
+def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = None,
+                    host: HostRoot | None = None) -> Guest:
+    """The guest ``argv`` starts; with ``default_binary``, an argument list without the binary is that binary's
+    (the guest's ``derived["binary_assumed"]`` says so). ``-readconfig`` files are read beneath ``host``'s root;
+    without ``host``, or when one cannot be read, the guest says so (``Guest.unread``)."""
     try:
-        binary, options = parse_options(argv)
+        binary, options = parse_options(argv, default_binary)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
     arch = binary.rsplit("qemu-system-", 1)[-1] if "qemu-system-" in binary else "x86_64"
     r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch, vcpus=1), binary)
+    if binary != argv[0]:
+        r.guest.derived["binary_assumed"] = binary
+    expanded = _with_config_files(r.guest, options, host)
+    guest = _read_guest(r, expanded, argv)
+    _recognise_instance(r, options)
+    return guest
+
+
+def guest_from_config(config: ConfigFile, origin: str) -> Guest:
+    """A ``-readconfig`` file given on its own: a fragment of a guest, audited with the same rules, its command
+    line not read (so nothing is judged on what the file leaves out)."""
+    r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch="x86_64", vcpus=1), DEFAULT_BINARY)
+    r.guest.unread = ("the command line that reads this configuration file",)
+    r.guest.derived["notes"] = list(config.notes)
+    return _read_guest(r, _config_options(config, 0), [])
+
+
+def _config_options(config: ConfigFile, index: int) -> list[Option]:
+    return [Option(s.option, None, index, s.props, s.where) for s in config.sections]
+
+
+def _with_config_files(guest: Guest, options: list[Option], host: HostRoot | None) -> list[Option]:
+    """``options`` with each ``-readconfig`` replaced by its file's sections, where it stands (QEMU applies a
+    file's options there: earlier options are overridden by it, later ones override it)."""
+    if not any(o.name == "-readconfig" for o in options):
+        return options
+    out: list[Option] = []
+    notes: list[str] = guest.derived.setdefault("notes", [])
+    for opt in options:
+        if opt.name != "-readconfig":
+            out.append(opt)
+            continue
+        value = opt.value or ""
+        if host is None:
+            guest.unread += (f"-readconfig {value}",)
+            notes.append(f"-readconfig {value}: not read here; findings on what the file may hold are withheld")
+            continue
+        try:
+            config, note = read_config(value, host)
+        except InputError as exc:
+            guest.unread += (f"-readconfig {value}",)
+            notes.append(f"-readconfig {exc.where}: not read ({exc.problem}); findings on what the file may hold "
+                         "(no accelerator, no balloon, no RNG, ...) are withheld")
+            continue
+        notes.extend([f"-readconfig {config.path}: read, {len(config.sections)} section(s)",
+                      *([note] if note else []), *config.notes])
+        guest.derived.setdefault("config_files", []).append(config.path)
+        out.extend(_config_options(config, opt.index))
+    return out
+
+
+# where LXD and Incus keep an instance's QEMU configuration file: .../lxd/logs/<instance>/qemu.conf (the snap),
+# /var/log/{lxd,incus}/<instance>/qemu.conf, /run/incus/<instance>/qemu.conf
+_INSTANCE_CONFIG = re.compile(r"/(lxd|incus)/(?:logs/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,127})/qemu\.conf$")
+_INSTANCE_PRODUCT = re.compile(r"(?:^|,)product=(LXD|Incus)(?:,|$)")
+
+
+def _recognise_instance(r: _Reading, options: list[Option]) -> None:
+    """An LXD or Incus VM (its -readconfig path, or the SMBIOS product it sets) is named by its instance:
+    ``incus:<instance>`` (``derived["instance"]``: (manager, instance), for fix texts in their CLI)."""
+    manager = instance = None
+    for opt in options:
+        value = opt.value or ""
+        if opt.name == "-readconfig" and (m := _INSTANCE_CONFIG.search(value)):
+            manager, instance = m.group(1), instance or m.group(2)
+        elif opt.name == "-smbios" and (m := _INSTANCE_PRODUCT.search(value)):
+            manager = manager or m.group(1).lower()
+    if manager is None:
+        return
+    if r.guest.name != "?":
+        instance = r.guest.name  # -name is the instance; the directory adds the project (<project>_<instance>)
+    if instance:
+        r.guest.derived["instance"] = (manager, instance)
+        r.guest.name = f"{manager}:{instance}"
+
+
+def _read_guest(r: _Reading, options: list[Option], argv: list[str]) -> Guest:
     for opt in options:
         read = OPTION_READERS.get(opt.name)
         if read is not None:
@@ -573,10 +681,48 @@ def guest_from_argv(argv: list[str], origin: str) -> Guest:
     _settle_memory(r)
     for attr, absent in _ABSENT_EVIDENCE.items():  # a rule citing a default cites the option that is not there
         r.guest.evidence.setdefault(attr, absent)
-    r.guest.template = tuple(dict.fromkeys(p for word in argv for p in placeholders(word)))
+    from_files = [str(v) for opt in options if opt.where for v in opt.props.values()]
+    r.guest.template = tuple(dict.fromkeys(p for word in (*argv, *from_files) for p in placeholders(word)))
     if r.guest.template:
+        judged = _judged_placeholder(options)
+        if judged is not None:
+            r.guest.derived["template_judged"] = judged
         r.guest.forget_placeholders()
     return r.guest
+
+
+# options whose value names something (a guest, a file, a socket, a display): a placeholder there changes no
+# finding; and the keys of the others that do the same
+_NAMING_OPTIONS = frozenset({
+    "-name", "-uuid", "-pidfile", "-D", "-runas", "-kernel", "-initrd", "-append", "-bios", "-L", "-vnc", "-spice",
+    "-serial", "-monitor", "-qmp", "-mon", "-chardev", "-readconfig", "-smbios", "-display", "-sandbox", "-boot",
+    "-k", "-loadvm", "-id", "-parallel", "-incoming", "-fsdev", "-virtfs", "-trace", "-msg", "-sd", "-pflash",
+    *_LEGACY_DRIVE_OPTIONS,
+})
+_NAMING_KEYS = frozenset({
+    "file", "filename", "path", "ifname", "br", "mac", "id", "node-name", "script", "downscript", "guest", "chardev",
+    "netdev", "drive", "bus", "addr", "serial", "wwn", "fd", "fds", "vhostfd", "vhostfds", "hostfwd", "sock",
+    "socket", "addr.path", "server", "bootindex", "romfile", "file.filename", "file.path", "memdev", "rng", "iothread",
+    "host", "sysfsdev", "rombar", "x-pci-sub-device-id", "serial-number",
+})
+
+
+def _judged_placeholder(options: list[Option]) -> tuple[str, str, int | None] | None:
+    """The first placeholder in a value a rule judges (a size, a count, a cache mode, a model): (placeholder,
+    where, None: the line is the text's to tell); ``None`` when every placeholder names something."""
+    for opt in options:
+        if opt.name in _NAMING_OPTIONS:
+            continue
+        if not opt.props:
+            found = placeholders(opt.value)
+            if found:
+                return found[0], opt.label, None
+            continue
+        for key, value in opt.props.items():
+            found = placeholders(str(value)) if key not in _NAMING_KEYS and not isinstance(value, dict) else []
+            if found:
+                return found[0], f"{opt.label} {key}=", None
+    return None
 
 
 # what a finding about a value QEMU chose by default cites: the option left out, never a domain XPath
@@ -587,23 +733,28 @@ _ABSENT_EVIDENCE = {
 }
 
 
-_MEMORY_DEVICES = ("pc-dimm", "nvdimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device", "virtio-pmem-pci")
+_RAM_DEVICES = ("pc-dimm", "virtio-mem-pci", "virtio-mem-ccw", "virtio-mem-device")
+_DEVICE_MEMORY = ("nvdimm", "virtio-pmem-pci")
 
 
-def _hotplugged_memory_kib(devices: list[Option], objects: dict[str, Option]) -> int:
-    total = 0
+def _memory_devices_kib(devices: list[Option], objects: dict[str, Option]) -> tuple[int, int]:
+    """(hotplugged RAM, device memory) of the memory devices, in KiB."""
+    ram = device_memory = 0
     for dev in devices:
         drv = str(dev.props.get("driver", "")).lower()
-        if drv not in _MEMORY_DEVICES:
+        if drv not in _RAM_DEVICES and drv not in _DEVICE_MEMORY:
             continue
         if drv.startswith("virtio-mem"):
             size = dev.props.get("requested-size")  # what is plugged now, not the region's maximum
         else:
             backend = objects.get(str(dev.props.get("memdev", "")))
             size = backend.props.get("size") if backend is not None else None
-        kib = qemu_object_kib(size)
-        total += kib or 0
-    return total
+        kib = qemu_object_kib(size) or 0
+        if drv in _DEVICE_MEMORY:
+            device_memory += kib
+        else:
+            ram += kib
+    return ram, device_memory
 
 
 def _disk_from_device(
@@ -722,9 +873,15 @@ def _nic_from_backend(index: int, backend: Option | None, driver: str, device: O
     return nic
 
 
-def guest_from_text(text: str, origin: str) -> Guest:
+def guest_from_text(text: str, origin: str, default_binary: str | None = None,
+                    host: HostRoot | None = None) -> Guest:
     try:
         argv = split_args_text(text)
     except ValueError as exc:
         raise InputError(origin, str(exc)) from None
-    return guest_from_argv(argv, origin)
+    guest = guest_from_argv(argv, origin, default_binary, host)
+    judged = guest.derived.get("template_judged")
+    if judged is not None and judged[2] is None:
+        line = next((n for n, text_line in enumerate(text.splitlines(), 1) if judged[0] in text_line), None)
+        guest.derived["template_judged"] = (judged[0], judged[1], line)
+    return guest

@@ -32,7 +32,7 @@ def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:
             if owner is None:
                 continue
         try:
-            guest = guest_from_argv(argv, f"/proc/{entry}/cmdline")
+            guest = guest_from_argv(argv, f"/proc/{entry}/cmdline", host=host)
         except InputError as exc:
             errors.append(str(exc))
             continue

@@ -79,7 +79,8 @@ class CpuModelGeneric(GuestRule):
     )
     fix_safe = False
     # the same fix as 'qm set' (proxmox/qmset.py)
-    pve = PveForm("set", "Hardware > Processors > Type: x86-64-v2-AES (or host)", (("cpu", "x86-64-v2-AES"),), guest_visible=True)
+    # x86-64-v3, never the x86-64-v2-AES this rule flags (proxmox/qmset.py _cpu); needs --allow-cpu-change
+    pve = PveForm("cpu", "Hardware > Processors > Type: x86-64-v3 (or host)")
     references = (
         "seed:000 (x2apic via -cpu qemu64,+x2apic gave 2-5 % on I/O workloads: the generic model lacks it)",
         "libvirt formatdomain: CPU model and topology (host-passthrough, host-model)",

@@ -53,8 +53,8 @@ def memory_problem(guest: Guest, layout: CpuLayout) -> str | None:
     if not sizes or not stated or any(s is None for s in sizes):
         return None
     total = sum(s for s in sizes if s is not None)
-    if guest.memory_kib != total:
-        return None  # memory devices on top of the cells
+    if guest.memory_kib != total or guest.device_memory_kib:
+        return None  # memory devices on top of the cells (nvdimm: in <memory>, never in the guest's RAM)
     if abs(total - stated) <= max(MEMORY_SLACK_KIB, stated // 20):
         return None
     return f"cells hold {gib(total)}, <memory> says {gib(stated)}"

@@ -39,6 +39,7 @@ class RngMissing(GuestRule):
         "libvirt formatdomain: random number generator device",
     )
     verify = NoExperiment("an RNG device's effect is guest entropy; not a speed setting")
+    rests_on_absence = True
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:
         if guest.rngs:
