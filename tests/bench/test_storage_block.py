@@ -21,10 +21,11 @@ import pytest
 
 import kvmtune.cli as cli
 from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.block import CACHE_MODES, BlockPlan, BlockTier, daemon_argv
+from kvmtune.bench.storage.block import BlockPlan, BlockTier, daemon_argv
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
+from kvmtune.qemuopts import CACHE_MODES
 
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]

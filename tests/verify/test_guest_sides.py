@@ -346,7 +346,8 @@ def test_plan_part_nic_waits_for_its_module(tmp_path: Path) -> None:
 
 
 def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path) -> None:
-    from kvmtune.verify.engine import to_cell, verified_fix_lines
+    from kvmtune.bench.report import verified_fix_lines
+    from kvmtune.verify.engine import to_cell
 
     ctx = _ctx(tmp_path)
     (p,) = _planned(EXAMPLES / "web01-legacy.xml", "KVM-STO-001", ctx)

@@ -10,7 +10,7 @@ from typing import Any
 
 from kvmtune.audit.settings import read_file
 from kvmtune.bench.net.claims import winners
-from kvmtune.bench.report import baseline_names, render, resolve_baseline
+from kvmtune.bench.report import baseline_names, render, resolve_baseline, verified_fix_lines
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
@@ -94,9 +94,6 @@ def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         verify_runs = [runs[rid] for rid in run_ids if runs[rid].kind == "verify"]
         if verify_runs:
-
-            from kvmtune.verify.engine import verified_fix_lines
-
             head.append("verified fixes:")
             for run in verify_runs:
                 for line in verified_fix_lines(st.cells(run.id)):

@@ -92,7 +92,17 @@ from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.errors import KvmtuneError
-from kvmtune.qemuopts import Aio, Cache, ImageFormat, Preallocation, fio_nbd_uri, fio_option, keyval, member
+from kvmtune.qemuopts import (
+    CACHE_MODES,
+    Aio,
+    Cache,
+    ImageFormat,
+    Preallocation,
+    fio_nbd_uri,
+    fio_option,
+    keyval,
+    member,
+)
 
 TIER = "block"
 RAMP_S = 0.5
@@ -116,33 +126,6 @@ BATCH_SAMPLE_S = 0.02  # /proc/diskstats while a batch runs: a cell's window is 
 DELETE_THREADS = 8
 FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
 INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
-
-
-@dataclass(frozen=True)
-class CacheMode:
-    """What libvirt's ``<driver cache=…>`` becomes in QEMU.
-
-    libvirt's ``qemuDomainDiskCachemodeFlags()`` (src/qemu/qemu_domain.c) turns each mode into three flags;
-    ``qemuBlockStorageSourceGetBlockdevGetCacheProps()`` (src/qemu/qemu_block.c) puts ``direct`` and
-    ``no-flush`` on the ``-blockdev`` as ``cache.direct`` / ``cache.no-flush``, and qemu_command.c puts
-    ``writeback`` on the guest device as ``write-cache=on|off``. QEMU documents the same table under
-    ``-drive cache=`` (qemu-options: cache.writeback / cache.direct / cache.no-flush). With no guest
-    device, the NBD export's ``writethrough=on`` plays ``write-cache=off``: QEMU flushes after every
-    write before completing it.
-    """
-
-    direct: bool
-    no_flush: bool
-    write_cache: bool
-
-
-CACHE_MODES = {
-    "none": CacheMode(direct=True, no_flush=False, write_cache=True),
-    "writethrough": CacheMode(direct=False, no_flush=False, write_cache=False),
-    "writeback": CacheMode(direct=False, no_flush=False, write_cache=True),
-    "directsync": CacheMode(direct=True, no_flush=False, write_cache=False),
-    "unsafe": CacheMode(direct=False, no_flush=True, write_cache=True),
-}
 
 
 def _on(flag: bool) -> str:
