@@ -105,14 +105,15 @@ BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "promethe
 READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent"})
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
-    "cli": frozenset({"verify", "bench", "fix", "audit", "live", "fleet"}) | READERS | BASE,
-    "verify": frozenset({"bench", "fix", "audit"}) | READERS | BASE,
+    "cli": frozenset({"verify", "bench", "lab", "fix", "audit", "live", "fleet"}) | READERS | BASE,
+    "verify": frozenset({"lab", "fix", "audit"}) | READERS | BASE,  # never a bench/ tier
     "live": frozenset({"audit"}) | READERS | BASE,
-    "bench": READERS | BASE,
+    "bench": frozenset({"lab"}) | READERS | BASE,
+    "lab": READERS | BASE,  # the measuring lab bench/ and verify/ stand on
     "fix": frozenset({"audit"}) | READERS | BASE,
     "audit": frozenset({"rules"}) | READERS | BASE,  # rules/: the package only, to discover its modules
     "rules": frozenset({"audit"}) | READERS | BASE,
-    "fleet": frozenset({"bench"}) | BASE,  # bench/store.py: the results database the fleet history lives in
+    "fleet": frozenset({"lab"}) | BASE,  # lab/store.py: the results database the fleet history lives in
     "domain": frozenset({"model", "host"}) | BASE,
     "qemu": frozenset({"model", "host"}) | BASE,
     "proxmox": frozenset({"model", "host", "domain", "qemu"}) | BASE,  # args: with qemu/, ostype as domain/'s identity
@@ -159,7 +160,7 @@ def test_every_package_has_a_layer() -> None:
 
 
 def test_the_layer_check_sees_a_lazy_import_upwards() -> None:
-    assert layer_violations({"kvmtune.host.facts": {"kvmtune.bench.workdir"}}) == ["kvmtune.host.facts -> kvmtune.bench.workdir"]
+    assert layer_violations({"kvmtune.host.facts": {"kvmtune.lab.workdir"}}) == ["kvmtune.host.facts -> kvmtune.lab.workdir"]
     assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules.storage.cache_mode"}}) != []
     assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules"}}) == []
 

@@ -24,11 +24,11 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.stats import group_metric, median, summarize
-from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
-from kvmtune.bench.vocabulary import legend_html
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.lab.stats import group_metric, median, summarize
+from kvmtune.lab.store import CellRow, RunRow, Store
+from kvmtune.lab.vocabulary import legend_html
 from kvmtune.textsafe import html_safe
 
 
@@ -139,7 +139,7 @@ def cell_table(cells: Sequence[CellRow]) -> str:
 
 def median_table(cells: Sequence[CellRow]) -> str:
     """One row per configuration × workload repeated over rounds: median IOPS and % of bare metal, each with its
-    95 % interval (:func:`kvmtune.bench.stats.summarize`)."""
+    95 % interval (:func:`kvmtune.lab.stats.summarize`)."""
     iops, pct = group_metric(cells, "iops"), group_metric(cells, "pct_of_bare_metal")
     if not iops or max(len(v) for v in iops.values()) < 2:
         return ""

@@ -12,7 +12,6 @@ from kvmtune.audit.settings import read_file
 from kvmtune.bench.net.claims import winners
 from kvmtune.bench.report import baseline_names, render, resolve_baseline, verified_fix_lines
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
-from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db, settings_of
 from kvmtune.errors import KvmtuneError
@@ -21,6 +20,7 @@ from kvmtune.fleet import waivers as fleet_waivers
 from kvmtune.fleet.collect import collection_name, read_collection
 from kvmtune.fleet.history import History
 from kvmtune.fleet.report import build, collection_scope, render_html, render_text
+from kvmtune.lab.store import Store
 from kvmtune.textsafe import safe
 
 

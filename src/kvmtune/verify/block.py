@@ -40,9 +40,9 @@ from enum import StrEnum
 from pathlib import Path
 
 from kvmtune.audit.verifyplan import FioJob
-from kvmtune.bench.storage.fio import parse_fio_json
-from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.workdir import stop_process
 from kvmtune.model.guest import Disk
 from kvmtune.qemuopts import (
     CACHE_MODES,

@@ -17,10 +17,10 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
-from kvmtune.bench.runner import Cell, CellSink
-from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
+from kvmtune.lab.runner import Cell, CellSink
+from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
@@ -262,7 +262,7 @@ def to_cell(r: VerifyResult) -> Cell:
 
 @dataclass
 class VerifyBenchmark:
-    """The verify run as a :class:`~kvmtune.bench.runner.Benchmark`: the shared runner owns the run row,
+    """The verify run as a :class:`~kvmtune.lab.runner.Benchmark`: the shared runner owns the run row,
     SIGTERM and the cleanup call; each measured finding becomes one cell."""
 
     planned: list[Planned]
