@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a topology misses the wall-time goal")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from kvmtune.bench.store import Store
+    from kvmtune.lab.store import Store
 
     netload = REPO / "netload" / "bin" / "netload"
     extra = ["--netload", str(netload)] if netload.is_file() else []

@@ -13,7 +13,7 @@ start and stop, the gaps between a batch's jobs, parsing and storing. Deleting a
 next round's are made) happens between rounds and is reported on its own: ``deletion_s``, and ``discards``
 (what the work directory's device completed during the run). On a file system mounted with ``discard`` (this
 host's root file system) the kernel issues one discard per freed extent; the tier merges an image's extents
-before deleting it (kvmtune.bench.workdir.coalesce_extents). The wall goal includes the deletions.
+before deleting it (kvmtune.lab.workdir.coalesce_extents). The wall goal includes the deletions.
 Printed with the core count and the load average (other jobs share this machine); results go to
 bench/storage/results/block-HOSTFS-latest.json.
 """
@@ -58,7 +58,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from kvmtune.bench.storage.block import RAMP_S
-    from kvmtune.bench.store import Store
+    from kvmtune.lab.store import Store
 
     with tempfile.TemporaryDirectory(prefix="kvmtune-block-speed-", dir=os.environ.get("KVMTUNE_BENCH_DIR")) as tmp:
         db, wd = Path(tmp) / "r.db", Path(tmp) / "work"

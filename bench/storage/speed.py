@@ -33,14 +33,14 @@ def cli(args: list[str]) -> tuple[int, float, str]:
 
 
 def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str, object]:
-    from kvmtune.bench.accel import AccelChoice
-    from kvmtune.bench.guest import GuestBuilder
-    from kvmtune.bench.storage import fio as fiomod
     from kvmtune.bench.storage.guest import StorageContext, run_matrix
     from kvmtune.bench.storage.matrix import StorageConfig
     from kvmtune.bench.storage.snapshot import SnapshotCache
-    from kvmtune.bench.workdir import Scratch
     from kvmtune.host.root import HostRoot
+    from kvmtune.lab.accel import AccelChoice
+    from kvmtune.lab.guest import GuestBuilder
+    from kvmtune.lab.storage import fio as fiomod
+    from kvmtune.lab.workdir import Scratch
     from kvmtune.runner import Runner
 
     runner = Runner()

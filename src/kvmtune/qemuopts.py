@@ -7,6 +7,7 @@ Every value that came from a definition, a command line, a config or a guest rea
 
 - enumerations (:class:`Cache`, :class:`Aio`, :class:`Discard`, :class:`DetectZeroes`, :class:`ImageFormat`,
   :class:`Preallocation`) are allow-lists; :func:`enum_value` turns a word into one or says it is not one QEMU knows;
+  :data:`CACHE_MODES` is what each cache mode becomes in QEMU's flags (:class:`CacheMode`);
 - numbers are ``int`` (``bool`` becomes ``on``/``off``);
 - paths (:class:`pathlib.Path`) and free text (:class:`Text`) are escaped: ``,`` doubled; a path must be
   absolute (QEMU reads ``json:…`` or ``nbd:…`` before the first ``/`` as a protocol);
@@ -47,6 +48,33 @@ class Cache(StrEnum):
     DIRECTSYNC = "directsync"
     UNSAFE = "unsafe"
     DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class CacheMode:
+    """What libvirt's ``<driver cache=…>`` becomes in QEMU.
+
+    libvirt's ``qemuDomainDiskCachemodeFlags()`` (src/qemu/qemu_domain.c) turns each mode into three flags;
+    ``qemuBlockStorageSourceGetBlockdevGetCacheProps()`` (src/qemu/qemu_block.c) puts ``direct`` and
+    ``no-flush`` on the ``-blockdev`` as ``cache.direct`` / ``cache.no-flush``, and qemu_command.c puts
+    ``writeback`` on the guest device as ``write-cache=on|off``. QEMU documents the same table under
+    ``-drive cache=`` (qemu-options: cache.writeback / cache.direct / cache.no-flush). With no guest
+    device, the NBD export's ``writethrough=on`` plays ``write-cache=off``: QEMU flushes after every
+    write before completing it.
+    """
+
+    direct: bool
+    no_flush: bool
+    write_cache: bool
+
+
+CACHE_MODES = {
+    "none": CacheMode(direct=True, no_flush=False, write_cache=True),
+    "writethrough": CacheMode(direct=False, no_flush=False, write_cache=False),
+    "writeback": CacheMode(direct=False, no_flush=False, write_cache=True),
+    "directsync": CacheMode(direct=True, no_flush=False, write_cache=False),
+    "unsafe": CacheMode(direct=False, no_flush=True, write_cache=True),
+}
 
 
 class Aio(StrEnum):

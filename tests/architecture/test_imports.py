@@ -8,6 +8,7 @@ a loop hidden behind a lazy import is still two modules that cannot be understoo
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import kvmtune
@@ -105,14 +106,15 @@ BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "promethe
 READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent"})
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
-    "cli": frozenset({"verify", "bench", "fix", "audit", "live", "fleet"}) | READERS | BASE,
-    "verify": frozenset({"bench", "fix", "audit"}) | READERS | BASE,
+    "cli": frozenset({"verify", "bench", "lab", "fix", "audit", "live", "fleet"}) | READERS | BASE,
+    "verify": frozenset({"lab", "fix", "audit"}) | READERS | BASE,  # never a bench/ tier
     "live": frozenset({"audit"}) | READERS | BASE,
-    "bench": READERS | BASE,
+    "bench": frozenset({"lab"}) | READERS | BASE,
+    "lab": READERS | BASE,  # the measuring lab bench/ and verify/ stand on
     "fix": frozenset({"audit"}) | READERS | BASE,
     "audit": frozenset({"rules"}) | READERS | BASE,  # rules/: the package only, to discover its modules
     "rules": frozenset({"audit"}) | READERS | BASE,
-    "fleet": frozenset({"bench"}) | BASE,  # bench/store.py: the results database the fleet history lives in
+    "fleet": frozenset({"lab"}) | BASE,  # lab/store.py: the results database the fleet history lives in
     "domain": frozenset({"model", "host"}) | BASE,
     "qemu": frozenset({"model", "host"}) | BASE,
     "proxmox": frozenset({"model", "host", "domain", "qemu"}) | BASE,  # args: with qemu/, ostype as domain/'s identity
@@ -154,12 +156,73 @@ def test_every_import_follows_the_documented_layers() -> None:
     assert layer_violations(import_graph()) == []
 
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+ARROWS = re.compile(r"\s*(──▶|◀──)\s*")
+
+
+def _node(word: str) -> str:
+    word = word.strip().removesuffix("/").removesuffix(".py")
+    return "kvmtune" if word == "kvmtune/__init__" else word
+
+
+def diagram_layers(text: str) -> tuple[dict[str, set[str]], set[str]]:
+    """docs/architecture.md §2's diagram as arrows: along ``──▶`` a package imports every one to its right,
+    ``A ◀── B`` is B importing A, ``·`` lists packages side by side; ``readers`` stands for the ``readers:``
+    line's packages. Returns package -> what it may import (the base left out), and the base."""
+    section = text[text.index("\n## 2. ") :]
+    block = section.split("```")[1]
+    lines = [re.sub(r"\s{2,}\(.*$", "", line).strip() for line in block.splitlines() if line.strip()]
+    groups: dict[str, set[str]] = {}
+    base: set[str] = set()
+    chains: list[str] = []
+    for line in lines:
+        if line.startswith("everything"):
+            base = {_node(w) for w in line.split("base:", 1)[1].split("·")}
+            continue
+        if line.startswith("readers:"):
+            line = line.removeprefix("readers:")
+            groups["readers"] = {_node(w) for w in ARROWS.sub("·", line).split("·")}
+        chains.append(line)
+    edges: dict[str, set[str]] = {}
+    for line in chains:
+        parts = ARROWS.split(line)
+        segments = [{_node(w) for w in seg.split("·")} for seg in parts[::2]]
+        segments = [set().union(*(groups.get(n, {n}) for n in seg)) for seg in segments]
+        run = [segments[0]]
+        for arrow, seg in zip(parts[1::2], segments[1:], strict=True):
+            if arrow == "──▶":
+                for earlier in run:
+                    for a in earlier:
+                        edges.setdefault(a, set()).update(seg)
+                run.append(seg)
+            else:  # A ◀── B: B imports A, and a new run starts at B
+                for b in seg:
+                    edges.setdefault(b, set()).update(run[-1])
+                run = [seg]
+    return edges, base
+
+
+def test_the_layer_table_is_the_diagram() -> None:
+    """LAYERS and §2's diagram agree arrow for arrow (the base's own few imports, errors at its bottom, are the
+    table's alone)."""
+    drawn, base = diagram_layers(DOC.read_text(encoding="utf-8"))
+    assert base == BASE
+    table = {a: set(ts - BASE) for a, ts in LAYERS.items() if a not in BASE}
+    assert {a: drawn.get(a, set()) for a in table} == table
+
+
+def test_the_diagram_reader_follows_both_arrows() -> None:
+    text = "\n## 2. x\n```\n a/ ──▶ b/ · c/ ──▶ d/ ◀── e/   (note)\n readers: r/ ──▶ s/\n f/ ──▶ readers\n```\n"
+    drawn, _ = diagram_layers(text)
+    assert drawn == {"a": {"b", "c", "d"}, "b": {"d"}, "c": {"d"}, "e": {"d"}, "r": {"s"}, "f": {"r", "s"}}
+
+
 def test_every_package_has_a_layer() -> None:
     assert sorted({_layer(m) for m in import_graph()} - set(LAYERS)) == []
 
 
 def test_the_layer_check_sees_a_lazy_import_upwards() -> None:
-    assert layer_violations({"kvmtune.host.facts": {"kvmtune.bench.workdir"}}) == ["kvmtune.host.facts -> kvmtune.bench.workdir"]
+    assert layer_violations({"kvmtune.host.facts": {"kvmtune.lab.workdir"}}) == ["kvmtune.host.facts -> kvmtune.lab.workdir"]
     assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules.storage.cache_mode"}}) != []
     assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules"}}) == []
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import kvmtune
-from kvmtune.bench.net import standin
+from kvmtune.lab.net import standin
 
 SRC = Path(kvmtune.__file__).resolve().parent
 

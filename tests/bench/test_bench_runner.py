@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.runner import BenchRunner, Cell, CellSink
 from kvmtune.bench.storage.guest import StorageContext
 from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, default_quick_configs
-from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import Scratch
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.runner import BenchRunner, Cell, CellSink
+from kvmtune.lab.store import Store
+from kvmtune.lab.workdir import Scratch
 from kvmtune.runner import Runner
 
 

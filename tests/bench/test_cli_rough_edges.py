@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from kvmtune.bench.runner import _eta
 from kvmtune.bench.storage.matrix import build_matrix
 from kvmtune.errors import InputError
+from kvmtune.lab.runner import _eta
 
 
 def test_virtio_means_virtio_blk_and_typos_get_a_suggestion() -> None:
@@ -31,7 +31,7 @@ def test_compare_json(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> N
     from pathlib import Path
 
     from kvmtune import cli
-    from kvmtune.bench.store import Store
+    from kvmtune.lab.store import Store
 
     db = Path(str(tmp_path)) / "r.db"
     with Store(db) as st:

@@ -20,11 +20,12 @@ from typing import Any, cast
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage.block import CACHE_MODES, BlockPlan, BlockTier, daemon_argv
+from kvmtune.bench.storage.block import BlockPlan, BlockTier, daemon_argv
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.store import Store
+from kvmtune.qemuopts import CACHE_MODES
 
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64"]
@@ -223,8 +224,8 @@ def test_compare_refuses_to_mix_tiers_and_report_names_the_tier(tmp_path: Path,
 
 
 def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmtune.bench.store import CellRow
     from kvmtune.bench.verdicts import block_verdicts
+    from kvmtune.lab.store import CellRow
 
     def cell(pre: str, iops: float, rep: int) -> CellRow:
         cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": "block"}
@@ -237,9 +238,9 @@ def test_block_verdicts_need_an_interval(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_verdict_ratios_pair_the_rounds_so_drift_between_rounds_cancels() -> None:
-    from kvmtune.bench.stats import summarize
-    from kvmtune.bench.store import CellRow
     from kvmtune.bench.verdicts import block_verdicts
+    from kvmtune.lab.stats import summarize
+    from kvmtune.lab.store import CellRow
 
     def cell(pre: str, iops: float, rep: int) -> CellRow:
         cfg = {"fmt": "qcow2", "prealloc": pre, "cache": "writethrough", "aio": "threads", "target": "file", "tier": "block"}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.leftovers import sweep
-from kvmtune.bench.workdir import OWNER_FILE, coalesce_extents, release_file
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.leftovers import sweep
+from kvmtune.lab.workdir import OWNER_FILE, coalesce_extents, release_file
 from kvmtune.runner import Runner
 
 BLOCK = 4096

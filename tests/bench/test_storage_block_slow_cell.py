@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.storage import block, fiobatch
-from kvmtune.bench.store import Store
+from kvmtune.bench.storage import block
+from kvmtune.lab.storage import fiobatch
+from kvmtune.lab.store import Store
 
 FAST = ["--tier", "block", "--runtime", "1", "--ramp", "0.2", "--disk-size", "64", "--repeat", "1", "--aio", "native",
         "--cache", "none", "--workload", "randwrite-4k"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.store import Store
+from kvmtune.lab.store import Store
 
 
 @pytest.fixture(autouse=True)

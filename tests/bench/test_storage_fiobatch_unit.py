@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.storage import fiobatch
 from kvmtune.bench.storage.block import leaves_dirty, round_order
-from kvmtune.bench.storage.fiobatch import BatchJob, JobTimes
 from kvmtune.bench.storage.matrix import StorageConfig
+from kvmtune.lab.storage import fiobatch
+from kvmtune.lab.storage.fiobatch import BatchJob, JobTimes
 
 
 def test_each_job_starts_once_the_previous_one_has_ended_and_stamps_its_start_and_end() -> None:

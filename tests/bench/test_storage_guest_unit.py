@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.guest import (
+from kvmtune.errors import KvmtuneError
+from kvmtune.host.root import HostRoot
+from kvmtune.lab.guest import (
     CpioWriter,
     bzimage_release,
     find_kernel,
@@ -16,8 +18,6 @@ from kvmtune.bench.guest import (
     parse_ldd,
     resolve_modules,
 )
-from kvmtune.errors import KvmtuneError
-from kvmtune.host.root import HostRoot
 
 DEP = """kernel/drivers/virtio/virtio.ko.xz: kernel/drivers/virtio/virtio_ring.ko.xz
 kernel/drivers/virtio/virtio_ring.ko.xz:

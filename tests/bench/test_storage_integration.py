@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.accel import detect_accel
-from kvmtune.bench.guest import GuestBuilder, ProbeGuest
-from kvmtune.bench.runner import CellSink
-from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.guest import StorageContext, run_matrix
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import OWNER_FILE, Scratch
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import detect_accel
+from kvmtune.lab.guest import GuestBuilder, ProbeGuest
+from kvmtune.lab.runner import CellSink
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.store import Store
+from kvmtune.lab.workdir import OWNER_FILE, Scratch
 from kvmtune.runner import Runner
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: Probe
     extra = tmp_path / "hello"
     extra.write_text("#!/bin/sh\necho hello\n")
     extra.chmod(0o755)
-    other = GuestBuilder(tmp_path / "w2", Runner(), extra=[__import__("kvmtune.bench.guest").bench.guest.ExtraFile(
+    other = GuestBuilder(tmp_path / "w2", Runner(), extra=[__import__("kvmtune.lab.guest").lab.guest.ExtraFile(
         str(extra), "/usr/bin/hello")]).build()
     assert not other.cached and other.key != guest.key and "/usr/bin/hello" in other.tools
     shutil.rmtree(tmp_path / "w2")
@@ -197,7 +197,7 @@ def test_bad_cells_are_reported_and_the_rest_goes_on(workdir: Path, tmp_path: Pa
 
 def test_fio_failing_in_the_guest_and_a_kernel_that_does_not_boot(workdir: Path, guest: ProbeGuest,
                                                                   tmp_path: Path) -> None:
-    from kvmtune.bench.accel import AccelChoice
+    from kvmtune.lab.accel import AccelChoice
 
     runner = Runner()
     scratch_root = tmp_path / "scratch"

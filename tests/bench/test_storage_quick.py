@@ -8,7 +8,7 @@ import pytest
 
 import kvmtune.cli as cli
 from kvmtune.bench.storage.quick import default_quick_configs, parse_bench_output
-from kvmtune.bench.store import Store
+from kvmtune.lab.store import Store
 
 
 def test_default_quick_matrix_is_24_valid_cells() -> None:

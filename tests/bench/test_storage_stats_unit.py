@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kvmtune import cli
-from kvmtune.bench.metrics import lower_is_better
-from kvmtune.bench.stats import compare_cells, ratio_diff, t95, welch_diff
-from kvmtune.bench.store import CellRow, Store
 from kvmtune.bench.verdicts import verdicts
+from kvmtune.lab.metrics import lower_is_better
+from kvmtune.lab.stats import compare_cells, ratio_diff, t95, welch_diff
+from kvmtune.lab.store import CellRow, Store
 
 
 def test_welch_interval_matches_a_hand_computation() -> None:

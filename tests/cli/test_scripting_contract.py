@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.store import Store
 from kvmtune.cli import main
+from kvmtune.lab.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "src" / "kvmtune" / "examples"

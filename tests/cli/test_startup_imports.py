@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("kvmtune.bench", "kvmtune.fix", "kvmtune.live", "kvmtune.verify")
+HEAVY = ("kvmtune.bench", "kvmtune.lab", "kvmtune.fix", "kvmtune.live", "kvmtune.verify")
 ALWAYS = {"kvmtune.cli", "kvmtune.cli.command"}  # the entry point and the one command shape
 
 
@@ -50,13 +50,13 @@ def commands(names: list[str]) -> list[str]:
 
 
 def test_the_checks_see_what_they_look_for() -> None:
-    names = ["kvmtune", "kvmtune.cli", "kvmtune.cli.command", "kvmtune.cli.audit", "kvmtune.bench.store",
+    names = ["kvmtune", "kvmtune.cli", "kvmtune.cli.command", "kvmtune.cli.audit", "kvmtune.lab.store",
              "kvmtune.fix", "kvmtune.verifyplan", "kvmtune.audit.verifyplan", "kvmtune.livex"]
-    assert heavy(names) == ["kvmtune.bench.store", "kvmtune.fix"]
+    assert heavy(names) == ["kvmtune.lab.store", "kvmtune.fix"]
     assert commands(names) == ["kvmtune.cli.audit"]
 
 
-def test_import_cli_pulls_in_no_bench_fix_live_or_verify_module() -> None:
+def test_import_cli_pulls_in_no_bench_lab_fix_live_or_verify_module() -> None:
     proc = subprocess.run([sys.executable, "-c", "import sys, kvmtune.cli; print('\\n'.join(sorted(sys.modules)))"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
                           timeout=120, check=True)

@@ -107,7 +107,7 @@ def test_fleet_report_merges_hosts_and_tracks_changes(tmp_path: Path, capsys: py
 
 
 def test_benchmark_figures_as_prometheus_with_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmtune.bench.store import Store
+    from kvmtune.lab.store import Store
 
     db = tmp_path / "r.db"
     with Store(db) as st:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.guest import (
+from kvmtune.cli import main
+from kvmtune.lab.guest import (
     GUEST_AGENT_BINARY,
     GuestBuilder,
     ProbeGuest,
@@ -26,8 +27,7 @@ from kvmtune.bench.guest import (
     guest_agent_job,
     guest_agent_qemu_args,
 )
-from kvmtune.bench.qemu import GuestRun, VmSpec
-from kvmtune.cli import main
+from kvmtune.lab.qemu import GuestRun, VmSpec
 from kvmtune.runner import Runner
 
 pytestmark = pytest.mark.integration

@@ -302,7 +302,7 @@ def test_without_apply_host_wide_findings_are_listed_not_changed(
 def test_namespace_settings_measured_in_kvmtune_namespaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root for network namespaces")
-    from kvmtune.bench.net.guest import REPO_NETLOAD
+    from kvmtune.lab.net.netload import REPO_NETLOAD
 
     if shutil.which("netload") is None and not REPO_NETLOAD.is_file():
         pytest.skip("netload is not built (make -C netload)")

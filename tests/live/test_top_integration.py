@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kvmtune import cli
-from kvmtune.bench.guest import GuestBuilder, ProbeGuest
-from kvmtune.bench.qemu import Disk, GuestRun, VmSpec
+from kvmtune.lab.guest import GuestBuilder, ProbeGuest
+from kvmtune.lab.qemu import Disk, GuestRun, VmSpec
 from kvmtune.runner import Runner
 
 pytestmark = pytest.mark.integration

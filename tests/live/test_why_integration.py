@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvmtune.bench.guest import GuestBuilder, ProbeGuest
-from kvmtune.bench.qemu import Disk, GuestRun, VmSpec
+from kvmtune.lab.guest import GuestBuilder, ProbeGuest
+from kvmtune.lab.qemu import Disk, GuestRun, VmSpec
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.runner import Runner
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.runner import BenchRunner
-from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import Scratch
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.runner import BenchRunner
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.store import Store
+from kvmtune.lab.workdir import Scratch
 from kvmtune.runner import Runner
 
 

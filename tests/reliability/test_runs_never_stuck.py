@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from kvmtune.bench.leftovers import sweep
-from kvmtune.bench.runner import BenchBusy, BenchRunner, Cell, CellSink, HostBenchLock
-from kvmtune.bench.store import SCHEMA, SCHEMA_VERSION, Store
-from kvmtune.bench.workdir import OWNER_FILE, Scratch, read_owner
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.leftovers import sweep
+from kvmtune.lab.runner import BenchBusy, BenchRunner, Cell, CellSink, HostBenchLock
+from kvmtune.lab.store import SCHEMA, SCHEMA_VERSION, Store
+from kvmtune.lab.workdir import OWNER_FILE, Scratch, read_owner
 from kvmtune.runner import Runner
 
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
@@ -59,7 +59,7 @@ class Counting:
 BEGIN_AND_HANG = r"""
 import sys, time
 from pathlib import Path
-from kvmtune.bench.store import Store
+from kvmtune.lab.store import Store
 st = Store(Path(sys.argv[1]))
 run = st.begin_run("storage", {"accel": "tcg"}, {})
 print(run, flush=True)
@@ -90,7 +90,7 @@ def test_a_killed_runs_row_reads_abandoned_and_a_live_one_running(tmp_path: Path
 def test_a_reused_pid_is_not_the_owner(tmp_path: Path) -> None:
     """Same pid, other start time (pid reuse) or other boot: abandoned."""
     with Store(tmp_path / "r.db") as st:
-        from kvmtune.bench.store import Owner
+        from kvmtune.lab.store import Owner
 
         me = Owner.this_process()
         a = st.begin_run("storage", {}, {}, owner=Owner(me.pid, str(int(me.start) + 1), me.boot))
@@ -102,7 +102,7 @@ def test_a_reused_pid_is_not_the_owner(tmp_path: Path) -> None:
 TWO_WRITERS = r"""
 import sys
 from pathlib import Path
-from kvmtune.bench.store import Store
+from kvmtune.lab.store import Store
 st = Store(Path(sys.argv[1]))
 run = st.begin_run("test", {}, {})
 for i in range(int(sys.argv[2])):
@@ -132,7 +132,7 @@ from pathlib import Path
 t = float(sys.argv[2])
 while time.time() < t:
     pass
-from kvmtune.bench.store import Store
+from kvmtune.lab.store import Store
 Store(Path(sys.argv[1])).begin_run("test", {}, {})
 """
 
@@ -218,7 +218,7 @@ def test_a_second_benchmark_on_the_host_is_refused_naming_the_first(tmp_path: Pa
 def test_the_lock_goes_with_a_killed_holder(tmp_path: Path) -> None:
     lock_path = tmp_path / "bench.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time\nfrom pathlib import Path\nfrom kvmtune.bench.runner import HostBenchLock\n"
+        [sys.executable, "-c", "import sys,time\nfrom pathlib import Path\nfrom kvmtune.lab.runner import HostBenchLock\n"
          "HostBenchLock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)", str(lock_path)],
         stdout=subprocess.PIPE,
     )
@@ -239,9 +239,9 @@ def _dead_pid() -> int:
 
 
 def test_a_benchmark_leaves_no_scratch_directory(tmp_path: Path) -> None:
-    from kvmtune.bench.accel import AccelChoice
     from kvmtune.bench.storage.guest import StorageContext
     from kvmtune.bench.storage.quick import QuickBenchmark, QuickPlan, default_quick_configs
+    from kvmtune.lab.accel import AccelChoice
 
     runner = Runner()
     scratch = Scratch(tmp_path / "work" / "scratch-1", runner)

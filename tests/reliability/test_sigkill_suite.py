@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.guest import ExtraFile, GuestBuilder
-from kvmtune.bench.net.guest import find_netload
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.guest import ExtraFile, GuestBuilder
+from kvmtune.lab.net.netload import find_netload
 from kvmtune.runner import Runner
 from proc_helpers import descendants, proc_stat
 

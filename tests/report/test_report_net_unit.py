@@ -12,9 +12,9 @@ import pytest
 
 from kvmtune import cli
 from kvmtune.bench.net.claims import judge_better, judge_within, net_claims, per_run, winners_by_setting
-from kvmtune.bench.store import CellRow, Store
 from kvmtune.bench.svgchart import Bar, BarChart, bar_chart, log_ticks, nice_ticks, tick_text, wrap
 from kvmtune.bench.verdicts import Ratio
+from kvmtune.lab.store import CellRow, Store
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "bench" / "net_runs_tcg.json"
 SVG = "{http://www.w3.org/2000/svg}"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvmtune import cli
-from kvmtune.bench.store import Store
-from kvmtune.bench.vocabulary import VOCABULARY
+from kvmtune.lab.store import Store
+from kvmtune.lab.vocabulary import VOCABULARY
 
 # (fmt, prealloc, cache, aio) → IOPS in each of three rounds: raw is slower than qcow2 with metadata here
 CONFIGS = {

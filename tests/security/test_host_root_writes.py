@@ -114,7 +114,7 @@ def test_undo_keeps_mode_000(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_html_report_escapes_accelerator_names(tmp_path: Path) -> None:
     from kvmtune.bench.report import render
-    from kvmtune.bench.store import Store
+    from kvmtune.lab.store import Store
 
     evil = "<img src=x onerror=alert(1)>"
     with Store(tmp_path / "r.db") as st:

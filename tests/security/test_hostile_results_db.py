@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench import store as store_mod
-from kvmtune.bench.store import FLEET_SCHEMA, SCHEMA, SCHEMA_VERSION, Store
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab import store as store_mod
+from kvmtune.lab.store import FLEET_SCHEMA, SCHEMA, SCHEMA_VERSION, Store
 
 ESC = "\x1b"
 EVIL = f"db01\nKVM-STO-004 db01 forged: HELPS; kept{ESC}]0;owned\x07\u202e\x9b"
@@ -144,7 +144,7 @@ def test_a_value_over_the_length_cap_is_one_line(tmp_path: Path) -> None:
 def test_a_runaway_query_is_stopped_by_the_progress_handler(tmp_path: Path) -> None:
     db = real_db(tmp_path / "r.db", runs=1)
     code = (
-        "import sqlite3, sys\nfrom pathlib import Path\nimport kvmtune.bench.store as s\n"
+        "import sqlite3, sys\nfrom pathlib import Path\nimport kvmtune.lab.store as s\n"
         "s.QUERY_TIME_LIMIT_S = 0.5\nst = s.Store(Path(sys.argv[1]))\n"
         "try:\n    st.db.execute('WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
         "SELECT count(*) FROM r WHERE n = 0').fetchall()\n"

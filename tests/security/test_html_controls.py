@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvmtune import cli
-from kvmtune.bench.store import Store
 from kvmtune.fleet.collect import read_collection
 from kvmtune.fleet.report import build, render_html
+from kvmtune.lab.store import Store
 from kvmtune.textsafe import html_safe
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "bench" / "net_runs_tcg.json"

@@ -11,11 +11,11 @@ import pytest
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.store import CellRow
-from kvmtune.bench.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
 from kvmtune.verify.experiments import Outcome, VerifyContext
@@ -346,7 +346,8 @@ def test_plan_part_nic_waits_for_its_module(tmp_path: Path) -> None:
 
 
 def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path) -> None:
-    from kvmtune.verify.engine import to_cell, verified_fix_lines
+    from kvmtune.bench.report import verified_fix_lines
+    from kvmtune.verify.engine import to_cell
 
     ctx = _ctx(tmp_path)
     (p,) = _planned(EXAMPLES / "web01-legacy.xml", "KVM-STO-001", ctx)

@@ -25,10 +25,10 @@ import pytest
 
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
-from kvmtune.bench.guest import GUEST_AGENT_BINARY
-from kvmtune.bench.vocabulary import NOT_COMPARABLE
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.guest import GUEST_AGENT_BINARY
+from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import plan_all, subjects
 from kvmtune.verify.experiments import VerifyContext

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.net.guest import NETLOAD_PORT, find_netload
-from kvmtune.bench.net.netns import HeldNetns, NetError
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.net.netload import NETLOAD_PORT, find_netload
+from kvmtune.lab.net.netns import HeldNetns, NetError
 from kvmtune.runner import Runner
 from kvmtune.verify.guestnet import BRIDGE, SERVER_CIDR, TAP, VHOST_DEVICE, VHOST_MISSING, GuestNet
 from kvmtune.verify.guestside import GuestSide

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.net.guest import find_netload
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.net.netload import find_netload
 from kvmtune.runner import Runner
 from kvmtune.verify.guestkernel import FETCH_SCRIPT, cached_kernel
 from proc_helpers import processes_mentioning

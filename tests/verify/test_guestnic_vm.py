@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from kvmtune.audit.verifyplan import NIC_STREAM_JOB
-from kvmtune.bench.guest import ExtraFile
-from kvmtune.bench.net.guest import find_netload
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.guest import ExtraFile
+from kvmtune.lab.net.netload import find_netload
 from kvmtune.runner import Runner
 from kvmtune.verify.guestkernel import CACHED, FETCH_SCRIPT, KernelChoice, cached_kernel
 from kvmtune.verify.guestnet import TAP, VHOST_DEVICE, GuestNet

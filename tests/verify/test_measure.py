@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT
+from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT
 from kvmtune.verify.measure import Metric, OutOfTime, Samples, alternate, judge, ratio_interval, settles
 
 IOPS = Metric("iops", "IOPS", True)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from kvmtune.audit.finding import Finding, Target
 from kvmtune.audit.rule import rule_by_id
-from kvmtune.bench.runner import BenchRunner, HostBenchLock
-from kvmtune.bench.store import Store
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.runner import BenchRunner, HostBenchLock
+from kvmtune.lab.store import Store
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import START_S, Planned, VerifyBenchmark, VerifyResult, estimate
 from kvmtune.verify.experiments import Outcome, Subject, VerifyContext
@@ -77,7 +77,7 @@ def test_the_eta_never_passes_the_budget(tmp_path: Path) -> None:
 
 
 def test_a_benchmark_without_an_estimate_keeps_the_pace(tmp_path: Path) -> None:
-    from kvmtune.bench.runner import EstimatesRemaining, _eta
+    from kvmtune.lab.runner import EstimatesRemaining, _eta
 
     assert isinstance(_bench(tmp_path, ["block"]), EstimatesRemaining)
     since = time.monotonic() - 60

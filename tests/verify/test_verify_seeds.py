@@ -20,11 +20,11 @@ import pytest
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.audit.finding import Finding
-from kvmtune.bench.runner import BenchRunner, Cell, CellSink, HostBenchLock
-from kvmtune.bench.store import Store
-from kvmtune.bench.vocabulary import DOES_NOT_HOLD, HELPS, HOLDS, HURTS, NOT_COMPARABLE
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.runner import BenchRunner, Cell, CellSink, HostBenchLock
+from kvmtune.lab.store import Store
+from kvmtune.lab.vocabulary import DOES_NOT_HOLD, HELPS, HOLDS, HURTS, NOT_COMPARABLE
 from kvmtune.verify.engine import VerifyResult, to_cell
 from kvmtune.verify.measure import Judgement, Metric
 

@@ -108,7 +108,7 @@ KEYS: tuple[Key, ...] = (
     Key("profile", "virtual-host", "fix --host's default profile (host/settings.py)", _profile, "fix --host --profile"),
     Key("journal_dir", "/var/lib/kvmtune/journal", "fix/journal.py DEFAULT_DIR", _string, "fix/undo --journal-dir"),
     Key("db", None, "unset: $XDG_DATA_HOME/kvmtune/results.db, else ~/.local/share/kvmtune/results.db "
-        "(bench/workdir.py default_db)", _absolute_path,
+        "(lab/workdir.py default_db)", _absolute_path,
         "--db of bench, results, compare, report and verify: the results database"),
     Key("connect", [], "unset: what this host runs", _strings, "libvirt URIs audit reads when no input is named"),
     Key("agent_timeout", 5.0, "audit/collect_agent.py DEFAULT_TIMEOUT_S", _number(0, 600),

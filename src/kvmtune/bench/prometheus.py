@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvmtune.bench.metrics import lookup
-from kvmtune.bench.stats import mean
-from kvmtune.bench.store import CellRow, RunRow
 from kvmtune.bench.verdicts import cell_tier
+from kvmtune.lab.metrics import lookup
+from kvmtune.lab.stats import mean
+from kvmtune.lab.store import CellRow, RunRow
 from kvmtune.prometheus import Metrics
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvmtune.bench.net.claims import net_tier, verified_claims
+from kvmtune.bench.net.claims import net_tier, verified_claim_line, verified_claims
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
 from kvmtune.bench.report_net import configuration_names, net_sections
 from kvmtune.bench.report_parts import (
@@ -24,11 +24,11 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.stats import group_metric, median, summarize
-from kvmtune.bench.store import CellRow, RunRow, Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
-from kvmtune.bench.vocabulary import legend_html
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.lab.stats import group_metric, median, summarize
+from kvmtune.lab.store import CellRow, RunRow, Store
+from kvmtune.lab.vocabulary import legend_html
 from kvmtune.textsafe import html_safe
 
 
@@ -139,7 +139,7 @@ def cell_table(cells: Sequence[CellRow]) -> str:
 
 def median_table(cells: Sequence[CellRow]) -> str:
     """One row per configuration × workload repeated over rounds: median IOPS and % of bare metal, each with its
-    95 % interval (:func:`kvmtune.bench.stats.summarize`)."""
+    95 % interval (:func:`kvmtune.lab.stats.summarize`)."""
     iops, pct = group_metric(cells, "iops"), group_metric(cells, "pct_of_bare_metal")
     if not iops or max(len(v) for v in iops.values()) < 2:
         return ""
@@ -311,3 +311,25 @@ def _matplotlib_charts(store: Store, cells: Sequence[CellRow]) -> list[tuple[str
     except KvmtuneError:
         return []
     return thread_scaling_chart(cells) + cycle_chart(store, cells)
+
+
+def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
+    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run, then the seed claims
+    its guest-tier fixes answer (each naming the tier and accelerator)."""
+    out = []
+    for c in cells:
+        cfg = c.config
+        head = f"{cfg.get('rule')} {cfg.get('target')}: {cfg.get('change')}"
+        m = c.metrics
+        if c.status != "ok" or "before" not in m:
+            out.append(f"{head}: not measured ({c.error or c.status})")
+            continue
+        text = f"{head}: {cfg.get('metric')} {m['before']:,.4g} -> {m['after']:,.4g} {cfg.get('unit') or ''}".rstrip()
+        if "ratio" in m:
+            text += f", ratio {m['ratio']:.2f}"
+        if "ratio_ci_low" in m:
+            text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
+        tier = f"{cfg.get('tier')} tier" + (", TCG emulation" if cfg.get("accel") == "tcg" else "")
+        out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({tier})")
+    out.extend(verified_claim_line(claim) for _, claim in verified_claims(cells))
+    return out

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvmtune.bench.metrics import lookup
 from kvmtune.bench.net.chart import BARS, Row, _order
 from kvmtune.bench.net.claims import CATEGORIES, NetClaim, Setup, net_claims, net_tier, per_run, winners_by_setting
 from kvmtune.bench.report_parts import claims_table, point
-from kvmtune.bench.stats import median
-from kvmtune.bench.store import CellRow, RunRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
-from kvmtune.bench.vocabulary import legend_html
+from kvmtune.lab.metrics import lookup
+from kvmtune.lab.stats import median
+from kvmtune.lab.store import CellRow, RunRow
+from kvmtune.lab.vocabulary import legend_html
 from kvmtune.textsafe import html_safe
 
 e = html_safe

@@ -9,14 +9,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.metrics import lookup
 from kvmtune.bench.net.claims import NetClaim
-from kvmtune.bench.stats import median, summarize
 from kvmtune.bench.storage.matrix import DIMENSIONS as STORAGE_DIMENSIONS
-from kvmtune.bench.store import CellRow
 from kvmtune.bench.svgchart import Bar, BarChart, XKey, bar_chart
 from kvmtune.bench.verdicts import Verdict
-from kvmtune.bench.vocabulary import INCONCLUSIVE, NOT_MEASURED, WORDS
+from kvmtune.lab.metrics import lookup
+from kvmtune.lab.stats import median, summarize
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import INCONCLUSIVE, NOT_MEASURED, WORDS
 from kvmtune.textsafe import html_safe
 
 # the dimensions a storage cell varies along, in the order a chart uses them (one list: bench/storage/matrix.py)
@@ -67,7 +67,7 @@ def claims_table(rows: Sequence[tuple[str, Verdict | NetClaim]]) -> str:
 
 @dataclass
 class Point:
-    """A chart's bar: the median over rounds and the 95 % interval of :func:`kvmtune.bench.stats.summarize`, the
+    """A chart's bar: the median over rounds and the 95 % interval of :func:`kvmtune.lab.stats.summarize`, the
     figures the tables print for the same cell."""
 
     value: float

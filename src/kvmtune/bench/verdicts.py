@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.stats import mean, median, stdev, summarize, t95
-from kvmtune.bench.store import CellRow
-from kvmtune.bench.vocabulary import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, NOT_MEASURED, within
+from kvmtune.lab.stats import mean, median, stdev, summarize, t95
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, NOT_MEASURED, within
 
 
 @dataclass(frozen=True)

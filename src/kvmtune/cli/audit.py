@@ -19,7 +19,6 @@ from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
 from kvmtune.audit.settings import Settings
 from kvmtune.audit.waivers import Baseline, apply_baseline, apply_waivers, counted, guest_waivers, read_baseline
-from kvmtune.bench.accel_cache import verdict_for
 from kvmtune.cli import audit_host
 from kvmtune.cli.command import (
     Command,
@@ -35,6 +34,7 @@ from kvmtune.cli.command import (
 )
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel_cache import verdict_for
 from kvmtune.qemu.cmdline import DEFAULT_BINARY, is_qemu_binary
 
 

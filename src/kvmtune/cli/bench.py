@@ -11,22 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.accel import AccelChoice, choose_accel
-from kvmtune.bench.runner import Benchmark, BenchRunner, Cell, RunOutcome
-from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
 from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.hostfs import check_host_fs
 from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS, SWEEP, StorageConfig, build_matrix, preset
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
 from kvmtune.bench.storage.snapshot import SnapshotCache
-from kvmtune.bench.store import CellRow, Store
-from kvmtune.bench.workdir import Scratch, default_workdir
 from kvmtune.cli.bench_net import BenchNetCommand
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, build_guest
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice, choose_accel
+from kvmtune.lab.runner import Benchmark, BenchRunner, Cell, RunOutcome
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.store import CellRow, Store
+from kvmtune.lab.workdir import Scratch, default_workdir
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
@@ -354,7 +354,7 @@ def _summary(outcome: RunOutcome, first: float | None) -> list[str]:
 
 def median_lines(cells: Sequence[Cell] | Sequence[CellRow]) -> list[str]:
     """Each configuration × workload over its rounds: median IOPS [95 % interval], and % of bare metal."""
-    from kvmtune.bench.stats import group_metric, summarize
+    from kvmtune.lab.stats import group_metric, summarize
 
     rows: Any = [c for c in cells if c.status == "ok"]  # a Cell or a stored CellRow: key, status, metrics
     iops, pct = group_metric(rows, "iops"), group_metric(rows, "pct_of_bare_metal")

@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.guest import ExtraFile
 from kvmtune.bench.net.catalog import MATRICES, NetTest, Tunings, parse_tunings, select_tests
-from kvmtune.bench.net.netns import require_net_admin
-from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec
-from kvmtune.bench.runner import BenchRunner
-from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import default_workdir, ensure_dir
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, parse_extra
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.guest import ExtraFile
+from kvmtune.lab.net.netns import require_net_admin
+from kvmtune.lab.net.topology import TOPOLOGIES, TopologySpec
+from kvmtune.lab.runner import BenchRunner
+from kvmtune.lab.store import Store
+from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
@@ -130,8 +130,8 @@ def _auto_tier(runner: Runner, host: HostRoot, workdir: Path, args: argparse.Nam
     """guest where KVM really boots a guest (the probe is cached), datapath where it does not."""
     import sys
 
-    from kvmtune.bench.accel import detect_accel
-    from kvmtune.bench.guest import GuestBuilder
+    from kvmtune.lab.accel import detect_accel
+    from kvmtune.lab.guest import GuestBuilder
 
     why = "/dev/kvm is absent or not usable by this user"
     if host.exists("/dev/kvm") and host.access("/dev/kvm", 6):
@@ -174,7 +174,7 @@ def run_net_cli(args: argparse.Namespace) -> Outcome:
     host = HostRoot()
     require_net_admin(host)  # before building anything
     runner = Runner()
-    from kvmtune.bench.net.guest import find_netload
+    from kvmtune.lab.net.netload import find_netload
 
     netload = find_netload(args.netload, runner)
     workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
@@ -227,9 +227,9 @@ def _run_datapath(args: argparse.Namespace, spec: NetSpec, runner: Runner, host:
 
 def _run_guest(args: argparse.Namespace, spec: NetSpec, runner: Runner, host: HostRoot, workdir: Path,
                topology: TopologySpec, tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:
-    from kvmtune.bench.accel import choose_accel
-    from kvmtune.bench.guest import GuestBuilder
     from kvmtune.bench.net.guest import NetBenchmark, NetContext
+    from kvmtune.lab.accel import choose_accel
+    from kvmtune.lab.guest import GuestBuilder
 
     extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()

@@ -120,7 +120,7 @@ def color_option(p: argparse.ArgumentParser) -> None:
 
 def db_option(p: argparse.ArgumentParser) -> None:
     """``--db FILE``; a command with it sets ``uses_settings`` and opens :func:`results_db`."""
-    from kvmtune.bench.workdir import default_db
+    from kvmtune.lab.workdir import default_db
 
     p.add_argument("--db", type=Path, default=None, metavar="FILE",
                    help=f"results database (default: the settings file's db, else {default_db()})")
@@ -128,7 +128,7 @@ def db_option(p: argparse.ArgumentParser) -> None:
 
 def results_db(args: argparse.Namespace) -> Path:
     """The results database: ``--db``, else the settings file's ``db``, else :func:`default_db`."""
-    from kvmtune.bench.workdir import default_db
+    from kvmtune.lab.workdir import default_db
 
     if args.db is not None:
         return Path(args.db)

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.metrics import lookup
-from kvmtune.bench.metrics import names as catalogue_names
-from kvmtune.bench.stats import DEFAULT_METRICS, compare_cells
-from kvmtune.bench.store import RunRow, Store
-from kvmtune.bench.vocabulary import INCONCLUSIVE, NO_EFFECT
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, format_option, results_db
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.lab.metrics import lookup
+from kvmtune.lab.metrics import names as catalogue_names
+from kvmtune.lab.stats import DEFAULT_METRICS, compare_cells
+from kvmtune.lab.store import RunRow, Store
+from kvmtune.lab.vocabulary import INCONCLUSIVE, NO_EFFECT
 from kvmtune.textsafe import safe
 
 # a run's kind names its tier (storage runs before tiers existed were guest runs)

@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kvmtune.bench.accel import kvm_pvm_note
-from kvmtune.bench.accel_cache import read_cached_verdict
-from kvmtune.bench.net.guest import PACKAGED_NETLOAD, REPO_NETLOAD
-from kvmtune.bench.workdir import default_workdir
 from kvmtune.cli.command import Command, Outcome, format_option
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import kvm_pvm_note
+from kvmtune.lab.accel_cache import read_cached_verdict
+from kvmtune.lab.net.netload import PACKAGED_NETLOAD, REPO_NETLOAD
+from kvmtune.lab.workdir import default_workdir
 from kvmtune.runner import Runner, default_runner
 from kvmtune.textsafe import safe
 

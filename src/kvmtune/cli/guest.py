@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kvmtune.bench.accel import detect_accel
-from kvmtune.bench.accel_cache import CACHE_NAME
-from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
-from kvmtune.bench.loadguest import LOADS, LoadGuest
-from kvmtune.bench.net.guest import find_netload
-from kvmtune.bench.workdir import default_workdir, ensure_dir
 from kvmtune.cli.command import Command, Outcome
 from kvmtune.errors import InputError, UsageError
+from kvmtune.lab.accel import detect_accel
+from kvmtune.lab.accel_cache import CACHE_NAME
+from kvmtune.lab.guest import ExtraFile, GuestBuilder, ProbeGuest
+from kvmtune.lab.loadguest import LOADS, LoadGuest
+from kvmtune.lab.net.netload import find_netload
+from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 

@@ -16,12 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from kvmtune.bench.net.cleanup import cleanup, find_leftovers
-from kvmtune.bench.net.netns import require_net_admin
-from kvmtune.bench.net.topology import TOPOLOGIES, TopologySpec, make_topology
-from kvmtune.bench.workdir import default_workdir
 from kvmtune.cli.command import Command, Exit, Outcome
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.cleanup import cleanup, find_leftovers
+from kvmtune.lab.net.netns import require_net_admin
+from kvmtune.lab.net.topology import TOPOLOGIES, TopologySpec, make_topology
+from kvmtune.lab.workdir import default_workdir
 from kvmtune.runner import default_runner
 from kvmtune.textsafe import safe
 
@@ -110,7 +110,7 @@ def _raise_interrupt(_sig: int, _frame: object) -> None:
 
 
 def run_up(args: argparse.Namespace) -> Outcome:
-    from kvmtune.bench.net.standin import attach_standin
+    from kvmtune.lab.net.standin import attach_standin
 
     spec = _spec(args)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -139,7 +139,7 @@ def run_up(args: argparse.Namespace) -> Outcome:
 
 
 def run_check(args: argparse.Namespace) -> Outcome:
-    from kvmtune.bench.net.standin import check_topology
+    from kvmtune.lab.net.standin import check_topology
 
     spec = _spec(args)
     signal.signal(signal.SIGTERM, _raise_interrupt)

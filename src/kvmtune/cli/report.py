@@ -10,9 +10,8 @@ from typing import Any
 
 from kvmtune.audit.settings import read_file
 from kvmtune.bench.net.claims import winners
-from kvmtune.bench.report import baseline_names, render, resolve_baseline
+from kvmtune.bench.report import baseline_names, render, resolve_baseline, verified_fix_lines
 from kvmtune.bench.report_net import claim_rows as net_claim_rows
-from kvmtune.bench.store import Store
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db, settings_of
 from kvmtune.errors import KvmtuneError
@@ -21,6 +20,7 @@ from kvmtune.fleet import waivers as fleet_waivers
 from kvmtune.fleet.collect import collection_name, read_collection
 from kvmtune.fleet.history import History
 from kvmtune.fleet.report import build, collection_scope, render_html, render_text
+from kvmtune.lab.store import Store
 from kvmtune.textsafe import safe
 
 
@@ -94,9 +94,6 @@ def run_report(args: argparse.Namespace, run_ids: list[int]) -> Outcome:
                 by_accel.setdefault(c.accel or run.accel or "unknown", []).append(c)
         verify_runs = [runs[rid] for rid in run_ids if runs[rid].kind == "verify"]
         if verify_runs:
-
-            from kvmtune.verify.engine import verified_fix_lines
-
             head.append("verified fixes:")
             for run in verify_runs:
                 for line in verified_fix_lines(st.cells(run.id)):

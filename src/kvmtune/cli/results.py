@@ -7,10 +7,10 @@ import json
 import time
 
 from kvmtune.bench.prometheus import render_run
-from kvmtune.bench.stats import cell_summaries
-from kvmtune.bench.store import Store
-from kvmtune.bench.workdir import default_db
 from kvmtune.cli.command import Command, Outcome, db_option, format_option, results_db, results_db_named
+from kvmtune.lab.stats import cell_summaries
+from kvmtune.lab.store import Store
+from kvmtune.lab.workdir import default_db
 from kvmtune.textsafe import safe
 
 

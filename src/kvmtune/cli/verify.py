@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kvmtune.audit.collect import Sources, gather
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
-from kvmtune.bench.accel_cache import verdict_for
-from kvmtune.bench.workdir import default_workdir, ensure_dir
 from kvmtune.cli.command import (
     Command,
     Exit,
@@ -35,6 +33,8 @@ from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.lab.accel_cache import verdict_for
+from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.textsafe import safe
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def _confirm() -> bool:
 
 
 def _verify(args: argparse.Namespace) -> Outcome:
-    from kvmtune.bench.runner import CellSink
+    from kvmtune.lab.runner import CellSink
     from kvmtune.runner import default_runner
     from kvmtune.verify.engine import VerifyBenchmark, plan_all, subjects
     from kvmtune.verify.experiments import VerifyContext
@@ -276,7 +276,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
     run_id = None
     interrupted = False
     if args.no_store or not bench.planned_cells():
-        from kvmtune.bench.runner import HostBenchLock
+        from kvmtune.lab.runner import HostBenchLock
 
         lock = HostBenchLock()  # every measurement holds the host's one-benchmark lock, stored or not
         if bench.planned_cells():
@@ -287,9 +287,9 @@ def _verify(args: argparse.Namespace) -> Outcome:
         finally:
             lock.release()
     else:
-        from kvmtune.bench.accel import AccelChoice
-        from kvmtune.bench.runner import BenchRunner, base_environment
-        from kvmtune.bench.store import Store
+        from kvmtune.lab.accel import AccelChoice
+        from kvmtune.lab.runner import BenchRunner, base_environment
+        from kvmtune.lab.store import Store
 
         choice = ctx.guest_accel if guest_tier and ctx.guest_accel else AccelChoice("none", "verify boots no guest", 0.0)
         env.update(base_environment(ctx.runner, ctx.host, choice, None))

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.fleet.collect import FleetFinding, HostResult
+from kvmtune.lab.store import Store
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Collection:
 
 class History:
     def __init__(self, path: Path) -> None:
-        """Through :class:`~kvmtune.bench.store.Store`: a file that is not a kvmtune results database (views,
+        """Through :class:`~kvmtune.lab.store.Store`: a file that is not a kvmtune results database (views,
         triggers, foreign tables) is refused before anything is written to it."""
         self.store = Store(path)
         self.db = self.store.db

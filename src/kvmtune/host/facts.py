@@ -135,7 +135,7 @@ class HostFacts:
                  guests: GuestFinder | None = None, accel_verdict: AccelVerdict | None = None) -> None:
         """``guests`` finds the running guests (``kvmtune.qemu.process.running_qemu_guests``); without it
         :attr:`guests` is a programming error. ``accel_verdict`` is what ``kvmtune guest accel`` last found on
-        this machine, read by the caller (``kvmtune.bench.accel_cache.verdict_for``): host/ reads no cache of bench/."""
+        this machine, read by the caller (``kvmtune.lab.accel_cache.verdict_for``): host/ reads no cache of lab/."""
         self.host = host
         self.errors: list[str] = errors if errors is not None else []
         self._reported: set[str] = set()

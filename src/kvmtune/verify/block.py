@@ -19,8 +19,8 @@ unlinked, so a killed kvmtune leaves no replica behind (the daemon dies with
 kvmtune, and the kernel frees the space with its last file descriptor).
 
 The cache-mode table (libvirt's ``<driver cache=…>`` → ``cache.direct``,
-``cache.no-flush``, the export's ``writethrough``) is the storage bench's block
-tier's (:data:`kvmtune.bench.storage.block.CACHE_MODES`). What is verify's own
+``cache.no-flush``, the export's ``writethrough``) is the one the storage bench's
+block tier uses too (:data:`kvmtune.qemuopts.CACHE_MODES`). What is verify's own
 is the pair: two block nodes, A and B, in one daemon, sampled alternately
 through the :class:`~kvmtune.verify.measure.Probe` interface.
 """
@@ -40,14 +40,15 @@ from enum import StrEnum
 from pathlib import Path
 
 from kvmtune.audit.verifyplan import FioJob
-from kvmtune.bench.storage.block import CACHE_MODES, CacheMode
-from kvmtune.bench.storage.fio import parse_fio_json
-from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.workdir import stop_process
 from kvmtune.model.guest import Disk
 from kvmtune.qemuopts import (
+    CACHE_MODES,
     Aio,
     Cache,
+    CacheMode,
     Discard,
     ImageFormat,
     Preallocation,

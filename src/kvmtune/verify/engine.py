@@ -17,11 +17,10 @@ from typing import Any
 
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
-from kvmtune.bench.net.claims import verified_claim_line, verified_claims
-from kvmtune.bench.runner import Cell, CellSink
-from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
+from kvmtune.lab.runner import Cell, CellSink
+from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
@@ -263,7 +262,7 @@ def to_cell(r: VerifyResult) -> Cell:
 
 @dataclass
 class VerifyBenchmark:
-    """The verify run as a :class:`~kvmtune.bench.runner.Benchmark`: the shared runner owns the run row,
+    """The verify run as a :class:`~kvmtune.lab.runner.Benchmark`: the shared runner owns the run row,
     SIGTERM and the cleanup call; each measured finding becomes one cell."""
 
     planned: list[Planned]
@@ -349,25 +348,3 @@ def render_text(results: Sequence[VerifyResult], ctx: VerifyContext, elapsed: fl
         summary += f"; {skipped} skipped for --budget"
     out.append(summary)
     return "\n".join(out) + "\n"
-
-
-def verified_fix_lines(cells: Sequence[Any]) -> list[str]:
-    """The "verified fixes" lines of ``kvmtune report`` from the stored cells of a verify run, then the seed claims
-    its guest-tier fixes answer (each naming the tier and accelerator)."""
-    out = []
-    for c in cells:
-        cfg = c.config
-        head = f"{cfg.get('rule')} {cfg.get('target')}: {cfg.get('change')}"
-        m = c.metrics
-        if c.status != "ok" or "before" not in m:
-            out.append(f"{head}: not measured ({c.error or c.status})")
-            continue
-        text = f"{head}: {cfg.get('metric')} {m['before']:,.4g} -> {m['after']:,.4g} {cfg.get('unit') or ''}".rstrip()
-        if "ratio" in m:
-            text += f", ratio {m['ratio']:.2f}"
-        if "ratio_ci_low" in m:
-            text += f" [{m['ratio_ci_low']:.2f}, {m['ratio_ci_high']:.2f}]"
-        tier = f"{cfg.get('tier')} tier" + (", TCG emulation" if cfg.get("accel") == "tcg" else "")
-        out.append(f"{text}; {cfg.get('verdict')}; {cfg.get('action')} ({tier})")
-    out.extend(verified_claim_line(claim) for _, claim in verified_claims(cells))
-    return out

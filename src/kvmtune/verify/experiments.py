@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kvmtune.audit.finding import Finding
-from kvmtune.bench.accel import AccelChoice
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
 from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.qemu.image import DiskImage
 from kvmtune.runner import Runner

@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from kvmtune.audit.verifyplan import FioJob, GuestExperiment
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.storage.fio import parse_fio_json
-from kvmtune.bench.vocabulary import NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block import Layout, Unreplicable, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix

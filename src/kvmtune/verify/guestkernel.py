@@ -30,7 +30,7 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class KernelChoice:
-    """``kernel``/``modules_dir``: what :class:`kvmtune.bench.guest.GuestBuilder` is given (None: its default,
+    """``kernel``/``modules_dir``: what :class:`kvmtune.lab.guest.GuestBuilder` is given (None: its default,
     /boot's newest and its /lib/modules tree); ``origin``: which of the three it is, for notes and messages."""
 
     kernel: str | None

@@ -1,9 +1,9 @@
 """The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
 
 The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
-namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.bench.net.topology.Topology`
+namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.lab.net.topology.Topology`
 but held by a keeper process instead of a name in ``/run/netns``
-(:class:`kvmtune.bench.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per
+(:class:`kvmtune.lab.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per
 side on it, multiqueue when the side has more than one queue pair. ``netload serve`` listens on the
 bridge's address inside the namespace, for clients holding this run's token only. QEMU opens its tap
 inside the namespace (``nsenter --net=/proc/<keeper>/ns/net``), so nothing is made or changed in the root
@@ -19,10 +19,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvmtune.bench.net.guest import NETLOAD_PORT, new_token
-from kvmtune.bench.net.netns import HeldNetns, NetError, Netns, check_address
-from kvmtune.bench.net.topology import Topology, TopologySpec
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.netload import NETLOAD_PORT, new_token
+from kvmtune.lab.net.netns import HeldNetns, NetError, Netns, check_address
+from kvmtune.lab.net.topology import Topology, TopologySpec
 from kvmtune.qemuopts import keyval
 from kvmtune.runner import Runner
 from kvmtune.verify.guestside import GuestSide, Plumbing

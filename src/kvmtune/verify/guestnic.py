@@ -17,14 +17,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kvmtune.audit.verifyplan import GuestExperiment, NetJob
-from kvmtune.bench.guest import ExtraFile
-from kvmtune.bench.leftovers import sweep
-from kvmtune.bench.net.guest import find_netload, netload_metrics
-from kvmtune.bench.net.netns import NetError
-from kvmtune.bench.vocabulary import NOT_COMPARABLE
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.guest import ExtraFile
+from kvmtune.lab.leftovers import sweep
+from kvmtune.lab.net.netload import find_netload, netload_metrics
+from kvmtune.lab.net.netns import NetError
+from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.model.guest import Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix

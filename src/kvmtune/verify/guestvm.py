@@ -3,7 +3,7 @@
 :func:`qemu_args` turns one :class:`~kvmtune.verify.guestside.GuestSide` into the QEMU options of the
 probe guest (machine, vCPUs and topology, hugepage backing, the disk under test on its bus with its
 controller, queues and IOThread, the NIC under test with its queues and rings). :class:`ProbePair`
-builds the probe guest (:class:`kvmtune.bench.guest.GuestBuilder`, with ``qemu-ga`` and the drivers the
+builds the probe guest (:class:`kvmtune.lab.guest.GuestBuilder`, with ``qemu-ga`` and the drivers the
 sides need), makes one scratch disk per side (laid out like the block tier's replicas, never the
 guest's own image), boots both QEMUs once for the whole experiment and offers what
 :class:`~kvmtune.verify.guestside.GuestPair` promises: a command run in side A or B through the
@@ -27,9 +27,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.accel import AccelChoice, detect_accel
-from kvmtune.bench.accel_cache import read_cached_verdict
-from kvmtune.bench.guest import (
+from kvmtune.errors import KvmtuneError
+from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
+from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice, detect_accel
+from kvmtune.lab.accel_cache import read_cached_verdict
+from kvmtune.lab.guest import (
     ExtraFile,
     GuestBuilder,
     ProbeGuest,
@@ -39,11 +42,8 @@ from kvmtune.bench.guest import (
     guest_agent_qemu_args,
     resolve_modules,
 )
-from kvmtune.bench.qemu import GuestRun, VmSpec
-from kvmtune.bench.workdir import default_workdir
-from kvmtune.errors import KvmtuneError
-from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
-from kvmtune.host.root import HostRoot
+from kvmtune.lab.qemu import GuestRun, VmSpec
+from kvmtune.lab.workdir import default_workdir
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, keyval, unknown_line, word
 from kvmtune.runner import Runner
@@ -135,7 +135,7 @@ def _nic(side: GuestSide) -> tuple[str, tuple[str, ...]]:
 
 
 def _machine_args(side: GuestSide, hugetlbfs: str | None) -> list[str]:
-    # bench.qemu.qemu_argv writes -machine pc and -smp N first: QEMU merges repeated -machine/-smp, later wins
+    # lab.qemu.qemu_argv writes -machine pc and -smp N first: QEMU merges repeated -machine/-smp, later wins
     topology = dict(zip(("sockets", "cores", "threads"), side.topology or (), strict=False))
     smp = keyval(*topology.items(), first=str(int(side.vcpus)))
     args = ["-machine", word("-machine", side.machine), "-smp", smp]
@@ -214,7 +214,7 @@ def _nic_args(side: GuestSide, tap: str | None, netdev: str | None, mac: str) ->
 def qemu_args(side: GuestSide, disk_path: str | Path | None, *, tap: str | None = None, netdev: str | None = None,
               hugetlbfs: str | None = None, mac: str = NIC_MAC["A"]) -> list[str]:
     """The QEMU options that give the probe guest this side's virtual hardware (added after
-    :func:`kvmtune.bench.qemu.qemu_argv`'s, which they override where both set something).
+    :func:`kvmtune.lab.qemu.qemu_argv`'s, which they override where both set something).
 
     ``disk_path``: the side's scratch disk (required when the side has a disk). The NIC goes on a tap
     (``tap``: its name; the ``-netdev`` is written here, with vhost and queues) or on a ``-netdev`` the

@@ -23,10 +23,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.guest import find_netload, netload_metrics, new_token
-from kvmtune.bench.net.netns import NetError, Netns, require_net_admin
-from kvmtune.bench.storage.fio import parse_fio_json
-from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.apply import apply_plan
 from kvmtune.fix.host import plan_host
@@ -35,6 +31,10 @@ from kvmtune.fix.plan import Plan, SysfsWrite, read_value
 from kvmtune.fix.undo import undo_journal
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.lab.net.netload import find_netload, netload_metrics, new_token
+from kvmtune.lab.net.netns import NetError, Netns, require_net_admin
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.workdir import stop_process
 from kvmtune.qemuopts import fio_option
 from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext

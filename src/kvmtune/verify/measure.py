@@ -5,7 +5,7 @@ the fix makes it). :func:`alternate` asks it A, B, A, B, … so that drift of th
 machine (other load, the page cache, thermal state) falls on both sides alike,
 the way pyperf interleaves its worker processes. :func:`judge` turns the
 samples into a ratio B/A with its 95 % interval (Welch's t, from
-:mod:`kvmtune.bench.stats`) and a verdict.
+:mod:`kvmtune.lab.stats`) and a verdict.
 
 The probes here are deliberately thin: the tiers behind them (the block tier's
 qemu-storage-daemon + fio, netload between namespaces) own the run lifecycle.
@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvmtune.bench.stats import log_welch, mean, welch_diff
-from kvmtune.bench.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, effect
+from kvmtune.lab.stats import log_welch, mean, welch_diff
+from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, effect
 
-VERDICTS = (HELPS, NO_EFFECT, HURTS, INCONCLUSIVE)  # the vocabulary's words for a change (bench/vocabulary.py)
+VERDICTS = (HELPS, NO_EFFECT, HURTS, INCONCLUSIVE)  # the vocabulary's words for a change (lab/vocabulary.py)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple
 
 
 def judge(samples: Samples, metric: Metric, threshold_pct: float = 5.0) -> Judgement:
-    """The vocabulary's rule (:func:`kvmtune.bench.vocabulary.effect`): helps / hurts only when the whole 95 %
+    """The vocabulary's rule (:func:`kvmtune.lab.vocabulary.effect`): helps / hurts only when the whole 95 %
     interval of B/A lies beyond ``threshold_pct``, no measurable effect only when it lies wholly inside it,
     inconclusive otherwise (with one sample a side there is no interval: always inconclusive)."""
     a, b = samples.a, samples.b

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kvmtune.bench.net.netns import ADDRESS_SPACE
+from kvmtune.lab.net.netns import ADDRESS_SPACE
 from proc_helpers import processes_mentioning
 
 OUR_LINK_PREFIXES = ("kvbr", "kvtap-", "kvsw", "kvmvt-", "kvlow", "kvnat", "kvlan")

@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 from net_helpers import assert_nothing_left, namespaces, processes_mentioning, wait_processes_gone
 
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.guest import ExtraFile, GuestBuilder, ProbeGuest
-from kvmtune.bench.net import TopologySpec
 from kvmtune.bench.net.catalog import select_tests
-from kvmtune.bench.net.guest import NetBenchmark, NetContext, find_netload
-from kvmtune.bench.runner import BenchRunner
-from kvmtune.bench.store import Store
+from kvmtune.bench.net.guest import NetBenchmark, NetContext
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.guest import ExtraFile, GuestBuilder, ProbeGuest
+from kvmtune.lab.net import TopologySpec
+from kvmtune.lab.net.netload import find_netload
+from kvmtune.lab.runner import BenchRunner
+from kvmtune.lab.store import Store
 from kvmtune.runner import Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]

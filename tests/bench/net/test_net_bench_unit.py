@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.net import Endpoint, NetError
 from kvmtune.bench.net.catalog import MATRICES, parse_test, parse_tunings, select_tests
 from kvmtune.bench.net.chart import aggregate, pct_better, seed002_rows, text_table
-from kvmtune.bench.net.guest import client_job, netload_metrics, parse_console, server_job
-from kvmtune.bench.store import CellRow, Store
+from kvmtune.bench.net.guest import client_job, parse_console, server_job
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.net import Endpoint, NetError
+from kvmtune.lab.net.netload import netload_metrics
+from kvmtune.lab.store import CellRow, Store
 
 
 def test_seed_002_matrix_is_twenty_tests_in_seed_order() -> None:

@@ -17,12 +17,12 @@ import pytest
 from net_helpers import processes_mentioning, root_namespace_leftovers, run_seeing_own_namespaces
 
 import kvmtune.cli as cli
-from kvmtune.bench.net import TopologySpec, make_topology
 from kvmtune.bench.net.datapath import DatapathRun
-from kvmtune.bench.net.guest import NETLOAD_PORT, find_netload
-from kvmtune.bench.net.netns import Netns
-from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.net import TopologySpec, make_topology
+from kvmtune.lab.net.netload import NETLOAD_PORT, find_netload
+from kvmtune.lab.net.netns import Netns
+from kvmtune.lab.store import Store
 from kvmtune.runner import Runner
 from proc_helpers import descendants
 

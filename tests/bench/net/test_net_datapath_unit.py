@@ -17,9 +17,9 @@ from kvmtune.bench.net.datapath import (
     per_test_deadline_s,
     stall_timeout_s,
 )
-from kvmtune.bench.net.netns import NetError
-from kvmtune.bench.net.topology import TopologySpec
-from kvmtune.bench.store import Store
+from kvmtune.lab.net.netns import NetError
+from kvmtune.lab.net.topology import TopologySpec
+from kvmtune.lab.store import Store
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from net_helpers import assert_nothing_left, run_seeing_own_namespaces
 
-from kvmtune.bench.net import Endpoint, NetError, TopologySpec, make_topology
-from kvmtune.bench.net.netns import Netns, check_address, require_net_admin
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net import Endpoint, NetError, TopologySpec, make_topology
+from kvmtune.lab.net.netns import Netns, check_address, require_net_admin
 from kvmtune.runner import CommandResult, Runner
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from net_helpers import assert_nothing_left, namespaces, processes_mentioning
 
-from kvmtune.bench.net import TOPOLOGIES, TopologySpec, make_topology
-from kvmtune.bench.net.standin import check_topology
+from kvmtune.lab.net import TOPOLOGIES, TopologySpec, make_topology
+from kvmtune.lab.net.standin import check_topology
 from kvmtune.runner import CommandResult, Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("netroot")]

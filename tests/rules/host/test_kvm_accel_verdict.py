@@ -13,8 +13,8 @@ from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import rule_by_id
-from kvmtune.bench.accel_cache import read_cached_verdict, verdict_for
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel_cache import read_cached_verdict, verdict_for
 
 OSRELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
 

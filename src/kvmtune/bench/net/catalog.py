@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvmtune.bench.net.netns import NetError
+from kvmtune.lab.net.netns import NetError
 
 SEED_WORKLOADS = ("rr1c-1x1", "rr1c-200x1000", "rr1c-1000x30k", "str-readx30k", "str-writex30k")
 SEED_USERS = (1, 10, 50, 250)

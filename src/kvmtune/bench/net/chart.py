@@ -20,10 +20,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.metrics import lookup
-from kvmtune.bench.metrics import metric as catalogue_metric
 from kvmtune.bench.net.catalog import SEED_USERS, SEED_WORKLOADS
-from kvmtune.bench.store import CellRow, RunRow, Store
+from kvmtune.lab.metrics import lookup
+from kvmtune.lab.metrics import metric as catalogue_metric
+from kvmtune.lab.store import CellRow, RunRow, Store
 
 # (label, metric): seed 002's four bars; direction comes from the metrics catalogue
 BARS = (

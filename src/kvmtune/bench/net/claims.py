@@ -6,7 +6,7 @@ summed (throughput, transactions/s) or averaged (times), and the tests both side
 geometric mean, so a test with large numbers does not outweigh one with small numbers. With two or more
 runs a side, the ratio gets a 95 % interval (Welch on the log scale, :func:`kvmtune.bench.verdicts.ratio`)
 and a claim holds or fails only when the interval settles it against the claim's band
-(:mod:`kvmtune.bench.vocabulary`); with one run a side it is inconclusive. A comparison on another
+(:mod:`kvmtune.lab.vocabulary`); with one run a side it is inconclusive. A comparison on another
 mechanism than the seed's (Open vSwitch's userspace datapath, TCG guests) is "not comparable".
 
 The seed's figures (seed:002, IBM "KVM Network Performance — Best Practices and Tuning Recommendations",
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmtune.bench.net.chart import aggregate
-from kvmtune.bench.store import CellRow
 from kvmtune.bench.verdicts import (
     TCG_NOT_SEED,
     VIRTIO_VS_IDE_SLUG,
@@ -34,7 +33,8 @@ from kvmtune.bench.verdicts import (
     verified_subject,
     verified_where,
 )
-from kvmtune.bench.vocabulary import (
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import (
     DOES_NOT_HOLD,
     HELPS,
     HOLDS,
@@ -61,7 +61,7 @@ class NetClaim:
     claim: str
     figure: str  # the seed's number as it states it
     measured: str | None  # None: not measured by these runs
-    badge: str  # a word of kvmtune.bench.vocabulary
+    badge: str  # a word of kvmtune.lab.vocabulary
     hint: str = ""  # how to measure it, when not measured
 
     def line(self, tier: str) -> str:

@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.accel import AccelChoice
 from kvmtune.bench.net.catalog import NetTest, Tunings
-from kvmtune.bench.net.guest import NETLOAD_PORT, describe, netload_metrics, new_token
-from kvmtune.bench.net.netns import NetError, Netns
-from kvmtune.bench.net.topology import SWITCH, Endpoint, Topology, TopologySpec, make_topology
-from kvmtune.bench.runner import Cell, CellSink, base_environment
-from kvmtune.bench.workdir import stop_process
+from kvmtune.bench.net.guest import describe
 from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.net.netload import NETLOAD_PORT, netload_metrics, new_token
+from kvmtune.lab.net.netns import NetError, Netns
+from kvmtune.lab.net.topology import SWITCH, Endpoint, Topology, TopologySpec, make_topology
+from kvmtune.lab.runner import Cell, CellSink, base_environment
+from kvmtune.lab.workdir import stop_process
 from kvmtune.runner import Runner
 
 TIER = "datapath"

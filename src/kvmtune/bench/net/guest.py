@@ -10,8 +10,8 @@ their ``vhost-PID`` threads when vhost-net is on) at the client's
 the results store: key ``CONFIG|TEST``, ``rep`` = pair index.
 
 The guests boot from the storage benchmark's probe guest with ``netload``
-added (:class:`~kvmtune.bench.guest.ExtraFile`), launched by
-:class:`~kvmtune.bench.qemu.GuestRun` inside the endpoint's namespace.
+added (:class:`~kvmtune.lab.guest.ExtraFile`), launched by
+:class:`~kvmtune.lab.qemu.GuestRun` inside the endpoint's namespace.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import secrets
 import shutil
 import threading
 from collections.abc import Sequence
@@ -27,35 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.guest import ProbeGuest
 from kvmtune.bench.net.catalog import NetTest, Tunings
-from kvmtune.bench.net.netns import NetError
-from kvmtune.bench.net.topology import Endpoint, Topology, TopologySpec, make_topology
-from kvmtune.bench.qemu import GuestRun, VmSpec
-from kvmtune.bench.runner import BenchContext, Cell, CellSink, base_environment
 from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
-from kvmtune.runner import Runner
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.net.netload import NETLOAD_PORT, netload_metrics, new_token
+from kvmtune.lab.net.netns import NetError
+from kvmtune.lab.net.topology import Endpoint, Topology, TopologySpec, make_topology
+from kvmtune.lab.qemu import GuestRun, VmSpec
+from kvmtune.lab.runner import BenchContext, Cell, CellSink, base_environment
 
-NETLOAD_PORT = 20000
 SERVER_WAIT_TRIES = 40  # × (2 s connect timeout + 1 s): how long a client waits for its server to boot
 NET_MODULES = ("virtio_pci", "virtio_net")
 TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
-REPO_NETLOAD = Path(__file__).resolve().parents[4] / "netload" / "bin" / "netload"
-# the copy a wheel carries (scripts/build-wheel.sh), so hosts installed from the wheel need no Go
-PACKAGED_NETLOAD = Path(__file__).resolve().parents[2] / "_bin" / "netload"
-
-
-def find_netload(given: str | None, runner: Runner) -> str:
-    """The netload binary for the guest: ``--netload``, ``netload`` on PATH, the wheel's copy, or the repository's build."""
-    if given:
-        if not os.path.isfile(given):
-            raise NetError(f"{given}: netload binary not found")
-        return given
-    found = runner.which("netload") or next((str(p) for p in (PACKAGED_NETLOAD, REPO_NETLOAD) if p.is_file()), None)
-    if not found:
-        raise NetError("netload binary not found: build it (make -C netload) or pass --netload PATH")
-    return found
 
 
 @dataclass(kw_only=True)
@@ -110,11 +93,6 @@ def _net_setup(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> list[str]:
 
 def _port(ep: Endpoint) -> int:
     return ep.ports[0] if ep.ports else NETLOAD_PORT
-
-
-def new_token() -> str:
-    """A fresh shared secret for one run's netload servers (hex: safe in a shell line)."""
-    return secrets.token_hex(16)
 
 
 def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings, token: str) -> str:
@@ -202,36 +180,6 @@ def parse_console(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str],
         elif parts[0] == "KVMTUNE-NET-UP" and len(parts) > 1 and parts[1].isdigit():
             codes["@mtu"] = int(parts[1])
     return docs, errs, codes, fatal
-
-
-def netload_metrics(doc: dict[str, Any]) -> dict[str, float]:
-    """The stored numbers of one netload JSON document (lower-is-better metrics contain lat/cpu)."""
-    s = doc["summary"]
-    txn = s.get("txn_time_ns") or {}
-    cpu = doc.get("cpu") or {}
-    m: dict[str, float] = {
-        "throughput_Bps": float(s["throughput_bytes_per_s"]),
-        "tps": float(s["transactions_per_s"]),
-        "bytes": float(s["bytes"]),
-        "transactions": float(s["transactions"]),
-        "errors": float(s.get("errors", 0) + s.get("server_errors", 0)),
-        "measured_s": float(s.get("duration_s", 0.0)),
-    }
-    for key in ("tcp_retransmits", "undelivered_messages"):  # netload 0.3.0 and later
-        if s.get(key) is not None:
-            m[key] = float(s[key])
-    for name, q in (("avg", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99_9", "p99_9")):
-        if txn.get(q) is not None and txn.get("count"):
-            m[f"lat_{name}_us"] = float(txn[q]) / 1000.0
-    for side in ("client", "server"):
-        c = cpu.get(side) or {}
-        if c.get("system_cpu_s_per_mb") is not None and s["bytes"]:
-            m[f"{side}_cpu_s_per_mb"] = float(c["system_cpu_s_per_mb"])
-        if c.get("system_cpu_us_per_txn") is not None and s["transactions"]:
-            m[f"{side}_cpu_us_per_txn"] = float(c["system_cpu_us_per_txn"])
-        if c.get("system_busy_share") is not None:
-            m[f"{side}_cpu_busy_pct"] = 100.0 * float(c["system_busy_share"])
-    return m
 
 
 # --------------------------------------------------------------------------- host CPU of QEMU

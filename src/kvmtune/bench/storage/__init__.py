@@ -1,8 +1,9 @@
 """Storage benchmarks: the probe-guest matrix (:mod:`.guest`), the no-guest
 ``qemu-img bench`` tier (:mod:`.quick`), their configurations and presets
-(:mod:`.matrix`), the fio jobs (:mod:`.fio`), host disk counters
-(:mod:`.hostio`) and saved booted guests (:mod:`.snapshot`).
+(:mod:`.matrix`), the block tier (:mod:`.block`), host disk counters
+(:mod:`.hostio`) and saved booted guests (:mod:`.snapshot`). The fio driver is the
+lab's (:mod:`kvmtune.lab.storage.fio`).
 
-Each tier is a :class:`kvmtune.bench.runner.Benchmark` run by the one
-:class:`kvmtune.bench.runner.BenchRunner`.
+Each tier is a :class:`kvmtune.lab.runner.Benchmark` run by the one
+:class:`kvmtune.lab.runner.BenchRunner`.
 """

@@ -16,7 +16,7 @@ its own round.
 Method (issue 22): an unmeasured ramp, then ``runtime`` seconds measured;
 rounds repeat (default 3) with the configurations interleaved so drift spreads
 over all of them; statistics (median, 95 % interval) are taken over the rounds
-by :mod:`kvmtune.bench.stats` and the verdicts. Write cells get a fresh image
+by :mod:`kvmtune.lab.stats` and the verdicts. Write cells get a fresh image
 every round, large and sparse, so most measured writes land on clusters not
 allocated yet (seed 003's effect); the fraction that did is stored
 (``unallocated_write_pct``). Read cells get an image filled beforehand and
@@ -36,7 +36,7 @@ round's last cell left dirty.
 What the harness costs (issue 22's speed goals; bench/storage/block_speed.py
 measures it):
 
-- one fio process per round (:meth:`BlockTier.run_batch`, :mod:`~kvmtune.bench.storage.fiobatch`) for
+- one fio process per round (:meth:`BlockTier.run_batch`, :mod:`~kvmtune.lab.storage.fiobatch`) for
   the consecutive write cells on images made ahead, and the floor: fio's start (its libraries, a CPU-clock
   calibration, a fixed 100 ms wait for its job threads: about 0.25 s) is paid once, and each job starts
   only once the previous one has ended (fio's ``stonewall``: about 0.3 s between two jobs; issue 50). Cells
@@ -58,7 +58,7 @@ measures it):
   unlink, one at a time) a randomly written image is one extent per written
   block, and a fresh qcow2 two per cluster: deleting a seed-003 round's seven
   images took about 590,000 discards, 17–47 s. Each image's extents are first
-  merged (:func:`kvmtune.bench.workdir.coalesce_extents`: metadata only), which
+  merged (:func:`kvmtune.lab.workdir.coalesce_extents`: metadata only), which
   left about 17,000 discards and 3–6 s per round. A file in the same directory
   is then fsync'ed, so that on a journalled file system the commit that carries
   the discards is over before the next round starts;
@@ -83,16 +83,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.runner import Cell, CellSink
-from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.storage import fiobatch
 from kvmtune.bench.storage.guest import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
 from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
 from kvmtune.bench.storage.matrix import StorageConfig
-from kvmtune.bench.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.errors import KvmtuneError
-from kvmtune.qemuopts import Aio, Cache, ImageFormat, Preallocation, fio_nbd_uri, fio_option, keyval, member
+from kvmtune.lab.runner import Cell, CellSink
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.storage import fiobatch
+from kvmtune.lab.workdir import check_free_space, free_bytes, release_file, stop_process
+from kvmtune.qemuopts import (
+    CACHE_MODES,
+    Aio,
+    Cache,
+    ImageFormat,
+    Preallocation,
+    fio_nbd_uri,
+    fio_option,
+    keyval,
+    member,
+)
 
 TIER = "block"
 RAMP_S = 0.5
@@ -116,33 +126,6 @@ BATCH_SAMPLE_S = 0.02  # /proc/diskstats while a batch runs: a cell's window is 
 DELETE_THREADS = 8
 FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
 INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
-
-
-@dataclass(frozen=True)
-class CacheMode:
-    """What libvirt's ``<driver cache=…>`` becomes in QEMU.
-
-    libvirt's ``qemuDomainDiskCachemodeFlags()`` (src/qemu/qemu_domain.c) turns each mode into three flags;
-    ``qemuBlockStorageSourceGetBlockdevGetCacheProps()`` (src/qemu/qemu_block.c) puts ``direct`` and
-    ``no-flush`` on the ``-blockdev`` as ``cache.direct`` / ``cache.no-flush``, and qemu_command.c puts
-    ``writeback`` on the guest device as ``write-cache=on|off``. QEMU documents the same table under
-    ``-drive cache=`` (qemu-options: cache.writeback / cache.direct / cache.no-flush). With no guest
-    device, the NBD export's ``writethrough=on`` plays ``write-cache=off``: QEMU flushes after every
-    write before completing it.
-    """
-
-    direct: bool
-    no_flush: bool
-    write_cache: bool
-
-
-CACHE_MODES = {
-    "none": CacheMode(direct=True, no_flush=False, write_cache=True),
-    "writethrough": CacheMode(direct=False, no_flush=False, write_cache=False),
-    "writeback": CacheMode(direct=False, no_flush=False, write_cache=True),
-    "directsync": CacheMode(direct=True, no_flush=False, write_cache=False),
-    "unsafe": CacheMode(direct=False, no_flush=True, write_cache=True),
-}
 
 
 def _on(flag: bool) -> str:
@@ -593,7 +576,7 @@ class BlockTier:
 
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
-        """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.bench.storage.fiobatch`):
+        """Consecutive :meth:`batchable` cells in one fio process (:mod:`~kvmtune.lab.storage.fiobatch`):
         every daemon is started first, each cell's job starts once the previous one has ended (its ramp an
         unmeasured lead-in), and the jobs' own time stamps say when each cell measured, for its host figures, and
         that no two cells overlapped (were one to, it would be stored as an error: a defect, not noise). Each cell keeps its
@@ -885,7 +868,7 @@ def block_preset(name: str) -> tuple[list[StorageConfig], list[str]]:
 
 @dataclass
 class BlockBenchmark:
-    """The block tier as a :class:`~kvmtune.bench.runner.Benchmark`."""
+    """The block tier as a :class:`~kvmtune.lab.runner.Benchmark`."""
 
     ctx: StorageContext
     blocks: BlockPlan

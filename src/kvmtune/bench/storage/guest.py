@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
-from kvmtune.bench.runner import BenchContext, Cell, CellSink, base_environment
-from kvmtune.bench.storage import fio as fiomod
 from kvmtune.bench.storage.hostio import HostSampler, Snapshot, device_of_path, tps, write_kBps
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.bench.storage.snapshot import SnapshotCache
-from kvmtune.bench.workdir import Scratch, check_free_space
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
+from kvmtune.lab.runner import BenchContext, Cell, CellSink, base_environment
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.workdir import Scratch, check_free_space
 from kvmtune.qemuopts import Preallocation, fio_option, keyval, member
 
 

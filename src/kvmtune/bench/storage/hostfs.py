@@ -29,10 +29,10 @@ from pathlib import Path
 from kvmtune.bench.storage.guest import StorageContext
 from kvmtune.bench.storage.hostio import device_of_path
 from kvmtune.bench.storage.matrix import HOST_FS
-from kvmtune.bench.workdir import release_file
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.workdir import release_file
 from kvmtune.runner import Runner
 
 BACKING_MIB = 8192  # sparse: only what the cells write takes space

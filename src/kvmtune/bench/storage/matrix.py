@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from kvmtune.bench.storage.fio import Workload, cycle_workload, ffsb_workloads, lookup
 from kvmtune.errors import InputError
+from kvmtune.lab.storage.fio import Workload, cycle_workload, ffsb_workloads, lookup
 
 BUSES = ("virtio-blk", "virtio-scsi", "ide", "nvme")
 CACHES = ("none", "writeback", "writethrough", "directsync", "unsafe")

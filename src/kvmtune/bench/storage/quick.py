@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.runner import Cell, CellSink
-from kvmtune.bench.stats import mean, stdev, t95
 from kvmtune.bench.storage.guest import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.matrix import StorageConfig, build_matrix
-from kvmtune.bench.workdir import check_free_space
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.runner import Cell, CellSink
+from kvmtune.lab.stats import mean, stdev, t95
+from kvmtune.lab.workdir import check_free_space
 from kvmtune.qemuopts import Preallocation, keyval, member
 
 BLOCK = 4096

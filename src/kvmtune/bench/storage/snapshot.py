@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.qemu import BUS_GUEST_DEV, FAST_BOOT_ARGS, Disk, GuestRun, VmSpec, qemu_version
-from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.workdir import free_bytes
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.qemu import BUS_GUEST_DEV, FAST_BOOT_ARGS, Disk, GuestRun, VmSpec, qemu_version
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.workdir import free_bytes
 from kvmtune.runner import Runner
 
 SNAPSHOT_VERSION = "1"

@@ -54,7 +54,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, assert_never
 
-from kvmtune.bench.net.netns import (
+from kvmtune.host.process import read_pid_stat
+from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.netns import (
     PREFIX,
     HeldNetns,
     NetError,
@@ -64,10 +66,8 @@ from kvmtune.bench.net.netns import (
     list_namespaces,
     require_net_admin,
 )
-from kvmtune.bench.net.ovs import OvsInstance, ovs_available, pick_datapath
-from kvmtune.bench.workdir import default_workdir, stop_process
-from kvmtune.host.process import read_pid_stat
-from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.ovs import OvsInstance, ovs_available, pick_datapath
+from kvmtune.lab.workdir import default_workdir, stop_process
 from kvmtune.qemuopts import Value, keyval
 from kvmtune.runner import Runner, default_runner
 
@@ -800,7 +800,7 @@ def _safe_list(runner: Runner) -> list[str]:
 
 def _empty_namespace(host: HostRoot, ns: Netns) -> list[str]:
     """Stop every process still inside namespace ``ns`` (they are all kvmtune's)."""
-    from kvmtune.bench.net.cleanup import kill_pids
+    from kvmtune.lab.net.cleanup import kill_pids
 
     pids = ns.pids()
     if not pids:

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.qemu import Disk, GuestRun, VmSpec
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.qemu import Disk, GuestRun, VmSpec
 from kvmtune.qemuopts import Text, keyval
 from kvmtune.runner import Runner
 

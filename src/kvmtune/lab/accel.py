@@ -19,11 +19,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvmtune.bench.accel_cache import CACHE_NAME, CACHE_TTL_S
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.qemu import GuestRun, VmSpec, qemu_version
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel_cache import CACHE_NAME, CACHE_TTL_S
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.qemu import GuestRun, VmSpec, qemu_version
 from kvmtune.runner import Runner
 
 

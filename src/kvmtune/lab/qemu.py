@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.workdir import stop_process
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.workdir import stop_process
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.qemuopts import Aio, Cache, ImageFormat, keyval, member, unix_socket
 from kvmtune.runner import Runner

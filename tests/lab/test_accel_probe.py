@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.accel import detect_accel, kvm_probe
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.qemu import kvm_error
 from kvmtune.cli.doctor import checks
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import detect_accel, kvm_probe
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.qemu import kvm_error
 from kvmtune.runner import Runner
 
 # what QEMU's kvm_cpu_exec and cpu_dump_state print when KVM reports an emulation failure (abridged)
@@ -135,8 +135,8 @@ def test_doctor_names_a_kvm_pvm_host(tmp_path: Path) -> None:
 def test_guest_run_says_what_it_stopped_and_what_it_left_in_the_cache(fake_qemu: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 46 item 7: `guest run` ends saying what it stopped and removed, and what stays in the cache."""
-    from kvmtune.bench.loadguest import LoadGuest
     from kvmtune.cli.guest import cache_left
+    from kvmtune.lab.loadguest import LoadGuest
 
     monkeypatch.setenv("FAKE_QEMU_STATE", "running")
     work = tmp_path / "work"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.storage import fio as fiomod
 from kvmtune.errors import InputError
+from kvmtune.lab.storage import fio as fiomod
 
 
 @pytest.fixture(scope="module")

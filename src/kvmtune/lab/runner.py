@@ -17,7 +17,7 @@ owns everything around it, the same way for every tier:
   refused with one line naming the run that holds the host, because two at once
   disturb each other's numbers (cells off by up to 64 % were seen);
 - before measuring: the results database's ``quick_check`` and, with a
-  ``workdir``, the sweep of killed runs' leftovers (:mod:`kvmtune.bench.leftovers`,
+  ``workdir``, the sweep of killed runs' leftovers (:mod:`kvmtune.lab.leftovers`,
   one line, kept with ``keep_leftovers``);
 - the run's owner (pid, start time, boot id) stored with the run row, so a
   killed run reads back as ``abandoned``.
@@ -62,11 +62,11 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Protocol, runtime_checkable
 
-from kvmtune.bench.accel import AccelChoice
-from kvmtune.bench.guest import ProbeGuest
-from kvmtune.bench.store import Store
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.store import Store
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
@@ -298,7 +298,7 @@ class BenchRunner(CellSink):
     def _sweep_leftovers(self) -> None:
         if self.workdir is None:
             return
-        from kvmtune.bench.leftovers import sweep
+        from kvmtune.lab.leftovers import sweep
 
         line = sweep(self.runner, HostRoot(), self.workdir, keep=self.keep_leftovers).line()
         if line:
@@ -421,9 +421,9 @@ def _sigterm_as_interrupt() -> Any:
 def base_environment(runner: Runner, host: HostRoot, accel: AccelChoice, guest: ProbeGuest | None) -> dict[str, Any]:
     """What every tier's result depends on besides its configuration; tiers add their own tools' versions."""
     from kvmtune import __version__
-    from kvmtune.bench.qemu import qemu_version
     from kvmtune.errors import KvmtuneError
     from kvmtune.host.facts import HostFacts
+    from kvmtune.lab.qemu import qemu_version
 
     try:
         qemu: str | None = qemu_version(runner)

@@ -1,6 +1,6 @@
 """The answer ``kvmtune guest accel`` keeps in the work directory, readable without QEMU.
 
-The benchmark side writes it (:mod:`kvmtune.bench.accel`); the host audit reads it as
+The benchmark side writes it (:mod:`kvmtune.lab.accel`); the host audit reads it as
 evidence that KVM does or does not boot a guest here (KVM-HST-001), which neither
 ``/dev/kvm`` nor the CPU flags prove.
 """
@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
-from kvmtune.bench.workdir import default_workdir
 from kvmtune.host.probe import AccelVerdict
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.workdir import default_workdir
 
 CACHE_NAME = "accel.json"
 CACHE_TTL_S = 24 * 3600

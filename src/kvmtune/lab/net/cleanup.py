@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.netns import PREFIX, list_namespaces, namespace_is_locked, namespace_pids
 from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.netns import PREFIX, list_namespaces, namespace_is_locked, namespace_pids
 from kvmtune.runner import Runner
 
 _RUN_RE = re.compile(rf"^{re.escape(PREFIX)}([a-z0-9]{{2,12}})-")

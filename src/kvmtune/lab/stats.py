@@ -3,7 +3,7 @@ interval on the logarithms (:func:`ratio_diff`), expressed in % of run A: an int
 below −100 %, symmetric in "times faster / slower".
 
 A difference gets a direction only when the whole interval lies beyond ``threshold`` (5 % by default), "no
-measurable effect" only when it lies wholly inside it, the rule of :mod:`kvmtune.bench.vocabulary`.
+measurable effect" only when it lies wholly inside it, the rule of :mod:`kvmtune.lab.vocabulary`.
 :func:`welch_diff` (a linear difference of means) is left for figures that can be zero.
 """
 
@@ -13,9 +13,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kvmtune.bench.metrics import Better, lookup
-from kvmtune.bench.store import CellRow
-from kvmtune.bench.vocabulary import HELPS, INCONCLUSIVE, NO_EFFECT, effect
+from kvmtune.lab.metrics import Better, lookup
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import HELPS, INCONCLUSIVE, NO_EFFECT, effect
 
 # two-sided 95 % Student t quantiles for 1..30 degrees of freedom
 _T95 = (

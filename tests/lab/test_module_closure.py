@@ -1,10 +1,10 @@
-"""One module-dependency closure (bench.guest.module_closure) for the boot list, storage and network guests."""
+"""One module-dependency closure (lab.guest.module_closure) for the boot list, storage and network guests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvmtune.bench.guest import ProbeGuest, module_closure
+from kvmtune.lab.guest import ProbeGuest, module_closure
 
 DEPS = {
     "virtio_net": ("net_failover",),

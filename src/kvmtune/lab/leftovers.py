@@ -8,7 +8,7 @@ gone, nothing else is touched:
 
 * namespaces ``kvmtune-<run>-<role>`` of runs whose run directory
   ``<workdir>/net/<run>`` is in this work directory: the lock on the namespace
-  file and ``owner.json`` (:func:`kvmtune.bench.net.cleanup.find_leftovers`); a
+  file and ``owner.json`` (:func:`kvmtune.lab.net.cleanup.find_leftovers`); a
   namespace that its run's ``owner.json`` does not name yet and that was made in
   the last few seconds may still be waiting for its owner and is left for the
   next start (``owner.json`` is written before each namespace is made, so a
@@ -34,10 +34,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.netns import NETNS_DIR
-from kvmtune.bench.workdir import OWNER_FILE, read_owner, release_file
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.netns import NETNS_DIR
+from kvmtune.lab.workdir import OWNER_FILE, read_owner, release_file
 from kvmtune.runner import Runner
 
 NAMESPACE_GRACE_S = 10.0  # a namespace younger than this may be one whose owner has not locked it yet
@@ -157,8 +157,8 @@ def _named_by_owner_record(rundir: Path, namespaces: list[str]) -> bool:
 
 
 def _network_leftovers(runner: Runner, host: HostRoot, workdir: Path, keep: bool, report: SweepReport) -> None:
-    from kvmtune.bench.net.cleanup import cleanup, find_leftovers
-    from kvmtune.bench.net.netns import NetError
+    from kvmtune.lab.net.cleanup import cleanup, find_leftovers
+    from kvmtune.lab.net.netns import NetError
 
     try:
         leftovers = find_leftovers(runner, host, workdir)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmtune.bench.store import SCHEMA_VERSION, Store
 from kvmtune.errors import KvmtuneError
+from kvmtune.lab.store import SCHEMA_VERSION, Store
 
 
 def test_roundtrip_runs_cells_metrics_samples(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_refuses_a_newer_schema_and_foreign_databases(tmp_path: Path) -> None:
 
 def test_a_version_2_database_gets_the_retry_columns_and_keeps_its_cells(tmp_path: Path) -> None:
     """Schema 3 (issue 50) adds cells.attempts and cells.first_error; a schema-2 cell reads back as one try."""
-    from kvmtune.bench.store import SCHEMA
+    from kvmtune.lab.store import SCHEMA
 
     db = tmp_path / "v2.db"
     con = sqlite3.connect(db)

@@ -684,6 +684,6 @@ def module_closure(deps: Mapping[str, Sequence[str]], names: Iterable[str]) -> s
 
 
 def _init_script(files: dict[str, tuple[str, int]]) -> str:
-    text = resources.files("kvmtune.bench").joinpath("guest_init.sh").read_text()
+    text = resources.files("kvmtune.lab").joinpath("guest_init.sh").read_text()
     libdirs = sorted({d.rsplit("/", 1)[0] for d in files if ".so" in d.rsplit("/", 1)[-1]})
     return text.replace("@LD_LIBRARY_PATH@", ":".join(libdirs) or "/lib")

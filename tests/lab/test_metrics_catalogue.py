@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.metrics import CATALOGUE, Better, lookup, lower_is_better, metric, names
-from kvmtune.bench.net.guest import netload_metrics
-from kvmtune.bench.stats import welch_diff
-from kvmtune.bench.storage import fio as fiomod
-from kvmtune.bench.store import Store
+from kvmtune.lab.metrics import CATALOGUE, Better, lookup, lower_is_better, metric, names
+from kvmtune.lab.net.netload import netload_metrics
+from kvmtune.lab.stats import welch_diff
+from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.store import Store
 
 
 def test_directions_are_declared_not_guessed_from_names() -> None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.net.netns import NetError, Netns
-from kvmtune.bench.net.topology import SLIRP_HOST, Endpoint, NatTopology, Topology
+from kvmtune.lab.net.netns import NetError, Netns
+from kvmtune.lab.net.topology import SLIRP_HOST, Endpoint, NatTopology, Topology
 from kvmtune.qemuopts import keyval
 
 RELAY = Path(__file__).with_name("relay.py")

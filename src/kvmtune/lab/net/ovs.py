@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.bench.net.netns import NetError, Netns
-from kvmtune.bench.workdir import stop_process
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.net.netns import NetError, Netns
+from kvmtune.lab.workdir import stop_process
 from kvmtune.runner import Runner
 
 SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")

@@ -127,7 +127,7 @@ def metric(name: str) -> Metric:
     """Like :func:`lookup` for names the code itself uses; a missing entry is a kvmtune bug."""
     found = lookup(name)
     if found is None:
-        raise KeyError(f"metric {name!r} is not in the catalogue (kvmtune.bench.metrics)")
+        raise KeyError(f"metric {name!r} is not in the catalogue (kvmtune.lab.metrics)")
     return found
 
 

@@ -25,7 +25,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
 
 if TYPE_CHECKING:
-    from kvmtune.bench.store import Owner  # imported where used: the store brings sqlite3
+    from kvmtune.lab.store import Owner  # imported where used: the store brings sqlite3
 
 
 def default_workdir() -> Path:
@@ -206,7 +206,7 @@ OWNER_FILE = "owner.json"
 
 def write_owner(directory: Path) -> None:
     """Mark ``directory`` as this process's (atomically: a reader sees no file or a whole one)."""
-    from kvmtune.bench.store import Owner
+    from kvmtune.lab.store import Owner
 
     owner = Owner.this_process()
     tmp = directory / f".{OWNER_FILE}.tmp"
@@ -221,7 +221,7 @@ def read_owner(directory: Path) -> Owner | None:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
         return None
-    from kvmtune.bench.store import Owner
+    from kvmtune.lab.store import Owner
 
     return Owner(doc["pid"], str(doc.get("start") or ""), str(doc.get("boot") or ""))
 
