@@ -78,7 +78,8 @@ def crowd(root: Path, step: int) -> None:
     thread(root, 900, 900, "make", 10 + 90 * step, 1, allowed="0-1")
 
 
-def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -> None:
+def crowded_second(tmp_path: Path) -> tuple[Target, _Tracker]:
+    """Guest "ca" (pid 100) and make on the same CPU, sampled twice, one second apart whatever the machine took."""
     host = HostRoot(str(tmp_path))
     crowd(tmp_path, 0)
     target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
@@ -86,7 +87,12 @@ def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -
     tr.tick()
     crowd(tmp_path, 1)
     tr.tick()
-    tr.t1 = tr.t0 + 1.0  # one second, whatever the test machine took
+    tr.t1 = tr.t0 + 1.0
+    return target, tr
+
+
+def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -> None:
+    target, tr = crowded_second(tmp_path)
     report = WhyReport(target, 1.0, "kvm")
     _cpu_lines(tr, report, online=2, pinned_in_definition=False)
     (line,) = report.lines
@@ -207,14 +213,7 @@ def test_a_wait_whose_live_cause_names_no_rule_takes_the_rules_top_names_for_the
 def test_why_judges_the_vcpu_wait_with_the_thresholds_top_uses(tmp_path: Path) -> None:
     """The settings file's run_delay_warn reaches why as it reaches top and sample: a 50 % wait under a 60 % warn level
     is no line; why reads the settings file (a bad one is refused before sampling)."""
-    host = HostRoot(str(tmp_path))
-    crowd(tmp_path, 0)
-    target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
-    tr = _Tracker(host, target, {0: 101})
-    tr.tick()
-    crowd(tmp_path, 1)
-    tr.tick()
-    tr.t1 = tr.t0 + 1.0
+    target, tr = crowded_second(tmp_path)
     lenient = WhyReport(target, 1.0, "kvm")
     _cpu_lines(tr, lenient, online=2, pinned_in_definition=False, warn=0.6)
     assert lenient.lines == [] and lenient.vcpus[0]["delay"] == 0.5
