@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -466,3 +467,24 @@ def test_kvm_cpu_001_proposes_what_this_hosts_cpus_run(
     assert f"qm set 101 --cpu {proposed}" in out and f"qm set 100 --cpu {proposed}" in out
     if proposed == "host":
         assert "this host's CPUs lack AVX2, so x86-64-v3 would not start: 'host' passes them through" in out
+
+
+@pytest.mark.parametrize("name", ["web; curl x | sh", "web$(id)", "web\u2028x", "-web", "web web"])
+def test_a_name_outside_the_instance_syntax_never_reaches_an_incus_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """Another user's QEMU chooses its -name: an Incus-looking one (SMBIOS product=Incus) whose name is not an
+    instance name gets no `incus config …` line built from it; the -readconfig path's instance is used instead."""
+    inst = tmp_path / "var" / "log" / "incus" / "web"
+    inst.mkdir(parents=True)
+    (inst / "qemu.conf").write_text(
+        '[machine]\ntype = "q35"\naccel = "kvm"\n[memory]\nsize = "2G"\n[smp-opts]\ncpus = "4"\n'
+        '[drive "incus_r;oot"]\nfile = "/v/root.img"\nformat = "raw"\nif = "none"\ncache = "writeback"\n'
+        '[device "dev-incus_r;oot"]\ndriver = "virtio-blk-pci"\ndrive = "incus_r;oot"\n')
+    args = ["qemu-system-x86_64", "-name", name, "-smbios", "type=1,product=Incus",
+            "-readconfig", "/var/log/incus/web/qemu.conf"]
+    (tmp_path / "web.args").write_text(" ".join(shlex.quote(a) for a in args) + "\n")
+    _, report, _ = audit(capsys, "--qemu-cmdline", str(tmp_path / "web.args"), "--root", str(tmp_path))
+    texts = [f["fix"]["description"] for f in findings(report) if f.get("fix")]
+    incus = [t for t in texts if "incus config" in t]
+    assert incus, texts
+    assert all(" web " in t and name not in t and "r;oot" not in t for t in incus), incus

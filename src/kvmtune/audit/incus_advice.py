@@ -8,10 +8,12 @@ to QEMU unchecked; the libvirt text of the rule follows as what to express there
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from kvmtune.audit.finding import Finding, FixHint
 from kvmtune.model.guest import Guest
+from kvmtune.qemu.cmdline import INSTANCE_NAME
 
 CLI = {"incus": "incus", "lxd": "lxc"}
 
@@ -67,6 +69,6 @@ def _device_name(label: str, manager: str) -> str | None:
         return None
     name = name.removeprefix("dev-")
     for prefix in ("lxd_", "incus_"):
-        if name.startswith(prefix):
-            return name[len(prefix):] or None
+        if name.startswith(prefix) and re.fullmatch(INSTANCE_NAME, name[len(prefix):]):
+            return name[len(prefix):]
     return None

@@ -647,7 +647,8 @@ def _with_config_files(guest: Guest, options: list[Option], host: HostRoot | Non
 
 # where LXD and Incus keep an instance's QEMU configuration file: .../lxd/logs/<instance>/qemu.conf (the snap),
 # /var/log/{lxd,incus}/<instance>/qemu.conf, /run/incus/<instance>/qemu.conf
-_INSTANCE_CONFIG = re.compile(r"/(lxd|incus)/(?:logs/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,127})/qemu\.conf$")
+INSTANCE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # what an instance or device name may be, in a path or a fix text
+_INSTANCE_CONFIG = re.compile(rf"/(lxd|incus)/(?:logs/)?({INSTANCE_NAME})/qemu\.conf$")
 _INSTANCE_PRODUCT = re.compile(r"(?:^|,)product=(LXD|Incus)(?:,|$)")
 
 
@@ -663,8 +664,9 @@ def _recognise_instance(r: _Reading, options: list[Option]) -> None:
             manager = manager or m.group(1).lower()
     if manager is None:
         return
-    if r.guest.name != "?":
+    if r.guest.name != "?" and re.fullmatch(INSTANCE_NAME, r.guest.name):
         instance = r.guest.name  # -name is the instance; the directory adds the project (<project>_<instance>)
+    # a -name outside the name syntax (another user's process chose it) never reaches the manager's command line
     if instance:
         r.guest.derived["instance"] = (manager, instance)
         r.guest.name = f"{manager}:{instance}"
