@@ -81,17 +81,51 @@ def test_unknown_option_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "install-ran").exists() and not (tmp_path / "calls").exists()
 
 
+def _full_calls(tmp_path: Path) -> list[str]:
+    return [line.split("|")[0].strip() for line in (tmp_path / "calls").read_text().splitlines()]
+
+
+UNIT = "pytest -q -p no:cacheprovider -p no:randomly -m not integration and not guest_tier tests"
+INTEGRATION = "pytest -q -p no:cacheprovider -p no:randomly -m integration and not guest_tier tests"
+GUEST_TIER = "pytest -q -p no:cacheprovider -p no:randomly -m guest_tier tests/verify"
+
+
 def test_full_run_holds_the_guest_tier_to_its_own_step(tmp_path: Path) -> None:
-    """Without --fast: install.sh, the whole suite but the guest tier, then the guest tier alone (held to 180 s), Go."""
+    """Without --fast: install.sh; lane A the integration tests, then the guest tier alone (held to 180 s); lane B,
+    beside it, the unit tier and Go. Every test runs once: the three marker expressions cover the suite."""
     root = _layout(tmp_path, venv=True)
     proc = _run(root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "install-ran").exists() and (root / "go-ran").exists()
-    calls = [line.split("|")[0].strip() for line in (tmp_path / "calls").read_text().splitlines()]
-    assert calls == [
-        "ruff check src tests bench tools",
-        "mypy",
-        "pytest -q -p no:cacheprovider -m not guest_tier tests",
-        "pytest -q -p no:cacheprovider -m guest_tier tests/verify",
-    ]
+    calls = _full_calls(tmp_path)
+    assert calls[:2] == ["ruff check src tests bench tools", "mypy"]
+    assert sorted(calls[2:]) == sorted([UNIT, INTEGRATION, GUEST_TIER])
+    # lane A's order: the integration tests, then the guest tier
+    assert calls.index(INTEGRATION) < calls.index(GUEST_TIER)
     assert "== timeout --kill-after=10 180 .venv/bin/pytest" in proc.stdout
+    # lane B's output comes after lane A's, in one piece, with its own step times
+    lane_b = proc.stdout.index("== lane B")
+    assert proc.stdout.index("s: make") > lane_b > proc.stdout.index("s: timeout")
+    assert "s: both lanes" in proc.stdout
+
+
+def test_full_run_fails_when_only_lane_b_fails(tmp_path: Path) -> None:
+    """A unit-tier failure in the background lane fails the run, after lane A has finished."""
+    root = _layout(tmp_path, venv=True)
+    (root / "netload" / "Makefile").write_text("test:\n\ttouch ../go-ran\n\tfalse\n")
+    proc = _run(root)
+    assert proc.returncode == 1 and "test.sh: FAILED" in proc.stderr
+    assert INTEGRATION in _full_calls(tmp_path) and GUEST_TIER in _full_calls(tmp_path)
+
+
+def test_full_run_runs_lane_b_at_a_lower_priority(tmp_path: Path) -> None:
+    root = _layout(tmp_path, venv=True)
+    bin_dir = root / ".venv" / "bin"
+    _tool(bin_dir / "pytest", f'printf "%s|%s\\n" "pytest $*" "$(nice)" >> "{tmp_path}/calls"')
+    proc = _run(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    niceness = {c.split("|")[0].strip(): int(c.split("|")[1]) for c in
+                (tmp_path / "calls").read_text().splitlines() if c.startswith("pytest")}
+    base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
+    assert niceness[UNIT] == min(base + 10, 19)
+    assert niceness[INTEGRATION] == base and niceness[GUEST_TIER] == base
