@@ -34,7 +34,7 @@ from kvmtune.model.values import (
     qemu_size_kib,
 )
 from kvmtune.qemu.blockdev import BlockGraph, ResolvedDisk, drive_tree, nest
-from kvmtune.qemu.readconfig import ConfigFile, read_config
+from kvmtune.qemu.readconfig import DEVICE_ONLY_FILES, ConfigFile, read_config
 from kvmtune.qemuopts import Aio, Cache, DetectZeroes, Discard
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -628,12 +628,20 @@ def _with_config_files(guest: Guest, options: list[Option], host: HostRoot | Non
             continue
         value = opt.value or ""
         if host is None:
+            if value in DEVICE_ONLY_FILES:
+                notes.append(f"-readconfig {value}: not read here; qemu-server's own file (USB, PCI bridges and "
+                             "PCIe root ports only): no finding withheld")
+                continue
             guest.unread += (f"-readconfig {value}",)
             notes.append(f"-readconfig {value}: not read here; findings on what the file may hold are withheld")
             continue
         try:
             config, note = read_config(value, host)
         except InputError as exc:
+            if value in DEVICE_ONLY_FILES:
+                notes.append(f"-readconfig {exc.where}: not read ({exc.problem}); qemu-server's own file (USB, PCI "
+                             "bridges and PCIe root ports only): no finding withheld")
+                continue
             guest.unread += (f"-readconfig {value}",)
             notes.append(f"-readconfig {exc.where}: not read ({exc.problem}); findings on what the file may hold "
                          "(no accelerator, no balloon, no RNG, ...) are withheld")
@@ -759,6 +767,9 @@ def _memory_devices_kib(devices: list[Option], objects: dict[str, Option]) -> tu
     return ram, device_memory
 
 
+AHCI_CONTROLLERS = frozenset({"ahci", "ich9-ahci"})
+
+
 def _disk_from_device(
     dev: Option,
     drive_ref: str,
@@ -769,6 +780,8 @@ def _disk_from_device(
     p = dev.props
     drv = str(p.get("driver", "")).lower()
     bus = machine_bus(BUS_OF_DEVICE[drv], guest.machine)
+    if bus == "ide" and controllers.get(str(p.get("bus", "")).split(".")[0], ("",))[0] in AHCI_CONTROLLERS:
+        bus = "sata"  # an IDE device on an AHCI controller's port (PVE's sataN, libvirt's sata on i440fx)
     if drv in LUN_DEVICES:
         device = "lun"
     elif drv in ("ide-cd", "scsi-cd") or (drv == "scsi-disk" and str(p.get("media", "")).lower() == "cdrom"):
