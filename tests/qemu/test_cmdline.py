@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvmtune.errors import InputError
-from kvmtune.qemu.cmdline import effective_cache, guest_from_argv, guest_from_text, parse_keyval
+from kvmtune.qemu.argv import parse_keyval
+from kvmtune.qemu.cmdline import effective_cache, guest_from_argv, guest_from_text
 
 
 def test_keyval_with_escaped_comma_and_implied_key() -> None:

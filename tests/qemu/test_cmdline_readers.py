@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvmtune.qemu import cmdline
-from kvmtune.qemu.cmdline import Option, guest_from_argv
+from kvmtune.qemu.argv import Option
+from kvmtune.qemu.cmdline import guest_from_argv
 
 
 def test_a_new_option_reader_sees_each_option_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmtune.qemu.cmdline import split_proc_cmdline
+from kvmtune.qemu.argv import split_proc_cmdline
 from kvmtune.qemu.redact import redact_arg, redact_cmdline, split_opts
 
 S = "hunter2"

@@ -20,7 +20,8 @@ from kvmtune.inputs import read_regular, walk_files
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import load as pve
 from kvmtune.proxmox.config import VMID_FILE
-from kvmtune.qemu.cmdline import DEFAULT_BINARY, guest_from_argv, guest_from_config, guest_from_text, split_proc_cmdline
+from kvmtune.qemu.argv import DEFAULT_BINARY, split_proc_cmdline
+from kvmtune.qemu.cmdline import guest_from_argv, guest_from_config, guest_from_text
 from kvmtune.qemu.readconfig import MAX_CONFIG_BYTES, looks_like_config, parse_config
 from kvmtune.textsafe import safe
 

@@ -69,6 +69,7 @@ def converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: 
         except KvmtuneError:
             break
         now_cfg.path, now_guest.origin = cfg.path, guest.origin
+        now_cfg.node, now_cfg.peers = cfg.node, cfg.peers
         now_guest.on_audited_host, now_guest.images_here = guest.on_audited_host, guest.images_here
     for key in (*order, *cfg.current, *now_cfg.current):
         if cfg.current.get(key) != now_cfg.current.get(key) and key not in out.change.values:

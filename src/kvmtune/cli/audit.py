@@ -35,7 +35,7 @@ from kvmtune.cli.command import (
 from kvmtune.errors import UsageError
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel_cache import verdict_for
-from kvmtune.qemu.cmdline import DEFAULT_BINARY, is_qemu_binary
+from kvmtune.qemu.argv import DEFAULT_BINARY, is_qemu_binary
 
 
 class AuditCommand(Command):

@@ -34,7 +34,8 @@ from kvmtune.live.model import (
     VcpuCounters,
 )
 from kvmtune.model.guest import Guest
-from kvmtune.qemu.cmdline import guest_from_argv, parse_keyval, parse_options, split_proc_cmdline
+from kvmtune.qemu.argv import parse_keyval, parse_options, split_proc_cmdline
+from kvmtune.qemu.cmdline import guest_from_argv
 from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.qemu.qmp import Qmp
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kvmtune.host.root import HostRoot
 from kvmtune.live.sources import vcpu_index
-from kvmtune.qemu.cmdline import parse_keyval, parse_options, split_proc_cmdline
+from kvmtune.qemu.argv import parse_keyval, parse_options, split_proc_cmdline
 
 PF_KTHREAD = 0x00200000
 

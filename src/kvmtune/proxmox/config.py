@@ -88,6 +88,7 @@ class PveConfig:
     pending_delete: list[str] = field(default_factory=list)
     snapshots: list[str] = field(default_factory=list)
     node: str | None = None  # /etc/pve/nodes/<node>/qemu-server: the cluster node that runs it
+    peers: tuple[str, ...] = ()  # the cluster's other nodes (/etc/pve/nodes/), where it may migrate to
     notes: list[str] = field(default_factory=list)  # what a reader should know (a value with a line break)
 
     def where(self, key: str) -> str:

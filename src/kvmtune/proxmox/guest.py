@@ -78,8 +78,15 @@ def guest_from_config(cfg: PveConfig, storages: dict[str, Storage] | None) -> tu
             guest.disks.append(disk)
         if problem:
             notes.append(f"{guest.name} disk:{key}: {problem}; its storage findings are not judged")
+    template = pve_bool(c.get("template"))
+    if template:  # qemu-server's config_to_command: a template starts only for backup, its disks read-only
+        for disk in guest.disks:
+            _as_template_disk(disk)
+        notes.append(f"{guest.name}: a template (template: 1): PVE starts it only for backup, its disks read-only "
+                     "(IDE/SATA ones as CD-ROMs) and without NICs; audited as that start, its clones as their own VMs")
     for key in sorted((k for k in c if NET_KEY.match(k)), key=lambda k: int(k[3:])):
-        guest.nics.append(_nic(cfg, key, len(guest.nics)))
+        if not template:
+            guest.nics.append(_nic(cfg, key, len(guest.nics), guest.machine))
     guest.hostdevs += sum(1 for k in c if k.startswith("hostpci") and k[7:].isdigit())
     for key in sorted(k for k in c if k.startswith("rng") and k[3:].isdigit()):
         props = dict((k or "source", v) for k, v in split_property_string(c[key]))
@@ -113,7 +120,8 @@ def _read_machine_cpu_memory(cfg: PveConfig, guest: Guest) -> None:
     guest.virt_type = "kvm" if c.get("kvm", "1") != "0" else "qemu"
     guest.arch = {"aarch64": "aarch64"}.get(c.get("arch", ""), "x86_64")
     machine = split_property_string(c.get("machine", "pc"))
-    guest.machine = (machine[0][1] if machine and machine[0][0] in (None, "type") else "pc").lower()
+    # '.pxe' asks qemu-server for the old PXE ROMs: not part of the machine type QEMU gets
+    guest.machine = (machine[0][1] if machine and machine[0][0] in (None, "type") else "pc").lower().removesuffix(".pxe")
     cpu = split_property_string(c.get("cpu", "kvm64"))
     model = (cpu[0][1] if cpu and cpu[0][0] in (None, "cputype") else "kvm64").lower()
     guest.cpu_mode = {"host": "host-passthrough", "max": "maximum"}.get(model, "custom")
@@ -172,8 +180,11 @@ def _disk(cfg: PveConfig, key: str, scsihw: str, storages: dict[str, Storage] | 
     disk.readonly = pve_bool(p.get("ro")) or media == "cdrom"
     disk.shareable = pve_bool(p.get("shared"))
     cache = p.get("cache")
-    cache_direct = cache in ("none", "directsync") if cache else media != "cdrom"
-    disk.cache = disk.take("cache", Cache, cache or ("none" if cache_direct else None))
+    storage_direct = volume.storage is None or volume.storage.cache_direct_default
+    cache_direct = cache in ("none", "directsync") if cache else (media != "cdrom" and storage_direct)
+    # no cache=: O_DIRECT (none), except a CD-ROM (QEMU's default) and btrfs without nocow (writeback)
+    default = "none" if cache_direct else ("writeback" if media != "cdrom" else None)
+    disk.cache = disk.take("cache", Cache, cache or default)
     disk.io = disk.take("io", Aio, p.get("aio") or default_aio(volume, cache_direct))
     disk.discard = Discard.UNMAP if p.get("discard") == "on" else None
     dz = p.get("detect_zeroes")
@@ -199,7 +210,19 @@ def _disk(cfg: PveConfig, key: str, scsihw: str, storages: dict[str, Storage] | 
     return disk, volume.problem
 
 
-def _nic(cfg: PveConfig, key: str, index: int) -> Nic:
+def _as_template_disk(disk: Disk) -> None:
+    """A template's disk as qemu-server's backup start opens it: read-only, and on IDE/SATA an ``ide-cd`` (IDE and
+    SATA disks cannot be read-only; ``DriveDevice.pm``)."""
+    if disk.device == "firmware":
+        return
+    disk.readonly = True
+    disk.evidence["readonly"] = f"{disk.locator} (template: 1)"
+    if disk.bus in ("ide", "sata") and disk.device == "disk":
+        disk.device = "cdrom"
+        disk.evidence["device"] = f"{disk.locator} (template: 1: PVE attaches it as ide-cd)"
+
+
+def _nic(cfg: PveConfig, key: str, index: int, machine: str | None) -> Nic:
     items = split_property_string(cfg.current[key])
     props = {k: v for k, v in items if k is not None}
     model, mac = props.get("model"), props.get("macaddr")
@@ -222,6 +245,10 @@ def _nic(cfg: PveConfig, key: str, index: int) -> Nic:
     if props.get("mtu", "").isdigit() and props["mtu"] != "1":
         nic.mtu = int(props["mtu"])
     nic.evidence = {k: where for k in ("model", "driver_name", "type", "mac", "queues", "mtu")}
+    if model == "virtio" and _machine_version(machine) >= (7, 1):  # qemu-server's print_netdevice_full
+        nic.rx_queue_size, nic.tx_queue_size = 1024, 256
+        for attr in ("rx_queue_size", "tx_queue_size"):
+            nic.evidence[attr] = f"{where} (PVE sets {attr}={getattr(nic, attr)} from machine version 7.1 on)"
     return nic
 
 

@@ -9,6 +9,7 @@ audit reads its own configs and names the others' nodes, and each VM is audited 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from kvmtune.model.guest import Guest
 from kvmtune.proxmox.config import VMID_FILE, PveConfig, parse_config
 from kvmtune.proxmox.guest import guest_from_config
 from kvmtune.proxmox.storage import Storage, default_storages, parse_storage_cfg
+from kvmtune.textsafe import safe
 
 MAX_CONFIG_BYTES = 1024 * 1024  # pmxcfs holds files of at most 1 MiB
 STORAGE_CFG = "/etc/pve/storage.cfg"
@@ -99,6 +101,23 @@ def local_node(host: HostRoot) -> str | None:
     return name.strip().split(".", 1)[0] if name and name.strip() else None
 
 
+# a PVE node name is a host name's first label (pvecm: letters, digits and '-', not at either end)
+NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def cluster_nodes(host: HostRoot) -> tuple[list[str], list[str]]:
+    """The nodes of the cluster ``/etc/pve/nodes/`` names (directories of a node name's syntax, never a link: pmxcfs
+    has none there), and the entries that are not (shown with :func:`kvmtune.textsafe.safe`)."""
+    nodes, skipped = [], []
+    for name in sorted(host.listdir("/etc/pve/nodes")):
+        path = f"/etc/pve/nodes/{name}"
+        if NODE_NAME.fullmatch(name) and host.readlink(path) is None and host.is_dir(path):
+            nodes.append(name)
+        else:
+            skipped.append(safe(name))
+    return nodes, skipped
+
+
 def read_host(host: HostRoot) -> PveRead:
     """This node's VM configs in the host's ``/etc/pve``: each VM once, on the node that runs it."""
     out = PveRead()
@@ -112,6 +131,11 @@ def read_host(host: HostRoot) -> PveRead:
     if node:
         here += [f"/etc/pve/nodes/{node}/qemu-server/{n}" for n in host.listdir(f"/etc/pve/nodes/{node}/qemu-server")
                  if VMID_FILE.match(n)]
+    nodes, skipped = cluster_nodes(host)
+    if skipped:
+        out.notes.append(f"/etc/pve/nodes: {len(skipped)} entry(ies) not a node (a link, or not a node name): "
+                         f"{', '.join(skipped[:4])}; not counted as cluster nodes")
+    peers = tuple(n for n in nodes if n != node)
     elsewhere: dict[str, int] = {}
     for other in host.listdir("/etc/pve/nodes"):
         if other != node:
@@ -134,6 +158,7 @@ def read_host(host: HostRoot) -> PveRead:
         except InputError as exc:
             out.errors.append(str(exc))
             continue
+        cfg.peers = peers
         guest.on_audited_host = True
         guest.images_here = host.is_live
         out.guests.append(guest)

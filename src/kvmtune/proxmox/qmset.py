@@ -217,9 +217,18 @@ def _cpu(form: PveForm, cfg: PveConfig, device: str, host_flags: set[str] | None
     rest = [(k, v) for k, v in items if k not in (None, "cputype")]
     value = ",".join([proposed, *(f"{k}={v}" for k, v in rest)])
     change = QmChange(values={"cpu": value}, ui=ui, cpu_change=True)
+    peers = ", ".join(cfg.peers)
     if proposed == "host":
         change.notes.append("this host's CPUs lack AVX2, so x86-64-v3 would not start: 'host' passes them through, "
-                            f"at the cost of live migrating VM {cfg.vmid} only to nodes with the same CPU")
+                            f"at the cost of live migrating VM {cfg.vmid} only to nodes with the same CPU"
+                            + (f" (of this cluster's {peers})" if peers else ""))
+    elif peers:
+        here = "this node's CPUs have it" if host_flags is not None else "this node's CPUs were not read"
+        change.notes.append(f"{CPU_PROPOSED} needs AVX2 (Intel Haswell, AMD Zen 1 and later) on every node VM "
+                            f"{cfg.vmid} may migrate to: {here}; those of {peers} are not in /etc/pve (PVE keeps them "
+                            "in pmxcfs's key-value store, not in a file): check 'grep -qw avx2 /proc/cpuinfo' there "
+                            "first; where one lacks it, 'host' is the alternative, at the cost of live migration "
+                            "between nodes with different CPUs")
     else:
         change.notes.append(f"{CPU_PROPOSED} needs AVX2 on every node VM {cfg.vmid} runs or migrates on (Intel "
                             "Haswell, AMD Zen 1 and later); where one lacks it, 'host' is the alternative, at the cost "

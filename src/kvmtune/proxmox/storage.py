@@ -1,10 +1,12 @@
 """``/etc/pve/storage.cfg``: storage IDs to a path or a backend (PVE admin guide, "Proxmox VE Storage").
 
 Sections are ``TYPE: ID`` followed by indented ``key value`` lines. A volume ID ``STORAGE:VOLUME`` becomes
-what PVE's storage plugin's ``path()`` gives QEMU: a file below a directory storage's ``images/<vmid>/``,
-``/dev/<vg>/<lv>`` on LVM, ``/dev/zvol/<pool>/<vol>`` on ZFS, ``pool/image`` through librbd (or a kernel RBD
-device with ``krbd 1``), ``/dev/disk/by-id/<scsi id>`` for an iSCSI LUN (the kernel initiator). A storage
-ID that is not defined, or of a type not read here, is named and left unresolved, never guessed.
+what PVE's storage plugin's ``path()`` gives QEMU: a file below a directory storage's ``images/<vmid>/``
+(on btrfs a raw image is ``images/<vmid>/<name>/disk.raw``, its subvolume), ``/dev/<vg>/<lv>`` on LVM (qcow2
+when the volume's name says so, PVE 9's volume chains), ``/dev/zvol/<pool>/<vol>`` on ZFS, ``pool/image``
+through librbd (or a kernel RBD device with ``krbd 1``), ``/dev/disk/by-id/<scsi id>`` for an iSCSI LUN (the
+kernel initiator). A storage ID that is not defined, of a type not read here, or a volume name with an empty,
+``.`` or ``..`` component is named and left unresolved, never guessed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from kvmtune.errors import InputError
 
 STORAGE_TYPES = frozenset({"dir", "lvm", "lvmthin", "zfspool", "rbd", "nfs", "cifs", "iscsi", "iscsidirect", "zfs",
                            "cephfs", "glusterfs", "btrfs", "pbs", "esxi"})
-READ_TYPES = frozenset({"dir", "lvm", "lvmthin", "zfspool", "rbd", "nfs", "cifs", "iscsi"})
+READ_TYPES = frozenset({"dir", "lvm", "lvmthin", "zfspool", "rbd", "nfs", "cifs", "iscsi", "btrfs"})
 _HEAD = re.compile(r"^([a-z]+):\s*([A-Za-z][A-Za-z0-9_.-]*)\s*$")
 _PROP = re.compile(r"^\s+([a-z][a-z0-9_-]*)(?:\s+(.*?))?\s*$")
 # PVE's storage plugin: a storage.cfg without 'local' still has it (dir /var/lib/vz)
@@ -32,6 +34,12 @@ class Storage:
     @property
     def krbd(self) -> bool:
         return self.type == "rbd" and self.props.get("krbd", "0") in ("1", "on", "yes")
+
+    @property
+    def cache_direct_default(self) -> bool:
+        """Whether a disk that states no cache= is opened with O_DIRECT (qemu-server's ``drive_uses_cache_direct``):
+        everywhere but on btrfs without ``nocow``, where O_DIRECT would break data checksums."""
+        return not (self.type == "btrfs" and self.props.get("nocow", "0") not in ("1", "on", "yes"))
 
 
 @dataclass(frozen=True)
@@ -100,15 +108,31 @@ def resolve_volume(volume: str, storages: dict[str, Storage] | None, fmt: str | 
     storage = storages.get(sid)
     if storage is None:
         return Volume(None, None, None, fmt, problem=f"storage {sid!r} is not defined in storage.cfg")
-    p, last = storage.props, name.rsplit("/", 1)[-1]
+    if any(part in ("", ".", "..") for part in name.split("/")):  # PVE's parse_volname refuses these too
+        return Volume(None, None, None, fmt, storage, f"volume {volume!r} has an empty, '.' or '..' path component")
+    return _on_storage(storage, name, fmt)
+
+
+def _on_storage(storage: Storage, name: str, fmt: str | None) -> Volume:
+    """Volume ``name`` of ``storage`` as its plugin's ``path()`` gives it to QEMU."""
+    sid, p, last = storage.id, storage.props, name.rsplit("/", 1)[-1]
     if storage.type in ("dir", "nfs", "cifs"):
         base = p.get("path") or (f"/mnt/pve/{sid}" if storage.type != "dir" else None)
         if base is None:
             return Volume(None, None, None, fmt, storage, f"storage {sid!r} (dir) has no path")
         sub = f"template/iso/{name[4:]}" if name.startswith("iso/") else f"images/{'/'.join(name.split('/')[-2:])}"
         return Volume(f"{base.rstrip('/')}/{sub}", "file", "file", fmt or _format_of(last), storage)
-    if storage.type in ("lvm", "lvmthin"):
-        return Volume(f"/dev/{p.get('vgname', '?')}/{last}", "block", "host_device", "raw", storage)
+    if storage.type == "btrfs":  # PVE's BTRFS plugin: a raw image is disk.raw in a subvolume named after it
+        base = p.get("path")
+        if base is None:
+            return Volume(None, None, None, fmt, storage, f"storage {sid!r} (btrfs) has no path")
+        fmt = fmt or _format_of(last)
+        leaf = f"{last.removesuffix('.raw')}/disk.raw" if fmt == "raw" and last.endswith(".raw") else last
+        sub = "/".join([*name.split("/")[-2:-1], leaf])  # <vmid>/<leaf>, a linked clone's base part dropped
+        return Volume(f"{base.rstrip('/')}/images/{sub}", "file", "file", fmt, storage)
+    if storage.type in ("lvm", "lvmthin"):  # PVE 9: a qcow2 volume on LVM (snapshots as a volume chain)
+        lv_format = "qcow2" if storage.type == "lvm" and last.endswith(".qcow2") else "raw"
+        return Volume(f"/dev/{p.get('vgname', '?')}/{last}", "block", "host_device", lv_format, storage)
     if storage.type == "zfspool":
         return Volume(f"/dev/zvol/{p.get('pool', '?')}/{last}", "block", "host_device", "raw", storage)
     if storage.type == "rbd":

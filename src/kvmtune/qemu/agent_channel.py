@@ -8,7 +8,7 @@ client socket is another program's server.
 
 from __future__ import annotations
 
-from kvmtune.qemu.cmdline import parse_options
+from kvmtune.qemu.argv import parse_options
 
 AGENT_PORT_NAME = "org.qemu.guest_agent.0"
 _ON = ("on", "yes", "true", "")

@@ -7,7 +7,8 @@ from kvmtune.host.process import is_qemu_binary
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.agent_channel import agent_socket_path
-from kvmtune.qemu.cmdline import guest_from_argv, split_proc_cmdline
+from kvmtune.qemu.argv import split_proc_cmdline
+from kvmtune.qemu.cmdline import guest_from_argv
 
 
 def running_qemu_guests(host: HostRoot) -> tuple[list[Guest], list[str]]:

@@ -31,6 +31,12 @@ SECTIONS = {
     "rtc": "-rtc", "realtime": "-realtime", "overcommit": "-overcommit",
 }
 
+# qemu-server's own files (Proxmox VE's package puts them in /usr/share/qemu-server/): USB controllers, an audio
+# device, PCI bridges and PCIe root ports only, never an accelerator, memory, disk, NIC, balloon or RNG. One of them
+# that cannot be read withholds no finding.
+DEVICE_ONLY_FILES = frozenset({"/usr/share/qemu-server/pve-q35.cfg", "/usr/share/qemu-server/pve-q35-4.0.cfg",
+                               "/usr/share/qemu-server/pve-usb.cfg"})
+
 _SECTION = re.compile(r'\[([A-Za-z0-9_.-]{1,63})(?:\s+"([^"\n]{0,63})")?\]')
 _KEY_VALUE = re.compile(r'([^\s=\[\]"]{1,63})\s*=\s*"([^"\n]{0,1023})"')
 # the first line of such a file: a section, or a comment before one (LXD starts with "# Machine")

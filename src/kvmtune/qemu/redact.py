@@ -148,7 +148,7 @@ def redact_argv(argv: list[str]) -> tuple[list[str], int]:
 
 def redact_cmdline(data: bytes) -> tuple[bytes, int]:
     """A ``/proc/<pid>/cmdline`` (NUL-separated) with every secret blanked, parsed option by option."""
-    from kvmtune.qemu.cmdline import split_proc_cmdline
+    from kvmtune.qemu.argv import split_proc_cmdline
 
     out, count = redact_argv(split_proc_cmdline(data))
     return b"\0".join(a.encode("utf-8", "surrogateescape") for a in out) + b"\0", count
