@@ -18,9 +18,9 @@ from typing import Any, cast
 from kvmtune.bench.net.guest import NetContext, _vm_spec
 from kvmtune.lab.guest import ProbeGuest, guest_agent_qemu_args
 from kvmtune.lab.net.topology import Endpoint
+from kvmtune.lab.probe.pair import NETDEV_ID, NIC_MAC, qemu_args
+from kvmtune.lab.probe.side import GuestSide, Plumbing
 from kvmtune.lab.qemu import Disk, VmSpec, qemu_argv
-from kvmtune.verify.guestside import GuestSide, Plumbing
-from kvmtune.verify.guestvm import NETDEV_ID, NIC_MAC, qemu_args
 
 GOLDEN = Path(__file__).with_name("golden") / "probe_argv.json"
 SERIAL, QMP, JOB = Path("/w/run/vm.serial"), Path("/w/run/vm.qmp"), Path("/w/run/vm.job.sh")

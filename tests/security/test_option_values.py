@@ -24,6 +24,9 @@ from kvmtune.bench.storage.block import daemon_argv
 from kvmtune.cli import main
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.lab.probe.pair import Unbootable, qemu_args
+from kvmtune.lab.probe.side import GuestSide
+from kvmtune.lab.replica import Layout, Unreplicable, create_replica
 from kvmtune.qemuopts import (
     Aio,
     Cache,
@@ -37,9 +40,7 @@ from kvmtune.qemuopts import (
     operand,
 )
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout, Unreplicable, _blockdev, create_replica, layout_of
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import Unbootable, qemu_args
+from kvmtune.verify.block import _blockdev, layout_of
 
 HOSTILE_WORDS = [
     "threads,filename=/etc/passwd", "none,,file=/x", "unmap\nfilename=/x", "io_uring\x00", "native\u2028x=1",

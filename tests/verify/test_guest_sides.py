@@ -14,21 +14,22 @@ from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
-from kvmtune.lab.store import CellRow
-from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
-from kvmtune.runner import Runner
-from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
-from kvmtune.verify.experiments import Outcome, VerifyContext
-from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
-from kvmtune.verify.guestkernel import FETCH_SCRIPT, cache_dir
-from kvmtune.verify.guestside import EMULATION, ExecResult, GuestSide
-from kvmtune.verify.guestvm import (
+from kvmtune.lab.probe.kernel import FETCH_SCRIPT, cache_dir
+from kvmtune.lab.probe.pair import (
     IOTHREAD_ID,
     Unbootable,
     missing_driver_line,
     qemu_args,
     side_modules,
 )
+from kvmtune.lab.probe.side import ExecResult, GuestSide
+from kvmtune.lab.store import CellRow
+from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
+from kvmtune.runner import Runner
+from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
+from kvmtune.verify.experiments import Outcome, VerifyContext
+from kvmtune.verify.guest.accel import EMULATION
+from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
 from kvmtune.verify.measure import Judgement, Metric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
@@ -364,7 +365,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
 def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:
     import base64
 
-    from kvmtune.verify.guestvm import MAX_OUTPUT, _data
+    from kvmtune.lab.probe.pair import MAX_OUTPUT, _data
 
     assert _data({"out-data": base64.b64encode(b"ok\xff\n").decode()}, "out-data") == "ok\ufffd\n"
     assert _data({"out-data": "not base64 at all!"}, "out-data") == ""

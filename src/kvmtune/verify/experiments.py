@@ -46,8 +46,8 @@ class VerifyContext:
     journal_dir: Path | None = None
     profile: str = "virtual-host"
     notes: list[str] = field(default_factory=list)
-    # the guest tier (verify/guestvm.py): measure under TCG emulation too (--allow-tcg), the accelerator the probe
-    # guests get (decided once a run: verify/guestvm.pair_accel), another kernel for them, and the inputs of this
+    # the guest tier (lab/probe/pair.py): measure under TCG emulation too (--allow-tcg), the accelerator the probe
+    # guests get (decided once a run: verify/guest/accel.pair_accel), another kernel for them, and the inputs of this
     # run as options (for the command a "needs KVM" line names)
     allow_tcg: bool = False
     guest_accel: AccelChoice | None = None

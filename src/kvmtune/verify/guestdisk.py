@@ -5,7 +5,7 @@ IOThread, its IOThread and virtio-blk queues, the guest's vCPUs and machine type
 replica layout of the block tier (:func:`kvmtune.verify.block.layout_of`: format, cache, AIO).
 Side B is not guessed: the rule's own fixer runs on a copy of the guest's definition (what
 ``kvmtune fix`` would write, guest-visible changes allowed on the copy) and the same disk is read
-back. Both are booted once (:class:`kvmtune.verify.guestvm.ProbePair`) and fio runs inside them,
+back. Both are booted once (:class:`kvmtune.lab.probe.pair.ProbePair`) and fio runs inside them,
 against the raw scratch disk, alternately, until the verdict settles or the finding's cap.
 """
 
@@ -22,22 +22,23 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
-from kvmtune.lab.storage.fio import parse_fio_json
-from kvmtune.lab.vocabulary import NOT_COMPARABLE
-from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import Layout, Unreplicable, layout_of, scratch_parent
-from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
-from kvmtune.verify.guestkernel import choice_for, lacks_line
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import (
+from kvmtune.lab.probe.kernel import choice_for, lacks_line
+from kvmtune.lab.probe.pair import (
     ProbePair,
     Unbootable,
     kernel_lacks,
     qemu_args,
-    require_accel,
     side_device,
     side_modules,
 )
+from kvmtune.lab.probe.side import GuestSide
+from kvmtune.lab.replica import Layout, Unreplicable
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.vocabulary import NOT_COMPARABLE
+from kvmtune.model.guest import Disk, Guest
+from kvmtune.verify.block import layout_of, scratch_parent
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
+from kvmtune.verify.guest.accel import require_accel
 from kvmtune.verify.measure import Metric, alternate, judge, settles
 
 IOPS = Metric("iops", "IOPS", True, "fio inside the probe guest against its raw scratch disk")

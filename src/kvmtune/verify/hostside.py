@@ -33,10 +33,10 @@ from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.lab.net.netload import find_netload, netload_metrics, new_token
 from kvmtune.lab.net.netns import NetError, Netns, require_net_admin
+from kvmtune.lab.replica import make_scratch_dir
 from kvmtune.lab.storage.fio import parse_fio_json
 from kvmtune.lab.workdir import stop_process
 from kvmtune.qemuopts import fio_option
-from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Metric, Samples, alternate, judge, settles
 

@@ -23,10 +23,10 @@ from kvmtune.host.root import HostRoot
 from kvmtune.lab.net.netload import NETLOAD_PORT, new_token
 from kvmtune.lab.net.netns import HeldNetns, NetError, Netns, check_address
 from kvmtune.lab.net.topology import Topology, TopologySpec
+from kvmtune.lab.probe.pair import NETDEV_ID
+from kvmtune.lab.probe.side import GuestSide, Plumbing
 from kvmtune.qemuopts import keyval
 from kvmtune.runner import Runner
-from kvmtune.verify.guestside import GuestSide, Plumbing
-from kvmtune.verify.guestvm import NETDEV_ID
 
 BRIDGE = "kvbr0"
 SERVER_CIDR = "198.18.0.1/24"

@@ -1,12 +1,12 @@
 """The guest tier's booted pair: two probe guests, A (as it is) and B (as fixed), each with its guest agent.
 
-:func:`qemu_args` turns one :class:`~kvmtune.verify.guestside.GuestSide` into the QEMU options of the
+:func:`qemu_args` turns one :class:`~kvmtune.lab.probe.side.GuestSide` into the QEMU options of the
 probe guest (machine, vCPUs and topology, hugepage backing, the disk under test on its bus with its
 controller, queues and IOThread, the NIC under test with its queues and rings). :class:`ProbePair`
 builds the probe guest (:class:`kvmtune.lab.guest.GuestBuilder`, with ``qemu-ga`` and the drivers the
 sides need), makes one scratch disk per side (laid out like the block tier's replicas, never the
 guest's own image), boots both QEMUs once for the whole experiment and offers what
-:class:`~kvmtune.verify.guestside.GuestPair` promises: a command run in side A or B through the
+:class:`~kvmtune.lab.probe.side.GuestPair` promises: a command run in side A or B through the
 agent's ``guest-exec``, and QMP. On exit, an exception or Ctrl-C both QEMUs stop and every file is
 removed; the scratch disks are unlinked as soon as QEMU holds them open, so a killed kvmtune leaves
 none (QEMU dies with kvmtune), and its run directories are swept by the next verify.
@@ -30,8 +30,6 @@ from typing import Any
 from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.accel import AccelChoice, detect_accel
-from kvmtune.lab.accel_cache import read_cached_verdict
 from kvmtune.lab.guest import (
     ExtraFile,
     GuestBuilder,
@@ -42,15 +40,13 @@ from kvmtune.lab.guest import (
     guest_agent_qemu_args,
     resolve_modules,
 )
+from kvmtune.lab.probe.kernel import BOOT, KernelChoice, choice_for, lacks_line
+from kvmtune.lab.probe.side import ExecResult, GuestSide, Plumbing
 from kvmtune.lab.qemu import GuestRun, VmSpec
-from kvmtune.lab.workdir import default_workdir
+from kvmtune.lab.replica import Layout, create_replica, make_scratch_dir
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, keyval, unknown_line, word
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
-from kvmtune.verify.experiments import Unmeasurable, VerifyContext
-from kvmtune.verify.guestkernel import BOOT, KernelChoice, choice_for, lacks_line
-from kvmtune.verify.guestside import ALLOW_TCG, NEEDS_KVM, ExecResult, GuestSide, Plumbing
 
 SIDES = ("A", "B")
 DISK_ID = "kvmtune-scratch"  # the -drive id (QMP query-block's device)
@@ -218,7 +214,7 @@ def qemu_args(side: GuestSide, disk_path: str | Path | None, *, tap: str | None 
 
     ``disk_path``: the side's scratch disk (required when the side has a disk). The NIC goes on a tap
     (``tap``: its name; the ``-netdev`` is written here, with vhost and queues) or on a ``-netdev`` the
-    side's :class:`~kvmtune.verify.guestside.Plumbing` defines (``netdev``: its id). ``hugetlbfs``: where
+    side's :class:`~kvmtune.lab.probe.side.Plumbing` defines (``netdev``: its id). ``hugetlbfs``: where
     hugepage backing is mounted. Raises :class:`Unbootable` with one line for what the probe guest cannot be.
     """
     args = _machine_args(side, hugetlbfs)
@@ -261,7 +257,7 @@ def side_device(side: GuestSide) -> str:
 def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str],
                         choice: KernelChoice | None = None) -> str:
     """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one
-    (guestkernel's line, the same the planners give; ``choice``: where the kernel came from, default bench's)."""
+    (lab/probe/kernel's line, the same the planners give; ``choice``: where the kernel came from, default bench's)."""
     return lacks_line(f"side {side_name} ({side_device(side)})", list(missing), release,
                       choice or KernelChoice(None, None, BOOT))
 
@@ -294,7 +290,7 @@ class _Side:
 
 
 class ProbePair:
-    """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.verify.guestside.GuestPair`).
+    """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.lab.probe.side.GuestPair`).
 
     ``a``/``b``: each side's hardware. ``accel``: ``kvm`` or ``tcg`` (what the caller decided; QMP's
     ``query-kvm`` says what QEMU really runs, :attr:`accel`). ``scratch_parent``: where the scratch disks
@@ -535,41 +531,3 @@ def _data(status: dict[str, Any], key: str) -> str:
     except (binascii.Error, ValueError):
         return ""
     return data[:MAX_OUTPUT].decode("utf-8", "replace")
-
-
-
-# --------------------------------------------------------------------------- the accelerator, once a run
-
-
-def pair_accel(ctx: VerifyContext) -> AccelChoice:
-    """The accelerator the probe guests get on this machine, decided once a run and kept on ``ctx``: ``tcg`` without a
-    usable /dev/kvm, else ``kvm`` only if a probe guest really boots under it (``kvmtune guest accel``'s verdict,
-    from its cache when it is there: a day old at most)."""
-    if ctx.guest_accel is None:
-        ctx.guest_accel = _decide_accel(ctx)
-    return ctx.guest_accel
-
-
-def _decide_accel(ctx: VerifyContext) -> AccelChoice:
-    host = HostRoot()  # the probe guests run on this machine, whatever --root names
-    if not host.exists("/dev/kvm"):
-        return AccelChoice("tcg", "/dev/kvm is absent", 0.0)
-    if not host.access("/dev/kvm", 6):  # R_OK | W_OK
-        return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
-    osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
-    for workdir in dict.fromkeys((ctx.workdir, default_workdir())):
-        cached = read_cached_verdict(workdir, osrel)
-        if cached is not None:
-            return AccelChoice(cached.accel, cached.reason, 0.0, cached=True)
-    guest = GuestBuilder(ctx.workdir, ctx.runner, host, kernel=ctx.guest_kernel, modules_dir=ctx.guest_modules).build()
-    return detect_accel(guest, ctx.workdir, ctx.runner, host)
-
-
-def require_accel(rule_id: str, ctx: VerifyContext) -> AccelChoice:
-    """The accelerator for this finding's pair; under TCG without ``--allow-tcg``, :class:`Unmeasurable` with the
-    "needs KVM" line and the command that measures it under emulation."""
-    choice = pair_accel(ctx)
-    if choice.accel == "tcg" and not ctx.allow_tcg:
-        command = " ".join(x for x in ("kvmtune verify", ctx.inputs_hint, f"--only {rule_id}", ALLOW_TCG) if x)
-        raise Unmeasurable(f"{NEEDS_KVM.format(why=choice.reason)}; to measure it under emulation: {command}")
-    return choice
