@@ -16,9 +16,9 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from kvmtune.bench.net.guest import NetContext, _vm_spec
-from kvmtune.lab.guest import ProbeGuest, guest_agent_qemu_args
+from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.net.topology import Endpoint
-from kvmtune.lab.probe.pair import NETDEV_ID, NIC_MAC, qemu_args
+from kvmtune.lab.probe.pair import NETDEV_ID, NIC_MAC, side_spec
 from kvmtune.lab.probe.side import GuestSide, Plumbing
 from kvmtune.lab.qemu import Disk, VmSpec, qemu_argv
 
@@ -26,8 +26,6 @@ GOLDEN = Path(__file__).with_name("golden") / "probe_argv.json"
 SERIAL, QMP, JOB = Path("/w/run/vm.serial"), Path("/w/run/vm.qmp"), Path("/w/run/vm.job.sh")
 GUEST = ProbeGuest(kernel=Path("/boot/vmlinuz-6.1"), initrd=Path("/w/guest/initrd.img"), key="k", release="6.1",
                    modules=(), missing_optional=(), tools=(), size=0, cached=True, vmlinux=Path("/w/guest/vmlinux"))
-BZIMAGE = ProbeGuest(kernel=Path("/boot/vmlinuz-6.1"), initrd=Path("/w/guest/initrd.img"), key="k", release="6.1",
-                     modules=(), missing_optional=(), tools=(), size=0, cached=True)
 
 
 def _argv(spec: VmSpec) -> list[str]:
@@ -98,7 +96,7 @@ SIDES: dict[str, tuple[GuestSide, dict[str, Any]]] = {
 
 
 def verify_argvs() -> dict[str, list[str]]:
-    """What verify's ProbePair.start gives the launcher for one side (the agent's socket, the plumbing's -netdev
+    """What verify's ProbePair.start gives the launcher (side_spec) for one side (the agent's socket, the plumbing's -netdev
     and its namespace prefix included)."""
     out = {}
     for name, (side, how) in SIDES.items():
@@ -107,11 +105,9 @@ def verify_argvs() -> dict[str, list[str]]:
                              ("nsenter", "--net=/proc/1234/ns/net")) if how.get("plumbing") else Plumbing()
             disk = Path(f"/w/scratch/disk-{s}.{side.disk_format}") if side.disk_bus else None
             netdev = NETDEV_ID if how.get("tap") is None and plumb.extra_args else None
-            args = qemu_args(side, disk, tap=how.get("tap"), netdev=netdev, hugetlbfs=how.get("hugetlbfs"), mac=NIC_MAC[s])
-            args += guest_agent_qemu_args(f"/w/run/qga-{s}.sock")
-            boots = GUEST if side.machine in ("pc", "q35") else BZIMAGE
-            spec = VmSpec(guest=boots, accel="tcg", memory_mb=side.memory_mb, smp=side.vcpus, job="agent\n",
-                          extra_args=[*plumb.extra_args, *args], wrapper=plumb.wrapper)
+            spec = side_spec(GUEST, side, accel="tcg", disk_path=disk, job="agent\n", tap=how.get("tap"), netdev=netdev,
+                             hugetlbfs=how.get("hugetlbfs"), mac=NIC_MAC[s], agent_socket=Path(f"/w/run/qga-{s}.sock"),
+                             plumbing=plumb)
             out[f"verify {name} {s}"] = [*spec.wrapper, *_argv(spec)]
     return out
 

@@ -1,10 +1,12 @@
-"""The guest tier without booting: QEMU options per knob (qemu_args), sides built from example and hand-written
-domains (side B from the rule's own fixer on a copy), the "needs KVM" line and the emulation labels."""
+"""The guest tier without booting: QEMU options per knob (the side's spec through the launcher's qemu_argv), sides
+built from example and hand-written domains (side B from the rule's own fixer on a copy), the "needs KVM" line and
+the emulation labels."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,15 +16,16 @@ from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.probe.kernel import FETCH_SCRIPT, cache_dir
 from kvmtune.lab.probe.pair import (
-    IOTHREAD_ID,
     Unbootable,
     missing_driver_line,
-    qemu_args,
     side_modules,
+    side_spec,
 )
 from kvmtune.lab.probe.side import ExecResult, GuestSide
+from kvmtune.lab.qemu import IOTHREAD_ID, VmSpec, qemu_argv
 from kvmtune.lab.store import CellRow
 from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.runner import Runner
@@ -33,6 +36,19 @@ from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
 from kvmtune.verify.measure import Judgement, Metric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
+PROBE = ProbeGuest(kernel=Path("/boot/vmlinuz"), initrd=Path("/w/initrd"), key="k", release="6.1", modules=(),
+                   missing_optional=(), tools=(), size=0, cached=True)
+
+
+def qemu_args(side: GuestSide, disk: str | Path | None, **kw: Any) -> list[str]:
+    """The options a side adds to a bare probe guest's: the launcher's qemu_argv of the side's spec, less those of
+    the same guest without the side's hardware."""
+    spec = side_spec(PROBE, side, accel="tcg", disk_path=disk, **kw)
+    full = qemu_argv(spec, Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    bare = qemu_argv(VmSpec(guest=spec.guest, accel="tcg", memory_mb=spec.memory_mb, smp=spec.smp),
+                     Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    assert full[: len(bare)] == bare
+    return full[len(bare):]
 
 
 def devices(args: list[str]) -> list[str]:

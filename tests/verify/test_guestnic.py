@@ -16,7 +16,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.probe.kernel import BOOT, CACHED, FETCH_SCRIPT, GIVEN, cached_kernel, choose_kernel, lacks_line
 from kvmtune.lab.probe.net import VHOST_MISSING, netdev_arg
-from kvmtune.lab.probe.pair import NETDEV_ID, qemu_args
+from kvmtune.lab.probe.pair import NETDEV_ID
 from kvmtune.lab.probe.side import GuestSide
 from kvmtune.model.guest import Guest
 from kvmtune.runner import Runner
@@ -24,6 +24,8 @@ from kvmtune.verify.engine import subjects
 from kvmtune.verify.experiments import Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.guestnic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
 from kvmtune.verify.planner import plan_for
+
+from .test_guest_sides import qemu_args
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
 

@@ -27,8 +27,8 @@ from kvmtune.lab.probe.pair import (
     ProbePair,
     Unbootable,
     kernel_lacks,
-    qemu_args,
     side_device,
+    side_hardware,
     side_modules,
 )
 from kvmtune.lab.probe.side import GuestSide
@@ -255,7 +255,7 @@ def plan_guest_disk(subject: Subject, ctx: VerifyContext, plan: GuestExperiment)
         raise Unmeasurable("the fix changes nothing the probe guest can be given")
     for name, side in (("A", a), ("B", b)):
         try:
-            qemu_args(side, "/dev/null")
+            side_hardware(side, "/dev/null")
             modules = side_modules(side)
         except Unbootable as exc:
             raise Unmeasurable(f"side {name}: {exc}") from None

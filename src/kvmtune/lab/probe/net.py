@@ -25,7 +25,7 @@ from kvmtune.lab.net.netns import HeldNetns, NetError, Netns, check_address
 from kvmtune.lab.net.topology import Topology, TopologySpec
 from kvmtune.lab.probe.pair import NETDEV_ID
 from kvmtune.lab.probe.side import GuestSide, Plumbing
-from kvmtune.qemuopts import keyval
+from kvmtune.lab.qemu import tap_netdev
 from kvmtune.runner import Runner
 
 BRIDGE = "kvbr0"
@@ -43,8 +43,7 @@ def netdev_arg(side_name: str, side: GuestSide) -> str:
     queues = side.nic_queues or 1
     if not 1 <= queues <= MAX_TAP_QUEUES:
         raise NetError(f"side {side_name}: {queues} queues (a tap has 1..{MAX_TAP_QUEUES})")
-    return keyval(("id", NETDEV_ID), ("ifname", TAP[side_name]), ("script", "no"), ("downscript", "no"),
-                  ("vhost", side.vhost), ("queues", queues if queues > 1 else None), first="tap")
+    return tap_netdev(NETDEV_ID, TAP[side_name], side.vhost, queues)
 
 
 class GuestNet(Topology):
