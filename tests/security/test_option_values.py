@@ -43,7 +43,7 @@ from kvmtune.qemuopts import (
     operand,
 )
 from kvmtune.runner import Runner
-from kvmtune.verify.block import _blockdev, layout_of
+from kvmtune.verify.block.pair import _blockdev, layout_of
 
 HOSTILE_WORDS = [
     "threads,filename=/etc/passwd", "none,,file=/x", "unmap\nfilename=/x", "io_uring\x00", "native\u2028x=1",

@@ -32,7 +32,7 @@ from kvmtune.runner import Runner
 from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
 from kvmtune.verify.experiments import Outcome, VerifyContext
 from kvmtune.verify.guest.accel import EMULATION
-from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
+from kvmtune.verify.guest.disk import FioProbe, GuestDiskExperiment, guest_disk
 from kvmtune.verify.measure import Judgement, Metric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
@@ -235,7 +235,7 @@ def test_a_missing_driver_of_bench_s_kernel_names_the_script_and_the_option(tmp_
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """No --guest-kernel and no cached generic kernel: /boot's (a cloud kernel, here without AHCI); the line names
     scripts/guest-kernel.sh as well as --guest-kernel, as the NIC experiments' does."""
-    import kvmtune.verify.guestdisk as guestdisk
+    import kvmtune.verify.guest.disk as guestdisk
 
     def lacks(_host: HostRoot, names: tuple[str, ...], kernel: str | None, modules_dir: str | None) -> tuple[str, list[str]]:
         assert (kernel, modules_dir) == (None, None)  # bench's default kernel was asked about
@@ -354,7 +354,7 @@ def test_plan_part_nic_waits_for_its_module(tmp_path: Path) -> None:
     assert rule is not None
     f = rule().finding(target=Target("localhost", "g", "net:0"), actual="a", expected="b", evidence="/x")
     try:
-        import kvmtune.verify.guestnic  # noqa: F401
+        import kvmtune.verify.guest.nic  # noqa: F401
     except ModuleNotFoundError:
         with pytest.raises(Unmeasurable, match="not built yet"):
             plan_guest(Subject(f), _ctx(tmp_path), GuestExperiment("nic", IOTHREAD_JOB))

@@ -35,7 +35,7 @@ from kvmtune.runner import Runner
 from kvmtune.verify.engine import plan_all, subjects
 from kvmtune.verify.experiments import VerifyContext
 from kvmtune.verify.guest.accel import EMULATION, pair_accel
-from kvmtune.verify.guestdisk import GuestDiskExperiment
+from kvmtune.verify.guest.disk import GuestDiskExperiment
 
 pytestmark = pytest.mark.integration
 

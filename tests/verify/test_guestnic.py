@@ -22,7 +22,7 @@ from kvmtune.model.guest import Guest
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import subjects
 from kvmtune.verify.experiments import Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.guestnic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
+from kvmtune.verify.guest.nic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
 from kvmtune.verify.planner import plan_for
 
 from .test_guest_sides import qemu_args

@@ -22,7 +22,7 @@ from kvmtune.lab.probe.net import TAP, VHOST_DEVICE, GuestNet
 from kvmtune.lab.probe.pair import NIC_DEV, ProbePair
 from kvmtune.lab.probe.side import GuestSide
 from kvmtune.runner import Runner
-from kvmtune.verify.guestnic import GUEST_NETLOAD, NetloadProbe, configure, nic_device
+from kvmtune.verify.guest.nic import GUEST_NETLOAD, NetloadProbe, configure, nic_device
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.replica import Layout, make_scratch_dir, sweep_leftovers
 from kvmtune.runner import Runner
-from kvmtune.verify.block import layout_of, scratch_parent
+from kvmtune.verify.block.pair import layout_of, scratch_parent
 from kvmtune.verify.engine import plan_all, subjects
 from kvmtune.verify.experiments import VerifyContext
 

@@ -25,7 +25,7 @@ from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_CO
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
-from kvmtune.verify.block import scratch_parent
+from kvmtune.verify.block.pair import scratch_parent
 from kvmtune.verify.experiments import Experiment, LeavesScratch, Subject, Unmeasurable, VerifyContext, seed_figure
 from kvmtune.verify.guest.accel import EMULATION
 from kvmtune.verify.measure import VERDICTS, OutOfTime

@@ -3,8 +3,8 @@
 Which experiment measures a rule's fix is the rule's own declaration, its ``verify``
 attribute (plain data from :mod:`kvmtune.audit.verifyplan`, in the rule's file);
 :mod:`kvmtune.verify.planner` turns it into an experiment: a guest disk's fio job
-on the block tier (:mod:`kvmtune.verify.disk`), the runtime value the host fix
-writes (:mod:`kvmtune.verify.hostside`: a namespace experiment, or a host-wide one
+on the block tier (:mod:`kvmtune.verify.block.experiment`), the runtime value the host fix
+writes (:mod:`kvmtune.verify.host.experiment`: a namespace experiment, or a host-wide one
 only with ``--apply``), or the rule's one-line reason, so nothing is silently left out.
 """
 

@@ -1,6 +1,6 @@
 """The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
 
-The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
+The probe guests of a NIC experiment (:mod:`kvmtune.verify.guest.nic`) reach nothing but this: a
 namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.lab.net.topology.Topology`
 but held by a keeper process instead of a name in ``/run/netns``
 (:class:`kvmtune.lab.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per

@@ -279,7 +279,7 @@ class ProbePair:
 
     ``a``/``b``: each side's hardware. ``accel``: ``kvm`` or ``tcg`` (what the caller decided; QMP's
     ``query-kvm`` says what QEMU really runs, :attr:`accel`). ``scratch_parent``: where the scratch disks
-    go (the block tier's choice, :func:`kvmtune.verify.block.scratch_parent`), each ``disk_size`` bytes;
+    go (the block tier's choice, :func:`kvmtune.verify.block.pair.scratch_parent`), each ``disk_size`` bytes;
     ``plumbing``: per side, extra QEMU options and the command prefix QEMU runs under (a tap in a kvmtune
     namespace); ``taps``: per side, the tap :func:`side_spec` brings the ``-netdev`` for (else a ``-netdev``
     in the plumbing with id :data:`NETDEV_ID`); ``extra``/``modules``: more files and drivers for the probe

@@ -4,7 +4,7 @@ A :class:`GuestSide` is the part of a guest's virtual hardware that the guest-vi
 (disk bus and controller, IOThread, queues, NIC model, vhost, NIC queues and rings, vCPUs and their
 topology, hugepage backing), read from the audit's model (side A) or from the model of the
 definition the rule's fixer wrote on a copy (side B). It is plain data: ``lab/probe/pair.py`` turns
-it into QEMU options for the probe guest, ``verify/guestdisk.py`` and ``verify/guestnic.py`` build
+it into QEMU options for the probe guest, ``verify/guest/disk.py`` and ``verify/guest/nic.py`` build
 it from a finding's disk or interface.
 
 :class:`Plumbing` is what a side needs from outside the VM (a tap in a kvmtune namespace);

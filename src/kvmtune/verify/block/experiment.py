@@ -14,7 +14,7 @@ from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob
 from kvmtune.lab.replica import Layout, Unreplicable
 from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import BlockPair, DiscardProbe, layout_of, scratch_parent
+from kvmtune.verify.block.pair import BlockPair, DiscardProbe, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.measure import Probe, alternate, judge, settles
 

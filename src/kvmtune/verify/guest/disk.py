@@ -2,7 +2,7 @@
 
 Side A is the finding's disk as the audit read it: its bus, its SCSI controller's model and
 IOThread, its IOThread and virtio-blk queues, the guest's vCPUs and machine type, and the
-replica layout of the block tier (:func:`kvmtune.verify.block.layout_of`: format, cache, AIO).
+replica layout of the block tier (:func:`kvmtune.verify.block.pair.layout_of`: format, cache, AIO).
 Side B is not guessed: the rule's own fixer runs on a copy of the guest's definition (what
 ``kvmtune fix`` would write, guest-visible changes allowed on the copy) and the same disk is read
 back. Both are booted once (:class:`kvmtune.lab.probe.pair.ProbePair`) and fio runs inside them,
@@ -36,7 +36,7 @@ from kvmtune.lab.replica import Layout, Unreplicable
 from kvmtune.lab.storage.fio import parse_fio_json
 from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import layout_of, scratch_parent
+from kvmtune.verify.block.pair import layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.guest.accel import require_accel
 from kvmtune.verify.measure import Metric, alternate, judge, settles
