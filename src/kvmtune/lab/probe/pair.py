@@ -44,6 +44,7 @@ from kvmtune.lab.probe.kernel import BOOT, KernelChoice, choice_for, lacks_line
 from kvmtune.lab.probe.side import ExecResult, GuestSide, Plumbing
 from kvmtune.lab.qemu import Disk, GuestRun, Machine, Nic, VmSpec, tap_netdev
 from kvmtune.lab.replica import Layout, create_replica, make_scratch_dir
+from kvmtune.lab.workdir import Started
 from kvmtune.qemu.qmp import Qmp
 from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, unknown_line
 from kvmtune.runner import Runner
@@ -274,7 +275,7 @@ class _Side:
     agent_sock: Path | None = None
 
 
-class ProbePair:
+class ProbePair(Started):
     """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.lab.probe.side.GuestPair`).
 
     ``a``/``b``: each side's hardware. ``accel``: ``kvm`` or ``tcg`` (what the caller decided; QMP's
@@ -321,17 +322,6 @@ class ProbePair:
         self.boot_s: float = 0.0
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> ProbePair:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def build(self) -> ProbeGuest:
         """The probe guest with qemu-ga, fio and every driver both sides need; :class:`Unbootable` names a missing one."""

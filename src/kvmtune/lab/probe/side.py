@@ -68,6 +68,18 @@ def _show(value: object) -> str:
     return str(value)
 
 
+class TwoSides:
+    """What an experiment on two probe guests changes, A (as it is) to B (as fixed): a base for experiments whose
+    ``a`` and ``b`` are :class:`GuestSide` s."""
+
+    a: GuestSide
+    b: GuestSide
+
+    @property
+    def change(self) -> str:
+        return self.a.changes_to(self.b)
+
+
 @dataclass(frozen=True)
 class Plumbing:
     """What one side needs from outside its VM: extra QEMU options (``-netdev tap,…``), a command prefix

@@ -39,7 +39,7 @@ from kvmtune.audit.verifyplan import FioJob
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.replica import Layout, Unreplicable, create_replica, make_scratch_dir
 from kvmtune.lab.storage.fio import parse_fio_json
-from kvmtune.lab.workdir import stop_process
+from kvmtune.lab.workdir import Started, stop_process
 from kvmtune.model.guest import Disk
 from kvmtune.qemuopts import (
     Aio,
@@ -126,7 +126,7 @@ def _blockdev(node: str, path: Path, lay: Layout) -> list[str]:
     return ["--blockdev", proto, "--blockdev", fmt]
 
 
-class BlockPair:
+class BlockPair(Started):
     """Side A and side B of one disk as NBD exports of one qemu-storage-daemon (a context manager)."""
 
     def __init__(self, runner: Runner, parent: Path, a: Layout, b: Layout, size: int, job: FioJob,
@@ -146,17 +146,6 @@ class BlockPair:
     def socket(self) -> Path:
         assert self.dir is not None
         return self.dir / "nbd.sock"
-
-    def __enter__(self) -> BlockPair:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def start(self) -> None:
         if shutil.which(QSD) is None:

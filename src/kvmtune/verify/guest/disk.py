@@ -31,7 +31,7 @@ from kvmtune.lab.probe.pair import (
     side_hardware,
     side_modules,
 )
-from kvmtune.lab.probe.side import GuestSide
+from kvmtune.lab.probe.side import GuestSide, TwoSides
 from kvmtune.lab.replica import Layout, Unreplicable
 from kvmtune.lab.storage.fio import parse_fio_json
 from kvmtune.lab.vocabulary import NOT_COMPARABLE
@@ -127,7 +127,7 @@ def _same_disk(guest: Guest, disk: Disk, after: Guest) -> Disk:
 
 
 @dataclass
-class GuestDiskExperiment:
+class GuestDiskExperiment(TwoSides):
     subject: Subject
     disk: Disk
     a: GuestSide
@@ -138,10 +138,6 @@ class GuestDiskExperiment:
     layout: Layout = field(default_factory=Layout)  # both scratch disks: the block tier's replica of the disk
     assumed: list[str] = field(default_factory=list)
     tier: str = "guest"
-
-    @property
-    def change(self) -> str:
-        return self.a.changes_to(self.b)
 
     @property
     def workload(self) -> str:

@@ -27,7 +27,7 @@ from kvmtune.lab.net.netns import NetError
 from kvmtune.lab.probe.kernel import KernelChoice, choice_for, lacks_line
 from kvmtune.lab.probe.net import VHOST_DEVICE, VHOST_MISSING, GuestNet
 from kvmtune.lab.probe.pair import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules
-from kvmtune.lab.probe.side import GuestPair, GuestSide
+from kvmtune.lab.probe.side import GuestPair, GuestSide, TwoSides
 from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.model.guest import Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
@@ -246,7 +246,7 @@ def nic_device(pair: GuestPair, side: str) -> dict[str, Any]:
 
 
 @dataclass
-class NicExperiment:
+class NicExperiment(TwoSides):
     subject: Subject
     a: GuestSide
     b: GuestSide
@@ -254,10 +254,6 @@ class NicExperiment:
     assumed: list[str] = field(default_factory=list)
     note: str | None = None
     tier: str = "guest"
-
-    @property
-    def change(self) -> str:
-        return self.a.changes_to(self.b)
 
     @property
     def workload(self) -> str:
