@@ -221,6 +221,16 @@ def test_every_package_has_a_layer() -> None:
     assert sorted({_layer(m) for m in import_graph()} - set(LAYERS)) == []
 
 
+def lab_modules_fleet_imports(graph: dict[str, set[str]]) -> set[str]:
+    return {t for m, targets in graph.items() if _layer(m) == "fleet" for t in targets if _layer(t) == "lab"}
+
+
+def test_fleet_takes_only_the_store_from_the_lab() -> None:
+    """§2: ``fleet/`` imports ``lab/`` for the results store and nothing else of it."""
+    assert lab_modules_fleet_imports(import_graph()) <= {"kvmtune.lab.store"}
+    assert lab_modules_fleet_imports({"kvmtune.fleet.report": {"kvmtune.lab.stats"}}) == {"kvmtune.lab.stats"}
+
+
 def test_the_layer_check_sees_a_lazy_import_upwards() -> None:
     assert layer_violations({"kvmtune.host.facts": {"kvmtune.lab.workdir"}}) == ["kvmtune.host.facts -> kvmtune.lab.workdir"]
     assert layer_violations({"kvmtune.audit.rule": {"kvmtune.rules.storage.cache_mode"}}) != []

@@ -25,9 +25,8 @@ from kvmtune.lab.guest import (
     ProbeGuest,
     guest_agent_file,
     guest_agent_job,
-    guest_agent_qemu_args,
 )
-from kvmtune.lab.qemu import GuestRun, VmSpec
+from kvmtune.lab.qemu import GuestRun, VmSpec, agent_argv
 from kvmtune.runner import Runner
 
 pytestmark = pytest.mark.integration
@@ -71,10 +70,11 @@ def test_audit_reads_a_running_qemu_guest_through_its_agent_socket(
     insmod = "".join(f"insmod /lib/modules/{m} 2>/dev/null\n" for m in modules)
     job = (insmod + "while [ ! -b /dev/vda ]; do sleep 0.1; done\necho bfq > /sys/block/vda/queue/scheduler\n"
            + guest_agent_job() + "sleep 600\n")
-    extra = ["-name", f"guest={name}", *guest_agent_qemu_args(str(sock)),
+    extra = ["-name", f"guest={name}",
              "-drive", f"file={image},if=none,id=d0,format=qcow2,cache=none,aio=threads,discard=unmap",
              "-device", "virtio-blk-pci,drive=d0", "-device", "virtio-rng-pci"]
-    with GuestRun(VmSpec(guest=agent_guest, accel="tcg", job=job, extra_args=extra), tmp_path / "run", Runner()) as run:
+    spec = VmSpec(guest=agent_guest, accel="tcg", job=job, extra_args=extra, agent_socket=sock)
+    with GuestRun(spec, tmp_path / "run", Runner()) as run:
         run.start()
         wait_for_line(run.serial, b"KVMTUNE-AGENT-STARTED /dev/vport", 120)
         code, doc = audit_json(capsys, "--running")
@@ -98,7 +98,7 @@ def test_an_agent_that_never_answers_costs_one_line(tmp_path: Path, capsys: pyte
     name = f"kvmtune-silent-{uuid.uuid4().hex[:8]}"
     sock = tmp_path / "qga.sock"
     proc = subprocess.Popen([binary, "-name", f"guest={name}", "-S", "-accel", "tcg", "-nodefaults", "-display",
-                             "none", "-m", "64", "-machine", "pc", *guest_agent_qemu_args(str(sock))],
+                             "none", "-m", "64", "-machine", "pc", *agent_argv(sock)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20

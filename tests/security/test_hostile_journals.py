@@ -344,5 +344,5 @@ def test_every_undo_hint_comes_from_the_journal_itself(tmp_path: Path) -> None:
     assert j.undo_command() == f"kvmtune undo --root '{tree}' {j.id}"
     other = Journal.create(tmp_path / "jd", ["kvmtune"], "/")
     assert other.undo_command() == f"kvmtune undo --journal-dir {tmp_path / 'jd'} {other.id}"
-    hostside = (Path(__file__).parents[2] / "src/kvmtune/verify/hostside.py").read_text()
+    hostside = (Path(__file__).parents[2] / "src/kvmtune/verify/host/experiment.py").read_text()
     assert "journal.undo_command()" in hostside and "'kvmtune undo {journal.id}'" not in hostside

@@ -2,8 +2,8 @@
 
 QEMU's ``key=value,…`` keeps the last of two equal keys, so one unescaped comma in a value swaps in a file of the
 value's choosing. Each test feeds commas, ``=``, newlines, NUL and Unicode line separators through the real code
-path (the domain reader, ``layout_of``, the replica's argv, the probe guest's ``qemu_args``, the storage bench's
-daemon) and parses the argv the way QEMU does: no option ever gains a key.
+path (the domain reader, ``layout_of``, the replica's argv, the probe guest's ``side_spec`` through the launcher's
+``qemu_argv``, the storage bench's daemon) and parses the argv the way QEMU does: no option ever gains a key.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path, PurePath
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
 import pytest
@@ -24,6 +25,11 @@ from kvmtune.bench.storage.block import daemon_argv
 from kvmtune.cli import main
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError, KvmtuneError
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.probe.pair import Unbootable, side_spec
+from kvmtune.lab.probe.side import GuestSide
+from kvmtune.lab.qemu import VmSpec, qemu_argv
+from kvmtune.lab.replica import Layout, Unreplicable, create_replica
 from kvmtune.qemuopts import (
     Aio,
     Cache,
@@ -37,9 +43,7 @@ from kvmtune.qemuopts import (
     operand,
 )
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout, Unreplicable, _blockdev, create_replica, layout_of
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import Unbootable, qemu_args
+from kvmtune.verify.block.pair import _blockdev, layout_of
 
 HOSTILE_WORDS = [
     "threads,filename=/etc/passwd", "none,,file=/x", "unmap\nfilename=/x", "io_uring\x00", "native\u2028x=1",
@@ -51,6 +55,20 @@ hostile = st.one_of(
     st.text(max_size=16),
 )
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+PROBE = ProbeGuest(kernel=Path("/boot/vmlinuz"), initrd=Path("/w/initrd"), key="k", release="6.1", modules=(),
+                   missing_optional=(), tools=(), size=0, cached=True)
+
+def qemu_args(side: GuestSide, disk: str | Path | None, **kw: Any) -> list[str]:
+    """The options a side adds to a bare probe guest's: the launcher's qemu_argv of the side's spec, less those of
+    the same guest without the side's hardware."""
+    spec = side_spec(PROBE, side, accel="tcg", disk_path=disk, **kw)
+    full = qemu_argv(spec, Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    bare = qemu_argv(VmSpec(guest=spec.guest, accel="tcg", memory_mb=spec.memory_mb, smp=spec.smp),
+                     Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    assert full[: len(bare)] == bare
+    return full[len(bare):]
+
 
 
 def keys_of(option: str) -> list[str]:

@@ -1,10 +1,12 @@
-"""The guest tier without booting: QEMU options per knob (qemu_args), sides built from example and hand-written
-domains (side B from the rule's own fixer on a copy), the "needs KVM" line and the emulation labels."""
+"""The guest tier without booting: QEMU options per knob (the side's spec through the launcher's qemu_argv), sides
+built from example and hand-written domains (side B from the rule's own fixer on a copy), the "needs KVM" line and
+the emulation labels."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,24 +16,39 @@ from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.probe.kernel import FETCH_SCRIPT, cache_dir
+from kvmtune.lab.probe.pair import (
+    Unbootable,
+    missing_driver_line,
+    side_modules,
+    side_spec,
+)
+from kvmtune.lab.probe.side import ExecResult, GuestSide
+from kvmtune.lab.qemu import IOTHREAD_ID, VmSpec, qemu_argv
 from kvmtune.lab.store import CellRow
 from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all, render_text, subjects
 from kvmtune.verify.experiments import Outcome, VerifyContext
-from kvmtune.verify.guestdisk import FioProbe, GuestDiskExperiment, guest_disk
-from kvmtune.verify.guestkernel import FETCH_SCRIPT, cache_dir
-from kvmtune.verify.guestside import EMULATION, ExecResult, GuestSide
-from kvmtune.verify.guestvm import (
-    IOTHREAD_ID,
-    Unbootable,
-    missing_driver_line,
-    qemu_args,
-    side_modules,
-)
+from kvmtune.verify.guest.accel import EMULATION
+from kvmtune.verify.guest.disk import FioProbe, GuestDiskExperiment, guest_disk
 from kvmtune.verify.measure import Judgement, Metric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
+PROBE = ProbeGuest(kernel=Path("/boot/vmlinuz"), initrd=Path("/w/initrd"), key="k", release="6.1", modules=(),
+                   missing_optional=(), tools=(), size=0, cached=True)
+
+
+def qemu_args(side: GuestSide, disk: str | Path | None, **kw: Any) -> list[str]:
+    """The options a side adds to a bare probe guest's: the launcher's qemu_argv of the side's spec, less those of
+    the same guest without the side's hardware."""
+    spec = side_spec(PROBE, side, accel="tcg", disk_path=disk, **kw)
+    full = qemu_argv(spec, Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    bare = qemu_argv(VmSpec(guest=spec.guest, accel="tcg", memory_mb=spec.memory_mb, smp=spec.smp),
+                     Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
+    assert full[: len(bare)] == bare
+    return full[len(bare):]
 
 
 def devices(args: list[str]) -> list[str]:
@@ -218,7 +235,7 @@ def test_a_missing_driver_of_bench_s_kernel_names_the_script_and_the_option(tmp_
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """No --guest-kernel and no cached generic kernel: /boot's (a cloud kernel, here without AHCI); the line names
     scripts/guest-kernel.sh as well as --guest-kernel, as the NIC experiments' does."""
-    import kvmtune.verify.guestdisk as guestdisk
+    import kvmtune.verify.guest.disk as guestdisk
 
     def lacks(_host: HostRoot, names: tuple[str, ...], kernel: str | None, modules_dir: str | None) -> tuple[str, list[str]]:
         assert (kernel, modules_dir) == (None, None)  # bench's default kernel was asked about
@@ -337,7 +354,7 @@ def test_plan_part_nic_waits_for_its_module(tmp_path: Path) -> None:
     assert rule is not None
     f = rule().finding(target=Target("localhost", "g", "net:0"), actual="a", expected="b", evidence="/x")
     try:
-        import kvmtune.verify.guestnic  # noqa: F401
+        import kvmtune.verify.guest.nic  # noqa: F401
     except ModuleNotFoundError:
         with pytest.raises(Unmeasurable, match="not built yet"):
             plan_guest(Subject(f), _ctx(tmp_path), GuestExperiment("nic", IOTHREAD_JOB))
@@ -364,7 +381,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
 def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:
     import base64
 
-    from kvmtune.verify.guestvm import MAX_OUTPUT, _data
+    from kvmtune.lab.probe.pair import MAX_OUTPUT, _data
 
     assert _data({"out-data": base64.b64encode(b"ok\xff\n").decode()}, "out-data") == "ok\ufffd\n"
     assert _data({"out-data": "not base64 at all!"}, "out-data") == ""

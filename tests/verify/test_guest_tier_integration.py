@@ -28,13 +28,14 @@ from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.guest import GUEST_AGENT_BINARY
+from kvmtune.lab.probe.pair import DISK_DEV, DISK_ID, ProbePair
+from kvmtune.lab.qemu import IOTHREAD_ID
 from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import plan_all, subjects
 from kvmtune.verify.experiments import VerifyContext
-from kvmtune.verify.guestdisk import GuestDiskExperiment
-from kvmtune.verify.guestside import EMULATION
-from kvmtune.verify.guestvm import DISK_DEV, DISK_ID, IOTHREAD_ID, ProbePair, pair_accel
+from kvmtune.verify.guest.accel import EMULATION, pair_accel
+from kvmtune.verify.guest.disk import GuestDiskExperiment
 
 pytestmark = pytest.mark.integration
 

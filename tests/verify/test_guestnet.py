@@ -15,9 +15,9 @@ import pytest
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.net.netload import NETLOAD_PORT, find_netload
 from kvmtune.lab.net.netns import HeldNetns, NetError
+from kvmtune.lab.probe.net import BRIDGE, SERVER_CIDR, TAP, VHOST_DEVICE, VHOST_MISSING, GuestNet
+from kvmtune.lab.probe.side import GuestSide
 from kvmtune.runner import Runner
-from kvmtune.verify.guestnet import BRIDGE, SERVER_CIDR, TAP, VHOST_DEVICE, VHOST_MISSING, GuestNet
-from kvmtune.verify.guestside import GuestSide
 
 pytestmark = pytest.mark.integration
 SIDES = {"A": GuestSide(nic_model="e1000"), "B": GuestSide(nic_model="virtio", nic_queues=4)}

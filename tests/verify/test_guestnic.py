@@ -14,16 +14,18 @@ from kvmtune.audit.verifyplan import NIC_MQ_JOB, NIC_STREAM_JOB, GuestExperiment
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.probe.kernel import BOOT, CACHED, FETCH_SCRIPT, GIVEN, cached_kernel, choose_kernel, lacks_line
+from kvmtune.lab.probe.net import VHOST_MISSING, netdev_arg
+from kvmtune.lab.probe.pair import NETDEV_ID
+from kvmtune.lab.probe.side import GuestSide
 from kvmtune.model.guest import Guest
 from kvmtune.runner import Runner
 from kvmtune.verify.engine import subjects
 from kvmtune.verify.experiments import Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.guestkernel import BOOT, CACHED, FETCH_SCRIPT, GIVEN, cached_kernel, choose_kernel, lacks_line
-from kvmtune.verify.guestnet import VHOST_MISSING, netdev_arg
-from kvmtune.verify.guestnic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import NETDEV_ID, qemu_args
+from kvmtune.verify.guest.nic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
 from kvmtune.verify.planner import plan_for
+
+from .test_guest_sides import qemu_args
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
 

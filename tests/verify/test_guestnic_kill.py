@@ -19,8 +19,8 @@ import pytest
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.net.netload import find_netload
+from kvmtune.lab.probe.kernel import FETCH_SCRIPT, cached_kernel
 from kvmtune.runner import Runner
-from kvmtune.verify.guestkernel import FETCH_SCRIPT, cached_kernel
 from proc_helpers import processes_mentioning
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,12 @@ from kvmtune.audit.verifyplan import NIC_STREAM_JOB
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.guest import ExtraFile
 from kvmtune.lab.net.netload import find_netload
+from kvmtune.lab.probe.kernel import CACHED, FETCH_SCRIPT, KernelChoice, cached_kernel
+from kvmtune.lab.probe.net import TAP, VHOST_DEVICE, GuestNet
+from kvmtune.lab.probe.pair import NIC_DEV, ProbePair
+from kvmtune.lab.probe.side import GuestSide
 from kvmtune.runner import Runner
-from kvmtune.verify.guestkernel import CACHED, FETCH_SCRIPT, KernelChoice, cached_kernel
-from kvmtune.verify.guestnet import TAP, VHOST_DEVICE, GuestNet
-from kvmtune.verify.guestnic import GUEST_NETLOAD, NetloadProbe, configure, nic_device
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import NIC_DEV, ProbePair
+from kvmtune.verify.guest.nic import GUEST_NETLOAD, NetloadProbe, configure, nic_device
 
 pytestmark = pytest.mark.integration
 

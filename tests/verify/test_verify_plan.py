@@ -17,8 +17,9 @@ from kvmtune.audit.engine import run_rules
 from kvmtune.cli.verify import parse_size
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.replica import Layout, make_scratch_dir, sweep_leftovers
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout, layout_of, make_scratch_dir, scratch_parent, sweep_leftovers
+from kvmtune.verify.block.pair import layout_of, scratch_parent
 from kvmtune.verify.engine import plan_all, subjects
 from kvmtune.verify.experiments import VerifyContext
 

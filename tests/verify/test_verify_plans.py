@@ -16,8 +16,8 @@ from kvmtune.audit.rule import GuestRule, HostRule, ImageRule, Rule, all_rules, 
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob, GuestExperiment, HostFixExperiment, NetJob, NoExperiment
 from kvmtune.fix.registry import all_fixers
 from kvmtune.host.root import HostRoot
+from kvmtune.lab.replica import Layout
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout
 from kvmtune.verify.engine import Planned, VerifyResult, execute_one, plan_all
 from kvmtune.verify.experiments import Outcome, Subject, VerifyContext
 from kvmtune.verify.planner import plan_for

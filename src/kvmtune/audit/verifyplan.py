@@ -4,12 +4,12 @@ A rule whose fix kvmtune carries out (``fix_kind`` other than ``manual``) sets i
 ``verify`` class attribute to one of these, in its own file:
 
 * :class:`BlockExperiment` — a guest disk (or image) fix measured on scratch
-  replicas of the disk, as it is and as fixed (``verify/disk.py``);
+  replicas of the disk, as it is and as fixed (``verify/block/experiment.py``);
 * :class:`HostFixExperiment` — a host fix measured through the runtime value the
-  host fix plan writes for the finding (``verify/hostside.py``);
+  host fix plan writes for the finding (``verify/host/experiment.py``);
 * :class:`GuestExperiment` — a fix that changes what the guest sees (bus, controller, NIC model,
   vhost, queues, IOThreads, vCPUs, hugepages) measured in two probe guests, as it is and as fixed
-  (``verify/guestvm.py``: the guest tier);
+  (``lab/probe/pair.py``: the guest tier's probe-guest pair);
 * :class:`NoExperiment` — a one-line reason why nothing is measured.
 
 ``tests/verify/test_verify_plans.py`` holds every fixable rule to having one. This

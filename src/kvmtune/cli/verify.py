@@ -231,11 +231,11 @@ def _confirm() -> bool:
 
 
 def _verify(args: argparse.Namespace) -> Outcome:
+    from kvmtune.lab.probe.kernel import choose_kernel
     from kvmtune.lab.runner import CellSink
     from kvmtune.runner import default_runner
     from kvmtune.verify.engine import VerifyBenchmark, plan_all, subjects
     from kvmtune.verify.experiments import VerifyContext
-    from kvmtune.verify.guestkernel import choose_kernel
 
     if args.apply and not args.yes and not _confirm():
         return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")

@@ -27,7 +27,7 @@ READ_ONLY_COMMANDS = frozenset({
     "guest-sync-delimited", "guest-info", "guest-get-osinfo", "guest-get-disks", "guest-get-devices",
     "guest-file-open", "guest-file-read", "guest-file-close",
 })
-# kvmtune's own probe guest (verify's guest tier, ``verify/guestvm.py``) also runs its workloads through its agent;
+# kvmtune's own probe guest (the probe-guest pair, ``lab/probe/pair.py``) also runs its workloads through its agent;
 # no other guest is ever sent these
 PROBE_GUEST_COMMANDS = READ_ONLY_COMMANDS | frozenset({"guest-exec", "guest-exec-status"})
 

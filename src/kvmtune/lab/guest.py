@@ -33,7 +33,6 @@ from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
-from kvmtune.qemuopts import keyval
 from kvmtune.runner import Runner
 
 BUILDER_VERSION = "3"
@@ -135,15 +134,6 @@ def guest_agent_job() -> str:
         'qemu-ga -m virtio-serial -p "$port" -t /tmp/qga > /tmp/qga.log 2>&1 &\n'
         'echo "KVMTUNE-AGENT-STARTED $port"\n'
     )
-
-
-def guest_agent_qemu_args(socket_path: str) -> list[str]:
-    """QEMU options for the agent's channel: a virtio-serial port behind a socket QEMU listens on."""
-    return [
-        "-chardev", keyval(("path", Path(socket_path)), ("server", True), ("wait", False), ("id", "qga0"), first="socket"),
-        "-device", "virtio-serial-pci,id=vser0",
-        "-device", f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
-    ]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.guest import ProbeGuest
-from kvmtune.lab.qemu import Disk, GuestRun, VmSpec
+from kvmtune.lab.qemu import Disk, GuestRun, Nic, VmSpec
 from kvmtune.qemuopts import Text, keyval
 from kvmtune.runner import Runner
 
@@ -100,11 +100,10 @@ class LoadGuest:
             with open(self.image, "wb") as fh:
                 fh.truncate(1 << 30)
             disks = [Disk(str(self.image), "raw", "virtio-blk", "none", "threads")]
-        if self.load == "net":
-            extra += ["-netdev", "user,id=n0,ipv6=off", "-device", "virtio-net-pci,netdev=n0"]
+        nics = [Nic("n0", keyval(("id", "n0"), ("ipv6", False), first="user"))] if self.load == "net" else []
         job = load_job(self.guest, self.load, self.smp, self.port, self.token)
         return VmSpec(guest=self.guest, accel=self.accel, smp=self.smp, job=job,
-                      disks=disks, extra_args=extra, wrapper=["taskset", "-c", self.pin] if self.pin else [])
+                      disks=disks, nics=nics, extra_args=extra, wrapper=["taskset", "-c", self.pin] if self.pin else [])
 
     def _serve(self) -> None:
         """The host end of the net load: netload's server on the loopback, for this run's token only."""

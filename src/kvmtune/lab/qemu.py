@@ -1,5 +1,10 @@
 """Launch the probe guest under QEMU and follow its serial console.
 
+:func:`qemu_argv` is the one place the probe guest's virtual hardware (:class:`VmSpec`: its machine, its
+:class:`Disk` s on their buses and controllers, its :class:`Nic` s, its agent channel) becomes QEMU options,
+every value through :mod:`kvmtune.qemuopts`: the storage and net guest tiers, ``kvmtune guest run`` and the
+probe-guest pair (:mod:`kvmtune.lab.probe.pair`) describe hardware, never option strings.
+
 The guest prints ``KVMTUNE-…`` marker lines on ttyS0; QEMU writes the serial
 port to a file that :class:`GuestRun` polls, calling ``on_line`` for every
 new line so callers can sample host counters at the moments the guest
@@ -21,22 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
-from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.guest import GUEST_AGENT_PORT, ProbeGuest
 from kvmtune.lab.workdir import stop_process
 from kvmtune.qemu.qmp import Qmp
-from kvmtune.qemuopts import Aio, Cache, ImageFormat, keyval, member, unix_socket
+from kvmtune.qemuopts import Aio, Cache, ImageFormat, keyval, member, unix_socket, word
 from kvmtune.runner import Runner
 
 QEMU = "qemu-system-x86_64"
 # Kernel arguments that shorten a TCG boot without changing the storage path under test.
 FAST_BOOT_ARGS = "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check mitigations=off i8042.noaux i8042.nokbd"
 
-BUS_DEVICE = {
-    "virtio-blk": ["-device", "virtio-blk-pci,drive={drive},serial=kvmtune0"],
-    "virtio-scsi": ["-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,drive={drive},bus=scsi0.0,serial=kvmtune0"],
-    "ide": ["-device", "ide-hd,drive={drive},bus=ide.0,serial=kvmtune0"],
-    "nvme": ["-device", "nvme,drive={drive},serial=kvmtune0"],
-}
 # The guest device name for the first disk on each bus, and the modules that bring it up.
 BUS_GUEST_DEV = {"virtio-blk": "vda", "virtio-scsi": "sda", "ide": "sda", "nvme": "nvme0n1"}
 BUS_MODULES = {
@@ -47,13 +46,61 @@ BUS_MODULES = {
 }
 
 
+SERIAL = "kvmtune0"  # every probe-guest disk's serial: the guest finds its disk under test by it
+IOTHREAD_ID = "kvmtune-io0"
+MEM_ID = "kvmtune-mem"
+
+
 @dataclass(frozen=True)
 class Disk:
+    """One disk of the probe guest.
+
+    ``bus``: ``virtio-blk``, ``virtio-scsi`` (a ``virtio-scsi-pci`` controller), ``scsi`` (on ``controller``, QEMU's
+    HBA device), ``ide``, ``sata`` (an ``ahci`` controller) or ``nvme``; ``cache``/``aio``/``fmt``: words of
+    :mod:`kvmtune.qemuopts`' enumerations. ``iothread``: the disk's (virtio-blk) or its controller's (scsi) IOThread;
+    ``queues``/``queue_size``: virtio-blk ``num-queues``/``queue-size``, a scsi controller's ``num_queues``.
+    ``drive_id``/``device_id``/``controller_id``: the ids QMP sees (default ``d<index>``, none, ``scsi0``/``ahci0``).
+    """
+
     path: str
     fmt: str
     bus: str
     cache: str
     aio: str
+    controller: str | None = None
+    iothread: bool = False
+    queues: int | None = None
+    queue_size: int | None = None
+    drive_id: str | None = None
+    device_id: str | None = None
+    controller_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Nic:
+    """One NIC of the probe guest: ``model`` (QEMU's device) on the ``-netdev`` with id ``netdev_id``; ``netdev``:
+    that ``-netdev``'s value when the NIC brings it (:func:`tap_netdev`, or a topology's endpoint), None when
+    another option defines it. ``queues`` > 1: multiqueue virtio-net; ``host_mtu`` and ring sizes: virtio-net's."""
+
+    netdev_id: str
+    netdev: str | None = None
+    model: str = "virtio-net-pci"
+    mac: str | None = None
+    device_id: str | None = None
+    host_mtu: int | None = None
+    queues: int = 1
+    rx_queue_size: int | None = None
+    tx_queue_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine of a probe guest that is not the launcher's plain ``pc``: its type, vCPU topology (sockets,
+    cores, threads) and memory backed by hugepages mounted at ``hugetlbfs`` (``VmSpec.memory_mb`` of them)."""
+
+    type: str = "pc"
+    topology: tuple[int, ...] | None = None
+    hugetlbfs: str | None = None
 
 
 @dataclass
@@ -65,17 +112,87 @@ class VmSpec:
     disks: Sequence[Disk] = ()
     job: str | None = None
     extra_append: str = ""
-    # network benchmarks: extra QEMU arguments (-netdev/-device), a command prefix
-    # (``ip netns exec NS``: QEMU must open its tap inside a namespace) and fds
-    # QEMU inherits (macvtap's /dev/tapN passed as ``-netdev tap,fd=N``)
+    # plumbing from outside the VM: extra QEMU arguments (a -netdev a namespace's tap stands behind), a command
+    # prefix (``ip netns exec NS``: QEMU must open its tap inside a namespace) and fds QEMU inherits (macvtap's
+    # /dev/tapN passed as ``-netdev tap,fd=N``)
     extra_args: Sequence[str] = ()
     wrapper: Sequence[str] = ()
     pass_fds: Sequence[int] = ()
     # restore a saved, already booted guest instead of booting (see bench/snapshot.py)
     incoming: Path | None = None
+    machine: Machine | None = None
+    nics: Sequence[Nic] = ()
+    agent_socket: Path | None = None  # the guest agent's channel: a socket QEMU listens on
+
+
+def tap_netdev(netdev_id: str, ifname: str, vhost: bool, queues: int = 1) -> str:
+    """A ``-netdev`` on the tap ``ifname`` (made beforehand: no script), vhost-net on or off, its queue pairs."""
+    return keyval(("id", netdev_id), ("ifname", ifname), ("script", "no"), ("downscript", "no"),
+                  ("vhost", vhost), ("queues", queues if queues > 1 else None), first="tap")
+
+
+def _machine_argv(m: Machine, spec: VmSpec) -> list[str]:
+    # the launcher wrote -machine pc and -smp N first: QEMU merges repeated -machine/-smp, the later wins
+    topology = dict(zip(("sockets", "cores", "threads"), m.topology or (), strict=False))
+    argv = ["-machine", word("-machine", m.type), "-smp", keyval(*topology.items(), first=str(int(spec.smp)))]
+    if m.hugetlbfs is not None:
+        argv += ["-object", keyval(("id", MEM_ID), ("size", f"{int(spec.memory_mb)}M"), ("mem-path", Path(m.hugetlbfs)),
+                                   ("share", False), ("prealloc", True), first="memory-backend-file"),
+                 "-machine", keyval(("memory-backend", MEM_ID))]
+    return argv
+
+
+def _disk_argv(i: int, d: Disk) -> list[str]:
+    drive = d.drive_id or f"d{i}"
+    argv = ["-drive", keyval(("file", Path(d.path)), ("format", member("format", ImageFormat, d.fmt)), ("if", "none"),
+                             ("id", drive), ("cache", member("cache", Cache, d.cache)), ("aio", member("aio", Aio, d.aio)))]
+    thread = ("iothread", IOTHREAD_ID if d.iothread else None)
+    if d.iothread:
+        argv += ["-object", keyval(("id", IOTHREAD_ID), first="iothread")]
+    disk = (("drive", drive), ("id", d.device_id))
+    match d.bus:
+        case "virtio-blk":
+            return [*argv, "-device", keyval(*disk, ("serial", SERIAL), thread, ("num-queues", d.queues),
+                                             ("queue-size", d.queue_size), first="virtio-blk-pci")]
+        case "virtio-scsi" | "scsi":
+            ctl = d.controller_id or "scsi0"
+            hba = "virtio-scsi-pci" if d.bus == "virtio-scsi" else word("SCSI controller", d.controller or "")
+            return [*argv, "-device", keyval(("id", ctl), thread, ("num_queues", d.queues), first=hba),
+                    "-device", keyval(*disk, ("bus", ctl + ".0"), ("serial", SERIAL), first="scsi-hd")]
+        case "ide":
+            return [*argv, "-device", keyval(*disk, ("bus", "ide.0"), ("serial", SERIAL), first="ide-hd")]
+        case "sata":
+            ctl = d.controller_id or "ahci0"
+            return [*argv, "-device", keyval(("id", ctl), first="ahci"),
+                    "-device", keyval(*disk, ("bus", ctl + ".0"), ("serial", SERIAL), first="ide-hd")]
+        case "nvme":
+            return [*argv, "-device", keyval(*disk, ("serial", SERIAL), first="nvme")]
+    raise KvmtuneError(f"the probe guest has no {d.bus!r} disk bus")
+
+
+def _nic_argv(n: Nic) -> list[str]:
+    argv = ["-netdev", n.netdev] if n.netdev is not None else []
+    virtio = n.model.startswith("virtio-net")
+    multi = virtio and n.queues > 1
+    return [*argv, "-device", keyval(
+        ("netdev", n.netdev_id), ("id", n.device_id), ("mac", n.mac), ("host_mtu", n.host_mtu if virtio else None),
+        ("mq", True if multi else None), ("vectors", 2 * n.queues + 2 if multi else None),
+        ("rx_queue_size", n.rx_queue_size if virtio else None), ("tx_queue_size", n.tx_queue_size if virtio else None),
+        first=word("NIC model", n.model))]
+
+
+def agent_argv(sock: Path) -> list[str]:
+    """The guest agent's channel: a virtio-serial port behind a socket QEMU listens on (part of :func:`qemu_argv`)."""
+    return [
+        "-chardev", keyval(("path", sock), ("server", True), ("wait", False), ("id", "qga0"), first="socket"),
+        "-device", keyval(("id", "vser0"), first="virtio-serial-pci"),
+        "-device", keyval(("bus", "vser0.0"), ("chardev", "qga0"), ("name", GUEST_AGENT_PORT), first="virtserialport"),
+    ]
 
 
 def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu: str = QEMU) -> list[str]:
+    """The whole QEMU command line of one probe guest: the launcher's machine, console, QMP and boot, then
+    ``spec.extra_args`` (plumbing from outside the VM), then the virtual hardware :class:`VmSpec` describes."""
     accel = {"kvm": "kvm", "tcg": "tcg,thread=single" if spec.smp == 1 else "tcg"}[spec.accel]
     argv = [
         qemu,
@@ -107,13 +224,15 @@ def qemu_argv(spec: VmSpec, serial: Path, qmp: Path, job_file: Path | None, qemu
         argv += ["-cpu", "host"]
     if job_file is not None:
         argv += ["-fw_cfg", keyval(("name", "opt/kvmtune/job"), ("file", job_file))]
-    for i, d in enumerate(spec.disks):
-        drive = f"d{i}"
-        opts = keyval(("file", Path(d.path)), ("format", member("format", ImageFormat, d.fmt)), ("if", "none"),
-                      ("id", drive), ("cache", member("cache", Cache, d.cache)), ("aio", member("aio", Aio, d.aio)))
-        argv += ["-drive", opts]
-        argv += [a.replace("{drive}", drive) for a in BUS_DEVICE[d.bus]]
     argv += list(spec.extra_args)
+    if spec.machine is not None:
+        argv += _machine_argv(spec.machine, spec)
+    for i, d in enumerate(spec.disks):
+        argv += _disk_argv(i, d)
+    for n in spec.nics:
+        argv += _nic_argv(n)
+    if spec.agent_socket is not None:
+        argv += agent_argv(spec.agent_socket)
     if spec.incoming is not None:
         argv += ["-incoming", "exec:cat " + shlex.quote(str(spec.incoming))]
     return argv

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.runner import Runner
@@ -238,3 +238,25 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait(timeout=10)
+
+
+class Started:
+    """A context manager over :meth:`start` and :meth:`close`: entering starts it, and a start that fails or is
+    interrupted (Ctrl-C) closes what it had made before the error goes on; leaving closes it."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

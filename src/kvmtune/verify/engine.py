@@ -19,14 +19,15 @@ from kvmtune.audit.finding import Finding
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, NoExperiment
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import all_fixers
+from kvmtune.lab.replica import sweep_leftovers
 from kvmtune.lab.runner import Cell, CellSink
 from kvmtune.lab.vocabulary import HELPS, HURTS, INCONCLUSIVE, NO_EFFECT, NOT_COMPARABLE
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.qemu.image import DiskImage
 from kvmtune.textsafe import safe
-from kvmtune.verify.block import scratch_parent, sweep_leftovers
+from kvmtune.verify.block.pair import scratch_parent
 from kvmtune.verify.experiments import Experiment, LeavesScratch, Subject, Unmeasurable, VerifyContext, seed_figure
-from kvmtune.verify.guestside import EMULATION
+from kvmtune.verify.guest.accel import EMULATION
 from kvmtune.verify.measure import VERDICTS, OutOfTime
 from kvmtune.verify.planner import plan_experiment, plan_for
 

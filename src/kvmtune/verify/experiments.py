@@ -3,8 +3,8 @@
 Which experiment measures a rule's fix is the rule's own declaration, its ``verify``
 attribute (plain data from :mod:`kvmtune.audit.verifyplan`, in the rule's file);
 :mod:`kvmtune.verify.planner` turns it into an experiment: a guest disk's fio job
-on the block tier (:mod:`kvmtune.verify.disk`), the runtime value the host fix
-writes (:mod:`kvmtune.verify.hostside`: a namespace experiment, or a host-wide one
+on the block tier (:mod:`kvmtune.verify.block.experiment`), the runtime value the host fix
+writes (:mod:`kvmtune.verify.host.experiment`: a namespace experiment, or a host-wide one
 only with ``--apply``), or the rule's one-line reason, so nothing is silently left out.
 """
 
@@ -46,8 +46,8 @@ class VerifyContext:
     journal_dir: Path | None = None
     profile: str = "virtual-host"
     notes: list[str] = field(default_factory=list)
-    # the guest tier (verify/guestvm.py): measure under TCG emulation too (--allow-tcg), the accelerator the probe
-    # guests get (decided once a run: verify/guestvm.pair_accel), another kernel for them, and the inputs of this
+    # the guest tier (lab/probe/pair.py): measure under TCG emulation too (--allow-tcg), the accelerator the probe
+    # guests get (decided once a run: verify/guest/accel.pair_accel), another kernel for them, and the inputs of this
     # run as options (for the command a "needs KVM" line names)
     allow_tcg: bool = False
     guest_accel: AccelChoice | None = None

@@ -7,9 +7,9 @@ from functools import cache
 
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import BlockExperiment, GuestExperiment, HostFixExperiment, NoExperiment, VerifyPlan
-from kvmtune.verify.disk import plan_disk
+from kvmtune.verify.block.experiment import plan_disk
 from kvmtune.verify.experiments import Experiment, Subject, Unmeasurable, VerifyContext
-from kvmtune.verify.hostside import plan_host_finding
+from kvmtune.verify.host.experiment import plan_host_finding
 
 NO_PLAN = "no experiment measures this rule's fix"
 
@@ -38,18 +38,18 @@ def plan_experiment(subject: Subject, ctx: VerifyContext) -> Experiment:
     raise Unmeasurable(NO_PLAN)
 
 
-NIC_NOT_BUILT = "the guest tier's NIC experiments are not built yet (verify/guestnic.py)"
+NIC_NOT_BUILT = "the guest tier's NIC experiments are not built yet (verify/guest/nic.py)"
 
 
 def plan_guest(subject: Subject, ctx: VerifyContext, plan: GuestExperiment) -> Experiment:
-    """The guest tier: the finding's disk or controller (``verify/guestdisk.py``) or its NIC (``verify/guestnic.py``)."""
+    """The guest tier: the finding's disk or controller (``verify/guest/disk.py``) or its NIC (``verify/guest/nic.py``)."""
     if plan.part in ("disk", "controller"):
-        from kvmtune.verify.guestdisk import plan_guest_disk
+        from kvmtune.verify.guest.disk import plan_guest_disk
 
         return plan_guest_disk(subject, ctx, plan)
     if plan.part == "nic":
         try:
-            guestnic = importlib.import_module("kvmtune.verify.guestnic")
+            guestnic = importlib.import_module("kvmtune.verify.guest.nic")
         except ModuleNotFoundError:
             raise Unmeasurable(NIC_NOT_BUILT) from None
         experiment: Experiment = guestnic.plan_nic(subject, ctx, plan)

@@ -73,20 +73,17 @@ def test_not_root_is_one_line(tmp_path: Path) -> None:
     require_net_admin(HostRoot(str(tmp_path)))
 
 
-def test_endpoint_qemu_arguments() -> None:
+def test_endpoint_netdev_arguments() -> None:
     tap = Endpoint("c0", "client", 0, 0, "kvmtune-ab12-h0", "tap", "52:54:00:4b:00:00", "198.18.0.10/24", None, 9000,
                    True, "198.18.0.10", ifname="kvtap-c0")
-    assert tap.qemu_args() == [
-        "-netdev", "tap,id=net0,ifname=kvtap-c0,script=no,downscript=no,vhost=on",
-        "-device", "virtio-net-pci,netdev=net0,mac=52:54:00:4b:00:00,host_mtu=9000",
-    ]
+    assert tap.netdev_arg() == "tap,id=net0,ifname=kvtap-c0,script=no,downscript=no,vhost=on"
     assert tap.exec_prefix == ["ip", "netns", "exec", "kvmtune-ab12-h0"]
     assert tap.guest_commands()[0] == "ip link set dev eth0 mtu 9000"
     mvt = Endpoint("s0", "server", 0, 0, "kvmtune-ab12-h0", "macvtap", "52:54:00:4b:01:00", "198.18.0.110/24", None,
                    1500, False, "198.18.0.110", ifname="kvmvt-s0", chardev="/w/dev/x")
     with pytest.raises(NetError, match="needs the open"):
         mvt.netdev_arg()
-    assert mvt.qemu_args(fd=3)[1] == "tap,id=net0,fd=3,vhost=off"
+    assert mvt.netdev_arg(fd=3) == "tap,id=net0,fd=3,vhost=off"
     user = Endpoint("s0", "server", 0, 1, "kvmtune-ab12-h1", "user", "52:54:00:4b:01:00", "198.18.200.15/24",
                     "198.18.200.2", 1500, False, "198.19.1.2", ports=(7200, 7201), hostfwd_address="198.19.1.2")
     assert user.netdev_arg() == (

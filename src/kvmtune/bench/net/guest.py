@@ -33,10 +33,11 @@ from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.net.netload import NETLOAD_PORT, netload_metrics, new_token
 from kvmtune.lab.net.netns import NetError
 from kvmtune.lab.net.topology import Endpoint, Topology, TopologySpec, make_topology
-from kvmtune.lab.qemu import GuestRun, VmSpec
+from kvmtune.lab.qemu import GuestRun, Nic, VmSpec
 from kvmtune.lab.runner import BenchContext, Cell, CellSink, base_environment
 
 SERVER_WAIT_TRIES = 40  # × (2 s connect timeout + 1 s): how long a client waits for its server to boot
+NETDEV = "net0"  # the -netdev id of a guest's one NIC
 NET_MODULES = ("virtio_pci", "virtio_net")
 TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
 
@@ -210,7 +211,8 @@ def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | Non
             raise NetError(f"{ep.chardev}: cannot open the macvtap device ({exc.strerror})") from None
     spec = VmSpec(
         guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp, job=job,
-        extra_args=ep.qemu_args(fd=fd), wrapper=ep.exec_prefix, pass_fds=(fd,) if fd is not None else (),
+        nics=[Nic(NETDEV, ep.netdev_arg(NETDEV, fd), mac=ep.mac, host_mtu=ep.mtu if ep.mtu != 1500 else None)],
+        wrapper=ep.exec_prefix, pass_fds=(fd,) if fd is not None else (),
     )
     return spec, fd
 

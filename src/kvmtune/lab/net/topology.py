@@ -204,11 +204,6 @@ class Endpoint:
                 assert_never(self.backend)
         return keyval(*pairs, ("vhost", self.vhost), first=first)
 
-    def qemu_args(self, netdev_id: str = "net0", fd: int | None = None, model: str = "virtio-net-pci") -> list[str]:
-        mtu = self.mtu if self.mtu != 1500 and model.startswith("virtio-net") else None
-        dev = keyval(("netdev", netdev_id), ("mac", self.mac), ("host_mtu", mtu), first=model)
-        return ["-netdev", self.netdev_arg(netdev_id, fd), "-device", dev]
-
     def guest_commands(self, dev: str = "eth0") -> list[str]:
         """busybox ``ip`` commands that configure the guest side."""
         cmds = [f"ip link set dev {dev} mtu {self.mtu}", f"ip addr add {self.address} dev {dev}", f"ip link set dev {dev} up"]

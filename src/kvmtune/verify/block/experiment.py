@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob
+from kvmtune.lab.replica import Layout, Unreplicable
 from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import BlockPair, DiscardProbe, Layout, Unreplicable, layout_of, scratch_parent
+from kvmtune.verify.block.pair import BlockPair, DiscardProbe, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
 from kvmtune.verify.measure import Probe, alternate, judge, settles
 

@@ -33,10 +33,10 @@ from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
 from kvmtune.lab.net.netload import find_netload, netload_metrics, new_token
 from kvmtune.lab.net.netns import NetError, Netns, require_net_admin
+from kvmtune.lab.replica import make_scratch_dir
 from kvmtune.lab.storage.fio import parse_fio_json
-from kvmtune.lab.workdir import stop_process
+from kvmtune.lab.workdir import Started, stop_process
 from kvmtune.qemuopts import fio_option
-from kvmtune.verify.block import make_scratch_dir
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.measure import Metric, Samples, alternate, judge, settles
 
@@ -121,7 +121,7 @@ class NamespaceExperiment:
                        samples.cut_short)
 
 
-class _NamespacePair:
+class _NamespacePair(Started):
     """Client and server namespaces joined by a veth pair; netload serves in the server namespace."""
 
     def __init__(self, ctx: VerifyContext, netload: str) -> None:
@@ -135,28 +135,20 @@ class _NamespacePair:
         # netload serves a veth address, not loopback: it needs a token (in the environment, out of argv)
         self.env = {"NETLOAD_TOKEN": new_token()}
 
-    def __enter__(self) -> _NamespacePair:
-        try:
-            for ns in (self.client, self.server):
-                ns.create()
-                self.made.append(ns)
-            self.client.ip("link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", self.server.name)
-            self.client.add_address("veth0", f"{NET_A}/30")
-            self.server.add_address("veth1", f"{NET_B}/30")
-            self.client.up("veth0")
-            self.server.up("veth1")
-            self.proc = self.ctx.runner.popen(
-                [*self.server.exec_prefix, self.netload, "serve", "-q", "--listen", f"{NET_B}:{NETLOAD_PORT}"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                env={**os.environ, **self.env},
-            )
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def start(self) -> None:
+        for ns in (self.client, self.server):
+            ns.create()
+            self.made.append(ns)
+        self.client.ip("link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", self.server.name)
+        self.client.add_address("veth0", f"{NET_A}/30")
+        self.server.add_address("veth1", f"{NET_B}/30")
+        self.client.up("veth0")
+        self.server.up("veth1")
+        self.proc = self.ctx.runner.popen(
+            [*self.server.exec_prefix, self.netload, "serve", "-q", "--listen", f"{NET_B}:{NETLOAD_PORT}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, **self.env},
+        )
 
     def set(self, setting: str, value: str) -> None:
         if setting == "txqueuelen":

@@ -1,6 +1,6 @@
 """The guest tier's network: one kvmtune namespace with a bridge, a tap per probe guest and a netload server.
 
-The probe guests of a NIC experiment (:mod:`kvmtune.verify.guestnic`) reach nothing but this: a
+The probe guests of a NIC experiment (:mod:`kvmtune.verify.guest.nic`) reach nothing but this: a
 namespace labelled ``kvmtune-<run>-h0``, built and torn down by :class:`kvmtune.lab.net.topology.Topology`
 but held by a keeper process instead of a name in ``/run/netns``
 (:class:`kvmtune.lab.net.netns.HeldNetns`), a Linux bridge with the server's address, and one tap per
@@ -23,10 +23,10 @@ from kvmtune.host.root import HostRoot
 from kvmtune.lab.net.netload import NETLOAD_PORT, new_token
 from kvmtune.lab.net.netns import HeldNetns, NetError, Netns, check_address
 from kvmtune.lab.net.topology import Topology, TopologySpec
-from kvmtune.qemuopts import keyval
+from kvmtune.lab.probe.pair import NETDEV_ID
+from kvmtune.lab.probe.side import GuestSide, Plumbing
+from kvmtune.lab.qemu import tap_netdev
 from kvmtune.runner import Runner
-from kvmtune.verify.guestside import GuestSide, Plumbing
-from kvmtune.verify.guestvm import NETDEV_ID
 
 BRIDGE = "kvbr0"
 SERVER_CIDR = "198.18.0.1/24"
@@ -43,8 +43,7 @@ def netdev_arg(side_name: str, side: GuestSide) -> str:
     queues = side.nic_queues or 1
     if not 1 <= queues <= MAX_TAP_QUEUES:
         raise NetError(f"side {side_name}: {queues} queues (a tap has 1..{MAX_TAP_QUEUES})")
-    return keyval(("id", NETDEV_ID), ("ifname", TAP[side_name]), ("script", "no"), ("downscript", "no"),
-                  ("vhost", side.vhost), ("queues", queues if queues > 1 else None), first="tap")
+    return tap_netdev(NETDEV_ID, TAP[side_name], side.vhost, queues)
 
 
 class GuestNet(Topology):

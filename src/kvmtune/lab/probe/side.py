@@ -3,8 +3,8 @@
 A :class:`GuestSide` is the part of a guest's virtual hardware that the guest-visible fixes change
 (disk bus and controller, IOThread, queues, NIC model, vhost, NIC queues and rings, vCPUs and their
 topology, hugepage backing), read from the audit's model (side A) or from the model of the
-definition the rule's fixer wrote on a copy (side B). It is plain data: ``verify/guestvm.py`` turns
-it into QEMU options for the probe guest, ``verify/guestdisk.py`` and ``verify/guestnic.py`` build
+definition the rule's fixer wrote on a copy (side B). It is plain data: ``lab/probe/pair.py`` turns
+it into QEMU options for the probe guest, ``verify/guest/disk.py`` and ``verify/guest/nic.py`` build
 it from a finding's disk or interface.
 
 :class:`Plumbing` is what a side needs from outside the VM (a tap in a kvmtune namespace);
@@ -16,10 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
-
-ALLOW_TCG = "--allow-tcg"
-NEEDS_KVM = "needs KVM: the guest tier boots two probe guests, and KVM does not boot guests here ({why})"
-EMULATION = "emulation: not evidence for a KVM host"
 
 
 @dataclass(frozen=True)
@@ -70,6 +66,18 @@ def _show(value: object) -> str:
     if isinstance(value, tuple):
         return "x".join(str(v) for v in value)
     return str(value)
+
+
+class TwoSides:
+    """What an experiment on two probe guests changes, A (as it is) to B (as fixed): a base for experiments whose
+    ``a`` and ``b`` are :class:`GuestSide` s."""
+
+    a: GuestSide
+    b: GuestSide
+
+    @property
+    def change(self) -> str:
+        return self.a.changes_to(self.b)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """The guest tier's booted pair: two probe guests, A (as it is) and B (as fixed), each with its guest agent.
 
-:func:`qemu_args` turns one :class:`~kvmtune.verify.guestside.GuestSide` into the QEMU options of the
-probe guest (machine, vCPUs and topology, hugepage backing, the disk under test on its bus with its
-controller, queues and IOThread, the NIC under test with its queues and rings). :class:`ProbePair`
+:func:`side_spec` describes one :class:`~kvmtune.lab.probe.side.GuestSide` as the probe guest's virtual
+hardware (machine, vCPUs and topology, hugepage backing, the disk under test on its bus with its
+controller, queues and IOThread, the NIC under test with its queues and rings), which the launcher's
+:func:`kvmtune.lab.qemu.qemu_argv` alone turns into QEMU options. :class:`ProbePair`
 builds the probe guest (:class:`kvmtune.lab.guest.GuestBuilder`, with ``qemu-ga`` and the drivers the
 sides need), makes one scratch disk per side (laid out like the block tier's replicas, never the
 guest's own image), boots both QEMUs once for the whole experiment and offers what
-:class:`~kvmtune.verify.guestside.GuestPair` promises: a command run in side A or B through the
+:class:`~kvmtune.lab.probe.side.GuestPair` promises: a command run in side A or B through the
 agent's ``guest-exec``, and QMP. On exit, an exception or Ctrl-C both QEMUs stop and every file is
 removed; the scratch disks are unlinked as soon as QEMU holds them open, so a killed kvmtune leaves
 none (QEMU dies with kvmtune), and its run directories are swept by the next verify.
@@ -30,8 +31,6 @@ from typing import Any
 from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.accel import AccelChoice, detect_accel
-from kvmtune.lab.accel_cache import read_cached_verdict
 from kvmtune.lab.guest import (
     ExtraFile,
     GuestBuilder,
@@ -39,28 +38,24 @@ from kvmtune.lab.guest import (
     find_kernel,
     guest_agent_file,
     guest_agent_job,
-    guest_agent_qemu_args,
     resolve_modules,
 )
-from kvmtune.lab.qemu import GuestRun, VmSpec
-from kvmtune.lab.workdir import default_workdir
+from kvmtune.lab.probe.kernel import BOOT, KernelChoice, choice_for, lacks_line
+from kvmtune.lab.probe.side import ExecResult, GuestSide, Plumbing
+from kvmtune.lab.qemu import Disk, GuestRun, Machine, Nic, VmSpec, tap_netdev
+from kvmtune.lab.replica import Layout, create_replica, make_scratch_dir
+from kvmtune.lab.workdir import Started
 from kvmtune.qemu.qmp import Qmp
-from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, keyval, unknown_line, word
+from kvmtune.qemuopts import Aio, Cache, E, ImageFormat, enum_value, unknown_line
 from kvmtune.runner import Runner
-from kvmtune.verify.block import Layout, create_replica, make_scratch_dir
-from kvmtune.verify.experiments import Unmeasurable, VerifyContext
-from kvmtune.verify.guestkernel import BOOT, KernelChoice, choice_for, lacks_line
-from kvmtune.verify.guestside import ALLOW_TCG, NEEDS_KVM, ExecResult, GuestSide, Plumbing
 
 SIDES = ("A", "B")
 DISK_ID = "kvmtune-scratch"  # the -drive id (QMP query-block's device)
 DISK_DEV = "kvmtune-disk"  # the disk's -device id (query-pci / qom paths)
 SCSI_ID = "kvmtune-scsi"
 AHCI_ID = "kvmtune-ahci"
-IOTHREAD_ID = "kvmtune-io0"
 NETDEV_ID = "kvmtune-net"
 NIC_DEV = "kvmtune-nic"
-MEM_ID = "kvmtune-mem"
 NIC_MAC = {"A": "52:54:00:6b:74:0a", "B": "52:54:00:6b:74:0b"}
 MAX_OUTPUT = 1 << 20  # bytes of a command's stdout or stderr kept (the agent client bounds its answers as well)
 
@@ -134,20 +129,6 @@ def _nic(side: GuestSide) -> tuple[str, tuple[str, ...]]:
     return NIC_DEVICE[model]
 
 
-def _machine_args(side: GuestSide, hugetlbfs: str | None) -> list[str]:
-    # lab.qemu.qemu_argv writes -machine pc and -smp N first: QEMU merges repeated -machine/-smp, later wins
-    topology = dict(zip(("sockets", "cores", "threads"), side.topology or (), strict=False))
-    smp = keyval(*topology.items(), first=str(int(side.vcpus)))
-    args = ["-machine", word("-machine", side.machine), "-smp", smp]
-    if side.hugepages:
-        if not hugetlbfs:
-            raise Unbootable("hugepage backing needs a mounted hugetlbfs (mount -t hugetlbfs none /dev/hugepages)")
-        args += ["-object", keyval(("id", MEM_ID), ("size", f"{int(side.memory_mb)}M"), ("mem-path", Path(hugetlbfs)),
-                                   ("share", False), ("prealloc", True), first="memory-backend-file"),
-                 "-machine", keyval(("memory-backend", MEM_ID))]
-    return args
-
-
 def _side_enum(kind: type[E], raw: str) -> E:
     value = enum_value(kind, raw)
     if value is None:
@@ -155,80 +136,81 @@ def _side_enum(kind: type[E], raw: str) -> E:
     return value
 
 
-def _disk_args(side: GuestSide, disk_path: str) -> list[str]:
+def _side_machine(side: GuestSide, hugetlbfs: str | None) -> Machine:
+    if side.hugepages and not hugetlbfs:
+        raise Unbootable("hugepage backing needs a mounted hugetlbfs (mount -t hugetlbfs none /dev/hugepages)")
+    return Machine(side.machine, side.topology, hugetlbfs if side.hugepages else None)
+
+
+def _side_disk(side: GuestSide, disk_path: str) -> Disk:
     bus = side.disk_bus
     assert bus is not None
     cache = _side_enum(Cache, side.disk_cache)
     io = _side_enum(Aio, side.disk_io)
-    drive = keyval(("file", Path(disk_path)), ("format", _side_enum(ImageFormat, side.disk_format)), ("if", "none"),
-                   ("id", DISK_ID), ("cache", Cache.WRITEBACK if cache == Cache.DEFAULT else cache),  # QEMU's default
-                   ("aio", Aio.THREADS if io == Aio.DEFAULT else io))
-    args = ["-drive", drive]
-    thread = ("iothread", IOTHREAD_ID if side.disk_iothread else None)
-    if side.disk_iothread:
-        if not (bus == "virtio" or (bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci")):
-            raise Unbootable(f"an IOThread serves virtio-blk and virtio-scsi only, not a {bus} disk")
-        args += ["-object", keyval(("id", IOTHREAD_ID), first="iothread")]
-    disk = (("drive", DISK_ID), ("id", DISK_DEV))
-    if bus == "virtio":
-        return [*args, "-device", keyval(*disk, ("serial", "kvmtune0"), thread, ("num-queues", side.disk_queues),
-                                         ("queue-size", side.disk_queue_size), first="virtio-blk-pci")]
-    virtio_scsi = bus == "scsi" and _hba(side)[0] == "virtio-scsi-pci"
-    if (side.disk_queues is not None and not virtio_scsi) or side.disk_queue_size is not None:
+    fmt = _side_enum(ImageFormat, side.disk_format)
+    if bus not in ("ide", "sata", "scsi", "virtio", "nvme"):
+        raise Unbootable(f"the probe guest has no {bus} disk (buses: ide, sata, scsi, virtio, nvme)")
+    hba = _hba(side)[0] if bus == "scsi" else None
+    virtio_scsi = hba == "virtio-scsi-pci"
+    if side.disk_iothread and not (bus == "virtio" or virtio_scsi):
+        raise Unbootable(f"an IOThread serves virtio-blk and virtio-scsi only, not a {bus} disk")
+    if bus != "virtio" and ((side.disk_queues is not None and not virtio_scsi) or side.disk_queue_size is not None):
         raise Unbootable(f"queues are a virtio-blk (or virtio-scsi) setting, not a {bus} disk's")
-    if bus == "ide":
-        return [*args, "-device", keyval(*disk, ("bus", "ide.0"), ("serial", "kvmtune0"), first="ide-hd")]
-    if bus == "sata":
-        return [*args, "-device", keyval(("id", AHCI_ID), first="ahci"),
-                "-device", keyval(*disk, ("bus", AHCI_ID + ".0"), ("serial", "kvmtune0"), first="ide-hd")]
-    if bus == "nvme":
-        return [*args, "-device", keyval(*disk, ("serial", "kvmtune0"), first="nvme")]
-    if bus == "scsi":
-        ctl = keyval(("id", SCSI_ID), thread, ("num_queues", side.disk_queues), first=_hba(side)[0])
-        return [*args, "-device", ctl,
-                "-device", keyval(*disk, ("bus", SCSI_ID + ".0"), ("serial", "kvmtune0"), first="scsi-hd")]
-    raise Unbootable(f"the probe guest has no {bus} disk (buses: ide, sata, scsi, virtio, nvme)")
+    return Disk(disk_path, fmt, "virtio-blk" if bus == "virtio" else bus,
+                Cache.WRITEBACK if cache == Cache.DEFAULT else cache,  # QEMU's default
+                Aio.THREADS if io == Aio.DEFAULT else io, controller=hba, iothread=side.disk_iothread,
+                queues=side.disk_queues, queue_size=side.disk_queue_size, drive_id=DISK_ID, device_id=DISK_DEV,
+                controller_id={"scsi": SCSI_ID, "sata": AHCI_ID}.get(bus))
 
 
-def _nic_args(side: GuestSide, tap: str | None, netdev: str | None, mac: str) -> list[str]:
+def _side_nic(side: GuestSide, tap: str | None, netdev: str | None, mac: str) -> Nic:
     device, _mods = _nic(side)
     queues = side.nic_queues or 1
     virtio = device == "virtio-net-pci"
     if not virtio and (queues > 1 or side.rx_queue_size or side.tx_queue_size or side.vhost):
         raise Unbootable(f"vhost, queues and ring sizes are virtio-net settings, not {side.nic_model}'s")
-    args: list[str] = []
     if tap is not None:
-        args += ["-netdev", keyval(("id", NETDEV_ID), ("ifname", tap), ("script", "no"), ("downscript", "no"),
-                                   ("vhost", side.vhost), ("queues", queues if queues > 1 else None), first="tap")]
-        netdev = NETDEV_ID
+        return Nic(NETDEV_ID, tap_netdev(NETDEV_ID, tap, side.vhost, queues), device, mac, NIC_DEV, queues=queues,
+                   rx_queue_size=side.rx_queue_size or None, tx_queue_size=side.tx_queue_size or None)
     if netdev is None:
         raise Unbootable("the side has a NIC and nothing to attach it to (no tap and no -netdev)")
-    multi = virtio and queues > 1
-    return [*args, "-device", keyval(
-        ("netdev", netdev), ("id", NIC_DEV), ("mac", mac), ("mq", True if multi else None),
-        ("vectors", 2 * queues + 2 if multi else None),
-        ("rx_queue_size", side.rx_queue_size if virtio and side.rx_queue_size else None),
-        ("tx_queue_size", side.tx_queue_size if virtio and side.tx_queue_size else None), first=device)]
+    return Nic(netdev, None, device, mac, NIC_DEV, queues=queues, rx_queue_size=side.rx_queue_size or None,
+               tx_queue_size=side.tx_queue_size or None)
 
 
-def qemu_args(side: GuestSide, disk_path: str | Path | None, *, tap: str | None = None, netdev: str | None = None,
-              hugetlbfs: str | None = None, mac: str = NIC_MAC["A"]) -> list[str]:
-    """The QEMU options that give the probe guest this side's virtual hardware (added after
-    :func:`kvmtune.lab.qemu.qemu_argv`'s, which they override where both set something).
-
-    ``disk_path``: the side's scratch disk (required when the side has a disk). The NIC goes on a tap
-    (``tap``: its name; the ``-netdev`` is written here, with vhost and queues) or on a ``-netdev`` the
-    side's :class:`~kvmtune.verify.guestside.Plumbing` defines (``netdev``: its id). ``hugetlbfs``: where
-    hugepage backing is mounted. Raises :class:`Unbootable` with one line for what the probe guest cannot be.
-    """
-    args = _machine_args(side, hugetlbfs)
+def side_hardware(side: GuestSide, disk_path: str | Path | None, *, tap: str | None = None, netdev: str | None = None,
+                  hugetlbfs: str | None = None, mac: str = NIC_MAC["A"]) -> tuple[Machine, list[Disk], list[Nic]]:
+    """The side's machine, disk and NIC as the launcher takes them (see :func:`side_spec`); :class:`Unbootable`
+    with one line for what the probe guest cannot be."""
+    machine = _side_machine(side, hugetlbfs)
+    disks = []
     if side.disk_bus is not None:
         if disk_path is None:
             raise Unbootable("the side has a disk and no scratch disk was given")
-        args += _disk_args(side, str(disk_path))
-    if side.nic_model is not None:
-        args += _nic_args(side, tap, netdev, mac)
-    return args
+        disks.append(_side_disk(side, str(disk_path)))
+    nics = [_side_nic(side, tap, netdev, mac)] if side.nic_model is not None else []
+    return machine, disks, nics
+
+
+def side_spec(guest: ProbeGuest, side: GuestSide, *, accel: str, disk_path: str | Path | None, job: str | None = None,
+              tap: str | None = None, netdev: str | None = None, hugetlbfs: str | None = None,
+              mac: str = NIC_MAC["A"], agent_socket: Path | None = None, plumbing: Plumbing | None = None) -> VmSpec:
+    """The probe guest with this side's virtual hardware, for :func:`kvmtune.lab.qemu.qemu_argv` (which alone
+    turns it into QEMU options): its machine, vCPUs and topology, hugepage backing, the disk under test on its bus
+    with its controller, queues and IOThread, the NIC under test with its queues and rings, the agent's channel.
+
+    ``disk_path``: the side's scratch disk (required when the side has a disk). The NIC goes on a tap (``tap``:
+    its name; the ``-netdev`` comes with the NIC, with vhost and queues) or on a ``-netdev`` the side's
+    :class:`~kvmtune.lab.probe.side.Plumbing` defines (``netdev``: its id). ``hugetlbfs``: where hugepage backing
+    is mounted. Raises :class:`Unbootable` with one line for what the probe guest cannot be.
+    """
+    machine, disks, nics = side_hardware(side, disk_path, tap=tap, netdev=netdev, hugetlbfs=hugetlbfs, mac=mac)
+    plumbing = plumbing or Plumbing()
+    # PVH boot of the bare vmlinux is QEMU 4.0's: an older (versioned) machine type boots the bzImage
+    boots = guest if side.machine in ("pc", "q35") else replace(guest, vmlinux=None)
+    return VmSpec(guest=boots, accel=accel, memory_mb=side.memory_mb, smp=side.vcpus, job=job,
+                  extra_args=plumbing.extra_args, wrapper=plumbing.wrapper, machine=machine, disks=disks, nics=nics,
+                  agent_socket=agent_socket)
 
 
 def kernel_lacks(host: HostRoot, names: Iterable[str], kernel: str | None = None,
@@ -261,7 +243,7 @@ def side_device(side: GuestSide) -> str:
 def missing_driver_line(side_name: str, side: GuestSide, release: str, missing: Sequence[str],
                         choice: KernelChoice | None = None) -> str:
     """One line: which driver side ``side_name`` needs that the probe guest's kernel lacks, and how to get one
-    (guestkernel's line, the same the planners give; ``choice``: where the kernel came from, default bench's)."""
+    (lab/probe/kernel's line, the same the planners give; ``choice``: where the kernel came from, default bench's)."""
     return lacks_line(f"side {side_name} ({side_device(side)})", list(missing), release,
                       choice or KernelChoice(None, None, BOOT))
 
@@ -293,14 +275,14 @@ class _Side:
     agent_sock: Path | None = None
 
 
-class ProbePair:
-    """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.verify.guestside.GuestPair`).
+class ProbePair(Started):
+    """Two booted probe guests, A and B (a context manager implementing :class:`~kvmtune.lab.probe.side.GuestPair`).
 
     ``a``/``b``: each side's hardware. ``accel``: ``kvm`` or ``tcg`` (what the caller decided; QMP's
     ``query-kvm`` says what QEMU really runs, :attr:`accel`). ``scratch_parent``: where the scratch disks
-    go (the block tier's choice, :func:`kvmtune.verify.block.scratch_parent`), each ``disk_size`` bytes;
+    go (the block tier's choice, :func:`kvmtune.verify.block.pair.scratch_parent`), each ``disk_size`` bytes;
     ``plumbing``: per side, extra QEMU options and the command prefix QEMU runs under (a tap in a kvmtune
-    namespace); ``taps``: per side, the tap :func:`qemu_args` writes the ``-netdev`` for (else a ``-netdev``
+    namespace); ``taps``: per side, the tap :func:`side_spec` brings the ``-netdev`` for (else a ``-netdev``
     in the plumbing with id :data:`NETDEV_ID`); ``extra``/``modules``: more files and drivers for the probe
     guest; ``kernel``/``modules_dir``: another kernel for it; ``layouts``: how each scratch disk is created.
     """
@@ -341,17 +323,6 @@ class ProbePair:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> ProbePair:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def build(self) -> ProbeGuest:
         """The probe guest with qemu-ga, fio and every driver both sides need; :class:`Unbootable` names a missing one."""
         needed = tuple(dict.fromkeys(m for s in self.sides.values() for m in side_modules(s.side)))
@@ -373,7 +344,6 @@ class ProbePair:
         if any(s.side.disk_bus for s in self.sides.values()):
             self.disk_dir = self.run_dir if self.scratch_parent == self.workdir else make_scratch_dir(self.scratch_parent)
         for s in self.sides.values():
-            args: list[str] = []
             if s.side.disk_bus is not None:
                 assert self.disk_dir is not None
                 s.disk = self.disk_dir / f"disk-{s.name}.{s.side.disk_format}"
@@ -381,12 +351,9 @@ class ProbePair:
             s.agent_sock = self.run_dir / f"qga-{s.name}.sock"
             plumb = self.plumbing[s.name]
             netdev = NETDEV_ID if self.taps[s.name] is None and any(a == "-netdev" for a in plumb.extra_args) else None
-            args += qemu_args(s.side, s.disk, tap=self.taps[s.name], netdev=netdev, hugetlbfs=hugetlbfs, mac=NIC_MAC[s.name])
-            args += guest_agent_qemu_args(str(s.agent_sock))
-            # PVH boot of the bare vmlinux is QEMU 4.0's: an older (versioned) machine type boots the bzImage
-            boots = guest if s.side.machine in ("pc", "q35") else replace(guest, vmlinux=None)
-            spec = VmSpec(guest=boots, accel=self.requested_accel, memory_mb=s.side.memory_mb, smp=s.side.vcpus,
-                          job=side_job(guest, s.side), extra_args=[*plumb.extra_args, *args], wrapper=plumb.wrapper)
+            spec = side_spec(guest, s.side, accel=self.requested_accel, disk_path=s.disk, job=side_job(guest, s.side),
+                             tap=self.taps[s.name], netdev=netdev, hugetlbfs=hugetlbfs, mac=NIC_MAC[s.name],
+                             agent_socket=s.agent_sock, plumbing=plumb)
             s.run = GuestRun(spec, self.run_dir / s.name, self.runner, name=f"probe-{s.name}")
             s.run.start()
         for s in self.sides.values():  # both boot side by side
@@ -535,41 +502,3 @@ def _data(status: dict[str, Any], key: str) -> str:
     except (binascii.Error, ValueError):
         return ""
     return data[:MAX_OUTPUT].decode("utf-8", "replace")
-
-
-
-# --------------------------------------------------------------------------- the accelerator, once a run
-
-
-def pair_accel(ctx: VerifyContext) -> AccelChoice:
-    """The accelerator the probe guests get on this machine, decided once a run and kept on ``ctx``: ``tcg`` without a
-    usable /dev/kvm, else ``kvm`` only if a probe guest really boots under it (``kvmtune guest accel``'s verdict,
-    from its cache when it is there: a day old at most)."""
-    if ctx.guest_accel is None:
-        ctx.guest_accel = _decide_accel(ctx)
-    return ctx.guest_accel
-
-
-def _decide_accel(ctx: VerifyContext) -> AccelChoice:
-    host = HostRoot()  # the probe guests run on this machine, whatever --root names
-    if not host.exists("/dev/kvm"):
-        return AccelChoice("tcg", "/dev/kvm is absent", 0.0)
-    if not host.access("/dev/kvm", 6):  # R_OK | W_OK
-        return AccelChoice("tcg", "/dev/kvm is not readable and writable by this user", 0.0)
-    osrel = (host.read_optional("/proc/sys/kernel/osrelease") or "").strip()
-    for workdir in dict.fromkeys((ctx.workdir, default_workdir())):
-        cached = read_cached_verdict(workdir, osrel)
-        if cached is not None:
-            return AccelChoice(cached.accel, cached.reason, 0.0, cached=True)
-    guest = GuestBuilder(ctx.workdir, ctx.runner, host, kernel=ctx.guest_kernel, modules_dir=ctx.guest_modules).build()
-    return detect_accel(guest, ctx.workdir, ctx.runner, host)
-
-
-def require_accel(rule_id: str, ctx: VerifyContext) -> AccelChoice:
-    """The accelerator for this finding's pair; under TCG without ``--allow-tcg``, :class:`Unmeasurable` with the
-    "needs KVM" line and the command that measures it under emulation."""
-    choice = pair_accel(ctx)
-    if choice.accel == "tcg" and not ctx.allow_tcg:
-        command = " ".join(x for x in ("kvmtune verify", ctx.inputs_hint, f"--only {rule_id}", ALLOW_TCG) if x)
-        raise Unmeasurable(f"{NEEDS_KVM.format(why=choice.reason)}; to measure it under emulation: {command}")
-    return choice

@@ -3,7 +3,7 @@
 Side A is the probe guest with the finding's interface as the audit read it (NIC model, vhost-net,
 queue pairs, ring sizes); side B has the same interface after the rule's own fixer ran on a copy of
 the definition (exactly what ``kvmtune fix`` would write), read back into the model. Each probe guest
-has that NIC on a tap in kvmtune's own namespace (:mod:`kvmtune.verify.guestnet`); netload runs in
+has that NIC on a tap in kvmtune's own namespace (:mod:`kvmtune.lab.probe.net`); netload runs in
 the guest (through the guest agent) against a netload server in the namespace, A and B alternating.
 The real guest's NICs are never touched.
 """
@@ -24,14 +24,15 @@ from kvmtune.lab.guest import ExtraFile
 from kvmtune.lab.leftovers import sweep
 from kvmtune.lab.net.netload import find_netload, netload_metrics
 from kvmtune.lab.net.netns import NetError
+from kvmtune.lab.probe.kernel import KernelChoice, choice_for, lacks_line
+from kvmtune.lab.probe.net import VHOST_DEVICE, VHOST_MISSING, GuestNet
+from kvmtune.lab.probe.pair import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules
+from kvmtune.lab.probe.side import GuestPair, GuestSide, TwoSides
 from kvmtune.lab.vocabulary import NOT_COMPARABLE
 from kvmtune.model.guest import Guest, Nic
 from kvmtune.model.values import libvirt_default_nic_model
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
-from kvmtune.verify.guestkernel import KernelChoice, choice_for, lacks_line
-from kvmtune.verify.guestnet import VHOST_DEVICE, VHOST_MISSING, GuestNet
-from kvmtune.verify.guestside import GuestPair, GuestSide
-from kvmtune.verify.guestvm import NIC_DEV, NIC_DEVICE, ProbePair, kernel_lacks, nic_modules, require_accel
+from kvmtune.verify.guest.accel import require_accel
 from kvmtune.verify.measure import Metric, alternate, judge, settles
 
 GUEST_NETLOAD = "/usr/bin/netload"
@@ -245,7 +246,7 @@ def nic_device(pair: GuestPair, side: str) -> dict[str, Any]:
 
 
 @dataclass
-class NicExperiment:
+class NicExperiment(TwoSides):
     subject: Subject
     a: GuestSide
     b: GuestSide
@@ -253,10 +254,6 @@ class NicExperiment:
     assumed: list[str] = field(default_factory=list)
     note: str | None = None
     tier: str = "guest"
-
-    @property
-    def change(self) -> str:
-        return self.a.changes_to(self.b)
 
     @property
     def workload(self) -> str:

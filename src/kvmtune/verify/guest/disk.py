@@ -2,10 +2,10 @@
 
 Side A is the finding's disk as the audit read it: its bus, its SCSI controller's model and
 IOThread, its IOThread and virtio-blk queues, the guest's vCPUs and machine type, and the
-replica layout of the block tier (:func:`kvmtune.verify.block.layout_of`: format, cache, AIO).
+replica layout of the block tier (:func:`kvmtune.verify.block.pair.layout_of`: format, cache, AIO).
 Side B is not guessed: the rule's own fixer runs on a copy of the guest's definition (what
 ``kvmtune fix`` would write, guest-visible changes allowed on the copy) and the same disk is read
-back. Both are booted once (:class:`kvmtune.verify.guestvm.ProbePair`) and fio runs inside them,
+back. Both are booted once (:class:`kvmtune.lab.probe.pair.ProbePair`) and fio runs inside them,
 against the raw scratch disk, alternately, until the verdict settles or the finding's cap.
 """
 
@@ -22,22 +22,23 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
-from kvmtune.lab.storage.fio import parse_fio_json
-from kvmtune.lab.vocabulary import NOT_COMPARABLE
-from kvmtune.model.guest import Disk, Guest
-from kvmtune.verify.block import Layout, Unreplicable, layout_of, scratch_parent
-from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
-from kvmtune.verify.guestkernel import choice_for, lacks_line
-from kvmtune.verify.guestside import GuestSide
-from kvmtune.verify.guestvm import (
+from kvmtune.lab.probe.kernel import choice_for, lacks_line
+from kvmtune.lab.probe.pair import (
     ProbePair,
     Unbootable,
     kernel_lacks,
-    qemu_args,
-    require_accel,
     side_device,
+    side_hardware,
     side_modules,
 )
+from kvmtune.lab.probe.side import GuestSide, TwoSides
+from kvmtune.lab.replica import Layout, Unreplicable
+from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.vocabulary import NOT_COMPARABLE
+from kvmtune.model.guest import Disk, Guest
+from kvmtune.verify.block.pair import layout_of, scratch_parent
+from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
+from kvmtune.verify.guest.accel import require_accel
 from kvmtune.verify.measure import Metric, alternate, judge, settles
 
 IOPS = Metric("iops", "IOPS", True, "fio inside the probe guest against its raw scratch disk")
@@ -126,7 +127,7 @@ def _same_disk(guest: Guest, disk: Disk, after: Guest) -> Disk:
 
 
 @dataclass
-class GuestDiskExperiment:
+class GuestDiskExperiment(TwoSides):
     subject: Subject
     disk: Disk
     a: GuestSide
@@ -137,10 +138,6 @@ class GuestDiskExperiment:
     layout: Layout = field(default_factory=Layout)  # both scratch disks: the block tier's replica of the disk
     assumed: list[str] = field(default_factory=list)
     tier: str = "guest"
-
-    @property
-    def change(self) -> str:
-        return self.a.changes_to(self.b)
 
     @property
     def workload(self) -> str:
@@ -254,7 +251,7 @@ def plan_guest_disk(subject: Subject, ctx: VerifyContext, plan: GuestExperiment)
         raise Unmeasurable("the fix changes nothing the probe guest can be given")
     for name, side in (("A", a), ("B", b)):
         try:
-            qemu_args(side, "/dev/null")
+            side_hardware(side, "/dev/null")
             modules = side_modules(side)
         except Unbootable as exc:
             raise Unmeasurable(f"side {name}: {exc}") from None
