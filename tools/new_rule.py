@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the files of a new guest rule, ready for its logic (docs/architecture.md §9, "A rule").
 
-    tools/new_rule.py KVM-STO-030 disk-something --group storage [--fixer] [--topic disk-cache]
+    tools/new_rule.py KVM-STO-030 disk-something --group storage --topic disk-cache [--fixer]
 
 writes
 
@@ -11,7 +11,11 @@ writes
 * ``src/kvmtune/rules/<group>/<slug>.md``: its doc with the seven headings;
 * ``tests/rules/<ID>/bad/<slug>.xml`` and ``good/<slug>.xml``: fixtures to make show (or not) the problem;
 * with ``--fixer``: a fixer stub at the end of ``src/kvmtune/fix/fixers/<group>.py`` and a golden pair
-  ``tests/fix/golden/<ID>/<slug>.in.xml`` / ``.out.xml``.
+  ``tests/fix/golden/<ID>/<slug>.in.xml`` / ``.out.xml``; and it names the eighth file, written by hand:
+  ``tests/fix/golden/ALL/legacy-everything.out.xml``, every fixer at once, which takes the new fixer's edit
+  when the new check fires on ``legacy-everything.in.xml``.
+
+``--topic`` is required: a rule's topic says what it is about (``balloon``, not its group's commonest).
 
 Every placeholder says ``TODO``. The contract tests (``tests/rules``, ``tests/fix/test_remedies.py``,
 ``tests/fix/test_fix_golden.py``, ``tests/verify/test_verify_plans.py``) then fail only until the check,
@@ -25,7 +29,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,12 +153,16 @@ def guest_groups() -> list[str]:
     return sorted(p.name for p in RULES.iterdir() if (p / "__init__.py").is_file() and p.name not in NOT_GUEST)
 
 
-def default_topic(group: str) -> str:
-    topics = Counter(r.topic for r in all_rules() if r.__module__.startswith(f"kvmtune.rules.{group}."))
-    return topics.most_common(1)[0][0]
+def group_topics(group: str) -> list[str]:
+    return sorted({r.topic for r in all_rules() if r.__module__.startswith(f"kvmtune.rules.{group}.")})
 
 
-def check(rule_id: str, slug: str, group: str, topic: str, fixer: bool) -> dict[Path, str]:
+ALL_GOLDEN = REPO / "tests" / "fix" / "golden" / "ALL" / "legacy-everything.out.xml"
+ALL_NOTE = ("new_rule: when the new check fires on {inp}, the new fixer's edit belongs in {out} too (every fixer at "
+            "once; tests/fix/test_fix_golden.py's ALL/legacy-everything fails until it is)")
+
+
+def check(rule_id: str, slug: str, group: str, topic: str | None, fixer: bool) -> dict[Path, str]:
     """The files to write (path -> text; an existing fixers file: its text with the stub appended)."""
     if not ID_RE.fullmatch(rule_id):
         raise Refused(f"{rule_id!r}: a rule id looks like KVM-STO-030 (KVM-, three capitals, -, three digits)")
@@ -165,6 +172,9 @@ def check(rule_id: str, slug: str, group: str, topic: str, fixer: bool) -> dict[
         raise Refused(f"--group {group}: the scaffold makes guest rules; {NOT_GUEST[group]} (docs/architecture.md §9)")
     if group not in guest_groups():
         raise Refused(f"--group {group}: not a rule group (one of {', '.join(guest_groups())})")
+    if topic is None:
+        raise Refused(f"--topic: required, one of audit/finding.py TOPICS (the {group} group's so far: "
+                      f"{', '.join(group_topics(group))})")
     if topic not in TOPICS:
         raise Refused(f"--topic {topic}: not a topic of audit/finding.py TOPICS")
     for r in all_rules():
@@ -207,12 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("id", help="the new rule id, e.g. KVM-STO-030")
     parser.add_argument("slug", help="the new rule's slug, e.g. disk-something")
     parser.add_argument("--group", required=True, help="the rule group: a directory under src/kvmtune/rules")
-    parser.add_argument("--topic", help="a topic of audit/finding.py TOPICS (default: the group's commonest)")
+    parser.add_argument("--topic", help="required: a topic of audit/finding.py TOPICS, what the rule is about")
     parser.add_argument("--fixer", action="store_true", help="also a fixer stub, a golden pair and fix_kind = 'xml'")
     args = parser.parse_args(argv)
     try:
-        topic = args.topic or (default_topic(args.group) if args.group in guest_groups() else "")
-        files = check(args.id, args.slug, args.group, topic, args.fixer)
+        files = check(args.id, args.slug, args.group, args.topic, args.fixer)
     except Refused as exc:
         print(f"new_rule: {exc}", file=sys.stderr)
         return 2
@@ -220,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(path.relative_to(REPO))
+    if args.fixer:
+        print(ALL_NOTE.format(inp=ALL_GOLDEN.with_name("legacy-everything.in.xml").relative_to(REPO),
+                              out=ALL_GOLDEN.relative_to(REPO)), file=sys.stderr)
     return 0
 
 

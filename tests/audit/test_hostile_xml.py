@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import textwrap
@@ -69,15 +68,17 @@ def test_billion_laughs_in_bounded_memory(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
         from kvmtune.cli import main
         rc = main(["audit", "--format", "json", {str(f)!r}])
-        print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+        # this process's own peak: VmHWM of the image exec made. Not ru_maxrss, which Linux carries over exec from
+        # the process that started it (the pytest process, hundreds of MiB late in a run): an order dependence
+        hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+        print("maxrss_kib", hwm, file=sys.stderr)
         sys.exit(rc)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "DOCTYPE/ENTITY declarations are refused" in proc.stderr
     maxrss = int(proc.stderr.split("maxrss_kib")[1].split()[0])
-    assert maxrss < 200 * 1024
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 512 * 1024
+    assert 0 < maxrss < 200 * 1024
 
 
 def test_entity_in_text_without_doctype_is_not_expanded(tmp_path: Path) -> None:

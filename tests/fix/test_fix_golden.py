@@ -47,10 +47,11 @@ def _id(p: Path) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_golden_output(case: Path) -> None:
-    expected = case.with_name(case.name.replace(".in.xml", ".out.xml")).read_bytes()
+    out = case.with_name(case.name.replace(".in.xml", ".out.xml"))
     _guest, result = fix_guest(case.read_bytes(), str(case), "xml", _rules(case), _options())
     assert result.after is not None, result.skipped
-    assert result.after == expected
+    every = " (every fixer at once: a new fixer that fires on the input edits this output too)" * (case.parent.name == "ALL")
+    assert result.after == out.read_bytes(), f"{out.parent.name}/{out.name} is not what the fixers write{every}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)

@@ -66,8 +66,10 @@ def _contracts(repo: Path) -> subprocess.CompletedProcess[str]:
 
 def test_scaffolded_rule_with_fixer_passes_the_contracts_once_its_logic_is_written(tmp_path: Path) -> None:
     repo = _copy(tmp_path)
-    res = _scaffold(repo, RID, SLUG, "--group", "storage", "--fixer")
+    res = _scaffold(repo, RID, SLUG, "--group", "storage", "--topic", "disk-cache", "--fixer")
     assert res.returncode == 0, res.stderr
+    # the eighth file, not written: the ALL golden, named for when the new check fires on its input
+    assert "tests/fix/golden/ALL/legacy-everything.out.xml" in res.stderr
     rule = repo / "src/kvmtune/rules/storage/scaffold_probe.py"
     golden = repo / "tests/fix/golden" / RID
     written = {
@@ -96,6 +98,25 @@ def test_scaffolded_rule_with_fixer_passes_the_contracts_once_its_logic_is_writt
     assert after.returncode == 0, after.stdout[-3000:]
     assert " passed" in after.stdout and RID in _ids(repo)
     assert _type_only_imports_at_runtime(rule) == ""
+    assert 'topic = "disk-cache"' in rule.read_text()
+
+    # the check fires on the ALL golden's input too: that golden fails, naming its output, until the edit is in it
+    rule.write_text(rule.read_text().replace('if guest.name.endswith("-bad"):',
+                                             'if guest.name.endswith("-bad") or guest.name == "golden-legacy-everything":'))
+    every = _golden_all(repo)
+    assert every.returncode == 1 and "ALL/legacy-everything.out.xml is not what the fixers write" in every.stdout
+    out = repo / "tests/fix/golden/ALL/legacy-everything.out.xml"
+    out.write_text(out.read_text().replace("<name>golden-legacy-everything</name>", "<name>fixed</name>"))
+    every = _golden_all(repo)
+    assert every.returncode == 0, every.stdout[-3000:]
+
+
+def _golden_all(repo: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/fix/test_fix_golden.py", "-k", "ALL"],
+        cwd=repo, capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(repo / "src"), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
 
 
 def _type_only_imports_at_runtime(rule: Path) -> str:
@@ -118,8 +139,9 @@ def _ids(repo: Path) -> str:
 
 def test_scaffold_without_fixer_is_a_manual_rule(tmp_path: Path) -> None:
     repo = _copy(tmp_path)
-    res = _scaffold(repo, "KVM-INS-099", "inside-probe", "--group", "inside")
+    res = _scaffold(repo, "KVM-INS-099", "inside-probe", "--group", "inside", "--topic", "guest-drivers")
     assert res.returncode == 0, res.stderr
+    assert "ALL" not in res.stderr  # no fixer, no ALL golden
     text = (repo / "src/kvmtune/rules/inside/inside_probe.py").read_text()
     assert 'fix_kind = "manual"' in text and "verify" not in text
     assert _type_only_imports_at_runtime(repo / "src/kvmtune/rules/inside/inside_probe.py") == ""
@@ -129,15 +151,19 @@ def test_scaffold_without_fixer_is_a_manual_rule(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["KVM-STO-002", "fresh-slug", "--group", "storage"], "KVM-STO-002: the id is taken by disk-cache-writethrough"),
-        (["KVM-STO-099", "disk-cache-unsafe", "--group", "storage"], "disk-cache-unsafe: the slug is taken by KVM-STO-004"),
-        (["KVM-sto-99", "fresh-slug", "--group", "storage"], "a rule id looks like KVM-STO-030"),
-        (["KVM-STO-099", "Fresh_Slug", "--group", "storage"], "a slug is lower-case words"),
-        (["KVM-STO-099", "fresh--slug", "--group", "storage"], "a slug is lower-case words"),
-        (["KVM-HST-099", "fresh-slug", "--group", "host"], "the scaffold makes guest rules"),
-        (["KVM-STO-099", "fresh-slug", "--group", "nope"], "not a rule group"),
+        (["KVM-STO-002", "fresh-slug", "--group", "storage", "--topic", "disk-cache"],
+         "KVM-STO-002: the id is taken by disk-cache-writethrough"),
+        (["KVM-STO-099", "disk-cache-unsafe", "--group", "storage", "--topic", "disk-cache"],
+         "disk-cache-unsafe: the slug is taken by KVM-STO-004"),
+        (["KVM-sto-99", "fresh-slug", "--group", "storage", "--topic", "disk-cache"], "a rule id looks like KVM-STO-030"),
+        (["KVM-STO-099", "Fresh_Slug", "--group", "storage", "--topic", "disk-cache"], "a slug is lower-case words"),
+        (["KVM-STO-099", "fresh--slug", "--group", "storage", "--topic", "disk-cache"], "a slug is lower-case words"),
+        (["KVM-HST-099", "fresh-slug", "--group", "host", "--topic", "ksm"], "the scaffold makes guest rules"),
+        (["KVM-STO-099", "fresh-slug", "--group", "nope", "--topic", "disk-cache"], "not a rule group"),
         (["KVM-STO-099", "fresh-slug", "--group", "storage", "--topic", "nope"], "not a topic"),
-        (["KVM-NET-021", "fresh-slug", "--group", "storage"], "the id is taken"),
+        (["KVM-NET-021", "fresh-slug", "--group", "storage", "--topic", "mtu"], "the id is taken"),
+        # no default topic: a balloon rule in cpu_memory is not about the group's commonest topic
+        (["KVM-MEM-099", "balloon-probe", "--group", "cpu_memory", "--fixer"], "--topic: required"),
     ],
 )
 def test_refused_in_one_line_and_nothing_written(pristine: Path, argv: list[str], message: str) -> None:
@@ -152,6 +178,6 @@ def test_refused_in_one_line_and_nothing_written(pristine: Path, argv: list[str]
 def test_existing_fixtures_are_refused(tmp_path: Path) -> None:
     repo = _copy(tmp_path)
     (repo / "tests/rules/KVM-STO-098").mkdir()
-    res = _scaffold(repo, "KVM-STO-098", "fresh-slug", "--group", "storage")
+    res = _scaffold(repo, "KVM-STO-098", "fresh-slug", "--group", "storage", "--topic", "disk-cache")
     assert res.returncode == 2 and "tests/rules/KVM-STO-098: already exists" in res.stderr
     assert not (repo / "src/kvmtune/rules/storage/fresh_slug.py").exists()

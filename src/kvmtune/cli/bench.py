@@ -1,22 +1,25 @@
-"""``kvmtune bench storage``: measure the storage matrix on this host."""
+"""``kvmtune bench storage``: measure the storage matrix on this host.
+
+This module turns the arguments into a :class:`~kvmtune.bench.storage.spec.StorageSpec` (which tier, every default
+filled in) and hands the tier's benchmark to the runner; the matrix itself is the spec's
+(:meth:`~kvmtune.bench.storage.spec.StorageSpec.configs`)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan, block_configs, block_preset
+from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan
 from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext, check_user_device
 from kvmtune.bench.storage.hostfs import check_host_fs
-from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS, SWEEP, StorageConfig, build_matrix, preset
-from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan, quick_configs
+from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS
+from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan
 from kvmtune.bench.storage.snapshot import SnapshotCache
+from kvmtune.bench.storage.spec import GUEST_DEFAULTS, TIERS, StorageSpec, csv_list
 from kvmtune.cli.bench_net import BenchNetCommand
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, build_guest
@@ -34,15 +37,6 @@ KEEP_LEFTOVERS_HELP = (
     "do not remove what killed runs left (namespaces, loop devices, scratch directories of dead owners); "
     "only list them"
 )
-
-
-def _csv(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    out: list[str] = []
-    for v in values:
-        out.extend(x.strip() for x in v.split(",") if x.strip())
-    return out
 
 
 class BenchStorageCommand(Command):
@@ -107,16 +101,6 @@ class BenchCommand(Command):
 COMMANDS = (BenchCommand,)
 
 
-def _filter_workloads(workloads: Sequence[fiomod.Workload], patterns: list[str]) -> list[fiomod.Workload]:
-    import fnmatch
-
-    out = [w for w in workloads if any(fnmatch.fnmatchcase(w.name, p) for p in patterns)]
-    if not out:
-        raise InputError("--workload", f"{', '.join(patterns)} matches none of the preset's workloads")
-    return out
-
-
-TIERS = ("auto", "guest", "block")
 # options that mean something only to some tiers: (dest, flag, tiers where it applies)
 OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("bus", "--bus", ("guest",)), ("sched", "--sched", ("guest",)), ("threads", "--threads", ("guest",)),
@@ -129,44 +113,11 @@ OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("destroy_data", "--destroy-data", ("guest", "block")),
     ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)),
 )
-GUEST_DEFAULTS: dict[str, Any] = {"cycle_mib": 64, "cycle_idle": 3.0, "boot_timeout": 60.0, "memory": 512, "smp": 1,
-                                  "accel": "auto"}
 
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
     return value not in (None, False, [])
-
-
-@dataclass(frozen=True)
-class StorageSpec:
-    """What ``bench storage`` runs, with every default filled in (the arguments themselves are never changed).
-
-    ``tier`` is ``auto`` until probing KVM decides it, and ``repeat`` ``None`` until the tier is known."""
-
-    tier: str
-    dims: dict[str, list[str] | None]  # by StorageConfig field: the comma lists given (--image-format and old --format)
-    threads: tuple[int, ...]
-    runtime: float
-    quick_cap: float
-    disk_size: int
-    repeat: int | None
-    cycle_mib: int
-    cycle_idle: float
-    boot_timeout: float
-    memory: int
-    smp: int
-    accel: str
-
-    def given(self, field: str) -> bool:
-        return bool(self.dims.get(field))
-
-    def recorded(self, args: argparse.Namespace) -> dict[str, Any]:
-        """The run's arguments as stored with it: what was given, and the defaults this run used."""
-        given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")}
-        return {**given, "db": str(results_db(args)), "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime,
-                "disk_size": self.disk_size,
-                **{k: getattr(self, k) for k in GUEST_DEFAULTS}}
 
 
 def storage_spec(args: argparse.Namespace) -> StorageSpec:
@@ -188,14 +139,23 @@ def storage_spec(args: argparse.Namespace) -> StorageSpec:
         raise InputError("--threads", f"{args.threads!r}: expected a comma list of thread counts, e.g. 1,8,16") from None
     if any(t < 1 for t in threads) or (args.cycle_mib is not None and args.cycle_mib < 1):
         raise InputError("--threads/--cycle-mib", "thread counts and MiB must be ≥ 1")
-    dims = {d.field: _csv(getattr(args, d.option.replace("-", "_"))) for d in DIMENSIONS}
-    dims["fmt"] = _csv([*(args.image_format or []), *(args.legacy_format or [])])
+    dims = {d.field: csv_list(getattr(args, d.option.replace("-", "_"))) for d in DIMENSIONS}
+    dims["fmt"] = csv_list([*(args.image_format or []), *(args.legacy_format or [])])
     guest = {dest: default if getattr(args, dest) is None else getattr(args, dest) for dest, default in GUEST_DEFAULTS.items()}
+    workloads = csv_list(args.workload)
     return StorageSpec(tier=tier, dims=dims, threads=threads, runtime=runtime,
                        quick_cap=QUICK_CAP_S if args.runtime is None else args.runtime, disk_size=disk_size,
                        repeat=args.repeat, cycle_mib=int(guest["cycle_mib"]), cycle_idle=float(guest["cycle_idle"]),
                        boot_timeout=float(guest["boot_timeout"]), memory=int(guest["memory"]), smp=int(guest["smp"]),
-                       accel=str(guest["accel"]))
+                       accel=str(guest["accel"]), preset=args.preset,
+                       workloads=None if workloads is None else tuple(workloads), device=args.device,
+                       ramp=RAMP_S if args.ramp is None else args.ramp)
+
+
+def _recorded(spec: StorageSpec, args: argparse.Namespace) -> dict[str, Any]:
+    """The run's arguments as stored with it: what was given, and the defaults this run used."""
+    given = {k: v for k, v in vars(args).items() if k not in ("func", "command_object", "settings")}
+    return spec.recorded(given, str(results_db(args)))
 
 
 def _resolve_tier(args: argparse.Namespace) -> str:
@@ -241,21 +201,14 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     guest, accel = None, AccelChoice("none", "no guest in this tier", 0.0)
     tier = spec.tier
     if tier == "auto":
-        _guest_matrix(args, spec)  # bad values are errors before any guest is built or probed
+        spec.configs()  # the guest tier's: bad values are errors before any guest is built or probed
         tier, guest, accel = _auto_tier(args, runner, host, workdir)
-    spec = dataclasses.replace(spec, tier=tier, repeat=(3 if tier == "block" else 1) if spec.repeat is None else spec.repeat)
-    configs: list[StorageConfig] = []
-    workloads: list[fiomod.Workload] = []
-    if tier == "quick":
-        configs = quick_configs(spec.dims["cache"], spec.dims["aio"], spec.dims["fmt"], spec.dims["prealloc"])
-    elif tier == "block":
-        configs, workloads = _block_matrix(args, spec)
-    else:
-        configs, workloads = _guest_matrix(args, spec)
-        if guest is None:
-            guest = build_guest(args, runner)
-            accel = choose_accel(spec.accel, guest, workdir, runner, host)
-    host_fs = spec.dims["host_fs"] or ["workdir"]
+    spec = spec.for_tier(tier)
+    configs, workloads = spec.configs()
+    if tier == "guest" and guest is None:
+        guest = build_guest(args, runner)
+        accel = choose_accel(spec.accel, guest, workdir, runner, host)
+    host_fs = spec.host_fs
     if tier == "block":
         check_host_fs(runner, host, host_fs)  # before any scratch directory exists
     user_device = None
@@ -271,14 +224,14 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     if tier == "quick":
         bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=spec.quick_cap))
     elif tier == "block":
-        bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, RAMP_S if args.ramp is None else args.ramp))
+        bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, spec.ramp))
     else:
         if not args.no_snapshot:
             ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)
         bench = MatrixBenchmark(ctx, configs, workloads)
     try:
         with Store(results_db(args)) as store:
-            outcome = BenchRunner(store, args=spec.recorded(args), preset=args.preset, note=args.note, workdir=workdir,
+            outcome = BenchRunner(store, args=_recorded(spec, args), preset=args.preset, note=args.note, workdir=workdir,
                                   keep_leftovers=args.keep_leftovers, runner=runner).run(bench)
     finally:
         ctx.scratch.remove_if_empty()  # a run refused before it started leaves no empty scratch-* behind
@@ -291,57 +244,6 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
         lines.extend(f"  could not save or restore a booted guest (booted instead): {reason}"
                      for reason in sorted(set(ctx.snapshots.failures.values())))
     return Outcome(Exit(outcome.exit_code), "".join(f"{line}\n" for line in lines))
-
-
-def _guest_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
-    if args.preset:
-        pr = preset(args.preset, spec.threads, spec.cycle_mib, spec.cycle_idle)
-        dims = dict(pr.dims)
-        workloads = list(pr.workloads)
-        if args.workload:
-            workloads = _filter_workloads(workloads, _csv(args.workload) or [])
-    else:
-        dims = {}
-        workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
-    for d in DIMENSIONS:
-        given = spec.dims[d.field] if d.field in SWEEP else None
-        if given:
-            dims[d.field] = tuple(given)
-    if args.device:
-        dims.setdefault("target", ("device",))
-    configs = build_matrix(dims)
-    if any(c.target == "device" for c in configs) and not args.device:
-        raise InputError("--target", "target=device needs --device PATH --destroy-data")
-    return configs, workloads
-
-
-def _block_matrix(args: argparse.Namespace, spec: StorageSpec) -> tuple[list[StorageConfig], list[fiomod.Workload]]:
-    """The block tier's configurations: a preset's, or the dimensions given (the floor always comes first)."""
-    if args.preset:
-        if args.preset == "ffsb":
-            raise InputError("--preset", "ffsb runs FFSB's file operations inside a guest file system: use --tier guest")
-        configs, names = block_preset(args.preset)
-        workloads = list(fiomod.lookup(names))
-        if args.workload:
-            workloads = _filter_workloads(workloads, _csv(args.workload) or [])
-        if any(spec.given(d) for d in ("cache", "aio", "fmt", "prealloc", "target")):
-            raise InputError("--preset", f"{args.preset} fixes its block-tier configurations; drop the dimension flags "
-                                         "or drop --preset")
-        return configs, workloads
-    workloads = list(fiomod.lookup(_csv(args.workload) or ["randread-4k", "randwrite-4k"]))
-    targets = spec.dims["target"] or (["device"] if args.device else ["file"])
-    for t in targets:
-        if t not in ("file", "block", "device"):
-            raise InputError("--target", f"{t!r}: the block tier's targets are file, block and device "
-                                         "(the bare-metal floor is always measured)")
-    if "device" in targets and not args.device:
-        raise InputError("--target", "target=device needs --device PATH --destroy-data")
-    grid = build_matrix({"cache": spec.dims["cache"] or ["none"], "aio": spec.dims["aio"] or ["native"],
-                         "fmt": spec.dims["fmt"] or ["raw"], "prealloc": spec.dims["prealloc"] or ["off"],
-                         "target": targets})
-    images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
-    modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
-    return block_configs(images, modes, targets), workloads
 
 
 def _summary(outcome: RunOutcome, first: float | None) -> list[str]:
