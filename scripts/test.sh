@@ -38,12 +38,12 @@ if [ $fast -eq 1 ]; then
   step .venv/bin/pytest -q -p no:cacheprovider -m "not integration" tests
 else
   # Two lanes side by side, one per core (CI's machine has two): lane A runs what starts real services
-  # (integration tests, then verify's guest tier in its own step); lane B, at a lower priority so that lane A's
+  # (integration tests, then verify's guest tier in its own step); lane B, at the lowest priority (nice 19) so that lane A's
   # guests and services come first, runs the unit tier on Python 3.11 and 3.13 and netload's Go tests. Lane B's
   # output is printed after lane A's, in one piece.
   lane_b_log=$(mktemp)
   (
-    renice -n 10 -p $BASHPID >/dev/null 2>&1 || true
+    renice -n 19 -p $BASHPID >/dev/null 2>&1 || true  # absolute: also when the caller is niced already
     status=0
     step .venv/bin/pytest -q -p no:cacheprovider -p no:randomly -m "not integration and not guest_tier" tests
     if [ -x .venv-py313/bin/pytest ]; then  # the unit tier on Python 3.13 as well (install.sh makes .venv-py313)

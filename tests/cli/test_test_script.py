@@ -127,5 +127,6 @@ def test_full_run_runs_lane_b_at_a_lower_priority(tmp_path: Path) -> None:
     niceness = {c.split("|")[0].strip(): int(c.split("|")[1]) for c in
                 (tmp_path / "calls").read_text().splitlines() if c.startswith("pytest")}
     base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
-    assert niceness[UNIT] == min(base + 10, 19)
+    # lane B at the lowest priority, whatever the caller's (this test itself may run in a niced lane B)
+    assert niceness[UNIT] == 19
     assert niceness[INTEGRATION] == base and niceness[GUEST_TIER] == base
