@@ -457,6 +457,8 @@ class DiskCounters:
     discards: int = 0
     flushes: int = 0
     io_ticks_ms: int = 0
+    read_ms: int = 0  # ms spent on reads (field 7), and on writes (field 11): await = ms / ios
+    write_ms: int = 0
 
     @property
     def ios(self) -> int:
@@ -482,6 +484,8 @@ def parse_diskstats(text: str) -> dict[str, DiskCounters]:
             writes=v[4],
             sectors_written=v[6],
             io_ticks_ms=v[9],
+            read_ms=v[3],
+            write_ms=v[7],
             discards=v[11] if len(v) > 11 else 0,
             flushes=v[15] if len(v) > 15 else 0,
         )
