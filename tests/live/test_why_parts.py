@@ -206,3 +206,22 @@ def test_a_machine_type_before_5_2_names_kvm_sto_011_for_a_busy_disk(tmp_path: P
     (line,) = report.lines
     assert line.rule == "KVM-STO-011" and "1 queue for vda (4 vCPUs)" in line.what, line
     assert report.disks[0]["host_device"] is None and report.disks[0]["queues"] == 1  # a network disk: no host device
+
+
+def test_why_runs_whole_on_a_captured_tree_reading_only_through_the_host_root(tmp_path: Path) -> None:
+    """Issue 44 item 3: every host read of why goes through HostRoot, so the whole command runs on a tree (a capture):
+    the guest, its vCPU thread and its affinity come from the tree, and what it read are host paths of that tree."""
+    from kvmtune.live.sources import Sampler
+    from kvmtune.live.why import why
+
+    from .test_why_unit import crowd
+
+    crowd(tmp_path, 0)
+    crowd(tmp_path, 1)
+    host = HostRoot(str(tmp_path))
+    report = why(host, Sampler(host, []), "ca", 0.0)
+    assert (report.target.name, report.target.pid) == ("ca", 100)
+    assert [(v["vcpu"], v["tid"], v["allowed_cpus"]) for v in report.vcpus] == [(0, 101, [0])]
+    assert "/proc/100/task/101/status" in host.reads and "/proc/100/task/101/schedstat" in host.reads
+    assert all(p.startswith(("/proc/", "/sys/", "/run/", "/etc/", "/dev/")) for p in host.reads), host.reads
+    assert report.lines == []  # a tree does not move: no interval, no wait
