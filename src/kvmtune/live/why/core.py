@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from kvmtune.audit.rule import Rule, all_rules
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.errors import UsageError
+from kvmtune.host.parsers import parse_count
 from kvmtune.host.root import HostRoot
 from kvmtune.live.model import Snapshot
 from kvmtune.live.symptoms import SIGNALS
@@ -140,7 +141,7 @@ class WhyReport:
 
 def _libvirt_pid(host: HostRoot, name: str) -> int | None:
     text = host.read_optional(f"/run/libvirt/qemu/{name}.pid")
-    return int(text.strip()) if text and text.strip().isdigit() else None
+    return parse_count(text or "")
 
 
 def find_target(host: HostRoot, snap: Snapshot, text: str) -> Target:
@@ -151,7 +152,7 @@ def find_target(host: HostRoot, snap: Snapshot, text: str) -> Target:
         pid = g.pid if g.pid is not None else (_libvirt_pid(host, g.name) if host.is_live else None)
         uuid = g.guest.uuid if g.guest is not None else None
         names = {g.name, *([uuid.lower()] if uuid else [])}
-        if (text.isdigit() and pid == int(text)) or text in names or text.lower() in names:
+        if (text.isascii() and text.isdigit() and pid == int(text)) or text in names or text.lower() in names:
             matches.append(Target(g.name, g.source, g.key, pid, uuid, libvirt, g.owner))
     if not matches:
         seen = ", ".join(sorted(g.name for g in snap.guests.values())) or "none"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from kvmtune.audit.finding import Finding
+from kvmtune.host.parsers import parse_count, parse_status_kib
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.why.core import LIMITS, CatalogueRule, WhyLine, WhyReport, rule_fix, short_ids, verify_text
@@ -17,23 +18,15 @@ SWAP = CatalogueRule("swap", "swap-in-use")
 KSM_HOST = (CatalogueRule("ksm", "ksm-without-overcommit"), CatalogueRule("ksm", "ksm-off-with-overcommit"))
 
 
-def _kib(text: str, key: str) -> int | None:
-    for line in text.splitlines():
-        if line.startswith(key + ":"):
-            value = line.split(":", 1)[1].split()
-            return int(value[0]) if value and value[0].isdigit() else None
-    return None
-
-
 def _ksm_pages(host: HostRoot, pid: int) -> int | None:
     """The process's pages KSM merged: ``/proc/PID/ksm_merging_pages`` (Linux 6.1+), or ``ksm_stat``'s line."""
-    text = host.read_optional(f"/proc/{pid}/ksm_merging_pages")
-    if text and text.strip().isdigit():
-        return int(text)
+    pages = parse_count(host.read_optional(f"/proc/{pid}/ksm_merging_pages") or "")
+    if pages is not None:
+        return pages
     for line in (host.read_optional(f"/proc/{pid}/ksm_stat") or "").splitlines():
         key, _, value = line.partition(" ")
-        if key == "ksm_merging_pages" and value.strip().isdigit():
-            return int(value)
+        if key == "ksm_merging_pages" and (pages := parse_count(value)) is not None:
+            return pages
     return None
 
 
@@ -71,8 +64,9 @@ def memory_lines(report: WhyReport, host: HostRoot, diagnoses: list[Diagnosis], 
     if pid is not None:
         status = host.read_optional(f"/proc/{pid}/status") or ""
         rollup = host.read_optional(f"/proc/{pid}/smaps_rollup") or ""
-        swap, anon, thp = _kib(status, "VmSwap"), _kib(rollup, "Anonymous"), _kib(rollup, "AnonHugePages")
-        hugetlb, ksm = _kib(status, "HugetlbPages"), _ksm_pages(host, pid)
+        kib = parse_status_kib
+        swap, anon, thp = kib(status, "VmSwap"), kib(rollup, "Anonymous"), kib(rollup, "AnonHugePages")
+        hugetlb, ksm = kib(status, "HugetlbPages"), _ksm_pages(host, pid)
         backed = (anon or 0) + (hugetlb or 0)
         ksm_kib = ksm * os.sysconf("SC_PAGE_SIZE") // 1024 if ksm is not None else None
         report.memory.update({"swap_kib": swap, "anon_kib": anon, "thp_kib": thp,

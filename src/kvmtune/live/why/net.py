@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmtune.host.parsers import parse_count
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.model import GuestSample, NicCounters
@@ -39,8 +40,8 @@ def _ovs_numbers(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for part in text.strip().strip("{}").split(","):
         key, _, value = part.strip().partition("=")
-        if value.strip().isdigit():
-            out[key] = int(value)
+        if (count := parse_count(value)) is not None:
+            out[key] = count
     return out
 
 
@@ -49,8 +50,8 @@ def _ovs_lost(text: str) -> int | None:
     total = None
     for line in text.splitlines():
         for part in line.split():
-            if part.startswith("lost:") and part[5:].isdigit():
-                total = (total or 0) + int(part[5:])
+            if part.startswith("lost:") and (count := parse_count(part[5:])) is not None:
+                total = (total or 0) + count
     return total
 
 
@@ -84,8 +85,8 @@ def read_link(host: HostRoot, runner: Runner | None, tap: str) -> Link:
     if master:
         for key in ("rx_dropped", "tx_dropped"):
             value = host.read_optional(f"/sys/class/net/{master}/statistics/{key}")
-            if value and value.strip().isdigit():
-                link.counters[f"bridge {master} {key}"] = int(value)
+            if (count := parse_count(value or "")) is not None:
+                link.counters[f"bridge {master} {key}"] = count
     return link
 
 
@@ -163,7 +164,7 @@ def net_lines(report: WhyReport, diagnoses: list[Diagnosis], tr: Tracker, a: Gue
         drops.update({k: v - la.counters[k] for k, v in lb.counters.items() if k in la.counters})
         qlen = tr.host.read_optional(f"/sys/class/net/{name}/tx_queue_len")
         drops = {k: max(0, v) for k, v in drops.items()}
-        nic: dict[str, Any] = {"nic": name, "txqueuelen": int(qlen) if qlen and qlen.strip().isdigit() else None,
+        nic: dict[str, Any] = {"nic": name, "txqueuelen": parse_count(qlen or ""),
                "vhost_cpu": vhost, "vhost_delay": delay, "vcpus": vcpus, "queues": lb.queues,
                "switch": "ovs" if lb.ovs else "bridge" if lb.master else None, "bridge": lb.master,
                "drops": drops}

@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from kvmtune.host.parsers import parse_cpu_list
+from kvmtune.host.parsers import parse_cpu_list, parse_flat_keyed, parse_psi_total
 from kvmtune.host.root import HostRoot
 from kvmtune.live.sources import parse_schedstat
 from kvmtune.live.threads import Owner, Owners, ThreadStat, read_threads
@@ -40,25 +40,6 @@ def _cgroup_dir(host: HostRoot, pid: int, tid: int) -> str | None:
         if line.startswith("0::"):
             path = line[3:].strip()
             return None if path in ("", "/") else f"/sys/fs/cgroup{path}"
-    return None
-
-
-def _keyed(text: str | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (text or "").splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            out[key] = int(value)
-    return out
-
-
-def _psi_total(text: str | None) -> int | None:
-    """'some … total=N' (µs) of a cgroup's ``*.pressure`` file."""
-    for line in (text or "").splitlines():
-        if line.startswith("some "):
-            for part in line.split():
-                if part.startswith("total=") and part[6:].isdigit():
-                    return int(part[6:])
     return None
 
 
@@ -123,10 +104,10 @@ class Tracker:
     def _cgroup_counters(self) -> dict[str, int]:
         if self.cgroup is None:
             return {}
-        out = {f"cpu.{k}": v for k, v in _keyed(self.host.read_optional(f"{self.cgroup}/cpu.stat")).items()}
+        out = {f"cpu.{k}": v for k, v in parse_flat_keyed(self.host.read_optional(f"{self.cgroup}/cpu.stat")).items()}
         guest_dir = self.cgroup.rsplit("/", 1)[0] if self.cgroup.rsplit("/", 1)[-1].startswith("vcpu") else self.cgroup
         for resource in ("cpu", "io", "memory"):
-            total = _psi_total(self.host.read_optional(f"{guest_dir}/{resource}.pressure"))
+            total = parse_psi_total(self.host.read_optional(f"{guest_dir}/{resource}.pressure"))
             if total is not None:
                 out[f"psi.{resource}"] = total
         return out
