@@ -30,7 +30,8 @@ from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnoser
 from kvmtune.live.signals import rates
 from kvmtune.live.sources import Sampler
-from kvmtune.live.why import TICK_S, Target, _Tracker
+from kvmtune.live.why.core import TICK_S, Target
+from kvmtune.live.why.tracker import Tracker
 from kvmtune.qemuopts import keyval, unix_socket
 
 BLOCKSTATS = {"return": [{"device": f"drive{i}", "qdev": f"/machine/peripheral/virtio-disk{i}/virtio-backend",
@@ -92,7 +93,7 @@ def why_tick_cost(rounds: int) -> tuple[float, int]:
     """CPU ms of one `why` tick on this live host (median), and how many threads it read."""
     host = HostRoot("/")
     me = os.getpid()
-    tracker = _Tracker(host, Target("bench", f"pid {me}", "", me, None, False), {})
+    tracker = Tracker(host, Target("bench", f"pid {me}", "", me, None, False), {})
     tracker.tick()
     cpus = []
     for _ in range(rounds):

@@ -10,7 +10,11 @@ from pathlib import Path
 from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnoser
 from kvmtune.live.model import DiskCounters, GuestSample, NicCounters
-from kvmtune.live.why import DiskEdges, Target, WhyReport, _disk_extras, _memory_lines, _net_lines, _Tracker, read_link
+from kvmtune.live.why.core import Target, WhyReport
+from kvmtune.live.why.disk import DiskEdges, disk_extras
+from kvmtune.live.why.memory import memory_lines
+from kvmtune.live.why.net import net_lines, read_link
+from kvmtune.live.why.tracker import Tracker
 from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.runner import CommandResult
 
@@ -37,9 +41,9 @@ def guest(vcpus: int, tap_drops: int) -> GuestSample:
     return g
 
 
-def tracker(root: Path) -> _Tracker:
+def tracker(root: Path) -> Tracker:
     write(root, "/proc/stat", "cpu  1 0 0 1 0 0 0 0 0 0\n")
-    tr = _Tracker(HostRoot(str(root)), TARGET, {})
+    tr = Tracker(HostRoot(str(root)), TARGET, {})
     tr.t1 = tr.t0 + 1.0
     return tr
 
@@ -52,7 +56,7 @@ def test_drops_on_the_bridge_are_the_switchs_and_no_rule_covers_them(tmp_path: P
     after = read_link(host, None, "tap0")
     assert (after.master, after.ovs, after.queues) == ("br0", False, 2)
     report = WhyReport(TARGET, 1.0, "tcg")
-    _net_lines(report, [], tracker(tmp_path), guest(2, 0), guest(2, 0), {"tap0": before}, {"tap0": after})
+    net_lines(report, [], tracker(tmp_path), guest(2, 0), guest(2, 0), {"tap0": before}, {"tap0": after})
     (line,) = report.lines
     assert line.what == "NIC tap0: 7 packets dropped" and "bridge br0 rx_dropped +7" in line.evidence, line
     assert "2 queue(s) on 2 vCPU(s)" in line.evidence and "txqueuelen 1000" in line.evidence
@@ -64,7 +68,7 @@ def test_drops_on_a_single_queue_tap_of_a_multi_vcpu_guest_name_the_queue_rule(t
     nic_tree(tmp_path, "br0", 0, 1)
     link = read_link(HostRoot(str(tmp_path)), None, "tap0")
     report = WhyReport(TARGET, 1.0, "tcg")
-    _net_lines(report, [], tracker(tmp_path), guest(4, 10), guest(4, 40), {"tap0": link}, {"tap0": link})
+    net_lines(report, [], tracker(tmp_path), guest(4, 10), guest(4, 40), {"tap0": link}, {"tap0": link})
     (line,) = report.lines
     assert line.rule == "KVM-NET-008" and "tap to guest +30" in line.evidence and "1 queue(s) on 4 vCPU(s)" in line.evidence
     assert line.cause == "drops on the tap"
@@ -104,7 +108,7 @@ def test_an_ovs_port_is_asked_through_the_runner_only_when_ovs_runs(tmp_path: Pa
     assert after.master == "ovsbr0" and after.counters["OVS port tap0 tx_dropped"] == 9
     assert after.counters["OVS datapath lost (all ports)"] == 3
     report = WhyReport(TARGET, 1.0, "tcg")
-    _net_lines(report, [], tracker(tmp_path), guest(1, 0), guest(1, 0), {"tap0": before}, {"tap0": after})
+    net_lines(report, [], tracker(tmp_path), guest(1, 0), guest(1, 0), {"tap0": before}, {"tap0": after})
     (line,) = report.lines
     assert "OVS port tap0 tx_dropped +7" in line.evidence and line.rule is None and report.nics[0]["switch"] == "ovs"
 
@@ -117,11 +121,11 @@ def test_a_vhost_worker_waiting_behind_its_own_vcpu_names_the_emulator_pin_rule(
         thread(tmp_path, 100, 101, "CPU 0/KVM", 10 + 80 * step, 0)
         thread(tmp_path, 300, 300, "vhost-100", 5 + 10 * step, 0, delay_ns=400_000_000 * step, kernel=True)
         if step == 0:
-            tr = _Tracker(host, TARGET, {0: 101})
+            tr = Tracker(host, TARGET, {0: 101})
         tr.tick()
     tr.t1 = tr.t0 + 1.0
     report = WhyReport(TARGET, 1.0, "tcg")
-    _net_lines(report, [], tr, guest(1, 0), guest(1, 0), {}, {})
+    net_lines(report, [], tr, guest(1, 0), guest(1, 0), {}, {})
     (line,) = report.lines
     assert line.what == "the vhost worker waited 40% of the interval for a host CPU: waits for ca's own threads", line
     assert line.rule == "KVM-CPU-021" and "ca (pid 100, its own vCPUs) used for 80%" in line.evidence, line
@@ -146,7 +150,7 @@ def test_the_backing_devices_diskstats_and_the_queue_rule(tmp_path: Path) -> Non
     findings = Diagnoser(host).findings_for(g)
     report = WhyReport(TARGET, 1.0, "tcg")
     report.disks.append({"disk": "d0", "read_iops": 100.0, "write_iops": 100.0, "queue_depth": 2.0})
-    _disk_extras(report, host, g, edges, findings)
+    disk_extras(report, host, g, edges, findings)
     assert report.disks[0]["host_device"] == {"device": "vdz", "await_ms": 10.0, "util": 0.95, "ios": 200}
     busy, queues = sorted(report.lines, key=lambda x: x.rule or "")
     assert busy.what == "disk d0: its backing device vdz was 95% busy on the host (await 10.0 ms)", busy
@@ -163,7 +167,7 @@ def test_ksm_share_and_a_large_guest_without_hugepages(tmp_path: Path) -> None:
     g = GuestSample("pid:100:ca", "ca", "pid 100", 100)
     g.guest = Guest(name="ca", origin="pid 100", origin_kind="cmdline", vcpus=4, memory_kib=32 * 1024 * 1024)
     report = WhyReport(TARGET, 1.0, "tcg")
-    _memory_lines(report, host, [], None, Diagnoser(host).findings_for(g))
+    memory_lines(report, host, [], None, Diagnoser(host).findings_for(g))
     assert report.memory["ksm_kib"] == 8 * 1024 * 1024 and report.memory["ksm_share"] == 0.25
     assert report.memory["hugetlb_kib"] == 0
     ksm, huge = report.lines
@@ -176,7 +180,7 @@ def test_ksm_running_without_a_per_process_counter_is_a_note(tmp_path: Path) -> 
     write(tmp_path, "/proc/100/status", "VmSwap:\t0 kB\n")
     write(tmp_path, "/sys/kernel/mm/ksm/run", "1\n")
     report = WhyReport(TARGET, 1.0, "tcg")
-    _memory_lines(report, host, [])
+    memory_lines(report, host, [])
     assert report.notes == ["KSM: runs, but /proc/100/ksm_merging_pages is not readable (Linux before 6.1): the "
                             "guest's share is not known"]
 
@@ -185,7 +189,7 @@ def test_a_user_mode_nic_has_nothing_host_side_to_read_and_says_so(tmp_path: Pat
     g = GuestSample("pid:100:ca", "ca", "pid 100", 100)
     g.guest = Guest(name="ca", origin="pid 100", origin_kind="cmdline", vcpus=1, nics=[Nic(0, type="user")])
     report = WhyReport(TARGET, 1.0, "tcg")
-    _net_lines(report, [], tracker(tmp_path), g, g, {}, {})
+    net_lines(report, [], tracker(tmp_path), g, g, {}, {})
     assert report.lines == [] and report.notes == [
         "net: NIC 0 is QEMU's user-mode network (slirp; KVM-NET-003): no tap, bridge or vhost worker to read, its "
         "packets are the work of QEMU's main loop"]
@@ -198,7 +202,26 @@ def test_a_machine_type_before_5_2_names_kvm_sto_011_for_a_busy_disk(tmp_path: P
                     disks=[Disk("vda", bus="virtio", source="rbd:pool/img", source_type="network")])
     report = WhyReport(TARGET, 1.0, "tcg")
     report.disks.append({"disk": "vda", "read_iops": 50.0, "write_iops": 0.0, "queue_depth": 3.0})
-    _disk_extras(report, host, g, DiskEdges(), Diagnoser(host).findings_for(g))
+    disk_extras(report, host, g, DiskEdges(), Diagnoser(host).findings_for(g))
     (line,) = report.lines
     assert line.rule == "KVM-STO-011" and "1 queue for vda (4 vCPUs)" in line.what, line
     assert report.disks[0]["host_device"] is None and report.disks[0]["queues"] == 1  # a network disk: no host device
+
+
+def test_why_runs_whole_on_a_captured_tree_reading_only_through_the_host_root(tmp_path: Path) -> None:
+    """Issue 44 item 3: every host read of why goes through HostRoot, so the whole command runs on a tree (a capture):
+    the guest, its vCPU thread and its affinity come from the tree, and what it read are host paths of that tree."""
+    from kvmtune.live.sources import Sampler
+    from kvmtune.live.why import why
+
+    from .test_why_unit import crowd
+
+    crowd(tmp_path, 0)
+    crowd(tmp_path, 1)
+    host = HostRoot(str(tmp_path))
+    report = why(host, Sampler(host, []), "ca", 0.0)
+    assert (report.target.name, report.target.pid) == ("ca", 100)
+    assert [(v["vcpu"], v["tid"], v["allowed_cpus"]) for v in report.vcpus] == [(0, 101, [0])]
+    assert "/proc/100/task/101/status" in host.reads and "/proc/100/task/101/schedstat" in host.reads
+    assert all(p.startswith(("/proc/", "/sys/", "/run/", "/etc/", "/dev/")) for p in host.reads), host.reads
+    assert report.lines == []  # a tree does not move: no interval, no wait

@@ -12,7 +12,9 @@ from kvmtune.cli.why import render_text
 from kvmtune.host.root import HostRoot
 from kvmtune.live.sources import vcpu_index
 from kvmtune.live.threads import Owners, parse_thread_stat
-from kvmtune.live.why import Target, WhyReport, _cpu_lines, _Tracker
+from kvmtune.live.why.core import Target, WhyReport
+from kvmtune.live.why.cpu import cpu_lines
+from kvmtune.live.why.tracker import Tracker
 
 
 def write(root: Path, path: str, text: str) -> None:
@@ -78,12 +80,12 @@ def crowd(root: Path, step: int) -> None:
     thread(root, 900, 900, "make", 10 + 90 * step, 1, allowed="0-1")
 
 
-def crowded_second(tmp_path: Path) -> tuple[Target, _Tracker]:
+def crowded_second(tmp_path: Path) -> tuple[Target, Tracker]:
     """Guest "ca" (pid 100) and make on the same CPU, sampled twice, one second apart whatever the machine took."""
     host = HostRoot(str(tmp_path))
     crowd(tmp_path, 0)
     target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
-    tr = _Tracker(host, target, {0: 101})
+    tr = Tracker(host, target, {0: 101})
     tr.tick()
     crowd(tmp_path, 1)
     tr.tick()
@@ -94,7 +96,7 @@ def crowded_second(tmp_path: Path) -> tuple[Target, _Tracker]:
 def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -> None:
     target, tr = crowded_second(tmp_path)
     report = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, report, online=2, pinned_in_definition=False)
+    cpu_lines(tr, report, online=2, pinned_in_definition=False)
     (line,) = report.lines
     assert line.what == "vCPU 0 waited 50% of the interval for a host CPU (ran 50%): waits for cb"
     assert line.evidence == "100% of the wait was on CPU 0, which cb (pid 200, vCPU 0) used for 50% of the interval"
@@ -102,10 +104,10 @@ def test_the_wait_is_put_on_the_guest_that_ran_on_the_same_cpu(tmp_path: Path) -
     assert report.vcpus[0]["thieves"][0]["name"] == "cb"
     assert all(t["name"] != "make" for t in report.vcpus[0]["thieves"])  # it ran on CPU 1, where ca never waited
     report2 = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, report2, online=2, pinned_in_definition=True)
+    cpu_lines(tr, report2, online=2, pinned_in_definition=True)
     assert report2.lines[0].rule == "KVM-CPU-020"  # the same overlap, stated in a libvirt definition
     report3 = WhyReport(target, 1.0, "kvm")  # the rules top names for the signal do not hide the specific cause
-    _cpu_lines(tr, report3, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003"], ""))
+    cpu_lines(tr, report3, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003"], ""))
     assert report3.lines[0].rule is None
     assert report3.lines[0].no_rule == ("no rule covers affinity set outside libvirt (taskset, a cgroup cpuset): the "
                                         "audit cannot see it in a definition; top names KVM-CPU-003 for this signal "
@@ -154,19 +156,19 @@ def unnamed(root: Path, step: int) -> None:
 
 def test_without_thread_names_the_vcpu_wait_is_not_measured_and_the_busiest_threads_bound_it(tmp_path: Path) -> None:
     """Issue 46 item 3: never "under 5 %" for a wait that could not be measured; the bound says what it is."""
-    from kvmtune.live.why import _unnamed_cpu_line
+    from kvmtune.live.why.cpu import unnamed_cpu_line
 
     host = HostRoot(str(tmp_path))
     unnamed(tmp_path, 0)
     target = Target("qx", "pid 300", "pid:300:qx", 300, None, False)
-    tr = _Tracker(host, target, {})
+    tr = Tracker(host, target, {})
     tr.tick()
     unnamed(tmp_path, 1)
     tr.tick()
     tr.t1 = tr.t0 + 1.0
     report = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, report, online=1, pinned_in_definition=False)
-    _unnamed_cpu_line(tr, report, (["KVM-CPU-003", "KVM-HST-001"], "the fix"))
+    cpu_lines(tr, report, online=1, pinned_in_definition=False)
+    unnamed_cpu_line(tr, report, (["KVM-CPU-003", "KVM-HST-001"], "the fix"))
     assert "bounds it from above" in report.not_measured["vcpu-delay"]
     bound = report.vcpu_wait_bound
     assert bound is not None and bound["bound"] == 0.6 and bound["busiest"][0] == {"tid": 301, "busy": 0.3, "delay": 0.6}
@@ -198,14 +200,14 @@ def test_a_wait_whose_live_cause_names_no_rule_takes_the_rules_top_names_for_the
         thread(tmp_path, 900, 900, "stress", 10 + 50 * step, 0, allowed="0-1")
         if step == 0:
             target = Target("ca", "pid 100", "pid:100:ca", 100, None, False)
-            tr = _Tracker(host, target, {0: 101})
+            tr = Tracker(host, target, {0: 101})
         tr.tick()
     tr.t1 = tr.t0 + 1.0
     alone = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, alone, online=2, pinned_in_definition=False)
+    cpu_lines(tr, alone, online=2, pinned_in_definition=False)
     assert alone.lines[0].rule is None and alone.lines[0].no_rule.startswith("no rule covers a host process")
     judged = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, judged, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003", "KVM-HST-001"], ""))
+    cpu_lines(tr, judged, online=2, pinned_in_definition=False, signal_rules=(["KVM-CPU-003", "KVM-HST-001"], ""))
     assert judged.lines[0].rule == "KVM-CPU-003" and judged.lines[0].no_rule == ""
     assert judged.lines[0].cause.endswith("the audit's findings for this signal: KVM-CPU-003, KVM-HST-001")
 
@@ -215,7 +217,7 @@ def test_why_judges_the_vcpu_wait_with_the_thresholds_top_uses(tmp_path: Path) -
     is no line; why reads the settings file (a bad one is refused before sampling)."""
     target, tr = crowded_second(tmp_path)
     lenient = WhyReport(target, 1.0, "kvm")
-    _cpu_lines(tr, lenient, online=2, pinned_in_definition=False, warn=0.6)
+    cpu_lines(tr, lenient, online=2, pinned_in_definition=False, warn=0.6)
     assert lenient.lines == [] and lenient.vcpus[0]["delay"] == 0.5
     bad = tmp_path / "kvmtune.toml"
     bad.write_text("[thresholds]\nrun_delay_warn = 7\n")

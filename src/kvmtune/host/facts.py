@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from kvmtune.host.blockdev import block_device_of
 from kvmtune.host.parsers import (
     LEGACY_SCHEDULERS,
     Choice,
@@ -442,15 +443,9 @@ class HostFacts:
         return out
 
     def block_device_of(self, path: str) -> str | None:
-        """The block device name (as in /proc/diskstats) holding ``path`` or being it; None for tmpfs, overlay…"""
-        import stat
-
-        st = os.stat(path)
-        dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
-        if os.major(dev) == 0:
-            return None
-        uevent = self.parsed(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent", parse_uevent, quiet=True) or {}
-        return uevent.get("DEVNAME")
+        """The block device name (as in /proc/diskstats) holding ``path`` (a local file) or being it; None for tmpfs,
+        overlay… (:func:`kvmtune.host.blockdev.block_device_of`)."""
+        return block_device_of(self.host, path, local=True)
 
     def io_scheduler(self, device: str) -> str | None:
         """The active I/O scheduler of ``device``, or of its disk when it is a partition (vda1, nvme0n1p2)."""

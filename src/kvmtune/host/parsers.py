@@ -214,6 +214,42 @@ def format_cpu_mask(cpus: set[int]) -> str:
     return f"{value:x}"
 
 
+def parse_count(text: str) -> int | None:
+    """A non-negative decimal count in ASCII digits, else None (``"²".isdigit()`` holds, ``int("²")`` fails)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def parse_flat_keyed(text: str | None) -> dict[str, int]:
+    """A cgroup v2 flat-keyed file (``cpu.stat``: ``key value`` per line); lines without a count are skipped."""
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        count = parse_count(value)
+        if key and count is not None:
+            out[key] = count
+    return out
+
+
+def parse_psi_total(text: str | None) -> int | None:
+    """'some … total=N' (µs) of a ``*.pressure`` file (a cgroup's or /proc/pressure's)."""
+    for line in (text or "").splitlines():
+        if line.startswith("some "):
+            for part in line.split():
+                if part.startswith("total=") and (count := parse_count(part[6:])) is not None:
+                    return count
+    return None
+
+
+def parse_status_kib(text: str, key: str) -> int | None:
+    """One ``Key:  N kB`` field of ``/proc/PID/status`` or ``smaps_rollup`` (the first line of that key)."""
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            value = line.split(":", 1)[1].split()
+            return parse_count(value[0]) if value else None
+    return None
+
+
 def parse_uevent(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -457,6 +493,8 @@ class DiskCounters:
     discards: int = 0
     flushes: int = 0
     io_ticks_ms: int = 0
+    read_ms: int = 0  # ms spent on reads (field 7), and on writes (field 11): await = ms / ios
+    write_ms: int = 0
 
     @property
     def ios(self) -> int:
@@ -482,6 +520,8 @@ def parse_diskstats(text: str) -> dict[str, DiskCounters]:
             writes=v[4],
             sectors_written=v[6],
             io_ticks_ms=v[9],
+            read_ms=v[3],
+            write_ms=v[7],
             discards=v[11] if len(v) > 11 else 0,
             flushes=v[15] if len(v) > 15 else 0,
         )

@@ -71,7 +71,6 @@ measures it):
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -83,9 +82,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvmtune.bench.storage.blockjobs import (
+    allocated_bytes,
+    allocation,
+    check_tools,
+    drop_cache,
+    fio_argv,
+    fio_ms,
+    first_after,
+    floor_options,
+    job_args,
+    last_before,
+    nbd_uri,
+    own_jobs,
+    run_fio,
+    settle,
+    sync_file,
+    writes_done,
+    writes_to,
+)
 from kvmtune.bench.storage.guest import StorageContext, describe, storage_cell, storage_environment
 from kvmtune.bench.storage.hostfs import HostFs, make_host_fs
-from kvmtune.bench.storage.hostio import HostSampler, Snapshot, tps
+from kvmtune.bench.storage.hostio import HostSampler, tps
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.runner import Cell, CellSink
@@ -98,7 +116,6 @@ from kvmtune.qemuopts import (
     Cache,
     ImageFormat,
     Preallocation,
-    fio_nbd_uri,
     fio_option,
     keyval,
     member,
@@ -119,13 +136,11 @@ QCOW2_CLUSTER = 64 * 1024
 FS_BLOCK = 4096
 SOCKET_WAIT_S = 10.0
 SOCKET_POLL_S = 0.002
-FIO_CLOCK = "--clocksource=clock_gettime"  # no CPU-clock calibration at each fio start (see the module docstring)
 RAMP_JOB = "ramp"
 RAMP_GAP_S = 0.02  # between the ramp job's end (its last requests drained) and the measured job's start
 BATCH_SAMPLE_S = 0.02  # /proc/diskstats while a batch runs: a cell's window is known to this much
 DELETE_THREADS = 8
 FLUSH_BELOW = 4 << 30  # free bytes under which the round's images are deleted before the next one is made
-INSTALL_HINT = "install qemu-storage-daemon (Debian: apt install qemu-system-common) and fio with its nbd engine (fio ≥ 3.13)"
 
 
 def _on(flag: bool) -> str:
@@ -147,20 +162,6 @@ def daemon_argv(image: str, fmt: str, cache: str, aio: str, socket: Path, *, dev
         "--export", keyval(("type", "nbd"), ("id", "exp0"), ("node-name", "fmt0"), ("name", "disk"), ("writable", True),
                            ("writethrough", not mode.write_cache)),
     ]
-
-
-def nbd_uri(socket: Path) -> str:
-    """fio's ``--uri=`` for the daemon's export."""
-    return fio_nbd_uri("disk", socket)
-
-
-def check_tools(ctx: StorageContext) -> None:
-    """One line naming what to install when the daemon or fio's nbd engine is missing."""
-    if ctx.runner.which("qemu-storage-daemon") is None:
-        raise KvmtuneError(f"qemu-storage-daemon not found: {INSTALL_HINT}")
-    res = ctx.runner.run(["fio", "--enghelp=nbd"], timeout=20)
-    if not res.ok or "uri" not in res.stdout:
-        raise KvmtuneError(f"fio has no nbd engine ('fio --enghelp=nbd' failed): {INSTALL_HINT}")
 
 
 @contextlib.contextmanager
@@ -216,126 +217,9 @@ def leaves_dirty(cfg: StorageConfig) -> bool:
     return not mode.direct and mode.write_cache
 
 
-def _fio_argv(args: Sequence[str]) -> list[str]:
-    # --thread: fio's jobs are threads of the one process, so stopping fio (Ctrl-C, a timeout) stops them all;
-    # a forked job process would outlive its killed parent
-    return ["fio", "--thread", FIO_CLOCK, *args, "--output-format=json"]
-
-
-def _floor_options(target: str) -> list[str]:
-    """The floor: fio straight on the host file (or device), O_DIRECT."""
-    return [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
-
-
-def _fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
-    """Run fio; the figures of its first job, or of the job named ``job``."""
-    res = ctx.runner.run(_fio_argv(argv), timeout=timeout)
-    if not res.ok:
-        raise KvmtuneError(f"fio failed: {res.describe_failure()}")
-    try:
-        return fiomod.parse_fio_json(res.stdout, job), res.stdout
-    except ValueError as exc:
-        raise KvmtuneError(f"fio output unusable: {exc}") from None
-
-
-def _writes_done(raw: str, job: str) -> float:
-    """Write requests fio's job ``job`` completed (0 when it is absent)."""
-    try:
-        m = fiomod.parse_fio_json(raw, job)
-    except ValueError:
-        return 0.0
-    return m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
-
-
-def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
-    args = [fio_option("name", name or w.name), fio_option("rw", w.rw), fio_option("bs", w.bs),
-            fio_option("iodepth", w.iodepth), fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", _ms(seconds)),
-            "--time_based", "--group_reporting"]
-    if w.rwmixread is not None:
-        args.append(fio_option("rwmixread", w.rwmixread))
-    if ramp > 0:
-        args.append(fio_option("ramp_time", _ms(ramp)))
-    return args
-
-
-def _ms(seconds: float) -> str:
-    """fio reads a bare number of seconds as an integer: 0.5 would be 0, i.e. no time limit."""
-    return f"{max(1, round(seconds * 1000))}ms"
-
-
-def _writes(w: fiomod.Workload) -> bool:
-    return "write" in w.rw or w.rw.endswith("rw")
-
-
-def _drop_cache(path: str) -> None:
-    """Drop the host page cache of one file (ours): the read cell starts cold."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _allocated(path: str) -> int:
-    return os.stat(path).st_blocks * 512
-
-
-def _settle(directory: Path) -> None:
-    """Wait until the journal has committed what was freed in ``directory``'s file system (and, mounted with
-    ``discard``, discarded it): fsync a small file of ours there, which commits the running transaction."""
-    marker = directory / ".kvmtune-settle"
-    with contextlib.suppress(OSError):
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b"1")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            marker.unlink()
-
-
-def _sync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _last_before(series: Sequence[Snapshot], t: float) -> Snapshot | None:
-    before = [s for s in series if s.t <= t]
-    return before[-1] if before else None
-
-
-def _first_after(series: Sequence[Snapshot], t: float) -> Snapshot | None:
-    return next((s for s in series if s.t >= t), None)
-
-
-def _allocation(images: Sequence[str]) -> dict[str, int]:
-    out = {}
-    for image in images:
-        with contextlib.suppress(OSError):
-            out[image] = _allocated(image)
-    return out
-
-
-def _own_jobs(raw: str, rename: dict[str, str]) -> str:
-    """fio's JSON with only the jobs in ``rename``, under their new names: what one cell's own fio run prints."""
-    try:
-        data = json.loads(raw[raw.index("{") :])
-    except (ValueError, json.JSONDecodeError):
-        return raw
-    jobs = [j for j in data.get("jobs") or [] if isinstance(j, dict) and j.get("jobname") in rename]
-    for j in jobs:
-        j["jobname"] = rename[j["jobname"]]
-    data["jobs"] = jobs
-    return json.dumps(data, indent=1)
-
-
 def _first_write(cfg: StorageConfig, w: fiomod.Workload, image: str) -> bool:
     """A write cell on a fresh sparse image file: what it measures is writes to clusters not allocated yet."""
-    return _writes(w) and cfg.prealloc == "off" and _scratch_file(cfg, image)
+    return writes_to(w) and cfg.prealloc == "off" and _scratch_file(cfg, image)
 
 
 def _scratch_file(cfg: StorageConfig, image: str) -> bool:
@@ -408,7 +292,7 @@ class BlockTier:
         with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(files))) as pool:
             list(pool.map(lambda path: release_file(path, path.parent in self.discarding), files))
         for directory in {p.parent for p in files}:
-            _settle(directory)
+            settle(directory)
         self.deletions.append((len(files), time.monotonic() - started))
         return self.deletions[-1]
 
@@ -429,7 +313,7 @@ class BlockTier:
         size = self.image_size(cfg, w, fs.root)
         try:
             image = self.create_image(fs, cfg, size, tag, ahead=True)
-            _sync(image)
+            sync_file(image)
             self.ready[(fs.name, cfg.key, w.name)] = (image, size)
         except (KvmtuneError, OSError) as exc:
             self.ready[(fs.name, cfg.key, w.name)] = KvmtuneError(str(exc))
@@ -439,7 +323,7 @@ class BlockTier:
         in a fio process of its own but with the options of a round's shared one (:meth:`run_batch`: fio's
         ramp_time, the allocation sampled after the ramp, the time stamps); any other cell as a cell of its own."""
         fs, cfg, w = unit
-        if cfg.target != "host" and _writes(w) and _made_ahead(cfg, w, fs):
+        if cfg.target != "host" and writes_to(w) and _made_ahead(cfg, w, fs):
             self.make_ready(fs, cfg, w, f"{tag}-retry")
         if not self.batchable(fs, cfg, w):
             self.ready.pop((fs.name, cfg.key, w.name), None)
@@ -454,7 +338,7 @@ class BlockTier:
         ctx = self.ctx
         try:
             target = fs.floor_target(ctx, ctx.disk_mib, f"{os.getpid()}-{fs.name}")
-            _fio(ctx, [fio_option("filename", Path(target)), "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4",
+            run_fio(ctx, [fio_option("filename", Path(target)), "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4",
                        "--ioengine=libaio", "--direct=1", fio_option("size", f"{int(ctx.disk_mib)}m")], 300)
         except KvmtuneError as exc:
             self.floor_problem[fs.name] = str(exc)
@@ -462,7 +346,7 @@ class BlockTier:
         self.floor_files[fs.name] = target
 
     def image_size(self, cfg: StorageConfig, w: fiomod.Workload, fs_root: Path | None = None) -> int:
-        if _writes(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
+        if writes_to(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
             cluster_unit = cfg.fmt == "qcow2" and cfg.prealloc == "off"
             size = max(self.ctx.disk_mib, self.plan.first_write_mib // (1 if cluster_unit else BLOCK_UNIT_SHARE))
             if fs_root is not None:  # never larger than half the file system it lives on (scratch --host-fs are 8 GiB)
@@ -518,32 +402,32 @@ class BlockTier:
             uri = ["--ioengine=nbd", nbd_uri(socket)]
             timeout = seconds * 3 + 60
             first_write = _first_write(cfg, w, image)
-            if not _writes(w):
-                _fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", fio_option("size", f"{int(size)}m")],
+            if not writes_to(w):
+                run_fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", fio_option("size", f"{int(size)}m")],
                      300)
                 if CACHE_MODES[cfg.cache].direct:
                     if not image.startswith("/dev/"):
-                        _drop_cache(image)  # the fill went through O_DIRECT too; this catches what the fs kept
+                        drop_cache(image)  # the fill went through O_DIRECT too; this catches what the fs kept
                 else:
                     cell.config["warm"] = True  # reads through the host page cache on purpose
-            before = _allocated(image) if first_write else 0
+            before = allocated_bytes(image) if first_write else 0
             if first_write and self.plan.ramp_s > 0:
                 # the ramp is a job of its own, in the same fio run, and the measured job starts once it is over
                 # (startdelay, its own reporting group): a second fio start would cost more than the ramp, fio's
                 # ramp_time would hide how many writes the ramp made, and a stonewall costs fio another 100 ms
                 # wait for the next job to start
-                delay = fio_option("startdelay", _ms(self.plan.ramp_s + RAMP_GAP_S))
+                delay = fio_option("startdelay", fio_ms(self.plan.ramp_s + RAMP_GAP_S))
                 jobs = [*job_args(w, self.plan.ramp_s, size, name=RAMP_JOB), *job_args(w, seconds, size), delay,
                         "--new_group"]
             else:
                 jobs = job_args(w, seconds, size, ramp=self.plan.ramp_s)
             a = sampler.snap()
-            m, raw = _fio(ctx, [*uri, *jobs], timeout, job=w.name)
+            m, raw = run_fio(ctx, [*uri, *jobs], timeout, job=w.name)
             b = sampler.snap()
             measured_end = time.monotonic()
         # writeback: the daemon writes back what the cell left dirty before it exits, and the next cell waits for it
         m["daemon_exit_s"] = time.monotonic() - measured_end
-        self._image_figures(m, cfg, w, image, before, _writes_done(raw, RAMP_JOB))
+        self._image_figures(m, cfg, w, image, before, writes_done(raw, RAMP_JOB))
         self._host_figures(m, a, b)
         cell.metrics, cell.raw = m, raw
         cell.duration_s = time.monotonic() - started
@@ -558,7 +442,7 @@ class BlockTier:
         sampler = HostSampler(ctx.host, fs.device, None)
         args = job_args(w, ctx.runtime_s, ctx.disk_mib, ramp=self.plan.ramp_s)
         a = sampler.snap()
-        m, raw = _fio(ctx, [*_floor_options(target), *args], ctx.runtime_s * 3 + 60)
+        m, raw = run_fio(ctx, [*floor_options(target), *args], ctx.runtime_s * 3 + 60)
         b = sampler.snap()
         self._host_figures(m, a, b)
         m["pct_of_bare_metal"] = 100.0
@@ -572,7 +456,7 @@ class BlockTier:
         cells on an image made before the round. A read cell fills its image and drops its cache first."""
         if cfg.target == "host":
             return fs.name in self.floor_files
-        return _writes(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
+        return writes_to(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
 
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
@@ -596,7 +480,7 @@ class BlockTier:
                 try:
                     if cfg.target == "host":
                         target = self.floor_files[fs.name]
-                        opts = _floor_options(target)
+                        opts = floor_options(target)
                         image, size = target, ctx.disk_mib
                     else:
                         ready = self._take_ready(fs, cfg, w)
@@ -619,11 +503,11 @@ class BlockTier:
             if not jobs:
                 return cells
             fresh = [image for i, _, image in plans if _first_write(units[i][0], units[i][1], image)]
-            sampler = HostSampler(ctx.host, fs.device, None, interval=BATCH_SAMPLE_S, extra=lambda: _allocation(fresh))
+            sampler = HostSampler(ctx.host, fs.device, None, interval=BATCH_SAMPLE_S, extra=lambda: allocation(fresh))
             sampler.start()
             try:
                 timeout = fiobatch.planned_seconds(jobs) * 2 + 60
-                res = ctx.runner.run(_fio_argv(fiobatch.batch_argv(jobs)), timeout=timeout, cwd=str(workdir))
+                res = ctx.runner.run(fio_argv(fiobatch.batch_argv(jobs)), timeout=timeout, cwd=str(workdir))
             finally:
                 sampler.stop()
                 for proc in killed:  # together rather than one after the other (about 30 ms each)
@@ -659,12 +543,12 @@ class BlockTier:
             else:
                 # the first sample safely after the ramp: clusters allocated before it are not counted, so the
                 # share of measured writes that found a new cluster stays a lower bound, as in _measure
-                after_ramp = _first_after(sampler.series, when.start + ramp + mono_minus_epoch + BATCH_SAMPLE_S / 2)
+                after_ramp = first_after(sampler.series, when.start + ramp + mono_minus_epoch + BATCH_SAMPLE_S / 2)
                 allocated = after_ramp.extra.get(image) if after_ramp is not None else None
                 if allocated is not None or not _first_write(cfg, w, image):
                     self._image_figures(m, cfg, w, image, allocated or 0, 0.0)
-            a = _last_before(sampler.series, when.start + mono_minus_epoch)
-            b = _first_after(sampler.series, when.end + mono_minus_epoch)
+            a = last_before(sampler.series, when.start + mono_minus_epoch)
+            b = first_after(sampler.series, when.end + mono_minus_epoch)
             if a is not None and b is not None:
                 self._host_figures(m, a, b)
             end = done if k == len(plans) - 1 else when.end
@@ -672,7 +556,7 @@ class BlockTier:
                 m["ramp_overlap_ms"] = overlap * 1000  # the previous cell's last requests, during this one's ramp
             m["slot_s"] = end - previous_end
             previous_end = end
-            cell.metrics, cell.raw = m, _own_jobs(res.stdout, {name: w.name})
+            cell.metrics, cell.raw = m, own_jobs(res.stdout, {name: w.name})
             cell.duration_s = when.end - when.start
         return cells
 
@@ -690,10 +574,10 @@ class BlockTier:
             unit = QCOW2_CLUSTER if cfg.fmt == "qcow2" else FS_BLOCK
             writes = m.get("iops_write", 0.0) * m.get("fio_runtime_s", 0.0)
             # every ramp write is counted as one that found a new cluster: what is left is a lower bound
-            new_units = (_allocated(image) - allocated_before) / unit - ramp_writes
+            new_units = (allocated_bytes(image) - allocated_before) / unit - ramp_writes
             if writes > 0:
                 m["unallocated_write_pct"] = max(0.0, min(100.0, 100.0 * new_units / writes))
-        elif _writes(w):
+        elif writes_to(w):
             m["unallocated_write_pct"] = 0.0  # preallocated, or a whole device
         floor = self.floor.iops.get((cfg.host_fs, w.name))
         if floor and m.get("iops"):
