@@ -39,7 +39,8 @@ class CanaryRunCommand(Command):
         # a fixture tree that supplies /var/lib/dpkg/status (tests; read as hostile beneath it)
         p.add_argument("--packages-root", default="/", help=argparse.SUPPRESS)
         db_option(p)
-        format_option(p, ("text", "json"))
+        format_option(p, ("text", "json", "prometheus"),
+                      help="prometheus: kvmtune_canary_ratio/_regression gauges for node_exporter's textfile collector")
 
     def check(self, args: argparse.Namespace) -> None:
         if not 1 <= args.baseline_runs <= 100:
@@ -109,6 +110,10 @@ class CanaryRunCommand(Command):
         doc = judged.to_json()  # type: ignore[attr-defined]
         if fmt == "json":
             out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        elif fmt == "prometheus":
+            from kvmtune.canary.history import prometheus_lines
+
+            out.write(prometheus_lines(doc))
         else:
             out.write(render_text(doc))
 
@@ -172,10 +177,34 @@ class CanaryBaselineCommand(Command):
         return Outcome(Exit.OK, f"canary baseline reset at {when} (run {run_id}): the next runs form a new baseline\n")
 
 
+class CanaryHistoryCommand(Command):
+    name = "history"
+    uses_settings = True
+    help = "every canary run and baseline reset: verdict, figures, what changed"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        db_option(p)
+        format_option(p, ("text", "json"))
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        from kvmtune.canary.history import history
+        from kvmtune.lab.store import Store
+
+        with Store(results_db(args), must_exist=True) as store:
+            return Outcome(Exit.OK, history(store))
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        from kvmtune.canary.history import render_history
+
+        rows = outcome.result
+        assert isinstance(rows, list)
+        out.write(json.dumps(rows, indent=2) + "\n" if fmt == "json" else render_history(rows))
+
+
 class CanaryCommand(Command):
     name = "canary"
     help = "drift canary: measure the stack, compare with this host's baseline, name what changed"
-    subcommands = (CanaryRunCommand, CanaryBaselineCommand)
+    subcommands = (CanaryRunCommand, CanaryBaselineCommand, CanaryHistoryCommand)
 
 
 COMMANDS = (CanaryCommand,)
