@@ -179,6 +179,7 @@ def collect(runner: Runner, host: HostRoot, scratch_dir: str, packages_root: Hos
             microcode = safe(line.partition(":")[2].strip()[:40])
             break
     return {
+        "hostname": _first_line(host.read_optional("/proc/sys/kernel/hostname")),
         "kernel": _first_line(host.read_optional("/proc/sys/kernel/osrelease")),
         "cmdline": _first_line(host.read_optional("/proc/cmdline")),
         "versions": {k: v for k, v in versions.items() if v is not None} | ({"microcode": microcode} if microcode else {}),

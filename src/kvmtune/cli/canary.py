@@ -201,10 +201,33 @@ class CanaryHistoryCommand(Command):
         out.write(json.dumps(rows, indent=2) + "\n" if fmt == "json" else render_history(rows))
 
 
+class CanaryFleetCommand(Command):
+    name = "fleet"
+    help = "many hosts' canary JSON: hosts with a settled regression, grouped by the change they share"
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("files", nargs="+", metavar="FILE", help="'kvmtune canary run --format json' output, one per host")
+        format_option(p, ("text", "json"))
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        from kvmtune.canary.fleet import group, load
+
+        runs = [load(path) for path in args.files]
+        return Outcome(Exit.OK, (group(runs), len(runs)))
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        from kvmtune.canary.fleet import render
+
+        result = outcome.result
+        assert isinstance(result, tuple)
+        groups, hosts = result
+        out.write(json.dumps(groups, indent=2) + "\n" if fmt == "json" else render(groups, hosts))
+
+
 class CanaryCommand(Command):
     name = "canary"
     help = "drift canary: measure the stack, compare with this host's baseline, name what changed"
-    subcommands = (CanaryRunCommand, CanaryBaselineCommand, CanaryHistoryCommand)
+    subcommands = (CanaryRunCommand, CanaryBaselineCommand, CanaryHistoryCommand, CanaryFleetCommand)
 
 
 COMMANDS = (CanaryCommand,)
