@@ -55,3 +55,27 @@ def test_text_names_the_change_or_says_nothing_changed() -> None:
     assert "-50 % [-55 %, -45 %]" in text and "linux-image-amd64 6.12.41-1 → 6.12.48-1" in text
     assert "\x1b" not in text
     assert "nothing in the environment changed" in render_text(doc | {"changed": []})
+
+
+def test_if_changed_skips_when_nothing_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmtune.canary.environment import collect
+    from kvmtune.canary.judge import unchanged_since
+    from kvmtune.host.root import HostRoot
+    from kvmtune.lab.store import Store
+    from kvmtune.runner import Runner
+
+    work, images, db = tmp_path / "work", tmp_path / "images", tmp_path / "r.db"
+    images.mkdir()
+    env = collect(Runner(), HostRoot(), str(images)) | {"tier": "canary", "suite": "1"}
+    with Store(db) as st:
+        run = st.begin_run("canary", env, {"suite": "1"})
+        st.finish_run(run, "complete")
+        assert unchanged_since(st, env) == run
+        assert unchanged_since(st, env | {"kernel": "6.99"}) is None
+        assert unchanged_since(st, env | {"packages": {**env["packages"], "fio": "0-0"}}) is None
+        assert unchanged_since(st, env | {"loadavg": [9.0, 9.0, 9.0]}) == run  # load is a figure, not a change
+    argv = ["canary", "run", "--quick", "--if-changed", "--workdir", str(work), "--dir", str(images), "--db", str(db)]
+    assert main(argv) == 0
+    assert f"nothing changed since canary run {run}; not run" in capsys.readouterr().out
+    with Store(db) as st:
+        assert len(st.runs()) == 1

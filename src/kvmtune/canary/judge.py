@@ -78,6 +78,14 @@ class Busy:
     spread: float = BUSY_SPREAD
 
 
+def unchanged_since(store: Store, env: dict[str, Any]) -> int | None:
+    """The last complete canary run, when nothing in ``env`` changed since it (``--if-changed``); else None."""
+    runs = [r for r in store.runs() if r.kind == KIND and r.status == "complete" and r.args.get("suite") == SUITE_VERSION]
+    if not runs or changes(runs[-1].env, env):
+        return None
+    return runs[-1].id
+
+
 def busy_reason(env: dict[str, Any], values: dict[str, list[float]], throttled: int, busy: Busy) -> str | None:
     """Why the host was too busy to judge the run, or None. The spread says nothing when the canary's own cgroup
     throttled it (``throttled`` > 0 during the run): that is its limit, part of the environment, judged."""

@@ -29,6 +29,9 @@ class CanaryRunCommand(Command):
         p.add_argument("--dir", type=Path, default=None, metavar="DIR",
                        help="where the scratch replica goes (default: the work directory); the file system of guest images")
         p.add_argument("--workdir", type=Path, default=None, metavar="DIR", help="work directory (default: ~/.cache/kvmtune)")
+        p.add_argument("--if-changed", action="store_true",
+                       help="run only when the environment changed since the last canary run (packages, kernel, "
+                            "settings, limits): for cron and package managers without the apt hook")
         p.add_argument("--baseline-runs", type=int, default=3, metavar="N", help="runs that form the baseline (default 3)")
         p.add_argument("--rounds", type=int, default=3, metavar="N", help=argparse.SUPPRESS)
         p.add_argument("--netload", default=None, metavar="PATH", help="the netload binary (default: found as bench net does)")
@@ -87,6 +90,12 @@ class CanaryRunCommand(Command):
         bench = CanaryBenchmark(runner=runner, host=HostRoot(), scratch_dir=scratch_dir, workdir=workdir, netload=netload,
                                 plan_=CanaryPlan(rounds=args.rounds), environment_of=environment)
         with Store(results_db(args)) as store:
+            if args.if_changed:
+                from kvmtune.canary.judge import unchanged_since
+
+                last = unchanged_since(store, environment())
+                if last is not None:
+                    return Outcome(Exit.OK, f"canary: nothing changed since canary run {last}; not run (--if-changed)\n")
             outcome = BenchRunner(store, args={"suite": SUITE_VERSION, "quick": bool(args.quick)}, workdir=workdir,
                                   runner=runner).run(bench)
             if outcome.status != "complete":
@@ -106,6 +115,12 @@ class CanaryRunCommand(Command):
     def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
         judged = outcome.result
         if judged is None:
+            return
+        if isinstance(judged, str):
+            if fmt == "json":
+                out.write(json.dumps({"skipped": judged.strip()}) + "\n")
+            elif fmt == "text":
+                out.write(judged)
             return
         doc = judged.to_json()  # type: ignore[attr-defined]
         if fmt == "json":
