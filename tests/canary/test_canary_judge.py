@@ -125,3 +125,18 @@ def test_figures_someone_else_wrote_into_the_db_are_not_believed(tmp_path: Path)
         j = judge(st, st.run(run), 3)
     assert j.verdict == "baseline"  # run 1 no longer counts: two baseline runs are left
     assert all(len(m["rounds"]) == 2 for m in j.metrics)  # the negative figure is not a figure
+
+
+def test_the_kvm_entry_cost_is_compared_only_within_one_kvm_module(tmp_path: Path) -> None:
+    kvm = "kvm.create_vm_vcpu"
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            run = add_run(st, [10000, 10000, 10000], [30, 30, 30], QUIET | {"kvm_module": "kvm_intel"})
+            for i, x in enumerate([300.0, 310.0, 305.0]):
+                st.add_cell(run, f"canary|{kvm}", {"metric": kvm}, kvm, "ok", {"value": x}, rep=i)
+        other = add_run(st, [10000, 10000, 10000], [30, 30, 30], QUIET | {"kvm_module": "kvm_pvm"})
+        for i, x in enumerate([1000.0, 1010.0, 990.0]):
+            st.add_cell(other, f"canary|{kvm}", {"metric": kvm}, kvm, "ok", {"value": x}, rep=i)
+        j = judge(st, st.run(other), 3)
+    by = {m["name"]: m["verdict"] for m in j.metrics}
+    assert by[kvm] == "not-judged" and j.verdict == "no-regression"

@@ -11,6 +11,7 @@ import os
 import re
 from typing import Any
 
+from kvmtune.canary.kvmcost import kvm_module
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
@@ -24,7 +25,7 @@ WATCHED_PREFIXES = ("linux-image-",)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+~:-]{1,128}$")
 # what `changed` compares between runs (load, throttling counts and the scratch fs's fill are figures, not settings)
-COMPARED = ("kernel", "cmdline", "versions", "packages", "governor", "mitigations", "thp", "ksm", "cgroup_limits",
+COMPARED = ("kvm_module", "kernel", "cmdline", "versions", "packages", "governor", "mitigations", "thp", "ksm", "cgroup_limits",
             "scratch_fs")
 
 
@@ -180,6 +181,7 @@ def collect(runner: Runner, host: HostRoot, scratch_dir: str, packages_root: Hos
             break
     return {
         "hostname": _first_line(host.read_optional("/proc/sys/kernel/hostname")),
+        "kvm_module": kvm_module(host),
         "kernel": _first_line(host.read_optional("/proc/sys/kernel/osrelease")),
         "cmdline": _first_line(host.read_optional("/proc/cmdline")),
         "versions": {k: v for k, v in versions.items() if v is not None} | ({"microcode": microcode} if microcode else {}),

@@ -119,6 +119,8 @@ def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, bus
     pooled: dict[str, list[float]] = {}
     for r in base:
         for name, xs in _values(store, r.id).items():
+            if BY_NAME[name].tier == "kvm" and r.env.get("kvm_module") != env.get("kvm_module"):
+                continue  # the KVM entry cost is compared only within one KVM module (kvm_pvm: PVM's, not KVM's)
             pooled.setdefault(name, []).extend(xs)
     metrics = []
     for name, xs in values.items():

@@ -31,5 +31,8 @@ METRICS: tuple[Metric, ...] = (
            "netload request/response (1 byte each way) through a Linux bridge in kvmtune's own namespaces: median"),
     Metric("datapath.stream", "B/s", True, "datapath",
            "netload stream (30 KiB reads) through the same bridge"),
+    Metric("kvm.create_vm_vcpu", "us", False, "kvm",
+           "KVM_CREATE_VM plus one KVM_CREATE_VCPU, closed again: median of 20 (full suite only; compared only "
+           "between runs on the same KVM module)"),
 )
 BY_NAME = {m.name: m for m in METRICS}

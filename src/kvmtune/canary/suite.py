@@ -71,6 +71,12 @@ class CanaryBenchmark:
         if "block" in self.plan_.tiers:
             self._scratch = Scratch(self.scratch_dir / f"scratch-canary-{os.getpid()}", self.runner)
             run_block(self.runner, self._scratch, self.plan_, sink)
+        if "kvm" in self.plan_.tiers:
+            from kvmtune.canary.kvmcost import create_cost_us
+
+            for rnd in range(self.plan_.rounds):
+                t0 = time.monotonic()
+                sink.record(_cell("kvm.create_vm_vcpu", rnd, create_cost_us(), duration=time.monotonic() - t0))
         if "datapath" in self.plan_.tiers:
             if self.netload is None:
                 raise KvmtuneError("netload binary not found: build it (make -C netload) or pass --netload PATH")

@@ -87,8 +87,12 @@ class CanaryRunCommand(Command):
                 raise KvmtuneError(str(exc)) from None
             return env | {"tier": "canary", "suite": SUITE_VERSION}
 
+        from kvmtune.canary.kvmcost import kvm_module
+
+        # the full suite adds the KVM entry cost where /dev/kvm works (the probe guest's boot is not in it yet)
+        tiers = ("block", "datapath") if args.quick or kvm_module(host) is None else ("block", "kvm", "datapath")
         bench = CanaryBenchmark(runner=runner, host=HostRoot(), scratch_dir=scratch_dir, workdir=workdir, netload=netload,
-                                plan_=CanaryPlan(rounds=args.rounds), environment_of=environment)
+                                plan_=CanaryPlan(rounds=args.rounds, tiers=tiers), environment_of=environment)
         with Store(results_db(args)) as store:
             if args.if_changed:
                 from kvmtune.canary.judge import unchanged_since
