@@ -48,7 +48,10 @@ gen completion bash > "$root"/usr/share/bash-completion/completions/kvmtune
 gen completion zsh > "$root"/usr/share/zsh/vendor-completions/_kvmtune
 gen completion fish > "$root"/usr/share/fish/vendor_completions.d/kvmtune.fish
 install -m 644 $src/kvmtune-audit.service $src/kvmtune-audit.timer $src/kvmtune-sample.service $src/kvmtune-sample.timer \
-  "$root"/usr/lib/systemd/system/
+  $src/kvmtune-canary.service $src/kvmtune-canary.timer $src/kvmtune-canary-boot.service "$root"/usr/lib/systemd/system/
+# the drift canary's apt hook: a no-op unless KVMTUNE_CANARY_APT_HOOK=yes in /etc/default/kvmtune
+install -D -m 755 $src/canary-apt-hook "$root"/usr/lib/kvmtune/canary-apt-hook
+install -D -m 644 $src/apt-80kvmtune-canary "$root"/etc/apt/apt.conf.d/80kvmtune-canary
 install -m 644 $src/default "$root"/etc/default/kvmtune
 install -m 644 $src/kvmtune.toml "$root"/etc/kvmtune/kvmtune.toml
 install -m 644 $src/copyright "$root"/usr/share/doc/kvmtune/copyright
@@ -60,7 +63,7 @@ chmod 644 "$root"/usr/share/man/man8/kvmtune.8.gz "$root"/usr/share/doc/kvmtune/
   "$root"/usr/share/bash-completion/completions/kvmtune "$root"/usr/share/zsh/vendor-completions/_kvmtune \
   "$root"/usr/share/fish/vendor_completions.d/kvmtune.fish
 install -m 755 $src/postinst $src/prerm $src/postrm "$root"/DEBIAN/
-printf '%s\n' /etc/default/kvmtune /etc/kvmtune/kvmtune.toml > "$root"/DEBIAN/conffiles
+printf '%s\n' /etc/default/kvmtune /etc/kvmtune/kvmtune.toml /etc/apt/apt.conf.d/80kvmtune-canary > "$root"/DEBIAN/conffiles
 chmod 644 "$root"/DEBIAN/conffiles
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@SIZE@/$size/" $src/control.in > "$root"/DEBIAN/control

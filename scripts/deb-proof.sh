@@ -118,7 +118,8 @@ in_root zsh -n /usr/share/zsh/vendor-completions/_kvmtune && echo "   zsh: _kvmt
 got=$(in_root fish -c 'complete -C "kvmtune au"' | cut -f1)
 [ "$got" = audit ] || { echo "deb-proof.sh: fish did not complete 'kvmtune au' (got: $got)" >&2; exit 1; }
 echo "   fish: kvmtune au -> $got (from vendor_completions.d, no sourcing)"
-units=(kvmtune-audit.service kvmtune-audit.timer kvmtune-sample.service kvmtune-sample.timer)
+units=(kvmtune-audit.service kvmtune-audit.timer kvmtune-sample.service kvmtune-sample.timer
+       kvmtune-canary.service kvmtune-canary.timer kvmtune-canary-boot.service)
 step "systemd-analyze verify ${units[*]}"
 in_root systemd-analyze verify "${units[@]/#//usr/lib/systemd/system/}"
 echo "   verified"

@@ -65,6 +65,9 @@ BAD_INPUTS = [
     ["capacity", "--disk-tps", "-5", "--no-libvirt", "--duration", "1", "--interval", "1"],
     ["why", "no-such-guest-anywhere", "--no-libvirt", "--seconds", "1"],
     ["why", "web", "--seconds", "0"],
+    ["canary", "run", "--quick", "--dir", MISSING, "--db", "{tmp}/r.db"],
+    ["canary", "run", "--quick", "--db", "{file}"],
+    ["canary", "baseline", "--reset", "--reason", " ", "--db", "{tmp}/r.db"],
     ["doctor", "--format", "bogus"],
     ["completion", "tcsh"],  # bash, zsh and fish are the shells it knows
     ["man", "--bogus"],

@@ -40,6 +40,9 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
                  "/usr/share/zsh/vendor-completions/_kvmtune", "/usr/share/fish/vendor_completions.d/kvmtune.fish",
                  "/usr/lib/systemd/system/kvmtune-audit.service", "/usr/lib/systemd/system/kvmtune-audit.timer",
                  "/usr/lib/systemd/system/kvmtune-sample.service", "/usr/lib/systemd/system/kvmtune-sample.timer",
+                 "/usr/lib/systemd/system/kvmtune-canary.service", "/usr/lib/systemd/system/kvmtune-canary.timer",
+                 "/usr/lib/systemd/system/kvmtune-canary-boot.service", "/usr/lib/kvmtune/canary-apt-hook",
+                 "/etc/apt/apt.conf.d/80kvmtune-canary",
                  "/etc/default/kvmtune", "/etc/kvmtune/kvmtune.toml", "/usr/share/doc/kvmtune/copyright",
                  "/usr/share/doc/kvmtune/changelog.gz",
                  "/var/lib/prometheus/node-exporter/"):
@@ -52,7 +55,8 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
     assert "Suggests: libvirt-daemon-system, qemu-system-x86, " in control
     tmp = deb.parent / "ctrl"
     assert sh("dpkg-deb", "-e", deb, tmp).returncode == 0
-    assert (tmp / "conffiles").read_text() == "/etc/default/kvmtune\n/etc/kvmtune/kvmtune.toml\n"
+    assert (tmp / "conffiles").read_text() == ("/etc/default/kvmtune\n/etc/kvmtune/kvmtune.toml\n"
+                                               "/etc/apt/apt.conf.d/80kvmtune-canary\n")
     man = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(man)) as tar:
         roff = gzip.decompress(tar.extractfile("./usr/share/man/man8/kvmtune.8.gz").read()).decode()  # type: ignore[union-attr]

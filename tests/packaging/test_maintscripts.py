@@ -13,8 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEB = REPO / "packaging" / "deb"
-TIMERS = ("kvmtune-audit.timer", "kvmtune-sample.timer")
-UNITS = ("kvmtune-audit.service", "kvmtune-sample.service", *TIMERS)
+TIMERS = ("kvmtune-audit.timer", "kvmtune-canary.timer", "kvmtune-sample.timer")
+UNITS = ("kvmtune-audit.service", "kvmtune-sample.service", "kvmtune-canary.service", "kvmtune-canary-boot.service", *TIMERS)
 
 pytestmark = pytest.mark.skipif(shutil.which("deb-systemd-helper") is None,
                                 reason="deb-systemd-helper (init-system-helpers) is not installed")
@@ -55,7 +55,9 @@ def helper_state(root: Path) -> list[str]:
 def test_postinst_registers_the_timers_without_enabling_them(installed: tuple[Path, Path]) -> None:
     root, _ = installed
     assert enable_links(root) == []  # "Neither is enabled by default" (control's Description)
-    assert "kvmtune-audit.timer.dsh-also" in helper_state(root) and "kvmtune-sample.timer.dsh-also" in helper_state(root)
+    for unit in (*TIMERS, "kvmtune-canary-boot.service"):
+        assert f"{unit}.dsh-also" in helper_state(root)
+    assert not (root / "etc/systemd/system/multi-user.target.wants").exists()  # the canary's boot run neither
 
 
 def test_purge_removes_the_links_of_timers_the_operator_enabled(installed: tuple[Path, Path]) -> None:
@@ -64,6 +66,9 @@ def test_purge_removes_the_links_of_timers_the_operator_enabled(installed: tuple
     wants.mkdir(parents=True)
     for timer in TIMERS:  # what `systemctl enable TIMER` makes, from the units' WantedBy=timers.target
         (wants / timer).symlink_to(f"/usr/lib/systemd/system/{timer}")
+    boot = root / "etc/systemd/system/multi-user.target.wants"
+    boot.mkdir(parents=True)
+    (boot / "kvmtune-canary-boot.service").symlink_to("/usr/lib/systemd/system/kvmtune-canary-boot.service")
     (root / "var/lib/kvmtune").mkdir(parents=True)
     (root / "var/lib/kvmtune/audit.json").write_text("{}")
     maintscript(root, stubs, "prerm", "remove")
@@ -72,7 +77,7 @@ def test_purge_removes_the_links_of_timers_the_operator_enabled(installed: tuple
     maintscript(root, stubs, "postrm", "remove")
     assert enable_links(root) == list(TIMERS)  # remove keeps the operator's choice, as dh's snippets do
     maintscript(root, stubs, "postrm", "purge")
-    assert enable_links(root) == [] and not wants.exists()
+    assert enable_links(root) == [] and not wants.exists() and not boot.exists()
     assert helper_state(root) == []
     assert not (root / "var/lib/kvmtune").exists()  # the purge's rm honours DPKG_ROOT, never the real /var/lib
     left = [str(p.relative_to(root)) for p in root.rglob("*") if "kvmtune" in p.name]

@@ -43,6 +43,7 @@ COMMAND_TABLE: tuple[tuple[str, str, str], ...] = (
     ("sample", "kvmtune.cli.top", "sample running guests for a while; JSON or Prometheus textfile output"),
     ("capacity", "kvmtune.cli.top", "seed 001's sizing: how many such guests each disk carries"),
     ("why", "kvmtune.cli.why", "why one running guest is slow: where its time went, who took it, the rule and the fix"),
+    ("canary", "kvmtune.cli.canary", "drift canary: measure the stack, compare with this host's baseline, name what changed"),
     ("doctor", "kvmtune.cli.doctor", "what this host can measure: KVM, vhost-net, OVS, qemu-storage-daemon, fio, space"),
     ("completion", "kvmtune.cli.shelldocs", "print a shell completion script (bash, zsh or fish)"),
     ("man", "kvmtune.cli.shelldocs", "print the kvmtune(8) man page (roff)"),

@@ -1,0 +1,157 @@
+"""Judging a canary run against the host's baseline, by the one rule of docs/verdicts.md
+(:func:`kvmtune.lab.stats.log_welch` for the ratio and its 95 % interval, :func:`kvmtune.lab.vocabulary.effect` for the
+word, 5 % band).
+
+The baseline: the first ``baseline_runs`` complete canary runs after the last ``canary baseline --reset``. A run on a
+busy host is not judged (``BUSY_LOAD_PER_CPU``, ``BUSY_SPREAD``; docs/canary.md names them)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmtune.canary.environment import changes
+from kvmtune.canary.metrics import BY_NAME, JUDGEMENT_KEY, KIND, RESET_KIND, SUITE_VERSION
+from kvmtune.lab import vocabulary
+from kvmtune.lab.stats import log_welch
+from kvmtune.lab.store import RunRow, Store
+
+THRESHOLD_PCT = 5.0
+BUSY_LOAD_PER_CPU = 1.0  # 1-minute load average of other work (read before the run starts), per CPU it may use
+BUSY_SPREAD = 0.35  # standard deviation of a metric's log figures over its rounds (about ±35 %)
+WORDS = {vocabulary.HURTS: "regression", vocabulary.HELPS: "improvement", vocabulary.NO_EFFECT: "no-change",
+         vocabulary.INCONCLUSIVE: "inconclusive"}
+
+
+@dataclass
+class Judged:
+    run_id: int
+    started: float
+    metrics: list[dict[str, Any]]
+    changed: list[dict[str, str]]
+    environment: dict[str, Any]
+    verdict: str  # baseline | regression | no-regression | not-judged
+    busy: str | None = None
+    baseline_runs: list[int] = field(default_factory=list)
+    since: float | None = None  # the run `changed` compares with
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suite": SUITE_VERSION, "run": self.run_id, "verdict": self.verdict, "busy": self.busy,
+                "baseline_runs": self.baseline_runs, "metrics": self.metrics,
+                "since": time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since)) if self.since else None,
+                "changed": self.changed,
+                "environment": self.environment}
+
+
+def _values(store: Store, run_id: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in store.cells(run_id):
+        value = c.metrics.get("value")
+        if c.status == "ok" and c.workload in BY_NAME and isinstance(value, float) and value > 0 and math.isfinite(value):
+            out.setdefault(c.workload, []).append(value)
+    return out
+
+
+def recorded_verdict(store: Store, run_id: int) -> str | None:
+    for c in store.cells(run_id):
+        if c.key == JUDGEMENT_KEY and isinstance(c.config.get("verdict"), str):
+            return str(c.config["verdict"])
+    return None
+
+
+def canary_runs(store: Store) -> list[RunRow]:
+    """The canary runs since the last baseline reset, complete ones only, oldest first."""
+    runs: list[RunRow] = []
+    for r in store.runs():
+        if r.kind == RESET_KIND:
+            runs = []
+        elif r.kind == KIND and r.status == "complete" and r.args.get("suite") == SUITE_VERSION:
+            runs.append(r)
+    return runs
+
+
+@dataclass(frozen=True)
+class Busy:
+    load_per_cpu: float = BUSY_LOAD_PER_CPU
+    spread: float = BUSY_SPREAD
+
+
+def unchanged_since(store: Store, env: dict[str, Any]) -> int | None:
+    """The last complete canary run, when nothing in ``env`` changed since it (``--if-changed``); else None."""
+    runs = [r for r in store.runs() if r.kind == KIND and r.status == "complete" and r.args.get("suite") == SUITE_VERSION]
+    if not runs or changes(runs[-1].env, env):
+        return None
+    return runs[-1].id
+
+
+def busy_reason(env: dict[str, Any], values: dict[str, list[float]], throttled: int, busy: Busy) -> str | None:
+    """Why the host was too busy to judge the run, or None. The spread says nothing when the canary's own cgroup
+    throttled it (``throttled`` > 0 during the run): that is its limit, part of the environment, judged."""
+    load = env.get("loadavg")
+    ncpu = env.get("ncpu") or 1
+    if isinstance(load, list) and load and isinstance(load[0], float) and load[0] / ncpu > busy.load_per_cpu:
+        return (f"load average {load[0]:.2f} on {ncpu} CPU(s) before the run (over {busy.load_per_cpu:g} per CPU)")
+    if throttled > 0:
+        return None
+    for name, xs in values.items():
+        if len(xs) >= 2 and BY_NAME[name].spread_judges_busy:
+            logs = [math.log(x) for x in xs]
+            m = sum(logs) / len(logs)
+            sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
+            if sd > busy.spread:
+                return (f"{name} varied ±{(math.exp(sd) - 1) * 100:.0f} % round to round "
+                        f"(log spread over {busy.spread:g})")
+    return None
+
+
+def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, busy_limits: Busy | None = None) -> Judged:
+    """``run`` against the baseline formed before it; ``throttled``: the canary cgroup's ``nr_throttled`` during it."""
+    runs = [r for r in canary_runs(store) if r.id < run.id]
+    base = runs[:baseline_runs]
+    values = _values(store, run.id)
+    env = run.env
+    if len(base) < baseline_runs:
+        metrics = [_metric(name, xs, None, None, "baseline") for name, xs in values.items()]
+        return Judged(run.id, run.started, metrics, [], env, "baseline", baseline_runs=[r.id for r in base])
+    busy = busy_reason(env, values, throttled, busy_limits or Busy())
+    pooled: dict[str, list[float]] = {}
+    for r in base:
+        for name, xs in _values(store, r.id).items():
+            if BY_NAME[name].tier == "kvm" and r.env.get("kvm_module") != env.get("kvm_module"):
+                continue  # the KVM entry cost is compared only within one KVM module (kvm_pvm: PVM's, not KVM's)
+            pooled.setdefault(name, []).extend(xs)
+    metrics = []
+    for name, xs in values.items():
+        ref = pooled.get(name) or []
+        if busy is not None or not ref:
+            metrics.append(_metric(name, xs, ref, None, "not-judged"))
+            continue
+        ratio, interval = log_welch(ref, xs)
+        word = WORDS[vocabulary.effect(interval, THRESHOLD_PCT, BY_NAME[name].higher_is_better)]
+        metrics.append(_metric(name, xs, ref, (ratio, interval), word))
+    regressed = any(m["verdict"] == "regression" for m in metrics)
+    verdict = "not-judged" if busy else ("regression" if regressed else "no-regression")
+    last_good = next((r for r in reversed(runs) if r in base or recorded_verdict(store, r.id) in ("no-regression", "baseline")),
+                     None)
+    changed = changes(last_good.env, env) if last_good is not None else []
+    if throttled > 0:
+        changed.append({"what": "cpu throttling of the canary's cgroup (nr_throttled during the run)", "before": "0",
+                        "after": str(throttled)})
+    return Judged(run.id, run.started, metrics, changed, env, verdict, busy, [r.id for r in base],
+                  last_good.started if last_good else None)
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def _metric(name: str, xs: list[float], ref: list[float] | None, fit: tuple[float, Any] | None, verdict: str
+            ) -> dict[str, Any]:
+    m = BY_NAME[name]
+    return {"name": name, "value": _median(xs), "unit": m.unit, "rounds": xs,
+            "baseline": _median(ref) if ref else None,
+            "ratio": fit[0] if fit else None, "interval": list(fit[1]) if fit and fit[1] else None, "verdict": verdict}
