@@ -65,6 +65,10 @@ BAD_INPUTS = [
     ["capacity", "--disk-tps", "-5", "--no-libvirt", "--duration", "1", "--interval", "1"],
     ["why", "no-such-guest-anywhere", "--no-libvirt", "--seconds", "1"],
     ["why", "web", "--seconds", "0"],
+    ["capture", "no-such-guest-anywhere", "--no-libvirt", "--seconds", "1", "-o", "{tmp}/w.json",
+     "--workdir", "{tmp}/work"],
+    ["capture", "--show", "{file}"],
+    ["capture", "web", "--max-events", "0", "-o", "{tmp}/w.json"],
     ["doctor", "--format", "bogus"],
     ["completion", "tcsh"],  # bash, zsh and fish are the shells it knows
     ["man", "--bogus"],

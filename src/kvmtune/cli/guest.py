@@ -132,7 +132,7 @@ class GuestRunCommand(Command):
         if args.job is not None:
             if args.load != "disk":
                 raise UsageError(f"--job is for --load disk, not --load {args.load}")
-            args.job_options = parse_job(args.job)  # OptionError: one line naming the token, exit 2
+            parse_job(args.job)  # OptionError: one line naming the token, exit 2
 
     def run(self, args: argparse.Namespace) -> Outcome:
         runner = Runner()
@@ -141,7 +141,7 @@ class GuestRunCommand(Command):
         workdir = args.workdir or default_workdir()
         choice = detect_accel(g, workdir, runner)
         load = LoadGuest(g, args.load, args.name, choice.accel, workdir, runner, pin=args.pin, smp=args.smp,
-                         netload=netload, job=getattr(args, "job_options", None))
+                         netload=netload, job=parse_job(args.job) if args.job is not None else None)
         try:
             pid = load.start()
             emulation = " (TCG: every number it shows is an emulation number)" if choice.accel == "tcg" else ""
