@@ -261,7 +261,8 @@ class Capture:
         if not first:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
         events = list(EVENTS) if fh is not None else []
-        hists = [n for n, s in first.items() if not s["histogram"]]
+        # block-latency-histogram-set takes the device's qdev id or path, not its drive name
+        hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
         self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events,
                                            "histograms": hists}))
         reader = TraceReader(self.pid, self.max_events)
