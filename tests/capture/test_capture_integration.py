@@ -116,3 +116,24 @@ def test_trace_and_blockstats_captures_find_the_planted_pattern(loaded: tuple[st
     assert not (work / "stats.json.iolog").exists()
     shown = kvmtune("capture", "--show", str(out))
     assert shown.returncode == 0 and "from trace" in shown.stdout
+
+
+def test_sigterm_ends_a_capture_early_with_its_file_written_and_the_events_off(loaded: tuple[str, Path]) -> None:
+    name, work = loaded
+    out = work / "term.json"
+    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--no-libvirt", "--workdir", str(work),
+                             "--seconds", "60", "--source", "trace", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    deadline = time.monotonic() + 30
+    while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    (disk,) = json.loads(out.read_text())["disks"]
+    assert disk["source"] == "trace" and 2 <= disk["seconds"] < 20
+    events, stats = qmp_state(work, name)
+    assert set(events.values()) == {"disabled"}
+    assert not any("rd_latency_histogram" in s["stats"] for s in stats)
+    assert not list(work.glob("capture-active-*.json"))
