@@ -159,22 +159,27 @@ def _signals_raise() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+MATCH = 0.25  # a device pointer's read and write counts within 25 % of a disk's blockstats over the capture
+APART = 0.5  # and every other disk's at least 50 % off
+
+
 def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[dict[str, list[Request]] | None, str]:
-    """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them
-    (within 10 % or 20 requests); None and why when that cannot be done reliably."""
-    groups = by_device(requests)
+    """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
+    :data:`MATCH`; the capture's first and last seconds make the two differ a little) while every other disk's are
+    :data:`APART`; None and why when that cannot be done reliably."""
     out: dict[str, list[Request]] = {}
-    for vdev, reqs in groups.items():
+    for vdev, reqs in by_device(requests).items():
         reads = sum(1 for r in reqs if not r.write)
         writes = len(reqs) - reads
-        fits = [name for name, d in stats.items()
-                if abs(d.rd_ops - reads) <= max(20, 0.1 * d.rd_ops) and abs(d.wr_ops - writes) <= max(20, 0.1 * d.wr_ops)]
-        if len(fits) != 1:
-            return None, (f"device 0x{vdev:x}'s {len(reqs)} requests match {len(fits)} disks' blockstats "
-                          "(none or several), so per-request events cannot be put on a disk reliably")
-        if fits[0] in out:
-            return None, f"two device pointers match disk {fits[0]}; per-request events not attributed"
-        out[fits[0]] = reqs
+        errors = sorted(((abs(d.rd_ops - reads) + abs(d.wr_ops - writes)) / max(1, d.rd_ops + d.wr_ops, len(reqs)), name)
+                        for name, d in stats.items())
+        if not errors or errors[0][0] > MATCH or (len(errors) > 1 and errors[1][0] < APART):
+            near = ", ".join(f"{name} {e:.0%} off" for e, name in errors[:3])
+            return None, (f"device 0x{vdev:x}'s {len(reqs)} requests do not match one disk's blockstats alone "
+                          f"({near}), so per-request events cannot be put on a disk reliably")
+        if errors[0][1] in out:
+            return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
+        out[errors[0][1]] = reqs
     return out, ""
 
 
