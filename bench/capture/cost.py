@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -34,8 +35,18 @@ def ops(q: Qmp) -> int:
     return int(st["rd_operations"]) + int(st["wr_operations"])
 
 
+def connect(qmp_path: Path) -> Qmp:
+    """QMP takes one client at a time: the capture that just ended may still hold it for a moment."""
+    for _ in range(50):
+        try:
+            return Qmp(qmp_path, timeout=10)
+        except BlockingIOError:
+            time.sleep(0.2)
+    return Qmp(qmp_path, timeout=10)
+
+
 def uncaptured(qmp_path: Path, seconds: float) -> float:
-    q = Qmp(qmp_path, timeout=10)
+    q = connect(qmp_path)
     try:
         a, t0 = ops(q), time.monotonic()
         time.sleep(seconds)
@@ -90,7 +101,12 @@ def main() -> None:
             after = loadavg()
     finally:
         guest.send_signal(signal.SIGINT)
-        guest.wait(timeout=60)
+        try:  # its stdout drained, so that its last lines never block it
+            guest.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            guest.kill()
+            guest.communicate()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"job {args.job!r}, {args.rounds} rounds of {args.seconds:g} s, load average {before} -> {after}, "
           f"{os.cpu_count()} CPUs, TCG (emulation figures)")
     for source, rs in ratios.items():
