@@ -190,3 +190,38 @@ def test_capture_help_says_how_it_differs_from_capture_host(capsys: pytest.Captu
         main(["capture", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "capture-host" in out and "fixture tree" in out
+
+
+def test_a_stderr_that_is_not_a_regular_file_is_refused_with_the_reason(tmp_path: Path) -> None:
+    import subprocess
+
+    from kvmtune.capture.session import Capture
+
+    proc = subprocess.Popen(["sleep", "30"], stderr=subprocess.PIPE)
+    try:
+        fh, why = Capture(HostRoot(), proc.pid, tmp_path, seconds=1, trace=True)._stderr()
+        assert fh is None and "not a regular file" in why and "pipe:" in why
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stderr_file_is_read_from_its_end(tmp_path: Path) -> None:
+    import subprocess
+
+    from kvmtune.capture.session import Capture
+
+    log = tmp_path / "stderr"
+    log.write_bytes(sub(1, 1, False, 0, 8) + b"\n")  # before the capture: not its to read
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(["sleep", "30"], stderr=err)
+    try:
+        fh, why = Capture(HostRoot(), proc.pid, tmp_path, seconds=1, trace=True)._stderr()
+        assert fh is not None and why == ""
+        with open(log, "ab") as w:
+            w.write(done(2, 1) + b"\n")
+        assert fh.read() == done(2, 1) + b"\n"
+        fh.close()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -9,7 +9,7 @@ only numbers are kept (offsets, sizes, times, the device and request pointers as
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # QEMU 7.2's names (qemu-system-x86_64 -trace help): submissions keyed by req, completion of either
@@ -116,7 +116,3 @@ def by_device(requests: Iterable[Request]) -> dict[int, list[Request]]:
     for r in requests:
         out.setdefault(r.vdev, []).append(r)
     return out
-
-
-def lines(text: bytes) -> Iterator[bytes]:
-    yield from text.split(b"\n")
