@@ -137,3 +137,23 @@ def test_sigterm_ends_a_capture_early_with_its_file_written_and_the_events_off(l
     assert set(events.values()) == {"disabled"}
     assert not any("rd_latency_histogram" in s["stats"] for s in stats)
     assert not list(work.glob("capture-active-*.json"))
+
+
+def test_the_next_capture_undoes_a_sigkilled_one_and_says_so(loaded: tuple[str, Path]) -> None:
+    name, work = loaded
+    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--no-libvirt", "--workdir", str(work),
+                             "--seconds", "30", "--source", "trace", "-o", str(work / "killed2.json")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+    deadline = time.monotonic() + 30
+    while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "2", "--source", "blockstats",
+                   "-o", str(work / "after.json"))
+    assert done.returncode == 0, done.stderr
+    assert "restored after a killed capture of pid" in done.stdout and "virtio_blk_rw_complete off" in done.stdout
+    events, stats = qmp_state(work, name)
+    assert set(events.values()) == {"disabled"}
+    assert not any("rd_latency_histogram" in s["stats"] for s in stats)
