@@ -106,8 +106,9 @@ BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "promethe
 READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent"})
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
-    "cli": frozenset({"verify", "bench", "lab", "fix", "audit", "live", "fleet", "canary"}) | READERS | BASE,
+    "cli": frozenset({"verify", "bench", "lab", "fix", "audit", "live", "fleet", "canary", "capture"}) | READERS | BASE,
     "canary": frozenset({"bench", "lab"}) | READERS | BASE,  # the drift canary on bench/'s tiers and lab/'s store
+    "capture": frozenset({"live"}) | READERS | BASE,  # a guest's disk I/O; finds it as live/why does
     "verify": frozenset({"lab", "fix", "audit"}) | READERS | BASE,  # never a bench/ tier
     "live": frozenset({"audit"}) | READERS | BASE,
     "bench": frozenset({"lab"}) | READERS | BASE,

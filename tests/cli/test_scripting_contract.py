@@ -68,6 +68,10 @@ BAD_INPUTS = [
     ["canary", "run", "--quick", "--dir", MISSING, "--db", "{tmp}/r.db"],
     ["canary", "run", "--quick", "--db", "{file}"],
     ["canary", "baseline", "--reset", "--reason", " ", "--db", "{tmp}/r.db"],
+    ["capture", "no-such-guest-anywhere", "--no-libvirt", "--seconds", "1", "-o", "{tmp}/w.json",
+     "--workdir", "{tmp}/work"],
+    ["capture", "--show", "{file}"],
+    ["capture", "web", "--max-events", "0", "-o", "{tmp}/w.json"],
     ["doctor", "--format", "bogus"],
     ["completion", "tcsh"],  # bash, zsh and fish are the shells it knows
     ["man", "--bogus"],

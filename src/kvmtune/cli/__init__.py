@@ -42,6 +42,8 @@ COMMAND_TABLE: tuple[tuple[str, str, str], ...] = (
     ("top", "kvmtune.cli.top", "live view: which running guest is slow, and the rule that explains it"),
     ("sample", "kvmtune.cli.top", "sample running guests for a while; JSON or Prometheus textfile output"),
     ("capacity", "kvmtune.cli.top", "seed 001's sizing: how many such guests each disk carries"),
+    ("capture", "kvmtune.cli.capture",
+     "record a running guest's own disk I/O from the host into a workload file (or --show one)"),
     ("why", "kvmtune.cli.why", "why one running guest is slow: where its time went, who took it, the rule and the fix"),
     ("canary", "kvmtune.cli.canary", "drift canary: measure the stack, compare with this host's baseline, name what changed"),
     ("doctor", "kvmtune.cli.doctor", "what this host can measure: KVM, vhost-net, OVS, qemu-storage-daemon, fio, space"),

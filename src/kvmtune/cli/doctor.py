@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kvmtune.capture.session import restore_leftovers
 from kvmtune.cli.command import Command, Outcome, format_option
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
@@ -46,7 +47,10 @@ class DoctorCommand(Command):
         format_option(p, ("text", "json"))
 
     def run(self, args: argparse.Namespace) -> Outcome:
-        return Outcome(result=checks(HostRoot(), default_runner(), args.workdir or default_workdir()))
+        workdir = args.workdir or default_workdir()
+        # a capture killed by SIGKILL left trace events or latency histograms on in a guest's QEMU: undone here
+        restored = [Check("capture leftovers", True, line) for line in restore_leftovers(HostRoot(), workdir)]
+        return Outcome(result=restored + checks(HostRoot(), default_runner(), workdir))
 
     def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
         found = outcome.result

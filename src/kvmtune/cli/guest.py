@@ -10,7 +10,7 @@ from kvmtune.errors import InputError, UsageError
 from kvmtune.lab.accel import detect_accel
 from kvmtune.lab.accel_cache import CACHE_NAME
 from kvmtune.lab.guest import ExtraFile, GuestBuilder, ProbeGuest
-from kvmtune.lab.loadguest import LOADS, LoadGuest
+from kvmtune.lab.loadguest import LOADS, LoadGuest, parse_job
 from kvmtune.lab.net.netload import find_netload
 from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.runner import Runner
@@ -115,6 +115,10 @@ class GuestRunCommand(Command):
         p.add_argument("--pin", metavar="CPUS", help="host CPUs QEMU may run on (taskset list, e.g. 0 or 2-3)")
         p.add_argument("--smp", type=int, default=1, metavar="N", help="vCPUs (default 1)")
         p.add_argument("--seconds", type=float, default=None, metavar="S", help="stop after S seconds (default: Ctrl-C)")
+        p.add_argument("--job", metavar="OPTIONS", default=None,
+                       help="--load disk: fio options appended after the defaults (rw=randrw bs=4k ioengine=libaio "
+                            "iodepth=1), overriding them, e.g. 'rw=randrw rwmixread=70 bs=16k iodepth=8'; pattern "
+                            "options only (no file, no program, no external engine)")
 
     def check(self, args: argparse.Namespace) -> None:
         if not args.name or not all(c.isalnum() or c in "-_." for c in args.name):
@@ -125,6 +129,10 @@ class GuestRunCommand(Command):
             raise UsageError(f"--smp must be between 1 and 64, got {args.smp}")
         if args.seconds is not None and args.seconds <= 0:
             raise UsageError(f"--seconds must be above 0, got {args.seconds:g}")
+        if args.job is not None:
+            if args.load != "disk":
+                raise UsageError(f"--job is for --load disk, not --load {args.load}")
+            parse_job(args.job)  # OptionError: one line naming the token, exit 2
 
     def run(self, args: argparse.Namespace) -> Outcome:
         runner = Runner()
@@ -133,7 +141,7 @@ class GuestRunCommand(Command):
         workdir = args.workdir or default_workdir()
         choice = detect_accel(g, workdir, runner)
         load = LoadGuest(g, args.load, args.name, choice.accel, workdir, runner, pin=args.pin, smp=args.smp,
-                         netload=netload)
+                         netload=netload, job=parse_job(args.job) if args.job is not None else None)
         try:
             pid = load.start()
             emulation = " (TCG: every number it shows is an emulation number)" if choice.accel == "tcg" else ""

@@ -86,6 +86,16 @@ class HostRoot:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
 
+    def open_regular(self, host_path: str) -> BinaryIO:
+        """An open regular file to read as it grows (a QEMU's stderr log); :class:`HostReadError` otherwise."""
+        self.reads.append(host_path)
+        try:
+            return self._open_regular(host_path)
+        except HostReadError:
+            raise
+        except OSError as exc:
+            raise HostReadError(host_path, exc.strerror or str(exc)) from None
+
     def read_text(self, host_path: str, limit: int = 4 * 1024 * 1024) -> str:
         """Return the file's text; raise :class:`HostReadError` with the reason."""
         self.reads.append(host_path)

@@ -5,6 +5,9 @@ threads) and a QMP socket, so every live source has what it reads. The load:
 
 - ``cpu``: one busy loop per vCPU;
 - ``disk``: fio random reads and writes on a scratch raw image (deleted afterwards), virtio-blk, cache=none;
+  ``libaio`` at depth 1 unless ``--job`` says otherwise: ``--job 'rw=randrw rwmixread=70 bs=16k iodepth=8'`` appends
+  fio options after these defaults and overrides them (:func:`parse_job`: allow-listed keys, plain values, one line
+  naming the token refused), so a test or a demonstration can plant a known pattern (``kvmtune capture``);
 - ``net``: ``netload`` (put into the initramfs) streams from the guest, one 5 s round after another, to a
   ``netload serve`` kvmtune starts on the host's loopback, through a virtio-net NIC on QEMU's user-mode network
   (slirp: its host address 10.0.2.2 is the host's 127.0.0.1). No tap, bridge or root is needed, so there is no
@@ -19,24 +22,100 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.qemu import Disk, GuestRun, Nic, VmSpec
-from kvmtune.qemuopts import Text, keyval
+from kvmtune.qemuopts import OptionError, Text, fio_option, keyval
 from kvmtune.runner import Runner
 
 LOADS = ("cpu", "disk", "net")
 NET_MODULES = ("virtio_pci", "virtio_net")
 NET_WORKLOAD = "str-writex30k"  # a steady TCP stream from the guest (netload's seed workload, 30 kB writes)
 SLIRP_HOST = "10.0.2.2"  # the host as QEMU's user-mode network shows it (its loopback)
+
+# --load disk: fio's options before --job's (the disk, the run's length and O_DIRECT are not --job's to change)
+DISK_DEFAULTS: dict[str, str] = {"rw": "randrw", "bs": "4k", "ioengine": "libaio", "iodepth": "1"}
+DISK_FIXED = ("--name=load", "--filename=/dev/vda", "--direct=1", "--time_based", "--runtime=86400")
+_SIZE = re.compile(r"[1-9][0-9]{0,12}[kmgKMG]?")
+_TOKEN = re.compile(r"(?:--)?([a-z][a-z0-9_]{0,31})=([A-Za-z0-9._+-]{1,32})")
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], bool]:
+    return lambda v: v.isascii() and v.isdigit() and lo <= int(v) <= hi
+
+
+def _one_of(*words: str) -> Callable[[str], bool]:
+    return lambda v: v in words
+
+
+def _size(v: str) -> bool:
+    return bool(_SIZE.fullmatch(v))
+
+
+def _size_range(v: str) -> bool:
+    lo, _, hi = v.partition("-")
+    return _size(lo) and _size(hi)
+
+
+# what --job may set, and the values each takes: the pattern of the I/O, nothing that names a file, a program or an
+# engine loaded from outside fio
+JOB_KEYS: dict[str, Callable[[str], bool]] = {
+    "rw": _one_of("read", "write", "randread", "randwrite", "rw", "readwrite", "randrw", "trim", "randtrim"),
+    "readwrite": _one_of("read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"),
+    "rwmixread": _int_in(0, 100), "rwmixwrite": _int_in(0, 100), "percentage_random": _int_in(0, 100),
+    "bs": _size, "bsrange": _size_range, "blocksize": _size, "size": _size, "offset": _size,
+    "iodepth": _int_in(1, 1024), "iodepth_batch_submit": _int_in(0, 1024), "iodepth_batch_complete_min": _int_in(0, 1024),
+    "fsync": _int_in(0, 1 << 20), "fdatasync": _int_in(0, 1 << 20), "rate_iops": _int_in(1, 1 << 24),
+    "thinktime": _int_in(0, 10**8), "randrepeat": _int_in(0, 1), "norandommap": _int_in(0, 1),
+    "ioengine": _one_of("libaio", "psync", "sync", "pvsync", "pvsync2", "io_uring"),
+    "numjobs": _int_in(1, 64), "random_distribution": _one_of("random", "zipf", "pareto", "normal"),
+}
+
+
+def parse_job(text: str) -> dict[str, str]:
+    """``--job``'s fio options as key -> value: space-separated ``key=value`` (``--key=value`` too), each key
+    allow-listed (:data:`JOB_KEYS`) with its value checked, a key at most once; anything else an ``OptionError``
+    whose one line names the token."""
+    for ch in text:
+        if not (ch == " " or (ch.isascii() and ch.isprintable())):
+            raise OptionError("--job", f"holds the character {ch!r}: only space-separated key=value options")
+    if len(text) > 512:
+        raise OptionError("--job", f"is {len(text)} characters long (at most 512)")
+    out: dict[str, str] = {}
+    for token in text.split(" "):
+        if not token:
+            continue
+        m = _TOKEN.fullmatch(token)
+        if m is None:
+            raise OptionError("--job", f"{token!r} is not a fio option as key=value with a plain value")
+        key, value = m.groups()
+        check = JOB_KEYS.get(key)
+        if check is None:
+            raise OptionError("--job", f"{key!r} is not an option --job may set (it may set: {', '.join(sorted(JOB_KEYS))})")
+        if not check(value):
+            raise OptionError("--job", f"{key}={value!r} is not a value kvmtune passes for {key}")
+        if key in out:
+            raise OptionError("--job", f"{key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def disk_fio_argv(job: dict[str, str] | None = None) -> list[str]:
+    """The disk load's fio arguments: the defaults, then ``job`` (:func:`parse_job`) over them."""
+    options = {**DISK_DEFAULTS, **(job or {})}
+    if options.get("readwrite"):
+        options["rw"] = options.pop("readwrite")
+    return ["fio", *DISK_FIXED, *(fio_option(k, v) for k, v in options.items())]
 
 
 def _insmod(guest: ProbeGuest) -> str:
@@ -58,14 +137,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def load_job(guest: ProbeGuest, load: str, smp: int, port: int = 0, token: str = "") -> str:
-    """The guest's job script for ``load`` (``net``: the host's netload server's port and token)."""
+def load_job(guest: ProbeGuest, load: str, smp: int, port: int = 0, token: str = "",
+             job: dict[str, str] | None = None) -> str:
+    """The guest's job script for ``load`` (``net``: the host's netload server's port and token; ``disk``: the fio
+    options of ``--job``, already checked by :func:`parse_job`)."""
     if load == "cpu":
         return "".join("while :; do :; done &\n" for _ in range(smp)) + "wait\n"
     if load == "disk":
         return (_insmod(guest) + "while [ ! -b /dev/vda ]; do sleep 0.1; done\n"
-                "fio --name=load --filename=/dev/vda --rw=randrw --bs=4k --direct=1 --ioengine=psync "
-                "--time_based --runtime=86400 >/dev/null\n")
+                + " ".join(shlex.quote(a) for a in disk_fio_argv(job)) + " >/dev/null\n")
     if load == "net":
         return _net_job(guest, port, token)
     raise KvmtuneError(f"--load {load}: one of {', '.join(LOADS)}")
@@ -84,6 +164,7 @@ class LoadGuest:
     pin: str | None = None
     smp: int = 1
     netload: str | None = None  # net: the host's netload binary (the guest's copy is in its initramfs)
+    job: dict[str, str] | None = None  # disk: --job's fio options (parse_job)
 
     def __post_init__(self) -> None:
         self.rundir = self.workdir / f"run-{self.name}-{os.getpid()}"
@@ -93,7 +174,9 @@ class LoadGuest:
         self.port, self.token = 0, ""
 
     def _spec(self) -> VmSpec:
-        extra = ["-name", keyval(("debug-threads", True), first=Text(self.name))]
+        # -msg timestamp=on, as libvirt passes it: QEMU's log trace backend prefixes each event with PID@time
+        # (kvmtune capture reads them from its stderr)
+        extra = ["-name", keyval(("debug-threads", True), first=Text(self.name)), "-msg", keyval(("timestamp", True))]
         disks: list[Disk] = []
         if self.load == "disk":
             self.rundir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +184,7 @@ class LoadGuest:
                 fh.truncate(1 << 30)
             disks = [Disk(str(self.image), "raw", "virtio-blk", "none", "threads")]
         nics = [Nic("n0", keyval(("id", "n0"), ("ipv6", False), first="user"))] if self.load == "net" else []
-        job = load_job(self.guest, self.load, self.smp, self.port, self.token)
+        job = load_job(self.guest, self.load, self.smp, self.port, self.token, self.job)
         return VmSpec(guest=self.guest, accel=self.accel, smp=self.smp, job=job,
                       disks=disks, nics=nics, extra_args=extra, wrapper=["taskset", "-c", self.pin] if self.pin else [])
 

@@ -1,0 +1,311 @@
+"""One capture: trace events and latency histograms switched on over the guest's QMP, blockstats at 1 Hz, and
+everything switched back at the end, on SIGINT/SIGTERM, or (after a SIGKILL) by the next ``capture`` or ``doctor``.
+
+Before it changes anything, a capture writes a marker into the work directory naming the QEMU (pid and start
+time, so a reused pid is not mistaken for it), the events it enables and the disks whose histograms it sets;
+:func:`restore_leftovers` reads such markers (kvmtune's own files, still checked) and undoes what they name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from kvmtune.capture.trace import EVENTS, Request, TraceReader, by_device
+from kvmtune.capture.workload import StatsDelta
+from kvmtune.errors import KvmtuneError
+from kvmtune.host.process import read_pid_stat
+from kvmtune.host.root import HostReadError, HostRoot
+from kvmtune.live.sources import Sampler
+from kvmtune.qemu.qmp import Qmp
+
+MARKER_PREFIX = "capture-active-"
+HISTOGRAM_NS = [10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
+READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
+_MARKER = re.compile(r"capture-active-[0-9]{1,10}\.json")
+
+
+def _bounded_int(v: Any, hi: int = 1 << 62) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else 0
+
+
+def blockstats(qmp: Qmp) -> dict[str, dict[str, Any]]:
+    """``query-blockstats`` per disk name (its drive id, else its qdev path), the counters bounded."""
+    out: dict[str, dict[str, Any]] = {}
+    reply = qmp.execute("query-blockstats")
+    for entry in reply if isinstance(reply, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("device") or entry.get("qdev")
+        st = entry.get("stats")
+        if isinstance(name, str) and name and len(name) <= 200 and isinstance(st, dict):
+            out[name] = {"qdev": entry.get("qdev") if isinstance(entry.get("qdev"), str) else None,
+                         "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
+                         **{k: _bounded_int(st.get(k)) for k in (
+                             "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
+                             "wr_bytes", "rd_total_time_ns", "wr_total_time_ns")}}
+    return out
+
+
+def delta(a: dict[str, Any], b: dict[str, Any], seconds: float) -> StatsDelta:
+    def d(k: str) -> int:
+        return max(0, int(b[k]) - int(a[k]))
+    return StatsDelta(seconds, d("rd_operations"), d("wr_operations"), d("flush_operations"), d("unmap_operations"),
+                      d("rd_bytes"), d("wr_bytes"), d("rd_total_time_ns"), d("wr_total_time_ns"))
+
+
+def _starttime(host: HostRoot, pid: int) -> int | None:
+    st = read_pid_stat(host, pid)
+    return None if st is None else st.starttime
+
+
+def _connect(host: HostRoot, pid: int) -> tuple[Sampler, Qmp | None]:
+    """The QMP of the QEMU ``pid``, found and checked as ``top`` and ``why`` find it (its command line's socket,
+    owned by the process's own user)."""
+    for attempt in range(3):  # under TCG a busy guest's main loop may answer the greeting late
+        sampler = Sampler(host, [], only_pids={pid})
+        sampler.snapshot()
+        qmp = sampler.procs.qmp(pid) if sampler.procs is not None else None
+        if qmp is not None or attempt == 2:
+            return sampler, qmp
+        sampler.close()
+        time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def _undo(qmp: Qmp, events: list[str], histograms: list[str]) -> list[str]:
+    done = []
+    for ev in events:
+        with contextlib.suppress(KvmtuneError, OSError, ValueError):
+            qmp.execute("trace-event-set-state", name=ev, enable=False)
+            done.append(f"trace event {ev} off")
+    for dev in histograms:
+        with contextlib.suppress(KvmtuneError, OSError, ValueError):
+            qmp.execute("block-latency-histogram-set", id=dev)
+            done.append(f"latency histogram of {dev} removed")
+    return done
+
+
+def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
+    """Undo what a killed capture left switched on; one line per marker saying what was restored."""
+    out: list[str] = []
+    with contextlib.suppress(OSError):
+        names = sorted(os.listdir(workdir))
+        for name in names:
+            if not _MARKER.fullmatch(name):
+                continue
+            path = workdir / name
+            try:
+                st = path.lstat()
+                if not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid() or st.st_size > 65536:
+                    out.append(f"{path}: not a capture marker of this user; left alone")
+                    continue
+                m = json.loads(path.read_text(encoding="utf-8"))
+                pid, start = m["pid"], m["starttime"]
+                events = [e for e in m["events"] if e in EVENTS]
+                hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
+                if not isinstance(pid, int) or not isinstance(start, int):
+                    raise ValueError("pid")
+            except (OSError, ValueError, KeyError, TypeError):
+                out.append(f"{path}: unreadable capture marker; removed")
+                path.unlink(missing_ok=True)
+                continue
+            if _starttime(host, pid) != start:
+                out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
+                path.unlink(missing_ok=True)
+                continue
+            sampler, qmp = _connect(host, pid)
+            try:
+                if qmp is None:
+                    out.append(f"capture of pid {pid} was killed; its QMP does not answer, so {', '.join(events)} "
+                               "may still be on (marker kept for the next try)")
+                    continue
+                done = _undo(qmp, events, hists)
+                out.append(f"restored after a killed capture of pid {pid}: {'; '.join(done) or 'nothing was on'}")
+                path.unlink(missing_ok=True)
+            finally:
+                sampler.close()
+    return out
+
+
+@dataclass
+class CaptureResult:
+    seconds: float
+    stats: dict[str, StatsDelta]  # per disk, the whole capture
+    per_second: dict[str, list[StatsDelta]]
+    requests: dict[str, list[Request]] | None  # per disk (attributed), None: no per-request events
+    why_not_trace: str = ""
+    notes: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM as Ctrl-C: the ``finally`` that switches the events off runs."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+MATCH = 0.25  # a device pointer's read and write counts within 25 % of a disk's blockstats over the capture
+APART = 0.5  # and every other disk's at least 50 % off
+
+
+def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[dict[str, list[Request]] | None, str]:
+    """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
+    :data:`MATCH`; the capture's first and last seconds make the two differ a little) while every other disk's are
+    :data:`APART`; None and why when that cannot be done reliably."""
+    out: dict[str, list[Request]] = {}
+    for vdev, reqs in by_device(requests).items():
+        reads = sum(1 for r in reqs if not r.write)
+        writes = len(reqs) - reads
+        errors = sorted(((abs(d.rd_ops - reads) + abs(d.wr_ops - writes)) / max(1, d.rd_ops + d.wr_ops, len(reqs)), name)
+                        for name, d in stats.items())
+        if not errors or errors[0][0] > MATCH or (len(errors) > 1 and errors[1][0] < APART):
+            near = ", ".join(f"{name} {e:.0%} off" for e, name in errors[:3])
+            return None, (f"device 0x{vdev:x}'s {len(reqs)} requests do not match one disk's blockstats alone "
+                          f"({near}), so per-request events cannot be put on a disk reliably")
+        if errors[0][1] in out:
+            return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
+        out[errors[0][1]] = reqs
+    return out, ""
+
+
+class Capture:
+    """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events."""
+
+    def __init__(self, host: HostRoot, pid: int, workdir: Path, *, seconds: float, trace: bool,
+                 max_events: int = 2_000_000, tick: Callable[[float], None] = time.sleep,
+                 require_trace: bool = False) -> None:
+        self.require_trace = require_trace
+        self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
+        self.trace, self.max_events, self.tick = trace, max_events, tick
+        self.marker = workdir / f"{MARKER_PREFIX}{os.getpid()}.json"
+
+    def _stderr(self) -> tuple[BinaryIO | None, str]:
+        where = f"/proc/{self.pid}/fd/2"
+        target = self.host.readlink(where)
+        try:
+            fh = self.host.open_regular(where)
+        except HostReadError as exc:
+            return None, (f"its stderr ({target or 'unknown'}) is not a regular file kvmtune can read ({exc.problem}): "
+                          "QEMU's log trace backend writes the events there")
+        fh.seek(0, os.SEEK_END)
+        return fh, ""
+
+    def _events_available(self, qmp: Qmp) -> str:
+        try:
+            reply = qmp.execute("trace-event-get-state", name="virtio_blk_*")
+        except KvmtuneError as exc:
+            return f"QMP trace-event-get-state failed ({exc})"
+        known = {e.get("name"): e.get("state") for e in reply if isinstance(e, dict)} if isinstance(reply, list) else {}
+        missing = [e for e in EVENTS if e not in known]
+        if missing:
+            return f"this QEMU has no trace events {', '.join(missing)}"
+        if any(known[e] == "unavailable" for e in EVENTS):
+            return "its trace events are compiled out (state unavailable)"
+        on = [e for e in EVENTS if known[e] == "enabled"]
+        if on:
+            return f"{', '.join(on)} already enabled by someone else; not taken over"
+        return ""
+
+    def run(self) -> CaptureResult:
+        start = _starttime(self.host, self.pid)
+        if start is None:
+            raise KvmtuneError(f"pid {self.pid}: gone")
+        sampler, qmp = _connect(self.host, self.pid)
+        if qmp is None:
+            sampler.close()
+            raise KvmtuneError(f"pid {self.pid}: no usable QMP socket on its command line; nothing captured")
+        try:
+            return self._run(qmp, start)
+        finally:
+            sampler.close()
+
+    def _loop(self, qmp: Qmp, fh: BinaryIO | None, reader: TraceReader,
+              per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
+        """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
+        (SIGTERM): the first and last blockstats and the seconds between them."""
+        first, t_first = blockstats(qmp), time.monotonic()
+        prev, t_prev = first, t_first
+        with contextlib.suppress(KeyboardInterrupt):
+            while time.monotonic() - t_first < self.seconds and not reader.full:
+                self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
+                now, t_now = blockstats(qmp), time.monotonic()
+                for n in per_second:
+                    if n in now and n in prev:
+                        per_second[n].append(delta(prev[n], now[n], t_now - t_prev))
+                prev, t_prev = now, t_now
+                if fh is not None:
+                    reader.feed(fh.read(READ_CHUNK))
+        return first, prev, t_prev - t_first
+
+    def _run(self, qmp: Qmp, start: int) -> CaptureResult:
+        why_not = ""
+        fh: BinaryIO | None = None
+        if self.trace:
+            why_not = self._events_available(qmp)
+            if not why_not:
+                fh, why_not = self._stderr()
+            if why_not and self.require_trace:
+                raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
+                                   "(--source blockstats records statistics)")
+        first = blockstats(qmp)
+        if not first:
+            raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
+        events = list(EVENTS) if fh is not None else []
+        # block-latency-histogram-set takes the device's qdev id or path, not its drive name
+        hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
+        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events,
+                                           "histograms": hists}))
+        reader = TraceReader(self.pid, self.max_events)
+        per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
+        notes: list[str] = []
+        try:
+            with _signals_raise():
+                for dev in hists:
+                    with contextlib.suppress(KvmtuneError):
+                        qmp.execute("block-latency-histogram-set", id=dev, boundaries=HISTOGRAM_NS)
+                for ev in events:
+                    qmp.execute("trace-event-set-state", name=ev, enable=True)
+                first, prev, seconds = self._loop(qmp, fh, reader, per_second)
+                if reader.full:
+                    notes.append(f"stopped at --max-events {self.max_events} requests")
+        finally:
+            for ev in events:
+                with contextlib.suppress(KvmtuneError, OSError, ValueError):
+                    qmp.execute("trace-event-set-state", name=ev, enable=False)
+            if fh is not None:
+                with contextlib.suppress(OSError):
+                    time.sleep(0.1)
+                    reader.feed(fh.read(READ_CHUNK) + b"\n")
+                fh.close()
+            for dev in hists:
+                with contextlib.suppress(KvmtuneError, OSError, ValueError):
+                    qmp.execute("block-latency-histogram-set", id=dev)
+            self.marker.unlink(missing_ok=True)
+        stats = {n: delta(first[n], prev[n], seconds) for n in first if n in prev}
+        requests = None
+        if fh is not None:
+            if reader.untimed:
+                why_not = (f"{reader.untimed} events came without their PID@time prefix (QEMU runs without -msg "
+                           "timestamp=on): no per-request timing")
+            else:
+                requests, why_not = attribute(reader.requests, stats)
+            if reader.skipped:
+                notes.append(f"{reader.skipped} trace line(s) did not match the event format and were skipped")
+            if reader.dropped:
+                notes.append(f"{reader.dropped} request(s) past --max-events not kept")
+        return CaptureResult(seconds, stats, per_second, requests, why_not, notes)

@@ -1,0 +1,141 @@
+"""``kvmtune capture GUEST``: a running guest's disk I/O, recorded from the host into a ``kvmtune-workload/1`` file."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+from kvmtune.capture.session import Capture, CaptureResult, restore_leftovers
+from kvmtune.capture.workload import SCHEMA, from_stats, from_trace, iolog, load_workload, render
+from kvmtune.cli.command import Command, Outcome, root_option
+from kvmtune.cli.top import DEFAULT_URI
+from kvmtune.domain.connection import libvirt_answers
+from kvmtune.errors import KvmtuneError, UsageError
+from kvmtune.host.root import HostRoot
+from kvmtune.lab.workdir import default_workdir, ensure_dir
+from kvmtune.live.sources import Sampler
+from kvmtune.live.why import find_target
+from kvmtune.textsafe import safe
+
+
+class CaptureCommand(Command):
+    name = "capture"
+    help = "record a running guest's own disk I/O from the host into a workload file (or --show one)"
+    description = (
+        "Record one running guest's disk I/O from the host (a libvirt name or UUID, a QEMU pid, or a QEMU -name, found "
+        "as 'why' finds it) for --seconds, without touching its data and without a guest agent, and write a "
+        f"{SCHEMA} JSON file (-o FILE), with an fio iolog v3 beside it (FILE.iolog) when per-request events were had. "
+        "--source trace enables QEMU's virtio-blk trace events over QMP and reads them from QEMU's stderr (the log "
+        "backend; -msg timestamp=on for timing), switching them off at the end, on Ctrl-C and SIGTERM, and after a "
+        "SIGKILL at the next capture or doctor; --source blockstats reads query-blockstats at 1 Hz (mix, mean size, "
+        "depth by Little's law). This differs from 'capture-host', which copies the files the host audit reads "
+        "(/proc, /sys, /etc) into a fixture tree: 'capture' records what a guest does, not what the host is.")
+
+    def options(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("guest", metavar="GUEST", nargs="?", help="libvirt name or UUID, QEMU pid, or QEMU -name")
+        p.add_argument("--disk", metavar="NAME", help="only this disk (its drive id or qdev as query-blockstats names it)")
+        p.add_argument("--seconds", type=float, default=30.0, metavar="S", help="how long to record (default 30)")
+        p.add_argument("--source", choices=("auto", "trace", "blockstats", "blktrace"), default="auto",
+                       help="trace: per-request QEMU trace events (with blockstats); blockstats: statistics only; "
+                            "auto: trace where QEMU allows, else blockstats (default)")
+        p.add_argument("--max-events", type=int, default=2_000_000, metavar="N",
+                       help="stop after N requests (default 2000000)")
+        p.add_argument("--anonymize", action="store_true", help="shift offsets so the lowest is 0")
+        p.add_argument("-o", "--output", dest="workload_file", type=Path, metavar="FILE",
+                       help="the workload file to write (FILE.iolog beside it with per-request events)")
+        p.add_argument("--show", metavar="FILE", help="print a workload file for a person instead of capturing")
+        p.add_argument("--workdir", type=Path, help=f"where the capture's marker lives (default {default_workdir()})")
+        p.add_argument("--no-libvirt", action="store_true", help="look at QEMU processes only")
+        root_option(p, "read /proc below DIR")
+
+    def check(self, args: argparse.Namespace) -> None:
+        if args.show is not None:
+            return
+        if not args.guest or not args.guest.strip() or any(ord(c) < 32 for c in args.guest):
+            raise UsageError("GUEST: empty, or holds control characters (or give --show FILE)")
+        if not 1.0 <= args.seconds <= 3600:
+            raise UsageError(f"--seconds must be between 1 and 3600, got {args.seconds:g}")
+        if not 1 <= args.max_events <= 50_000_000:
+            raise UsageError(f"--max-events must be between 1 and 50000000, got {args.max_events}")
+        if args.workload_file is None:
+            raise UsageError("-o FILE: where to write the workload file")
+        if args.source == "blktrace":
+            raise UsageError("--source blktrace: not built yet; use trace or blockstats")
+
+    def run(self, args: argparse.Namespace) -> Outcome:
+        if args.show is not None:
+            return Outcome(result=render(load_workload(args.show)))
+        host = HostRoot(args.root)
+        workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
+        restored = restore_leftovers(host, workdir)
+        uris = [] if args.no_libvirt or not host.is_live or not libvirt_answers(DEFAULT_URI) else [DEFAULT_URI]
+        sampler = Sampler(host, uris)
+        try:
+            target = find_target(host, sampler.snapshot(), args.guest)
+        finally:
+            sampler.close()
+        if target.libvirt:
+            raise KvmtuneError(f"{target.name}: a libvirt guest; capturing through the domain log and virsh "
+                               "qemu-monitor-command (which taints it custom-monitor) is not built yet")
+        if target.pid is None:
+            raise KvmtuneError(f"{target.name}: no QEMU pid")
+        cap = Capture(host, target.pid, workdir, seconds=args.seconds, trace=args.source in ("auto", "trace"),
+                      max_events=args.max_events, require_trace=args.source == "trace")
+        result = cap.run()
+        result.restored = restored
+        if args.source == "trace" and result.requests is None:
+            raise KvmtuneError(f"{target.name}: per-request mode refused: {result.why_not_trace}; "
+                               "nothing written (--source blockstats records statistics)")
+        doc, log = workload(target.name, result, args.disk, args.anonymize)
+        write_files(args.workload_file, doc, log)
+        lines = [*restored, f"wrote {args.workload_file}" + (f" and {args.workload_file}.iolog" if log else "")]
+        if result.requests is None and args.source == "auto" and result.why_not_trace:
+            lines.append(f"statistics only: {result.why_not_trace}")
+        lines += result.notes
+        return Outcome(result=render(doc) + "".join(f"{safe(line)}\n" for line in lines))
+
+    def render(self, outcome: Outcome, fmt: str, out: TextIO, *, color: bool) -> None:
+        out.write(str(outcome.result))
+
+
+def workload(guest: str, r: CaptureResult, disk: str | None, anonymize: bool) -> tuple[dict[str, Any], str]:
+    names = [n for n in r.stats if disk is None or n == disk]
+    if disk is not None and not names:
+        raise UsageError(f"--disk {disk}: not one of this guest's disks ({', '.join(sorted(r.stats))})")
+    if disk is None and r.requests is None:  # statistics: the disks that did something
+        names = [n for n in names if r.stats[n].rd_ops + r.stats[n].wr_ops] or names
+    disks, log = [], ""
+    for n in names:
+        if r.requests is not None:
+            reqs = r.requests.get(n, [])
+            if not reqs and disk is None:
+                continue
+            disks.append(from_trace(n, reqs, r.stats[n], anonymize=anonymize))
+            log = log or iolog(n, reqs, anonymize=anonymize)
+        else:
+            disks.append(from_stats(n, r.stats[n], r.per_second.get(n, [])))
+    if not disks:
+        raise KvmtuneError(f"{guest}: no disk did any I/O in {r.seconds:.1f} s; nothing written")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"schema": SCHEMA, "guest": guest, "captured_at": now, "disks": disks}, log
+
+
+def write_files(path: Path, doc: dict[str, Any], log: str) -> None:
+    """The workload file and its iolog, each written whole or not at all."""
+    for target, text in ((path, json.dumps(doc, indent=2) + "\n"), (Path(f"{path}.iolog"), log)):
+        if not text:
+            continue
+        part = target.with_name(f".{target.name}.part{os.getpid()}")
+        try:
+            with open(part, "x", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)
+
+
+COMMANDS = (CaptureCommand,)
