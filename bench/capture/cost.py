@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from measuring import loadavg, measure_lock, spread
+from probe_guest import stop_guest
 
 from kvmtune.qemu.qmp import Qmp
 
@@ -100,13 +99,7 @@ def main() -> None:
                           "uncaptured", flush=True)
             after = loadavg()
     finally:
-        guest.send_signal(signal.SIGINT)
-        try:  # its stdout drained, so that its last lines never block it
-            guest.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            guest.kill()
-            guest.communicate()
-        shutil.rmtree(work, ignore_errors=True)
+        stop_guest(guest, work)
     print(f"job {args.job!r}, {args.rounds} rounds of {args.seconds:g} s, load average {before} -> {after}, "
           f"{os.cpu_count()} CPUs, TCG (emulation figures)")
     for source, rs in ratios.items():

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from probe_guest import stop_guest
 
 from kvmtune.qemu.qmp import Qmp
 
@@ -65,13 +65,7 @@ def run_pattern(job: str, seconds: float, iops: int) -> dict[str, dict[str, Any]
             q.close()
         return {source: capture(name, work, source, seconds) for source in ("trace", "blockstats")}
     finally:
-        guest.send_signal(signal.SIGINT)
-        try:  # its stdout drained, so that its last lines never block it
-            guest.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            guest.kill()
-            guest.communicate()
-        shutil.rmtree(work, ignore_errors=True)
+        stop_guest(guest, work)
 
 
 def fmt(v: Any, nd: int = 2) -> str:
