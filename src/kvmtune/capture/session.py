@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
+from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import EVENTS, Request, TraceReader, by_device
 from kvmtune.capture.workload import StatsDelta
 from kvmtune.errors import KvmtuneError
@@ -33,21 +34,38 @@ READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
 _MARKER = re.compile(r"capture-active-[0-9]{1,10}\.json")
 
 
+class Monitor(Protocol):
+    """A guest's QMP: its own socket (:class:`~kvmtune.qemu.qmp.Qmp`) or through libvirt
+    (:class:`~kvmtune.capture.libvirt.LibvirtMonitor`)."""
+
+    def execute(self, cmd: str, **args: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Lines(Protocol):
+    def read(self, limit: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 def _bounded_int(v: Any, hi: int = 1 << 62) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else 0
 
 
-def blockstats(qmp: Qmp) -> dict[str, dict[str, Any]]:
-    """``query-blockstats`` per disk name (its drive id, else its qdev path), the counters bounded."""
+def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``query-blockstats`` per disk name (a libvirt guest's: its target, found by ``aliases``; else its drive id,
+    else its qdev path), the counters bounded; a name given twice keeps its first entry."""
     out: dict[str, dict[str, Any]] = {}
     reply = qmp.execute("query-blockstats")
     for entry in reply if isinstance(reply, list) else []:
         if not isinstance(entry, dict):
             continue
-        name = entry.get("device") or entry.get("qdev")
+        qdev = entry.get("qdev") if isinstance(entry.get("qdev"), str) else None
+        name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
         st = entry.get("stats")
-        if isinstance(name, str) and name and len(name) <= 200 and isinstance(st, dict):
-            out[name] = {"qdev": entry.get("qdev") if isinstance(entry.get("qdev"), str) else None,
+        if isinstance(name, str) and name and len(name) <= 200 and name not in out and isinstance(st, dict):
+            out[name] = {"qdev": qdev if qdev and len(qdev) <= 200 else None,
                          "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
                          **{k: _bounded_int(st.get(k)) for k in (
                              "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
@@ -81,7 +99,28 @@ def _connect(host: HostRoot, pid: int) -> tuple[Sampler, Qmp | None]:
     raise AssertionError("unreachable")
 
 
-def _undo(qmp: Qmp, events: list[str], histograms: list[str]) -> list[str]:
+def _libvirt_pid(host: HostRoot, name: str) -> int | None:
+    text = (host.read_optional(f"/run/libvirt/qemu/{name}.pid") or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
+
+
+def reach(host: HostRoot, pid: int, lv: LibvirtGuest | None) -> tuple[Monitor | None, Callable[[], None],
+                                                                        dict[str, str] | None, str]:
+    """The QMP of the QEMU ``pid``: its own socket, or through libvirt for a libvirt domain (whose pid file must
+    name that same QEMU). Returns the monitor (None: none), how to let it go, a libvirt guest's disks
+    (alias -> target) and, with no monitor, why."""
+    if lv is None:
+        sampler, qmp = _connect(host, pid)
+        return qmp, sampler.close, None, "" if qmp is not None else "no usable QMP socket on its command line"
+    log_path(lv.name)
+    mon, aliases = lv.open()
+    if _libvirt_pid(host, lv.name) != pid:
+        mon.close()
+        return None, lambda: None, None, f"libvirt domain {lv.name} is no longer QEMU pid {pid}"
+    return mon, mon.close, aliases, ""
+
+
+def _undo(qmp: Monitor, events: list[str], histograms: list[str]) -> list[str]:
     done = []
     for ev in events:
         with contextlib.suppress(KvmtuneError, OSError, ValueError):
@@ -112,9 +151,10 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                 pid, start = m["pid"], m["starttime"]
                 events = [e for e in m["events"] if e in EVENTS]
                 hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
+                lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
                 if not isinstance(pid, int) or not isinstance(start, int):
                     raise ValueError("pid")
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
                 continue
@@ -122,17 +162,22 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
                 path.unlink(missing_ok=True)
                 continue
-            sampler, qmp = _connect(host, pid)
+            try:
+                qmp, close, _, why = reach(host, pid, lv)
+            except KvmtuneError as exc:
+                qmp, close, why = None, lambda: None, str(exc)
             try:
                 if qmp is None:
-                    out.append(f"capture of pid {pid} was killed; its QMP does not answer, so {', '.join(events)} "
-                               "may still be on (marker kept for the next try)")
+                    out.append(f"capture of pid {pid} was killed; its QMP does not answer ({why}), so "
+                               f"{', '.join(events) or 'its latency histograms'} may still be on "
+                               "(marker kept for the next try)")
                     continue
                 done = _undo(qmp, events, hists)
-                out.append(f"restored after a killed capture of pid {pid}: {'; '.join(done) or 'nothing was on'}")
+                via = f" (libvirt domain {lv.name})" if lv is not None else ""
+                out.append(f"restored after a killed capture of pid {pid}{via}: {'; '.join(done) or 'nothing was on'}")
                 path.unlink(missing_ok=True)
             finally:
-                sampler.close()
+                close()
     return out
 
 
@@ -184,17 +229,26 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
 
 
 class Capture:
-    """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events."""
+    """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events.
+    ``libvirt``: the QEMU is that libvirt domain's, reached through libvirt and read in its log."""
 
     def __init__(self, host: HostRoot, pid: int, workdir: Path, *, seconds: float, trace: bool,
                  max_events: int = 2_000_000, tick: Callable[[float], None] = time.sleep,
-                 require_trace: bool = False) -> None:
-        self.require_trace = require_trace
+                 require_trace: bool = False, libvirt: LibvirtGuest | None = None) -> None:
+        self.require_trace, self.libvirt = require_trace, libvirt
+        self.aliases: dict[str, str] | None = None
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
         self.marker = workdir / f"{MARKER_PREFIX}{os.getpid()}.json"
 
-    def _stderr(self) -> tuple[BinaryIO | None, str]:
+    def _stderr(self) -> tuple[Lines | None, str]:
+        if self.libvirt is not None:
+            where = log_path(self.libvirt.name)
+            try:
+                return LogFollower(self.host, where), ""
+            except HostReadError as exc:
+                return None, (f"its log {where} is not a regular file kvmtune can read ({exc.problem}): QEMU's log "
+                              "trace backend writes the events to its stderr, which libvirt's virtlogd writes there")
         where = f"/proc/{self.pid}/fd/2"
         target = self.host.readlink(where)
         try:
@@ -205,7 +259,7 @@ class Capture:
         fh.seek(0, os.SEEK_END)
         return fh, ""
 
-    def _events_available(self, qmp: Qmp) -> str:
+    def _events_available(self, qmp: Monitor) -> str:
         try:
             reply = qmp.execute("trace-event-get-state", name="virtio_blk_*")
         except KvmtuneError as exc:
@@ -225,25 +279,25 @@ class Capture:
         start = _starttime(self.host, self.pid)
         if start is None:
             raise KvmtuneError(f"pid {self.pid}: gone")
-        sampler, qmp = _connect(self.host, self.pid)
+        qmp, close, self.aliases, why = reach(self.host, self.pid, self.libvirt)
         if qmp is None:
-            sampler.close()
-            raise KvmtuneError(f"pid {self.pid}: no usable QMP socket on its command line; nothing captured")
+            close()
+            raise KvmtuneError(f"pid {self.pid}: {why}; nothing captured")
         try:
             return self._run(qmp, start)
         finally:
-            sampler.close()
+            close()
 
-    def _loop(self, qmp: Qmp, fh: BinaryIO | None, reader: TraceReader,
+    def _loop(self, qmp: Monitor, fh: Lines | None, reader: TraceReader,
               per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
         """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
         (SIGTERM): the first and last blockstats and the seconds between them."""
-        first, t_first = blockstats(qmp), time.monotonic()
+        first, t_first = blockstats(qmp, self.aliases), time.monotonic()
         prev, t_prev = first, t_first
         with contextlib.suppress(KeyboardInterrupt):
             while time.monotonic() - t_first < self.seconds and not reader.full:
                 self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
-                now, t_now = blockstats(qmp), time.monotonic()
+                now, t_now = blockstats(qmp, self.aliases), time.monotonic()
                 for n in per_second:
                     if n in now and n in prev:
                         per_second[n].append(delta(prev[n], now[n], t_now - t_prev))
@@ -252,9 +306,9 @@ class Capture:
                     reader.feed(fh.read(READ_CHUNK))
         return first, prev, t_prev - t_first
 
-    def _run(self, qmp: Qmp, start: int) -> CaptureResult:
+    def _run(self, qmp: Monitor, start: int) -> CaptureResult:
         why_not = ""
-        fh: BinaryIO | None = None
+        fh: Lines | None = None
         if self.trace:
             why_not = self._events_available(qmp)
             if not why_not:
@@ -262,14 +316,14 @@ class Capture:
             if why_not and self.require_trace:
                 raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
                                    "(--source blockstats records statistics)")
-        first = blockstats(qmp)
+        first = blockstats(qmp, self.aliases)
         if not first:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
         events = list(EVENTS) if fh is not None else []
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
-        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events,
-                                           "histograms": hists}))
+        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events, "histograms": hists,
+                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})}))
         reader = TraceReader(self.pid, self.max_events)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []

@@ -1,0 +1,147 @@
+"""kvmtune capture of a libvirt guest, against the real libvirtd the suite starts (scripts/services.sh), TCG.
+
+The probe guest runs as a libvirt domain with two virtio disks (vda under a planted fio pattern, vdb idle). Its QMP is
+reached through libvirt (virDomainQemuMonitorCommand), its trace events read from its log in /var/log/libvirt/qemu,
+its disks named by target. vda is throttled to 600 IOPS through libvirt (blkdeviotune) for the reason
+test_capture_integration.py gives: under TCG QEMU otherwise completes each request before the guest sends the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmtune.lab.guest import GuestBuilder
+from kvmtune.lab.loadguest import load_job, parse_job
+from kvmtune.runner import Runner
+
+pytestmark = pytest.mark.integration
+
+JOB = "rw=randrw rwmixread=70 bs=16k iodepth=8"
+DOMAIN = """<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>512</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
+  <features><acpi/></features>
+  <sysinfo type='fwcfg'><entry name='opt/kvmtune/job' file='{job}'/></sysinfo>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{image}'/><target dev='vda' bus='virtio'/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{idle}'/><target dev='vdb' bus='virtio'/></disk>
+    <serial type='file'><source path='{serial}'/></serial>
+    <memballoon model='none'/>
+  </devices>
+  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
+</domain>"""
+
+
+def kvmtune(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, env=os.environ,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def domain(tmp_path_factory: pytest.TempPathFactory, libvirt_uri: str) -> Iterator[tuple[str, Any, Path]]:
+    import libvirt
+
+    work = tmp_path_factory.mktemp("capture-libvirt")
+    guest = GuestBuilder(work, Runner()).build()
+    name = f"kvmtune-capture-{uuid.uuid4().hex[:8]}"
+    job = work / "job.sh"
+    job.write_text(load_job(guest, "disk", 1, job=parse_job(JOB)))
+    for disk in ("vda.raw", "vdb.raw"):
+        with open(work / disk, "wb") as fh:
+            fh.truncate(256 << 20)
+    serial = work / "serial.log"
+    conn = libvirt.open(libvirt_uri)
+    dom = None
+    try:
+        dom = conn.createXML(DOMAIN.format(name=name, kernel=guest.vmlinux or guest.kernel, initrd=guest.initrd,
+                                           job=job, image=work / "vda.raw", idle=work / "vdb.raw", serial=serial), 0)
+        deadline = time.monotonic() + 120
+        while b"KVMTUNE-JOB-START" not in (console := serial.read_bytes() if serial.exists() else b""):
+            assert time.monotonic() < deadline and b"KVMTUNE-POWEROFF" not in console, \
+                f"the guest's job never started: {console[-400:]!r}"
+            time.sleep(0.5)
+        dom.setBlockIoTune("vda", {"total_iops_sec": 600}, 0)
+        yield name, dom, work
+    finally:
+        if dom is not None:
+            try:
+                dom.destroy()
+            except libvirt.libvirtError:
+                pass
+        conn.close()
+        Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def trace_states(dom: Any) -> dict[str, str]:
+    import libvirt_qemu
+
+    reply = json.loads(libvirt_qemu.qemuMonitorCommand(
+        dom, json.dumps({"execute": "trace-event-get-state", "arguments": {"name": "virtio_blk_*"}}), 0))
+    return {e["name"]: e["state"] for e in reply["return"]}
+
+
+def test_a_libvirt_guest_is_captured_by_target_through_libvirt_and_its_log(domain: tuple[str, Any, Path]) -> None:
+    name, dom, work = domain
+    out = work / "trace.json"
+    done = kvmtune("capture", name, "--disk", "vda", "--workdir", str(work), "--seconds", "8", "--source", "trace",
+                   "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    (disk,) = json.loads(out.read_text())["disks"]
+    assert disk["target"] == "vda" and disk["source"] == "trace"
+    assert 0.65 <= disk["read_fraction"] <= 0.75, disk
+    assert disk["size_bytes"]["p50"] == 16384
+    assert disk["sequential_fraction"] < 0.2
+    assert 4 <= disk["queue_depth"]["mean"] <= 12, disk["queue_depth"]
+    assert "tainted custom-monitor" in done.stdout
+    assert "custom-monitor" in Path(f"/var/log/libvirt/qemu/{name}.log").read_text(errors="replace")
+    assert set(trace_states(dom).values()) == {"disabled"}  # switched off at the end
+    stats = work / "stats.json"
+    done = kvmtune("capture", name, "--workdir", str(work), "--seconds", "4", "--source", "blockstats", "-o", str(stats))
+    assert done.returncode == 0, done.stderr
+    (sdisk,) = json.loads(stats.read_text())["disks"]  # vdb did nothing, so only vda is written
+    assert sdisk["target"] == "vda" and abs(sdisk["read_fraction"] - disk["read_fraction"]) <= 0.07
+    bad = kvmtune("capture", name, "--disk", "d0", "--workdir", str(work), "--seconds", "1", "--source", "blockstats",
+                  "-o", str(work / "no.json"))
+    assert bad.returncode != 0 and "--disk d0: not one of this guest's disks (vda, vdb)" in bad.stderr
+    assert not (work / "no.json").exists()
+
+
+def test_a_sigkilled_libvirt_capture_is_undone_through_libvirt_by_the_next_doctor(domain: tuple[str, Any, Path]) -> None:
+    name, dom, work = domain
+    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--workdir", str(work), "--seconds",
+                             "30", "--source", "trace", "-o", str(work / "killed.json")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+    deadline = time.monotonic() + 30
+    while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (marker,) = work.glob("capture-active-*.json")
+    assert json.loads(marker.read_text())["libvirt"]["name"] == name
+    time.sleep(3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert trace_states(dom)["virtio_blk_rw_complete"] == "enabled"
+    done = kvmtune("doctor", "--workdir", str(work), "--format", "json")
+    restored = [c["detail"] for c in json.loads(done.stdout)["checks"] if c["what"] == "capture leftovers"]
+    assert len(restored) == 1 and f"(libvirt domain {name})" in restored[0], done.stdout
+    assert "trace event virtio_blk_rw_complete off" in restored[0]
+    assert set(trace_states(dom).values()) == {"disabled"}
+    assert not list(work.glob("capture-active-*.json"))
