@@ -8,6 +8,7 @@ test_capture_integration.py gives: under TCG QEMU otherwise completes each reque
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,11 +39,7 @@ DOMAIN = """<domain type='qemu'>
   <features><acpi/></features>
   <sysinfo type='fwcfg'><entry name='opt/kvmtune/job' file='{job}'/></sysinfo>
   <on_poweroff>destroy</on_poweroff>
-  <devices>
-    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
-      <source file='{image}'/><target dev='vda' bus='virtio'/></disk>
-    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
-      <source file='{idle}'/><target dev='vdb' bus='virtio'/></disk>
+  <devices>{disks}
     <serial type='file'><source path='{serial}'/></serial>
     <memballoon model='none'/>
   </devices>
@@ -50,35 +47,55 @@ DOMAIN = """<domain type='qemu'>
 </domain>"""
 
 
+VIRTIO = """
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{work}/vda.raw'/><target dev='vda' bus='virtio'/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{work}/vdb.raw'/><target dev='vdb' bus='virtio'/></disk>"""
+SCSI = """
+    <controller type='scsi' index='0' model='virtio-scsi'/>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{work}/sda.raw'/><target dev='sda' bus='scsi'/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='threads'/>
+      <source file='{work}/vdb.raw'/><target dev='vdb' bus='virtio'/></disk>"""
+
+
 def kvmtune(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, env=os.environ,
                           timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def domain(tmp_path_factory: pytest.TempPathFactory, libvirt_uri: str) -> Iterator[tuple[str, Any, Path]]:
+@contextlib.contextmanager
+def running(work: Path, libvirt_uri: str, disks: str, busy: str, idle: str) -> Iterator[tuple[str, Any, Path]]:
+    """A libvirt domain of the probe guest with ``disks``, fio's planted pattern on ``busy`` (throttled; its target
+    and its name in the guest), once the guest also sees ``idle`` (its name in the guest, which libvirt's target
+    need not be: the guest names its virtio disks in the order it finds them)."""
     import libvirt
 
-    work = tmp_path_factory.mktemp("capture-libvirt")
     guest = GuestBuilder(work, Runner()).build()
     name = f"kvmtune-capture-{uuid.uuid4().hex[:8]}"
     job = work / "job.sh"
-    job.write_text(load_job(guest, "disk", 1, job=parse_job(JOB)))
-    for disk in ("vda.raw", "vdb.raw"):
-        with open(work / disk, "wb") as fh:
+    wait = "while [ ! -b /dev/vda ]; do sleep 0.1; done\n"
+    text = load_job(guest, "disk", 1, job=parse_job(JOB))
+    assert wait in text
+    # every disk there and scanned for partitions (late under TCG) before fio starts on the busy one
+    job.write_text(text.replace(wait, f"while [ ! -b /dev/{busy} ] || [ ! -b /dev/{idle} ]; do sleep 0.1; done\nsleep 2\n")
+                   .replace("/dev/vda", f"/dev/{busy}"))
+    for image in ("vda.raw", "vdb.raw", "sda.raw"):
+        with open(work / image, "wb") as fh:
             fh.truncate(256 << 20)
     serial = work / "serial.log"
     conn = libvirt.open(libvirt_uri)
     dom = None
     try:
         dom = conn.createXML(DOMAIN.format(name=name, kernel=guest.vmlinux or guest.kernel, initrd=guest.initrd,
-                                           job=job, image=work / "vda.raw", idle=work / "vdb.raw", serial=serial), 0)
+                                           job=job, disks=disks.format(work=work), serial=serial), 0)
         deadline = time.monotonic() + 120
         while b"KVMTUNE-JOB-START" not in (console := serial.read_bytes() if serial.exists() else b""):
             assert time.monotonic() < deadline and b"KVMTUNE-POWEROFF" not in console, \
                 f"the guest's job never started: {console[-400:]!r}"
             time.sleep(0.5)
-        dom.setBlockIoTune("vda", {"total_iops_sec": 600}, 0)
+        dom.setBlockIoTune(busy, {"total_iops_sec": 600}, 0)
         yield name, dom, work
     finally:
         if dom is not None:
@@ -89,6 +106,12 @@ def domain(tmp_path_factory: pytest.TempPathFactory, libvirt_uri: str) -> Iterat
         conn.close()
         Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def domain(tmp_path_factory: pytest.TempPathFactory, libvirt_uri: str) -> Iterator[tuple[str, Any, Path]]:
+    with running(tmp_path_factory.mktemp("capture-libvirt"), libvirt_uri, VIRTIO, "vda", "vdb") as d:
+        yield d
 
 
 def trace_states(dom: Any) -> dict[str, str]:
@@ -145,3 +168,23 @@ def test_a_sigkilled_libvirt_capture_is_undone_through_libvirt_by_the_next_docto
     assert "trace event virtio_blk_rw_complete off" in restored[0]
     assert set(trace_states(dom).values()) == {"disabled"}
     assert not list(work.glob("capture-active-*.json"))
+
+
+def test_a_scsi_disk_behind_virtio_scsi_is_traced_by_target_and_lun(tmp_path: Path, libvirt_uri: str) -> None:
+    """scsi-hd has no event naming a device: its requests are paired by (scsi-id, lun, tag) from QEMU's generic SCSI
+    events and put on sda by its blockstats, beside an idle virtio-blk vdb."""
+    with running(tmp_path / "scsi", libvirt_uri, SCSI, "sda", "vda") as (name, dom, work):
+        out = work / "scsi.json"
+        done = kvmtune("capture", name, "--workdir", str(work), "--seconds", "8", "--source", "trace", "-o", str(out))
+        assert done.returncode == 0, (done.stderr, (work / "serial.log").read_bytes()[-600:])
+        (disk,) = json.loads(out.read_text())["disks"]  # the idle vdb had no request to put on it
+        assert disk["target"] == "sda" and disk["source"] == "trace", disk
+        assert 0.65 <= disk["read_fraction"] <= 0.75, disk
+        assert disk["size_bytes"]["p50"] == 16384 and disk["sequential_fraction"] < 0.2
+        assert 4 <= disk["queue_depth"]["mean"] <= 12, disk["queue_depth"]
+        assert (work / "scsi.json.iolog").read_text().startswith("fio version 3 iolog\n")
+        import libvirt_qemu
+
+        reply = json.loads(libvirt_qemu.qemuMonitorCommand(
+            dom, json.dumps({"execute": "trace-event-get-state", "arguments": {"name": "scsi_req_*"}}), 0))
+        assert {e["state"] for e in reply["return"]} == {"disabled"}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
-from kvmtune.capture.trace import EVENTS, Request, TraceReader, by_device
+from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.process import read_pid_stat
@@ -149,7 +149,7 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                     continue
                 m = json.loads(path.read_text(encoding="utf-8"))
                 pid, start = m["pid"], m["starttime"]
-                events = [e for e in m["events"] if e in EVENTS]
+                events = [e for e in m["events"] if e in ALL_EVENTS]
                 hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
                 lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
                 if not isinstance(pid, int) or not isinstance(start, int):
@@ -220,7 +220,7 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
                         for name, d in stats.items())
         if not errors or errors[0][0] > MATCH or (len(errors) > 1 and errors[1][0] < APART):
             near = ", ".join(f"{name} {e:.0%} off" for e, name in errors[:3])
-            return None, (f"device 0x{vdev:x}'s {len(reqs)} requests do not match one disk's blockstats alone "
+            return None, (f"{device_name(vdev)}'s {len(reqs)} requests do not match one disk's blockstats alone "
                           f"({near}), so per-request events cannot be put on a disk reliably")
         if errors[0][1] in out:
             return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
@@ -259,21 +259,54 @@ class Capture:
         fh.seek(0, os.SEEK_END)
         return fh, ""
 
-    def _events_available(self, qmp: Monitor) -> str:
-        try:
-            reply = qmp.execute("trace-event-get-state", name="virtio_blk_*")
-        except KvmtuneError as exc:
-            return f"QMP trace-event-get-state failed ({exc})"
-        known = {e.get("name"): e.get("state") for e in reply if isinstance(e, dict)} if isinstance(reply, list) else {}
-        missing = [e for e in EVENTS if e not in known]
-        if missing:
-            return f"this QEMU has no trace events {', '.join(missing)}"
-        if any(known[e] == "unavailable" for e in EVENTS):
-            return "its trace events are compiled out (state unavailable)"
-        on = [e for e in EVENTS if known[e] == "enabled"]
-        if on:
-            return f"{', '.join(on)} already enabled by someone else; not taken over"
-        return ""
+    def _events_available(self, qmp: Monitor) -> tuple[list[str], str]:
+        """The events to enable (virtio-blk's, and the SCSI layer's where this QEMU has them), or why none."""
+        out: list[str] = []
+        why = ""
+        for family, pattern in ((EVENTS, "virtio_blk_*"), (SCSI_EVENTS, "scsi_req_*")):
+            try:
+                reply = qmp.execute("trace-event-get-state", name=pattern)
+            except KvmtuneError as exc:
+                return [], f"QMP trace-event-get-state failed ({exc})"
+            known = ({e.get("name"): e.get("state") for e in reply if isinstance(e, dict)}
+                     if isinstance(reply, list) else {})
+            on = [e for e in family if known.get(e) == "enabled"]
+            if on:
+                return [], f"{', '.join(on)} already enabled by someone else; not taken over"
+            missing = [e for e in family if e not in known]
+            if missing:
+                why = why or f"this QEMU has no trace events {', '.join(missing)}"
+            elif any(known[e] == "unavailable" for e in family):
+                why = why or "its trace events are compiled out (state unavailable)"
+            else:
+                out += family
+        return out, "" if out else why
+
+    def _scsi_layout(self, qmp: Monitor, disks: dict[str, dict[str, Any]]) -> tuple[dict[tuple[int, int], int], str]:
+        """Each SCSI disk's (scsi-id, lun) -> logical block size, over ``qom-get``; why not when two of them share a
+        (scsi-id, lun) (on two buses or channels: the SCSI events name neither)."""
+        out: dict[tuple[int, int], int] = {}
+        seen: dict[tuple[int, int], str] = {}
+        for name, st in disks.items():
+            qdev = st["qdev"]
+            try:
+                kind = qmp.execute("qom-get", path=qdev, property="type") if qdev else None
+                if not isinstance(kind, str) or not kind.startswith("scsi-"):
+                    continue
+                sid, lun, bs = (qmp.execute("qom-get", path=qdev, property=p)
+                                for p in ("scsi-id", "lun", "logical_block_size"))
+            except KvmtuneError:
+                continue
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 0xFFFF for v in (sid, lun)):
+                return {}, f"SCSI disk {name}: qom-get gave scsi-id {sid!r} lun {lun!r}"
+            key = (sid, lun)
+            if key in seen:
+                return {}, (f"SCSI disks {seen[key]} and {name} share scsi-id {sid} lun {lun} (on two buses or "
+                            "channels) and QEMU's SCSI trace events name no bus, so their requests cannot be told apart")
+            seen[key] = name
+            ok = isinstance(bs, int) and not isinstance(bs, bool) and 512 <= bs <= 65536 and bs & (bs - 1) == 0
+            out[key] = bs if ok else 512
+        return out, ""
 
     def run(self) -> CaptureResult:
         start = _starttime(self.host, self.pid)
@@ -306,25 +339,36 @@ class Capture:
                     reader.feed(fh.read(READ_CHUNK))
         return first, prev, t_prev - t_first
 
+    def _prepare_trace(self, qmp: Monitor) -> tuple[Lines | None, list[str], dict[tuple[int, int], int], str]:
+        """Where the events will be read, which to enable, the SCSI disks' block sizes; or why per-request mode
+        cannot be had (refused with --source trace)."""
+        events, why_not = self._events_available(qmp)
+        scsi: dict[tuple[int, int], int] = {}
+        fh: Lines | None = None
+        if not why_not:
+            scsi, why_not = self._scsi_layout(qmp, blockstats(qmp, self.aliases))
+        if not why_not:
+            fh, why_not = self._stderr()
+        if why_not and self.require_trace:
+            raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
+                               "(--source blockstats records statistics)")
+        return fh, events if fh is not None else [], scsi, why_not
+
     def _run(self, qmp: Monitor, start: int) -> CaptureResult:
         why_not = ""
         fh: Lines | None = None
+        events: list[str] = []
+        scsi: dict[tuple[int, int], int] = {}
         if self.trace:
-            why_not = self._events_available(qmp)
-            if not why_not:
-                fh, why_not = self._stderr()
-            if why_not and self.require_trace:
-                raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
-                                   "(--source blockstats records statistics)")
+            fh, events, scsi, why_not = self._prepare_trace(qmp)
         first = blockstats(qmp, self.aliases)
         if not first:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
-        events = list(EVENTS) if fh is not None else []
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
         self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events, "histograms": hists,
                                            **({"libvirt": self.libvirt.marker()} if self.libvirt else {})}))
-        reader = TraceReader(self.pid, self.max_events)
+        reader = TraceReader(self.pid, self.max_events, scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
         try:
