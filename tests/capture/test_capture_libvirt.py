@@ -188,3 +188,23 @@ def test_a_scsi_disk_behind_virtio_scsi_is_traced_by_target_and_lun(tmp_path: Pa
         reply = json.loads(libvirt_qemu.qemuMonitorCommand(
             dom, json.dumps({"execute": "trace-event-get-state", "arguments": {"name": "scsi_req_*"}}), 0))
         assert {e["state"] for e in reply["return"]} == {"disabled"}
+
+
+def test_a_domain_destroyed_during_a_capture_ends_it_with_one_line_and_nothing_written(tmp_path: Path,
+                                                                                       libvirt_uri: str) -> None:
+    with running(tmp_path / "gone", libvirt_uri, VIRTIO, "vda", "vdb") as (name, dom, work):
+        out = work / "gone.json"
+        proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--workdir", str(work), "--seconds",
+                                 "30", "--source", "trace", "-o", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+        deadline = time.monotonic() + 30
+        while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
+        dom.destroy()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("kvmtune: ") and "Traceback" not in err and "the capture broke off" in err, err
+        assert "nothing written" in err
+        assert not out.exists() and not list(work.glob(".gone.json.part*"))
+        assert not list(work.glob("capture-active-*.json"))  # that QEMU is gone: nothing left to restore

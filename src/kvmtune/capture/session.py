@@ -378,7 +378,10 @@ class Capture:
                         qmp.execute("block-latency-histogram-set", id=dev, boundaries=HISTOGRAM_NS)
                 for ev in events:
                     qmp.execute("trace-event-set-state", name=ev, enable=True)
-                first, prev, seconds = self._loop(qmp, fh, reader, per_second)
+                try:
+                    first, prev, seconds = self._loop(qmp, fh, reader, per_second)
+                except KvmtuneError as exc:  # the guest went away (or its monitor did) mid-capture
+                    raise KvmtuneError(f"pid {self.pid}: the capture broke off: {exc}; nothing written") from None
                 if reader.full:
                     notes.append(f"stopped at --max-events {self.max_events} requests")
         finally:
