@@ -189,3 +189,31 @@ def test_a_log_replaced_by_a_symlink_at_rotation_is_not_followed(tmp_path: Path)
     (d / "g.log").symlink_to(tmp_path / "elsewhere")
     assert f.read(1 << 20) == b"" and f.rotations == 0
     f.close()
+
+
+def test_a_marker_whose_domain_no_longer_runs_that_qemu_is_kept_and_nothing_is_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The QEMU the capture changed still runs (pid and start time match: here this test's own process), but the
+    domain's pid file names another (or none): a restarted domain. Nothing is sent to the domain's new QEMU and the
+    marker stays for the next try."""
+    from kvmtune.host.process import read_pid_stat
+
+    sent: list[str] = []
+
+    class Monitor:
+        def execute(self, cmd: str, **args: Any) -> Any:
+            sent.append(cmd)
+
+        def close(self) -> None:
+            sent.append("close")
+
+    monkeypatch.setattr(LibvirtGuest, "open", lambda self: (Monitor(), {}))
+    st = read_pid_stat(HostRoot(), os.getpid())
+    assert st is not None
+    name = f"kvmtune-no-such-domain-{os.getpid()}"
+    marker = tmp_path / "capture-active-9.json"
+    marker.write_text(json.dumps({"pid": os.getpid(), "starttime": st.starttime, "events": ["virtio_blk_rw_complete"],
+                                  "histograms": [], "libvirt": LibvirtGuest("qemu:///system", UUID, name).marker()}))
+    (line,) = restore_leftovers(HostRoot(), tmp_path)
+    assert f"libvirt domain {name} is no longer QEMU pid {os.getpid()}" in line and "marker kept" in line
+    assert sent == ["close"] and marker.exists()
