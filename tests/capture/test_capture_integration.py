@@ -157,3 +157,38 @@ def test_the_next_capture_undoes_a_sigkilled_one_and_says_so(loaded: tuple[str, 
     events, stats = qmp_state(work, name)
     assert set(events.values()) == {"disabled"}
     assert not any("rd_latency_histogram" in s["stats"] for s in stats)
+
+
+def set_event(work: Path, name: str, event: str, enable: bool) -> None:
+    (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
+    q = Qmp(qmp_path, timeout=10)
+    try:
+        q.execute("trace-event-set-state", name=event, enable=enable)
+    finally:
+        q.close()
+
+
+def test_auto_falls_back_to_blockstats_when_the_events_are_not_to_be_had_and_says_why(loaded: tuple[str, Path]) -> None:
+    """Someone else (here the test, over the guest's QMP) has an event on: capture does not take it over. --source
+    auto records statistics and says why, --source trace refuses and writes nothing, and the event stays as found."""
+    name, work = loaded
+    set_event(work, name, "virtio_blk_handle_read", True)
+    try:
+        out = work / "auto.json"
+        done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "3", "-o", str(out))
+        assert done.returncode == 0, done.stderr
+        assert ("statistics only: virtio_blk_handle_read already enabled by someone else; not taken over"
+                in done.stdout), done.stdout
+        (disk,) = json.loads(out.read_text())["disks"]
+        assert disk["source"] == "blockstats" and 0.6 <= disk["read_fraction"] <= 0.8, disk
+        assert disk["size_bytes"]["p50"] is None and not (work / "auto.json.iolog").exists()
+        refused = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "3", "--source",
+                          "trace", "-o", str(work / "refused.json"))
+        assert refused.returncode != 0 and "per-request mode refused" in refused.stderr, refused.stderr
+        assert not (work / "refused.json").exists()
+        events, _ = qmp_state(work, name)
+        assert events["virtio_blk_handle_read"] == "enabled"  # as found: not taken over, not switched off
+        assert events["virtio_blk_handle_write"] == events["virtio_blk_rw_complete"] == "disabled"
+        assert not list(work.glob("capture-active-*.json"))
+    finally:
+        set_event(work, name, "virtio_blk_handle_read", False)

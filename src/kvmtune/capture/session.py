@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
-from kvmtune.capture.trace import EVENTS, Request, TraceReader, by_device
+from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
+from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.process import read_pid_stat
@@ -33,21 +34,38 @@ READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
 _MARKER = re.compile(r"capture-active-[0-9]{1,10}\.json")
 
 
+class Monitor(Protocol):
+    """A guest's QMP: its own socket (:class:`~kvmtune.qemu.qmp.Qmp`) or through libvirt
+    (:class:`~kvmtune.capture.libvirt.LibvirtMonitor`)."""
+
+    def execute(self, cmd: str, **args: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Lines(Protocol):
+    def read(self, limit: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 def _bounded_int(v: Any, hi: int = 1 << 62) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else 0
 
 
-def blockstats(qmp: Qmp) -> dict[str, dict[str, Any]]:
-    """``query-blockstats`` per disk name (its drive id, else its qdev path), the counters bounded."""
+def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``query-blockstats`` per disk name (a libvirt guest's: its target, found by ``aliases``; else its drive id,
+    else its qdev path), the counters bounded; a name given twice keeps its first entry."""
     out: dict[str, dict[str, Any]] = {}
     reply = qmp.execute("query-blockstats")
     for entry in reply if isinstance(reply, list) else []:
         if not isinstance(entry, dict):
             continue
-        name = entry.get("device") or entry.get("qdev")
+        qdev = entry.get("qdev") if isinstance(entry.get("qdev"), str) else None
+        name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
         st = entry.get("stats")
-        if isinstance(name, str) and name and len(name) <= 200 and isinstance(st, dict):
-            out[name] = {"qdev": entry.get("qdev") if isinstance(entry.get("qdev"), str) else None,
+        if isinstance(name, str) and name and len(name) <= 200 and name not in out and isinstance(st, dict):
+            out[name] = {"qdev": qdev if qdev and len(qdev) <= 200 else None,
                          "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
                          **{k: _bounded_int(st.get(k)) for k in (
                              "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
@@ -81,7 +99,28 @@ def _connect(host: HostRoot, pid: int) -> tuple[Sampler, Qmp | None]:
     raise AssertionError("unreachable")
 
 
-def _undo(qmp: Qmp, events: list[str], histograms: list[str]) -> list[str]:
+def _libvirt_pid(host: HostRoot, name: str) -> int | None:
+    text = (host.read_optional(f"/run/libvirt/qemu/{name}.pid") or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
+
+
+def reach(host: HostRoot, pid: int, lv: LibvirtGuest | None) -> tuple[Monitor | None, Callable[[], None],
+                                                                        dict[str, str] | None, str]:
+    """The QMP of the QEMU ``pid``: its own socket, or through libvirt for a libvirt domain (whose pid file must
+    name that same QEMU). Returns the monitor (None: none), how to let it go, a libvirt guest's disks
+    (alias -> target) and, with no monitor, why."""
+    if lv is None:
+        sampler, qmp = _connect(host, pid)
+        return qmp, sampler.close, None, "" if qmp is not None else "no usable QMP socket on its command line"
+    log_path(lv.name)
+    mon, aliases = lv.open()
+    if _libvirt_pid(host, lv.name) != pid:
+        mon.close()
+        return None, lambda: None, None, f"libvirt domain {lv.name} is no longer QEMU pid {pid}"
+    return mon, mon.close, aliases, ""
+
+
+def _undo(qmp: Monitor, events: list[str], histograms: list[str]) -> list[str]:
     done = []
     for ev in events:
         with contextlib.suppress(KvmtuneError, OSError, ValueError):
@@ -110,11 +149,12 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                     continue
                 m = json.loads(path.read_text(encoding="utf-8"))
                 pid, start = m["pid"], m["starttime"]
-                events = [e for e in m["events"] if e in EVENTS]
+                events = [e for e in m["events"] if e in ALL_EVENTS]
                 hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
+                lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
                 if not isinstance(pid, int) or not isinstance(start, int):
                     raise ValueError("pid")
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
                 continue
@@ -122,17 +162,22 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
                 path.unlink(missing_ok=True)
                 continue
-            sampler, qmp = _connect(host, pid)
+            try:
+                qmp, close, _, why = reach(host, pid, lv)
+            except KvmtuneError as exc:
+                qmp, close, why = None, lambda: None, str(exc)
             try:
                 if qmp is None:
-                    out.append(f"capture of pid {pid} was killed; its QMP does not answer, so {', '.join(events)} "
-                               "may still be on (marker kept for the next try)")
+                    out.append(f"capture of pid {pid} was killed; its QMP does not answer ({why}), so "
+                               f"{', '.join(events) or 'its latency histograms'} may still be on "
+                               "(marker kept for the next try)")
                     continue
                 done = _undo(qmp, events, hists)
-                out.append(f"restored after a killed capture of pid {pid}: {'; '.join(done) or 'nothing was on'}")
+                via = f" (libvirt domain {lv.name})" if lv is not None else ""
+                out.append(f"restored after a killed capture of pid {pid}{via}: {'; '.join(done) or 'nothing was on'}")
                 path.unlink(missing_ok=True)
             finally:
-                sampler.close()
+                close()
     return out
 
 
@@ -175,7 +220,7 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
                         for name, d in stats.items())
         if not errors or errors[0][0] > MATCH or (len(errors) > 1 and errors[1][0] < APART):
             near = ", ".join(f"{name} {e:.0%} off" for e, name in errors[:3])
-            return None, (f"device 0x{vdev:x}'s {len(reqs)} requests do not match one disk's blockstats alone "
+            return None, (f"{device_name(vdev)}'s {len(reqs)} requests do not match one disk's blockstats alone "
                           f"({near}), so per-request events cannot be put on a disk reliably")
         if errors[0][1] in out:
             return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
@@ -184,17 +229,26 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
 
 
 class Capture:
-    """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events."""
+    """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events.
+    ``libvirt``: the QEMU is that libvirt domain's, reached through libvirt and read in its log."""
 
     def __init__(self, host: HostRoot, pid: int, workdir: Path, *, seconds: float, trace: bool,
                  max_events: int = 2_000_000, tick: Callable[[float], None] = time.sleep,
-                 require_trace: bool = False) -> None:
-        self.require_trace = require_trace
+                 require_trace: bool = False, libvirt: LibvirtGuest | None = None) -> None:
+        self.require_trace, self.libvirt = require_trace, libvirt
+        self.aliases: dict[str, str] | None = None
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
         self.marker = workdir / f"{MARKER_PREFIX}{os.getpid()}.json"
 
-    def _stderr(self) -> tuple[BinaryIO | None, str]:
+    def _stderr(self) -> tuple[Lines | None, str]:
+        if self.libvirt is not None:
+            where = log_path(self.libvirt.name)
+            try:
+                return LogFollower(self.host, where), ""
+            except HostReadError as exc:
+                return None, (f"its log {where} is not a regular file kvmtune can read ({exc.problem}): QEMU's log "
+                              "trace backend writes the events to its stderr, which libvirt's virtlogd writes there")
         where = f"/proc/{self.pid}/fd/2"
         target = self.host.readlink(where)
         try:
@@ -205,45 +259,78 @@ class Capture:
         fh.seek(0, os.SEEK_END)
         return fh, ""
 
-    def _events_available(self, qmp: Qmp) -> str:
-        try:
-            reply = qmp.execute("trace-event-get-state", name="virtio_blk_*")
-        except KvmtuneError as exc:
-            return f"QMP trace-event-get-state failed ({exc})"
-        known = {e.get("name"): e.get("state") for e in reply if isinstance(e, dict)} if isinstance(reply, list) else {}
-        missing = [e for e in EVENTS if e not in known]
-        if missing:
-            return f"this QEMU has no trace events {', '.join(missing)}"
-        if any(known[e] == "unavailable" for e in EVENTS):
-            return "its trace events are compiled out (state unavailable)"
-        on = [e for e in EVENTS if known[e] == "enabled"]
-        if on:
-            return f"{', '.join(on)} already enabled by someone else; not taken over"
-        return ""
+    def _events_available(self, qmp: Monitor) -> tuple[list[str], str]:
+        """The events to enable (virtio-blk's, and the SCSI layer's where this QEMU has them), or why none."""
+        out: list[str] = []
+        why = ""
+        for family, pattern in ((EVENTS, "virtio_blk_*"), (SCSI_EVENTS, "scsi_req_*")):
+            try:
+                reply = qmp.execute("trace-event-get-state", name=pattern)
+            except KvmtuneError as exc:
+                return [], f"QMP trace-event-get-state failed ({exc})"
+            known = ({e.get("name"): e.get("state") for e in reply if isinstance(e, dict)}
+                     if isinstance(reply, list) else {})
+            on = [e for e in family if known.get(e) == "enabled"]
+            if on:
+                return [], f"{', '.join(on)} already enabled by someone else; not taken over"
+            missing = [e for e in family if e not in known]
+            if missing:
+                why = why or f"this QEMU has no trace events {', '.join(missing)}"
+            elif any(known[e] == "unavailable" for e in family):
+                why = why or "its trace events are compiled out (state unavailable)"
+            else:
+                out += family
+        return out, "" if out else why
+
+    def _scsi_layout(self, qmp: Monitor, disks: dict[str, dict[str, Any]]) -> tuple[dict[tuple[int, int], int], str]:
+        """Each SCSI disk's (scsi-id, lun) -> logical block size, over ``qom-get``; why not when two of them share a
+        (scsi-id, lun) (on two buses or channels: the SCSI events name neither)."""
+        out: dict[tuple[int, int], int] = {}
+        seen: dict[tuple[int, int], str] = {}
+        for name, st in disks.items():
+            qdev = st["qdev"]
+            try:
+                kind = qmp.execute("qom-get", path=qdev, property="type") if qdev else None
+                if not isinstance(kind, str) or not kind.startswith("scsi-"):
+                    continue
+                sid, lun, bs = (qmp.execute("qom-get", path=qdev, property=p)
+                                for p in ("scsi-id", "lun", "logical_block_size"))
+            except KvmtuneError:
+                continue
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 0xFFFF for v in (sid, lun)):
+                return {}, f"SCSI disk {name}: qom-get gave scsi-id {sid!r} lun {lun!r}"
+            key = (sid, lun)
+            if key in seen:
+                return {}, (f"SCSI disks {seen[key]} and {name} share scsi-id {sid} lun {lun} (on two buses or "
+                            "channels) and QEMU's SCSI trace events name no bus, so their requests cannot be told apart")
+            seen[key] = name
+            ok = isinstance(bs, int) and not isinstance(bs, bool) and 512 <= bs <= 65536 and bs & (bs - 1) == 0
+            out[key] = bs if ok else 512
+        return out, ""
 
     def run(self) -> CaptureResult:
         start = _starttime(self.host, self.pid)
         if start is None:
             raise KvmtuneError(f"pid {self.pid}: gone")
-        sampler, qmp = _connect(self.host, self.pid)
+        qmp, close, self.aliases, why = reach(self.host, self.pid, self.libvirt)
         if qmp is None:
-            sampler.close()
-            raise KvmtuneError(f"pid {self.pid}: no usable QMP socket on its command line; nothing captured")
+            close()
+            raise KvmtuneError(f"pid {self.pid}: {why}; nothing captured")
         try:
             return self._run(qmp, start)
         finally:
-            sampler.close()
+            close()
 
-    def _loop(self, qmp: Qmp, fh: BinaryIO | None, reader: TraceReader,
+    def _loop(self, qmp: Monitor, fh: Lines | None, reader: TraceReader,
               per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
         """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
         (SIGTERM): the first and last blockstats and the seconds between them."""
-        first, t_first = blockstats(qmp), time.monotonic()
+        first, t_first = blockstats(qmp, self.aliases), time.monotonic()
         prev, t_prev = first, t_first
         with contextlib.suppress(KeyboardInterrupt):
             while time.monotonic() - t_first < self.seconds and not reader.full:
                 self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
-                now, t_now = blockstats(qmp), time.monotonic()
+                now, t_now = blockstats(qmp, self.aliases), time.monotonic()
                 for n in per_second:
                     if n in now and n in prev:
                         per_second[n].append(delta(prev[n], now[n], t_now - t_prev))
@@ -252,25 +339,36 @@ class Capture:
                     reader.feed(fh.read(READ_CHUNK))
         return first, prev, t_prev - t_first
 
-    def _run(self, qmp: Qmp, start: int) -> CaptureResult:
+    def _prepare_trace(self, qmp: Monitor) -> tuple[Lines | None, list[str], dict[tuple[int, int], int], str]:
+        """Where the events will be read, which to enable, the SCSI disks' block sizes; or why per-request mode
+        cannot be had (refused with --source trace)."""
+        events, why_not = self._events_available(qmp)
+        scsi: dict[tuple[int, int], int] = {}
+        fh: Lines | None = None
+        if not why_not:
+            scsi, why_not = self._scsi_layout(qmp, blockstats(qmp, self.aliases))
+        if not why_not:
+            fh, why_not = self._stderr()
+        if why_not and self.require_trace:
+            raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
+                               "(--source blockstats records statistics)")
+        return fh, events if fh is not None else [], scsi, why_not
+
+    def _run(self, qmp: Monitor, start: int) -> CaptureResult:
         why_not = ""
-        fh: BinaryIO | None = None
+        fh: Lines | None = None
+        events: list[str] = []
+        scsi: dict[tuple[int, int], int] = {}
         if self.trace:
-            why_not = self._events_available(qmp)
-            if not why_not:
-                fh, why_not = self._stderr()
-            if why_not and self.require_trace:
-                raise KvmtuneError(f"pid {self.pid}: per-request mode refused: {why_not}; nothing captured "
-                                   "(--source blockstats records statistics)")
-        first = blockstats(qmp)
+            fh, events, scsi, why_not = self._prepare_trace(qmp)
+        first = blockstats(qmp, self.aliases)
         if not first:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
-        events = list(EVENTS) if fh is not None else []
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
-        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events,
-                                           "histograms": hists}))
-        reader = TraceReader(self.pid, self.max_events)
+        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events, "histograms": hists,
+                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})}))
+        reader = TraceReader(self.pid, self.max_events, scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
         try:
@@ -280,7 +378,10 @@ class Capture:
                         qmp.execute("block-latency-histogram-set", id=dev, boundaries=HISTOGRAM_NS)
                 for ev in events:
                     qmp.execute("trace-event-set-state", name=ev, enable=True)
-                first, prev, seconds = self._loop(qmp, fh, reader, per_second)
+                try:
+                    first, prev, seconds = self._loop(qmp, fh, reader, per_second)
+                except KvmtuneError as exc:  # the guest went away (or its monitor did) mid-capture
+                    raise KvmtuneError(f"pid {self.pid}: the capture broke off: {exc}; nothing written") from None
                 if reader.full:
                     notes.append(f"stopped at --max-events {self.max_events} requests")
         finally:

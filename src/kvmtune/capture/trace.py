@@ -1,7 +1,14 @@
-"""QEMU's virtio-blk trace events as its ``log`` backend writes them on stderr, read as hostile input.
+"""QEMU's virtio-blk and SCSI trace events as its ``log`` backend writes them on stderr, read as hostile input.
 
 With ``-msg timestamp=on`` each event is one line, ``PID@SECONDS.MICROS:EVENT ARGS``, e.g.
-``18303@1796203488.513378:virtio_blk_handle_read vdev 0x55be… req 0x7f… sector 0 nsectors 8``. A line longer than
+``18303@1796203488.513378:virtio_blk_handle_read vdev 0x55be… req 0x7f… sector 0 nsectors 8``.
+
+SCSI devices (scsi-hd behind virtio-scsi or another HBA) have no event naming a device pointer: QEMU 7.2's generic
+SCSI layer names ``target`` (the scsi-id), ``lun`` and the guest's ``tag``, at submission (``scsi_req_parsed``: the
+command, its direction and length in bytes; ``scsi_req_parsed_lba``: its first block) and at completion
+(``scsi_req_dequeue``). Their requests are keyed by (target, lun, tag) and grouped per (target, lun)
+(:func:`scsi_key`); the bus is named by none of them, which is why the session refuses per-request mode for a guest
+whose SCSI disks share a (scsi-id, lun) on two buses. A line longer than
 :data:`MAX_LINE`, or one the strict patterns below do not match whole, is skipped and counted, never interpreted;
 only numbers are kept (offsets, sizes, times, the device and request pointers as integers), never data.
 """
@@ -14,6 +21,11 @@ from dataclasses import dataclass, field
 
 # QEMU 7.2's names (qemu-system-x86_64 -trace help): submissions keyed by req, completion of either
 EVENTS = ("virtio_blk_handle_read", "virtio_blk_handle_write", "virtio_blk_rw_complete")
+SCSI_EVENTS = ("scsi_req_parsed", "scsi_req_parsed_lba", "scsi_req_dequeue")
+ALL_EVENTS = EVENTS + SCSI_EVENTS
+SCSI_READ = frozenset({0x08, 0x28, 0xA8, 0x88})  # READ(6), (10), (12), (16)
+SCSI_WRITE = frozenset({0x0A, 0x2A, 0xAA, 0x8A, 0x2E, 0xAE, 0x8E})  # WRITE(6/10/12/16), WRITE AND VERIFY(10/12/16)
+SCSI_KEY = 1 << 62  # above every user-space pointer: a (target, lun) group, not a virtio-blk device
 MAX_LINE = 256
 SECTOR = 512
 _PTR = r"0x[0-9a-f]{1,16}|\(nil\)"
@@ -22,7 +34,24 @@ _SUBMIT = re.compile(_HEAD + rb"virtio_blk_handle_(?P<dir>read|write) vdev (?P<v
                      + _PTR.encode() + rb") sector (?P<sector>[0-9]{1,20}) nsectors (?P<n>[0-9]{1,10})")
 _DONE = re.compile(_HEAD + rb"virtio_blk_rw_complete vdev (?P<vdev>" + _PTR.encode() + rb") req (?P<req>"
                    + _PTR.encode() + rb") ret (?P<ret>-?[0-9]{1,10})")
-_UNTIMED = re.compile(rb"virtio_blk_(?:handle_(?:read|write)|rw_complete) ")
+_SCSI_ID = rb"target (?P<target>[0-9]{1,5}) lun (?P<lun>[0-9]{1,5}) tag (?P<tag>-?[0-9]{1,10})"
+_SCSI_PARSED = re.compile(_HEAD + rb"scsi_req_parsed " + _SCSI_ID
+                          + rb" command (?P<cmd>[0-9]{1,3}) dir (?P<dir>[0-9]) length (?P<len>-?[0-9]{1,10})")
+_SCSI_LBA = re.compile(_HEAD + rb"scsi_req_parsed_lba " + _SCSI_ID + rb" command (?P<cmd>[0-9]{1,3}) lba (?P<lba>[0-9]{1,20})")
+_SCSI_DEQUEUE = re.compile(_HEAD + rb"scsi_req_dequeue " + _SCSI_ID)
+_UNTIMED = re.compile(rb"(?:virtio_blk_(?:handle_(?:read|write)|rw_complete)|scsi_req_(?:parsed|parsed_lba|dequeue)) ")
+_OURS = re.compile(rb"virtio_blk_|scsi_req_(?:parsed|dequeue)")
+
+
+def scsi_key(target: int, lun: int) -> int:
+    """The device key of a SCSI (target, lun) in :attr:`Request.vdev`."""
+    return SCSI_KEY | (target << 16) | lun
+
+
+def device_name(vdev: int) -> str:
+    if vdev & SCSI_KEY:
+        return f"SCSI target {(vdev >> 16) & 0xFFFF} lun {vdev & 0xFFFF}"
+    return f"device 0x{vdev:x}"
 
 
 def _ptr(raw: bytes) -> int:
@@ -47,6 +76,7 @@ class TraceReader:
 
     pid: int
     max_events: int = 2_000_000
+    scsi_blocks: dict[tuple[int, int], int] = field(default_factory=dict)  # (target, lun) -> block size (else 512)
     requests: list[Request] = field(default_factory=list)
     skipped: int = 0  # lines that looked like our events but did not match whole, or were too long
     untimed: int = 0  # our events without the PID@time prefix (QEMU without -msg timestamp=on)
@@ -54,6 +84,7 @@ class TraceReader:
     failed: int = 0  # completions with ret != 0
     dropped: int = 0  # requests past max_events
     _open: dict[tuple[int, int], tuple[float, bool, int, int]] = field(default_factory=dict)
+    _scsi: dict[tuple[int, int, int], tuple[float, bool, int | None, int]] = field(default_factory=dict)
     _partial: bytes = b""
 
     @property
@@ -70,12 +101,51 @@ class TraceReader:
         for line in lines:
             self.line(line)
 
+    def _keep(self, sub: tuple[float, bool, int, int], vdev: int, t: float) -> None:
+        if self.full:
+            self.dropped += 1
+            return
+        self.requests.append(Request(sub[0], t, vdev, sub[1], sub[2], sub[3]))
+
+    def _scsi_line(self, line: bytes) -> bool:
+        """A SCSI event (True), or not one (False: the caller goes on)."""
+        m = _SCSI_PARSED.fullmatch(line) or _SCSI_LBA.fullmatch(line) or _SCSI_DEQUEUE.fullmatch(line)
+        if m is None:
+            return False
+        if int(m["pid"]) != self.pid:
+            self.foreign += 1
+            return True
+        t = int(m["sec"]) + int(m["usec"]) / 1e6
+        target, lun = int(m["target"]), int(m["lun"])
+        key = (target, lun, int(m["tag"]))
+        if target > 0xFFFF or lun > 0xFFFF:
+            self.skipped += 1
+        elif m.re is _SCSI_PARSED:
+            cmd, length = int(m["cmd"]), int(m["len"])
+            if (cmd in SCSI_READ or cmd in SCSI_WRITE) and length > 0:
+                if len(self._scsi) >= 65536:
+                    self._scsi.clear()
+                self._scsi[key] = (t, cmd in SCSI_WRITE, None, length)
+            else:
+                self._scsi.pop(key, None)  # not a read or write (a flush, an inquiry): its dequeue is not one
+        elif m.re is _SCSI_LBA:
+            sub = self._scsi.get(key)
+            if sub is not None and sub[2] is None:
+                self._scsi[key] = (sub[0], sub[1], int(m["lba"]) * self.scsi_blocks.get((target, lun), SECTOR), sub[3])
+        else:
+            done = self._scsi.pop(key, None)
+            if done is not None and done[2] is not None:
+                self._keep((done[0], done[1], done[2], done[3]), scsi_key(target, lun), t)
+        return True
+
     def line(self, line: bytes) -> None:
         if len(line) > MAX_LINE:
-            if b"virtio_blk_" in line:
+            if _OURS.search(line):
                 self.skipped += 1
             return
-        if b"virtio_blk_" not in line:
+        if not _OURS.search(line):
+            return
+        if b"scsi_req_" in line and self._scsi_line(line):
             return
         m = _SUBMIT.fullmatch(line)
         if m is not None:
@@ -99,11 +169,7 @@ class TraceReader:
                 return  # submitted before the capture started
             if int(m["ret"]) != 0:
                 self.failed += 1
-            if self.full:
-                self.dropped += 1
-                return
-            t = int(m["sec"]) + int(m["usec"]) / 1e6
-            self.requests.append(Request(sub[0], t, key[0], sub[1], sub[2], sub[3]))
+            self._keep(sub, key[0], int(m["sec"]) + int(m["usec"]) / 1e6)
             return
         if _UNTIMED.search(line) and not re.match(rb"[0-9]{1,10}@", line):
             self.untimed += 1

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture, CaptureResult, restore_leftovers
 from kvmtune.capture.workload import SCHEMA, from_stats, from_trace, iolog, load_workload, render
 from kvmtune.cli.command import Command, Outcome, root_option
@@ -30,14 +31,16 @@ class CaptureCommand(Command):
         "as 'why' finds it) for --seconds, without touching its data and without a guest agent, and write a "
         f"{SCHEMA} JSON file (-o FILE), with an fio iolog v3 beside it (FILE.iolog) when per-request events were had. "
         "--source trace enables QEMU's virtio-blk trace events over QMP and reads them from QEMU's stderr (the log "
-        "backend; -msg timestamp=on for timing), switching them off at the end, on Ctrl-C and SIGTERM, and after a "
-        "SIGKILL at the next capture or doctor; --source blockstats reads query-blockstats at 1 Hz (mix, mean size, "
-        "depth by Little's law). This differs from 'capture-host', which copies the files the host audit reads "
+        "backend; -msg timestamp=on for timing; a libvirt guest's QMP through libvirt, which taints it custom-monitor, "
+        "and its events from its log /var/log/libvirt/qemu/NAME.log), switching them off at the end, on Ctrl-C and "
+        "SIGTERM, and after a SIGKILL at the next capture or doctor; --source blockstats reads query-blockstats at 1 Hz "
+        "(mix, mean size, depth by Little's law). This differs from 'capture-host', which copies the files the host audit reads "
         "(/proc, /sys, /etc) into a fixture tree: 'capture' records what a guest does, not what the host is.")
 
     def options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("guest", metavar="GUEST", nargs="?", help="libvirt name or UUID, QEMU pid, or QEMU -name")
-        p.add_argument("--disk", metavar="NAME", help="only this disk (its drive id or qdev as query-blockstats names it)")
+        p.add_argument("--disk", metavar="NAME", help="only this disk: a libvirt guest's target (vda, sdb), else its "
+                                                      "drive id or qdev as query-blockstats names it")
         p.add_argument("--seconds", type=float, default=30.0, metavar="S", help="how long to record (default 30)")
         p.add_argument("--source", choices=("auto", "trace", "blockstats", "blktrace"), default="auto",
                        help="trace: per-request QEMU trace events (with blockstats); blockstats: statistics only; "
@@ -78,13 +81,15 @@ class CaptureCommand(Command):
             target = find_target(host, sampler.snapshot(), args.guest)
         finally:
             sampler.close()
-        if target.libvirt:
-            raise KvmtuneError(f"{target.name}: a libvirt guest; capturing through the domain log and virsh "
-                               "qemu-monitor-command (which taints it custom-monitor) is not built yet")
         if target.pid is None:
             raise KvmtuneError(f"{target.name}: no QEMU pid")
+        lv = None
+        if target.libvirt:
+            if not target.uuid:
+                raise KvmtuneError(f"{target.name}: a libvirt guest without a UUID; nothing captured")
+            lv = LibvirtGuest(DEFAULT_URI, target.uuid, target.name)
         cap = Capture(host, target.pid, workdir, seconds=args.seconds, trace=args.source in ("auto", "trace"),
-                      max_events=args.max_events, require_trace=args.source == "trace")
+                      max_events=args.max_events, require_trace=args.source == "trace", libvirt=lv)
         result = cap.run()
         result.restored = restored
         if args.source == "trace" and result.requests is None:
@@ -93,6 +98,9 @@ class CaptureCommand(Command):
         doc, log = workload(target.name, result, args.disk, args.anonymize)
         write_files(args.workload_file, doc, log)
         lines = [*restored, f"wrote {args.workload_file}" + (f" and {args.workload_file}.iolog" if log else "")]
+        if lv is not None:
+            lines.append(f"libvirt domain {target.name}: QMP was reached through libvirt (qemu-monitor-command), "
+                         "which marks the domain tainted custom-monitor")
         if result.requests is None and args.source == "auto" and result.why_not_trace:
             lines.append(f"statistics only: {result.why_not_trace}")
         lines += result.notes
