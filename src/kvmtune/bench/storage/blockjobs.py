@@ -52,6 +52,8 @@ def writes_done(raw: str, job: str) -> float:
 
 
 def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
+    if w.replay:  # a captured workload: its own options, sized and timed when it was built (lab/storage/replay.py)
+        return [fio_option("name", name or w.name), *w.replay, "--group_reporting"]
     args = [fio_option("name", name or w.name), fio_option("rw", w.rw), fio_option("bs", w.bs),
             fio_option("iodepth", w.iodepth), fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", fio_ms(seconds)),
             "--time_based", "--group_reporting"]
