@@ -26,9 +26,13 @@ def fio_argv(args: Sequence[str]) -> list[str]:
     return ["fio", "--thread", FIO_CLOCK, *args, "--output-format=json"]
 
 
-def floor_options(target: str) -> list[str]:
-    """The floor: fio straight on the host file (or device), O_DIRECT."""
-    return [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
+def floor_options(target: str, w: fiomod.Workload | None = None) -> list[str]:
+    """The floor: fio straight on the host file (or device), O_DIRECT. A replayed log is redirected to it: the
+    log's own file name would otherwise be a file fio creates in its working directory."""
+    out = [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
+    if w is not None and any(a.startswith("--read_iolog=") for a in w.replay):
+        out.append(fio_option("replay_redirect", Path(target)))
+    return out
 
 
 def run_fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:

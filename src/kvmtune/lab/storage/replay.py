@@ -34,6 +34,7 @@ from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.lab.storage.fio import Workload
 from kvmtune.qemuopts import fio_bssplit, fio_counts, fio_option
+from kvmtune.textsafe import safe
 
 MODES = ("timed", "fast")
 SYNTHESIZED = "synthesized from statistics"
@@ -102,7 +103,7 @@ class Replay:
     @property
     def label(self) -> str:
         what = "the captured iolog" if self.events is not None else SYNTHESIZED
-        return f"workload of disk {self.profile.target} ({what}, {self.mode})"
+        return f"workload of disk {safe(self.profile.target)} ({what}, {self.mode})"
 
     def record(self) -> dict[str, Any]:
         """What a stored run or a verify result says about the workload."""
@@ -126,17 +127,28 @@ class Replay:
             mib = MAX_REPLICA_MIB
         return max(int(minimum), mib)
 
-    def prepare(self, directory: Path) -> None:
-        """Write the translated log into ``directory`` (kvmtune's scratch); nothing for a synthesized job."""
+    def place(self, directory: Path) -> None:
+        """Where the translated log will be: ``directory`` (kvmtune's scratch); :meth:`write` writes it there."""
         if self.events is not None:
-            self.log_path = write_iolog(self.events, directory / f"{LOG_NAME}.iolog", self.base)
+            self.log_path = directory / f"{LOG_NAME}.iolog"
+
+    def write(self) -> Path | None:
+        """Write the translated log where :meth:`place` put it (nothing for a synthesized job)."""
+        if self.events is None or self.log_path is None:
+            return None
+        return write_iolog(self.events, self.log_path, self.base)
+
+    def prepare(self, directory: Path) -> None:
+        """:meth:`place` and :meth:`write` at once."""
+        self.place(directory)
+        self.write()
 
     def job_options(self, size_mib: int, seconds: float) -> list[str]:
         """fio's options for the replay (after ``--name`` and the engine), on a replica of ``size_mib``."""
         runtime = fio_option("runtime", f"{max(1, round(seconds * 1000))}ms")
         if self.events is not None:
             if self.log_path is None:
-                raise InputError("--replay", "the translated log was not written (prepare) before the job")
+                raise InputError("--replay", "the translated log has no place (place) before the job")
             out = [fio_option("read_iolog", self.log_path), fio_option("iodepth", self.depth(MAX_DEPTH)), runtime,
                    fio_option("size", f"{int(size_mib)}m")]
             if self.mode == "fast":
