@@ -49,3 +49,15 @@ def test_replay_mode_needs_a_replay_and_a_bad_file_is_named(tmp_path: Path, caps
     assert main(["bench", "storage", "--tier", "block", "--replay", str(bad), "--db", str(tmp_path / "db")]) != 0
     err = capsys.readouterr().err
     assert str(bad) in err and "duplicate key" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_replay_options_go_together_and_a_bad_file_is_one_line(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    xml = Path(__file__).resolve().parents[1] / "rules" / "KVM-STO-002" / "bad" / "writethrough.xml"
+    assert main(["verify", str(xml), "--replay-disk", "vda", "--no-store"]) == 2
+    assert "--replay FILE" in capsys.readouterr().err
+    bad = tmp_path / "w.json"
+    bad.write_text('{"schema": NaN}')
+    assert main(["verify", str(xml), "--replay", str(bad), "--no-store", "--workdir", str(tmp_path / "wd")]) != 0
+    err = capsys.readouterr().err
+    assert str(bad) in err and len(err.strip().splitlines()) == 1

@@ -77,6 +77,7 @@ def test_a_traced_disk_replays_its_log_translated_to_microseconds_rebased_and_re
     assert int(first[3]) == 0 and first[2] == "write"
     opts = options(rep.job_options(rep.replica_mib(64), 5))
     assert opts["read_iolog"] == str(scratch / f"{LOG_NAME}.iolog") and "replay_no_stall" not in opts
+    assert opts["iodepth"] == "1"  # timed: fio reaps a replay's completions only with a full queue
     assert rep.replica_mib(64) == 64 and rep.replica_mib(1) == 16  # the span (999 × 16 KiB + 16 KiB) in MiB
     fast = replay_of(path, mode="fast")
     fast.prepare(tmp_path)
