@@ -107,8 +107,13 @@ class Replay:
 
     def record(self) -> dict[str, Any]:
         """What a stored run or a verify result says about the workload."""
-        return {"digest": self.digest, "source": self.source, "mode": self.mode, "disk": self.profile.target,
-                "synthesized": self.events is None}
+        p = self.profile
+        return {"digest": self.digest, "source": self.source, "mode": self.mode, "disk": p.target,
+                "synthesized": self.events is None,
+                "profile": {"captured_by": p.source, "seconds": p.seconds, "iops": p.iops, "reads": p.reads,
+                            "writes": p.writes, "read_fraction": p.read_fraction, "size_mean": p.size_mean,
+                            "sequential_fraction": p.sequential_fraction, "depth_mean": p.depth_mean,
+                            "depth_p95": p.depth_p95, "flush_per_write": p.flush_per_write}}
 
     def span(self) -> int:
         """Bytes the replica must hold: the log's rebased reach, else the captured offset span (0: not known)."""
