@@ -27,7 +27,7 @@ from kvmtune.qemuopts import OptionError, fio_bssplit, fio_counts
 
 # every fio option a replay may hand fio: nothing else, whatever the file says
 ALLOWED = {"read_iolog", "iodepth", "runtime", "size", "replay_no_stall", "rw", "rwmixread", "bssplit", "bs",
-           "percentage_random", "rate_iops", "fsync", "time_based"}
+           "percentage_random", "rate_iops", "rate", "fsync", "time_based"}
 
 
 def reqs(n: int, write_every: int = 3, base: int = 5 << 30) -> list[Request]:
@@ -92,7 +92,7 @@ def test_statistics_give_a_synthesized_job_and_say_so(tmp_path: Path) -> None:
     assert any(SYNTHESIZED in n for n in rep.notes) and SYNTHESIZED in rep.label
     opts = options(rep.job_options(64, 5))
     assert opts["rw"] == "randrw" and opts["rwmixread"] == "67"
-    assert opts["bssplit"] == "16384/100" and opts["percentage_random"] == "100"
+    assert opts["bs"] == "16384" and "bssplit" not in opts and opts["percentage_random"] == "100"
     r, w = (int(x) for x in opts["rate_iops"].split(","))
     assert r + w == pytest.approx(500, abs=2) and r == pytest.approx(2 * w, abs=2)
     assert opts["fsync"] == "10" and opts["iodepth"] == "2"  # 10 flushes per 100 writes
@@ -101,6 +101,18 @@ def test_statistics_give_a_synthesized_job_and_say_so(tmp_path: Path) -> None:
     stats = replay_of(write_capture(tmp_path, trace=False))
     so = options(stats.job_options(64, 5))
     assert "bssplit" not in so and so["bs"] == "16384" and "percentage_random" not in so  # order not known
+
+
+def test_a_split_of_sizes_is_rated_in_bytes_as_fio_rates_iops_by_the_smallest_size(tmp_path: Path) -> None:
+    path = write_capture(tmp_path, with_log=False)
+    doc = json.loads(path.read_text())
+    doc["disks"][0]["size_bytes"]["histogram"] = {"4096": 100, "16384": 200}
+    path.write_text(json.dumps(doc))
+    opts = options(replay_of(path, mode="timed").job_options(64, 5))
+    assert opts["bssplit"] == "4096/33:16384/67" and "rate_iops" not in opts
+    r, w = (int(x) for x in opts["rate"].split(","))
+    mean = (4096 * 33 + 16384 * 67) / 100
+    assert (r + w) / mean == pytest.approx(500, rel=0.01)
 
 
 def test_every_option_is_from_the_allow_list_whatever_the_file_holds(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ Two paths, chosen by what the capture had:
 - **statistics** (a blockstats capture, or a disk without a log): a job synthesized from the figures, labelled
   "synthesized from statistics": ``bssplit`` from the size histogram (else the mean size), ``rwmixread``,
   ``percentage_random`` from the sequential fraction, ``iodepth`` from the measured depth, ``rate_iops`` per
-  direction in timed mode, ``fsync`` from flushes per write.
+  direction in timed mode (``rate`` in bytes with a split of sizes, which fio would rate by its smallest size),
+  ``fsync`` from flushes per write.
 
 The workload file is another host's file. It chooses no path and no fio option: every option written here is one of
 an allow-list, built by :mod:`kvmtune.qemuopts` from numbers that were range-checked first; the log's path is the
@@ -202,20 +203,29 @@ def synthesized_options(p: DiskProfile, mode: str, size_mib: int, seconds: float
                                                p.reads / (p.reads + p.writes))))
     hist = [(b, c) for b, c in p.histogram if c > 0]
     total = sum(c for _, c in hist)
+    split: list[tuple[int, int]] = []
     if total:
         split = [(b, round(100 * c / total)) for b, c in hist]
         split = [(b, pct) for b, pct in split if pct > 0] or [(hist[0][0], 100)]
         split[-1] = (split[-1][0], 100 - sum(pct for _, pct in split[:-1]))  # fio wants the percents to add up to 100
+    if len(split) > 1:
         out.append(fio_bssplit(split))
     else:
-        out.append(fio_option("bs", _mean_bs(p)))
+        out.append(fio_option("bs", split[0][0] if split else _mean_bs(p)))
     if p.sequential_fraction is not None:
         out.append(fio_option("percentage_random", _pct(1.0 - p.sequential_fraction)))
     out.append(fio_option("iodepth", _depth(p)))
     if mode == "timed" and p.iops:
         rf = p.read_fraction if p.read_fraction is not None else p.reads / (p.reads + p.writes)
-        r, w = round(p.iops * rf), round(p.iops * (1 - rf))
-        out.append(fio_counts("rate_iops", [max(1, r) if p.reads else 0, max(1, w) if p.writes else 0]))
+        r, w = p.iops * rf, p.iops * (1 - rf)
+        if len(split) > 1:
+            # fio turns rate_iops into bytes with the smallest size of a split (measured: 342 of 1,000 IOPS with
+            # 4k/33:16k/67), so a split gets its rate in bytes: IOPS × the split's mean size
+            mean = sum(b * pct for b, pct in split) / 100
+            out.append(fio_counts("rate", [max(1, round(r * mean)) if p.reads else 0,
+                                           max(1, round(w * mean)) if p.writes else 0]))
+        else:
+            out.append(fio_counts("rate_iops", [max(1, round(r)) if p.reads else 0, max(1, round(w)) if p.writes else 0]))
     if p.flush_per_write and p.writes:
         out.append(fio_option("fsync", max(1, min(1 << 20, round(1 / p.flush_per_write)))))
     out += [fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", f"{max(1, round(seconds * 1000))}ms"),
