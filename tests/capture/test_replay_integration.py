@@ -125,3 +125,26 @@ def test_a_replay_killed_with_sigkill_leaves_nothing_behind(captured: Path, tmp_
                   str(wd), "--repeat", "1", "--runtime", "1")
     assert res.returncode == 0, res.stderr
     assert not list(wd.glob("scratch-*")) and ours(wd) == []
+
+
+def test_a_job_synthesized_from_statistics_runs_in_fio_and_says_so(tmp_path: Path) -> None:
+    """A crafted workload without a log: fio takes every synthesized option (bssplit, rwmixread, percentage_random,
+    iodepth, rate in bytes, fsync) and the timed rate holds within 15 %."""
+    disk = {"target": "vda", "source": "trace", "seconds": 3.0, "ops": {"read": 700, "write": 300, "flush": 20,
+            "discard": 0}, "read_fraction": 0.7, "iops": 400.0,
+            "size_bytes": {"p50": 16384, "mean": 12288, "histogram": {"4096": 333, "16384": 667}},
+            "sequential_fraction": 0.1, "queue_depth": {"mean": 2.0, "p95": 4}, "flush_per_write": 0.0625,
+            "offset_span_bytes": 64 << 20, "offset_base": None,
+            "inter_arrival_us": {"p50": 2500, "p90": 3000, "p99": 4000}, "latency_us": {"p50": 100, "p99": 900}}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"schema": "kvmtune-workload/1", "guest": "g", "captured_at": "x", "disks": [disk]}))
+    db, wd = tmp_path / "r.db", tmp_path / "wd"
+    res = kvmtune("bench", "storage", "--tier", "block", "--replay", str(path), "--db", str(db), "--workdir", str(wd),
+                  "--repeat", "1", "--runtime", "3")
+    assert res.returncode == 0, res.stderr
+    assert "synthesized from statistics" in res.stderr
+    shown = json.loads(kvmtune("results", "show", "1", "--db", str(db), "--format", "json").stdout)
+    assert shown["replay"]["source"] == "statistics" and shown["replay"]["synthesized"] is True
+    for c in shown["cells"]:
+        assert c["status"] == "ok" and c["metrics"]["iops"] == pytest.approx(400, rel=0.15), c["metrics"]["iops"]
+    assert ours(wd) == [] and not list(wd.glob("scratch-*"))
