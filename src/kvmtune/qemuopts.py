@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePath
@@ -267,6 +268,31 @@ def fio_nbd_uri(export: str, socket: PurePath | str) -> str:
     if not text.startswith("/") or any(c in text for c in ",$?&#%"):
         raise OptionError("--uri", f"socket path {text!r} is not an absolute path fio takes whole")
     return "--uri=nbd+unix:///" + word("--uri", export) + "?socket" + "=" + text
+
+
+def fio_counts(key: str, values: Sequence[int], sep: str = ",") -> str:
+    """``--key=A,B`` (``rate_iops`` per direction) from non-negative integers only; ``sep`` is ``,`` or ``:``."""
+    if not _FIO_KEY.fullmatch(key) or sep not in (",", ":") or not values:
+        raise OptionError(f"--{key}", "is not a fio option taking a list of counts")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 53:
+            raise OptionError(f"--{key}", f"{v!r} is not a count")
+    return f"--{key}=" + sep.join(str(v) for v in values)
+
+
+def fio_bssplit(entries: Sequence[tuple[int, int]]) -> str:
+    """``--bssplit=SIZE/PCT:SIZE/PCT`` from (bytes, percent) integer pairs: sizes 1 B to 64 MiB, percents 0-100."""
+    if not entries or len(entries) > 64:
+        raise OptionError("--bssplit", "takes 1 to 64 sizes")
+    parts = []
+    for size, pct in entries:
+        for v, hi in ((size, 64 << 20), (pct, 100)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+                raise OptionError("--bssplit", f"{v!r} is not an integer in [0, {hi}]")
+        if size < 1:
+            raise OptionError("--bssplit", "a size of 0 bytes")
+        parts.append(f"{size}/{pct}")
+    return "--bssplit=" + ":".join(parts)
 
 
 def whole_path(option: str, path: PurePath | str) -> str:

@@ -246,6 +246,7 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
         + html_safe(", ".join(accels) or "none (no guest)")
         + f". Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
         + (f"<p><b>Normalised to</b>: {html_safe(baseline)} = 100 %.</p>" if baseline else "")
+        + replay_table(runs)
         + ("<h2>Verified fixes</h2>" + verified_table(verified) + ratio_chart(verified) if verified else "")
         + ("<h2>Seed claims, measured here</h2>" + claims_table(claim_rows) if claim_rows else "")
         + (legend_html() if claim_rows or verified else "")
@@ -293,6 +294,34 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
     parts.extend(net_sections(net_cells, baseline))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def replay_table(runs: Sequence[RunRow]) -> str:
+    """The captured workloads the runs replayed (bench storage --replay, verify --replay): each one's profile, shown
+    beside the verdicts measured with it. Every value from the database goes through html_safe."""
+    rows = []
+    for r in runs:
+        rep = r.env.get("replay")
+        if not isinstance(rep, dict):
+            continue
+        raw = rep.get("profile")
+        p: dict[str, Any] = raw if isinstance(raw, dict) else {}
+
+        def num(key: str, fmt: str, scale: float = 1.0, p: dict[str, Any] = p) -> str:
+            v = p.get(key)
+            return fmt.format(v / scale) if isinstance(v, int | float) and not isinstance(v, bool) else "–"
+
+        how = "synthesized from statistics" if rep.get("synthesized") else str(rep.get("source", "?"))
+        cells = (f"#{r.id} {r.kind}", rep.get("disk", "?"), f"{how}, {rep.get('mode', '?')}",
+                 num("iops", "{:.0f}"), num("read_fraction", "{:.0%}"), num("size_mean", "{:.1f} KiB", 1024),
+                 num("sequential_fraction", "{:.0%}"), f"{num('depth_mean', '{:.1f}')} / {num('depth_p95', '{:.0f}')}",
+                 num("flush_per_write", "{:.3f}"), str(rep.get("digest", ""))[:16])
+        rows.append("<tr>" + "".join(f"<td>{html_safe(str(x))}</td>" for x in cells) + "</tr>")
+    if not rows:
+        return ""
+    return ("<h2>Replayed workloads</h2><table><tr><th>run</th><th>disk</th><th>replayed as</th><th>captured IOPS</th>"
+            "<th>reads</th><th>mean size</th><th>sequential</th><th>depth mean / p95</th><th>flush/write</th>"
+            "<th>sha256</th></tr>" + "".join(rows) + "</table>")
 
 
 def _setup(run: RunRow) -> str:

@@ -8,6 +8,7 @@ bounded, duplicate keys refused, every field's type and range checked, every str
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -242,7 +243,16 @@ def check_workload(doc: Any) -> dict[str, Any]:
 
 def load_workload(path: str) -> dict[str, Any]:
     """A workload file read as hostile input; :class:`InputError` (one line naming it) when it is not one."""
+    return read_workload(path)[0]
+
+
+def read_workload(path: str) -> tuple[dict[str, Any], str]:
+    """:func:`load_workload`'s document and the sha256 of the very bytes it was read from (what a replay records)."""
     raw = read_regular(path, MAX_FILE, "workload file")
+    return parse_workload(path, raw), hashlib.sha256(raw).hexdigest()
+
+
+def parse_workload(path: str, raw: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{c} is not JSON")))

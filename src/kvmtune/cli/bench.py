@@ -20,6 +20,7 @@ from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan
 from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.bench.storage.spec import GUEST_DEFAULTS, TIERS, StorageSpec, csv_list
+from kvmtune.capture.workload import read_workload
 from kvmtune.cli.bench_net import BenchNetCommand
 from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, build_guest
@@ -28,6 +29,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice, choose_accel
 from kvmtune.lab.runner import Benchmark, BenchRunner, Cell, RunOutcome
 from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.storage.replay import MODES, Replay, build_replay
 from kvmtune.lab.store import CellRow, Store
 from kvmtune.lab.workdir import Scratch, default_workdir
 from kvmtune.runner import Runner
@@ -65,6 +67,13 @@ class BenchStorageCommand(Command):
             help=f"comma list of workload names ({', '.join(fiomod.BASIC)}, ffsb-OP-tN-MODE, cycle-NNm) or shell globs "
             "that filter a preset's workloads",
         )
+        p.add_argument("--replay", metavar="FILE",
+                       help="block tier: run the matrix with a captured workload ('kvmtune capture', a "
+                       "kvmtune-workload/1 file; its FILE.iolog when there, else a job synthesized from its statistics)")
+        p.add_argument("--replay-mode", choices=MODES,
+                       help="timed (default): at the captured times or rate, judged on latency; fast: as fast as "
+                       "possible at the captured depth, judged on throughput")
+        p.add_argument("--replay-disk", metavar="TARGET", help="the workload's disk to replay when it has several")
         p.add_argument("--threads", help="FFSB thread counts (default 1,8,16)")
         p.add_argument("--cycle-mib", type=int, help="MiB written by the boot-write-shutdown cycle (default 64)")
         p.add_argument("--cycle-idle", type=float, help="seconds the cycle waits for flushes (default 3)")
@@ -111,7 +120,8 @@ OPTION_TIERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("preset", "--preset", ("guest", "block")), ("workload", "--workload", ("guest", "block")),
     ("target", "--target", ("guest", "block")), ("device", "--device", ("guest", "block")),
     ("destroy_data", "--destroy-data", ("guest", "block")),
-    ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)),
+    ("host_fs", "--host-fs", ("block",)), ("ramp", "--ramp", ("block",)), ("replay", "--replay", ("block",)),
+    ("replay_mode", "--replay-mode", ("block",)), ("replay_disk", "--replay-disk", ("block",)),
 )
 
 
@@ -143,13 +153,29 @@ def storage_spec(args: argparse.Namespace) -> StorageSpec:
     dims["fmt"] = csv_list([*(args.image_format or []), *(args.legacy_format or [])])
     guest = {dest: default if getattr(args, dest) is None else getattr(args, dest) for dest, default in GUEST_DEFAULTS.items()}
     workloads = csv_list(args.workload)
+    replay = None
+    if args.replay is not None:
+        if workloads is not None or args.preset:
+            raise InputError("--replay", "replaces the generic workloads: drop --workload and --preset")
+        if args.ramp:
+            raise InputError("--ramp", "a replay has no unmeasured ramp: the captured log is measured from its start")
+        replay = load_replay(args.replay, args.replay_mode or "timed", args.replay_disk)
+        disk_size = replay.replica_mib(16 if args.disk_size is None else disk_size)  # the span, at least the minimum
+    elif args.replay_mode or args.replay_disk:
+        raise InputError("--replay-mode" if args.replay_mode else "--replay-disk", "needs --replay FILE")
     return StorageSpec(tier=tier, dims=dims, threads=threads, runtime=runtime,
                        quick_cap=QUICK_CAP_S if args.runtime is None else args.runtime, disk_size=disk_size,
                        repeat=args.repeat, cycle_mib=int(guest["cycle_mib"]), cycle_idle=float(guest["cycle_idle"]),
                        boot_timeout=float(guest["boot_timeout"]), memory=int(guest["memory"]), smp=int(guest["smp"]),
                        accel=str(guest["accel"]), preset=args.preset,
                        workloads=None if workloads is None else tuple(workloads), device=args.device,
-                       ramp=RAMP_S if args.ramp is None else args.ramp)
+                       ramp=0.0 if replay is not None else RAMP_S if args.ramp is None else args.ramp, replay=replay)
+
+
+def load_replay(path: str, mode: str, disk: str | None) -> Replay:
+    """A workload file (hostile: capture/workload.py's reader) as a replay; its sha256 is of the bytes read."""
+    doc, digest = read_workload(path)
+    return build_replay(doc, digest, path, mode=mode, disk=disk)
 
 
 def _recorded(spec: StorageSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -224,7 +250,12 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     if tier == "quick":
         bench = QuickBenchmark(ctx, QuickPlan(configs, count=4096, cap_s=spec.quick_cap))
     elif tier == "block":
-        bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, spec.ramp))
+        if spec.replay is not None:
+            spec.replay.place(ctx.scratch.root)  # the translated log is written there when the run starts
+            workloads = [spec.replay.workload(spec.disk_size, spec.runtime)]
+            for note in spec.replay.notes:
+                print(f"kvmtune: replay: {safe(note)}", file=sys.stderr)
+        bench = BlockBenchmark(ctx, BlockPlan(configs, workloads, host_fs, spec.ramp), replay=spec.replay)
     else:
         if not args.no_snapshot:
             ctx.snapshots = SnapshotCache(workdir / "snapshots", runner)

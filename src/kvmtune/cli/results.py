@@ -92,6 +92,8 @@ def _show(args: argparse.Namespace) -> str:
                 "cells": [{"key": c.key, "config": c.config, "workload": c.workload, "rep": c.rep,
                            "status": c.status, "error": c.error, "metrics": c.metrics} for c in cells],
                 "summary": cell_summaries(cells),  # per key and metric over the rounds: median, 95 % interval
+                # a captured workload's replay (bench storage --replay): digest (sha256), source, mode, disk
+                "replay": run.env.get("replay"),
             }, indent=1) + "\n"
         lines: list[str] = []
         if run.env.get("tier") == "datapath":  # no QEMU, no fio: what ran is netload on the host's datapath
@@ -103,6 +105,11 @@ def _show(args: argparse.Namespace) -> str:
         columns = NET_COLUMNS if run.kind == "net" else STORAGE_COLUMNS
         if run.note:
             lines.append(f"note: {safe(run.note)}")
+        rep = run.env.get("replay")
+        if isinstance(rep, dict):
+            what = "synthesized from statistics" if rep.get("synthesized") else f"{safe(rep.get('source'))}"
+            lines.append(f"replay: disk {safe(rep.get('disk'))}, {what}, {safe(rep.get('mode'))}, "
+                         f"sha256 {safe(rep.get('digest'))}")
         for c in cells:
             if c.status != "ok":
                 lines.append(f"  {safe(c.key.split('|')[0]):45} {safe(c.workload):28} {safe(c.status)}: {safe(c.error)}")

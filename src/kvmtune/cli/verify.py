@@ -115,6 +115,15 @@ class VerifyCommand(Command):
         p.add_argument("--guest-modules", default=None, metavar="DIR",
                        help="with --guest-kernel: its module tree, a directory with modules.dep (default "
                        "/lib/modules/RELEASE)")
+        p.add_argument("--replay", metavar="FILE",
+                       help="measure the block-tier findings of the captured disk with a workload 'kvmtune capture' "
+                       "wrote (kvmtune-workload/1) instead of the generic job")
+        p.add_argument("--replay-mode", choices=("timed", "fast"), default=None,
+                       help="timed (default): at the captured times or rate, judged on p99 latency; fast: as fast as "
+                       "possible, judged on IOPS")
+        p.add_argument("--replay-disk", metavar="TARGET",
+                       help="the definition's disk the workload was captured on, when the names differ (default: "
+                       "the workload's disk's own name)")
         p.add_argument("--keep", action="store_true", help="with --apply: keep host-wide changes whatever the verdict")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask before changing host-wide settings")
         p.add_argument("--profile", choices=HOST_PROFILES, default="virtual-host", help="host profile the fixes follow")
@@ -127,6 +136,8 @@ class VerifyCommand(Command):
     def check(self, args: argparse.Namespace) -> None:
         if args.domain and not args.connect and not args.paths and not args.examples:
             raise UsageError("--domain needs --connect URI, domain files or --examples")
+        if (args.replay_mode or args.replay_disk) and not args.replay:
+            raise UsageError("--replay-mode and --replay-disk go with --replay FILE")
         if args.keep and not args.apply:
             raise UsageError("--keep goes with --apply")
         if args.guest_modules and not args.guest_kernel:
@@ -144,6 +155,7 @@ class VerifyCommand(Command):
         assert isinstance(report, _Report)
         if fmt == "json":
             doc = {"kvmtune_verify": 1, "elapsed_s": round(report.elapsed, 1), "run": report.run_id,
+                   "replay": report.ctx.replay.record() if report.ctx.replay is not None else None,
                    "repeat": report.repeat, "threshold_pct": report.threshold, "seconds_per_sample": report.seconds,
                    "notes": report.ctx.notes, "results": [r.to_json() for r in report.results]}
             out.write(json.dumps(doc, indent=1, default=str) + "\n")
@@ -217,6 +229,21 @@ def _inputs_hint(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _replay(args: argparse.Namespace) -> tuple[Any, str]:
+    """The workload file (hostile: capture/workload.py's reader) as a replay, and the definition's disk it is for:
+    ``--replay-disk``, else the workload disk's own name."""
+    from kvmtune.capture.workload import read_workload
+    from kvmtune.lab.storage.replay import build_replay
+
+    doc, digest = read_workload(args.replay)
+    targets = [d.get("target") for d in doc["disks"]]
+    named = args.replay_disk if args.replay_disk in targets else None
+    rep = build_replay(doc, digest, args.replay, mode=args.replay_mode or "timed", disk=named)
+    for note in rep.notes:
+        print(f"kvmtune: replay: {safe(note)}", file=sys.stderr)
+    return rep, args.replay_disk or rep.profile.target
+
+
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -267,11 +294,18 @@ def _verify(args: argparse.Namespace) -> Outcome:
         allow_tcg=args.allow_tcg, inputs_hint=_inputs_hint(args),
         guest_kernel=kernel.kernel, guest_modules=kernel.modules_dir,
     )
+    if args.replay:
+        ctx.replay, ctx.replay_disk = _replay(args)
     planned = plan_all(subjects(findings, guests, result.images), ctx)
+    if ctx.replay is not None and not any(p.experiment is not None and getattr(p.experiment, "replay", None)
+                                          for p in planned):
+        ctx.notes.append(f"--replay: no block-tier finding on a disk {ctx.replay_disk}: nothing measured with it")
     guest_tier = ctx.guest_accel is not None and any(p.experiment is not None and p.experiment.tier == "guest"
                                                       for p in planned)
     env = {"kvmtune_tiers": "block, netns, host" + (", guest" if guest_tier else ""),
            "accel": ctx.guest_accel.accel if guest_tier and ctx.guest_accel else "none", "root": args.root}
+    if ctx.replay is not None:
+        env["replay"] = ctx.replay.record()
     bench = VerifyBenchmark(planned, ctx, env)
     run_id = None
     interrupted = False

@@ -51,6 +51,7 @@ class VerifyResult:
     tier: str | None = None
     change: str = ""
     workload: str = ""
+    replay: str | None = None  # "replayed workload of disk vda (…)" when --replay measured it
     judgement: Any = None  # measure.Judgement
     verdict: str | None = None  # helps | no measurable effect | hurts | inconclusive; None: not measured
     action: str = ""
@@ -81,6 +82,8 @@ class VerifyResult:
         text = f"{head}: {self.change}: {self.judgement.describe()}"
         if self.accel == "tcg":
             text += f"; {EMULATION}"
+        if self.replay:
+            text += f"; {self.replay}"  # verify --replay: measured with the guest's captured workload
         if self.seed:
             text += f"; seed figure: {self.seed}"
         return f"{text}; {self.verdict.upper() if self.verdict else '?'}; {self.action}"
@@ -89,6 +92,7 @@ class VerifyResult:
         return {
             "rule": self.finding.rule, "slug": self.finding.slug, "target": self.target,
             "severity": str(self.finding.severity), "tier": self.tier, "change": self.change, "workload": self.workload,
+            "replay": self.replay,
             "measurement": self.judgement.to_json() if self.judgement else None, "verdict": self.verdict,
             "action": self.action, "not_measured": self.reason, "error": self.error, "seed": self.seed,
             "notes": self.notes, "details": self.details, "seconds": round(self.seconds, 2),
@@ -175,6 +179,7 @@ def plan_all(subs: Sequence[Subject], ctx: VerifyContext) -> list[Planned]:
                 r.reason = f"cannot plan the experiment: {exc}"
         if exp is not None:
             r.tier, r.change, r.workload = exp.tier, exp.change, exp.workload
+            r.replay = getattr(exp, "replay_label", None)
         out.append(Planned(r, s, exp))
     return out
 

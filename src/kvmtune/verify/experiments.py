@@ -19,6 +19,7 @@ from kvmtune.audit.finding import Finding
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
+from kvmtune.lab.storage.replay import Replay
 from kvmtune.model.guest import Disk, Guest, Nic
 from kvmtune.qemu.image import DiskImage
 from kvmtune.runner import Runner
@@ -54,6 +55,9 @@ class VerifyContext:
     guest_kernel: str | None = None
     guest_modules: str | None = None
     inputs_hint: str = ""
+    # --replay FILE: a captured workload measures the block-tier findings of the definition's disk ``replay_disk``
+    replay: Replay | None = None
+    replay_disk: str | None = None
 
     def finding_until(self) -> float:
         """When the finding now starting must stop adding rounds (its cap, or the run's budget if sooner)."""

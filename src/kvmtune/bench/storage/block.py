@@ -109,6 +109,7 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.lab.runner import Cell, CellSink
 from kvmtune.lab.storage import fio as fiomod
 from kvmtune.lab.storage import fiobatch
+from kvmtune.lab.storage.replay import Replay
 from kvmtune.lab.workdir import check_free_space, free_bytes, release_file, stop_process
 from kvmtune.qemuopts import (
     CACHE_MODES,
@@ -442,7 +443,7 @@ class BlockTier:
         sampler = HostSampler(ctx.host, fs.device, None)
         args = job_args(w, ctx.runtime_s, ctx.disk_mib, ramp=self.plan.ramp_s)
         a = sampler.snap()
-        m, raw = run_fio(ctx, [*floor_options(target), *args], ctx.runtime_s * 3 + 60)
+        m, raw = run_fio(ctx, [*floor_options(target, w), *args], ctx.runtime_s * 3 + 60)
         b = sampler.snap()
         self._host_figures(m, a, b)
         m["pct_of_bare_metal"] = 100.0
@@ -480,7 +481,7 @@ class BlockTier:
                 try:
                     if cfg.target == "host":
                         target = self.floor_files[fs.name]
-                        opts = floor_options(target)
+                        opts = floor_options(target, w)
                         image, size = target, ctx.disk_mib
                     else:
                         ready = self._take_ready(fs, cfg, w)
@@ -757,20 +758,24 @@ class BlockBenchmark:
     ctx: StorageContext
     blocks: BlockPlan
     kind: str = "block"
+    replay: Replay | None = None  # a captured workload (--replay FILE): its workload is the plan's only one
 
     def planned_cells(self) -> int:
         b = self.blocks
         return len(b.configs) * len(b.workloads) * len(b.host_fs) * self.ctx.repeat
 
     def plan(self) -> str:
+        what = f"; replaying the {self.replay.label}" if self.replay is not None else ""
         return (f"{self.planned_cells()} cells (block tier: qemu-storage-daemon + fio nbd, {self.blocks.ramp_s:g}s ramp "
-                f"+ {self.ctx.runtime_s:g}s measured, {self.ctx.repeat} interleaved rounds)")
+                f"+ {self.ctx.runtime_s:g}s measured, {self.ctx.repeat} interleaved rounds{what})")
 
     def environment(self) -> dict[str, Any]:
         env = storage_environment(self.ctx)
         env["tier"] = TIER
         res = self.ctx.runner.run(["qemu-storage-daemon", "--version"], timeout=20)
         env["qemu_storage_daemon"] = res.stdout.splitlines()[0] if res.ok and res.stdout else None
+        if self.replay is not None:
+            env["replay"] = self.replay.record()  # results show RUN --format json: its digest, source, mode, disk
         return env
 
     def describe(self, cell: Cell) -> str:
@@ -779,6 +784,10 @@ class BlockBenchmark:
 
     def execute(self, sink: CellSink) -> None:
         self.ctx.sink = sink
+        if self.replay is not None:
+            written = self.replay.write()  # the translated log, into the scratch directory the workload names
+            if written is not None:
+                self.ctx.scratch.add_file(written)
         run_block(self.ctx, self.blocks, sink)
 
     def cleanup(self) -> list[str]:

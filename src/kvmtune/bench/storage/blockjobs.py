@@ -26,9 +26,13 @@ def fio_argv(args: Sequence[str]) -> list[str]:
     return ["fio", "--thread", FIO_CLOCK, *args, "--output-format=json"]
 
 
-def floor_options(target: str) -> list[str]:
-    """The floor: fio straight on the host file (or device), O_DIRECT."""
-    return [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
+def floor_options(target: str, w: fiomod.Workload | None = None) -> list[str]:
+    """The floor: fio straight on the host file (or device), O_DIRECT. A replayed log is redirected to it: the
+    log's own file name would otherwise be a file fio creates in its working directory."""
+    out = [fio_option("filename", Path(target)), "--ioengine=libaio", "--direct=1"]
+    if w is not None and any(a.startswith("--read_iolog=") for a in w.replay):
+        out.append(fio_option("replay_redirect", Path(target)))
+    return out
 
 
 def run_fio(ctx: StorageContext, argv: list[str], timeout: float, job: str | None = None) -> tuple[dict[str, float], str]:
@@ -52,6 +56,8 @@ def writes_done(raw: str, job: str) -> float:
 
 
 def job_args(w: fiomod.Workload, seconds: float, size_mib: int, *, ramp: float = 0.0, name: str | None = None) -> list[str]:
+    if w.replay:  # a captured workload: its own options, sized and timed when it was built (lab/storage/replay.py)
+        return [fio_option("name", name or w.name), *w.replay, "--group_reporting"]
     args = [fio_option("name", name or w.name), fio_option("rw", w.rw), fio_option("bs", w.bs),
             fio_option("iodepth", w.iodepth), fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", fio_ms(seconds)),
             "--time_based", "--group_reporting"]

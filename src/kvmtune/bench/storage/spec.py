@@ -18,6 +18,7 @@ from kvmtune.bench.storage.matrix import DIMENSIONS, SWEEP, StorageConfig, build
 from kvmtune.bench.storage.quick import quick_configs
 from kvmtune.errors import InputError
 from kvmtune.lab.storage import fio as fiomod
+from kvmtune.lab.storage.replay import Replay
 
 TIERS = ("auto", "guest", "block")
 # the guest tier's settings and their defaults (a spec field each; stored with the run)
@@ -69,6 +70,7 @@ class StorageSpec:
     workloads: tuple[str, ...] | None = None
     device: str | None = None
     ramp: float = RAMP_S
+    replay: Replay | None = None  # --replay FILE: the block tier runs the captured workload instead of generic jobs
 
     def given(self, field: str) -> bool:
         return bool(self.dims.get(field))
@@ -84,7 +86,8 @@ class StorageSpec:
 
     def recorded(self, given: Mapping[str, Any], db: str) -> dict[str, Any]:
         """The run's arguments as stored with it: what was given, and the defaults this run used."""
-        return {**given, "db": db, "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime,
+        replay = None if self.replay is None else {**self.replay.record(), "file": given.get("replay")}
+        return {**given, "db": db, "replay": replay, "tier": self.tier, "repeat": self.repeat, "runtime": self.runtime,
                 "disk_size": self.disk_size, **{k: getattr(self, k) for k in GUEST_DEFAULTS}}
 
     def configs(self) -> tuple[list[StorageConfig], list[fiomod.Workload]]:

@@ -38,6 +38,9 @@ class Workload:
     cycle_mib: int = 0
     cycle_idle_s: float = 0.0
     extra: tuple[str, ...] = field(default=())
+    # a captured workload's replay (lab/storage/replay.py): fio's options after --name and the engine, instead of
+    # the job's rw/bs/iodepth/size/runtime
+    replay: tuple[str, ...] = field(default=())
 
     @property
     def is_cycle(self) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kvmtune.audit.rule import Rule, all_rules
-from kvmtune.audit.verifyplan import NoExperiment
+from kvmtune.audit.verifyplan import BlockExperiment, NoExperiment
 from kvmtune.errors import UsageError
 from kvmtune.host.parsers import parse_count
 from kvmtune.host.root import HostRoot
@@ -177,6 +177,16 @@ def verify_text(rule_id: str | None, guest: str, again: str) -> str:
     if rule is not None and rule.verify is not None and not isinstance(rule.verify, NoExperiment):
         return f"kvmtune verify --only {rule_id} (measures the fix), then `kvmtune why {guest}` again: {again}"
     return f"`kvmtune why {guest}` again after the change: {again}"
+
+
+def capture_hint(rule_id: str | None, guest: str) -> str:
+    """For a disk cause whose fix verify measures on the block tier: capturing the guest's own I/O first is optional,
+    and lets verify judge the fix on it (docs/capture.md)."""
+    rule = _rule(rule_id) if rule_id else None
+    if rule is None or not isinstance(rule.verify, BlockExperiment):
+        return ""
+    return (f"; optional: `kvmtune capture {guest} -o {guest}.workload.json` records its own disk I/O, and "
+            f"`kvmtune verify … --only {rule_id} --replay {guest}.workload.json` judges the fix on it")
 
 
 def rule_fix(rule_id: str) -> str:

@@ -14,7 +14,16 @@ from kvmtune.host.root import HostRoot
 from kvmtune.live.diagnose import Diagnosis
 from kvmtune.live.model import DiskCounters, GuestSample
 from kvmtune.live.sources import Sampler
-from kvmtune.live.why.core import LIMITS, CatalogueRule, Target, WhyLine, WhyReport, rule_fix, verify_text
+from kvmtune.live.why.core import (
+    LIMITS,
+    CatalogueRule,
+    Target,
+    WhyLine,
+    WhyReport,
+    capture_hint,
+    rule_fix,
+    verify_text,
+)
 from kvmtune.model.guest import Disk
 
 # --- disks, network, memory ---------------------------------------------------------------------------
@@ -99,7 +108,8 @@ def disk_lines(report: WhyReport, a: GuestSample, b: GuestSample, dt: float, lim
                     "disk", min(1.0, depth), f"disk {name}: {d.value} ({d.level}, threshold {d.threshold})",
                     f"{rd + wr:.0f} ops/s, queue depth {depth:.1f}; {where}; rules of its configuration: "
                     f"{d.explanation}", "the disk's configuration", rule, d.fix or (rule_fix(rule) if rule else ""),
-                    verify_text(rule, report.target.name, "the latency should fall below the threshold"),
+                    verify_text(rule, report.target.name, "the latency should fall below the threshold")
+                    + capture_hint(rule, report.target.name),
                     no_rule="" if rule else "no rule covers this disk's latency: no finding of its configuration "
                     "explains it"))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from kvmtune.audit.rule import all_rules
 from kvmtune.audit.verifyplan import BlockExperiment, FioJob
 from kvmtune.lab.replica import Layout, Unreplicable
+from kvmtune.lab.storage.replay import Replay
 from kvmtune.model.guest import Disk, Guest
 from kvmtune.verify.block.pair import BlockPair, DiscardProbe, layout_of, scratch_parent
 from kvmtune.verify.experiments import Outcome, Subject, Unmeasurable, VerifyContext, replay_fix
@@ -38,6 +39,7 @@ class DiskExperiment:
     by: str = "kvmtune fix"
     tier: str = "block"
     nearest_a: str = ""  # side A as it is does not start under QEMU: what was changed to measure from a valid one
+    replay: Replay | None = None  # verify --replay: the captured workload of this disk instead of the generic job
 
     @property
     def change(self) -> str:
@@ -45,7 +47,13 @@ class DiskExperiment:
         return f"{text} (from the nearest valid A: {self.nearest_a})" if self.nearest_a else text
 
     @property
+    def replay_label(self) -> str | None:
+        return None if self.replay is None else f"replayed {self.replay.label}"
+
+    @property
     def workload(self) -> str:
+        if self.replay is not None:
+            return f"replayed {self.replay.label}"
         if isinstance(self.job, str):
             return "write 64 MiB, trim it, host space still allocated"
         return self.job.describe()
@@ -56,7 +64,9 @@ class DiskExperiment:
         parent, note = scratch_parent(disk.source if disk.source_type in (None, "file") else None, ctx.workdir)
         notes = [n for n in (note, *self.assumed) if n]
         job = self.job if isinstance(self.job, FioJob) else FioJob("discard", "write")
-        with BlockPair(ctx.runner, parent, self.before, self.after, ctx.size, job, ctx.seconds) as pair:
+        size = ctx.size if self.replay is None else self.replay.replica_mib(ctx.size >> 20) << 20
+        notes += [] if self.replay is None else self.replay.notes
+        with BlockPair(ctx.runner, parent, self.before, self.after, size, job, ctx.seconds, replay=self.replay) as pair:
             probe: Probe = DiscardProbe(pair) if self.job == "discard" else _IopsProbe(pair)
             samples = alternate(probe, ctx.repeat, ctx.deadline, settled=settles(probe.metric, ctx.threshold),
                                 until=ctx.finding_until())
@@ -67,6 +77,8 @@ class DiskExperiment:
             "samples_a": samples.a, "samples_b": samples.b, "replica_dir": str(parent), "size": ctx.size,
             "workload": self.workload,
         }
+        if self.replay is not None:
+            details["replay"] = self.replay.record()
         return Outcome(j, action, notes, details, samples.cut_short)
 
 
@@ -123,4 +135,7 @@ def plan_disk(subject: Subject, ctx: VerifyContext, plan: BlockExperiment) -> Di
                                "nearest valid A the fix changes nothing the block tier can see")
     source = disk.source if disk.source_type in (None, "file") else None
     _parent, note = scratch_parent(source, ctx.workdir)
-    return DiskExperiment(subject, before, after, plan.job, note, assumed, by, nearest_a=nearest_a)
+    replay = None
+    if ctx.replay is not None and plan.job != "discard" and disk.target == ctx.replay_disk:
+        replay = ctx.replay  # the workload captured on this disk (matched by target, or --replay-disk)
+    return DiskExperiment(subject, before, after, plan.job, note, assumed, by, nearest_a=nearest_a, replay=replay)

@@ -39,6 +39,7 @@ from kvmtune.audit.verifyplan import FioJob
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.replica import Layout, Unreplicable, create_replica, make_scratch_dir
 from kvmtune.lab.storage.fio import parse_fio_json
+from kvmtune.lab.storage.replay import Replay
 from kvmtune.lab.workdir import Started, stop_process
 from kvmtune.model.guest import Disk
 from kvmtune.qemuopts import (
@@ -56,6 +57,9 @@ QSD = "qemu-storage-daemon"
 START_TIMEOUT_S = 10.0
 IOPS = Metric("iops", "IOPS", True, "fio through an NBD export of the replica")
 ALLOCATED = Metric("allocated", "MiB", False, "host space the replica still holds after the guest trimmed")
+REPLAY_P99 = Metric("p99_latency", "µs p99", False, "fio's p99 completion latency replaying the captured workload "
+                    "at its captured times or rate")
+REPLAY_IOPS = Metric("iops", "IOPS", True, "fio replaying the captured workload as fast as it can")
 
 
 # the disk attributes a replica copies: a value the reader refused there means the disk cannot be replicated
@@ -130,8 +134,11 @@ class BlockPair(Started):
     """Side A and side B of one disk as NBD exports of one qemu-storage-daemon (a context manager)."""
 
     def __init__(self, runner: Runner, parent: Path, a: Layout, b: Layout, size: int, job: FioJob,
-                 seconds: float, metric: Metric = IOPS) -> None:
+                 seconds: float, metric: Metric = IOPS, replay: Replay | None = None) -> None:
         self.runner = runner
+        self.replay = replay  # a captured workload instead of ``job`` (verify --replay)
+        if replay is not None:
+            metric = REPLAY_P99 if replay.mode == "timed" else REPLAY_IOPS
         self.parent = parent
         self.layouts = {"A": a, "B": b}
         self.size = size
@@ -153,6 +160,9 @@ class BlockPair(Started):
         if shutil.which("fio") is None:
             raise KvmtuneError("fio not found (Debian package fio)")
         self.dir = make_scratch_dir(self.parent)
+        if self.replay is not None:
+            self.replay.place(self.dir)  # the translated log, in this pair's own scratch directory
+            self.replay.write()
         argv = [QSD]
         paths = {}
         for side, lay in self.layouts.items():
@@ -215,6 +225,15 @@ class BlockPair(Started):
             raise KvmtuneError(f"fio against the replica: {exc}") from None
 
     def sample(self, side: str) -> float:
+        if self.replay is not None:
+            argv = ["fio", fio_option("name", "replay"), "--ioengine=nbd", fio_nbd_uri(side, self.socket),
+                    *self.replay.job_options(self.size >> 20, self.seconds), "--output-format=json"]
+            m = self.run_fio(argv, self.seconds)
+            if self.metric is REPLAY_P99:
+                if "clat_p99_us" not in m:
+                    raise KvmtuneError("fio reported no p99 latency for the replay")
+                return m["clat_p99_us"]
+            return m["iops"]
         m = self.run_fio(self.fio_argv(side, self.job, self.seconds), self.seconds)
         return m["iops"]
 
