@@ -175,8 +175,8 @@ def test_show_refuses_a_fifo_and_a_hostile_target_prints_escaped(tmp_path: Path)
 
 def test_a_foreign_or_broken_marker_is_not_obeyed(tmp_path: Path) -> None:
     (tmp_path / "capture-active-1.json").write_text("{not json")
-    (tmp_path / "capture-active-2.json").write_text(json.dumps({"pid": 999999999, "starttime": 1, "events": [],
-                                                                "histograms": []}))
+    (tmp_path / "capture-active-2.json").write_text(json.dumps({"pid": 999999999, "starttime": 1, "boot_id": "", "uid": 0,
+                                                                "events": [], "histograms": []}))
     (tmp_path / "capture-active-3.json").symlink_to("/etc/passwd")
     lines = restore_leftovers(HostRoot(), tmp_path)
     assert any("unreadable capture marker" in x for x in lines)

@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,11 +29,15 @@ from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.live.sources import Sampler
 from kvmtune.qemu.qmp import Qmp
+from kvmtune.textsafe import safe
 
 MARKER_PREFIX = "capture-active-"
 HISTOGRAM_NS = [10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
 READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
-_MARKER = re.compile(r"capture-active-[0-9]{1,10}\.json")
+_MARKER = re.compile(r"capture-active-[0-9]{1,10}(?:-[0-9a-f]{16})?\.json")
+# what QEMU names a device by in query-blockstats (an id, or a QOM path such as
+# /machine/peripheral-anon/device[0]/virtio-backend): anything else is neither sent back nor written to a marker
+_QDEV = re.compile(r"[A-Za-z0-9_./\[\]-]{1,200}")
 
 
 class Monitor(Protocol):
@@ -65,7 +71,7 @@ def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str,
         name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
         st = entry.get("stats")
         if isinstance(name, str) and name and len(name) <= 200 and name not in out and isinstance(st, dict):
-            out[name] = {"qdev": qdev if qdev and len(qdev) <= 200 else None,
+            out[name] = {"qdev": qdev if qdev and _QDEV.fullmatch(qdev) else None,
                          "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
                          **{k: _bounded_int(st.get(k)) for k in (
                              "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
@@ -83,6 +89,64 @@ def delta(a: dict[str, Any], b: dict[str, Any], seconds: float) -> StatsDelta:
 def _starttime(host: HostRoot, pid: int) -> int | None:
     st = read_pid_stat(host, pid)
     return None if st is None else st.starttime
+
+
+def _boot_id(host: HostRoot) -> str:
+    text = (host.read_optional("/proc/sys/kernel/random/boot_id") or "").strip()
+    return text if re.fullmatch(r"[0-9a-f-]{36}", text) else ""
+
+
+def identity(host: HostRoot, pid: int) -> dict[str, Any] | None:
+    """What tells the QEMU ``pid`` from any later process given the same pid: its start time (clock ticks since
+    boot), this boot (a start time repeats across reboots), and its owner's uid; None when it is gone."""
+    start = _starttime(host, pid)
+    owner = host.owner(f"/proc/{pid}")
+    if start is None or owner is None:
+        return None
+    return {"pid": pid, "starttime": start, "boot_id": _boot_id(host), "uid": owner[0]}
+
+
+def _same(host: HostRoot, m: dict[str, Any]) -> bool:
+    now = identity(host, m["pid"])
+    return now is not None and all(now[k] == m[k] for k in ("starttime", "boot_id", "uid"))
+
+
+def write_marker(workdir: Path, content: dict[str, Any]) -> Path:
+    """A new marker under a name no one can have prepared (random), created, never opened through a symbolic link
+    or over a file that is there already (another user's, in a shared work directory), readable by this user
+    alone."""
+    path = workdir / f"{MARKER_PREFIX}{os.getpid()}-{secrets.token_hex(8)}.json"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: cannot create the capture marker ({exc.strerror}); nothing changed") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(content))
+    return path
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """A marker's content when it is this user's own regular file (opened without following a link, then checked
+    on the open file, so a swap between a check and the read does not count); None when it is not; ValueError
+    (and friends) when its content is not a marker's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None  # a symbolic link (ELOOP), gone, or not ours to read
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 65536:
+            return None
+        m = json.loads(fh.read(65537).decode("utf-8"))
+    if not isinstance(m, dict):
+        raise ValueError("not an object")
+    for k in ("pid", "starttime", "uid"):
+        if not isinstance(m.get(k), int) or isinstance(m.get(k), bool):
+            raise ValueError(k)
+    if not isinstance(m.get("boot_id"), str) or not isinstance(m.get("events"), list) \
+            or not isinstance(m.get("histograms"), list):
+        raise ValueError("fields")
+    return m
 
 
 def _connect(host: HostRoot, pid: int) -> tuple[Sampler, Qmp | None]:
@@ -134,7 +198,12 @@ def _undo(qmp: Monitor, events: list[str], histograms: list[str]) -> list[str]:
 
 
 def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
-    """Undo what a killed capture left switched on; one line per marker saying what was restored."""
+    """Undo what a killed capture left switched on; one line per marker saying what was restored (each line
+    through textsafe: the doctor prints it as it is)."""
+    return [safe(line) for line in _restore(host, workdir)]
+
+
+def _restore(host: HostRoot, workdir: Path) -> list[str]:
     out: list[str] = []
     with contextlib.suppress(OSError):
         names = sorted(os.listdir(workdir))
@@ -143,22 +212,19 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                 continue
             path = workdir / name
             try:
-                st = path.lstat()
-                if not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid() or st.st_size > 65536:
+                m = _read_marker(path)
+                if m is None:
                     out.append(f"{path}: not a capture marker of this user; left alone")
                     continue
-                m = json.loads(path.read_text(encoding="utf-8"))
-                pid, start = m["pid"], m["starttime"]
+                pid = m["pid"]
                 events = [e for e in m["events"] if e in ALL_EVENTS]
-                hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
+                hists = [h for h in m["histograms"] if isinstance(h, str) and _QDEV.fullmatch(h)]
                 lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
-                if not isinstance(pid, int) or not isinstance(start, int):
-                    raise ValueError("pid")
             except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
                 continue
-            if _starttime(host, pid) != start:
+            if not _same(host, m):
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
                 path.unlink(missing_ok=True)
                 continue
@@ -167,6 +233,8 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
             except KvmtuneError as exc:
                 qmp, close, why = None, lambda: None, str(exc)
             try:
+                if qmp is not None and not _same(host, m):  # it ended while its socket was found: not that QEMU's
+                    qmp, why = None, "the process is no longer that QEMU"
                 if qmp is None:
                     out.append(f"capture of pid {pid} was killed; its QMP does not answer ({why}), so "
                                f"{', '.join(events) or 'its latency histograms'} may still be on "
@@ -239,7 +307,7 @@ class Capture:
         self.aliases: dict[str, str] | None = None
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
-        self.marker = workdir / f"{MARKER_PREFIX}{os.getpid()}.json"
+        self.marker: Path | None = None
 
     def _stderr(self) -> tuple[Lines | None, str]:
         if self.libvirt is not None:
@@ -309,7 +377,7 @@ class Capture:
         return out, ""
 
     def run(self) -> CaptureResult:
-        start = _starttime(self.host, self.pid)
+        start = identity(self.host, self.pid)
         if start is None:
             raise KvmtuneError(f"pid {self.pid}: gone")
         qmp, close, self.aliases, why = reach(self.host, self.pid, self.libvirt)
@@ -354,7 +422,7 @@ class Capture:
                                "(--source blockstats records statistics)")
         return fh, events if fh is not None else [], scsi, why_not
 
-    def _run(self, qmp: Monitor, start: int) -> CaptureResult:
+    def _run(self, qmp: Monitor, start: dict[str, Any]) -> CaptureResult:
         why_not = ""
         fh: Lines | None = None
         events: list[str] = []
@@ -366,8 +434,8 @@ class Capture:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
-        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events, "histograms": hists,
-                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})}))
+        marker = self.marker = write_marker(self.workdir, {**start, "events": events, "histograms": hists,
+                                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
         reader = TraceReader(self.pid, self.max_events, scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
@@ -396,7 +464,7 @@ class Capture:
             for dev in hists:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
                     qmp.execute("block-latency-histogram-set", id=dev)
-            self.marker.unlink(missing_ok=True)
+            marker.unlink(missing_ok=True)
         stats = {n: delta(first[n], prev[n], seconds) for n in first if n in prev}
         requests = None
         if fh is not None:
