@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,17 @@ from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 
 QDEV = "/machine/peripheral/d0/virtio-backend"
+PID = 4242
+
+
+def sub(t: float, req: int, write: bool, sector: int, n: int) -> bytes:
+    kind = "write" if write else "read"
+    return (f"{PID}@{int(t)}.{round((t % 1) * 1e6):06d}:virtio_blk_handle_{kind} vdev 0xaa req 0x{req:x} "
+            f"sector {sector} nsectors {n}").encode()
+
+
+def done(t: float, req: int) -> bytes:
+    return f"{PID}@{int(t)}.{round((t % 1) * 1e6):06d}:virtio_blk_rw_complete vdev 0xaa req 0x{req:x} ret 0".encode()
 
 
 class FakeQmp:
@@ -148,3 +160,73 @@ def test_a_qdev_out_of_pattern_in_a_qmp_reply_is_not_kept() -> None:
     assert [v["qdev"] for v in got.values()] == [None]
     assert [v["qdev"] for v in blockstats(FakeQmp("/machine/peripheral-anon/device[0]/virtio-backend")).values()] \
         == ["/machine/peripheral-anon/device[0]/virtio-backend"]
+
+
+# --- trace lines someone else wrote into QEMU's stderr --------------------------------------------------------
+
+
+def test_trace_lines_out_of_range_or_out_of_time_are_skipped_and_the_file_stays_readable() -> None:
+    from kvmtune.capture.trace import TraceReader
+    from kvmtune.capture.workload import SCHEMA, StatsDelta, check_workload, from_trace
+
+    r = TraceReader(PID, window=(1000.0, 1100.0))
+    for line in (
+        sub(1000.1, 1, False, 0, 8), done(1000.2, 1),  # a real pair
+        sub(1000.3, 2, True, 99999999999999999999, 8), done(1000.4, 2),  # offset past 2**62
+        sub(1000.3, 3, True, 0, 9999999999), done(1000.4, 3),  # one request of 5 TB
+        sub(1000.5, 4, False, 8, 8), done(1000.45, 4),  # completed before it was submitted
+        sub(999999999999.0, 5, False, 16, 8), done(999999999999.5, 5),  # far in the future
+        sub(1000.6, 6, False, 8, 8), done(5.0, 6),  # its completion long before the capture
+    ):
+        r.line(line)
+    assert [(q.offset, q.size) for q in r.requests] == [(0, 4096)]
+    assert r.skipped == 6  # each out-of-range submission, the early completion, the two far times, the early one
+    doc = {"schema": SCHEMA, "guest": "g", "captured_at": "now",
+           "disks": [from_trace("vda", r.requests, StatsDelta(1.0, rd_ops=1))]}
+    check_workload(json.loads(json.dumps(doc)))  # what kvmtune writes, --show reads back
+
+
+def test_scsi_lengths_and_blocks_out_of_range_are_skipped() -> None:
+    from kvmtune.capture.trace import TraceReader
+
+    def line(t: float, rest: str) -> bytes:
+        return f"7@{int(t)}.{round((t % 1) * 1e6):06d}:{rest}".encode()
+
+    r = TraceReader(7, scsi_blocks={(0, 0): 4096})
+    for raw in (
+        line(1.0, "scsi_req_parsed target 0 lun 0 tag 1 command 40 dir 2 length 9999999999"),
+        line(1.0, "scsi_req_parsed_lba target 0 lun 0 tag 1 command 40 lba 0"),
+        line(1.1, "scsi_req_dequeue target 0 lun 0 tag 1"),
+        line(1.0, "scsi_req_parsed target 0 lun 0 tag 2 command 40 dir 2 length 4096"),
+        line(1.0, "scsi_req_parsed_lba target 0 lun 0 tag 2 command 40 lba 99999999999999999999"),
+        line(1.1, "scsi_req_dequeue target 0 lun 0 tag 2"),
+        line(2.0, "scsi_req_parsed target 0 lun 0 tag 3 command 40 dir 2 length 4096"),
+        line(2.0, "scsi_req_parsed_lba target 0 lun 0 tag 3 command 40 lba 2"),
+        line(2.1, "scsi_req_dequeue target 0 lun 0 tag 3"),
+    ):
+        r.line(raw)
+    assert [(q.offset, q.size) for q in r.requests] == [(8192, 4096)] and r.skipped == 2
+
+
+def _stderr_of(tmp_path: Path, stderr: Any) -> tuple[Any, str]:
+    proc = subprocess.Popen(["sleep", "30"], stderr=stderr)
+    try:
+        return Capture(HostRoot(), proc.pid, tmp_path, seconds=1, trace=True)._stderr()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stderr_file_others_may_write_is_not_read_for_events(tmp_path: Path) -> None:
+    log = tmp_path / "qemu.log"
+    log.touch()
+    log.chmod(0o666)  # e.g. a QEMU started with 2>/tmp/qemu.log by a careless umask: anyone can append lines
+    with open(log, "ab") as err:
+        fh, why = _stderr_of(tmp_path, err)
+    assert fh is None and "writable by group or others (mode 0666)" in why and "could have been written by anyone" in why
+
+
+def test_a_stderr_that_is_a_device_is_refused_without_being_opened(tmp_path: Path) -> None:
+    with open("/dev/null", "wb") as err:
+        fh, why = _stderr_of(tmp_path, err)
+    assert fh is None and "not a regular file" in why and "/dev/null" in why

@@ -34,6 +34,7 @@ from kvmtune.textsafe import safe
 MARKER_PREFIX = "capture-active-"
 HISTOGRAM_NS = [10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
 READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
+WINDOW_SLACK = 5.0  # s an event's time may lie before the capture's start or after its planned end (+60 s)
 _MARKER = re.compile(r"capture-active-[0-9]{1,10}(?:-[0-9a-f]{16})?\.json")
 # what QEMU names a device by in query-blockstats (an id, or a QOM path such as
 # /machine/peripheral-anon/device[0]/virtio-backend): anything else is neither sent back nor written to a marker
@@ -320,10 +321,27 @@ class Capture:
         where = f"/proc/{self.pid}/fd/2"
         target = self.host.readlink(where)
         try:
+            before = os.stat(self.host.beneath(where))  # a device is not opened at all: opening one may act
+            if not stat.S_ISREG(before.st_mode):
+                raise HostReadError(where, "not a regular file; not read")
             fh = self.host.open_regular(where)
-        except HostReadError as exc:
-            return None, (f"its stderr ({target or 'unknown'}) is not a regular file kvmtune can read ({exc.problem}): "
+        except (HostReadError, OSError) as exc:
+            problem = exc.problem if isinstance(exc, HostReadError) else exc.strerror or str(exc)
+            return None, (f"its stderr ({target or 'unknown'}) is not a regular file kvmtune can read ({problem}): "
                           "QEMU's log trace backend writes the events there")
+        st = os.fstat(fh.fileno())
+        owner = self.host.owner(f"/proc/{self.pid}")
+        why = ""
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            why = "was replaced while being opened"
+        elif st.st_mode & 0o022:
+            why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        elif owner is None or st.st_uid not in (0, owner[0]):
+            why = f"belongs to uid {st.st_uid}, neither root nor QEMU's user"
+        if why:
+            fh.close()
+            return None, (f"its stderr ({target or 'unknown'}) {why}: trace lines in it could have been written by "
+                          "anyone, so per-request events are not read from it")
         fh.seek(0, os.SEEK_END)
         return fh, ""
 
@@ -436,7 +454,9 @@ class Capture:
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
         marker = self.marker = write_marker(self.workdir, {**start, "events": events, "histograms": hists,
                                                            **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
-        reader = TraceReader(self.pid, self.max_events, scsi)
+        now = time.time()  # QEMU's log backend stamps events with the wall clock
+        reader = TraceReader(self.pid, self.max_events, (now - WINDOW_SLACK, now + self.seconds + 60 + WINDOW_SLACK),
+                             scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
         try:
