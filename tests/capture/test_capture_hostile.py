@@ -230,3 +230,83 @@ def test_a_stderr_that_is_a_device_is_refused_without_being_opened(tmp_path: Pat
     with open("/dev/null", "wb") as err:
         fh, why = _stderr_of(tmp_path, err)
     assert fh is None and "not a regular file" in why and "/dev/null" in why
+
+
+# --- a workload file from another host (--show) ------------------------------------------------------------------
+
+
+def _doc() -> dict[str, Any]:
+    from kvmtune.capture.trace import Request
+    from kvmtune.capture.workload import SCHEMA, StatsDelta, from_trace
+
+    reqs = [Request(i * 0.01, i * 0.01 + 0.001, 1, False, i * 4096, 4096) for i in range(10)]
+    return {"schema": SCHEMA, "guest": "g", "captured_at": "now",
+            "disks": [from_trace("vda", reqs, StatsDelta(1.0, rd_ops=10))]}
+
+
+@pytest.mark.parametrize(("raw_from", "raw_to"), [
+    ('"seconds": 1.0', '"seconds": 1' + "0" * 400),  # an int no float holds: math.isfinite overflowed
+    ('"iops": 10.0', '"iops": -1' + "0" * 400),
+    ('"guest": "g"', '"guest": "\\ud800"'),  # a lone surrogate: printing it raised UnicodeEncodeError
+    ('"target": "vda"', '"target": "vd\\udfffa"'),
+    ('"4096": 10', '"4096": 1' + "0" * 30),  # a bucket count past any capture
+])
+def test_show_refuses_numbers_and_strings_that_used_to_crash_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], raw_from: str, raw_to: str) -> None:
+    from kvmtune.cli import main
+
+    text = json.dumps(_doc())
+    assert raw_from in text
+    f = tmp_path / "w.json"
+    f.write_text(text.replace(raw_from, raw_to))
+    assert main(["capture", "--show", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(f) in err and "Traceback" not in err
+
+
+def test_show_escapes_every_other_line_break_and_bidi_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmtune.cli import main
+
+    doc = _doc()
+    doc["guest"] = "a\r\u0085b\u2028c\u2029d\u202ee\x1b[2J\x9b31m"
+    f = tmp_path / "w.json"
+    f.write_text(json.dumps(doc))
+    assert main(["capture", "--show", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\r\u0085\u2028\u2029\u202e\x1b\x9b")
+    assert out.startswith("workload of a\\x0d\\x85b\\u2028c\\u2029d\\u202ee\\x1b[2J\\x9b31m, captured now")
+
+
+# --- the output file ------------------------------------------------------------------------------------------
+
+
+def test_the_output_replaces_a_symlink_without_following_it_and_drops_a_stale_iolog(tmp_path: Path) -> None:
+    from kvmtune.cli.capture import write_files
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "w.json"
+    out.symlink_to(victim)
+    Path(f"{out}.iolog").symlink_to(victim)
+    write_files(out, _doc(), "fio version 3 iolog\n")
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and json.loads(out.read_text())["guest"] == "g"
+    assert Path(f"{out}.iolog").read_text() == "fio version 3 iolog\n"
+    write_files(out, _doc(), "")  # a statistics capture: the earlier iolog is not this file's
+    assert not Path(f"{out}.iolog").exists() and victim.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim", "w.json"]
+
+
+def test_a_part_file_planted_beside_the_output_stops_the_write_and_nothing_is_half_written(tmp_path: Path) -> None:
+    from kvmtune.cli.capture import write_files
+
+    out = tmp_path / "w.json"
+    out.write_text("old\n")
+    Path(f"{out}.iolog").write_text("old log\n")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / f".w.json.iolog.part{os.getpid()}").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        write_files(out, _doc(), "fio version 3 iolog\n")
+    assert victim.read_text() == "precious\n"
+    assert out.read_text() == "old\n" and Path(f"{out}.iolog").read_text() == "old log\n"  # the pair unchanged

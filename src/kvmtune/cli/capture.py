@@ -133,16 +133,25 @@ def workload(guest: str, r: CaptureResult, disk: str | None, anonymize: bool) ->
 
 
 def write_files(path: Path, doc: dict[str, Any], log: str) -> None:
-    """The workload file and its iolog, each written whole or not at all."""
-    for target, text in ((path, json.dumps(doc, indent=2) + "\n"), (Path(f"{path}.iolog"), log)):
-        if not text:
-            continue
-        part = target.with_name(f".{target.name}.part{os.getpid()}")
-        try:
+    """The workload file and its iolog, each written whole or not at all: both are written in full beside their
+    names first (created new, never through a symbolic link), then renamed over them (a link there is replaced, not
+    followed), the iolog first; a capture without one removes an older ``FILE.iolog``, which would otherwise be read
+    as this file's."""
+    parts: list[tuple[Path, Path]] = []
+    try:
+        for target, text in ((Path(f"{path}.iolog"), log), (path, json.dumps(doc, indent=2) + "\n")):
+            if not text:
+                continue
+            part = target.with_name(f".{target.name}.part{os.getpid()}")
+            parts.append((part, target))
             with open(part, "x", encoding="utf-8") as fh:
                 fh.write(text)
+        if not log:
+            Path(f"{path}.iolog").unlink(missing_ok=True)
+        for part, target in parts:
             os.replace(part, target)
-        finally:
+    finally:
+        for part, _ in parts:
             part.unlink(missing_ok=True)
 
 
