@@ -310,3 +310,35 @@ def test_a_part_file_planted_beside_the_output_stops_the_write_and_nothing_is_ha
         write_files(out, _doc(), "fio version 3 iolog\n")
     assert victim.read_text() == "precious\n"
     assert out.read_text() == "old\n" and Path(f"{out}.iolog").read_text() == "old log\n"  # the pair unchanged
+
+
+def test_the_marker_of_a_capture_that_still_runs_is_not_undone_under_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``doctor`` (or a second capture) while a capture runs: its events stay on and its marker stays."""
+    monkeypatch.setattr(session, "reach", lambda host, pid, lv: pytest.fail("reached"))
+    path = _marker(tmp_path, capture={"pid": os.getpid(), "starttime": me()["starttime"]})
+    (line,) = restore_leftovers(HostRoot(), tmp_path)
+    assert f"by kvmtune pid {os.getpid()} still runs; left alone" in line and path.exists()
+
+
+def test_the_marker_of_a_killed_capture_is_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    qmp = FakeQmp()
+    monkeypatch.setattr(session, "reach", lambda host, pid, lv: (qmp, lambda: None, None, ""))
+    path = _marker(tmp_path, capture={"pid": proc.pid, "starttime": 1})
+    (line,) = restore_leftovers(HostRoot(), tmp_path)
+    assert "trace event virtio_blk_rw_complete off" in line and not path.exists()
+
+
+def test_a_capture_writes_its_own_identity_into_its_marker(tmp_path: Path) -> None:
+    seen: list[Any] = []
+
+    def look(*a: Any) -> None:
+        (marker,) = tmp_path.glob("capture-active-*.json")
+        seen.append(json.loads(marker.read_text())["capture"])
+        seen.append(restore_leftovers(HostRoot(), tmp_path))  # a doctor run meanwhile
+
+    Capture(HostRoot(), os.getpid(), tmp_path, seconds=0.01, trace=False, tick=look)._run(FakeQmp(), me())
+    assert seen[0] == {"pid": os.getpid(), "starttime": me()["starttime"]}
+    assert "still runs; left alone" in seen[1][0]

@@ -112,6 +112,16 @@ def _same(host: HostRoot, m: dict[str, Any]) -> bool:
     return now is not None and all(now[k] == m[k] for k in ("starttime", "boot_id", "uid"))
 
 
+def _running(host: HostRoot, m: dict[str, Any]) -> bool:
+    """Whether the capture that wrote marker ``m`` still runs (then its marker is not a leftover: undoing it would
+    switch its events off under it)."""
+    c = m.get("capture")
+    if not isinstance(c, dict) or not isinstance(c.get("pid"), int) or isinstance(c.get("pid"), bool):
+        return False
+    now = identity(host, c["pid"])
+    return now is not None and now["starttime"] == c.get("starttime") and now["boot_id"] == m["boot_id"]
+
+
 def write_marker(workdir: Path, content: dict[str, Any]) -> Path:
     """A new marker under a name no one can have prepared (random), created, never opened through a symbolic link
     or over a file that is there already (another user's, in a shared work directory), readable by this user
@@ -224,6 +234,9 @@ def _restore(host: HostRoot, workdir: Path) -> list[str]:
             except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
+                continue
+            if _running(host, m):
+                out.append(f"capture of pid {pid} by kvmtune pid {m['capture']['pid']} still runs; left alone")
                 continue
             if not _same(host, m):
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
@@ -452,8 +465,11 @@ class Capture:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
-        marker = self.marker = write_marker(self.workdir, {**start, "events": events, "histograms": hists,
-                                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
+        me = identity(self.host, os.getpid()) if self.host.is_live else None
+        marker = self.marker = write_marker(self.workdir, {
+            **start, "events": events, "histograms": hists,
+            "capture": {"pid": os.getpid(), "starttime": me["starttime"] if me else None},
+            **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
         now = time.time()  # QEMU's log backend stamps events with the wall clock
         reader = TraceReader(self.pid, self.max_events, (now - WINDOW_SLACK, now + self.seconds + 60 + WINDOW_SLACK),
                              scsi)
