@@ -156,8 +156,11 @@ def test_a_restored_line_never_carries_a_terminal_escape_and_only_plain_qdevs_ar
 
 
 def test_a_qdev_out_of_pattern_in_a_qmp_reply_is_not_kept() -> None:
-    got = blockstats(FakeQmp("/machine/peripheral/x\x1b]0;t\x07"))
-    assert [v["qdev"] for v in got.values()] == [None]
+    class Named(FakeQmp):
+        def execute(self, cmd: str, **args: Any) -> Any:
+            return [{"device": "drive0", "qdev": "/machine/peripheral/x\x1b]0;t\x07", "stats": {}}]
+    assert [v["qdev"] for v in blockstats(Named()).values()] == [None]  # named by its drive, its qdev not kept
+    assert blockstats(FakeQmp("/machine/peripheral/x\x1b]0;t\x07")) == {}  # named by nothing else: left out
     assert [v["qdev"] for v in blockstats(FakeQmp("/machine/peripheral-anon/device[0]/virtio-backend")).values()] \
         == ["/machine/peripheral-anon/device[0]/virtio-backend"]
 
@@ -342,3 +345,23 @@ def test_a_capture_writes_its_own_identity_into_its_marker(tmp_path: Path) -> No
     Capture(HostRoot(), os.getpid(), tmp_path, seconds=0.01, trace=False, tick=look)._run(FakeQmp(), me())
     assert seen[0] == {"pid": os.getpid(), "starttime": me()["starttime"]}
     assert "still runs; left alone" in seen[1][0]
+
+
+@pytest.mark.parametrize("name", ["vd\ud800a", "x" * 101, "a b", "vda\x1b[2J", "vda\u2028"])
+def test_a_disk_name_out_of_pattern_in_a_qmp_reply_is_left_out(name: str) -> None:
+    class Qmp(FakeQmp):
+        def execute(self, cmd: str, **args: Any) -> Any:
+            return [{"device": name, "qdev": None, "stats": {}}, {"device": "drive0", "qdev": None, "stats": {}}]
+    assert list(blockstats(Qmp())) == ["drive0"]
+
+
+def test_a_guest_name_the_file_could_not_hold_is_refused_before_writing(tmp_path: Path) -> None:
+    from kvmtune.capture.session import CaptureResult
+    from kvmtune.capture.workload import StatsDelta
+    from kvmtune.cli.capture import workload
+
+    r = CaptureResult(1.0, {"vda": StatsDelta(1.0, rd_ops=5)}, {"vda": []}, None)
+    with pytest.raises(KvmtuneError, match="would not read back"):
+        workload("q" * 300, r, None, False)  # a QEMU -name of 300 characters: --show refuses over 200
+    doc, _ = workload("q", r, None, False)
+    assert doc["guest"] == "q"

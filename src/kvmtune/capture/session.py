@@ -39,6 +39,9 @@ _MARKER = re.compile(r"capture-active-[0-9]{1,10}(?:-[0-9a-f]{16})?\.json")
 # what QEMU names a device by in query-blockstats (an id, or a QOM path such as
 # /machine/peripheral-anon/device[0]/virtio-backend): anything else is neither sent back nor written to a marker
 _QDEV = re.compile(r"[A-Za-z0-9_./\[\]-]{1,200}")
+# a disk's name as a workload file holds it (a drive id, a qdev path, a libvirt target): anything else from a QMP
+# reply is not a disk kvmtune names (nor prints, nor writes into a file it could not read back)
+_DISK = re.compile(r"[A-Za-z0-9_#./\[\]:-]{1,100}")
 
 
 class Monitor(Protocol):
@@ -62,7 +65,8 @@ def _bounded_int(v: Any, hi: int = 1 << 62) -> int:
 
 def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """``query-blockstats`` per disk name (a libvirt guest's: its target, found by ``aliases``; else its drive id,
-    else its qdev path), the counters bounded; a name given twice keeps its first entry."""
+    else its qdev path), the counters bounded; a name given twice keeps its first entry, one out of pattern
+    (:data:`_DISK`) is left out."""
     out: dict[str, dict[str, Any]] = {}
     reply = qmp.execute("query-blockstats")
     for entry in reply if isinstance(reply, list) else []:
@@ -71,7 +75,7 @@ def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str,
         qdev = entry.get("qdev") if isinstance(entry.get("qdev"), str) else None
         name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
         st = entry.get("stats")
-        if isinstance(name, str) and name and len(name) <= 200 and name not in out and isinstance(st, dict):
+        if isinstance(name, str) and _DISK.fullmatch(name) and name not in out and isinstance(st, dict):
             out[name] = {"qdev": qdev if qdev and _QDEV.fullmatch(qdev) else None,
                          "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
                          **{k: _bounded_int(st.get(k)) for k in (
