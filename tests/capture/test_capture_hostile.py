@@ -365,3 +365,34 @@ def test_a_guest_name_the_file_could_not_hold_is_refused_before_writing(tmp_path
         workload("q" * 300, r, None, False)  # a QEMU -name of 300 characters: --show refuses over 200
     doc, _ = workload("q", r, None, False)
     assert doc["guest"] == "q"
+
+
+def test_a_uuid_that_names_another_domain_than_the_marker_or_target_says_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pid file and the log are found by the name, QMP by the UUID: both must be the same domain's."""
+    from kvmtune.capture import libvirt as lvmod
+
+    closed: list[bool] = []
+
+    class Dom:
+        def name(self) -> str:
+            return "other"
+
+        def isActive(self) -> bool:
+            return True
+
+        def XMLDesc(self, flags: int) -> str:
+            return "<domain><devices/></domain>"
+
+    class Conn:
+        def lookupByUUIDString(self, uuid: str) -> Dom:
+            return Dom()
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(lvmod, "open_connection", lambda uri, read_only: Conn())
+    g = lvmod.LibvirtGuest("qemu:///system", "12345678-1234-1234-1234-123456789abc", "web01")
+    with pytest.raises(KvmtuneError, match="names domain 'other', not this one"):
+        g.open()
+    assert closed == [True]

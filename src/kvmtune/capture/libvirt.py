@@ -153,6 +153,9 @@ class LibvirtGuest:
         conn = open_connection(self.uri, read_only=False)
         try:
             dom = conn.lookupByUUIDString(self.uuid)
+            if dom.name() != self.name:  # the pid file and the log kvmtune reads are found by this name
+                raise KvmtuneError(f"{self.name}: libvirt UUID {self.uuid} names domain {str(dom.name())[:200]!r}, "
+                                   "not this one")
             if not dom.isActive():
                 raise KvmtuneError(f"{self.name}: not running")
             xml = dom.XMLDesc(0)
