@@ -396,3 +396,14 @@ def test_a_uuid_that_names_another_domain_than_the_marker_or_target_says_is_refu
     with pytest.raises(KvmtuneError, match="names domain 'other', not this one"):
         g.open()
     assert closed == [True]
+
+
+def test_a_libvirt_log_others_may_write_is_not_followed(tmp_path: Path) -> None:
+    from kvmtune.capture.libvirt import LogFollower
+    from kvmtune.host.root import HostReadError
+
+    log = tmp_path / "g.log"
+    log.write_bytes(b"")
+    log.chmod(0o622)
+    with pytest.raises(HostReadError, match="others may write lines into it"):
+        LogFollower(HostRoot(), str(log))

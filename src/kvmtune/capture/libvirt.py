@@ -198,7 +198,13 @@ class LogFollower:
     def _open(self) -> BinaryIO:
         if os.path.islink(self.host.beneath(self.path)):
             raise HostReadError(self.path, "a symbolic link; not followed")
-        return self.host.open_regular(self.path)
+        fh = self.host.open_regular(self.path)
+        st = os.fstat(fh.fileno())
+        if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):  # virtlogd's: root's, 0600
+            fh.close()
+            raise HostReadError(self.path, f"owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}: others may "
+                                "write lines into it; not read")
+        return fh
 
     def read(self, limit: int) -> bytes:
         data = self.fh.read(limit)
