@@ -407,3 +407,22 @@ def test_a_libvirt_log_others_may_write_is_not_followed(tmp_path: Path) -> None:
     log.chmod(0o622)
     with pytest.raises(HostReadError, match="others may write lines into it"):
         LogFollower(HostRoot(), str(log))
+
+
+def test_a_qemu_that_ends_while_its_qmp_is_found_gets_nothing_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    qmp = FakeQmp()
+
+    def reach(host: HostRoot, pid: int, lv: Any) -> Any:
+        proc.kill()  # the pid is another process's (or none) by the time the socket answers
+        proc.wait()
+        return qmp, lambda: None, None, ""
+    monkeypatch.setattr(session, "reach", reach)
+    try:
+        with pytest.raises(KvmtuneError, match="ended while its QMP was being found"):
+            Capture(HostRoot(), proc.pid, tmp_path, seconds=0.01, trace=False, tick=lambda s: None).run()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert qmp.sent == [] and list(tmp_path.iterdir()) == []

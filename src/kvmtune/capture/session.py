@@ -416,6 +416,8 @@ class Capture:
         if start is None:
             raise KvmtuneError(f"pid {self.pid}: gone")
         qmp, close, self.aliases, why = reach(self.host, self.pid, self.libvirt)
+        if qmp is not None and identity(self.host, self.pid) != start:  # the pid ended (and was reused) meanwhile
+            qmp, why = None, "it ended while its QMP was being found"
         if qmp is None:
             close()
             raise KvmtuneError(f"pid {self.pid}: {why}; nothing captured")
