@@ -426,3 +426,19 @@ def test_a_qemu_that_ends_while_its_qmp_is_found_gets_nothing_sent(
         proc.kill()
         proc.wait()
     assert qmp.sent == [] and list(tmp_path.iterdir()) == []
+
+
+def test_made_up_requests_whose_counts_match_a_disk_but_not_its_bytes_are_not_put_on_it() -> None:
+    """Someone who writes lines into QEMU's stderr can copy a quiet disk's counts from its blockstats, but the
+    sizes they make up must carry that disk's bytes too."""
+    from kvmtune.capture.session import attribute
+    from kvmtune.capture.trace import Request
+    from kvmtune.capture.workload import StatsDelta
+
+    fake = [Request(i * 0.01, i * 0.01 + 0.001, 0xBAD, i % 2 == 0, i * 1 << 30, 1 << 20) for i in range(100)]
+    real = StatsDelta(1.0, rd_ops=50, wr_ops=50, rd_bytes=50 * 4096, wr_bytes=50 * 4096)
+    got, why = attribute(fake, {"vdb": real})
+    assert got is None and "carry 104857600 bytes, disk vdb's blockstats 409600" in why
+    honest = [Request(q.t_submit, q.t_done, q.vdev, q.write, q.offset, 4096) for q in fake]
+    got, why = attribute(honest, {"vdb": real})
+    assert got == {"vdb": honest} and why == ""

@@ -74,7 +74,9 @@ def reqs(n: int, vdev: int, write_every: int = 3) -> list[Request]:
 
 def test_requests_go_to_the_disk_whose_blockstats_agree_else_per_request_mode_is_refused() -> None:
     a, b = reqs(300, 0xA), reqs(90, 0xB)
-    stats = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100), "d1": StatsDelta(3, rd_ops=60, wr_ops=30)}
+    kib16 = 16384
+    stats = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100, rd_bytes=200 * kib16, wr_bytes=100 * kib16),
+             "d1": StatsDelta(3, rd_ops=60, wr_ops=30, rd_bytes=60 * kib16, wr_bytes=30 * kib16)}
     got, why = attribute(a + b, stats)
     assert got is not None and got["d0"] == a and got["d1"] == b and why == ""
     same = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100), "d1": StatsDelta(3, rd_ops=200, wr_ops=100)}

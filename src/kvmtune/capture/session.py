@@ -297,7 +297,8 @@ APART = 0.5  # and every other disk's at least 50 % off
 def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[dict[str, list[Request]] | None, str]:
     """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
     :data:`MATCH`; the capture's first and last seconds make the two differ a little) while every other disk's are
-    :data:`APART`; None and why when that cannot be done reliably."""
+    :data:`APART`, and whose read and write bytes agree too (within :data:`MATCH`); None and why when that cannot be
+    done reliably."""
     out: dict[str, list[Request]] = {}
     for vdev, reqs in by_device(requests).items():
         reads = sum(1 for r in reqs if not r.write)
@@ -310,6 +311,13 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
                           f"({near}), so per-request events cannot be put on a disk reliably")
         if errors[0][1] in out:
             return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
+        d = stats[errors[0][1]]  # the bytes too: counts alone let made-up requests (sizes, offsets) pass for a disk's
+        rb = sum(r.size for r in reqs if not r.write)
+        wb = sum(r.size for r in reqs if r.write)
+        if (abs(d.rd_bytes - rb) + abs(d.wr_bytes - wb)) / max(1, d.rd_bytes + d.wr_bytes, rb + wb) > MATCH:
+            return None, (f"{device_name(vdev)}'s {len(reqs)} requests carry {rb + wb} bytes, disk {errors[0][1]}'s "
+                          f"blockstats {d.rd_bytes + d.wr_bytes}, so per-request events cannot be put on a disk "
+                          "reliably")
         out[errors[0][1]] = reqs
     return out, ""
 
