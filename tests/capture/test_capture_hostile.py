@@ -442,3 +442,14 @@ def test_made_up_requests_whose_counts_match_a_disk_but_not_its_bytes_are_not_pu
     honest = [Request(q.t_submit, q.t_done, q.vdev, q.write, q.offset, 4096) for q in fake]
     got, why = attribute(honest, {"vdb": real})
     assert got == {"vdb": honest} and why == ""
+
+
+@pytest.mark.parametrize("raw", [b"[" * 60000, b"\xff\xfe", b"[]", b"null", b"DUP"])
+def test_a_malformed_marker_is_one_line_and_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes) -> None:
+    monkeypatch.setattr(session, "reach", lambda host, pid, lv: pytest.fail("reached"))
+    if raw == b"DUP":  # a whole good marker, then its pid again (a reader keeping the last would obey it)
+        raw = json.dumps({**me(), "events": [], "histograms": []}).encode()[:-1] + b', "pid": 1}'
+    path = tmp_path / "capture-active-8.json"
+    path.write_bytes(raw)
+    (line,) = restore_leftovers(HostRoot(), tmp_path)
+    assert "unreadable capture marker; removed" in line and not path.exists()

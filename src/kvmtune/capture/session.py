@@ -126,6 +126,15 @@ def _running(host: HostRoot, m: dict[str, Any]) -> bool:
     return now is not None and now["starttime"] == c.get("starttime") and now["boot_id"] == m["boot_id"]
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
 def write_marker(workdir: Path, content: dict[str, Any]) -> Path:
     """A new marker under a name no one can have prepared (random), created, never opened through a symbolic link
     or over a file that is there already (another user's, in a shared work directory), readable by this user
@@ -152,7 +161,7 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 65536:
             return None
-        m = json.loads(fh.read(65537).decode("utf-8"))
+        m = json.loads(fh.read(65537).decode("utf-8"), object_pairs_hook=_no_duplicates)
     if not isinstance(m, dict):
         raise ValueError("not an object")
     for k in ("pid", "starttime", "uid"):
@@ -235,7 +244,7 @@ def _restore(host: HostRoot, workdir: Path) -> list[str]:
                 events = [e for e in m["events"] if e in ALL_EVENTS]
                 hists = [h for h in m["histograms"] if isinstance(h, str) and _QDEV.fullmatch(h)]
                 lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
-            except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
                 continue
