@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, disks_from_xml, log_path, qmp_reply, target_of
-from kvmtune.capture.session import Capture, blockstats, restore_leftovers
+from kvmtune.capture.session import Capture, blockstats, identity, restore_leftovers
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.host.root import HostReadError, HostRoot
 
@@ -129,7 +129,7 @@ def test_a_capture_of_a_badly_named_domain_refuses_before_it_changes_anything(tm
 ])
 def test_a_marker_naming_libvirt_out_of_pattern_is_removed_not_obeyed(tmp_path: Path, libvirt: Any) -> None:
     (tmp_path / "capture-active-7.json").write_text(json.dumps({
-        "pid": os.getpid(), "starttime": 1, "events": ["virtio_blk_rw_complete"], "histograms": [], "libvirt": libvirt}))
+        **identity(HostRoot(), os.getpid()), "events": ["virtio_blk_rw_complete"], "histograms": [], "libvirt": libvirt}))
     (line,) = restore_leftovers(HostRoot(), tmp_path)
     assert "unreadable capture marker; removed" in line and list(tmp_path.iterdir()) == []
 
@@ -196,8 +196,6 @@ def test_a_marker_whose_domain_no_longer_runs_that_qemu_is_kept_and_nothing_is_s
     """The QEMU the capture changed still runs (pid and start time match: here this test's own process), but the
     domain's pid file names another (or none): a restarted domain. Nothing is sent to the domain's new QEMU and the
     marker stays for the next try."""
-    from kvmtune.host.process import read_pid_stat
-
     sent: list[str] = []
 
     class Monitor:
@@ -208,11 +206,9 @@ def test_a_marker_whose_domain_no_longer_runs_that_qemu_is_kept_and_nothing_is_s
             sent.append("close")
 
     monkeypatch.setattr(LibvirtGuest, "open", lambda self: (Monitor(), {}))
-    st = read_pid_stat(HostRoot(), os.getpid())
-    assert st is not None
     name = f"kvmtune-no-such-domain-{os.getpid()}"
     marker = tmp_path / "capture-active-9.json"
-    marker.write_text(json.dumps({"pid": os.getpid(), "starttime": st.starttime, "events": ["virtio_blk_rw_complete"],
+    marker.write_text(json.dumps({**identity(HostRoot(), os.getpid()), "events": ["virtio_blk_rw_complete"],
                                   "histograms": [], "libvirt": LibvirtGuest("qemu:///system", UUID, name).marker()}))
     (line,) = restore_leftovers(HostRoot(), tmp_path)
     assert f"libvirt domain {name} is no longer QEMU pid {os.getpid()}" in line and "marker kept" in line

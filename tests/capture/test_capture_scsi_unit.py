@@ -89,7 +89,9 @@ def test_scsi_requests_go_to_the_disk_whose_blockstats_agree() -> None:
                                                                                             0x2A if i % 3 == 0 else 0x28),
                                             dequeue(i + 0.5, i))]
     r = feed(TraceReader(PID), *lines)
-    got, why = attribute(r.requests, {"sda": StatsDelta(30, rd_ops=20, wr_ops=10), "vda": StatsDelta(30)})
+    rb, wb = (sum(q.size for q in r.requests if q.write is w) for w in (False, True))
+    got, why = attribute(r.requests, {"sda": StatsDelta(30, rd_ops=20, wr_ops=10, rd_bytes=rb, wr_bytes=wb),
+                                      "vda": StatsDelta(30)})
     assert why == "" and got is not None and len(got["sda"]) == 30
     got, why = attribute(r.requests, {"sda": StatsDelta(30, rd_ops=200, wr_ops=100), "vda": StatsDelta(30)})
     assert got is None and "SCSI target 0 lun 0's 30 requests do not match" in why

@@ -74,7 +74,9 @@ def reqs(n: int, vdev: int, write_every: int = 3) -> list[Request]:
 
 def test_requests_go_to_the_disk_whose_blockstats_agree_else_per_request_mode_is_refused() -> None:
     a, b = reqs(300, 0xA), reqs(90, 0xB)
-    stats = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100), "d1": StatsDelta(3, rd_ops=60, wr_ops=30)}
+    kib16 = 16384
+    stats = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100, rd_bytes=200 * kib16, wr_bytes=100 * kib16),
+             "d1": StatsDelta(3, rd_ops=60, wr_ops=30, rd_bytes=60 * kib16, wr_bytes=30 * kib16)}
     got, why = attribute(a + b, stats)
     assert got is not None and got["d0"] == a and got["d1"] == b and why == ""
     same = {"d0": StatsDelta(3, rd_ops=200, wr_ops=100), "d1": StatsDelta(3, rd_ops=200, wr_ops=100)}
@@ -175,8 +177,8 @@ def test_show_refuses_a_fifo_and_a_hostile_target_prints_escaped(tmp_path: Path)
 
 def test_a_foreign_or_broken_marker_is_not_obeyed(tmp_path: Path) -> None:
     (tmp_path / "capture-active-1.json").write_text("{not json")
-    (tmp_path / "capture-active-2.json").write_text(json.dumps({"pid": 999999999, "starttime": 1, "events": [],
-                                                                "histograms": []}))
+    (tmp_path / "capture-active-2.json").write_text(json.dumps({"pid": 999999999, "starttime": 1, "boot_id": "", "uid": 0,
+                                                                "events": [], "histograms": []}))
     (tmp_path / "capture-active-3.json").symlink_to("/etc/passwd")
     lines = restore_leftovers(HostRoot(), tmp_path)
     assert any("unreadable capture marker" in x for x in lines)

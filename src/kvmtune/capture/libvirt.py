@@ -153,6 +153,9 @@ class LibvirtGuest:
         conn = open_connection(self.uri, read_only=False)
         try:
             dom = conn.lookupByUUIDString(self.uuid)
+            if dom.name() != self.name:  # the pid file and the log kvmtune reads are found by this name
+                raise KvmtuneError(f"{self.name}: libvirt UUID {self.uuid} names domain {str(dom.name())[:200]!r}, "
+                                   "not this one")
             if not dom.isActive():
                 raise KvmtuneError(f"{self.name}: not running")
             xml = dom.XMLDesc(0)
@@ -195,7 +198,13 @@ class LogFollower:
     def _open(self) -> BinaryIO:
         if os.path.islink(self.host.beneath(self.path)):
             raise HostReadError(self.path, "a symbolic link; not followed")
-        return self.host.open_regular(self.path)
+        fh = self.host.open_regular(self.path)
+        st = os.fstat(fh.fileno())
+        if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):  # virtlogd's: root's, 0600
+            fh.close()
+            raise HostReadError(self.path, f"owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}: others may "
+                                "write lines into it; not read")
+        return fh
 
     def read(self, limit: int) -> bytes:
         data = self.fh.read(limit)

@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,11 +29,19 @@ from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.live.sources import Sampler
 from kvmtune.qemu.qmp import Qmp
+from kvmtune.textsafe import safe
 
 MARKER_PREFIX = "capture-active-"
 HISTOGRAM_NS = [10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
 READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
-_MARKER = re.compile(r"capture-active-[0-9]{1,10}\.json")
+WINDOW_SLACK = 5.0  # s an event's time may lie before the capture's start or after its planned end (+60 s)
+_MARKER = re.compile(r"capture-active-[0-9]{1,10}(?:-[0-9a-f]{16})?\.json")
+# what QEMU names a device by in query-blockstats (an id, or a QOM path such as
+# /machine/peripheral-anon/device[0]/virtio-backend): anything else is neither sent back nor written to a marker
+_QDEV = re.compile(r"[A-Za-z0-9_./\[\]-]{1,200}")
+# a disk's name as a workload file holds it (a drive id, a qdev path, a libvirt target): anything else from a QMP
+# reply is not a disk kvmtune names (nor prints, nor writes into a file it could not read back)
+_DISK = re.compile(r"[A-Za-z0-9_#./\[\]:-]{1,100}")
 
 
 class Monitor(Protocol):
@@ -55,7 +65,8 @@ def _bounded_int(v: Any, hi: int = 1 << 62) -> int:
 
 def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """``query-blockstats`` per disk name (a libvirt guest's: its target, found by ``aliases``; else its drive id,
-    else its qdev path), the counters bounded; a name given twice keeps its first entry."""
+    else its qdev path), the counters bounded; a name given twice keeps its first entry, one out of pattern
+    (:data:`_DISK`) is left out."""
     out: dict[str, dict[str, Any]] = {}
     reply = qmp.execute("query-blockstats")
     for entry in reply if isinstance(reply, list) else []:
@@ -64,8 +75,8 @@ def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str,
         qdev = entry.get("qdev") if isinstance(entry.get("qdev"), str) else None
         name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
         st = entry.get("stats")
-        if isinstance(name, str) and name and len(name) <= 200 and name not in out and isinstance(st, dict):
-            out[name] = {"qdev": qdev if qdev and len(qdev) <= 200 else None,
+        if isinstance(name, str) and _DISK.fullmatch(name) and name not in out and isinstance(st, dict):
+            out[name] = {"qdev": qdev if qdev and _QDEV.fullmatch(qdev) else None,
                          "histogram": "rd_latency_histogram" in st or "wr_latency_histogram" in st,
                          **{k: _bounded_int(st.get(k)) for k in (
                              "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
@@ -83,6 +94,83 @@ def delta(a: dict[str, Any], b: dict[str, Any], seconds: float) -> StatsDelta:
 def _starttime(host: HostRoot, pid: int) -> int | None:
     st = read_pid_stat(host, pid)
     return None if st is None else st.starttime
+
+
+def _boot_id(host: HostRoot) -> str:
+    text = (host.read_optional("/proc/sys/kernel/random/boot_id") or "").strip()
+    return text if re.fullmatch(r"[0-9a-f-]{36}", text) else ""
+
+
+def identity(host: HostRoot, pid: int) -> dict[str, Any] | None:
+    """What tells the QEMU ``pid`` from any later process given the same pid: its start time (clock ticks since
+    boot), this boot (a start time repeats across reboots), and its owner's uid; None when it is gone."""
+    start = _starttime(host, pid)
+    owner = host.owner(f"/proc/{pid}")
+    if start is None or owner is None:
+        return None
+    return {"pid": pid, "starttime": start, "boot_id": _boot_id(host), "uid": owner[0]}
+
+
+def _same(host: HostRoot, m: dict[str, Any]) -> bool:
+    now = identity(host, m["pid"])
+    return now is not None and all(now[k] == m[k] for k in ("starttime", "boot_id", "uid"))
+
+
+def _running(host: HostRoot, m: dict[str, Any]) -> bool:
+    """Whether the capture that wrote marker ``m`` still runs (then its marker is not a leftover: undoing it would
+    switch its events off under it)."""
+    c = m.get("capture")
+    if not isinstance(c, dict) or not isinstance(c.get("pid"), int) or isinstance(c.get("pid"), bool):
+        return False
+    now = identity(host, c["pid"])
+    return now is not None and now["starttime"] == c.get("starttime") and now["boot_id"] == m["boot_id"]
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def write_marker(workdir: Path, content: dict[str, Any]) -> Path:
+    """A new marker under a name no one can have prepared (random), created, never opened through a symbolic link
+    or over a file that is there already (another user's, in a shared work directory), readable by this user
+    alone."""
+    path = workdir / f"{MARKER_PREFIX}{os.getpid()}-{secrets.token_hex(8)}.json"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise KvmtuneError(f"{path}: cannot create the capture marker ({exc.strerror}); nothing changed") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(content))
+    return path
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """A marker's content when it is this user's own regular file (opened without following a link, then checked
+    on the open file, so a swap between a check and the read does not count); None when it is not; ValueError
+    (and friends) when its content is not a marker's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None  # a symbolic link (ELOOP), gone, or not ours to read
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 65536:
+            return None
+        m = json.loads(fh.read(65537).decode("utf-8"), object_pairs_hook=_no_duplicates)
+    if not isinstance(m, dict):
+        raise ValueError("not an object")
+    for k in ("pid", "starttime", "uid"):
+        if not isinstance(m.get(k), int) or isinstance(m.get(k), bool):
+            raise ValueError(k)
+    if not isinstance(m.get("boot_id"), str) or not isinstance(m.get("events"), list) \
+            or not isinstance(m.get("histograms"), list):
+        raise ValueError("fields")
+    return m
 
 
 def _connect(host: HostRoot, pid: int) -> tuple[Sampler, Qmp | None]:
@@ -134,7 +222,12 @@ def _undo(qmp: Monitor, events: list[str], histograms: list[str]) -> list[str]:
 
 
 def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
-    """Undo what a killed capture left switched on; one line per marker saying what was restored."""
+    """Undo what a killed capture left switched on; one line per marker saying what was restored (each line
+    through textsafe: the doctor prints it as it is)."""
+    return [safe(line) for line in _restore(host, workdir)]
+
+
+def _restore(host: HostRoot, workdir: Path) -> list[str]:
     out: list[str] = []
     with contextlib.suppress(OSError):
         names = sorted(os.listdir(workdir))
@@ -143,22 +236,22 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
                 continue
             path = workdir / name
             try:
-                st = path.lstat()
-                if not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid() or st.st_size > 65536:
+                m = _read_marker(path)
+                if m is None:
                     out.append(f"{path}: not a capture marker of this user; left alone")
                     continue
-                m = json.loads(path.read_text(encoding="utf-8"))
-                pid, start = m["pid"], m["starttime"]
+                pid = m["pid"]
                 events = [e for e in m["events"] if e in ALL_EVENTS]
-                hists = [h for h in m["histograms"] if isinstance(h, str) and 0 < len(h) <= 200]
+                hists = [h for h in m["histograms"] if isinstance(h, str) and _QDEV.fullmatch(h)]
                 lv = LibvirtGuest.from_marker(m["libvirt"]) if "libvirt" in m else None
-                if not isinstance(pid, int) or not isinstance(start, int):
-                    raise ValueError("pid")
-            except (OSError, ValueError, KeyError, TypeError, KvmtuneError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, KvmtuneError):
                 out.append(f"{path}: unreadable capture marker; removed")
                 path.unlink(missing_ok=True)
                 continue
-            if _starttime(host, pid) != start:
+            if _running(host, m):
+                out.append(f"capture of pid {pid} by kvmtune pid {m['capture']['pid']} still runs; left alone")
+                continue
+            if not _same(host, m):
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
                 path.unlink(missing_ok=True)
                 continue
@@ -167,6 +260,8 @@ def restore_leftovers(host: HostRoot, workdir: Path) -> list[str]:
             except KvmtuneError as exc:
                 qmp, close, why = None, lambda: None, str(exc)
             try:
+                if qmp is not None and not _same(host, m):  # it ended while its socket was found: not that QEMU's
+                    qmp, why = None, "the process is no longer that QEMU"
                 if qmp is None:
                     out.append(f"capture of pid {pid} was killed; its QMP does not answer ({why}), so "
                                f"{', '.join(events) or 'its latency histograms'} may still be on "
@@ -211,7 +306,8 @@ APART = 0.5  # and every other disk's at least 50 % off
 def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[dict[str, list[Request]] | None, str]:
     """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
     :data:`MATCH`; the capture's first and last seconds make the two differ a little) while every other disk's are
-    :data:`APART`; None and why when that cannot be done reliably."""
+    :data:`APART`, and whose read and write bytes agree too (within :data:`MATCH`); None and why when that cannot be
+    done reliably."""
     out: dict[str, list[Request]] = {}
     for vdev, reqs in by_device(requests).items():
         reads = sum(1 for r in reqs if not r.write)
@@ -224,6 +320,13 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
                           f"({near}), so per-request events cannot be put on a disk reliably")
         if errors[0][1] in out:
             return None, f"two device pointers match disk {errors[0][1]}; per-request events not attributed"
+        d = stats[errors[0][1]]  # the bytes too: counts alone let made-up requests (sizes, offsets) pass for a disk's
+        rb = sum(r.size for r in reqs if not r.write)
+        wb = sum(r.size for r in reqs if r.write)
+        if (abs(d.rd_bytes - rb) + abs(d.wr_bytes - wb)) / max(1, d.rd_bytes + d.wr_bytes, rb + wb) > MATCH:
+            return None, (f"{device_name(vdev)}'s {len(reqs)} requests carry {rb + wb} bytes, disk {errors[0][1]}'s "
+                          f"blockstats {d.rd_bytes + d.wr_bytes}, so per-request events cannot be put on a disk "
+                          "reliably")
         out[errors[0][1]] = reqs
     return out, ""
 
@@ -239,7 +342,7 @@ class Capture:
         self.aliases: dict[str, str] | None = None
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
-        self.marker = workdir / f"{MARKER_PREFIX}{os.getpid()}.json"
+        self.marker: Path | None = None
 
     def _stderr(self) -> tuple[Lines | None, str]:
         if self.libvirt is not None:
@@ -252,10 +355,27 @@ class Capture:
         where = f"/proc/{self.pid}/fd/2"
         target = self.host.readlink(where)
         try:
+            before = os.stat(self.host.beneath(where))  # a device is not opened at all: opening one may act
+            if not stat.S_ISREG(before.st_mode):
+                raise HostReadError(where, "not a regular file; not read")
             fh = self.host.open_regular(where)
-        except HostReadError as exc:
-            return None, (f"its stderr ({target or 'unknown'}) is not a regular file kvmtune can read ({exc.problem}): "
+        except (HostReadError, OSError) as exc:
+            problem = exc.problem if isinstance(exc, HostReadError) else exc.strerror or str(exc)
+            return None, (f"its stderr ({target or 'unknown'}) is not a regular file kvmtune can read ({problem}): "
                           "QEMU's log trace backend writes the events there")
+        st = os.fstat(fh.fileno())
+        owner = self.host.owner(f"/proc/{self.pid}")
+        why = ""
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            why = "was replaced while being opened"
+        elif st.st_mode & 0o022:
+            why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        elif owner is None or st.st_uid not in (0, owner[0]):
+            why = f"belongs to uid {st.st_uid}, neither root nor QEMU's user"
+        if why:
+            fh.close()
+            return None, (f"its stderr ({target or 'unknown'}) {why}: trace lines in it could have been written by "
+                          "anyone, so per-request events are not read from it")
         fh.seek(0, os.SEEK_END)
         return fh, ""
 
@@ -309,10 +429,12 @@ class Capture:
         return out, ""
 
     def run(self) -> CaptureResult:
-        start = _starttime(self.host, self.pid)
+        start = identity(self.host, self.pid)
         if start is None:
             raise KvmtuneError(f"pid {self.pid}: gone")
         qmp, close, self.aliases, why = reach(self.host, self.pid, self.libvirt)
+        if qmp is not None and identity(self.host, self.pid) != start:  # the pid ended (and was reused) meanwhile
+            qmp, why = None, "it ended while its QMP was being found"
         if qmp is None:
             close()
             raise KvmtuneError(f"pid {self.pid}: {why}; nothing captured")
@@ -354,7 +476,7 @@ class Capture:
                                "(--source blockstats records statistics)")
         return fh, events if fh is not None else [], scsi, why_not
 
-    def _run(self, qmp: Monitor, start: int) -> CaptureResult:
+    def _run(self, qmp: Monitor, start: dict[str, Any]) -> CaptureResult:
         why_not = ""
         fh: Lines | None = None
         events: list[str] = []
@@ -366,9 +488,14 @@ class Capture:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
-        self.marker.write_text(json.dumps({"pid": self.pid, "starttime": start, "events": events, "histograms": hists,
-                                           **({"libvirt": self.libvirt.marker()} if self.libvirt else {})}))
-        reader = TraceReader(self.pid, self.max_events, scsi)
+        me = identity(self.host, os.getpid()) if self.host.is_live else None
+        marker = self.marker = write_marker(self.workdir, {
+            **start, "events": events, "histograms": hists,
+            "capture": {"pid": os.getpid(), "starttime": me["starttime"] if me else None},
+            **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
+        now = time.time()  # QEMU's log backend stamps events with the wall clock
+        reader = TraceReader(self.pid, self.max_events, (now - WINDOW_SLACK, now + self.seconds + 60 + WINDOW_SLACK),
+                             scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
         try:
@@ -396,7 +523,7 @@ class Capture:
             for dev in hists:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
                     qmp.execute("block-latency-histogram-set", id=dev)
-            self.marker.unlink(missing_ok=True)
+            marker.unlink(missing_ok=True)
         stats = {n: delta(first[n], prev[n], seconds) for n in first if n in prev}
         requests = None
         if fh is not None:

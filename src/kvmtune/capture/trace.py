@@ -28,6 +28,8 @@ SCSI_WRITE = frozenset({0x0A, 0x2A, 0xAA, 0x8A, 0x2E, 0xAE, 0x8E})  # WRITE(6/10
 SCSI_KEY = 1 << 62  # above every user-space pointer: a (target, lun) group, not a virtio-blk device
 MAX_LINE = 256
 SECTOR = 512
+MAX_SIZE = 1 << 32  # one request's bytes at most (virtio-blk and SCSI lengths are 32-bit)
+MAX_END = 1 << 62  # a request's end offset at most (what a workload file's offset span may be)
 _PTR = r"0x[0-9a-f]{1,16}|\(nil\)"
 _HEAD = rb"(?P<pid>[0-9]{1,10})@(?P<sec>[0-9]{1,12})\.(?P<usec>[0-9]{6}):"
 _SUBMIT = re.compile(_HEAD + rb"virtio_blk_handle_(?P<dir>read|write) vdev (?P<vdev>" + _PTR.encode() + rb") req (?P<req>"
@@ -76,9 +78,10 @@ class TraceReader:
 
     pid: int
     max_events: int = 2_000_000
+    window: tuple[float, float] | None = None  # (first, last) wall-clock second an event may carry; else skipped
     scsi_blocks: dict[tuple[int, int], int] = field(default_factory=dict)  # (target, lun) -> block size (else 512)
     requests: list[Request] = field(default_factory=list)
-    skipped: int = 0  # lines that looked like our events but did not match whole, or were too long
+    skipped: int = 0  # lines that looked like our events but did not match whole, were too long, or out of range
     untimed: int = 0  # our events without the PID@time prefix (QEMU without -msg timestamp=on)
     foreign: int = 0  # events of another PID in the same file
     failed: int = 0  # completions with ret != 0
@@ -101,7 +104,25 @@ class TraceReader:
         for line in lines:
             self.line(line)
 
+    def _time(self, m: re.Match[bytes]) -> float | None:
+        """The event's time, or None (counted as skipped) outside the capture's window: a line someone else wrote
+        into the file may carry any time, and one far off would stretch every interval and the iolog."""
+        t = int(m["sec"]) + int(m["usec"]) / 1e6
+        if self.window is not None and not self.window[0] <= t <= self.window[1]:
+            self.skipped += 1
+            return None
+        return t
+
+    def _in_range(self, offset: int, size: int) -> bool:
+        if 0 <= size <= MAX_SIZE and offset + size <= MAX_END:
+            return True
+        self.skipped += 1
+        return False
+
     def _keep(self, sub: tuple[float, bool, int, int], vdev: int, t: float) -> None:
+        if t < sub[0]:  # completed before it was submitted: not a real pair
+            self.skipped += 1
+            return
         if self.full:
             self.dropped += 1
             return
@@ -115,14 +136,16 @@ class TraceReader:
         if int(m["pid"]) != self.pid:
             self.foreign += 1
             return True
-        t = int(m["sec"]) + int(m["usec"]) / 1e6
+        t = self._time(m)
+        if t is None:
+            return True
         target, lun = int(m["target"]), int(m["lun"])
         key = (target, lun, int(m["tag"]))
         if target > 0xFFFF or lun > 0xFFFF:
             self.skipped += 1
         elif m.re is _SCSI_PARSED:
             cmd, length = int(m["cmd"]), int(m["len"])
-            if (cmd in SCSI_READ or cmd in SCSI_WRITE) and length > 0:
+            if (cmd in SCSI_READ or cmd in SCSI_WRITE) and length > 0 and self._in_range(0, length):
                 if len(self._scsi) >= 65536:
                     self._scsi.clear()
                 self._scsi[key] = (t, cmd in SCSI_WRITE, None, length)
@@ -130,8 +153,12 @@ class TraceReader:
                 self._scsi.pop(key, None)  # not a read or write (a flush, an inquiry): its dequeue is not one
         elif m.re is _SCSI_LBA:
             sub = self._scsi.get(key)
+            offset = int(m["lba"]) * self.scsi_blocks.get((target, lun), SECTOR)
             if sub is not None and sub[2] is None:
-                self._scsi[key] = (sub[0], sub[1], int(m["lba"]) * self.scsi_blocks.get((target, lun), SECTOR), sub[3])
+                if self._in_range(offset, sub[3]):
+                    self._scsi[key] = (sub[0], sub[1], offset, sub[3])
+                else:
+                    del self._scsi[key]
         else:
             done = self._scsi.pop(key, None)
             if done is not None and done[2] is not None:
@@ -152,16 +179,22 @@ class TraceReader:
             if int(m["pid"]) != self.pid:
                 self.foreign += 1
                 return
-            t = int(m["sec"]) + int(m["usec"]) / 1e6
+            t = self._time(m)
+            offset, size = int(m["sector"]) * SECTOR, int(m["n"]) * SECTOR
+            if t is None or not self._in_range(offset, size):
+                return
             key = (_ptr(m["vdev"]), _ptr(m["req"]))
             if len(self._open) >= 65536:  # completions that never came: bounded
                 self._open.clear()
-            self._open[key] = (t, m["dir"] == b"write", int(m["sector"]) * SECTOR, int(m["n"]) * SECTOR)
+            self._open[key] = (t, m["dir"] == b"write", offset, size)
             return
         m = _DONE.fullmatch(line)
         if m is not None:
             if int(m["pid"]) != self.pid:
                 self.foreign += 1
+                return
+            t = self._time(m)
+            if t is None:
                 return
             key = (_ptr(m["vdev"]), _ptr(m["req"]))
             sub = self._open.pop(key, None)
@@ -169,7 +202,7 @@ class TraceReader:
                 return  # submitted before the capture started
             if int(m["ret"]) != 0:
                 self.failed += 1
-            self._keep(sub, key[0], int(m["sec"]) + int(m["usec"]) / 1e6)
+            self._keep(sub, key[0], t)
             return
         if _UNTIMED.search(line) and not re.match(rb"[0-9]{1,10}@", line):
             self.untimed += 1

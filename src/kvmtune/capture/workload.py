@@ -173,7 +173,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _num(where: str, v: Any, *, lo: float = 0, hi: float = 1e18, null: bool = True) -> float | None:
     if v is None and null:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+    # an int beyond a float's range (JSON allows 400 digits) is refused here, before math.isfinite overflows on it
+    if (isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, int) and not -(10**18) <= v <= 10**18)
+            or not math.isfinite(v) or not lo <= v <= hi):
         raise ValueError(f"{where}: {safe(repr(v))[:60]} is not a number in [{lo:g}, {hi:g}]")
     return float(v)
 
@@ -181,6 +183,8 @@ def _num(where: str, v: Any, *, lo: float = 0, hi: float = 1e18, null: bool = Tr
 def _text(where: str, v: Any, limit: int = 200) -> str:
     if not isinstance(v, str) or len(v) > limit:
         raise ValueError(f"{where}: not a string of at most {limit} characters")
+    if any("\ud800" <= c <= "\udfff" for c in v):  # a lone surrogate (JSON's \\ud800) cannot be printed as UTF-8
+        raise ValueError(f"{where}: holds a lone UTF-16 surrogate")
     return v
 
 
@@ -227,7 +231,8 @@ def check_workload(doc: Any) -> dict[str, Any]:
             if not isinstance(hist, dict) or len(hist) > 64:
                 raise ValueError(f"{w}.size_bytes.histogram: not an object of at most 64 buckets")
             for k, v in hist.items():
-                if not (k.isascii() and k.isdigit() and len(k) <= 14) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                if (not (k.isascii() and k.isdigit() and len(k) <= 14) or isinstance(v, bool) or not isinstance(v, int)
+                        or not 0 <= v <= 10**15):
                     raise ValueError(f"{w}.size_bytes.histogram: bucket {safe(k)[:30]!r} is not bytes -> a count")
         _num(f"{w}.sequential_fraction", d["sequential_fraction"], hi=1)
         depth = _obj(f"{w}.queue_depth", d["queue_depth"], ("mean", "p95"))

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture, CaptureResult, restore_leftovers
-from kvmtune.capture.workload import SCHEMA, from_stats, from_trace, iolog, load_workload, render
+from kvmtune.capture.workload import SCHEMA, check_workload, from_stats, from_trace, iolog, load_workload, render
 from kvmtune.cli.command import Command, Outcome, root_option
 from kvmtune.cli.top import DEFAULT_URI
 from kvmtune.domain.connection import libvirt_answers
@@ -129,20 +129,34 @@ def workload(guest: str, r: CaptureResult, disk: str | None, anonymize: bool) ->
     if not disks:
         raise KvmtuneError(f"{guest}: no disk did any I/O in {r.seconds:.1f} s; nothing written")
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"schema": SCHEMA, "guest": guest, "captured_at": now, "disks": disks}, log
+    doc = {"schema": SCHEMA, "guest": guest, "captured_at": now, "disks": disks}
+    try:  # what --show (and a replay) will refuse is not written: names and numbers came from others
+        check_workload(json.loads(json.dumps(doc)))
+    except ValueError as exc:
+        raise KvmtuneError(f"{guest}: the workload file would not read back ({exc}); nothing written") from None
+    return doc, log
 
 
 def write_files(path: Path, doc: dict[str, Any], log: str) -> None:
-    """The workload file and its iolog, each written whole or not at all."""
-    for target, text in ((path, json.dumps(doc, indent=2) + "\n"), (Path(f"{path}.iolog"), log)):
-        if not text:
-            continue
-        part = target.with_name(f".{target.name}.part{os.getpid()}")
-        try:
+    """The workload file and its iolog, each written whole or not at all: both are written in full beside their
+    names first (created new, never through a symbolic link), then renamed over them (a link there is replaced, not
+    followed), the iolog first; a capture without one removes an older ``FILE.iolog``, which would otherwise be read
+    as this file's."""
+    parts: list[tuple[Path, Path]] = []
+    try:
+        for target, text in ((Path(f"{path}.iolog"), log), (path, json.dumps(doc, indent=2) + "\n")):
+            if not text:
+                continue
+            part = target.with_name(f".{target.name}.part{os.getpid()}")
+            parts.append((part, target))
             with open(part, "x", encoding="utf-8") as fh:
                 fh.write(text)
+        if not log:
+            Path(f"{path}.iolog").unlink(missing_ok=True)
+        for part, target in parts:
             os.replace(part, target)
-        finally:
+    finally:
+        for part, _ in parts:
             part.unlink(missing_ok=True)
 
 
