@@ -174,7 +174,7 @@ def _num(where: str, v: Any, *, lo: float = 0, hi: float = 1e18, null: bool = Tr
     if v is None and null:
         return None
     # an int beyond a float's range (JSON allows 400 digits) is refused here, before math.isfinite overflows on it
-    if (isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, int) and not -(10**18) <= v <= 10**18)
+    if (isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, int) and not -(1 << 63) <= v <= 1 << 63)
             or not math.isfinite(v) or not lo <= v <= hi):
         raise ValueError(f"{where}: {safe(repr(v))[:60]} is not a number in [{lo:g}, {hi:g}]")
     return float(v)
