@@ -108,7 +108,7 @@ def test_the_iolog_is_fio_version_3_and_anonymize_starts_offsets_at_zero() -> No
     r = [Request(5.0, 5.1, 1, False, 1 << 30, 4096), Request(5.002, 5.1, 1, True, (1 << 30) + 8192, 4096)]
     text = iolog("vda", r, anonymize=True)
     assert text.splitlines() == ["fio version 3 iolog", "0 disk0 add", "0 disk0 open", "0 disk0 read 0 4096",
-                                 "2 disk0 write 8192 4096", "2 disk0 close"]
+                                 "2000 disk0 write 8192 4096", "2000 disk0 close"]  # µs
 
 
 def good_doc() -> dict[str, Any]:

@@ -188,7 +188,7 @@ BAD_LOGS = {
     "trailing text": "fio version 3 iolog\n0 d read 0 4096 --exec_prerun=x\n",
     "an option as action": "fio version 3 iolog\n0 d trim 0 4096\n",
     "time goes back": "fio version 3 iolog\n5 d read 0 4096\n4 d read 0 4096\n",
-    "past a day": f"fio version 3 iolog\n{86_400_001} d read 0 4096\n",
+    "past a day": f"fio version 3 iolog\n{86_400_000_001} d read 0 4096\n",
     "nothing to replay": "fio version 3 iolog\n0 d add\n0 d open\n",
     "a glob": "fio version 3 iolog\n0 * read 0 4096\n",
 }

@@ -144,7 +144,8 @@ def from_stats(target: str, total: StatsDelta, per_second: Sequence[StatsDelta])
 
 
 def iolog(target: str, reqs: Sequence[Request], *, anonymize: bool = False) -> str:
-    """fio's iolog version 3: a file is added, opened, then ``TIME_MS FILE ACTION OFFSET LENGTH`` per request."""
+    """fio's iolog version 3: a file is added, opened, then ``TIME_US FILE ACTION OFFSET LENGTH`` per request (µs, the
+    unit fio 3.33's own ``write_iolog`` writes and its replay sleeps by: docs/capture.md)."""
     if not reqs:
         return ""
     base = min(r.offset for r in reqs) if anonymize else 0
@@ -152,8 +153,8 @@ def iolog(target: str, reqs: Sequence[Request], *, anonymize: bool = False) -> s
     name = "disk0"  # the replay names its own file; the guest's target never becomes a path
     out = ["fio version 3 iolog", f"0 {name} add", f"0 {name} open"]
     for r in sorted(reqs, key=lambda r: r.t_submit):
-        out.append(f"{round((r.t_submit - t0) * 1000)} {name} {'write' if r.write else 'read'} {r.offset - base} {r.size}")
-    out.append(f"{round((max(r.t_submit for r in reqs) - t0) * 1000)} {name} close")
+        out.append(f"{round((r.t_submit - t0) * 1_000_000)} {name} {'write' if r.write else 'read'} {r.offset - base} {r.size}")
+    out.append(f"{round((max(r.t_submit for r in reqs) - t0) * 1_000_000)} {name} close")
     _ = target
     return "\n".join(out) + "\n"
 

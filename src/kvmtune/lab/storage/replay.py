@@ -43,7 +43,7 @@ MAX_IOLOG = 256 << 20  # bytes of a captured iolog read (capture's --max-events 
 MAX_EVENTS = 5_000_000
 MAX_REQUEST = 64 << 20  # bytes of one request
 MAX_OFFSET = 1 << 50
-MAX_STAMP_MS = 86_400_000  # a day
+MAX_STAMP_US = 86_400_000_000  # a day
 MAX_REPLICA_MIB = 64 << 10  # 64 GiB, sparse: the largest span a replica is made for
 BASE_ALIGN = 2 << 20  # rebased offsets keep their place within 2 MiB (qcow2 clusters, huge pages)
 MAX_DEPTH = 256
@@ -56,9 +56,9 @@ HEADER = "fio version 3 iolog"
 
 @dataclass(frozen=True)
 class IoEvent:
-    """One request of a captured log: milliseconds from its start, direction, offset and length in bytes."""
+    """One request of a captured log: microseconds from its start, direction, offset and length in bytes."""
 
-    ms: int
+    us: int
     write: bool
     offset: int
     length: int
@@ -308,7 +308,7 @@ def profile_of(doc: Mapping[str, Any], disk: str | None) -> tuple[DiskProfile, i
 
 
 def read_iolog(path: str | Path) -> list[IoEvent]:
-    """A capture's fio iolog v3 (``TIME_MS NAME ACTION [OFFSET LENGTH]``, docs/capture.md) read as hostile input:
+    """A capture's fio iolog v3 (``TIME_US NAME ACTION [OFFSET LENGTH]``, docs/capture.md) read as hostile input:
     bounded, lines split on ``\\n`` only and matched whole (another line break, a tab, a second space, trailing text
     is an error), one file name throughout, only add/open/close/read/write, stamps that never go back, numbers in
     range. :class:`InputError` naming the file and the line."""
@@ -332,15 +332,15 @@ def read_iolog(path: str | Path) -> list[IoEvent]:
         if not _NAME.fullmatch(m.group(2)) or (name is not None and m.group(2) != name):
             raise InputError(str(path), f"line {n} names another file: a replay log holds one disk")
         name = m.group(2)
-        ms = int(m.group(1))
-        if ms > MAX_STAMP_MS or ms < last:
+        us = int(m.group(1))
+        if us > MAX_STAMP_US or us < last:
             raise InputError(str(path), f"line {n}: time stamp out of order or past a day")
-        last = ms
+        last = us
         if m.re is _IO_LINE:
             offset, length = int(m.group(4)), int(m.group(5))
             if offset > MAX_OFFSET or not 1 <= length <= MAX_REQUEST:
                 raise InputError(str(path), f"line {n}: offset or length out of range")
-            events.append(IoEvent(ms, m.group(3) == "write", offset, length))
+            events.append(IoEvent(us, m.group(3) == "write", offset, length))
             if len(events) > MAX_EVENTS:
                 raise InputError(str(path), f"more than {MAX_EVENTS} requests")
     if not events:
@@ -357,10 +357,10 @@ def write_iolog(events: Sequence[IoEvent], dest: Path, base: int) -> Path:
     """The translated log fio replays: kvmtune's file name, µs stamps shifted by 1 (fio 3.33 loses the gap after a
     stamp of 0), offsets less ``base``. Written whole (``O_EXCL``), never over an existing file."""
     out = [HEADER, f"1 {LOG_NAME} add", f"1 {LOG_NAME} open"]
-    t0 = events[0].ms
+    t0 = events[0].us
     for e in events:
-        out.append(f"{(e.ms - t0) * 1000 + 1} {LOG_NAME} {'write' if e.write else 'read'} {e.offset - base} {e.length}")
-    out.append(f"{(events[-1].ms - t0) * 1000 + 1} {LOG_NAME} close")
+        out.append(f"{e.us - t0 + 1} {LOG_NAME} {'write' if e.write else 'read'} {e.offset - base} {e.length}")
+    out.append(f"{events[-1].us - t0 + 1} {LOG_NAME} close")
     data = ("\n".join(out) + "\n").encode()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
