@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,9 @@ class FixCommand(Command):
         p.add_argument("--image-format", choices=IMAGE_FORMATS, default=None,
                        help="the declared format of the --images (default: from the domain XML files given that use "
                        "them); an image whose format is not declared is left alone, never guessed from its contents")
-        format_option(p, _OutputFormats(("text",)))
+        format_option(p, _OutputFormats(("text", "json")),
+                      help="output format of the plan (default text); json: changes[] with guest, rule, target, what "
+                      "and takes_effect")
         root_option(p, "host root (a captured or fixture tree) for --host, the rules and the image in-use check")
         p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -100,6 +103,8 @@ class FixCommand(Command):
                              "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
+        if args.format == "json" and (args.apply or args.patch):
+            raise UsageError("--format json prints the plan; it does not go with --apply or --patch")
         if args.format in IMAGE_FORMATS:
             if args.image_format and args.image_format != args.format:
                 raise UsageError(f"--format {args.format} and --image-format {args.image_format}: give one image format")
@@ -124,6 +129,8 @@ class FixCommand(Command):
             from kvmtune.fix.patch import render_patch
 
             return Outcome(result=render_patch(plan, Path.cwd()))
+        if args.format == "json":
+            return Outcome(result=json.dumps(plan.to_json(), indent=2) + "\n")
         text = "".join(f"note: {safe(m)}: named after --images but a .xml file, fixed as a domain definition\n"
                        for m in moved)
         if spec.root != "/":

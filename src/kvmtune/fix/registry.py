@@ -22,6 +22,8 @@ from functools import cache
 from lxml import etree
 
 from kvmtune.audit.finding import Finding, Waiver
+from kvmtune.fix.effect import TakesEffect
+from kvmtune.fix.effect import libvirt as libvirt_effect
 from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
@@ -143,16 +145,26 @@ class XmlFixer:
     summary: str
     bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
     cpu_change: bool = False  # a change to the guest's CPUs: needs --allow-cpu-change
+    # libvirt can make this change on a running domain too (virDomainUpdateDeviceFlags with AFFECT_LIVE); none of
+    # today's fixers can, so on a running domain each takes effect at its next start (fix/effect.py)
+    live: bool = False
+
+    def takes_effect(self, *, origin: str, active: bool) -> TakesEffect:
+        """When this fixer's change applies: a domain file's to domains defined from it, a stopped domain's at
+        once, a running domain's at its next start (unless libvirt can make it live)."""
+        return libvirt_effect(origin=origin, active=active, live=False)
 
 
 FIXERS: dict[str, XmlFixer] = {}
 
 
-def xml_fixer(rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False) -> Callable[[FixFunc], FixFunc]:
+def xml_fixer(
+    rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False, live: bool = False
+) -> Callable[[FixFunc], FixFunc]:
     def register(func: FixFunc) -> FixFunc:
         if rule in FIXERS:
             raise RuntimeError(f"two fixers for {rule}")
-        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change)
+        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change, live)
         return func
 
     return register
