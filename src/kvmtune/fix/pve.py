@@ -181,10 +181,11 @@ def _keep(guest: Guest, options: FixOptions, plan: Plan, *, running: bool) -> Ke
 
 
 def _converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: Sequence[type[Rule]],
-              options: FixOptions, plan: Plan, *, running: bool = False
+              options: FixOptions, plan: Plan, *, running: bool = False, runs: bool | None = None
               ) -> tuple[QmChange, list[Reason], str, list[Planned]]:
     """One VM's change until nothing new turns up (audit/pve_advice.converge), and why: each finding with the
-    config lines it changes, and when each takes effect (the VM running or not, its ``hotplug``)."""
+    config lines it changes, and when each takes effect (the VM running or not, its ``hotplug``; ``runs``: as if it
+    ran, where that is unknown)."""
     done = converge(guest, cfg, text, ctx, rules, _keep(guest, options, plan, running=running))
     hotplug = pve_hotplug(cfg.current.get("hotplug"))
     reasons: list[Reason] = []
@@ -195,7 +196,7 @@ def _converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules:
         reason = Reason(f"{finding.rule} {finding.slug}", lines)
         if reason not in reasons:
             reasons.append(reason)
-        when = latest(pve_key(k, running=running, hotplug=hotplug, moves=bool(one.moves)) for k in keys)
+        when = latest(pve_key(k, running=running if runs is None else runs, hotplug=hotplug, moves=bool(one.moves)) for k in keys)
         planned.append(Planned(guest.name, finding.rule, finding.target.device or ", ".join(keys) or guest.name,
                                f"{finding.slug}: {', '.join(keys)}", when))
     return done.change, reasons, done.text, planned
@@ -223,7 +224,7 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
         before = read_state(path)
         text = (before.data or b"").decode("utf-8")
         # a tree says nothing of whether the VM runs: planned as if it did (the later of the two)
-        change, reasons, after_text, planned = _converge(guest, cfg, text, ctx, rules, options, plan, running=True)
+        change, reasons, after_text, planned = _converge(guest, cfg, text, ctx, rules, options, plan, runs=True)
         after = after_text.encode("utf-8")
         if after == before.data:
             continue
