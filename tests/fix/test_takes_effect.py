@@ -1,0 +1,165 @@
+"""The ``takes_effect`` contract (issue 48): every fixer, over its fixtures and the example domains, as a domain
+file and as a libvirt domain stopped and running, plans changes that each say when they take effect, one of the
+five words; and every fixable rule's doc cites the platform's rule it follows.
+
+The libvirt domains are libvirt's own ``test:///default`` driver (in-process, no daemon): it keeps a running
+domain's live definition apart from its persistent one, as libvirtd does, so a running domain's plan is made
+from a domain that really is running.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixhelpers import FIXTURE_HOST, GOLDEN
+from lxml import etree
+
+from kvmtune.audit.rule import Rule, all_rules
+from kvmtune.fix.domains import fix_guest, plan_libvirt
+from kvmtune.fix.effect import VALUES, Planned
+from kvmtune.fix.host import plan_host
+from kvmtune.fix.plan import DropIn, Plan, SysfsWrite
+from kvmtune.fix.registry import FixOptions, all_fixers
+from kvmtune.fix.remedies import Remedy, declared
+from kvmtune.host.root import HostRoot
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FIXTURES = REPO / "tests" / "rules"
+EXAMPLES = sorted((REPO / "src" / "kvmtune" / "examples").glob("*.xml"))
+HOST_TREES = sorted(p for p in (REPO / "tests" / "fixtures" / "hosts").iterdir() if p.is_dir())
+XML_RULES = [r for r in all_rules() if declared(r.fix_kind) is Remedy.GUEST_XML]
+TEST_URI = "test:///default"
+
+
+def _ids(r: type[Rule]) -> str:
+    return r.id
+
+
+def _cases(rule_id: str) -> list[Path]:
+    return (sorted((RULE_FIXTURES / rule_id / "bad").glob("*.xml")) + sorted((GOLDEN / rule_id).glob("*.in.xml"))
+            + EXAMPLES)
+
+
+def _options() -> FixOptions:
+    return FixOptions(allow_bus_change=True, allow_cpu_change=True, assume_this_host=True,
+                      host=HostRoot(str(FIXTURE_HOST)), use_waivers=False,
+                      named_rules=frozenset(r.id for r in XML_RULES))
+
+
+def _check(planned: list[Planned], want: str, where: str) -> None:
+    assert planned, f"{where}: a change with no planned item"
+    for p in planned:
+        assert p.takes_effect in VALUES, f"{where}: {p}"
+        assert p.takes_effect == want, f"{where}: {p.rule} {p.target} says {p.takes_effect}, not {want}"
+        assert p.rule and p.target and p.what and p.guest, f"{where}: {p}"
+
+
+@pytest.fixture
+def libvirt_test() -> Iterator[tuple[Any, list[Any]]]:
+    libvirt = pytest.importorskip("libvirt")
+    conn = libvirt.open(TEST_URI)
+    made: list[Any] = []
+    yield conn, made
+    for dom in made:
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+    conn.close()
+
+
+def _define(conn: Any, data: bytes, made: list[Any]) -> Any | None:
+    """The fixture as a test-driver domain of a fresh name; None where the test driver refuses the XML."""
+    import libvirt
+
+    root = etree.fromstring(data)
+    for el in root.findall("uuid"):
+        root.remove(el)
+    name = root.find("name")
+    if name is None:
+        name = etree.SubElement(root, "name")
+    name.text = f"kvmtune-effect-{uuid.uuid4().hex[:8]}"
+    try:
+        dom = conn.defineXML(etree.tostring(root).decode())
+    except libvirt.libvirtError:
+        return None
+    made.append(dom)
+    return dom
+
+
+@pytest.mark.parametrize("rule", XML_RULES, ids=_ids)
+def test_every_fixer_says_when_its_change_takes_effect(rule: type[Rule], libvirt_test: tuple[Any, list[Any]]) -> None:
+    conn, made = libvirt_test
+    fixer = all_fixers()[rule.id]
+    seen: dict[str, int] = {"file": 0, "stopped": 0, "running": 0}
+    for case in _cases(rule.id):
+        data = case.read_bytes()
+        # as a domain file: only domains defined from it from now on
+        guest, result = fix_guest(data, str(case), "xml", [rule], _options())
+        if result.after is None:
+            continue
+        planned = result.planned(guest.name, origin="xml", active=False)
+        assert len(planned) == len(result.reasons), case
+        _check(planned, "new-instances", f"{case.name} (file)")
+        seen["file"] += 1
+        dom = _define(conn, data, made)
+        if dom is None:
+            continue
+        for state in ("stopped", "running"):
+            if state == "running":
+                dom.create()
+            plan = Plan()
+            plan_libvirt(TEST_URI, [dom.name()], [rule], _options(), plan)
+            if not plan.changes:
+                continue
+            (change,) = plan.changes
+            want = fixer.takes_effect(origin="libvirt", active=state == "running")
+            assert want == ("restart" if state == "running" and not fixer.live else "live")
+            _check(change.planned, want, f"{case.name} ({state})")
+            assert change.takes_effect() == want
+            assert f"#  takes effect: {want}\n" in plan.render()
+            seen[state] += 1
+    assert seen["file"], f"{rule.id}: no fixture or example its fixer changes"
+    assert seen["stopped"] and seen["running"], f"{rule.id}: no fixture the test driver defines ({seen})"
+
+
+@pytest.mark.parametrize("tree", HOST_TREES, ids=lambda p: p.name)
+def test_host_changes_say_live_for_the_runtime_value_and_host_boot_for_the_drop_in(tree: Path) -> None:
+    for profile in ("virtual-host", "network-latency"):
+        plan = plan_host(str(tree), profile)
+        for change in plan.changes:
+            assert change.planned, change.title()
+            want = "live" if isinstance(change, SysfsWrite) else "host-boot"
+            assert isinstance(change, SysfsWrite | DropIn)
+            assert {p.takes_effect for p in change.planned} == {want}, change.title()
+            if isinstance(change, SysfsWrite):
+                # a rule it answers, or none (a profile's own setting, tuned's dirty_ratio)
+                assert all(re.fullmatch(r"(KVM-HST-\d{3})?", p.rule) for p in change.planned), change.planned
+                assert all(p.target == change.path for p in change.planned)
+
+
+_CITES = {
+    "xml": ("--config", "next start"),
+    "sysctl": ("sysctl.d(5)", "host-boot"),
+    "sysfs": ("tmpfiles.d(5)", "host-boot"),
+    "udev": ("udev(7)", "host-boot"),
+    "modprobe": ("modprobe.d(5)", "host-boot"),
+    "image": ("guest-offline",),
+}
+
+
+@pytest.mark.parametrize("rule", [r for r in all_rules() if r.fix_kind != "manual"], ids=_ids)
+def test_every_fixable_rule_doc_cites_when_its_fix_takes_effect(rule: type[Rule]) -> None:
+    doc = rule.doc_path().read_text(encoding="utf-8")
+    refs = doc.split("## References", 1)[1]
+    lines = [line for line in refs.splitlines() if line.startswith("- When it takes effect:")]
+    assert len(lines) == 1, f"{rule.doc_path().name}: one '- When it takes effect:' reference"
+    for cite in _CITES[rule.fix_kind]:
+        assert cite in lines[0], f"{rule.doc_path().name}: the takes-effect line does not cite {cite!r}"
+    if rule.pve is not None:
+        wanted = "guest-offline" if rule.pve.kind == "bus" else "hotplug"
+        assert wanted in lines[0], f"{rule.doc_path().name}: its Proxmox VE form's rule ({wanted}) is not cited"
