@@ -163,3 +163,69 @@ def test_every_fixable_rule_doc_cites_when_its_fix_takes_effect(rule: type[Rule]
     if rule.pve is not None:
         wanted = "guest-offline" if rule.pve.kind == "bus" else "hotplug"
         assert wanted in lines[0], f"{rule.doc_path().name}: its Proxmox VE form's rule ({wanted}) is not cited"
+
+
+# --------------------------------------------------------------------------- shown everywhere
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from kvmtune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_fix_format_json_lists_each_change_with_when_it_takes_effect(tmp_path: Path) -> None:
+    import json
+
+    domain = tmp_path / "web01.xml"
+    # a C1 control (CSI) in the name: valid XML, never raw on a terminal, not even inside JSON
+    domain.write_bytes(EXAMPLES[-1].read_bytes().replace(b"<name>web01-legacy</name>", "<name>web\u009b01</name>".encode()))
+    code, out, _err = _run("fix", str(domain), "--format", "json", "--no-config")
+    assert code == 0
+    assert "\u009b" not in out
+    doc = json.loads(out)
+    assert doc["changes"], doc
+    for item in doc["changes"]:
+        assert set(item) == {"change", "guest", "rule", "target", "what", "takes_effect"}
+        assert item["takes_effect"] == "new-instances" and item["guest"] == "web\u009b01"
+        assert re.fullmatch(r"KVM-[A-Z]{3}-\d{3}", item["rule"])
+    assert domain.read_bytes() == EXAMPLES[-1].read_bytes().replace(b"<name>web01-legacy</name>",
+                                                                    "<name>web\u009b01</name>".encode())
+    code, _out, err = _run("fix", str(domain), "--format", "json", "--apply", "--yes", "--no-config")
+    assert code == 2 and "--format json prints the plan" in err
+
+
+def test_the_journal_keeps_when_each_change_takes_effect(tmp_path: Path) -> None:
+    import json
+
+    domain = tmp_path / "web01.xml"
+    domain.write_bytes(EXAMPLES[-1].read_bytes())
+    journals = tmp_path / "journal"
+    code, out, _err = _run("fix", str(domain), "--apply", "--yes", "--no-config", "--journal-dir", str(journals))
+    assert code == 0, out
+    (path,) = journals.glob("*.json")
+    (entry,) = json.loads(path.read_text())["changes"]
+    assert entry["takes_effect"] == "new-instances"
+    assert entry["planned"] and {p["takes_effect"] for p in entry["planned"]} == {"new-instances"}
+    code, out, _err = _run("undo", "--journal-dir", str(journals), path.stem, "--yes", "--no-config")
+    assert code == 0 and domain.read_bytes() == EXAMPLES[-1].read_bytes()
+
+
+def test_audit_says_when_the_fix_applies_in_text_json_and_sarif(tmp_path: Path) -> None:
+    import json
+
+    _code, text, _err = _run("audit", str(EXAMPLES[-1]), "--no-config")
+    assert "(applies to guests defined from it from now on)" in text
+    _code, out, _err = _run("audit", str(EXAMPLES[-1]), "--format", "json", "--no-config")
+    fixes = [f["fix"] for f in json.loads(out)["findings"]]
+    assert {f.get("takes_effect") for f in fixes if f["kind"] == "xml"} == {"new-instances"}
+    assert all("takes_effect" not in f for f in fixes if f["kind"] == "manual")
+    _code, out, _err = _run("audit", str(EXAMPLES[-1]), "--format", "sarif", "--no-config")
+    results = json.loads(out)["runs"][0]["results"]
+    assert {r["properties"]["fix"]["takes_effect"] for r in results if "fix" in r["properties"]} == {"new-instances"}
