@@ -56,3 +56,15 @@ def test_without_a_host_boot_change_the_old_reason_stands(tmp_path: Path, monkey
     ctx = VerifyContext(runner=Runner(), host=HostRoot(str(tree)), root=str(tree), workdir=tmp_path, apply=True)
     with pytest.raises(Unmeasurable, match="writes no runtime value"):
         experiment.plan_host_finding(Subject(finding), ctx)
+
+
+def test_a_guest_fix_line_says_a_running_guest_sees_it_only_after_its_restart() -> None:
+    from kvmtune.domain.xml import load_guest_file
+    from kvmtune.verify.engine import guest_sees_it
+
+    guest = load_guest_file(str(REPO / "src" / "kvmtune" / "examples" / "web01-legacy.xml"))
+    finding = next(f for f in run_rules(AuditContext(host=HostRoot(str(REPO / "tests" / "fix" / "hostroot"))), [guest])
+                   if f.fix.kind == "xml")
+    assert guest_sees_it(Subject(finding, guest)) == ""  # a file: no running guest
+    guest.active = True
+    assert guest_sees_it(Subject(finding, guest)).endswith("only after its restart (kvmtune fix: takes effect restart)")
