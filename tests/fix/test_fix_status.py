@@ -225,3 +225,78 @@ def test_live_xml_is_read_as_hostile_input(tmp_path: Path) -> None:
             "<domain type='kvm'><name>&b;</name></domain>")
     with pytest.raises(KvmtuneError):
         live_findings(bomb, "test:///default#x (live)", {"KVM-STO-004"}, host)
+
+
+# --------------------------------------------------------------------------- the real libvirtd, a running guest
+
+DISKED = """<domain type='{virt}'>
+  <name>{name}</name>
+  <memory unit='MiB'>64</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64'>hvm</type></os>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='writethrough'/>
+      <source file='{image}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"""
+
+
+@pytest.mark.integration
+def test_a_running_guest_under_libvirtd_keeps_its_cache_fix_staged_until_a_restart(
+    libvirt_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tempfile
+
+    import libvirt
+
+    from kvmtune.cli import main
+
+    if shutil.which("qemu-img") is None:
+        pytest.skip("no qemu-img")
+    # a directory the guest's QEMU (another user, under libvirtd) can reach; removed at the end
+    shared = Path(tempfile.mkdtemp(prefix="kvmtune-effect-", dir="/var/tmp"))
+    shared.chmod(0o755)
+    image = shared / "disk.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "16M"], check=True)
+    image.chmod(0o666)
+    journals = tmp_path / "journal"
+    journals.mkdir(mode=0o700)
+    conn = libvirt.open(libvirt_uri)
+    name = f"kvmtune-test-{uuid.uuid4().hex[:8]}-effect"
+    virt = "kvm" if os.path.exists("/dev/kvm") else "qemu"
+    dom = conn.defineXML(DISKED.format(virt=virt, name=name, image=image))
+    try:
+        try:
+            dom.create()
+        except libvirt.libvirtError:
+            dom.undefine()
+            dom = conn.defineXML(DISKED.format(virt="qemu", name=name, image=image))  # TCG where KVM does not boot
+            try:
+                dom.create()
+            except libvirt.libvirtError as exc:
+                pytest.skip(f"cannot start a guest here: {exc}")
+        args = ["--connect", libvirt_uri, "--domain", name, "--only", "KVM-STO-002", "--no-config",
+                "--journal-dir", str(journals)]
+        assert main(["fix", *args[:-2], "--format", "json"]) == 0
+        changes = json.loads(capsys.readouterr().out)["changes"]
+        assert [c["takes_effect"] for c in changes] == ["restart"] and changes[0]["rule"] == "KVM-STO-002"
+        assert main(["fix", *args, "--apply", "--yes"]) == 0
+        capsys.readouterr()
+        assert main(["fix", "--status", "--no-config", "--journal-dir", str(journals)]) == 0
+        out = capsys.readouterr().out
+        assert "staged (restart): the running domain does not have it yet: KVM-STO-002 disk:vda" in out, out
+        dom.destroy()
+        dom.create()
+        assert main(["fix", "--status", "--no-config", "--journal-dir", str(journals)]) == 0
+        assert "0 change(s) staged in 1 journal(s)" in capsys.readouterr().out
+    finally:
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+        conn.close()
+        shutil.rmtree(shared)
