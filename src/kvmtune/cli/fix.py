@@ -289,7 +289,8 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
     text = f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({safe(str(journal.path))}).\n"
     text += f"Undo with: {safe(journal.undo_command())}\n"
     if restarts:
-        text += f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n"
+        text += (f"{restarts} running domain(s) use the new definition only after a shutdown and start "
+                 "('kvmtune fix --status' lists what is still staged).\n")
     for e in journal.entries:
         if isinstance(e, QmEntry) and e.pending:
             text += (f"Proxmox VE VM {e.vmid}: {', '.join(e.pending)} pending until its next start "

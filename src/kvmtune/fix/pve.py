@@ -102,6 +102,8 @@ class QmSet(Change[QmEntry]):
         if wrong:
             raise ApplyError(f"VM {self.vmid}: qm set ran, but its config shows other values for {', '.join(wrong)}")
         entry.pending = [k for k, v in self.values.items() if not qm.same_value(now.values.get(k), v)]
+        if entry.pending and entry.takes_effect == "live":
+            entry.takes_effect = "restart"  # PVE's word over the plan's: what it kept pending waits for a restart
 
     @staticmethod
     def undo(e: QmEntry, ctx: UndoContext) -> None:
