@@ -118,7 +118,7 @@ def test_every_fixer_says_when_its_change_takes_effect(rule: type[Rule], libvirt
                 continue
             (change,) = plan.changes
             want = fixer.takes_effect(origin="libvirt", active=state == "running")
-            assert want == ("restart" if state == "running" and not fixer.live else "live")
+            assert want == ("restart" if state == "running" else "live")
             _check(change.planned, want, f"{case.name} ({state})")
             assert change.takes_effect() == want
             assert f"#  takes effect: {want}\n" in plan.render()

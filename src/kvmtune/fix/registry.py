@@ -145,26 +145,23 @@ class XmlFixer:
     summary: str
     bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
     cpu_change: bool = False  # a change to the guest's CPUs: needs --allow-cpu-change
-    # libvirt can make this change on a running domain too (virDomainUpdateDeviceFlags with AFFECT_LIVE); none of
-    # today's fixers can, so on a running domain each takes effect at its next start (fix/effect.py)
-    live: bool = False
 
     def takes_effect(self, *, origin: str, active: bool) -> TakesEffect:
         """When this fixer's change applies: a domain file's to domains defined from it, a stopped domain's at
-        once, a running domain's at its next start (unless libvirt can make it live)."""
+        once, a running domain's at its next start. kvmtune changes only the persistent definition (no ``--live``
+        yet), and no fixer's change is one libvirt's ``virDomainUpdateDeviceFlags`` makes live (a disk's cache or
+        io, a NIC's queues or model, a controller, the memballoon's model)."""
         return libvirt_effect(origin=origin, active=active, live=False)
 
 
 FIXERS: dict[str, XmlFixer] = {}
 
 
-def xml_fixer(
-    rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False, live: bool = False
-) -> Callable[[FixFunc], FixFunc]:
+def xml_fixer(rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False) -> Callable[[FixFunc], FixFunc]:
     def register(func: FixFunc) -> FixFunc:
         if rule in FIXERS:
             raise RuntimeError(f"two fixers for {rule}")
-        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change, live)
+        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change)
         return func
 
     return register
