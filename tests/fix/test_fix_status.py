@@ -300,3 +300,23 @@ def test_a_running_guest_under_libvirtd_keeps_its_cache_fix_staged_until_a_resta
         dom.undefine()
         conn.close()
         shutil.rmtree(shared)
+
+
+def test_status_lists_a_journal_with_a_bad_takes_effect_as_refused(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmtune.cli import main
+
+    journals = tmp_path / "journal"
+    journals.mkdir(mode=0o700)
+    jid = "20260101T000000Z-abcdef"
+    doc = {"kvmtune_journal": 1, "id": jid, "created": "2026-01-01T00:00:00Z", "argv": [], "root": "/",
+           "state": "applied", "error": None, "history": [],
+           "changes": [{"kind": "domain", "what": "domain x: redefine", "status": "done", "uri": "test:///default",
+                        "name": "x", "uuid": "u", "prior_xml": "<domain/>", "takes_effect": "\u001b[2Jsoon"}]}
+    path = journals / f"{jid}.json"
+    path.write_text(json.dumps(doc))
+    path.chmod(0o600)
+    assert main(["fix", "--status", "--no-config", "--journal-dir", str(journals)]) == 0
+    out = capsys.readouterr().out
+    assert f"refused: {jid}: " in out and "unknown takes_effect" in out and "\x1b" not in out
+    assert "0 change(s) staged in 0 journal(s)" in out
