@@ -229,3 +229,16 @@ def test_audit_says_when_the_fix_applies_in_text_json_and_sarif(tmp_path: Path) 
     _code, out, _err = _run("audit", str(EXAMPLES[-1]), "--format", "sarif", "--no-config")
     results = json.loads(out)["runs"][0]["results"]
     assert {r["properties"]["fix"]["takes_effect"] for r in results if "fix" in r["properties"]} == {"new-instances"}
+
+
+def test_audit_of_a_pve_tree_says_when_each_qm_set_would_apply() -> None:
+    import json
+
+    tree = REPO / "tests" / "fixtures" / "proxmox" / "cluster"
+    _code, out, _err = _run("audit", "--root", str(tree), "--format", "json", "--no-config")
+    when = {(f["target"]["domain"].split()[0], f["rule"]): f["fix"].get("takes_effect")
+            for f in json.loads(out)["findings"] if f["fix"]["kind"] == "xml"}
+    assert when[("pve:102", "KVM-STO-012")] == "restart"  # the SCSI controller: pending until the VM's start
+    assert when[("pve:102", "KVM-NET-008")] == "live"  # a NIC option, hotplug's default names network
+    assert when[("pve:101", "KVM-STO-001")] == "guest-offline"  # a volume moved to virtio: the VM stopped
+    assert when[("pve:8006", "KVM-SEC-001")] == "restart"  # an rng device: not hot-pluggable
