@@ -10,7 +10,6 @@ from a domain that really is running.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,22 +72,26 @@ def libvirt_test() -> Iterator[tuple[Any, list[Any]]]:
 
 
 def _define(conn: Any, data: bytes, made: list[Any]) -> Any | None:
-    """The fixture as a test-driver domain of a fresh name; None where the test driver refuses the XML."""
+    """The fixture as a test-driver domain, under its own name (a rule may judge the name); None where the test
+    driver refuses the XML or a domain of that name exists."""
     import libvirt
 
     root = etree.fromstring(data)
     for el in root.findall("uuid"):
         root.remove(el)
-    name = root.find("name")
-    if name is None:
-        name = etree.SubElement(root, "name")
-    name.text = f"kvmtune-effect-{uuid.uuid4().hex[:8]}"
     try:
         dom = conn.defineXML(etree.tostring(root).decode())
     except libvirt.libvirtError:
         return None
     made.append(dom)
     return dom
+
+
+def _drop(dom: Any, made: list[Any]) -> None:
+    if dom.isActive():
+        dom.destroy()
+    dom.undefine()
+    made.remove(dom)
 
 
 @pytest.mark.parametrize("rule", XML_RULES, ids=_ids)
@@ -123,6 +126,7 @@ def test_every_fixer_says_when_its_change_takes_effect(rule: type[Rule], libvirt
             assert change.takes_effect() == want
             assert f"#  takes effect: {want}\n" in plan.render()
             seen[state] += 1
+        _drop(dom, made)
     assert seen["file"], f"{rule.id}: no fixture or example its fixer changes"
     assert seen["stopped"] and seen["running"], f"{rule.id}: no fixture the test driver defines ({seen})"
 
