@@ -60,9 +60,9 @@ def _domain(e: DomainEntry, conns: dict[str, Any], host: HostRoot) -> str | None
         return None  # a stopped domain starts with its definition
     inactive = inactive_xml(dom)
     if e.after_xml is not None and inactive != e.after_xml:
-        return "redefined since kvmtune changed it; not judged"
+        return "cannot tell: redefined since kvmtune changed it"
     if not e.planned:
-        return "running; the journal predates takes_effect, so which settings to compare is unknown"
+        return "cannot tell: it runs, and the journal predates takes_effect (which settings to compare is unknown)"
     where = f"{e.uri}#{e.name} (live)"
     still = live_findings(live_xml(dom), where, {p.rule for p in e.planned if p.rule}, host)
     waiting = [f"{p.rule} {p.target}" for p in e.planned if (p.rule, p.target) in still]
@@ -99,7 +99,7 @@ def _host_boot(journal: Journal, host: HostRoot) -> str | None:
     try:
         made = dt.datetime.strptime(journal.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
-        return "the journal has no creation time; cannot tell"
+        return "cannot tell: the journal has no creation time"
     if booted is not None and booted > made:
         return None
     return "read at the host's next boot (not booted since); the runtime values beside it are in force"
