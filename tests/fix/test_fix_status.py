@@ -209,6 +209,15 @@ def test_a_running_libvirt_domain_s_cache_fix_is_restart_and_staged_until_it_res
     assert entry.takes_effect == "restart"
     (one,) = staged(loaded, Runner(), host)
     assert one.takes_effect == "restart" and "does not have it yet: KVM-STO-002" in one.why
+    # someone redefines it after kvmtune: not judged
+    conn = test_domain.connect()
+    import libvirt
+
+    mine = test_domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    conn.defineXML(mine.replace("<memory unit='KiB'>", "<memory unit='KiB'>1", 1))
+    (one,) = staged(loaded, Runner(), host)
+    assert one.why == "cannot tell: redefined since kvmtune changed it"
+    conn.defineXML(mine)
     # a shutdown and a start: the live XML is the new definition, nothing is staged
     test_domain.destroy()
     test_domain.create()
