@@ -108,8 +108,13 @@ TODO: the recommended configuration
 TODO: the XPath(s) and command-line options the check reads.
 
 ## References
-- TODO: the sources of the advice.
+- TODO: the sources of the advice.{effect}
 """
+# the platform's rule a libvirt XML fixer follows (tests/fix/test_takes_effect.py); a Proxmox VE form adds its own
+EFFECT_XML = ("\n- When it takes effect: libvirt applies a changed persistent definition (`virsh define`, `--config`) at "
+              "the domain's next start, not to the running domain (libvirt \"Domain XML format\"; `virsh(1)`, `--config` "
+              "against `--live`): `kvmtune fix` plans it `restart` on a running domain, `live` on a stopped one, "
+              "`new-instances` for a domain file.")
 SAFETY_XML = "TODO: is the change safe for data and for the guest; when does it take effect. Reversible with `kvmtune undo`."
 SAFETY_MANUAL = "TODO: kvmtune does not change this itself: say why, and what the user checks before changing it."
 
@@ -189,7 +194,8 @@ def check(rule_id: str, slug: str, group: str, topic: str | None, fixer: bool) -
             fix_kind="xml" if fixer else "manual", verify=VERIFY if fixer else "",
             verify_import="from kvmtune.audit.verifyplan import NoExperiment\n" if fixer else "",
         ),
-        RULES / group / f"{module}.md": DOC.format(id=rule_id, slug=slug, safety=SAFETY_XML if fixer else SAFETY_MANUAL),
+        RULES / group / f"{module}.md": DOC.format(id=rule_id, slug=slug, safety=SAFETY_XML if fixer else SAFETY_MANUAL,
+                                                 effect=EFFECT_XML if fixer else ""),
         REPO / "tests" / "rules" / rule_id / "bad" / f"{slug}.xml": DOMAIN.format(
             id=rule_id, slug=slug, kind="bad", what="show the problem"),
         REPO / "tests" / "rules" / rule_id / "good" / f"{slug}.xml": DOMAIN.format(

@@ -46,7 +46,8 @@ def test_json_findings_follow_design_schema(capsys: pytest.CaptureFixture[str]) 
     assert f["target"] == {"host": "localhost", "domain": "web01-legacy", "device": "disk:hda"}
     assert f["severity"] == "high" and f["topic"] == "disk-cache"
     assert f["evidence"] == "/domain/devices/disk[1]/driver/@cache"
-    assert set(f["fix"]) == {"kind", "description", "safe"}
+    assert set(f["fix"]) == {"kind", "description", "safe", "takes_effect"}
+    assert f["fix"]["takes_effect"] == "new-instances"  # a domain file: domains defined from it
 
 
 def test_text_report_groups_and_summarises(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvmtune.cli import main
+from kvmtune.fix.effect import Planned
 from kvmtune.fix.entries import (
     DomainEntry,
     FileEntry,
@@ -18,6 +19,9 @@ from kvmtune.fix.entries import (
     RuntimeEntry,
     entry_from_json,
 )
+
+_DOM = {"kind": "domain", "uri": "u", "name": "n", "uuid": "u", "status": "done", "prior_xml": "<d/>"}
+_ITEM = {"guest": "g", "rule": "r", "target": "t", "what": "w", "takes_effect": "live"}
 
 ENTRIES = [
     FileEntry(what="rewrite /etc/x", path="/t/etc/x", shown="/etc/x", prior=b"old\n", prior_mode=0o644,
@@ -31,6 +35,9 @@ ENTRIES = [
                 new_xml="<domain>x</domain>", after_xml="<domain>x</domain>", was_active=True),
     ImageEntry(what="image /i", path="/i", format="qcow2", options="preallocation=metadata", backup="/i.orig",
                temp="/.i.tmp", prior_ino=12, prior_size=4096, after_ino=13, purged=True),
+    DomainEntry(what="domain b: redefine", uri="test:///default", name="b", uuid="u2", prior_xml="<domain/>",
+                new_xml="<domain>y</domain>", was_active=True, takes_effect="restart",
+                planned=[Planned("b", "KVM-STO-004", "disk:vda", "cache → none", "restart")]),
 ]
 
 
@@ -54,6 +61,18 @@ def test_round_trip(entry: object) -> None:
         ({"kind": "image", "path": "/i", "backup": "/b", "temp": "/t", "status": "done", "after_ino": "7"},
          "non-integer 'after_ino'"),
         ({"kind": "domain", "uri": "u", "name": "n", "status": "done", "prior_xml": "<d/>"}, "no 'uuid' string"),
+        # takes_effect and planned: optional, but one of the five words and well-formed items when there
+        ({**_DOM, "takes_effect": "soon"}, "change 3 (domain) has unknown takes_effect 'soon'"),
+        ({**_DOM, "takes_effect": ["live"]}, "unknown takes_effect"),
+        ({**_DOM, "takes_effect": "live\n"}, "unknown takes_effect"),
+        ({**_DOM, "takes_effect": "LIVE"}, "unknown takes_effect"),
+        ({**_DOM, "takes_effect": "live", "planned": {"guest": "g"}}, "bad 'planned'"),
+        ({**_DOM, "takes_effect": "live", "planned": [{"guest": "g", "rule": "r", "target": "t", "what": "w"}]},
+         "bad 'planned'"),
+        ({**_DOM, "takes_effect": "live", "planned": [{**_ITEM, "extra": "x"}]}, "bad 'planned'"),
+        ({**_DOM, "takes_effect": "live", "planned": [{**_ITEM, "rule": 7}]}, "bad 'planned'"),
+        ({**_DOM, "takes_effect": "live", "planned": [{**_ITEM, "takes_effect": "later"}]},
+         "in 'planned' unknown takes_effect 'later'"),
     ],
 )
 def test_malformed_entries_are_refused_with_one_line(doc: object, problem: str) -> None:

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "new_rule.py"
 RID, SLUG = "KVM-STO-099", "scaffold-probe"
 CONTRACTS = ["tests/rules/test_rule_docs.py", "tests/rules/test_rule_fixtures.py", "tests/fix/test_remedies.py",
-             "tests/fix/test_fix_golden.py", "tests/verify/test_verify_plans.py"]
+             "tests/fix/test_fix_golden.py", "tests/verify/test_verify_plans.py", "tests/fix/test_takes_effect.py"]
 
 # "its logic": the check, the fixer body and the golden output; the scaffold's other texts stay as written
 CHECK = '''        if guest.name.endswith("-bad"):

@@ -79,6 +79,10 @@ class FixHint:
     kind: FixKind
     description: str
     safe: bool
+    # when kvmtune fix's change would take effect (one word of fix/effect.py, and its phrase); set by the audit
+    # command for the guest's state, "" where nothing is fixed automatically
+    takes_effect: str = ""
+    when: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,8 @@ class Finding:
             "why": self.why, "fix": {"kind": fix.kind, "description": fix.description, "safe": fix.safe},
             "references": list(self.references), "source": self.source,
         }
+        if fix.takes_effect:
+            data["fix"]["takes_effect"] = fix.takes_effect
         if self.extra:
             data["extra"] = dict(self.extra)
         if self.waiver is not None:

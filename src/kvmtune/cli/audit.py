@@ -128,6 +128,9 @@ class AuditCommand(Command):
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
         pve_fix_texts(result.findings, result.guests, ctx, rules)
         incus_fix_texts(result.findings, result.guests)
+        from kvmtune.fix.effect import annotate
+
+        annotate(result.findings, result.guests)
         result.errors.extend(ctx.errors)
         if not args.no_waivers:
             ignored: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,15 @@ class FixCommand(Command):
         p.add_argument("--image-format", choices=IMAGE_FORMATS, default=None,
                        help="the declared format of the --images (default: from the domain XML files given that use "
                        "them); an image whose format is not declared is left alone, never guessed from its contents")
-        format_option(p, _OutputFormats(("text",)))
+        format_option(p, _OutputFormats(("text", "json")),
+                      help="output format of the plan (default text); json: changes[] with guest, rule, target, what "
+                      "and takes_effect")
         root_option(p, "host root (a captured or fixture tree) for --host, the rules and the image in-use check")
         p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+        p.add_argument("--status", action="store_true",
+                       help="list the journaled changes that are still staged: a running libvirt domain whose live "
+                       "XML lacks them, a Proxmox VE VM's pending keys, drop-ins read at the next boot")
         p.add_argument("--patch", action="store_true",
                        help="print only the file changes, as a patch 'git apply' and 'patch -p1' accept (paths relative "
                        "to the current directory, or to / for files outside it)")
@@ -91,6 +97,10 @@ class FixCommand(Command):
         journal_dir_option(p, DEFAULT_DIR, ENV_DIR)
 
     def check(self, args: argparse.Namespace) -> None:
+        if args.status:
+            if args.apply or args.patch or args.paths or args.connect or args.host or args.profile or args.images:
+                raise UsageError("--status lists what the journals hold; give it alone (with --journal-dir, --root)")
+            return
         if args.domain and not args.connect:
             raise UsageError("--domain needs --connect URI")
         if args.purge_backups and not args.images:
@@ -100,6 +110,8 @@ class FixCommand(Command):
                              "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
+        if args.format == "json" and (args.apply or args.patch):
+            raise UsageError("--format json prints the plan; it does not go with --apply or --patch")
         if args.format in IMAGE_FORMATS:
             if args.image_format and args.image_format != args.format:
                 raise UsageError(f"--format {args.format} and --image-format {args.image_format}: give one image format")
@@ -107,6 +119,8 @@ class FixCommand(Command):
                   "--format will mean the output format", file=sys.stderr)
 
     def run(self, args: argparse.Namespace) -> Outcome:
+        if args.status:
+            return _status(args)
         paths, images, moved = domain_files_among_images(args.paths, args.images)
         settings = settings_of(args)
         spec = FixSpec(
@@ -124,6 +138,8 @@ class FixCommand(Command):
             from kvmtune.fix.patch import render_patch
 
             return Outcome(result=render_patch(plan, Path.cwd()))
+        if args.format == "json":
+            return Outcome(result=json.dumps(plan.to_json(), indent=2) + "\n")
         text = "".join(f"note: {safe(m)}: named after --images but a .xml file, fixed as a domain definition\n"
                        for m in moved)
         if spec.root != "/":
@@ -273,11 +289,34 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
     text = f"Applied {len(journal.entries)} change(s). Journal {journal.id} ({safe(str(journal.path))}).\n"
     text += f"Undo with: {safe(journal.undo_command())}\n"
     if restarts:
-        text += f"{restarts} running domain(s) use the new definition only after a shutdown and start.\n"
+        text += (f"{restarts} running domain(s) use the new definition only after a shutdown and start "
+                 "('kvmtune fix --status' lists what is still staged).\n")
     for e in journal.entries:
         if isinstance(e, QmEntry) and e.pending:
             text += (f"Proxmox VE VM {e.vmid}: {', '.join(e.pending)} pending until its next start "
                      f"(qm pending {e.vmid}).\n")
     if refused:
         return Outcome(Exit.INCOMPLETE, text, [f"{len(refused)} image(s) not converted (the 'skipped:' lines say why)"])
+    return Outcome(result=text)
+
+
+def _status(args: argparse.Namespace) -> Outcome:
+    from kvmtune.fix.journal import list_journals
+    from kvmtune.fix.status import staged
+    from kvmtune.runner import default_runner
+
+    root = args.root
+    directory = journal_dir(settings_journal_dir(args), root=root)
+    found = list_journals(directory)
+    journals = [j for _id, j, _problem in found if j is not None]
+    text = "".join(f"refused: {safe(jid)}: {safe(problem)}\n" for jid, j, problem in found if j is None)
+    waiting = staged(journals, default_runner(), HostRoot(root))
+    if args.format == "json":
+        doc = {"staged": [{"journal": s.journal, "change": s.n, "what": s.what, "takes_effect": s.takes_effect,
+                           "why": s.why} for s in waiting],
+               "refused": [{"journal": jid, "problem": p} for jid, j, p in found if j is None]}
+        return Outcome(result=json.dumps(doc, indent=2) + "\n")
+    for s in waiting:
+        text += f"{safe(s.journal)} change {s.n}: {safe(s.what)}: staged ({s.takes_effect}): {safe(s.why)}\n"
+    text += f"{len(waiting)} change(s) staged in {len(journals)} journal(s) ({safe(str(directory))}).\n"
     return Outcome(result=text)

@@ -55,6 +55,9 @@ def apply_plan(
         except OSError as exc:
             raise KvmtuneError(f"{exc.filename}: cannot lock it ({exc.strerror or exc}); nothing changed") from None
         journal.entries = [change.snapshot(ctx) for change in plan.changes]
+        for change, entry in zip(plan.changes, journal.entries, strict=True):
+            entry.takes_effect = change.takes_effect()
+            entry.planned = list(change.planned)
         problems = refusals(journal)  # what undo would refuse is not done: every path inside the root
         if problems:
             raise KvmtuneError(f"refused: {'; '.join(problems)}; nothing changed")

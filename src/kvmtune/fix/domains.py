@@ -25,10 +25,11 @@ from kvmtune.audit.waivers import guest_waivers, live_waiver
 from kvmtune.domain.xml import MAX_XML_BYTES, guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError
 from kvmtune.fix.diff import Reason
+from kvmtune.fix.effect import Planned
 from kvmtune.fix.encoding import utf16_of
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
-from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, all_fixers
+from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, XmlFixer, all_fixers
 from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.model.guest import Guest
 
@@ -41,6 +42,12 @@ class GuestFix:
     reasons: list[Reason] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     manual: list[Finding] = field(default_factory=list)
+    fixed: list[tuple[XmlFixer, Finding, str]] = field(default_factory=list)  # fixer, finding, what it said
+
+    def planned(self, guest: str, *, origin: str, active: bool) -> list[Planned]:
+        """Each fix with when it takes effect, as its fixer declares it for this guest's state."""
+        return [Planned(guest, f.rule, f.target.device or guest, what,
+                        fixer.takes_effect(origin=origin, active=active)) for fixer, f, what in self.fixed]
 
 
 def _key(f: Finding) -> tuple[str, str, str]:
@@ -142,7 +149,9 @@ def _fix_guest_once(
                 result.skipped.append(f"{name}: {label}: not fixed automatically: {exc}")
                 continue
             # a fixer that says nothing still gets a reason line: its own summary
-            result.reasons.append(Reason(f"{label}: {what.strip() or fixer.summary}", tuple(doc.take_touched())))
+            said = what.strip() or fixer.summary
+            result.reasons.append(Reason(f"{label}: {said}", tuple(doc.take_touched())))
+            result.fixed.append((fixer, f, said))
             fixed.add(_key(f))
         current = _read(doc.tree, where, origin_kind, on_host)
     # a rule that raised (the engine's guard) or a host fact unreadable: said in the plan, not dropped
@@ -212,6 +221,7 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
             reasons=result.reasons,
             notes=["takes effect when the domain is defined from this file and (re)started"],
             domain=guest.name,
+            planned=result.planned(guest.name, origin="xml", active=False),
         )
         plan.changes.append(change)
 
@@ -253,6 +263,7 @@ def plan_libvirt(
                     active=active,
                     reasons=result.reasons,
                     notes=notes,
+                    planned=result.planned(name, origin="libvirt", active=active),
                 )
             )
     finally:

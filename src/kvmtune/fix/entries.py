@@ -15,6 +15,8 @@ import binascii
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from kvmtune.fix.effect import Planned, TakesEffect, parse
+
 STATUSES = ("planned", "done", "failed", "undone")
 
 
@@ -88,11 +90,17 @@ class Entry:
     what: str
     status: str = "planned"  # planned | done | failed | undone
     error: str | None = None
+    # when the change takes effect (fix/effect.py) and what it answers; None in journals written before it
+    takes_effect: TakesEffect | None = None
+    planned: list[Planned] = field(default_factory=list)
 
     def _common(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": self.kind, "what": self.what, "status": self.status}
         if self.error is not None:
             out["error"] = self.error
+        if self.takes_effect is not None:
+            out["takes_effect"] = self.takes_effect
+            out["planned"] = [p.to_json() for p in self.planned]
         return out
 
     def to_json(self) -> dict[str, object]:
@@ -298,4 +306,30 @@ def entry_from_json(doc: object, n: int) -> AnyEntry:
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"change {n} has unknown kind {kind!r}")
-    return cls.from_json(_Reader(doc, f"change {n} ({kind})"))
+    r = _Reader(doc, f"change {n} ({kind})")
+    entry = cls.from_json(r)
+    _read_effect(entry, r)
+    return entry
+
+
+def _read_effect(entry: Entry, r: _Reader) -> None:
+    """``takes_effect`` and ``planned``, both optional (format 1 journals have neither); anything else refused."""
+    raw = r.doc.get("takes_effect")
+    if raw is None:
+        return
+    try:
+        entry.takes_effect = parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"{r.label} has {exc}") from None
+    items = r.doc.get("planned", [])
+    if not isinstance(items, list):
+        raise r.bad("planned", "a bad")
+    for item in items:
+        keys = ("guest", "rule", "target", "what", "takes_effect")
+        if not isinstance(item, dict) or set(item) != set(keys) or not all(isinstance(item[k], str) for k in keys):
+            raise r.bad("planned", "a bad")
+        try:
+            when = parse(item["takes_effect"])
+        except ValueError as exc:
+            raise ValueError(f"{r.label} has in 'planned' {exc}") from None
+        entry.planned.append(Planned(item["guest"], item["rule"], item["target"], item["what"], when))

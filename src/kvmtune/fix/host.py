@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from kvmtune.fix.diff import Reason
+from kvmtune.fix.effect import Planned
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import DropIn, Plan, SysfsWrite, normalise
 from kvmtune.host.facts import HostFacts
@@ -104,6 +105,8 @@ class HostPlanner:
                 path=path, root=self.root, prior=cur, new=new, parse=parse,
                 restore=restore or [(path, cur)],
                 reasons=[Reason(f"{self.profile.name}: {why}{answers}")],
+                # a runtime value is in force as soon as it is written
+                planned=[Planned("host", rule, path, why, "live") for rule in rules or ("",)],
             )
         )
 
@@ -286,7 +289,10 @@ class HostPlanner:
         after = ("\n".join([*_header(self.profile.name), *lines]) + "\n").encode()
         if before.data == after:
             return
-        self.plan.changes.append(DropIn(path=real, shown=host_path, before=before, after=after, reasons=[Reason(why)]))
+        # a drop-in is read at boot (systemd-sysctl, systemd-tmpfiles, udev's coldplug, modprobe at kvm's load)
+        planned = [Planned("host", "", host_path, why, "host-boot")]
+        self.plan.changes.append(DropIn(path=real, shown=host_path, before=before, after=after, reasons=[Reason(why)],
+                                        planned=planned))
 
     def build(self) -> Plan:
         sysctl_lines = self.sysctls()

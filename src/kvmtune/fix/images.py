@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason
+from kvmtune.fix.effect import Planned
 from kvmtune.fix.entries import ImageEntry
 from kvmtune.fix.files import fsync_dir, temp_name
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan, UndoConflict, UndoContext
@@ -96,6 +97,7 @@ class ImageConvert(Change[ImageEntry]):
     ino: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns when planned
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)
 
     @property
     def opt_string(self) -> str:
@@ -301,6 +303,7 @@ def plan_image(
                 opts[opt] = ("on" if value else "off") if isinstance(value, bool) else str(value)
         opts["preallocation"] = "metadata"
         need = st.st_blocks * 512 + vsize // max(1, int(info.get("cluster-size") or 65536)) * 16 + SLACK
+        rule = "KVM-IMG-002"
         why = (
             f"{_rule_label('KVM-IMG-002', 'qcow2 without preallocation')}: {missing // 2**20} MiB of "
             f"{vsize // 2**20} MiB unallocated; every first write allocates a cluster"
@@ -311,6 +314,7 @@ def plan_image(
             return None, None
         opts = {"preallocation": "falloc"}
         need = vsize + SLACK
+        rule = "KVM-IMG-003"
         why = (
             f"{_rule_label('KVM-IMG-003', 'sparse raw image')}: {allocated // 2**20} MiB allocated of "
             f"{vsize // 2**20} MiB; space is allocated on first write"
@@ -327,6 +331,8 @@ def plan_image(
         ino=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
         reasons=[Reason(why)],
         notes=["the guest using it must be shut down while this runs; it sees the same data afterwards"],
+        # converted only while no guest has it open (checked above and again at apply)
+        planned=[Planned(str(path), rule, str(path), why, "guest-offline")],
     )
     free = _free(path.parent)
     if free is not None and free < need:

@@ -1,5 +1,6 @@
 """The read-write libvirt calls fix and undo need: the persistent definition (with secrets,
-so redefining it loses nothing) and ``defineXML``. Never touches a running guest live."""
+so redefining it loses nothing), ``defineXML``, and a running domain's live XML (read only, for ``fix --status``).
+Never changes a running guest live."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def inactive_xml(dom: Any) -> str:
         return str(dom.XMLDesc(flags))
     except libvirt.libvirtError as exc:
         raise LibvirtError(f"{dom.name()}: cannot read its definition: {_first_line(exc)}") from None
+
+
+def live_xml(dom: Any) -> str:
+    """A running domain's live definition (what it runs with now)."""
+    libvirt = _libvirt()
+    try:
+        return str(dom.XMLDesc(0))
+    except libvirt.libvirtError as exc:
+        raise LibvirtError(f"{dom.name()}: cannot read its live definition: {_first_line(exc)}") from None
 
 
 def lookup_name(conn: Any, name: str, uri: str) -> Any:

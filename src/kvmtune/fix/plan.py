@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
+from kvmtune.fix.effect import Planned, TakesEffect, latest
 from kvmtune.fix.encoding import decode_text
 from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
 from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
@@ -58,9 +59,20 @@ class Change(Generic[E]):
     kind: ClassVar[str] = ""
     reasons: list[Reason]
     notes: list[str]
+    planned: list[Planned]  # what it answers, each with when it takes effect (fix/effect.py)
 
     def title(self) -> str:
         raise NotImplementedError
+
+    def takes_effect(self) -> TakesEffect:
+        """The change's one word: the latest any of its items takes effect."""
+        return latest(p.takes_effect for p in self.planned)
+
+    def effect_line(self) -> str:
+        """``restart``, or ``restart (KVM-NET-003 net0: live)`` where items differ from the change's word."""
+        word = self.takes_effect()
+        odd = [f"{p.rule} {p.target}: {p.takes_effect}" for p in self.planned if p.takes_effect != word]
+        return word + (f" ({'; '.join(dict.fromkeys(odd))})" if odd else "")
 
     def render(self) -> str:
         raise NotImplementedError
@@ -89,6 +101,7 @@ class FileChange(Change[FileEntry]):
     after: bytes
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)
     mode: int = 0o644
 
     def render(self) -> str:
@@ -186,6 +199,7 @@ class XmlEdit(Change[DomainEntry]):
     active: bool
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)
 
     def title(self) -> str:
         return f"domain {self.name} ({self.uri}): redefine"
@@ -252,6 +266,7 @@ class SysfsWrite(Change[RuntimeEntry]):
     parse: str = "plain"  # plain | bracket (the [selected] word of a choice list) | mask (hex CPU mask)
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)
 
     @property
     def real(self) -> Path:
@@ -391,7 +406,17 @@ class Plan:
         out: list[str] = []
         for n, change in enumerate(self.changes, 1):
             out.append(f"## {n}. {change.title()}\n")
+            out.append(f"#  takes effect: {change.effect_line()}\n")
             out.extend(f"#  note: {note}\n" for note in change.notes)
             out.append(change.render())
             out.append("\n")
         return "".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        """``fix --format json``: every planned item with when it takes effect, then what was left alone."""
+        return {
+            "changes": [{"change": n, **p.to_json()} for n, c in enumerate(self.changes, 1) for p in c.planned],
+            "skipped": list(self.skipped),
+            "notes": list(self.notes),
+            "manual": self.manual,
+        }

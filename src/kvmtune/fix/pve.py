@@ -24,6 +24,7 @@ from kvmtune.audit.pve_advice import Keep, converge
 from kvmtune.audit.rule import Rule
 from kvmtune.errors import KvmtuneError
 from kvmtune.fix.diff import Reason, unified
+from kvmtune.fix.effect import Planned, latest, pve_hotplug, pve_key
 from kvmtune.fix.entries import QmEntry
 from kvmtune.fix.files import read_state
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
@@ -66,6 +67,7 @@ class QmSet(Change[QmEntry]):
     running: bool
     reasons: list[Reason] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)
 
     def title(self) -> str:
         return f"Proxmox VE {self.guest}: qm set"
@@ -100,6 +102,8 @@ class QmSet(Change[QmEntry]):
         if wrong:
             raise ApplyError(f"VM {self.vmid}: qm set ran, but its config shows other values for {', '.join(wrong)}")
         entry.pending = [k for k, v in self.values.items() if not qm.same_value(now.values.get(k), v)]
+        if entry.pending and entry.takes_effect == "live":
+            entry.takes_effect = "restart"  # PVE's word over the plan's: what it kept pending waits for a restart
 
     @staticmethod
     def undo(e: QmEntry, ctx: UndoContext) -> None:
@@ -179,17 +183,25 @@ def _keep(guest: Guest, options: FixOptions, plan: Plan, *, running: bool) -> Ke
 
 
 def _converge(guest: Guest, cfg: PveConfig, text: str, ctx: AuditContext, rules: Sequence[type[Rule]],
-              options: FixOptions, plan: Plan, *, running: bool = False) -> tuple[QmChange, list[Reason], str]:
+              options: FixOptions, plan: Plan, *, running: bool = False, runs: bool | None = None
+              ) -> tuple[QmChange, list[Reason], str, list[Planned]]:
     """One VM's change until nothing new turns up (audit/pve_advice.converge), and why: each finding with the
-    config lines it changes."""
+    config lines it changes, and when each takes effect (the VM running or not, its ``hotplug``; ``runs``: as if it
+    ran, where that is unknown)."""
     done = converge(guest, cfg, text, ctx, rules, _keep(guest, options, plan, running=running))
+    hotplug = pve_hotplug(cfg.current.get("hotplug"))
     reasons: list[Reason] = []
+    planned: list[Planned] = []
     for finding, one, at in done.taken:
-        lines = tuple(n for k in [*one.values, *one.props] if (n := at.lines.get(k)))
+        keys = [*one.values, *one.props]
+        lines = tuple(n for k in keys if (n := at.lines.get(k)))
         reason = Reason(f"{finding.rule} {finding.slug}", lines)
         if reason not in reasons:
             reasons.append(reason)
-    return done.change, reasons, done.text
+        when = latest(pve_key(k, running=running if runs is None else runs, hotplug=hotplug, moves=bool(one.moves)) for k in keys)
+        planned.append(Planned(guest.name, finding.rule, finding.target.device or ", ".join(keys) or guest.name,
+                               f"{finding.slug}: {', '.join(keys)}", when))
+    return done.change, reasons, done.text, planned
 
 
 def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: Plan,
@@ -213,12 +225,13 @@ def plan_pve(root: str, rules: Sequence[type[Rule]], options: FixOptions, plan: 
         path = Path(cfg.path)
         before = read_state(path)
         text = (before.data or b"").decode("utf-8")
-        change, reasons, after_text = _converge(guest, cfg, text, ctx, rules, options, plan)
+        # a tree says nothing of whether the VM runs: planned as if it did (the later of the two)
+        change, reasons, after_text, planned = _converge(guest, cfg, text, ctx, rules, options, plan, runs=True)
         after = after_text.encode("utf-8")
         if after == before.data:
             continue
         plan.changes.append(PveConfEdit(path=path, shown=cfg.path, before=before, after=after, reasons=reasons,
-                                        guest=guest.name))
+                                        guest=guest.name, planned=planned))
         plan.notes.extend(f"{guest.name}: {n}" for n in change.notes)
         when = "with the VM stopped" if change.moves else "pending until the VM's next start"
         plan.notes.append(f"{guest.name}: on a running node the same change is: {qm_set_line(cfg, change)} ({when})")
@@ -247,7 +260,7 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
         cfg.path = f"VM {vm.vmid} config"
         plan.notes.extend(n.replace(f"{vm.vmid}.conf:", f"{cfg.path}, line ", 1) for n in cfg.notes)
         guest.on_audited_host = guest.images_here = True
-        change, reasons, after = _converge(guest, cfg, text, ctx, rules, options, plan, running=vm.running)
+        change, reasons, after, planned = _converge(guest, cfg, text, ctx, rules, options, plan, running=vm.running)
         values = new_values(cfg, change)
         values = {k: v for k, v in values.items() if not qm.same_value(pending.values.get(k), v)}
         if not values:
@@ -260,4 +273,4 @@ def plan_qm(host: HostRoot, runner: Runner, rules: Sequence[type[Rule]], options
             notes.append(f"already pending before this change: {', '.join(waiting)}")
         plan.changes.append(QmSet(vmid=vm.vmid, guest=guest.name, digest=pending.digest, before=pending.values,
                                   current=current.values, values=values, text_before=text, text_after=after,
-                                  running=vm.running, reasons=reasons, notes=notes))
+                                  running=vm.running, reasons=reasons, notes=notes, planned=planned))

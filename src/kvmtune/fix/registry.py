@@ -22,6 +22,8 @@ from functools import cache
 from lxml import etree
 
 from kvmtune.audit.finding import Finding, Waiver
+from kvmtune.fix.effect import TakesEffect
+from kvmtune.fix.effect import libvirt as libvirt_effect
 from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
@@ -143,6 +145,13 @@ class XmlFixer:
     summary: str
     bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
     cpu_change: bool = False  # a change to the guest's CPUs: needs --allow-cpu-change
+
+    def takes_effect(self, *, origin: str, active: bool) -> TakesEffect:
+        """When this fixer's change applies: a domain file's to domains defined from it, a stopped domain's at
+        once, a running domain's at its next start. kvmtune changes only the persistent definition (no ``--live``
+        yet), and no fixer's change is one libvirt's ``virDomainUpdateDeviceFlags`` makes live (a disk's cache or
+        io, a NIC's queues or model, a controller, the memballoon's model)."""
+        return libvirt_effect(origin=origin, active=active, live=False)
 
 
 FIXERS: dict[str, XmlFixer] = {}

@@ -111,3 +111,79 @@ def parse_config_json(text: str, vmid: str) -> QmConfig:
     if not out.digest:
         raise QmError(f"{where}: no digest (is this Proxmox VE's API?)")
     return out
+
+
+def pending_argv(vmid: str) -> list[str]:
+    if not valid_vmid(vmid):
+        raise QmError(f"{vmid!r} is not a VMID")
+    return [PVESH, "get", f"/nodes/{NODE}/qemu/{vmid}/pending", "--output-format", "json"]
+
+
+def pending(runner: Runner, vmid: str) -> dict[str, str | None]:
+    """VM ``vmid``'s changes still waiting for its next start: each key to its pending value (``None``: a pending
+    delete). Keys whose value is in force are left out."""
+    result = runner.run(pending_argv(vmid), timeout=TIMEOUT_S)
+    if not result.ok:
+        raise QmError(result.describe_failure())
+    return parse_pending_json(result.stdout, vmid)
+
+
+_PENDING_FIELDS = frozenset({"key", "value", "pending", "delete"})
+
+
+def parse_pending_json(text: str, vmid: str) -> dict[str, str | None]:
+    """PVE's ``GET /nodes/NODE/qemu/VMID/pending`` (qemu-server ``API2/Qemu.pm`` ``vm_pending``): a list of
+    ``{key, value?, pending?, delete?}``, ``delete`` 1 (pending delete) or 2 (forced). Read as hostile: one list, at
+    most :data:`MAX_KEYS` objects of only those fields, each key once and of PVE's key syntax, values strings or
+    numbers without a line break (but the description), ``delete`` 0, 1 or 2."""
+    where = f"pvesh get /nodes/{NODE}/qemu/{vmid}/pending"
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_JSON_BYTES:
+        raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
+    try:
+        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+    except _Duplicate as exc:
+        raise QmError(f"{where}: field {str(exc)[:64]!r} appears twice in one item") from None
+    except (ValueError, RecursionError) as exc:
+        raise QmError(f"{where}: not JSON ({str(exc)[:80]})") from None
+    if not isinstance(data, list):
+        raise QmError(f"{where}: not a JSON list but {type(data).__name__}")
+    if len(data) > MAX_KEYS:
+        raise QmError(f"{where}: {len(data)} items, more than a VM config has")
+    out: dict[str, str | None] = {}
+    seen: set[str] = set()
+    for n, item in enumerate(data, 1):
+        key, value = _pending_item(item, n, where)
+        if key in seen:
+            raise QmError(f"{where}: key {key!r} appears twice")
+        seen.add(key)
+        if value is not _IN_FORCE:
+            out[key] = value if isinstance(value, str) else None
+    return out
+
+
+_IN_FORCE = object()
+
+
+def _pending_item(item: object, n: int, where: str) -> tuple[str, object]:
+    """One item of the pending list: its key and its pending value, None for a pending delete, or _IN_FORCE."""
+    if not isinstance(item, dict) or not set(item) <= _PENDING_FIELDS:
+        raise QmError(f"{where}: item {n} is not an object of key, value, pending and delete")
+    key = item.get("key")
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise QmError(f"{where}: item {n}: {str(key)[:64]!r} is not a config key")
+    values: dict[str, str] = {}
+    for field_name in ("value", "pending"):
+        if field_name in item:
+            as_text = _text(item[field_name])
+            if as_text is None:
+                raise QmError(f"{where}: {key}: {field_name} is a {type(item[field_name]).__name__}, not a "
+                              "string or a number")
+            if key != "description" and ("\n" in as_text or "\0" in as_text):
+                raise QmError(f"{where}: {key}: a line break or NUL in a value PVE's config file cannot hold")
+            values[field_name] = as_text
+    delete = item.get("delete", 0)
+    if isinstance(delete, bool) or delete not in (0, 1, 2):
+        raise QmError(f"{where}: {key}: delete is {str(delete)[:20]!r}, not 0, 1 or 2")
+    if delete:
+        return key, None
+    return key, values.get("pending", _IN_FORCE)

@@ -197,6 +197,14 @@ def sweep(planned: Sequence[Planned], ctx: VerifyContext) -> None:
         ctx.notes.append(f"removed {gone}, left by a verify run that was killed")
 
 
+def guest_sees_it(subject: Subject) -> str:
+    """For a fix of a running guest's definition: when the guest itself sees it (fix/effect.py's rule)."""
+    guest = subject.guest
+    if guest is None or subject.finding.fix.kind != "xml" or guest.active is not True:
+        return ""
+    return "; the running guest sees it only after its restart (kvmtune fix: takes effect restart)"
+
+
 def execute_one(p: Planned, ctx: VerifyContext) -> None:
     """Run ``p``'s experiment (if it fits the budget) and fill in its result."""
     r, exp = p.result, p.experiment
@@ -223,6 +231,7 @@ def execute_one(p: Planned, ctx: VerifyContext) -> None:
     finally:
         r.seconds = time.monotonic() - start
     r.judgement, r.verdict, r.action = out.judgement, out.judgement.verdict if out.judgement else None, out.action
+    r.action += guest_sees_it(p.subject)
     r.notes.extend(out.notes)
     accel = out.details.get("accel")
     r.accel = accel if isinstance(accel, str) else None

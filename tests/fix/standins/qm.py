@@ -9,7 +9,9 @@ description on one line percent-encoded (``PVE::Tools::encode_text``), no ``dige
 No real PVE (no pmxcfs, no API) is involved: this models what kvmtune relies on, as the PVE admin guide and
 ``qm(1)`` document it. ``KVMTUNE_QM_TREE`` is the fake ``/etc/pve``; this node is ``KVMTUNE_QM_NODE``
 (default pve1); the VMs named in ``KVMTUNE_QM_RUNNING`` (comma-separated VMIDs) run, so ``qm set`` keeps their
-changes in ``[PENDING]`` as PVE does for changes it cannot hotplug (a stopped VM's detached disk becomes
+changes in ``[PENDING]`` as PVE does for changes it cannot hotplug, and applies a NIC's (``netN``) at once where the
+VM's ``hotplug`` (default ``network,disk,usb``) names ``network``, as qemu-server's ``vmconfig_update_net`` re-plugs
+it (a stopped VM's detached disk becomes
 ``unusedN`` and leaves the boot order; re-attaching its volume drops the ``unusedN``); every call is appended to
 ``KVMTUNE_QM_LOG`` as a JSON list. The config is written back the way PVE writes it (description first,
 keys sorted, ``[PENDING]`` with its ``delete:`` line, then the snapshot sections), so bytes differ from a
@@ -155,6 +157,13 @@ def cmd_config(vmid: str, args: list[str]) -> int:
     return 0
 
 
+def _hotplugs(key: str, conf: dict[str, str]) -> bool:
+    """A change PVE makes on the running VM: a NIC's, where ``hotplug`` names ``network`` (``1``: the default)."""
+    hotplug = conf.get("hotplug", "network,disk,usb").strip()
+    kinds = {"network", "disk", "usb"} if hotplug == "1" else set() if hotplug == "0" else set(hotplug.split(","))
+    return re.fullmatch(r"net[0-9]+", key) is not None and "network" in kinds
+
+
 def cmd_set(vmid: str, args: list[str]) -> int:
     path = conf_path(vmid)
     description, current, pending, delete, rest = read_conf(path)
@@ -187,7 +196,7 @@ def cmd_set(vmid: str, args: list[str]) -> int:
         else:
             current.pop(key, None)
     for key, value in options.items():
-        if running and current.get(key) != value:
+        if running and current.get(key) != value and not _hotplugs(key, current):
             pending[key] = value
         else:
             current[key] = value

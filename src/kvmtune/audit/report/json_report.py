@@ -98,7 +98,8 @@ class FindingEncoder:
             target = self._targets.get(tkey := (t.host, t.domain, t.device, guest_uuid))
             if target is None:
                 target = self._targets[tkey] = _target(t, guest_uuid)
-            tail = self._tails.get(fkey := (f.why, fix.kind, fix.description, fix.safe, type(fix.safe), f.references))
+            tail = self._tails.get(fkey := (f.why, fix.kind, fix.description, fix.safe, type(fix.safe), f.references,
+                                            fix.takes_effect))
             if tail is None:
                 tail = self._tails[fkey] = _tail(f)
         except TypeError:  # an unhashable value (a list where a tuple is typed): this finding written whole
@@ -126,8 +127,9 @@ def _target(t: Target, guest_uuid: str | None) -> str:
 
 def _tail(f: Finding) -> str:
     fix = f.fix
+    when = f', "takes_effect": {_value(fix.takes_effect)}' if fix.takes_effect else ""
     return (f'"why": {_value(f.why)}, "fix": {{"kind": {_value(fix.kind)}, "description": {_value(fix.description)}, '
-            f'"safe": {_value(fix.safe)}}}, "references": {_value(list(f.references))}')
+            f'"safe": {_value(fix.safe)}{when}}}, "references": {_value(list(f.references))}')
 
 
 def _with_uuid(data: dict[str, Any], guest_uuid: str | None) -> dict[str, Any]:

@@ -62,6 +62,8 @@ def render_sarif(result: AuditResult) -> str:
             "properties": {"topic": f.topic, "severity": str(f.severity), "confidence": f.confidence,
                            "actual": f.actual, "expected": f.expected, "evidence": f.evidence},
         }
+        if f.fix.takes_effect:  # when kvmtune fix's change applies (a property bag: SARIF's fix object needs edits)
+            res["properties"]["fix"] = {"kind": f.fix.kind, "takes_effect": f.fix.takes_effect}
         if f.rule in index:
             res["ruleIndex"] = index[f.rule]
         if f.waiver is not None:  # SARIF's own way to say "accepted, and why": code-scanning UIs show it

@@ -90,7 +90,8 @@ def _finding(f: Finding, result: AuditResult, sf: _Safe) -> list[str]:
            f"             actual: {sf[f.actual]}   expected: {sf[f.expected]}",
            f"             at: {sf[f.evidence]}" + (f"  in {sf[f.source]}" if f.source else "")]
     if f.fix.description:
-        out.append(f"             fix: {sf[f.fix.description]}")
+        when = f" ({f.fix.when})" if f.fix.when else ""
+        out.append(f"             fix: {sf[f.fix.description]}{when}")
     if f.extra.get("guessed"):
         out.append(f"             guess: {safe(str(f.extra['guessed']))} (confidence: {f.confidence}); "
                    "kvmtune fix applies it only when the rule is named")

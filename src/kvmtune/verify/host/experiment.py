@@ -56,11 +56,25 @@ def _matching_write(subject: Subject, ctx: VerifyContext) -> SysfsWrite:
     """The runtime write of the host fix for this finding: from ``--profile``, else the first profile that has one
     (the TCP buffer findings are fixed by network-throughput, not by virtual-host)."""
     evidence = subject.finding.evidence
+    at_boot: str | None = None
     for profile in dict.fromkeys([ctx.profile, *HOST_PROFILES]):
         for change in plan_host(ctx.root, profile).changes:
             if isinstance(change, SysfsWrite) and evidence.startswith(change.path):
                 return change
+            if at_boot is None and any(p.rule == subject.finding.rule and p.takes_effect == "host-boot"
+                                       for p in change.planned):
+                at_boot = profile
+    if at_boot is not None:
+        raise Unmeasurable(not_before_reboot(subject.finding.rule, at_boot))
     raise Unmeasurable("the host fix writes no runtime value for this finding (see kvmtune fix --host)")
+
+
+def not_before_reboot(rule: str, profile: str) -> str:
+    """Why a fix that takes effect at the host's next boot (a kernel command line, a module option) is not
+    measured now, and the command that measures it after the reboot."""
+    return (f"its fix takes effect at the host's next boot (host-boot): not measured before a reboot; after "
+            f"'kvmtune fix --host --profile {profile} --apply' and a reboot, measure it with: "
+            f"kvmtune verify --host --only {rule}")
 
 
 def plan_host_finding(subject: Subject, ctx: VerifyContext) -> NamespaceExperiment | SchedulerExperiment:
