@@ -217,3 +217,33 @@ def test_a_quota_is_a_regression_that_names_it_and_the_changed_package(canary_en
     code, doc, _took = _run(canary_env, *common, "--packages-root", str(after))
     assert code == 0, [(m["name"], m["verdict"], m["interval"]) for m in doc["metrics"]]
     assert all(m["verdict"] != "regression" for m in doc["metrics"])
+
+
+def test_the_full_suite_boots_the_probe_guest_labelled_with_its_accelerator(canary_env: dict[str, Path]) -> None:
+    """The full suite (no --quick): the probe guest's boot to its agent, labelled with the accelerator QEMU really ran
+    (TCG on a host where KVM does not boot it: emulation, never compared with KVM); within the issue's 90 s on an
+    idle 2-core host; nothing left behind (no QEMU, no scratch directory)."""
+    for tool in ("qemu-system-x86_64",):
+        if Runner().which(tool) is None:
+            pytest.skip(f"{tool} not installed")
+    if not Path("/usr/sbin/qemu-ga").is_file():
+        pytest.skip("qemu-guest-agent not installed")
+    load = float(Path("/proc/loadavg").read_text().split()[0])
+    argv = [a for a in _argv(canary_env, "--busy-load", "100") if a != "--quick"]
+    t0 = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(canary_env), check=False)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    probe = next(m for m in doc["metrics"] if m["name"] == "probe.boot_to_agent")
+    assert probe["labels"]["accel"] in ("kvm", "tcg") and len(probe["rounds"]) == 3
+    assert all(0 < x < 60 for x in probe["rounds"])
+    if Path("/sys/module/kvm_pvm").is_dir():  # a stock kernel does not boot under PVM: the probe guest ran under TCG
+        assert probe["labels"] == {"accel": "tcg"}
+    print(f"full canary suite: {took:.1f} s, load average {load:.2f} before, probe boot {probe['value']:.2f} s "
+          f"({probe['labels']})")
+    if load < 1.0:
+        assert took <= 90, took
+    else:
+        assert took <= 135, (took, load)
+    assert _leftovers(canary_env) == []

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from kvmtune.canary.environment import changes
-from kvmtune.canary.judge import _median, _values, recorded_verdict
+from kvmtune.canary.judge import _median, figures, label_text, recorded_verdict
 from kvmtune.canary.metrics import KIND, RESET_KIND, SUITE_VERSION
 from kvmtune.lab.store import Store
 from kvmtune.prometheus import Metrics
@@ -24,9 +24,10 @@ def history(store: Store) -> list[dict[str, Any]]:
             continue
         if r.kind != KIND or r.args.get("suite") != SUITE_VERSION:
             continue
-        values = _values(store, r.id) if r.status == "complete" else {}
+        got = figures(store, r) if r.status == "complete" else {}
         out.append({"run": r.id, "started": when, "status": r.status, "verdict": recorded_verdict(store, r.id),
-                    "metrics": {name: _median(xs) for name, xs in sorted(values.items())},
+                    "metrics": {name: _median(xs) for name, (_labels, xs) in sorted(got.items())},
+                    "labels": {name: labels for name, (labels, _xs) in sorted(got.items()) if labels},
                     "changed": changes(previous, r.env) if previous is not None else []})
         previous = r.env
     return out
@@ -40,8 +41,9 @@ def render_history(rows: list[dict[str, Any]]) -> str:
         if "reset" in row:
             lines.append(f"{row['run']:>5} {row['started']}  baseline reset: {row['reset']}")
             continue
-        figures = ", ".join(f"{name} {value:.4g}" for name, value in row["metrics"].items())
-        lines.append(f"{row['run']:>5} {row['started']}  {row['verdict'] or row['status']}: {figures}")
+        shown = ", ".join(f"{name} {value:.4g}" + (f" ({label_text(row['labels'][name])})" if name in row["labels"] else "")
+                          for name, value in row["metrics"].items())
+        lines.append(f"{row['run']:>5} {row['started']}  {row['verdict'] or row['status']}: {shown}")
         for c in row["changed"]:
             lines.append(f"{'':24}changed: {safe(c['what'])} {safe(c['before'])} → {safe(c['after'])}")
     return "".join(f"{line}\n" for line in lines)

@@ -18,6 +18,9 @@ class Metric:
     tier: str
     what: str
     spread_judges_busy: bool = True  # a tail percentile varies round to round by nature: not a sign of other work
+    # what a figure is labelled with and compared only within (a cell's ``labels``; a run of an older kvmtune without
+    # them: the run's environment): the KVM module, the accelerator
+    compared_within: tuple[str, ...] = ()
 
 
 METRICS: tuple[Metric, ...] = (
@@ -33,6 +36,11 @@ METRICS: tuple[Metric, ...] = (
            "netload stream (30 KiB reads) through the same bridge"),
     Metric("kvm.create_vm_vcpu", "us", False, "kvm",
            "KVM_CREATE_VM plus one KVM_CREATE_VCPU, closed again: median of 20 (full suite only; compared only "
-           "between runs on the same KVM module)"),
+           "between runs on the same KVM module)", compared_within=("kvm_module",)),
+    Metric("probe.boot_to_agent", "s", False, "probe",
+           "the probe guest (the host's kernel, kvmtune's initramfs with qemu-ga) from QEMU's start to its agent's "
+           "first answer: labelled with the accelerator QEMU ran (and the KVM module under KVM) and compared only "
+           "within it, so a TCG figure is never compared with a KVM one (full suite only)",
+           compared_within=("accel", "kvm_module")),
 )
 BY_NAME = {m.name: m for m in METRICS}
