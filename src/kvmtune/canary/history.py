@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from kvmtune.canary.environment import changes
-from kvmtune.canary.judge import _median, figures, label_text, recorded_verdict
+from kvmtune.canary.judge import _median, figures, label_text, not_measured, recorded_verdict
 from kvmtune.canary.metrics import KIND, RESET_KIND, SUITE_VERSION
 from kvmtune.lab.store import Store
 from kvmtune.prometheus import Metrics
@@ -28,6 +28,8 @@ def history(store: Store) -> list[dict[str, Any]]:
         out.append({"run": r.id, "started": when, "status": r.status, "verdict": recorded_verdict(store, r.id),
                     "metrics": {name: _median(xs) for name, (_labels, xs) in sorted(got.items())},
                     "labels": {name: labels for name, (labels, _xs) in sorted(got.items()) if labels},
+                    "not_measured": {name: safe(why) for name, why in sorted(not_measured(r.env).items())
+                                     if name not in got},
                     "changed": changes(previous, r.env) if previous is not None else []})
         previous = r.env
     return out
@@ -44,6 +46,8 @@ def render_history(rows: list[dict[str, Any]]) -> str:
         shown = ", ".join(f"{name} {value:.4g}" + (f" ({label_text(row['labels'][name])})" if name in row["labels"] else "")
                           for name, value in row["metrics"].items())
         lines.append(f"{row['run']:>5} {row['started']}  {row['verdict'] or row['status']}: {shown}")
+        for name, why in row.get("not_measured", {}).items():
+            lines.append(f"{'':24}not measured: {name} ({why})")
         for c in row["changed"]:
             lines.append(f"{'':24}changed: {safe(c['what'])} {safe(c['before'])} → {safe(c['after'])}")
     return "".join(f"{line}\n" for line in lines)

@@ -82,6 +82,22 @@ def _values(store: Store, run: RunRow) -> dict[str, list[float]]:
     return {name: xs for name, (_labels, xs) in figures(store, run).items()}
 
 
+def not_measured(env: dict[str, Any]) -> dict[str, str]:
+    """The run's metrics it could not measure here, with why (``not_measured`` in its environment: the suite's names
+    and one line each; anything else there is not kvmtune's and is left out)."""
+    raw = env.get("not_measured")
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if k in BY_NAME and isinstance(v, str) and 0 < len(v) <= 300}
+
+
+def _unmeasured(env: dict[str, Any], got: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": name, "value": None, "unit": BY_NAME[name].unit, "rounds": [], "labels": {},
+             "note": f"not measured: {safe(why)}", "baseline": None, "ratio": None, "interval": None,
+             "verdict": "not-judged"}
+            for name, why in sorted(not_measured(env).items()) if name not in got]
+
+
 def label_text(labels: dict[str, str]) -> str:
     """``accelerator tcg (emulation)``, ``accelerator kvm, kvm_module kvm_intel``: what a figure was measured under."""
     words = []
@@ -158,6 +174,7 @@ def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, bus
     env = run.env
     if len(base) < baseline_runs:
         metrics = [_metric(name, xs, None, None, "baseline", labels) for name, (labels, xs) in got.items()]
+        metrics += _unmeasured(env, got)
         return Judged(run.id, run.started, metrics, [], env, "baseline", baseline_runs=[r.id for r in base])
     busy = busy_reason(env, values, throttled, busy_limits or Busy())
     pooled: dict[str, list[float]] = {}
@@ -183,6 +200,7 @@ def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, bus
         ratio, interval = log_welch(ref, xs)
         word = WORDS[vocabulary.effect(interval, THRESHOLD_PCT, BY_NAME[name].higher_is_better)]
         metrics.append(_metric(name, xs, ref, (ratio, interval), word, labels))
+    metrics += _unmeasured(env, got)
     regressed = any(m["verdict"] == "regression" for m in metrics)
     verdict = "not-judged" if busy else ("regression" if regressed else "no-regression")
     last_good = next((r for r in reversed(runs) if r in base or recorded_verdict(store, r.id) in ("no-regression", "baseline")),

@@ -34,6 +34,10 @@ METRICS: tuple[Metric, ...] = (
            "netload request/response (1 byte each way) through a Linux bridge in kvmtune's own namespaces: median"),
     Metric("datapath.stream", "B/s", True, "datapath",
            "netload stream (30 KiB reads) through the same bridge"),
+    Metric("datapath.vhost.rr.p50", "us", False, "datapath",
+           "netload request/response from a virtio-net NIC on a tap with vhost-net (the host kernel moving the "
+           "guest's packets) through the same bridge: median. Where the host has /dev/vhost-net; marked not measured "
+           "where it has not, and in suite 1 also where it has (it needs a KVM probe guest on the tap)"),
     Metric("kvm.create_vm_vcpu", "us", False, "kvm",
            "KVM_CREATE_VM plus one KVM_CREATE_VCPU, closed again: median of 20 (full suite only; compared only "
            "between runs on the same KVM module)", compared_within=("kvm_module",)),

@@ -80,14 +80,8 @@ class CanaryRunCommand(Command):
             if line:
                 print(line, file=sys.stderr, flush=True)
 
-        def environment() -> dict[str, Any]:
-            try:
-                env = collect(runner, host, str(scratch_dir), packages_root=HostRoot(args.packages_root))
-            except DpkgStatusError as exc:
-                raise KvmtuneError(str(exc)) from None
-            return env | {"tier": "canary", "suite": SUITE_VERSION}
-
         from kvmtune.canary.kvmcost import kvm_module
+        from kvmtune.canary.suite import unmeasured
 
         # the full suite adds the KVM entry cost where /dev/kvm works, and the probe guest's boot to its agent (under
         # TCG where KVM does not boot a guest: labelled, never compared with a KVM figure)
@@ -95,6 +89,15 @@ class CanaryRunCommand(Command):
             tiers: tuple[str, ...] = ("block", "datapath")
         else:
             tiers = ("block", "probe", "datapath") if kvm_module(host) is None else ("block", "kvm", "probe", "datapath")
+        # what this host cannot give is said ("not measured: no /dev/vhost-net"), not left out
+        missing = unmeasured(host, tiers, bool(args.quick))
+
+        def environment() -> dict[str, Any]:
+            try:
+                env = collect(runner, host, str(scratch_dir), packages_root=HostRoot(args.packages_root))
+            except DpkgStatusError as exc:
+                raise KvmtuneError(str(exc)) from None
+            return env | {"tier": "canary", "suite": SUITE_VERSION, "not_measured": missing}
         bench = CanaryBenchmark(runner=runner, host=HostRoot(), scratch_dir=scratch_dir, workdir=workdir, netload=netload,
                                 plan_=CanaryPlan(rounds=args.rounds, tiers=tiers), environment_of=environment)
         with Store(results_db(args)) as store:
@@ -148,6 +151,9 @@ def render_text(doc: dict[str, Any]) -> str:
     lines = [f"canary run {doc['run']} (suite {doc['suite']}): {doc['verdict']}"
              + (f": host busy: {safe(doc['busy'])}" if doc.get("busy") else "")]
     for m in doc["metrics"]:
+        if m["value"] is None:  # not measured on this host: the note says why
+            lines.append(f"  {m['verdict']:13} {m['name']}: {safe(m.get('note') or 'not measured')}")
+            continue
         figure = f"{m['value']:.4g} {m['unit']}"
         if m["ratio"] is not None and m["interval"] is not None:
             lo, hi = m["interval"]
