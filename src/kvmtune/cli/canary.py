@@ -217,7 +217,7 @@ class CanaryHistoryCommand(Command):
 
     def options(self, p: argparse.ArgumentParser) -> None:
         db_option(p)
-        format_option(p, ("text", "json"))
+        format_option(p, ("text", "json", "html"), help="html: a chart per metric (runs, the baseline, changes marked)")
 
     def run(self, args: argparse.Namespace) -> Outcome:
         from kvmtune.canary.history import history
@@ -231,6 +231,11 @@ class CanaryHistoryCommand(Command):
 
         rows = outcome.result
         assert isinstance(rows, list)
+        if fmt == "html":
+            from kvmtune.canary.chart import render_html
+
+            out.write(render_html(rows))
+            return
         out.write(json.dumps(rows, indent=2) + "\n" if fmt == "json" else render_history(rows))
 
 
