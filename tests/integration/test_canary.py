@@ -128,13 +128,20 @@ def _wait_for(pred: object, timeout: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("point", ["block", "datapath"])
+@pytest.mark.parametrize("point", ["block", "datapath", "probe"])
 def test_sigkill_leaves_nothing_after_the_next_start(canary_env: dict[str, Path], point: str) -> None:
-    proc = subprocess.Popen(_argv(canary_env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(canary_env))
+    argv = _argv(canary_env)
+    if point == "probe":  # the full suite's probe guest: its QEMU dies with kvmtune, the next start sweeps its directory
+        if Runner().which("qemu-system-x86_64") is None or not Path("/usr/sbin/qemu-ga").is_file():
+            pytest.skip("QEMU or qemu-guest-agent not installed")
+        argv = [a for a in argv if a != "--quick"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(canary_env))
     try:
         net = canary_env["work"] / "net"
         if point == "block":
             hit = _wait_for(lambda: any(canary_env["dir"].glob("scratch-*/nbd.sock")), 60)
+        elif point == "probe":
+            hit = _wait_for(lambda: any(canary_env["work"].glob("scratch-probe-*/qga.sock")), 120)
         else:
             hit = _wait_for(lambda: net.is_dir() and any(n.startswith("kvmtune-") for n in _namespaces()
                                                          if any(n.startswith(f"kvmtune-{r.name}-") for r in net.iterdir())),
