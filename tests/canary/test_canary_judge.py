@@ -248,3 +248,12 @@ def test_a_kvm_entry_cost_of_an_older_kvmtune_takes_its_label_from_the_environme
                         {"value": x}, rep=i)
         j = judge(st, st.run(new), 3)
     assert {m["name"]: m["verdict"] for m in j.metrics}[kvm] == "regression"
+
+
+def test_a_metric_the_baseline_runs_did_not_measure_says_so(tmp_path: Path) -> None:
+    """Baseline runs with --quick, then a full run: the probe boot has nothing to be compared with."""
+    with Store(tmp_path / "r.db") as st:
+        baseline(st)
+        j = judge(st, st.run(probe_run(st, [4.5, 4.6, 4.4], TCG)), 3)
+    m = {m["name"]: m for m in j.metrics}[PROBE]
+    assert m["verdict"] == "not-judged" and m["note"].startswith("not compared: no baseline run measured it")

@@ -192,6 +192,9 @@ def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, bus
         ref = pooled.get(name) or []
         if busy is not None or not ref:
             note = None
+            if not ref and busy is None:
+                note = ("not compared: no baseline run measured it (baseline runs with --quick, or a metric newer "
+                        "than the baseline)")
             if not ref and name in other:
                 note = (f"not compared: the baseline measured it under {', '.join(sorted(other[name]))}, this run under "
                         f"{label_text(labels) or 'no label'} ('canary baseline --reset' starts a baseline under this one)")
