@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from kvmtune.canary.history import prometheus_lines
 from kvmtune.canary.judge import Busy, judge
 from kvmtune.canary.metrics import JUDGEMENT_KEY, KIND, RESET_KIND, SUITE_VERSION
 from kvmtune.lab.store import Store
@@ -204,6 +205,9 @@ def test_boots_under_the_same_accelerator_are_judged(tmp_path: Path) -> None:
         same = judge(st, st.run(probe_run(st, [4.5, 4.55, 4.45], TCG)), 3)
     assert {m["name"]: m["verdict"] for m in slower.metrics}[PROBE] == "regression"
     assert slower.verdict == "regression"
+    prom = prometheus_lines(slower.to_json())
+    assert f'kvmtune_canary_regression{{metric="{PROBE}",accel="tcg"}} 1' in prom
+    assert f'kvmtune_canary_regression{{metric="{IOPS}"}} 0' in prom
     by = {m["name"]: m for m in same.metrics}
     assert by[PROBE]["verdict"] == "no-change" and by[PROBE]["note"] is None and len(by[PROBE]["rounds"]) == 3
 

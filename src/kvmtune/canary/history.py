@@ -8,7 +8,7 @@ from typing import Any
 
 from kvmtune.canary.environment import changes
 from kvmtune.canary.judge import _median, figures, label_text, not_measured, recorded_verdict
-from kvmtune.canary.metrics import KIND, RESET_KIND, SUITE_VERSION
+from kvmtune.canary.metrics import BY_NAME, KIND, RESET_KIND, SUITE_VERSION
 from kvmtune.lab.store import Store
 from kvmtune.prometheus import Metrics
 from kvmtune.textsafe import safe
@@ -56,14 +56,19 @@ def render_history(rows: list[dict[str, Any]]) -> str:
 def prometheus_lines(doc: dict[str, Any]) -> str:
     """One judged run as node_exporter textfile gauges (``kvmtune_canary_ratio``, ``kvmtune_canary_regression``)."""
     m = Metrics()
+
+    def labels(metric: dict[str, Any]) -> dict[str, str]:
+        # what a labelled figure ran under (accel, kvm_module: Metric.compared_within's names only)
+        within = BY_NAME[metric["name"]].compared_within if metric["name"] in BY_NAME else ()
+        return {"metric": metric["name"]} | {k: v for k, v in (metric.get("labels") or {}).items() if k in within}
+
     for metric in doc["metrics"]:
-        labels = {"metric": metric["name"]}
         if metric["ratio"] is not None:
-            m.add("kvmtune_canary_ratio", "this run's figure against the baseline (geometric means)", labels,
+            m.add("kvmtune_canary_ratio", "this run's figure against the baseline (geometric means)", labels(metric),
                   metric["ratio"])
     for metric in doc["metrics"]:
         m.add("kvmtune_canary_regression", "1: a settled regression against the baseline (docs/canary.md)",
-              {"metric": metric["name"]}, 1.0 if metric["verdict"] == "regression" else 0.0)
+              labels(metric), 1.0 if metric["verdict"] == "regression" else 0.0)
     m.add("kvmtune_canary_judged", "1: the run was judged (not a baseline run, not a busy host)", {},
           1.0 if doc["verdict"] in ("regression", "no-regression") else 0.0)
     return m.text()
