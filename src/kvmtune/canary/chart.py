@@ -40,7 +40,7 @@ def metric_chart(rows: list[dict[str, Any]], name: str) -> str:
     baseline_now: list[float] = []
     for row in rows:
         if "reset" in row:
-            panel = f"after reset {row['run']} ({row['started']})"
+            panel = f"after reset {row['run']}"  # its date and reason are listed above the charts
             baseline_now = []
             continue
         value = row["metrics"].get(name)
