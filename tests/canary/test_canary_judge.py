@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from kvmtune.canary.history import prometheus_lines
 from kvmtune.canary.judge import Busy, judge
 from kvmtune.canary.metrics import JUDGEMENT_KEY, KIND, RESET_KIND, SUITE_VERSION
 from kvmtune.lab.store import Store
@@ -140,3 +141,123 @@ def test_the_kvm_entry_cost_is_compared_only_within_one_kvm_module(tmp_path: Pat
         j = judge(st, st.run(other), 3)
     by = {m["name"]: m["verdict"] for m in j.metrics}
     assert by[kvm] == "not-judged" and j.verdict == "no-regression"
+
+
+PROBE = "probe.boot_to_agent"
+
+
+def add_probe(st: Store, run: int, boots: list[float], labels: Any) -> None:
+    config: dict[str, Any] = {"metric": PROBE}
+    if labels is not None:
+        config["labels"] = labels
+    for i, x in enumerate(boots):
+        st.add_cell(run, f"canary|{PROBE}", config, PROBE, "ok", {"value": x}, rep=i)
+
+
+def probe_run(st: Store, boots: list[float], labels: Any, env: dict[str, Any] | None = None) -> int:
+    run = st.begin_run(KIND, env or QUIET, {"suite": SUITE_VERSION, "quick": False})
+    for name, xs in ((IOPS, [10000.0, 10000.0, 10000.0]), (RR, [30.0, 30.0, 30.0])):
+        for i, x in enumerate(xs):
+            st.add_cell(run, f"canary|{name}", {"metric": name}, name, "ok", {"value": x}, rep=i)
+    add_probe(st, run, boots, labels)
+    st.finish_run(run, "complete")
+    return run
+
+
+TCG = {"accel": "tcg"}
+KVM_INTEL = {"accel": "kvm", "kvm_module": "kvm_intel"}
+
+
+def test_a_tcg_boot_is_never_compared_with_a_kvm_baseline(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            probe_run(st, [0.40, 0.41, 0.39], KVM_INTEL)
+        # ten times slower under emulation: compared with the KVM baseline this would be a regression
+        j = judge(st, st.run(probe_run(st, [4.5, 4.6, 4.4], TCG)), 3)
+    by = {m["name"]: m for m in j.to_json()["metrics"]}
+    assert by[PROBE]["verdict"] == "not-judged" and by[PROBE]["ratio"] is None and by[PROBE]["baseline"] is None
+    assert by[PROBE]["labels"] == TCG
+    assert "accelerator kvm, kvm_module kvm_intel" in by[PROBE]["note"]
+    assert "accelerator tcg (emulation)" in by[PROBE]["note"]
+    assert j.verdict == "no-regression"  # the other metrics are judged as ever
+
+
+def test_a_kvm_boot_is_never_compared_with_a_tcg_baseline_nor_across_kvm_modules(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            probe_run(st, [4.5, 4.6, 4.4], TCG)
+        kvm = judge(st, st.run(probe_run(st, [9.0, 9.1, 8.9], KVM_INTEL)), 3)
+    with Store(tmp_path / "s.db") as st:
+        for _ in range(3):
+            probe_run(st, [0.40, 0.41, 0.39], KVM_INTEL)
+        pvm = judge(st, st.run(probe_run(st, [2.0, 2.1, 1.9], {"accel": "kvm", "kvm_module": "kvm_pvm"})), 3)
+    for j in (kvm, pvm):
+        by = {m["name"]: m for m in j.metrics}
+        assert by[PROBE]["verdict"] == "not-judged" and by[PROBE]["note"].startswith("not compared")
+
+
+def test_boots_under_the_same_accelerator_are_judged(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            probe_run(st, [4.5, 4.6, 4.4], TCG)
+        probe_run(st, [0.4, 0.4, 0.4], KVM_INTEL)  # a KVM run between them takes nothing from the TCG baseline
+        slower = judge(st, st.run(probe_run(st, [6.5, 6.6, 6.4], TCG)), 3)
+        same = judge(st, st.run(probe_run(st, [4.5, 4.55, 4.45], TCG)), 3)
+    assert {m["name"]: m["verdict"] for m in slower.metrics}[PROBE] == "regression"
+    assert slower.verdict == "regression"
+    prom = prometheus_lines(slower.to_json())
+    assert f'kvmtune_canary_regression{{metric="{PROBE}",accel="tcg"}} 1' in prom
+    assert f'kvmtune_canary_regression{{metric="{IOPS}"}} 0' in prom
+    by = {m["name"]: m for m in same.metrics}
+    assert by[PROBE]["verdict"] == "no-change" and by[PROBE]["note"] is None and len(by[PROBE]["rounds"]) == 3
+
+
+def test_the_baseline_mixes_no_accelerators(tmp_path: Path) -> None:
+    """Baseline runs of both accelerators: only those of this run's are pooled (the ratio is against them alone)."""
+    with Store(tmp_path / "r.db") as st:
+        probe_run(st, [4.0, 4.0, 4.0], TCG)
+        probe_run(st, [0.4, 0.4, 0.4], KVM_INTEL)
+        probe_run(st, [4.0, 4.0, 4.0], TCG)
+        j = judge(st, st.run(probe_run(st, [4.0, 4.0, 4.0], TCG)), 3)
+    m = {m["name"]: m for m in j.metrics}[PROBE]
+    assert m["baseline"] == 4.0 and m["ratio"] == 1.0
+
+
+def test_labels_that_are_not_kvmtunes_are_not_believed(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            probe_run(st, [4.5, 4.6, 4.4], TCG)
+        run = probe_run(st, [4.5, 4.6, 4.4], {"accel": ["tcg"]})  # not a string
+        bogus = judge(st, st.run(run), 3)
+        run = probe_run(st, [4.5, 4.6, 4.4], {"accel": "tcg", "colour": "blue"})  # a key no metric is compared within
+        extra = judge(st, st.run(run), 3)
+        run = probe_run(st, [4.5], TCG)
+        add_probe(st, run, [0.4, 0.4], KVM_INTEL)  # rounds of one run under two labels: only the first label's count
+        mixed = judge(st, st.run(run), 3)
+    assert PROBE not in {m["name"] for m in bogus.metrics} and PROBE not in {m["name"] for m in extra.metrics}
+    m = {m["name"]: m for m in mixed.metrics}[PROBE]
+    assert m["rounds"] == [4.5] and m["labels"] == TCG
+
+
+def test_a_kvm_entry_cost_of_an_older_kvmtune_takes_its_label_from_the_environment(tmp_path: Path) -> None:
+    kvm = "kvm.create_vm_vcpu"
+    with Store(tmp_path / "r.db") as st:
+        for _ in range(3):
+            run = add_run(st, [10000, 10000, 10000], [30, 30, 30], QUIET | {"kvm_module": "kvm_intel"})
+            for i, x in enumerate([300.0, 310.0, 305.0]):  # no labels in the cell: written before they were
+                st.add_cell(run, f"canary|{kvm}", {"metric": kvm}, kvm, "ok", {"value": x}, rep=i)
+        new = add_run(st, [10000, 10000, 10000], [30, 30, 30], QUIET | {"kvm_module": "kvm_intel"})
+        for i, x in enumerate([600.0, 610.0, 605.0]):
+            st.add_cell(new, f"canary|{kvm}", {"metric": kvm, "labels": {"kvm_module": "kvm_intel"}}, kvm, "ok",
+                        {"value": x}, rep=i)
+        j = judge(st, st.run(new), 3)
+    assert {m["name"]: m["verdict"] for m in j.metrics}[kvm] == "regression"
+
+
+def test_a_metric_the_baseline_runs_did_not_measure_says_so(tmp_path: Path) -> None:
+    """Baseline runs with --quick, then a full run: the probe boot has nothing to be compared with."""
+    with Store(tmp_path / "r.db") as st:
+        baseline(st)
+        j = judge(st, st.run(probe_run(st, [4.5, 4.6, 4.4], TCG)), 3)
+    m = {m["name"]: m for m in j.metrics}[PROBE]
+    assert m["verdict"] == "not-judged" and m["note"].startswith("not compared: no baseline run measured it")

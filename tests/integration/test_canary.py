@@ -100,10 +100,17 @@ def test_quick_run_is_short_and_leaves_nothing(canary_env: dict[str, Path]) -> N
     load = float(Path("/proc/loadavg").read_text().split()[0])
     code, doc, took = _run(canary_env)
     assert code == 0 and doc["verdict"] == "baseline"
-    assert {m["name"] for m in doc["metrics"]} == {
+    measured = [m for m in doc["metrics"] if m["value"] is not None]
+    assert {m["name"] for m in measured} == {
         "block.randread4k.qd32.iops", "block.randwrite4k.qd1.flush.p50", "block.randwrite4k.qd1.flush.p99",
         "datapath.rr.p50", "datapath.stream"}
-    assert all(len(m["rounds"]) == 3 and m["value"] > 0 for m in doc["metrics"])
+    assert all(len(m["rounds"]) == 3 and m["value"] > 0 for m in measured)
+    # vhost-net is not left out unsaid: on a host without /dev/vhost-net the run says so
+    vhost = next(m for m in doc["metrics"] if m["name"] == "datapath.vhost.rr.p50")
+    assert vhost["value"] is None and vhost["verdict"] == "not-judged" and vhost["note"].startswith("not measured: ")
+    if not Path("/dev/vhost-net").exists():
+        assert "no /dev/vhost-net" in vhost["note"]
+    assert doc["environment"]["not_measured"]["datapath.vhost.rr.p50"] == vhost["note"].removeprefix("not measured: ")
     assert doc["environment"]["scratch_fs"]["fstype"]
     if load < 1.0:  # the issue's budget is for an idle 2-core host; a loaded shared host gets 1.5 times it
         assert took <= 30, took
@@ -121,13 +128,20 @@ def _wait_for(pred: object, timeout: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("point", ["block", "datapath"])
+@pytest.mark.parametrize("point", ["block", "datapath", "probe"])
 def test_sigkill_leaves_nothing_after_the_next_start(canary_env: dict[str, Path], point: str) -> None:
-    proc = subprocess.Popen(_argv(canary_env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(canary_env))
+    argv = _argv(canary_env)
+    if point == "probe":  # the full suite's probe guest: its QEMU dies with kvmtune, the next start sweeps its directory
+        if Runner().which("qemu-system-x86_64") is None or not Path("/usr/sbin/qemu-ga").is_file():
+            pytest.skip("QEMU or qemu-guest-agent not installed")
+        argv = [a for a in argv if a != "--quick"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(canary_env))
     try:
         net = canary_env["work"] / "net"
         if point == "block":
             hit = _wait_for(lambda: any(canary_env["dir"].glob("scratch-*/nbd.sock")), 60)
+        elif point == "probe":
+            hit = _wait_for(lambda: any(canary_env["work"].glob("scratch-probe-*/qga.sock")), 120)
         else:
             hit = _wait_for(lambda: net.is_dir() and any(n.startswith("kvmtune-") for n in _namespaces()
                                                          if any(n.startswith(f"kvmtune-{r.name}-") for r in net.iterdir())),
@@ -217,3 +231,33 @@ def test_a_quota_is_a_regression_that_names_it_and_the_changed_package(canary_en
     code, doc, _took = _run(canary_env, *common, "--packages-root", str(after))
     assert code == 0, [(m["name"], m["verdict"], m["interval"]) for m in doc["metrics"]]
     assert all(m["verdict"] != "regression" for m in doc["metrics"])
+
+
+def test_the_full_suite_boots_the_probe_guest_labelled_with_its_accelerator(canary_env: dict[str, Path]) -> None:
+    """The full suite (no --quick): the probe guest's boot to its agent, labelled with the accelerator QEMU really ran
+    (TCG on a host where KVM does not boot it: emulation, never compared with KVM); within the issue's 90 s on an
+    idle 2-core host; nothing left behind (no QEMU, no scratch directory)."""
+    for tool in ("qemu-system-x86_64",):
+        if Runner().which(tool) is None:
+            pytest.skip(f"{tool} not installed")
+    if not Path("/usr/sbin/qemu-ga").is_file():
+        pytest.skip("qemu-guest-agent not installed")
+    load = float(Path("/proc/loadavg").read_text().split()[0])
+    argv = [a for a in _argv(canary_env, "--busy-load", "100") if a != "--quick"]
+    t0 = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(canary_env), check=False)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    probe = next(m for m in doc["metrics"] if m["name"] == "probe.boot_to_agent")
+    assert probe["labels"]["accel"] in ("kvm", "tcg") and len(probe["rounds"]) == 3
+    assert all(0 < x < 60 for x in probe["rounds"])
+    if Path("/sys/module/kvm_pvm").is_dir():  # a stock kernel does not boot under PVM: the probe guest ran under TCG
+        assert probe["labels"] == {"accel": "tcg"}
+    print(f"full canary suite: {took:.1f} s, load average {load:.2f} before, probe boot {probe['value']:.2f} s "
+          f"({probe['labels']})")
+    if load < 1.0:
+        assert took <= 90, took
+    else:
+        assert took <= 135, (took, load)
+    assert _leftovers(canary_env) == []

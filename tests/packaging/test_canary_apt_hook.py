@@ -56,3 +56,42 @@ def test_enabled_it_arms_the_boot_run_on_a_watched_change_only(tmp_path: Path) -
     hook(root)
     assert (root / "var/lib/kvmtune/canary-armed").exists()
     assert (root / "var/lib/kvmtune/canary-packages").read_text() == "qemu-system-x86 1:7.2-2\n"
+
+
+def test_no_settings_file_or_another_spelling_of_yes_is_a_no_op(tmp_path: Path) -> None:
+    for n, setting in enumerate((None, 'KVMTUNE_CANARY_APT_HOOK="YES"\n', "KVMTUNE_CANARY_APT_HOOK=yes\r\n",
+                                 "KVMTUNE_CANARY_APT_HOOK='yes '\n", "# KVMTUNE_CANARY_APT_HOOK=yes\n")):
+        root = root_with(tmp_path / str(n), enabled=False)
+        if setting is None:
+            (root / "etc/default/kvmtune").unlink()
+        else:
+            (root / "etc/default/kvmtune").write_text(setting)
+        hook(root)
+        status(root, "1:7.2-2")
+        hook(root)
+        assert not (root / "var/lib/kvmtune").exists(), setting
+
+
+def test_the_hook_watches_what_the_canary_environment_watches() -> None:
+    """A package whose change the canary would name in ``changed`` arms the boot run; the hook's list is the
+    environment's (kvmtune.canary.environment.WATCHED, and every linux-image-*)."""
+    from kvmtune.canary.environment import WATCHED
+
+    text = HOOK.read_text()
+    listed = set(text.split("^(", 1)[1].split(")$", 1)[0].split("|"))
+    assert listed | {w for w in WATCHED if w.startswith("linux-image-")} == set(WATCHED)
+    assert "^linux-image-" in text
+
+
+def test_enabled_each_watched_package_arms_it(tmp_path: Path) -> None:
+    from kvmtune.canary.environment import WATCHED
+
+    root = root_with(tmp_path, enabled=True)
+    for name in (*WATCHED, "linux-image-6.1.0-57-cloud-amd64"):
+        (root / "var/lib/dpkg/status").write_text(STANZA.format(name=name, version="1.0-1"))
+        hook(root)
+        (root / "var/lib/kvmtune/canary-armed").unlink(missing_ok=True)
+        (root / "var/lib/dpkg/status").write_text(STANZA.format(name=name, version="1.0-2"))
+        hook(root)
+        assert (root / "var/lib/kvmtune/canary-armed").exists(), name
+        (root / "var/lib/kvmtune/canary-armed").unlink()

@@ -17,6 +17,7 @@ from kvmtune.canary.metrics import BY_NAME, JUDGEMENT_KEY, KIND, RESET_KIND, SUI
 from kvmtune.lab import vocabulary
 from kvmtune.lab.stats import log_welch
 from kvmtune.lab.store import RunRow, Store
+from kvmtune.textsafe import safe
 
 THRESHOLD_PCT = 5.0
 BUSY_LOAD_PER_CPU = 1.0  # 1-minute load average of other work (read before the run starts), per CPU it may use
@@ -45,13 +46,67 @@ class Judged:
                 "environment": self.environment}
 
 
-def _values(store: Store, run_id: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for c in store.cells(run_id):
+def labels_of(config: dict[str, Any], env: dict[str, Any], name: str) -> dict[str, str] | None:
+    """What the figure of ``name`` in a cell is labelled with (its accelerator, its KVM module:
+    ``Metric.compared_within``); a cell of an older kvmtune has none: the run's environment says. None: labels that are
+    not kvmtune's (the figure is not believed)."""
+    within = BY_NAME[name].compared_within
+    if not within:
+        return {}
+    got = config.get("labels")
+    if got is None:
+        return {k: env[k] for k in within if isinstance(env.get(k), str)}
+    if not isinstance(got, dict) or not all(k in within and isinstance(v, str) and 0 < len(v) <= 64
+                                            for k, v in got.items()):
+        return None
+    return dict(got)
+
+
+def figures(store: Store, run: RunRow) -> dict[str, tuple[dict[str, str], list[float]]]:
+    """Each metric's labels and its rounds' figures in ``run``. A run's rounds of one metric share one label: a round
+    with another one (not kvmtune's doing) is dropped."""
+    out: dict[str, tuple[dict[str, str], list[float]]] = {}
+    for c in store.cells(run.id):
         value = c.metrics.get("value")
-        if c.status == "ok" and c.workload in BY_NAME and isinstance(value, float) and value > 0 and math.isfinite(value):
-            out.setdefault(c.workload, []).append(value)
+        if c.status != "ok" or c.workload not in BY_NAME or not isinstance(value, float) or not value > 0 \
+                or not math.isfinite(value):
+            continue
+        labels = labels_of(c.config, run.env, c.workload)
+        if labels is None or (c.workload in out and out[c.workload][0] != labels):
+            continue
+        out.setdefault(c.workload, (labels, []))[1].append(value)
     return out
+
+
+def _values(store: Store, run: RunRow) -> dict[str, list[float]]:
+    return {name: xs for name, (_labels, xs) in figures(store, run).items()}
+
+
+def not_measured(env: dict[str, Any]) -> dict[str, str]:
+    """The run's metrics it could not measure here, with why (``not_measured`` in its environment: the suite's names
+    and one line each; anything else there is not kvmtune's and is left out)."""
+    raw = env.get("not_measured")
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if k in BY_NAME and isinstance(v, str) and 0 < len(v) <= 300}
+
+
+def _unmeasured(env: dict[str, Any], got: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": name, "value": None, "unit": BY_NAME[name].unit, "rounds": [], "labels": {},
+             "note": f"not measured: {safe(why)}", "baseline": None, "ratio": None, "interval": None,
+             "verdict": "not-judged"}
+            for name, why in sorted(not_measured(env).items()) if name not in got]
+
+
+def label_text(labels: dict[str, str]) -> str:
+    """``accelerator tcg (emulation)``, ``accelerator kvm, kvm_module kvm_intel``: what a figure was measured under."""
+    words = []
+    for k, v in sorted(labels.items()):
+        if k == "accel":
+            words.append(f"accelerator {safe(v)}" + (" (emulation)" if v == "tcg" else ""))
+        else:
+            words.append(f"{safe(k)} {safe(v)}")
+    return ", ".join(words)
 
 
 def recorded_verdict(store: Store, run_id: int) -> str | None:
@@ -107,30 +162,48 @@ def busy_reason(env: dict[str, Any], values: dict[str, list[float]], throttled: 
 
 
 def judge(store: Store, run: RunRow, baseline_runs: int, throttled: int = 0, busy_limits: Busy | None = None) -> Judged:
-    """``run`` against the baseline formed before it; ``throttled``: the canary cgroup's ``nr_throttled`` during it."""
+    """``run`` against the baseline formed before it; ``throttled``: the canary cgroup's ``nr_throttled`` during it.
+
+    A labelled metric (``Metric.compared_within``: the probe guest's accelerator, the KVM module) is compared only with
+    the baseline rounds of the same label: a TCG figure never with a KVM one, a kvm_pvm figure never with a kvm_intel
+    one; with none of that label in the baseline it is ``not-judged``, and its ``note`` says why."""
     runs = [r for r in canary_runs(store) if r.id < run.id]
     base = runs[:baseline_runs]
-    values = _values(store, run.id)
+    got = figures(store, run)
+    values = {name: xs for name, (_labels, xs) in got.items()}
     env = run.env
     if len(base) < baseline_runs:
-        metrics = [_metric(name, xs, None, None, "baseline") for name, xs in values.items()]
+        metrics = [_metric(name, xs, None, None, "baseline", labels) for name, (labels, xs) in got.items()]
+        metrics += _unmeasured(env, got)
         return Judged(run.id, run.started, metrics, [], env, "baseline", baseline_runs=[r.id for r in base])
     busy = busy_reason(env, values, throttled, busy_limits or Busy())
     pooled: dict[str, list[float]] = {}
+    other: dict[str, set[str]] = {}  # labels of baseline figures not compared with this run's
     for r in base:
-        for name, xs in _values(store, r.id).items():
-            if BY_NAME[name].tier == "kvm" and r.env.get("kvm_module") != env.get("kvm_module"):
-                continue  # the KVM entry cost is compared only within one KVM module (kvm_pvm: PVM's, not KVM's)
+        for name, (labels, xs) in figures(store, r).items():
+            if name not in got:
+                continue
+            if labels != got[name][0]:
+                other.setdefault(name, set()).add(label_text(labels) or "no label")
+                continue
             pooled.setdefault(name, []).extend(xs)
     metrics = []
-    for name, xs in values.items():
+    for name, (labels, xs) in got.items():
         ref = pooled.get(name) or []
         if busy is not None or not ref:
-            metrics.append(_metric(name, xs, ref, None, "not-judged"))
+            note = None
+            if not ref and busy is None:
+                note = ("not compared: no baseline run measured it (baseline runs with --quick, or a metric newer "
+                        "than the baseline)")
+            if not ref and name in other:
+                note = (f"not compared: the baseline measured it under {', '.join(sorted(other[name]))}, this run under "
+                        f"{label_text(labels) or 'no label'} ('canary baseline --reset' starts a baseline under this one)")
+            metrics.append(_metric(name, xs, ref, None, "not-judged", labels, note))
             continue
         ratio, interval = log_welch(ref, xs)
         word = WORDS[vocabulary.effect(interval, THRESHOLD_PCT, BY_NAME[name].higher_is_better)]
-        metrics.append(_metric(name, xs, ref, (ratio, interval), word))
+        metrics.append(_metric(name, xs, ref, (ratio, interval), word, labels))
+    metrics += _unmeasured(env, got)
     regressed = any(m["verdict"] == "regression" for m in metrics)
     verdict = "not-judged" if busy else ("regression" if regressed else "no-regression")
     last_good = next((r for r in reversed(runs) if r in base or recorded_verdict(store, r.id) in ("no-regression", "baseline")),
@@ -149,9 +222,9 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def _metric(name: str, xs: list[float], ref: list[float] | None, fit: tuple[float, Any] | None, verdict: str
-            ) -> dict[str, Any]:
+def _metric(name: str, xs: list[float], ref: list[float] | None, fit: tuple[float, Any] | None, verdict: str,
+            labels: dict[str, str], note: str | None = None) -> dict[str, Any]:
     m = BY_NAME[name]
-    return {"name": name, "value": _median(xs), "unit": m.unit, "rounds": xs,
+    return {"name": name, "value": _median(xs), "unit": m.unit, "rounds": xs, "labels": labels, "note": note,
             "baseline": _median(ref) if ref else None,
             "ratio": fit[0] if fit else None, "interval": list(fit[1]) if fit and fit[1] else None, "verdict": verdict}

@@ -35,6 +35,23 @@ RR_TEST = "rr1c-1x1--1"
 STREAM_TEST = "str-readx30k--1"
 
 
+VHOST_NET = "/dev/vhost-net"
+VHOST_METRIC = "datapath.vhost.rr.p50"
+KVM_METRIC = "kvm.create_vm_vcpu"
+
+
+def unmeasured(host: HostRoot, tiers: tuple[str, ...], quick: bool) -> dict[str, str]:
+    """The suite's metrics of ``tiers`` (and, without ``quick``, the full suite's) this host cannot give, each with
+    why: a run lists them as "not measured: …" rather than leaving them out unsaid."""
+    out: dict[str, str] = {}
+    if "datapath" in tiers:
+        out[VHOST_METRIC] = ("no /dev/vhost-net (modprobe vhost_net)" if not host.exists(VHOST_NET) else
+                             "a vhost-net figure needs a KVM probe guest on a vhost tap; not in suite 1 yet")
+    if not quick and "kvm" not in tiers:
+        out[KVM_METRIC] = "no KVM module loaded (kvm_intel, kvm_amd, kvm_pvm)"
+    return out
+
+
 @dataclass(kw_only=True)
 class CanaryPlan:
     rounds: int = 3
@@ -59,7 +76,8 @@ class CanaryBenchmark:
                 f"{self.plan_.seconds:g}s per metric")
 
     def planned_cells(self) -> int:
-        return self.plan_.rounds * len([m for m in BY_NAME.values() if m.tier in self.plan_.tiers])
+        return self.plan_.rounds * len([m for m in BY_NAME.values() if m.tier in self.plan_.tiers
+                                        and m.name != VHOST_METRIC])
 
     def environment(self) -> dict[str, Any]:
         return self.environment_of()
@@ -73,11 +91,16 @@ class CanaryBenchmark:
             self._scratch = Scratch(self.scratch_dir / f"scratch-canary-{os.getpid()}", self.runner)
             run_block(self.runner, self._scratch, self.plan_, sink)
         if "kvm" in self.plan_.tiers:
-            from kvmtune.canary.kvmcost import create_cost_us
+            from kvmtune.canary.kvmcost import create_cost_us, kvm_module
 
+            module = kvm_module(self.host)
+            labels = {"kvm_module": module} if module else {}
             for rnd in range(self.plan_.rounds):
                 t0 = time.monotonic()
-                sink.record(_cell("kvm.create_vm_vcpu", rnd, create_cost_us(), duration=time.monotonic() - t0))
+                sink.record(_cell(KVM_METRIC, rnd, create_cost_us(), duration=time.monotonic() - t0,
+                                  labels=labels))
+        if "probe" in self.plan_.tiers:
+            run_probe(self.runner, self.host, self.workdir, self.plan_, sink)
         if "datapath" in self.plan_.tiers:
             if self.netload is None:
                 raise KvmtuneError("netload binary not found: build it (make -C netload) or pass --netload PATH")
@@ -91,11 +114,16 @@ class CanaryBenchmark:
         return problems
 
 
-def _cell(metric: str, rnd: int, value: float | None, error: str | None = None, duration: float | None = None) -> Cell:
+def _cell(metric: str, rnd: int, value: float | None, error: str | None = None, duration: float | None = None,
+          labels: dict[str, str] | None = None) -> Cell:
+    """One round's figure; ``labels``: what it was measured under and is compared only within
+    (``Metric.compared_within``: the accelerator, the KVM module)."""
     if value is None or not value > 0:
         return Cell("canary", {"metric": metric}, metric, "error", rep=rnd, error=error or "no figure", duration_s=duration)
-    return Cell("canary", {"metric": metric, "unit": BY_NAME[metric].unit}, metric, "ok", {"value": value}, rep=rnd,
-                duration_s=duration)
+    config: dict[str, Any] = {"metric": metric, "unit": BY_NAME[metric].unit}
+    if BY_NAME[metric].compared_within:
+        config["labels"] = dict(labels or {})
+    return Cell("canary", config, metric, "ok", {"value": value}, rep=rnd, duration_s=duration)
 
 
 def _make_image(path: Path) -> None:
@@ -164,6 +192,21 @@ def run_block(runner: Runner, scratch: Scratch, plan: CanaryPlan, sink: CellSink
         sync = _sync_percentiles(raw)
         sink.record(_cell("block.randwrite4k.qd1.flush.p50", rnd, sync.get("p50"), duration=took))
         sink.record(_cell("block.randwrite4k.qd1.flush.p99", rnd, sync.get("p99"), duration=took))
+
+
+def run_probe(runner: Runner, host: HostRoot, workdir: Path, plan: CanaryPlan, sink: CellSink) -> None:
+    """The probe guest's boot to its agent, once a round, under the accelerator that works here (TCG where KVM does not
+    boot a guest): each figure labelled with what QEMU ran."""
+    from kvmtune.canary.kvmcost import kvm_module
+    from kvmtune.canary.probe import boot_to_agent, probe_guest
+
+    guest, accel = probe_guest(runner, host, workdir)
+    for rnd in range(plan.rounds):
+        t0 = time.monotonic()
+        boot = boot_to_agent(guest, accel.accel, workdir, runner)
+        module = kvm_module(host) if boot.accel == "kvm" else None
+        labels = {"accel": boot.accel} | ({"kvm_module": module} if module else {})
+        sink.record(_cell("probe.boot_to_agent", rnd, boot.seconds, duration=time.monotonic() - t0, labels=labels))
 
 
 class _Collect(CellSink):

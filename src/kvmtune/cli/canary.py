@@ -80,17 +80,24 @@ class CanaryRunCommand(Command):
             if line:
                 print(line, file=sys.stderr, flush=True)
 
+        from kvmtune.canary.kvmcost import kvm_module
+        from kvmtune.canary.suite import unmeasured
+
+        # the full suite adds the KVM entry cost where /dev/kvm works, and the probe guest's boot to its agent (under
+        # TCG where KVM does not boot a guest: labelled, never compared with a KVM figure)
+        if args.quick:
+            tiers: tuple[str, ...] = ("block", "datapath")
+        else:
+            tiers = ("block", "probe", "datapath") if kvm_module(host) is None else ("block", "kvm", "probe", "datapath")
+        # what this host cannot give is said ("not measured: no /dev/vhost-net"), not left out
+        missing = unmeasured(host, tiers, bool(args.quick))
+
         def environment() -> dict[str, Any]:
             try:
                 env = collect(runner, host, str(scratch_dir), packages_root=HostRoot(args.packages_root))
             except DpkgStatusError as exc:
                 raise KvmtuneError(str(exc)) from None
-            return env | {"tier": "canary", "suite": SUITE_VERSION}
-
-        from kvmtune.canary.kvmcost import kvm_module
-
-        # the full suite adds the KVM entry cost where /dev/kvm works (the probe guest's boot is not in it yet)
-        tiers = ("block", "datapath") if args.quick or kvm_module(host) is None else ("block", "kvm", "datapath")
+            return env | {"tier": "canary", "suite": SUITE_VERSION, "not_measured": missing}
         bench = CanaryBenchmark(runner=runner, host=HostRoot(), scratch_dir=scratch_dir, workdir=workdir, netload=netload,
                                 plan_=CanaryPlan(rounds=args.rounds, tiers=tiers), environment_of=environment)
         with Store(results_db(args)) as store:
@@ -138,15 +145,22 @@ class CanaryRunCommand(Command):
 
 
 def render_text(doc: dict[str, Any]) -> str:
+    from kvmtune.canary.judge import label_text
+
     since = f" ({safe(doc['since'])})" if doc.get("since") else ""
     lines = [f"canary run {doc['run']} (suite {doc['suite']}): {doc['verdict']}"
              + (f": host busy: {safe(doc['busy'])}" if doc.get("busy") else "")]
     for m in doc["metrics"]:
+        if m["value"] is None:  # not measured on this host: the note says why
+            lines.append(f"  {m['verdict']:13} {m['name']}: {safe(m.get('note') or 'not measured')}")
+            continue
         figure = f"{m['value']:.4g} {m['unit']}"
         if m["ratio"] is not None and m["interval"] is not None:
             lo, hi = m["interval"]
             figure += f", {_pct(m['ratio'])} [{_pct(lo)}, {_pct(hi)}] against the baseline {m['baseline']:.4g}"
-        lines.append(f"  {m['verdict']:13} {m['name']}: {figure}")
+        labels = label_text(m.get("labels") or {})
+        note = f"; {safe(m['note'])}" if m.get("note") else ""
+        lines.append(f"  {m['verdict']:13} {m['name']}{f' ({labels})' if labels else ''}: {figure}{note}")
     if doc["verdict"] == "regression":
         if doc["changed"]:
             lines.append("  changed since the last run without a regression" + since + ": " + "; ".join(
@@ -203,7 +217,7 @@ class CanaryHistoryCommand(Command):
 
     def options(self, p: argparse.ArgumentParser) -> None:
         db_option(p)
-        format_option(p, ("text", "json"))
+        format_option(p, ("text", "json", "html"), help="html: a chart per metric (runs, the baseline, changes marked)")
 
     def run(self, args: argparse.Namespace) -> Outcome:
         from kvmtune.canary.history import history
@@ -217,6 +231,11 @@ class CanaryHistoryCommand(Command):
 
         rows = outcome.result
         assert isinstance(rows, list)
+        if fmt == "html":
+            from kvmtune.canary.chart import render_html
+
+            out.write(render_html(rows))
+            return
         out.write(json.dumps(rows, indent=2) + "\n" if fmt == "json" else render_history(rows))
 
 
