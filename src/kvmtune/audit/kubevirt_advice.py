@@ -52,9 +52,9 @@ def locate(finding: Finding, spec: Spec, guest: Guest) -> None:
             path = guest.disks[disk].locator
         elif nic is not None:
             path = guest.nics[nic].locator
-    if not finding.evidence.startswith("spec"):
-        finding.evidence = path
     written, (line, column) = spec.obj.doc.nearest(path)
+    if not finding.evidence.startswith("spec"):
+        finding.evidence = path if written == path else f"{path} (not set)"
     finding.extra["location"] = {"file": spec.obj.doc.path, "line": line, "column": column, "path": path,
                                  "written": written == path}
 
