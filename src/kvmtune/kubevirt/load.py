@@ -17,7 +17,7 @@ from typing import Any
 
 from kvmtune.errors import InputError
 from kvmtune.inputs import _os_error, kind_of, read_regular, walk_files
-from kvmtune.kubevirt.yamldoc import Document, decode, load_documents
+from kvmtune.kubevirt.document import Document
 
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -121,6 +121,8 @@ def read_paths(paths: list[str], recursive: bool = False) -> Read:
 
 
 def read_file(path: str) -> list[KObject]:
+    from kvmtune.kubevirt.yamldoc import decode, load_documents  # PyYAML only when a manifest is read
+
     text = decode(path, read_regular(path, MAX_MANIFEST_BYTES, "a manifest"))
     try:
         docs = load_documents(path, text)

@@ -20,7 +20,6 @@ A path into a document is written as KubeVirt's documentation writes one:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -28,6 +27,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvmtune.errors import InputError
+from kvmtune.kubevirt.document import Document
 
 MAX_NODES = 200_000  # values in one file, aliases followed: far above any VM manifest, far below a bomb's billions
 MAX_DEPTH = 64  # a VirtualMachinePool's deepest field is about 12 levels down
@@ -39,35 +39,6 @@ try:  # libyaml's composer when present: the same nodes and marks, faster
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _Loader = yaml.SafeLoader
-
-
-@dataclass
-class Document:
-    """One YAML document (or one item of a ``kind: List``): its data and where each value was written."""
-
-    path: str  # the file
-    data: Any
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # spec path -> (line, column), 1-based
-    prefix: str = ""  # the path of this object inside the document (``items[3]`` for a List's item)
-
-    def at(self, spec_path: str) -> tuple[int, int] | None:
-        """Where ``spec_path`` (relative to this object) was written; ``None`` when it is not in the file."""
-        return self.positions.get(self.prefix + ("." if self.prefix and spec_path else "") + spec_path
-                                  if spec_path else self.prefix)
-
-    def nearest(self, spec_path: str) -> tuple[str, tuple[int, int]]:
-        """``spec_path`` if written, else its closest written ancestor: a default points at what holds it."""
-        p = spec_path
-        while True:
-            found = self.at(p)
-            if found is not None or not p:
-                return p, found or (1, 1)
-            p = _parent(p)
-
-
-def _parent(p: str) -> str:
-    cut = max(p.rfind("."), p.rfind("["))
-    return p[:cut] if cut > 0 else ""
 
 
 def decode(path: str, data: bytes) -> str:
