@@ -188,6 +188,9 @@ def _cpu(spec: Spec, guest: Guest) -> None:
     elif limit is not None and limit > 0:
         guest.vcpus, spec.vcpus_stated = max(1, math.ceil(limit)), True
         guest.evidence["vcpus"] = spec.path("domain.resources.limits.cpu")
+    elif (request := quantity(_resources(spec, "requests", "cpu"))) is not None and request > 0:
+        guest.vcpus, spec.vcpus_stated = max(1, math.ceil(request)), True  # dedicated_cpu_resources.md: requests too
+        guest.evidence["vcpus"] = spec.path("domain.resources.requests.cpu")
     elif any(ref.startswith("instancetype") for ref in spec.unresolved):
         guest.vcpus = None  # the instancetype says, and it was not given: never guessed
     else:
@@ -224,6 +227,11 @@ def io_threads_policy(spec: Spec) -> str | None:
     if value is None:
         value = spec.pref("preferredIoThreadsPolicy")  # not a documented preference field: read only if written
     return value if isinstance(value, str) else None
+
+
+def resources(spec: Spec, which: str, what: str) -> Any:
+    """``domain.resources.<which>.<what>`` as written (``requests``/``limits``, ``cpu``/``memory``)."""
+    return _resources(spec, which, what)
 
 
 def _resources(spec: Spec, which: str, what: str) -> Any:
