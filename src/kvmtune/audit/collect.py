@@ -17,6 +17,7 @@ from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.inputs import read_regular, walk_files
+from kvmtune.kubevirt import kubectl
 from kvmtune.kubevirt import load as kubevirt
 from kvmtune.kubevirt.guest import guests_from_objects as kubevirt_guests
 from kvmtune.model.guest import Guest
@@ -52,13 +53,15 @@ class Sources:
     pve_storage: str | None = None  # the storage.cfg they name storage from (default: the host's /etc/pve/storage.cfg)
     kubevirt: tuple[str, ...] = ()  # KubeVirt manifests (.yaml, .yml, .json) or directories of them
     recursive: bool = False  # a directory of manifests: its whole tree, not one level
+    kubevirt_context: str | None = None  # read KubeVirt objects from a cluster with kubectl ("": the current context)
     template: bool = False  # audit templates whose placeholders stand for judged values, those values not stated
 
     @property
     def explicit(self) -> bool:
         """Something was named (so the default inputs are not added)."""
         return bool(self.paths or self.connect or self.qemu_cmdline or self.running or self.examples
-                    or self.host or self.images or self.pve_configs or self.kubevirt)
+                    or self.host or self.images or self.pve_configs or self.kubevirt
+                    or self.kubevirt_context is not None)
 
 
 def domain_files_among_images(paths: Iterable[str], images: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
@@ -82,6 +85,8 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         add_pve_files(sources, ctx.host, result)
     if sources.kubevirt:
         add_kubevirt_files(sources.kubevirt, sources.recursive, result)
+    if sources.kubevirt_context is not None:
+        add_kubevirt_cluster(ctx, sources.kubevirt_context or None, result)
     if sources.running:
         add_running(ctx.host, result)
     if sources.examples:
@@ -168,14 +173,27 @@ def _manifest_dir(p: Path, recursive: bool) -> bool:
 def add_kubevirt_files(paths: Iterable[str], recursive: bool, result: AuditResult) -> None:
     """KubeVirt objects from manifests: VMs, VMIs and pools as guests, their instancetypes and preferences
     resolved among what was given (kubevirt/)."""
-    read = kubevirt.read_paths(list(paths), recursive)
+    _take_kubevirt(kubevirt.read_paths(list(paths), recursive), result, "manifest file(s)")
+
+
+def add_kubevirt_cluster(ctx: AuditContext, context: str | None, result: AuditResult) -> None:
+    """KubeVirt objects from a cluster through ``kubectl get`` (read-only), resolved among themselves."""
+    try:
+        read = kubectl.read_cluster(ctx.runner, context)
+    except InputError as exc:
+        result.errors.append(safe(str(exc)))
+        return
+    _take_kubevirt(read, result, f"kubectl answer(s) from {kubectl.origin(context)}")
+
+
+def _take_kubevirt(read: kubevirt.Read, result: AuditResult, what: str) -> None:
     result.errors.extend(safe(e) for e in read.errors)
     guests, notes = kubevirt_guests(read.objects)
     result.guests.extend(guests)
     result.looked_at.extend(safe(n) for n in (*read.notes, *notes))
     others = len(read.objects) - len(guests)
     result.looked_at.append(f"{len(guests)} KubeVirt guest(s) and {others} instancetype(s)/preference(s) in "
-                            f"{read.files} manifest file(s)")
+                            f"{read.files} {what}")
 
 
 def _pve_dir(p: Path) -> bool:

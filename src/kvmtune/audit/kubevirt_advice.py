@@ -55,6 +55,9 @@ def locate(finding: Finding, spec: Spec, guest: Guest) -> None:
     written, (line, column) = spec.obj.doc.nearest(path)
     if not finding.evidence.startswith("spec"):
         finding.evidence = path if written == path else f"{path} (not set)"
+    if spec.obj.doc.path.startswith("kubectl://"):  # read from a cluster: kubectl's answer has no line to point at
+        finding.extra["location"] = {"file": spec.obj.doc.path, "path": path, "written": written == path}
+        return
     finding.extra["location"] = {"file": spec.obj.doc.path, "line": line, "column": column, "path": path,
                                  "written": written == path}
 

@@ -73,6 +73,9 @@ class AuditCommand(Command):
                        "judge) with those values not stated, instead of refusing them")
         p.add_argument("--recursive", action="store_true",
                        help="read a directory of KubeVirt manifests as a tree (a GitOps repository), not one level")
+        p.add_argument("--kubevirt", nargs="?", const="", default=None, metavar="CONTEXT",
+                       help="read KubeVirt VMs, VMIs, pools, instancetypes and preferences from a cluster with "
+                       "'kubectl get' (read-only; CONTEXT: a kubeconfig context, default the current one)")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -118,7 +121,8 @@ class AuditCommand(Command):
         paths, confs = pve_config_paths(paths)
         paths, manifests = kubevirt_paths(paths, args.recursive)
         connect = tuple(args.connect or ([DEFAULT_URI] if args.domain else []))
-        named = bool(paths or confs or manifests or images or connect or args.qemu_cmdline or args.running or args.examples)
+        named = bool(paths or confs or manifests or images or connect or args.qemu_cmdline or args.running or args.examples
+                     or args.kubevirt is not None)
         if not (named or args.host):
             connect = tuple(settings.get("connect"))  # the settings' URIs stand in for "what this host runs"
         timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
@@ -126,7 +130,7 @@ class AuditCommand(Command):
             paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
             qemu_binary=args.qemu_binary, template=args.template,
             running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
-            kubevirt=tuple(manifests), recursive=args.recursive,
+            kubevirt=tuple(manifests), recursive=args.recursive, kubevirt_context=args.kubevirt,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,
         )

@@ -137,6 +137,11 @@ def read_file(path: str) -> list[KObject]:
     return out
 
 
+def objects_of(doc: Document) -> list[KObject]:
+    """The KubeVirt objects of one document (a ``kind: List``'s items each), other kinds passed over."""
+    return _objects(doc)
+
+
 def _objects(doc: Document) -> list[KObject]:
     data = doc.data
     if not isinstance(data, dict):
