@@ -325,10 +325,13 @@ def _disks(spec: Spec, guest: Guest) -> None:
             disk.cache = Cache.NONE
             disk.evidence["cache"] = _default(f"{at}.cache", "none where the file system supports O_DIRECT")
         if disk.bus == "virtio" and kind != "cdrom":
-            if d.get("dedicatedIOThread") is True:
+            pref_dedicated = spec.pref("devices", "preferredDiskDedicatedIoThread") is True
+            if d.get("dedicatedIOThread") is True or (pref_dedicated and "dedicatedIOThread" not in d):
                 dedicated += 1
                 disk.iothread = f"dedicated-{dedicated}"
-                disk.evidence["iothread"] = f"{at}.dedicatedIOThread"
+                disk.evidence["iothread"] = (f"{at}.dedicatedIOThread" if "dedicatedIOThread" in d else
+                                             f"{at}.dedicatedIOThread (not set: the preference's "
+                                             "preferredDiskDedicatedIoThread)")
             elif policy in ("shared", "auto", "supplementalPool"):
                 disk.iothread = "1" if policy == "shared" else "pool"
                 shared_used = True
