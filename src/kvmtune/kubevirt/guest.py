@@ -220,6 +220,31 @@ def isolated_emulator(spec: Spec) -> bool:
     return spec.get("domain.cpu.isolateEmulatorThread") is True or spec.itype("cpu", "isolateEmulatorThread") is True
 
 
+def windows_reason(spec: Spec) -> str | None:
+    """Why this VM is taken for Windows: its preference's name, the OS label or annotation common templates write,
+    or a sysprep volume (Windows only); ``None``: nothing says so."""
+    if spec.preference is not None and spec.preference.name.lower().startswith("windows"):
+        return f"preference {spec.preference.name}"
+    m = spec.obj.body.get("spec")
+    ref = m.get("preference") if isinstance(m, dict) else None
+    if isinstance(ref, dict) and str(ref.get("name", "")).lower().startswith("windows"):
+        return f"preference {ref['name']}"
+    meta = spec.obj.body.get("metadata")
+    for part in ("annotations", "labels"):
+        values = meta.get(part) if isinstance(meta, dict) else None
+        if not isinstance(values, dict):
+            continue
+        if str(values.get("vm.kubevirt.io/os", "")).lower().startswith("win"):
+            return f"{part[:-1]} vm.kubevirt.io/os"
+        for key in values:
+            if str(key).startswith("os.template.kubevirt.io/win"):
+                return f"{part[:-1]} {key}"
+    vols = spec.vmi.get("volumes")
+    if any(isinstance(v, dict) and "sysprep" in v for v in (vols if isinstance(vols, list) else [])):
+        return "a sysprep volume"
+    return None
+
+
 def io_threads_policy(spec: Spec) -> str | None:
     value = spec.get("domain.ioThreadsPolicy")
     if value is None:
