@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -190,3 +192,18 @@ def test_multi_document_and_list_and_json(tmp_path: Path) -> None:
     objs = read_file(str(lst))
     assert [o.name for o in objs] == ["x", "y"]
     assert objs[1].doc.at("metadata.name")[0] > objs[0].doc.at("metadata.name")[0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_million_levels_do_not_crash_the_c_composer(tmp_path: Path, suffix: str) -> None:
+    """libyaml's composer recurses in C: a million nested brackets crashed the process (SIGSEGV) before the depth
+    was checked from the parser's events. A subprocess, so a regression fails this test instead of the run."""
+    p = tmp_path / f"deep{suffix}"
+    p.write_text('{"a": ' + "[" * 1_000_000 + "]" * 1_000_000 + "}\n")
+    code = ("import sys\nfrom kvmtune.errors import InputError\nfrom kvmtune.kubevirt.load import read_file\n"
+            "try:\n    read_file(sys.argv[1])\nexcept InputError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "nested" in proc.stdout and str(p) in proc.stdout

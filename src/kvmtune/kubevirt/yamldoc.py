@@ -8,7 +8,8 @@ in one line naming the file and the line:
 - a duplicate key in one mapping (YAML says keys are unique; parsers disagree on which one wins), a key that
   is not a scalar, a merge key ``<<`` (kubectl's YAML library and PyYAML treat it differently);
 - a document of more than :data:`MAX_NODES` values after aliases are followed (an alias bomb), an alias of
-  an anchor that contains it, nesting deeper than :data:`MAX_DEPTH`;
+  an anchor that contains it, nesting deeper than :data:`MAX_DEPTH` (counted from the parser's events before
+  anything is composed: libyaml's composer recurses in C and a million levels crash the process);
 - a line break YAML counts but editors and SARIF viewers do not (U+0085, U+2028, U+2029), so the line a
   finding names is the line an operator's editor shows;
 - text that is not UTF-8.
@@ -60,6 +61,7 @@ def decode(path: str, data: bytes) -> str:
 def load_documents(path: str, text: str) -> list[Document]:
     """Every document of ``text`` (one for JSON), refused as a whole on the first problem."""
     try:
+        _check_depth(path, text)  # before composing: libyaml's composer recurses in C and crashes past ~50,000 levels
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -80,6 +82,19 @@ def load_documents(path: str, text: str) -> list[Document]:
         doc.data = _value(node, "", doc, budget, 0, set())
         docs.append(doc)
     return docs
+
+
+def _check_depth(path: str, text: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` from the parser's events (a state machine, no recursion)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise InputError(path, f"nested more than {MAX_DEPTH} levels deep; not read", line)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _json_document(path: str, text: str) -> list[Document]:
