@@ -51,15 +51,15 @@ fi
 # the machine has them; trixie's python3.13 runs the unit tests in the proof's chroot otherwise.
 PACKAGES=(
   qemu-system-x86 qemu-utils
-  libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-venv
+  libvirt-daemon-system libvirt-clients python3-libvirt python3-lxml python3-yaml python3-venv
   fio linux-image-cloud-amd64 busybox-static cpio zstd lz4 kmod e2fsprogs
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
   tmux prometheus openssh-server ansible-core zsh groff-base chromium
   qemu-system-common xfsprogs btrfs-progs lvm2 qemu-guest-agent
   fish debootstrap lintian
 )
-# Audit-only: read domain XML, libvirt (read-only) and disk images; nothing that runs or changes the host.
-[ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-libvirt qemu-utils)
+# Audit-only: read domain XML, KubeVirt manifests (python3-yaml), libvirt (read-only) and disk images; nothing that runs or changes the host.
+[ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-yaml python3-libvirt qemu-utils)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

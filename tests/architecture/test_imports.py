@@ -103,7 +103,7 @@ def test_no_import_loops() -> None:
 
 # docs/architecture.md §2, arrow for arrow: what each top-level package (or module) may import besides itself.
 BASE = frozenset({"kvmtune", "errors", "runner", "inputs", "textsafe", "prometheus", "qemuopts"})
-READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent"})
+READERS = frozenset({"model", "host", "domain", "qemu", "proxmox", "guestagent", "kubevirt"})
 LAYERS: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
     "cli": frozenset({"verify", "bench", "lab", "fix", "audit", "live", "fleet", "canary", "capture"}) | READERS | BASE,
@@ -121,6 +121,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "qemu": frozenset({"model", "host"}) | BASE,
     "proxmox": frozenset({"model", "host", "domain", "qemu"}) | BASE,  # args: with qemu/, ostype as domain/'s identity
     "guestagent": frozenset({"model"}) | BASE,
+    "kubevirt": frozenset({"model"}) | BASE,  # manifests into the model; no other reader
     "host": frozenset({"model"}) | BASE,
     "model": BASE,
     "kvmtune": frozenset(),

@@ -49,7 +49,7 @@ def test_the_package_installs_the_command_man_page_completions_units_and_conffil
         assert path in files, path
     assert not any("__pycache__" in f for f in files)  # postinst compiles, prerm removes: nothing left after purge
     control = sh("dpkg-deb", "-f", deb).stdout
-    assert "Depends: python3 (>= 3.11), python3-lxml, python3-libvirt, qemu-utils\n" in control
+    assert "Depends: python3 (>= 3.11), python3-lxml, python3-yaml, python3-libvirt, qemu-utils\n" in control
     # a Proxmox VE node has pve-qemu-kvm (Provides and Conflicts qemu-system-x86, qemu-utils) and no libvirt: only suggested
     assert "Recommends: fio, prometheus-node-exporter\n" in control
     assert "Suggests: libvirt-daemon-system, qemu-system-x86, " in control

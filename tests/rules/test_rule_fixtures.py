@@ -1,7 +1,8 @@
 """Every guest rule fires on each of its bad fixtures and stays silent on its good ones.
 
-Fixtures live in ``tests/rules/<RULE-ID>/{bad,good}/``: domain XML (``*.xml``) or
-QEMU command lines (``*.args``). A directory holding several files is audited as
+Fixtures live in ``tests/rules/<RULE-ID>/{bad,good}/``: domain XML (``*.xml``),
+QEMU command lines (``*.args``) or KubeVirt manifests (``*.yaml``, read by kubevirt/ as
+``audit`` reads them). A directory holding several files is audited as
 one run (for rules that compare guests, e.g. duplicate MACs). A ``<name>.agent.json``
 beside ``<name>.xml`` holds a guest agent's answers (``ReplayAgent``): the guest is
 audited as running, with its inside read from them by the same code as a live agent.
@@ -21,6 +22,8 @@ from kvmtune.domain.xml import load_guest_file
 from kvmtune.guestagent.client import ReplayAgent
 from kvmtune.guestagent.inside import read_inside
 from kvmtune.host.root import HostRoot
+from kvmtune.kubevirt.guest import guests_from_objects
+from kvmtune.kubevirt.load import read_file
 from kvmtune.model.guest import Guest
 from kvmtune.qemu.cmdline import guest_from_text
 
@@ -43,6 +46,8 @@ def load(path: Path) -> list[Guest]:
             guests.append(guest)
         elif f.suffix == ".args":
             guests.append(guest_from_text(f.read_text(), str(f)))
+        elif f.suffix == ".yaml":
+            guests.extend(guests_from_objects(read_file(str(f)))[0])
     for guest in guests:
         guest.on_audited_host = True
     return guests

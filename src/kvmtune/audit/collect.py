@@ -17,6 +17,9 @@ from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
 from kvmtune.inputs import read_regular, walk_files
+from kvmtune.kubevirt import kubectl
+from kvmtune.kubevirt import load as kubevirt
+from kvmtune.kubevirt.guest import guests_from_objects as kubevirt_guests
 from kvmtune.model.guest import Guest
 from kvmtune.proxmox import load as pve
 from kvmtune.proxmox.config import VMID_FILE
@@ -48,13 +51,17 @@ class Sources:
     agent_timeout: float | None = None  # ask running guests' agents about their inside, each within this; None: do not
     pve_configs: tuple[str, ...] = ()  # Proxmox VE VM configs (<vmid>.conf) or directories of them
     pve_storage: str | None = None  # the storage.cfg they name storage from (default: the host's /etc/pve/storage.cfg)
+    kubevirt: tuple[str, ...] = ()  # KubeVirt manifests (.yaml, .yml, .json) or directories of them
+    recursive: bool = False  # a directory of manifests: its whole tree, not one level
+    kubevirt_context: str | None = None  # read KubeVirt objects from a cluster with kubectl ("": the current context)
     template: bool = False  # audit templates whose placeholders stand for judged values, those values not stated
 
     @property
     def explicit(self) -> bool:
         """Something was named (so the default inputs are not added)."""
         return bool(self.paths or self.connect or self.qemu_cmdline or self.running or self.examples
-                    or self.host or self.images or self.pve_configs)
+                    or self.host or self.images or self.pve_configs or self.kubevirt
+                    or self.kubevirt_context is not None)
 
 
 def domain_files_among_images(paths: Iterable[str], images: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
@@ -76,6 +83,10 @@ def gather(sources: Sources, ctx: AuditContext) -> AuditResult:
         add_cmdline_files(sources.qemu_cmdline, result, sources.qemu_binary, ctx.host, sources.template)
     if sources.pve_configs:
         add_pve_files(sources, ctx.host, result)
+    if sources.kubevirt:
+        add_kubevirt_files(sources.kubevirt, sources.recursive, result)
+    if sources.kubevirt_context is not None:
+        add_kubevirt_cluster(ctx, sources.kubevirt_context or None, result)
     if sources.running:
         add_running(ctx.host, result)
     if sources.examples:
@@ -134,6 +145,55 @@ def pve_config_paths(paths: Iterable[str]) -> tuple[list[str], list[str]]:
         else:
             xml.append(raw)
     return xml, confs
+
+
+def kubevirt_paths(paths: Iterable[str], recursive: bool = False) -> tuple[list[str], list[str]]:
+    """Split audit PATHs into the others and KubeVirt manifests (``.yaml``, ``.yml``, ``.json``, or a directory
+    holding such files, or with ``recursive`` any directory, and no ``.xml``): returns (other paths, manifests)."""
+    rest: list[str] = []
+    manifests: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if (kubevirt.is_manifest_name(raw) and not _is_dir(p)) or (_is_dir(p) and _manifest_dir(p, recursive)):
+            manifests.append(raw)
+        else:
+            rest.append(raw)
+    return rest, manifests
+
+
+def _manifest_dir(p: Path, recursive: bool) -> bool:
+    try:
+        names = os.listdir(p)
+    except OSError:
+        return False
+    return not any(n.endswith(".xml") for n in names) and (
+        recursive or any(kubevirt.is_manifest_name(n) for n in names))
+
+
+def add_kubevirt_files(paths: Iterable[str], recursive: bool, result: AuditResult) -> None:
+    """KubeVirt objects from manifests: VMs, VMIs and pools as guests, their instancetypes and preferences
+    resolved among what was given (kubevirt/)."""
+    _take_kubevirt(kubevirt.read_paths(list(paths), recursive), result, "manifest file(s)")
+
+
+def add_kubevirt_cluster(ctx: AuditContext, context: str | None, result: AuditResult) -> None:
+    """KubeVirt objects from a cluster through ``kubectl get`` (read-only), resolved among themselves."""
+    try:
+        read = kubectl.read_cluster(ctx.runner, context)
+    except InputError as exc:
+        result.errors.append(safe(str(exc)))
+        return
+    _take_kubevirt(read, result, f"kubectl answer(s) from {kubectl.origin(context)}")
+
+
+def _take_kubevirt(read: kubevirt.Read, result: AuditResult, what: str) -> None:
+    result.errors.extend(safe(e) for e in read.errors)
+    guests, notes = kubevirt_guests(read.objects)
+    result.guests.extend(guests)
+    result.looked_at.extend(safe(n) for n in (*read.notes, *notes))
+    others = len(read.objects) - len(guests)
+    result.looked_at.append(f"{len(guests)} KubeVirt guest(s) and {others} instancetype(s)/preference(s) in "
+                            f"{read.files} {what}")
 
 
 def _pve_dir(p: Path) -> bool:

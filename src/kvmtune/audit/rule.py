@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from kvmtune.audit.finding import TOPICS, Finding, FixHint, FixKind, Severity, Target
 from kvmtune.audit.verifyplan import VerifyPlan
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class Rule:
     verify: ClassVar[VerifyPlan | None] = None
     # the fix in Proxmox VE's terms (a qm set change, proxmox/qmset.py), where the fix is a config change
     pve: ClassVar[PveForm | None] = None
+    # the fix in KubeVirt's terms (the VirtualMachine field, kubevirt/form.py); None: no form declared
+    kubevirt: ClassVar[KubevirtForm | None] = None
     scope: ClassVar[str] = ""
     # guest rules see only KVM/QEMU guests unless they say they judge any hypervisor's
     any_hypervisor: ClassVar[bool] = False

@@ -8,12 +8,20 @@ from datetime import date
 from pathlib import Path
 from typing import Any, TextIO
 
-from kvmtune.audit.collect import DEFAULT_URI, Sources, domain_files_among_images, gather, pve_config_paths
+from kvmtune.audit.collect import (
+    DEFAULT_URI,
+    Sources,
+    domain_files_among_images,
+    gather,
+    kubevirt_paths,
+    pve_config_paths,
+)
 from kvmtune.audit.collect_agent import DEFAULT_TIMEOUT_S as DEFAULT_AGENT_TIMEOUT_S
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.incus_advice import incus_fix_texts
+from kvmtune.audit.kubevirt_advice import kubevirt_fix_texts
 from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
@@ -63,6 +71,11 @@ class AuditCommand(Command):
         p.add_argument("--template", action="store_true",
                        help="audit templates (placeholders such as {{ x }}, ${X}, %%(x)s, @X@ in values the rules "
                        "judge) with those values not stated, instead of refusing them")
+        p.add_argument("--recursive", action="store_true",
+                       help="read a directory of KubeVirt manifests as a tree (a GitOps repository), not one level")
+        p.add_argument("--kubevirt", nargs="?", const="", default=None, metavar="CONTEXT",
+                       help="read KubeVirt VMs, VMIs, pools, instancetypes and preferences from a cluster with "
+                       "'kubectl get' (read-only; CONTEXT: a kubeconfig context, default the current one)")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -106,14 +119,18 @@ class AuditCommand(Command):
         baseline = read_baseline(args.new_since) if args.new_since and not args.new_since.startswith("db:") else None
         paths, images, moved = domain_files_among_images(args.paths, args.images)
         paths, confs = pve_config_paths(paths)
+        paths, manifests = kubevirt_paths(paths, args.recursive)
         connect = tuple(args.connect or ([DEFAULT_URI] if args.domain else []))
-        if not (paths or confs or images or connect or args.qemu_cmdline or args.running or args.examples or args.host):
+        named = bool(paths or confs or manifests or images or connect or args.qemu_cmdline or args.running or args.examples
+                     or args.kubevirt is not None)
+        if not (named or args.host):
             connect = tuple(settings.get("connect"))  # the settings' URIs stand in for "what this host runs"
         timeout = args.agent_timeout if args.agent_timeout is not None else float(settings.get("agent_timeout"))
         sources = Sources(
             paths=tuple(paths), connect=connect, domains=tuple(args.domain), qemu_cmdline=tuple(args.qemu_cmdline),
             qemu_binary=args.qemu_binary, template=args.template,
             running=args.running, pve_configs=tuple(confs), pve_storage=args.pve_storage,
+            kubevirt=tuple(manifests), recursive=args.recursive, kubevirt_context=args.kubevirt,
             examples=args.examples, host=args.host, images=tuple(images), guest_images=not args.no_images,
             assume_this_host=args.assume_this_host, agent_timeout=None if args.no_agent else timeout,
         )
@@ -121,13 +138,14 @@ class AuditCommand(Command):
                            thresholds=settings.thresholds)
         result = gather(sources, ctx)
         result.host = ctx.host_label()
-        guests_named = bool(paths or confs or images or connect or args.qemu_cmdline or args.running or args.examples)
+        guests_named = named or bool(connect)
         result.scope = [name for name, on in (("host", sources.host or not sources.explicit),
                                               ("guests", guests_named or not sources.explicit)) if on]
         result.looked_at.extend(f"{m}: named after --images but a .xml file, audited as a domain" for m in moved)
         result.findings = run_rules(ctx, result.guests, result.images, result.host_audited, rules)
         pve_fix_texts(result.findings, result.guests, ctx, rules)
         incus_fix_texts(result.findings, result.guests)
+        kubevirt_fix_texts(result.findings, result.guests)
         from kvmtune.fix.effect import annotate
 
         annotate(result.findings, result.guests)

@@ -30,6 +30,7 @@ from kvmtune.fix.pve import has_pve
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.kubevirt.load import is_manifest_name
 from kvmtune.textsafe import safe, safe_block
 
 IMAGE_FORMATS = ("raw", "qcow2")
@@ -108,6 +109,10 @@ class FixCommand(Command):
         if not (args.paths or args.connect or args.host or args.profile or args.images or has_pve(args.root)):
             raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images "
                              "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
+        manifests = [p for p in args.paths if is_manifest_name(p)]
+        if manifests:
+            raise UsageError(f"{manifests[0]}: a KubeVirt manifest; 'kvmtune fix' does not edit manifests yet: 'kvmtune "
+                             "audit' names each finding's field and line (docs/kubevirt.md)")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
         if args.format == "json" and (args.apply or args.patch):

@@ -33,6 +33,7 @@ from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
+from kvmtune.kubevirt.load import is_manifest_name
 from kvmtune.lab.accel_cache import verdict_for
 from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.textsafe import safe
@@ -140,6 +141,10 @@ class VerifyCommand(Command):
             raise UsageError("--replay-mode and --replay-disk go with --replay FILE")
         if args.keep and not args.apply:
             raise UsageError("--keep goes with --apply")
+        manifests = [p for p in args.paths if is_manifest_name(p)]
+        if manifests:
+            raise UsageError(f"{manifests[0]}: a KubeVirt manifest; 'kvmtune verify' measures libvirt guests' fixes, "
+                             "not manifests yet (docs/kubevirt.md)")
         if args.guest_modules and not args.guest_kernel:
             raise UsageError("--guest-modules goes with --guest-kernel")
         if args.guest_kernel and not Path(args.guest_kernel).is_file():

@@ -154,6 +154,11 @@ def for_finding(finding: Finding, guest: Guest | None) -> TakesEffect | None:
                       for k in keys)
     if guest.origin_kind == "cmdline":
         return "restart"  # a running QEMU: its definition, wherever it is, is read at its next start
+    if guest.origin_kind == "kubevirt":
+        # KubeVirt's default rollout strategy, Stage: a VirtualMachine's spec change sets RestartRequired and reaches
+        # the VMI at its next restart (user guide, "VM Rollout Strategies"); what LiveUpdate propagates is not
+        # told apart yet (docs/kubevirt.md)
+        return "restart"
     return libvirt(origin=guest.origin_kind, active=bool(guest.active))
 
 

@@ -54,6 +54,9 @@ def render_sarif(result: AuditResult) -> str:
         }
         if f.source:
             loc["physicalLocation"] = {"artifactLocation": {"uri": _uri(f.source)}}
+            where = f.extra.get("location")
+            if isinstance(where, dict) and isinstance(where.get("line"), int):  # a manifest's field (KubeVirt)
+                loc["physicalLocation"]["region"] = {"startLine": where["line"], "startColumn": where["column"]}
         res: dict[str, Any] = {
             "ruleId": f.rule,
             "level": _LEVEL[f.severity],

@@ -6,6 +6,7 @@ from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
 from kvmtune.domain.windows import os_identity, windows_hint
+from kvmtune.kubevirt.form import no_field
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,6 +43,7 @@ class BalloonFreePageReporting(GuestRule):
         "Linux Documentation/mm/free_page_reporting.rst (virtio_balloon reporting since Linux 5.7)",
         "virtio-win kvm-guest-drivers-windows: the Windows balloon driver has no free page reporting",
     )
+    kubevirt = no_field("virt-launcher decides free page reporting; a VirtualMachine has no field for it")
     verify = NoExperiment("free page reporting returns guest memory to the host; no speed effect to measure")
 
     def check(self, guest: Guest, ctx: AuditContext) -> Iterator[Finding]:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NIC_MQ_JOB, GuestExperiment
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import is_virtio_model, on_tap, vhost_off
 
@@ -35,6 +36,7 @@ class NetMultiqueueMissing(GuestRule):
         "Linux >= 4.x enable all queues themselves, older ones need 'ethtool -L eth0 combined N'."
     )
     fix_safe = True
+    kubevirt = KubevirtForm("domain.devices.networkInterfaceMultiqueue", "true", "queues = vCPUs")
     pve = PveForm("queues", "Hardware > Network Device ({}) > Multiqueue")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: interface driver queues (virtio-net multiqueue since 1.0.6)",

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NIC_STREAM_JOB, GuestExperiment
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import default_nic_model, low
 
@@ -44,6 +45,8 @@ class NicModelEmulated(GuestRule):
     )
     fix_safe = False
     # the same fix as 'qm set' (proxmox/qmset.py)
+    kubevirt = KubevirtForm("domain.devices.interfaces[{nic}].model", "virtio",
+                            "or a preference with preferredInterfaceModel: virtio")
     pve = PveForm("nic-model", "Hardware > Network Device ({}) > Model: VirtIO (paravirtualized)")
     references = (
         "seed:000 (emulated NICs e1000, rtl8139, ne2k_pci, pcnet; use virtio_net)",

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NIC_MQ_JOB, GuestExperiment
+from kvmtune.kubevirt.form import no_field
 from kvmtune.rules.common import low
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class VirtioNetRingSize(GuestRule):
         "QEMU hw/net/virtio-net.c: tx_queue_size above 256 only with a vhost-user peer",
         "RHEL 9 'Configuring and managing virtualization': 'Optimizing virtual machine network performance'",
     )
+    kubevirt = no_field("a VirtualMachine has no field for virtio-net ring sizes")
     verify = GuestExperiment("nic", NIC_MQ_JOB, note="larger rings absorb line-rate bursts; a tap in a namespace seldom "
                              "fills 256 entries, so a probe guest may show no effect where a loaded host would")
 

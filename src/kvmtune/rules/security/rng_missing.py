@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import NoExperiment
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class RngMissing(GuestRule):
     )
     fix_safe = True
     # the same fix as 'qm set' (proxmox/qmset.py)
+    kubevirt = KubevirtForm("domain.devices.rng", "{}")
     pve = PveForm("set", "Hardware > Add > VirtIO RNG (source /dev/urandom)", (("rng0", "source=/dev/urandom"),))
     references = (
         "seed:000 (security key strength: entropy on virtual machines, keys or entropy must not be cloned)",

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import BUS_JOB, GuestExperiment
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class DiskBusEmulated(GuestRule):
         "nova blockinfo.get_disk_bus_for_device_type (virtio for KVM disks)",
     )
     # the same fix as 'qm set' (proxmox/qmset.py): the volume detached and re-attached on virtio-blk, boot order kept
+    kubevirt = KubevirtForm("domain.devices.disks[{disk}].disk.bus", "virtio", "or a preference with preferredDiskBus: virtio")
     pve = PveForm("bus", "Hardware > Hard Disk ({}) > Detach, then Unused Disk > Edit > Bus/Device: VirtIO Block")
     verify = GuestExperiment("disk", BUS_JOB)
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.rule import GuestRule
 from kvmtune.audit.verifyplan import IOTHREAD_JOB, GuestExperiment
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.proxmox.qmset import PveForm
 from kvmtune.rules.common import NO_BLOCK_LAYER, data_disks, low, many_vcpus
 
@@ -33,6 +34,7 @@ class DiskNoIothread(GuestRule):
     fix_kind = "xml"
     fix_description = "Add <iothreads>N</iothreads> to the domain and <driver iothread='k'/> to each busy virtio disk."
     fix_safe = True
+    kubevirt = KubevirtForm("domain.ioThreadsPolicy", "auto", "or dedicatedIOThread: true on the busiest disk")
     pve = PveForm("iothread", "Hardware > Hard Disk ({}) > IO thread")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: IOThreads allocation, disk driver iothread (since 1.2.8)",

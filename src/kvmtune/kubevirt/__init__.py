@@ -1,0 +1,1 @@
+"""KubeVirt: VirtualMachine manifests and the objects they reference, read into the model."""

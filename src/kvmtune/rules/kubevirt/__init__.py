@@ -1,0 +1,1 @@
+"""KubeVirt traps: settings only a VirtualMachine manifest has (its own fields, defaults and misplacements)."""
