@@ -3,7 +3,8 @@
 The golden (tests/lab/golden/probe_argv.json) was written by the code before the launcher became the one place
 that turns probe-guest virtual hardware into QEMU options (issue 44): the storage guest tier's disks on every bus,
 the net guest tier's NICs on every backend, and verify's guest tier sides (machine, disk, NIC, agent). The tiers'
-argv must stay byte-identical; ``KVMTUNE_REGEN_GOLDEN=1`` rewrites the file (only ever on purpose).
+argv must stay byte-identical (the net tier's gained the agent channel when it moved to the agent);
+``KVMTUNE_REGEN_GOLDEN=1`` rewrites the file (only ever on purpose).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def storage_argvs() -> dict[str, list[str]]:
 
 
 def net_argvs(tmp: Path) -> dict[str, list[str]]:
-    """What bench/net/guest.py's _vm_spec gives the launcher, per endpoint backend (macvtap's fd number as FD)."""
+    """What bench/net/guest.py's _vm_spec gives the launcher, per endpoint backend (macvtap's fd number as FD), the
+    guest agent's channel included (the net tier drives its guests through the agent since issue 44's last step)."""
     chardev = tmp / "tap7"
     chardev.write_bytes(b"")
     eps = {
@@ -66,7 +68,7 @@ def net_argvs(tmp: Path) -> dict[str, list[str]]:
     ctx = cast(NetContext, SimpleNamespace(guest=GUEST, accel=SimpleNamespace(accel="tcg"), memory_mb=512, smp=2))
     out = {}
     for name, ep in eps.items():
-        spec, fd = _vm_spec(ctx, ep, "serve\n")
+        spec, fd = _vm_spec(ctx, ep, "serve\n", Path(f"/w/net/qga-{ep.name}.sock"))
         try:
             argv = [*spec.wrapper, *_argv(spec)]
         finally:

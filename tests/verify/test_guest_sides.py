@@ -381,7 +381,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
 def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:
     import base64
 
-    from kvmtune.lab.probe.pair import MAX_OUTPUT, _data
+    from kvmtune.lab.probe.agent import MAX_OUTPUT, _data
 
     assert _data({"out-data": base64.b64encode(b"ok\xff\n").decode()}, "out-data") == "ok\ufffd\n"
     assert _data({"out-data": "not base64 at all!"}, "out-data") == ""
