@@ -373,7 +373,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
     cell = to_cell(p.result)
     assert cell.config["accel"] == "tcg" and cell.config["tier"] == "guest"
     stored = CellRow(1, 7, cell.key, cell.config, cell.workload, 0, cell.status, cell.error, None, 0.0, cell.metrics)
-    line, seed = verified_fix_lines([stored])  # the fix, then the seed claim it answers (tests/verify/test_verify_seeds.py)
+    line, seed = verified_fix_lines([stored])  # the fix, then the seed claim it answers (tests/verify/test_guest_tier_seeds.py)
     assert line.endswith("; not comparable; nothing changed (guest tier, TCG emulation)"), line
     assert seed.startswith("seed:000: not comparable") and "[verify run 7, guest tier, accelerator tcg]" in seed, seed
 
