@@ -24,7 +24,7 @@ from typing import Any
 from kvmtune.errors import KvmtuneError
 from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.lab.probe.side import ExecResult
-from kvmtune.lab.qemu import GuestRun
+from kvmtune.lab.qemu import STATUS_EVERY_S, STOPPED_STATES, GuestRun, kvm_error
 
 MAX_OUTPUT = 1 << 20  # bytes of a command's stdout or stderr kept (the agent client bounds its answers as well)
 
@@ -58,10 +58,21 @@ class ProbeAgent:
             return ""
         return next((ln for ln in reversed(lines) if ln.strip()), "")[:120]
 
-    def connect(self, until: float, boot_timeout: float) -> None:
-        """Wait (until the monotonic time ``until``) for the agent to answer."""
+    def connect(self, until: float, boot_timeout: float, watch_stopped: bool = False) -> None:
+        """Wait (until the monotonic time ``until``) for the agent to answer. ``watch_stopped``: give up at once
+        when QEMU has stopped the guest for good (a KVM internal error, a kernel panic), as its QMP run state says."""
+        next_status = time.monotonic() + STATUS_EVERY_S
         while True:
             self.alive()
+            if watch_stopped and time.monotonic() >= next_status:
+                next_status = time.monotonic() + STATUS_EVERY_S
+                state = self.run.query_status()
+                if state in STOPPED_STATES:
+                    try:
+                        detail = kvm_error(self.run.stderr_path.read_bytes()[-2000:].decode("utf-8", "replace"))
+                    except OSError:
+                        detail = None
+                    raise KvmtuneError(f"QEMU stopped the guest in its {state} state" + (f": {detail}" if detail else ""))
             left = until - time.monotonic()
             if left <= 0:
                 raise KvmtuneError(f"the agent of probe guest {self.name} did not answer within {boot_timeout:.0f}s "
