@@ -33,7 +33,7 @@ def cli(args: list[str]) -> tuple[int, float, str]:
 
 
 def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str, object]:
-    from kvmtune.bench.storage.guest import StorageContext, run_matrix
+    from kvmtune.bench.storage.guest import StorageContext, guest_files, run_matrix
     from kvmtune.bench.storage.matrix import StorageConfig
     from kvmtune.bench.storage.snapshot import SnapshotCache
     from kvmtune.host.root import HostRoot
@@ -44,7 +44,7 @@ def boot_to_first_result(workdir: Path, rounds: int, restore: bool) -> dict[str,
     from kvmtune.runner import Runner
 
     runner = Runner()
-    guest = GuestBuilder(workdir, runner).build()
+    guest = GuestBuilder(workdir, runner, extra=guest_files()).build()
     times = []
     snapshots = SnapshotCache(workdir / "snapshots", runner) if restore else None
     for i in range(rounds + (1 if restore else 0)):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import kvmtune.cli as cli
-from kvmtune.bench.storage.guest import StorageContext, run_matrix
+from kvmtune.bench.storage.guest import StorageContext, guest_files, run_matrix
 from kvmtune.bench.storage.matrix import StorageConfig
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import detect_accel
@@ -45,7 +45,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def guest(workdir: Path) -> ProbeGuest:
-    return GuestBuilder(workdir, Runner()).build()
+    return GuestBuilder(workdir, Runner(), extra=guest_files()).build()
 
 
 def leftovers(workdir: Path) -> list[str]:
@@ -71,7 +71,7 @@ def bench(workdir: Path, db: Path, *args: str) -> int:
 def test_guest_build_is_cached_and_rebuilt_on_change(workdir: Path, guest: ProbeGuest, tmp_path: Path) -> None:
     assert guest.initrd.is_file() and guest.size > 1_000_000
     assert "/usr/bin/fio" in guest.tools and "virtio_blk" in guest.modules and "ata_piix" in guest.modules
-    again = GuestBuilder(workdir, Runner()).build()
+    again = GuestBuilder(workdir, Runner(), extra=guest_files()).build()
     assert again.cached and again.key == guest.key
     extra = tmp_path / "hello"
     extra.write_text("#!/bin/sh\necho hello\n")

@@ -69,7 +69,7 @@ def plan_of(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             return RunOutcome(run_id=1, status="complete", took_s=0.0, cells=[], failed=0, cleanup_problems=[])
 
     monkeypatch.setattr(clibench, "BenchRunner", KeepingRunner)
-    monkeypatch.setattr(clibench, "build_guest", lambda args, runner: "probe-guest")
+    monkeypatch.setattr(clibench, "build_guest", lambda args, runner, more=(): "probe-guest")
     monkeypatch.setattr(clibench, "choose_accel", lambda want, guest, workdir, runner, host:
                         AccelChoice("tcg", f"asked {want}", 0.0))
     monkeypatch.setattr(clibench, "check_host_fs", lambda runner, host, names: None)

@@ -81,21 +81,40 @@ def test_mail_files_shrink_to_fit_a_small_disk() -> None:
     assert lo == "1k" and int(hi.rstrip("k")) * 32 * 8 <= 64 * 1024  # 32 files × 8 jobs fit in 64 MiB
 
 
-def test_job_script_loads_modules_waits_for_disk_and_marks_each_workload() -> None:
+def _sh_ok(text: str) -> None:
+    out = subprocess.run(["sh", "-n"], input=text, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_boot_job_loads_modules_waits_for_the_disk_then_starts_the_agent() -> None:
     job = fiomod.GuestJob(
         "vda", ["kernel/drivers/virtio/virtio.ko", "kernel/drivers/block/virtio_blk.ko"],
         fiomod.lookup(["randwrite-4k", "fs-randwrite-4k", "cycle-8m"]), 1.0, 256, sched="mq-deadline",
     )
-    s = fiomod.job_script(job)
-    assert s.index("virtio.ko") < s.index("virtio_blk.ko") < s.index("DEV=/dev/vda")
+    s = fiomod.boot_job(job)
+    assert s.index("virtio.ko") < s.index("virtio_blk.ko") < s.index("DEV=/dev/vda") < s.index("qemu-ga -m virtio-serial")
     assert "[ -d /sys/module/virtio_blk ] || insmod /lib/modules/kernel/drivers/block/virtio_blk.ko" in s
-    assert "echo mq-deadline > /sys/block/vda/queue/scheduler" in s
-    assert "mke2fs -q -F -t ext4" in s and "mount $DEV /mnt" in s
-    assert "run randwrite-4k --name=randwrite-4k" in s and "--filename=$DEV" in s
-    assert "--directory=/mnt/fs-randwrite-4k" in s
-    assert "dd if=/dev/zero of=$DEV bs=1M count=8 conv=fsync" in s
-    out = subprocess.run(["sh", "-n"], input=s, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    assert s.index("qemu-ga") < s.index(fiomod.READY)
+    assert "fio" not in s and "mq-deadline" not in s  # the workloads come through the agent
+    _sh_ok(s)
+
+
+def test_the_scripts_the_agent_runs_prepare_the_disk_and_mark_each_workload() -> None:
+    job = fiomod.GuestJob(
+        "vda", ["kernel/drivers/virtio/virtio.ko", "kernel/drivers/block/virtio_blk.ko"],
+        fiomod.lookup(["randwrite-4k", "fs-randwrite-4k", "cycle-8m"]), 1.0, 256, sched="mq-deadline",
+    )
+    prep = fiomod.prepare_script(job)
+    assert "[ -d /sys/module/virtio_blk ] || insmod" in prep  # what a restored guest lacks is loaded here
+    assert "echo mq-deadline > /sys/block/vda/queue/scheduler" in prep
+    assert "mke2fs -q -F -t ext4" in prep and "mount $DEV /mnt" in prep
+    plain, fs, cycle = (fiomod.workload_script(job, w, i) for i, w in enumerate(job.workloads))
+    assert "run randwrite-4k --name=randwrite-4k" in plain and "--filename=$DEV" in plain and "slot=0" in plain
+    assert "--directory=/mnt/fs-randwrite-4k" in fs and "rm -rf /mnt/* 2>/dev/null; mkdir -p /mnt/fs-randwrite-4k" in fs
+    assert "dd if=/dev/zero of=$DEV bs=1M count=8 conv=fsync" in cycle and "\nrun " not in cycle
+    for text in (prep, plain, fs, cycle):
+        _sh_ok(text)
+    assert "mke2fs" not in fiomod.prepare_script(fiomod.GuestJob("vda", [], fiomod.lookup(["randwrite-4k"]), 1.0, 64))
 
 
 def test_cpu_busy_from_proc_stat_lines() -> None:
@@ -107,24 +126,21 @@ def test_cpu_busy_from_proc_stat_lines() -> None:
         fiomod.parse_proc_stat_cpu("intr 1 2 3")
 
 
-def test_saved_guest_jobs_have_one_size_and_wait_for_the_real_job() -> None:
+def test_a_saved_guest_waits_with_fio_started_and_its_agent_up() -> None:
     job = fiomod.GuestJob("sda", ["kernel/drivers/ata/ata_piix.ko"], fiomod.lookup(["randread-4k"]), 1.0, 64)
     wait = fiomod.wait_job(fiomod.GuestJob("sda", job.modules, [], 0.0, 64))
-    real = fiomod.job_script(job)
-    pw, pr = fiomod.pad_job(wait), fiomod.pad_job(real)
-    assert pw is not None and pr is not None and len(pw.encode()) == len(pr.encode()) == fiomod.PADDED_JOB_SIZE
-    assert pw.startswith(fiomod.WAIT_MARK) and not pr.startswith(fiomod.WAIT_MARK)
-    assert "KVMTUNE-READY" in wait and "sh /tmp/job-restored.sh" in wait and "randread" not in wait
-    # pre-started fio processes wait on FIFOs; the real job feeds them an ini job and reads their exit code
-    assert wait.index("mkfifo /tmp/kvw/$n.ini") < wait.index("KVMTUNE-READY")
-    assert 'ini "$name" "$@" > /tmp/kvw/$slot.ini; read rc < /tmp/kvw/$slot.done' in real
-    assert fiomod.pad_job("x" * (fiomod.PADDED_JOB_SIZE + 1)) is None
-    for text in (pw, pr):
-        assert subprocess.run(["sh", "-n"], input=text, capture_output=True, text=True).returncode == 0
+    assert wait == fiomod.wait_job(fiomod.GuestJob("sda", job.modules, [], 0.0, 64))  # the restore serves it again
+    assert "randread" not in wait
+    # pre-started fio processes wait on FIFOs; a workload's script feeds one an ini job and reads its exit code
+    assert wait.index("mkfifo /tmp/kvw/$n.ini") < wait.index("qemu-ga") < wait.index(fiomod.READY)
+    first = fiomod.workload_script(job, job.workloads[0], 0)
+    assert 'ini "$name" "$@" > /tmp/kvw/$slot.ini; read rc < /tmp/kvw/$slot.done' in first and "slot=0" in first
+    for text in (wait, first):
+        _sh_ok(text)
 
 
 def test_ini_conversion_in_the_guest_shell_gives_a_job_fio_accepts(tmp_path: Path) -> None:
-    real = fiomod.job_script(fiomod.GuestJob("vda", [], [], 1.0, 64))
+    real = fiomod.workload_script(fiomod.GuestJob("vda", [], [], 1.0, 64), fiomod.BASIC["randrw-8k"], 0)
     ini_fn = next(ln for ln in real.splitlines() if ln.startswith("ini()"))
     args = fiomod.fio_args(fiomod.BASIC["randrw-8k"], str(tmp_path / "f.dat"), 0.2, 8, on_fs=False)
     args = [a for a in args if not a.startswith(("--ioengine", "--direct"))] + ["--ioengine=psync"]

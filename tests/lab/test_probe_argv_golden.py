@@ -3,7 +3,9 @@
 The golden (tests/lab/golden/probe_argv.json) was written by the code before the launcher became the one place
 that turns probe-guest virtual hardware into QEMU options (issue 44): the storage guest tier's disks on every bus,
 the net guest tier's NICs on every backend, and verify's guest tier sides (machine, disk, NIC, agent). The tiers'
-argv must stay byte-identical; ``KVMTUNE_REGEN_GOLDEN=1`` rewrites the file (only ever on purpose).
+argv must stay byte-identical (the net and storage guest tiers' gained the agent
+channel when they moved to the agent);
+``KVMTUNE_REGEN_GOLDEN=1`` rewrites the file (only ever on purpose).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kvmtune.lab.qemu import Disk, VmSpec, qemu_argv
 
 GOLDEN = Path(__file__).with_name("golden") / "probe_argv.json"
 SERIAL, QMP, JOB = Path("/w/run/vm.serial"), Path("/w/run/vm.qmp"), Path("/w/run/vm.job.sh")
+QGA = Path("/w/scratch/run/qga.sock")  # the storage guest tier's agent channel
 GUEST = ProbeGuest(kernel=Path("/boot/vmlinuz-6.1"), initrd=Path("/w/guest/initrd.img"), key="k", release="6.1",
                    modules=(), missing_optional=(), tools=(), size=0, cached=True, vmlinux=Path("/w/guest/vmlinux"))
 
@@ -40,16 +43,18 @@ def storage_argvs() -> dict[str, list[str]]:
                                 ("raw", "directsync", "io_uring")):
             for accel, smp in (("kvm", 1), ("tcg", 1), ("tcg", 2)):
                 spec = VmSpec(guest=GUEST, accel=accel, memory_mb=1024, smp=smp,
-                              disks=[Disk(f"/w/scratch/img.{fmt}", fmt, bus, cache, aio)], job="fio\n")
+                              disks=[Disk(f"/w/scratch/img.{fmt}", fmt, bus, cache, aio)], job="fio\n",
+                              agent_socket=QGA)
                 out[f"storage {bus} {fmt} {cache} {aio} {accel} {smp}"] = _argv(spec)
     restored = VmSpec(guest=GUEST, accel="tcg", disks=[Disk("/w/s.raw", "raw", "virtio-blk", "none", "threads")],
-                      job="x\n", incoming=Path("/w/snap/state.bin"))
+                      job="x\n", incoming=Path("/w/snap/state.bin"), agent_socket=QGA)
     out["storage restored"] = _argv(restored)
     return out
 
 
 def net_argvs(tmp: Path) -> dict[str, list[str]]:
-    """What bench/net/guest.py's _vm_spec gives the launcher, per endpoint backend (macvtap's fd number as FD)."""
+    """What bench/net/guest.py's _vm_spec gives the launcher, per endpoint backend (macvtap's fd number as FD), the
+    guest agent's channel included (the net tier drives its guests through the agent since issue 44's last step)."""
     chardev = tmp / "tap7"
     chardev.write_bytes(b"")
     eps = {
@@ -66,7 +71,7 @@ def net_argvs(tmp: Path) -> dict[str, list[str]]:
     ctx = cast(NetContext, SimpleNamespace(guest=GUEST, accel=SimpleNamespace(accel="tcg"), memory_mb=512, smp=2))
     out = {}
     for name, ep in eps.items():
-        spec, fd = _vm_spec(ctx, ep, "serve\n")
+        spec, fd = _vm_spec(ctx, ep, "serve\n", Path(f"/w/net/qga-{ep.name}.sock"))
         try:
             argv = [*spec.wrapper, *_argv(spec)]
         finally:

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from kvmtune.bench.net.guest import guest_files
 from kvmtune.errors import KvmtuneError
-from kvmtune.lab.guest import ExtraFile, GuestBuilder
+from kvmtune.lab.guest import GuestBuilder
 from kvmtune.lab.net.netload import find_netload
 from kvmtune.runner import Runner
 from proc_helpers import descendants, proc_stat
@@ -126,7 +127,7 @@ def env() -> Iterator[tuple[Path, str]]:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvkill-{os.getpid()}"
     work.mkdir()
     try:
-        GuestBuilder(work, Runner(), extra=[ExtraFile(netload, "/usr/bin/netload")]).build()
+        GuestBuilder(work, Runner(), extra=guest_files(netload)).build()  # bench net's probe guest
     except KvmtuneError as exc:
         shutil.rmtree(work, ignore_errors=True)
         pytest.skip(f"no probe guest here: {exc}")

@@ -15,6 +15,7 @@ from typing import Any
 
 from kvmtune.bench.storage.block import RAMP_S, BlockBenchmark, BlockPlan
 from kvmtune.bench.storage.guest import MatrixBenchmark, StorageContext, check_user_device
+from kvmtune.bench.storage.guest import guest_files as storage_guest_files
 from kvmtune.bench.storage.hostfs import check_host_fs
 from kvmtune.bench.storage.matrix import DIMENSIONS, PRESETS
 from kvmtune.bench.storage.quick import QUICK_CAP_S, QuickBenchmark, QuickPlan
@@ -210,7 +211,7 @@ def _auto_tier(args: argparse.Namespace, runner: Runner, host: HostRoot, workdir
     """guest where KVM really boots a guest (the probe is cached), block where it does not."""
     if not host.exists("/dev/kvm") or not host.access("/dev/kvm", 6):
         return "block", None, AccelChoice("none", "the block tier runs no guest", 0.0)
-    guest = build_guest(args, runner)
+    guest = build_guest(args, runner, more=storage_guest_files())
     accel = choose_accel("auto", guest, workdir, runner, host)
     if accel.accel != "kvm":
         print("kvmtune: KVM does not boot a guest here: running the block tier (QEMU's block layer without a guest); "
@@ -232,7 +233,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     spec = spec.for_tier(tier)
     configs, workloads = spec.configs()
     if tier == "guest" and guest is None:
-        guest = build_guest(args, runner)
+        guest = build_guest(args, runner, more=storage_guest_files())
         accel = choose_accel(spec.accel, guest, workdir, runner, host)
     host_fs = spec.host_fs
     if tier == "block":

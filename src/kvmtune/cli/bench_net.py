@@ -16,7 +16,6 @@ from kvmtune.cli.command import Command, Exit, Outcome, db_option, results_db
 from kvmtune.cli.guest import add_guest_options, parse_extra
 from kvmtune.errors import InputError
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.guest import ExtraFile
 from kvmtune.lab.net.netns import require_net_admin
 from kvmtune.lab.net.topology import TOPOLOGIES, TopologySpec
 from kvmtune.lab.runner import BenchRunner
@@ -130,12 +129,13 @@ def _auto_tier(runner: Runner, host: HostRoot, workdir: Path, args: argparse.Nam
     """guest where KVM really boots a guest (the probe is cached), datapath where it does not."""
     import sys
 
+    from kvmtune.bench.net.guest import guest_files
     from kvmtune.lab.accel import detect_accel
     from kvmtune.lab.guest import GuestBuilder
 
     why = "/dev/kvm is absent or not usable by this user"
     if host.exists("/dev/kvm") and host.access("/dev/kvm", 6):
-        extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
+        extra = [*parse_extra(args.extra), *guest_files(netload)]
         guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
         choice = detect_accel(guest, workdir, runner, host)  # cached: the guest tier's probe
         if choice.accel == "kvm":
@@ -227,11 +227,11 @@ def _run_datapath(args: argparse.Namespace, spec: NetSpec, runner: Runner, host:
 
 def _run_guest(args: argparse.Namespace, spec: NetSpec, runner: Runner, host: HostRoot, workdir: Path,
                topology: TopologySpec, tests: list[NetTest], tunings: Tunings, netload: str) -> Outcome:
-    from kvmtune.bench.net.guest import NetBenchmark, NetContext
+    from kvmtune.bench.net.guest import NetBenchmark, NetContext, guest_files
     from kvmtune.lab.accel import choose_accel
     from kvmtune.lab.guest import GuestBuilder
 
-    extra = [*parse_extra(args.extra), ExtraFile(netload, "/usr/bin/netload")]
+    extra = [*parse_extra(args.extra), *guest_files(netload)]
     guest = GuestBuilder(workdir, runner, kernel=args.kernel, modules_dir=args.modules_dir, extra=extra).build()
     accel = choose_accel(spec.accel, guest, workdir, runner, host)
     ctx = NetContext(

@@ -123,12 +123,13 @@ def guest_agent_job() -> str:
     return (
         'for m in $(cat /etc/kvmtune/agent-modules); do insmod "/lib/modules/$m" 2>/dev/null; done\n'
         "port=\n"
-        "for i in 1 2 3 4 5 6 7 8 9 10; do\n"
+        "i=0\n"
+        "while [ $i -lt 100 ]; do\n"  # at most 5 s; the port is usually there at once or within a few tries
         "  for d in /sys/class/virtio-ports/*; do\n"
         f'    [ "$(cat "$d/name" 2>/dev/null)" = {GUEST_AGENT_PORT} ] && port=/dev/${{d##*/}}\n'
         "  done\n"
         '  [ -n "$port" ] && [ -c "$port" ] && break\n'
-        "  sleep 0.5\n"
+        "  sleep 0.05; i=$((i+1))\n"
         "done\n"
         "mkdir -p /var/run /tmp/qga\n"
         'qemu-ga -m virtio-serial -p "$port" -t /tmp/qga > /tmp/qga.log 2>&1 &\n'

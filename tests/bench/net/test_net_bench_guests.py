@@ -16,11 +16,11 @@ import pytest
 from net_helpers import assert_nothing_left, namespaces, processes_mentioning, wait_processes_gone
 
 from kvmtune.bench.net.catalog import select_tests
-from kvmtune.bench.net.guest import NetBenchmark, NetContext
+from kvmtune.bench.net.guest import NetBenchmark, NetContext, guest_files
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
-from kvmtune.lab.guest import ExtraFile, GuestBuilder, ProbeGuest
+from kvmtune.lab.guest import GuestBuilder, ProbeGuest
 from kvmtune.lab.net import TopologySpec
 from kvmtune.lab.net.netload import find_netload
 from kvmtune.lab.runner import BenchRunner
@@ -42,7 +42,7 @@ def guest_env() -> Iterator[tuple[Path, ProbeGuest, str]]:
         pytest.skip(str(exc))
     work = Path(tempfile.mkdtemp(prefix="kvtg-"))
     try:
-        guest = GuestBuilder(work, runner, extra=[ExtraFile(netload, "/usr/bin/netload")]).build()
+        guest = GuestBuilder(work, runner, extra=guest_files(netload)).build()
     except KvmtuneError as exc:
         shutil.rmtree(work, ignore_errors=True)
         pytest.skip(f"no probe guest here: {exc}")

@@ -1,4 +1,5 @@
-"""bench net without a system: test names, tunings, guest jobs, console parsing, netload metrics, the seed-002 chart."""
+"""bench net without a system: test names, tunings, guest jobs and agent commands, cells from what netload returned,
+netload metrics, the seed-002 chart."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import pytest
 
 from kvmtune.bench.net.catalog import MATRICES, parse_test, parse_tunings, select_tests
 from kvmtune.bench.net.chart import aggregate, pct_better, seed002_rows, text_table
-from kvmtune.bench.net.guest import client_job, parse_console, server_job
+from kvmtune.bench.net.guest import NetContext, guest_job, last_error, netload_env, run_argv, serve_argv, warm_argv
+from kvmtune.bench.net.guest import _cell as net_cell
+from kvmtune.host.root import HostRoot
+from kvmtune.lab.accel import AccelChoice
 from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.net import Endpoint, NetError
 from kvmtune.lab.net.netload import netload_metrics
+from kvmtune.lab.net.topology import TopologySpec
+from kvmtune.lab.probe.side import ExecResult
 from kvmtune.lab.store import CellRow, Store
+from kvmtune.runner import Runner
 
 
 def test_seed_002_matrix_is_twenty_tests_in_seed_order() -> None:
@@ -75,32 +82,72 @@ def _ep(name: str, backend: str = "tap", **kw: object) -> Endpoint:
 def test_guest_jobs() -> None:
     g = _guest()
     tun = parse_tunings("guest.net.ipv4.tcp_timestamps=0")
-    srv = server_job(g, _ep("s0"), tun, "ab" * 16)
-    assert "insmod /lib/modules/kernel/drivers/net/virtio_net.ko" in srv and "virtio_blk" not in srv
-    assert srv.index("failover.ko") < srv.index("net_failover.ko") < srv.index("virtio_net.ko")
-    assert "ip link set dev eth0 mtu 9000" in srv and "echo 0 > /proc/sys/net/ipv4/tcp_timestamps" in srv
-    # loopback is netload's default; the server is told its own address and this run's token
-    assert srv.rstrip().endswith(f"NETLOAD_TOKEN={'ab' * 16} exec netload serve -q --listen 198.18.0.110:20000")
-    cli = client_job(g, _ep("c0"), _ep("s0"), select_tests(["rr1c-1x1--1", "str-readx30k--10"], None), tun, 5, "ab" * 16)
-    assert f"export NETLOAD_TOKEN={'ab' * 16}" in cli
-    assert "netload run --workload str-readx30k --users 10 --duration 5s --remote 198.18.0.110:20000 -q --json" in cli
-    assert 'echo "KVMTUNE-JSON-BEGIN rr1c-1x1--1"' in cli
+    job = guest_job(g, _ep("s0"), tun)
+    assert "insmod /lib/modules/kernel/drivers/net/virtio_net.ko" in job and "virtio_blk" not in job
+    assert job.index("failover.ko") < job.index("net_failover.ko") < job.index("virtio_net.ko")
+    assert "ip link set dev eth0 mtu 9000" in job and "echo 0 > /proc/sys/net/ipv4/tcp_timestamps" in job
+    # the NIC is up before the agent starts; from then on the host drives the guest through the agent
+    assert job.index("echo 0 > /proc/sys") < job.index("qemu-ga -m virtio-serial") < job.index("KVMTUNE-PROBE-READY")
+    assert "netload" not in job and "ab" * 16 not in job  # no test and no token in what the console carries
+    # loopback is netload's default; the server is told its own address, and this run's token comes through the
+    # command's environment (guest-exec's env), never on a command line
+    assert serve_argv(_ep("s0")) == ["/bin/sh", "-c", "exec netload serve -q --listen 198.18.0.110:20000"]
+    assert netload_env("ab" * 16) == ["PATH=/bin:/sbin:/usr/bin:/usr/sbin", f"NETLOAD_TOKEN={'ab' * 16}"]
+    (t,) = select_tests(["str-readx30k--10"], None)
+    cmd = run_argv(_ep("c0"), _ep("s0"), t, 5)
+    assert cmd[:2] == ["/bin/sh", "-c"] and "TOKEN" not in cmd[2]
+    assert "netload run --workload str-readx30k --users 10 --duration 5s --remote 198.18.0.110:20000 -q --json" in cmd[2]
+    warm = warm_argv(_ep("c0"), _ep("s0"))[2]
+    assert "--workload rr1c-1x1 --users 1 --duration 1s" in warm and "--connect-timeout 2s" in warm
     user_srv = _ep("s0", "user", ports=(7200, 7201), connect_address="198.18.200.2", hostfwd_address="127.0.0.1")
-    ucli = client_job(g, _ep("c0", "user"), user_srv, select_tests(["rr1c-1x1--1"], None), tun, 5, "cd" * 16)
+    (t1,) = select_tests(["rr1c-1x1--1"], None)
+    ucli = run_argv(_ep("c0", "user"), user_srv, t1, 5)[2]
     assert "sed 's/protocol=tcp/port=7201 protocol=tcp/'" in ucli and "--remote 198.18.200.2:7200" in ucli
-    assert server_job(g, user_srv, tun, "cd" * 16).rstrip().endswith("--listen 198.18.0.110:7200")
+    assert serve_argv(user_srv)[2].endswith("--listen 198.18.0.110:7200")
 
 
-def test_parse_console() -> None:
-    lines = [
-        "KVMTUNE-NET-UP 9000 52:54:00:4b:00:00", "KVMTUNE-W-BEGIN rr1c-1x1--1 7.1", "KVMTUNE-W-DONE rr1c-1x1--1 0 9.0",
-        "KVMTUNE-JSON-BEGIN rr1c-1x1--1", '{"a":', "1}", "KVMTUNE-JSON-END rr1c-1x1--1",
-        "KVMTUNE-W-DONE str-readx30k--1 3 12.0", "KVMTUNE-ERR str-readx30k--1 cannot reach the server",
-    ]
-    docs, errs, codes, fatal = parse_console(lines)
-    assert json.loads(docs["rr1c-1x1--1"]) == {"a": 1}
-    assert codes == {"@mtu": 9000, "rr1c-1x1--1": 0, "str-readx30k--1": 3}
-    assert errs["str-readx30k--1"] == "cannot reach the server" and fatal is None
+def _ctx() -> NetContext:
+    return NetContext(runner=Runner(), host=HostRoot(), accel=AccelChoice("tcg", "test", 0.0), workdir=Path("/nonexistent"),
+                      guest=_guest(), spec=TopologySpec("bridge", mtu=9000), tests=select_tests(["rr1c-1x1--1"], None))
+
+
+DOC = {"summary": {"throughput_bytes_per_s": 2e6, "transactions_per_s": 1000.0, "bytes": 4e6, "transactions": 3000,
+                   "errors": 0, "duration_s": 2.0}}
+
+
+def test_a_cell_from_what_netload_returned() -> None:
+    ctx = _ctx()
+    (t,) = ctx.tests
+    ok = net_cell(ctx, 1, t, ExecResult(0, json.dumps(DOC) + "\n", "", 2.5), {"wall_s": 2.5, "client": 0.5, "server": 1.0},
+               9000)
+    assert ok.ok and ok.rep == 1 and ok.workload == t.name and ok.raw == json.dumps(DOC)
+    assert ok.metrics["guest_mtu"] == 9000 and ok.metrics["throughput_Bps"] == 2e6
+    assert ok.metrics["qemu_client_cpu_pct"] == 20.0 and ok.metrics["qemu_server_cpu_s_per_mb"] == 0.25
+    assert ok.config["pair"] == 1 and ok.config["mtu"] == 9000 and ok.duration_s == 2.5
+    # netload's own error, its last two error lines, a hung command, a guest that never got there
+    failed = net_cell(ctx, 0, t, ExecResult(1, json.dumps({"error": {"message": "peer reset"}}), "", 1.0), {}, None)
+    assert not failed.ok and failed.error == "peer reset"
+    errs = net_cell(ctx, 0, t, ExecResult(3, "", "dial\n\n  cannot reach\r\n the server\n", 1.0), {}, None)
+    assert errs.error == "cannot reach the server"
+    assert net_cell(ctx, 0, t, ExecResult(None, "", "", 47.2), {}, None).error == "netload did not finish within 47s"
+    assert net_cell(ctx, 0, t, None, {}, None, "server guest: stopped early").error == "server guest: stopped early"
+    assert net_cell(ctx, 0, t, None, {}, None).error == "the test did not run"
+
+
+@pytest.mark.parametrize("stdout", ["not json", "[1, 2]", '"text"', "{", "\x00\ufffd", json.dumps(DOC)])
+def test_what_the_guest_prints_never_makes_a_cell_ok_on_its_own(stdout: str) -> None:
+    """Whatever the guest returns, a cell is ok only for a JSON object without an error and exit 0."""
+    ctx = _ctx()
+    (t,) = ctx.tests
+    cell = net_cell(ctx, 0, t, ExecResult(2, stdout, "", 1.0), {}, None)
+    assert not cell.ok and cell.error == "netload exited 2"
+    assert net_cell(ctx, 0, t, ExecResult(0, stdout, "", 1.0), {}, None).ok is (stdout == json.dumps(DOC))
+
+
+def test_last_error_is_one_line() -> None:
+    assert last_error("") == ""
+    assert last_error("a\n\nb\tc\r\nd\n") == "b c d"
+    assert "\n" not in last_error("x\n" * 1000) and "\r" not in last_error("x\ry\r\n")
 
 
 def test_netload_metrics() -> None:

@@ -1,17 +1,17 @@
 """``kvmtune bench net``: netload between probe-guest pairs over a topology.
 
-For every pair a server guest runs ``netload serve`` and a client guest runs
-the tests one after another (``netload run --json``), printing each JSON
-document between ``KVMTUNE-JSON-BEGIN/END`` markers on its console, the way
-the storage benchmark's fio jobs do. All pairs run at once, as in seed 002.
-While a test runs the host samples the CPU time of both QEMU processes (and
-their ``vhost-PID`` threads when vhost-net is on) at the client's
-``KVMTUNE-W-BEGIN``/``W-DONE`` markers. Each (pair, test) becomes one cell in
-the results store: key ``CONFIG|TEST``, ``rep`` = pair index.
+Every guest boots with a job that brings its NIC up (drivers, address, MTU, the tunings' sysctls) and
+starts its guest agent; from then on the host drives it through the agent
+(:class:`~kvmtune.lab.probe.agent.ProbeAgent`), the one way kvmtune drives a probe guest. For every pair
+the server guest runs ``netload serve`` and the client guest runs the tests one after another
+(``netload run --json`` through ``guest-exec``, its exit code and JSON document returned apart from the
+console). All pairs run at once, as in seed 002. Around each test the host samples the CPU time of both
+QEMU processes (and their ``vhost-PID`` threads when vhost-net is on). Each (pair, test) becomes one cell
+in the results store: key ``CONFIG|TEST``, ``rep`` = pair index.
 
-The guests boot from the storage benchmark's probe guest with ``netload``
-added (:class:`~kvmtune.lab.guest.ExtraFile`), launched by
-:class:`~kvmtune.lab.qemu.GuestRun` inside the endpoint's namespace.
+The guests boot from the storage benchmark's probe guest with ``netload`` and ``qemu-ga`` added
+(:class:`~kvmtune.lab.guest.ExtraFile`), launched by :class:`~kvmtune.lab.qemu.GuestRun` inside the
+endpoint's namespace.
 """
 
 from __future__ import annotations
@@ -21,18 +21,22 @@ import os
 import queue
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvmtune.bench.net.catalog import NetTest, Tunings
+from kvmtune.errors import KvmtuneError
 from kvmtune.host.process import process_cpu_s
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.guest import ExtraFile, ProbeGuest, guest_agent_file, guest_agent_job
 from kvmtune.lab.net.netload import NETLOAD_PORT, netload_metrics, new_token
 from kvmtune.lab.net.netns import NetError
 from kvmtune.lab.net.topology import Endpoint, Topology, TopologySpec, make_topology
+from kvmtune.lab.probe.agent import ProbeAgent
+from kvmtune.lab.probe.side import ExecResult
 from kvmtune.lab.qemu import GuestRun, Nic, VmSpec
 from kvmtune.lab.runner import BenchContext, Cell, CellSink, base_environment
 
@@ -40,6 +44,7 @@ SERVER_WAIT_TRIES = 40  # × (2 s connect timeout + 1 s): how long a client wait
 NETDEV = "net0"  # the -netdev id of a guest's one NIC
 NET_MODULES = ("virtio_pci", "virtio_net")
 TEST_OVERHEAD_S = 45.0  # connecting 250 users and reporting, under TCG
+GUEST_PATH = "/bin:/sbin:/usr/bin:/usr/sbin"  # what guest_init.sh gives every job
 
 
 @dataclass(kw_only=True)
@@ -73,6 +78,12 @@ class NetContext(BenchContext):
 # --------------------------------------------------------------------------- guest jobs
 
 
+def guest_files(netload: str) -> list[ExtraFile]:
+    """What the net tier adds to the probe guest: netload, and qemu-ga to be driven through."""
+    return [ExtraFile(netload, "/usr/bin/netload"), guest_agent_file()]
+
+
+
 def _module_lines(guest: ProbeGuest) -> list[str]:
     paths = guest.modules_for(NET_MODULES)
     if not any(p.rsplit("/", 1)[-1].startswith("virtio_net.") for p in paths) and "virtio_net" not in guest.modules:
@@ -96,10 +107,24 @@ def _port(ep: Endpoint) -> int:
     return ep.ports[0] if ep.ports else NETLOAD_PORT
 
 
-def server_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings, token: str) -> str:
-    # netload serves only the guest's own address and only clients holding this run's token
-    serve = f"NETLOAD_TOKEN={token} exec netload serve -q --listen {ep.ip}:{_port(ep)}"
-    return "\n".join([*_net_setup(guest, ep, tunings), serve, ""])
+def guest_job(guest: ProbeGuest, ep: Endpoint, tunings: Tunings) -> str:
+    """The boot job of either guest of a pair: its NIC up, then its agent, then wait to be driven."""
+    return "\n".join([*_net_setup(guest, ep, tunings), guest_agent_job().rstrip("\n"), "echo KVMTUNE-PROBE-READY",
+                      "while true; do sleep 3600; done", ""])
+
+
+def netload_env(token: str) -> list[str]:
+    """The whole environment of a netload command in the guest: this run's token there, never on a command line."""
+    return [f"PATH={GUEST_PATH}", f"NETLOAD_TOKEN={token}"]
+
+
+def _sh(command: str) -> list[str]:
+    return ["/bin/sh", "-c", command]
+
+
+def serve_argv(ep: Endpoint) -> list[str]:
+    # netload serves only the guest's own address and only clients holding this run's token (netload_env)
+    return _sh(f"exec netload serve -q --listen {ep.ip}:{_port(ep)}")
 
 
 def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, duration: str, extra: str = "") -> str:
@@ -115,72 +140,20 @@ def _run_cmd(client: Endpoint, server: Endpoint, workload: str, users: int, dura
     return f"netload run --workload {workload} --users {users} --duration {duration} --remote {remote} -q {extra}"
 
 
-def client_job(guest: ProbeGuest, client: Endpoint, server: Endpoint, tests: Sequence[NetTest], tunings: Tunings,
-               duration_s: float, token: str) -> str:
-    warm = _run_cmd(client, server, "rr1c-1x1", 1, "1s", "--connect-timeout 2s --peer-timeout 5s")
-    lines = [
-        *_net_setup(guest, client, tunings),
-        f"export NETLOAD_TOKEN={token}",
-        "u() { cut -d' ' -f1 /proc/uptime; }",
-        "i=0",
-        f"until {warm} >/dev/null 2>/tmp/warm.err; do",
-        "  rc=$?; i=$((i+1))",
-        f'  if [ $rc -ne 3 ] || [ $i -ge {SERVER_WAIT_TRIES} ]; then',
-        '    echo "KVMTUNE-FATAL server not usable: $(tail -n 1 /tmp/warm.err)"; exit 1',
-        "  fi",
-        "  sleep 1",
-        "done",
-        'echo "KVMTUNE-SERVER-UP $i"',
-    ]
-    dur = f"{duration_s:g}s"
-    for t in tests:
-        lines += [
-            f'echo "KVMTUNE-W-BEGIN {t.name} $(u)"',
-            f"{_run_cmd(client, server, t.workload, t.users, dur, '--json')} > /tmp/{t.name}.json 2>/tmp/{t.name}.err",
-            "rc=$?",
-            f'echo "KVMTUNE-W-DONE {t.name} $rc $(u)"',
-            f"[ $rc -ne 0 ] && echo \"KVMTUNE-ERR {t.name} $(grep -v '^$' /tmp/{t.name}.err | tail -n 2 | tr '\\n' ' ')\"",
-            f'echo "KVMTUNE-JSON-BEGIN {t.name}"; cat /tmp/{t.name}.json 2>/dev/null; echo; echo "KVMTUNE-JSON-END {t.name}"',
-        ]
-    return "\n".join([*lines, ""])
+def warm_argv(client: Endpoint, server: Endpoint) -> list[str]:
+    """One short exchange; netload exits 3 while the server does not answer yet."""
+    return _sh(_run_cmd(client, server, "rr1c-1x1", 1, "1s", "--connect-timeout 2s --peer-timeout 5s"))
 
 
-# --------------------------------------------------------------------------- parsing
+def run_argv(client: Endpoint, server: Endpoint, t: NetTest, duration_s: float) -> list[str]:
+    """Test ``t``: its JSON document on stdout."""
+    return _sh(_run_cmd(client, server, t.workload, t.users, f"{duration_s:g}s", "--json"))
 
 
-def parse_console(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str], dict[str, int], str | None]:
-    """(JSON text per test, error line per test, exit code per test, fatal error).
-
-    The guest's MTU as it reported it (``KVMTUNE-NET-UP MTU MAC``) is under the code key ``@mtu``.
-    """
-    docs: dict[str, str] = {}
-    errs: dict[str, str] = {}
-    codes: dict[str, int] = {}
-    fatal: str | None = None
-    collecting: str | None = None
-    buf: list[str] = []
-    for line in lines:
-        if collecting is not None:
-            if line.startswith(f"KVMTUNE-JSON-END {collecting}"):
-                docs[collecting] = "\n".join(buf).strip()
-                collecting, buf = None, []
-            else:
-                buf.append(line)
-            continue
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "KVMTUNE-JSON-BEGIN" and len(parts) > 1:
-            collecting = parts[1]
-        elif parts[0] == "KVMTUNE-W-DONE" and len(parts) > 2 and parts[2].lstrip("-").isdigit():
-            codes[parts[1]] = int(parts[2])
-        elif parts[0] == "KVMTUNE-ERR" and len(parts) > 1:
-            errs[parts[1]] = " ".join(parts[2:])
-        elif parts[0] == "KVMTUNE-FATAL" and fatal is None:
-            fatal = " ".join(parts[1:])
-        elif parts[0] == "KVMTUNE-NET-UP" and len(parts) > 1 and parts[1].isdigit():
-            codes["@mtu"] = int(parts[1])
-    return docs, errs, codes, fatal
+def last_error(stderr: str) -> str:
+    """A failed command's last two non-empty error lines, as one line."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    return " ".join(" ".join(lines[-2:]).split())
 
 
 # --------------------------------------------------------------------------- host CPU of QEMU
@@ -201,7 +174,7 @@ def qemu_cpu_s(host: HostRoot, pid: int) -> float | None:
 # --------------------------------------------------------------------------- the run
 
 
-def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | None]:
+def _vm_spec(ctx: NetContext, ep: Endpoint, job: str, agent_socket: Path | None = None) -> tuple[VmSpec, int | None]:
     fd = None
     if ep.needs_chardev_fd:
         assert ep.chardev is not None
@@ -212,13 +185,15 @@ def _vm_spec(ctx: NetContext, ep: Endpoint, job: str) -> tuple[VmSpec, int | Non
     spec = VmSpec(
         guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp, job=job,
         nics=[Nic(NETDEV, ep.netdev_arg(NETDEV, fd), mac=ep.mac, host_mtu=ep.mtu if ep.mtu != 1500 else None)],
-        wrapper=ep.exec_prefix, pass_fds=(fd,) if fd is not None else (),
+        wrapper=ep.exec_prefix, pass_fds=(fd,) if fd is not None else (), agent_socket=agent_socket,
     )
     return spec, fd
 
 
-def _start(ctx: NetContext, topo: Topology, ep: Endpoint, job: str) -> GuestRun:
-    spec, fd = _vm_spec(ctx, ep, job)
+def _start(ctx: NetContext, topo: Topology, ep: Endpoint) -> ProbeAgent:
+    """Boot ``ep``'s guest (its NIC up, its agent started); the agent is connected later."""
+    sock = topo.rundir / f"qga-{ep.name}.sock"
+    spec, fd = _vm_spec(ctx, ep, guest_job(ctx.guest, ep, ctx.tunings), sock)
     vm = GuestRun(spec, topo.rundir / "vm", ctx.runner, name=ep.name)
     try:
         proc = vm.start()
@@ -226,23 +201,35 @@ def _start(ctx: NetContext, topo: Topology, ep: Endpoint, job: str) -> GuestRun:
         if fd is not None:
             os.close(fd)
     topo.add_process(proc, f"QEMU {ep.name}")
-    return vm
+    return ProbeAgent(vm, sock, ep.name)
 
 
-def _cell(ctx: NetContext, pair: int, t: NetTest, lines: Sequence[str], cpu: dict[str, float],
-          why_not: str | None = None) -> Cell:
-    """The cell of test ``t`` from the client console so far; ``why_not`` explains a test that never reported."""
-    docs, errs, codes, fatal = parse_console(lines)
-    cell = Cell(ctx.config_key, ctx.config(pair), t.name, "error", raw=docs.get(t.name), rep=pair)
+def _connect(agent: ProbeAgent, until: float, boot_timeout: float) -> None:
+    """Wait for the guest's agent; a job that failed before it (``KVMTUNE-FATAL`` on the console) says why."""
     try:
-        doc = json.loads(docs[t.name]) if docs.get(t.name) else None
+        agent.connect(until, boot_timeout)
+    except KvmtuneError as exc:
+        fatal = _console_fatal(agent.run)
+        raise KvmtuneError(fatal or str(exc)) from None
+
+
+def _cell(ctx: NetContext, pair: int, t: NetTest, res: ExecResult | None, cpu: dict[str, float],
+          mtu: int | None, why_not: str | None = None) -> Cell:
+    """The cell of test ``t`` from what its ``netload run`` returned (None: it never ran, ``why_not`` says why)."""
+    text = res.stdout.strip() if res is not None else None
+    cell = Cell(ctx.config_key, ctx.config(pair), t.name, "error", raw=text, rep=pair)
+    try:
+        doc = json.loads(text) if text else None
     except ValueError:
         doc = None
-    if doc is not None and doc.get("error") is None and codes.get(t.name) == 0:
+    if not isinstance(doc, dict):
+        doc = None
+    rc = res.rc if res is not None else None
+    if doc is not None and doc.get("error") is None and rc == 0:
         cell.status = "ok"
         cell.metrics = netload_metrics(doc)
-        if "@mtu" in codes:
-            cell.metrics["guest_mtu"] = float(codes["@mtu"])
+        if mtu is not None:
+            cell.metrics["guest_mtu"] = float(mtu)
         wall = cpu.get("wall_s") or 0.0
         mb = cell.metrics.get("bytes", 0.0) / 1e6
         for side in ("client", "server"):
@@ -253,14 +240,34 @@ def _cell(ctx: NetContext, pair: int, t: NetTest, lines: Sequence[str], cpu: dic
         cell.duration_s = wall or None
         return cell
     reason = (doc or {}).get("error") or {}
+    timed_out = res is not None and res.rc is None
     cell.error = (
         (reason.get("message") if isinstance(reason, dict) else None)
-        or errs.get(t.name)
-        or fatal
+        or (last_error(res.stderr) if res is not None and rc not in (None, 0) else None)
         or why_not
-        or (f"netload exited {codes[t.name]}" if t.name in codes else "the test did not run")
+        or (f"netload did not finish within {res.seconds:.0f}s" if timed_out and res is not None else None)
+        or (f"netload exited {rc}" if rc is not None else "the test did not run")
     )
     return cell
+
+
+def _guest_mtu(agent: ProbeAgent) -> int | None:
+    """The MTU the client guest's eth0 has (what the topology set, as the guest sees it)."""
+    res = agent.exec(["/bin/cat", "/sys/class/net/eth0/mtu"], 30.0)
+    text = res.stdout.strip()
+    return int(text) if res.rc == 0 and text.isdigit() and len(text) < 7 else None
+
+
+def _wait_server(client: ProbeAgent, argv: list[str], env: list[str]) -> None:
+    """Until the server answers a short exchange; raise with its last error line when it will not."""
+    for _ in range(SERVER_WAIT_TRIES):
+        res = client.exec(argv, 60.0, env)
+        if res.rc == 0:
+            return
+        if res.rc != 3:
+            break
+        time.sleep(1)
+    raise KvmtuneError(f"server not usable: {last_error(res.stderr) or f'netload exited {res.rc}'}")
 
 
 def run_net(ctx: NetContext) -> int:
@@ -268,64 +275,56 @@ def run_net(ctx: NetContext) -> int:
     spec = ctx.spec
     if ctx.tunings.txqueuelen is not None:
         spec = TopologySpec(spec.kind, spec.pairs, spec.hosts, spec.mtu, ctx.tunings.txqueuelen, spec.ovs_datapath, spec.vhost)
-    timeout = ctx.boot_timeout_s + len(ctx.tests) * (ctx.duration_s + TEST_OVERHEAD_S)
-    tests = {t.name: t for t in ctx.tests}
     with make_topology(spec, runner=ctx.runner, host=ctx.host, workdir=ctx.workdir) as topo:
         ctx.topology_facts = topo.facts
-        servers: dict[int, GuestRun] = {}
-        clients: dict[int, GuestRun] = {}
-        token = new_token()
-        for _client, server in topo.pairs():
-            servers[server.pair] = _start(ctx, topo, server, server_job(ctx.guest, server, ctx.tunings, token))
+        servers: dict[int, ProbeAgent] = {}
+        clients: dict[int, ProbeAgent] = {}
+        endpoints: dict[int, tuple[Endpoint, Endpoint]] = {}
+        env = netload_env(new_token())
         for client, server in topo.pairs():
-            job = client_job(ctx.guest, client, server, ctx.tests, ctx.tunings, ctx.duration_s, token)
-            clients[client.pair] = _start(ctx, topo, client, job)
+            servers[server.pair] = _start(ctx, topo, server)
+            endpoints[client.pair] = (client, server)
+        for client, _server in topo.pairs():
+            clients[client.pair] = _start(ctx, topo, client)
+        booted_by = time.monotonic() + ctx.boot_timeout_s
         done: queue.Queue[Cell] = queue.Queue()  # cells go to the store from this thread only (sqlite)
         failures: list[BaseException] = []
 
         def follow(pair: int) -> None:
-            vm, srv = clients[pair], servers[pair]
-            assert vm.proc is not None and srv.proc is not None
-            lines: list[str] = []
-            marks: dict[str, tuple[float, float | None, float | None]] = {}
-            cpu: dict[str, dict[str, float]] = {}
+            agent, srv = clients[pair], servers[pair]
+            client_ep, server_ep = endpoints[pair]
             reported: set[str] = set()
-
-            def on_line(line: str, now: float) -> None:
-                lines.append(line)
-                parts = line.split()
-                if len(parts) < 2:
-                    return
-                if parts[0] == "KVMTUNE-JSON-END" and parts[1] in tests and parts[1] not in reported:
-                    reported.add(parts[1])
-                    done.put(_cell(ctx, pair, tests[parts[1]], lines, cpu.get(parts[1], {})))
-                    return
-                if parts[0] not in ("KVMTUNE-W-BEGIN", "KVMTUNE-W-DONE"):
-                    return
-                assert vm.proc is not None and srv.proc is not None
-                c, s = qemu_cpu_s(ctx.host, vm.proc.pid), qemu_cpu_s(ctx.host, srv.proc.pid)
-                if parts[0] == "KVMTUNE-W-BEGIN":
-                    marks[parts[1]] = (now, c, s)
-                elif parts[1] in marks:
-                    t0, c0, s0 = marks.pop(parts[1])
-                    row = {"wall_s": now - t0}
-                    if c is not None and c0 is not None:
-                        row["client"] = c - c0
-                    if s is not None and s0 is not None:
-                        row["server"] = s - s0
-                    cpu[parts[1]] = row
-
+            mtu: int | None = None
             try:
-                out = vm.follow(timeout, on_line=on_line)
+                _connect(srv, booted_by, ctx.boot_timeout_s)
+                srv.spawn(serve_argv(server_ep), env=env)
+                _connect(agent, booted_by, ctx.boot_timeout_s)
+                mtu = _guest_mtu(agent)
+                _wait_server(agent, warm_argv(client_ep, server_ep), env)
+                for t in ctx.tests:
+                    assert agent.run.proc is not None and srv.run.proc is not None
+                    t0 = time.monotonic()
+                    c0, s0 = qemu_cpu_s(ctx.host, agent.run.proc.pid), qemu_cpu_s(ctx.host, srv.run.proc.pid)
+                    res = agent.exec(run_argv(client_ep, server_ep, t, ctx.duration_s),
+                                     ctx.duration_s + TEST_OVERHEAD_S, env)
+                    c1, s1 = qemu_cpu_s(ctx.host, agent.run.proc.pid), qemu_cpu_s(ctx.host, srv.run.proc.pid)
+                    cpu = {"wall_s": time.monotonic() - t0}
+                    if c0 is not None and c1 is not None:
+                        cpu["client"] = c1 - c0
+                    if s0 is not None and s1 is not None:
+                        cpu["server"] = s1 - s0
+                    why = f"server guest: {_server_error(srv)}" if res.rc != 0 and srv.run.proc.poll() is not None else None
+                    reported.add(t.name)
+                    done.put(_cell(ctx, pair, t, res, cpu, mtu, why))
+            except KvmtuneError as exc:
+                why_not = str(exc)
+                if srv.run.proc is not None and srv.run.proc.poll() is not None and "server" not in why_not:
+                    why_not = f"server guest: {_server_error(srv)}"
+                for t in ctx.tests:
+                    if t.name not in reported:
+                        done.put(_cell(ctx, pair, t, None, {}, mtu, why_not))
             except BaseException as exc:  # reported by the main thread
                 failures.append(exc)
-                return
-            why = out.error()
-            if srv.proc.poll() is not None:
-                why = f"server guest: {_server_error(srv)}"
-            for t in ctx.tests:
-                if t.name not in reported:
-                    done.put(_cell(ctx, pair, t, out.lines, cpu.get(t.name, {}), why))
 
         threads = [threading.Thread(target=follow, args=(p,), daemon=True) for p in clients]
         for th in threads:
@@ -340,20 +339,28 @@ def run_net(ctx: NetContext) -> int:
             ctx.record(cell)
         if failures:
             raise failures[0]
-        for vm in [*clients.values(), *servers.values()]:
-            vm.close()
+        for agent in [*clients.values(), *servers.values()]:
+            agent.close()
+            agent.run.close()
     return failed
 
 
-def _server_error(vm: GuestRun) -> str:
+def _console_fatal(vm: GuestRun) -> str | None:
+    """What a guest's job printed as ``KVMTUNE-FATAL`` before its agent could answer, if it did."""
     try:
         text = vm.serial.read_text(errors="replace")
     except OSError:
-        return "stopped early"
+        return None
     for line in text.splitlines():
         if line.startswith("KVMTUNE-FATAL"):
-            return line.removeprefix("KVMTUNE-FATAL").strip()
-    return "stopped before the client finished"
+            return line.removeprefix("KVMTUNE-FATAL").strip()[:300]
+    return None
+
+
+def _server_error(agent: ProbeAgent) -> str:
+    if agent.run.proc is not None and agent.run.proc.poll() is None:
+        return "stopped before the client finished"
+    return _console_fatal(agent.run) or "stopped early"
 
 
 def describe(cell: Cell) -> str:

@@ -9,9 +9,11 @@ one-line error and the matrix goes on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ from kvmtune.bench.storage.snapshot import SnapshotCache
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.guest import ExtraFile, ProbeGuest, guest_agent_file
+from kvmtune.lab.probe.agent import ProbeAgent
 from kvmtune.lab.qemu import BUS_GUEST_DEV, BUS_MODULES, Disk, GuestRun, VmSpec
 from kvmtune.lab.runner import BenchContext, Cell, CellSink, base_environment
 from kvmtune.lab.storage import fio as fiomod
@@ -45,6 +48,11 @@ class StorageContext(BenchContext):
     snapshots: SnapshotCache | None = None  # restore a saved booted guest instead of booting (None: always boot)
     restored_cells: int = 0
     first_result_s: float | None = None
+
+
+def guest_files() -> tuple[ExtraFile, ...]:
+    """What the storage guest tier adds to the probe guest: qemu-ga, to be driven through."""
+    return (guest_agent_file(),)
 
 
 def storage_cell(cfg: StorageConfig, workload: str, status: str = "ok", **fields: Any) -> Cell:
@@ -159,29 +167,26 @@ def _boot_group(
 ) -> list[Cell]:
     assert ctx.guest is not None
     modules = _modules_for(ctx.guest, cfg.bus, any(w.fs for w in workloads), cfg.sched)
-    job = fiomod.job_script(fiomod.GuestJob(BUS_GUEST_DEV[cfg.bus], modules, workloads, ctx.runtime_s, ctx.disk_mib, cfg.sched))
+    gjob = fiomod.GuestJob(BUS_GUEST_DEV[cfg.bus], modules, workloads, ctx.runtime_s, ctx.disk_mib, cfg.sched)
+    rundir = ctx.scratch.root / "run"
     spec = VmSpec(
         guest=ctx.guest, accel=ctx.accel.accel, memory_mb=ctx.memory_mb, smp=ctx.smp,
-        disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)], job=job,
+        disks=[Disk(image, fmt, cfg.bus, cfg.cache, cfg.aio)], job=fiomod.boot_job(gjob),
+        agent_socket=rundir / f"qga-{os.getpid()}.sock",
     )
+    boot_job = spec.job
     # a cycle's figure is per VM lifetime, boot included: it always boots
     if ctx.snapshots is not None and cfg.target != "device" and not any(w.is_cycle for w in workloads):
         boot_mods = _modules_for(ctx.guest, cfg.bus, False, "default")
         state = ctx.snapshots.ensure(ctx.guest, ctx.accel.accel, ctx.memory_mb, ctx.smp, cfg.bus, ctx.disk_mib,
                                      cfg.cache, boot_mods, ctx.boot_timeout_s)
-        padded = fiomod.pad_job(job)
-        if state is not None and padded is not None:
-            spec.incoming, spec.job = state, padded
+        if state is not None:
+            spec.incoming, spec.job = state, ctx.snapshots.job(cfg.bus, ctx.disk_mib, boot_mods)
             ctx.restored_cells += len(workloads)
     marks = _Marks()
-    budget = (
-        ctx.boot_timeout_s
-        + 30
-        + sum((w.cycle_idle_s + 10 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 20) for w in workloads)
-    )
     started = time.monotonic()
     try:
-        outcome, sampler = _run_vm(ctx, spec, host_dev, marks, budget, started)
+        outcome, sampler = _run_vm(ctx, spec, gjob, host_dev, marks, started)
     except KvmtuneError:
         if spec.incoming is None:
             raise
@@ -190,13 +195,13 @@ def _boot_group(
             ctx.snapshots.failures[str(spec.incoming)] = "restore failed"
             spec.incoming.unlink(missing_ok=True)
         ctx.restored_cells -= len(workloads)
-        spec.incoming, spec.job, marks = None, job, _Marks()
+        spec.incoming, spec.job, marks = None, boot_job, _Marks()
         started = time.monotonic()
-        outcome, sampler = _run_vm(ctx, spec, host_dev, marks, budget, started)
+        outcome, sampler = _run_vm(ctx, spec, gjob, host_dev, marks, started)
     if marks.first_json_at is not None and ctx.first_result_s is None:
         ctx.first_result_s = marks.first_json_at
     parsed = parse_console(outcome.lines)
-    vm_error = outcome.error()
+    vm_error = outcome.error
     fatal = parsed.get("", {}).get("error")
     life = sampler.series[0], sampler.series[-1]
     results: list[Cell] = []
@@ -257,28 +262,97 @@ def _boot_group(
     return results
 
 
+@dataclass
+class _Outcome:
+    """What one guest run left: the output of the scripts run in it, in order, and why it stopped early."""
+
+    lines: list[str] = field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+def _not_ready(vm: GuestRun, boot_timeout: float, exc: KvmtuneError) -> str:
+    """One line: why the guest's agent never answered, from its console."""
+    if str(exc).startswith("QEMU stopped the guest"):
+        return str(exc)
+    try:
+        lines = vm.serial.read_bytes()[-64000:].decode("utf-8", "replace").splitlines()
+    except OSError:
+        lines = []
+    fatal = next((ln for ln in lines if ln.startswith("KVMTUNE-FATAL")), None)
+    if fatal is not None:
+        return fatal.removeprefix("KVMTUNE-FATAL").strip()[:300]
+    if not any(ln.startswith("KVMTUNE-BOOTED") for ln in lines):
+        panic = next((ln for ln in lines if "Kernel panic" in ln), None)
+        if panic is not None:
+            return f"kernel did not boot: {panic.strip()[:140]}"
+        last = next((ln for ln in reversed(lines) if ln.strip()), "no console output")
+        return f"kernel did not boot within {boot_timeout:.0f}s (last console line: {last[:120]!r})"
+    return str(exc)
+
+
 def _run_vm(
-    ctx: StorageContext, spec: VmSpec, host_dev: str | None, marks: _Marks, budget: float, started: float
-) -> tuple[Any, HostSampler]:
-    """Start (or restore) the guest and follow it, snapshotting host counters at the guest's markers."""
-    with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
-        proc = vm.start()
-        sampler = HostSampler(ctx.host, host_dev, proc.pid, interval=0.5)
-        sampler.start()
+    ctx: StorageContext, spec: VmSpec, gjob: fiomod.GuestJob, host_dev: str | None, marks: _Marks, started: float
+) -> tuple[_Outcome, HostSampler]:
+    """Start (or restore) the guest and drive it through its agent: prepare the disk, then one ``guest-exec`` per
+    workload, host counters snapshotted around each; a cycle ends with the guest powering itself off."""
+    assert spec.agent_socket is not None
+    out = _Outcome()
+    try:
+        with GuestRun(spec, ctx.scratch.root / "run", ctx.runner) as vm:
+            proc = vm.start()
+            sampler = HostSampler(ctx.host, host_dev, proc.pid, interval=0.5)
+            sampler.start()
+            agent = ProbeAgent(vm, spec.agent_socket, "storage")
+            try:
+                try:
+                    agent.connect(time.monotonic() + ctx.boot_timeout_s, ctx.boot_timeout_s, watch_stopped=True)
+                except KvmtuneError as exc:
+                    if spec.incoming is not None:
+                        raise
+                    out.error = _not_ready(vm, ctx.boot_timeout_s, exc)
+                    return out, sampler
+                try:
+                    _drive(ctx, agent, gjob, sampler, marks, started, out)
+                except KvmtuneError as exc:  # QEMU died or the agent stopped answering: the cells so far stay
+                    out.error = str(exc)
+                if any(w.is_cycle for w in gjob.workloads) and out.error is None:
+                    # the VM's life ends as it would: the guest flushes and powers off
+                    with contextlib.suppress(KvmtuneError):  # the guest may be gone before the agent answers
+                        agent.spawn(["/bin/sh", "-c", "sync; poweroff -f"])
+                    agent.close()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=60)
+            finally:
+                agent.close()
+                sampler.stop()
+                out.duration_s = time.monotonic() - started
+    finally:
+        spec.agent_socket.unlink(missing_ok=True)
+    return out, sampler
 
-        def on_line(line: str, now: float) -> None:
-            if line.startswith("KVMTUNE-W-BEGIN "):
-                marks.begin[line.split()[1]] = sampler.snap()
-            elif line.startswith("KVMTUNE-W-DONE "):
-                marks.done[line.split()[1]] = sampler.snap()
-            elif line.startswith("KVMTUNE-JSON-END") and marks.first_json_at is None:
-                marks.first_json_at = now - started
 
-        try:
-            outcome = vm.follow(budget, on_line, boot_timeout=ctx.boot_timeout_s)
-        finally:
-            sampler.stop()
-    return outcome, sampler
+def _drive(ctx: StorageContext, agent: ProbeAgent, gjob: fiomod.GuestJob, sampler: HostSampler, marks: _Marks,
+           started: float, out: _Outcome) -> None:
+    """Prepare the disk, then run each workload through the agent, host counters snapshotted around it."""
+    prep = agent.exec(["/bin/sh", "-c", fiomod.prepare_script(gjob)], 300.0)
+    out.lines += prep.stdout.splitlines()
+    if prep.rc != 0:
+        out.error = "preparing the guest's disk failed" if prep.rc is not None else "preparing the guest's disk hung"
+        return
+    slot = 0
+    for w in gjob.workloads:
+        budget = (w.cycle_idle_s + 10 + w.cycle_mib / 5) if w.is_cycle else (ctx.runtime_s * 3 + 20)
+        marks.begin[w.name] = sampler.snap()
+        res = agent.exec(["/bin/sh", "-c", fiomod.workload_script(gjob, w, slot)], budget)
+        marks.done[w.name] = sampler.snap()
+        slot += not w.is_cycle
+        out.lines += res.stdout.splitlines()
+        if res.rc is None:
+            out.error = f"{w.name} did not finish within {budget:.0f}s"
+            return
+        if marks.first_json_at is None and not w.is_cycle:
+            marks.first_json_at = time.monotonic() - started
 
 
 def _modules_for(guest: ProbeGuest, bus: str, fs: bool, sched: str) -> list[str]:

@@ -6,9 +6,10 @@ whether the disk reports a volatile write cache, memory, vCPUs) with a sparse
 placeholder image, brought to the point where the disk is probed, paused and
 saved with QMP ``migrate`` to a file. A configuration then starts QEMU with
 ``-incoming`` from that file and *its own* ``-drive`` (format, cache, aio and
-image are host-side properties the migration does not carry), and the guest
-runs the job the new QEMU serves through fw_cfg (both jobs are padded to one
-size, since the guest cached the fw_cfg file size when it booted).
+image are host-side properties the migration does not carry); the new QEMU serves
+the same job through fw_cfg (the guest cached the fw_cfg file size when it booted)
+and gives the guest's agent its channel, through which the host then drives it
+as it drives a booted one.
 
 What the guest sees is the same as after a cold boot with that disk: the same
 device, the same capacity, the same write-cache flag, a disk that reads as zeros
@@ -28,12 +29,13 @@ from pathlib import Path
 
 from kvmtune.errors import KvmtuneError
 from kvmtune.lab.guest import ProbeGuest
+from kvmtune.lab.probe.agent import ProbeAgent
 from kvmtune.lab.qemu import BUS_GUEST_DEV, FAST_BOOT_ARGS, Disk, GuestRun, VmSpec, qemu_version
 from kvmtune.lab.storage import fio as fiomod
 from kvmtune.lab.workdir import free_bytes
 from kvmtune.runner import Runner
 
-SNAPSHOT_VERSION = "1"
+SNAPSHOT_VERSION = "2"  # 2: saved with the guest agent running, driven through it after the restore
 MAX_SNAPSHOTS = 6
 
 
@@ -59,6 +61,11 @@ class SnapshotCache:
                      self._qemu, *modules):
             h.update(f"{part}\n".encode())
         return h.hexdigest()[:24]
+
+    @staticmethod
+    def job(bus: str, disk_mib: int, modules: list[str]) -> str:
+        """The job a saved guest ran, which its restoring QEMU must serve again (same fw_cfg file)."""
+        return fiomod.wait_job(fiomod.GuestJob(BUS_GUEST_DEV[bus], modules, [], 0.0, disk_mib))
 
     def ensure(
         self, guest: ProbeGuest, accel: str, memory_mb: int, smp: int, bus: str, disk_mib: int, cache: str,
@@ -93,19 +100,19 @@ class SnapshotCache:
         placeholder = state.with_suffix(f".placeholder{os.getpid()}.raw")
         with open(placeholder, "wb") as fh:
             fh.truncate(disk_mib << 20)
+        sock = self.dir / "run" / f"qga-snap{os.getpid()}.sock"
         try:
-            job = fiomod.pad_job(fiomod.wait_job(fiomod.GuestJob(BUS_GUEST_DEV[bus], modules, [], 0.0, disk_mib)))
-            assert job is not None
             spec = VmSpec(
-                guest=guest, accel=accel, memory_mb=memory_mb, smp=smp, job=job,
+                guest=guest, accel=accel, memory_mb=memory_mb, smp=smp, job=self.job(bus, disk_mib, modules),
                 disks=[Disk(str(placeholder), "raw", bus, "writeback" if wce else "writethrough", "threads")],
+                agent_socket=sock,
             )
             with GuestRun(spec, self.dir / "run", self.runner, name=f"snap{os.getpid()}") as vm:
                 vm.start()
                 deadline = time.monotonic() + boot_timeout
                 while True:
                     text = vm.serial.read_text(errors="replace")
-                    if "KVMTUNE-READY" in text:
+                    if fiomod.READY in text:
                         break
                     fatal = next((ln for ln in text.splitlines() if ln.startswith("KVMTUNE-FATAL")), None)
                     if fatal or (vm.proc is not None and vm.proc.poll() is not None):
@@ -113,9 +120,13 @@ class SnapshotCache:
                     if time.monotonic() > deadline:
                         raise KvmtuneError(f"the guest to be saved did not come up within {boot_timeout:.0f}s")
                     time.sleep(0.02)
+                agent = ProbeAgent(vm, sock, "to be saved")  # saved only once its agent answers
+                agent.connect(deadline, boot_timeout)
+                agent.close()
                 vm.save_state(state)
         finally:
             placeholder.unlink(missing_ok=True)
+            sock.unlink(missing_ok=True)
 
     def _prune(self, keep: Path) -> None:
         states = sorted(self.dir.glob("*.state"), key=lambda p: p.stat().st_mtime, reverse=True)

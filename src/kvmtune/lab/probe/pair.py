@@ -18,9 +18,6 @@ replacement, and parsed strictly by the experiment that asked.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import shutil
 import time
 from collections.abc import Iterable, Sequence
@@ -29,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
-from kvmtune.guestagent.client import PROBE_GUEST_COMMANDS, AgentError, Deadline, SocketAgent
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.guest import (
     ExtraFile,
@@ -40,6 +36,7 @@ from kvmtune.lab.guest import (
     guest_agent_job,
     resolve_modules,
 )
+from kvmtune.lab.probe.agent import ProbeAgent
 from kvmtune.lab.probe.kernel import BOOT, KernelChoice, choice_for, lacks_line
 from kvmtune.lab.probe.side import ExecResult, GuestSide, Plumbing
 from kvmtune.lab.qemu import Disk, GuestRun, Machine, Nic, VmSpec, tap_netdev
@@ -57,7 +54,6 @@ AHCI_ID = "kvmtune-ahci"
 NETDEV_ID = "kvmtune-net"
 NIC_DEV = "kvmtune-nic"
 NIC_MAC = {"A": "52:54:00:6b:74:0a", "B": "52:54:00:6b:74:0b"}
-MAX_OUTPUT = 1 << 20  # bytes of a command's stdout or stderr kept (the agent client bounds its answers as well)
 
 # libvirt's SCSI controller models → QEMU's device and the Linux driver that runs it
 SCSI_HBA: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -270,7 +266,7 @@ class _Side:
     side: GuestSide
     run: GuestRun | None = None
     qmp: Qmp | None = None
-    agent: SocketAgent | None = None
+    agent: ProbeAgent | None = None
     disk: Path | None = None
     agent_sock: Path | None = None
 
@@ -364,20 +360,11 @@ class ProbePair(Started):
         self._accel = accels["A"]
         self.boot_s = time.monotonic() - started
 
-    def _alive(self, s: _Side) -> None:
-        assert s.run is not None and s.run.proc is not None
-        if s.run.proc.poll() is not None:
-            try:
-                tail = s.run.stderr_path.read_bytes()[-2000:].decode("utf-8", "replace").strip().splitlines()
-            except OSError:
-                tail = []
-            raise KvmtuneError(f"QEMU of probe guest {s.name} exited {s.run.proc.returncode}: "
-                               f"{tail[-1] if tail else 'no error output'}")
-
     def _connect(self, s: _Side, until: float) -> None:
         assert s.run is not None and s.agent_sock is not None
+        s.agent = ProbeAgent(s.run, s.agent_sock, s.name)
         while True:
-            self._alive(s)
+            s.agent.alive()
             try:
                 s.qmp = Qmp(s.run.qmp_path, timeout=5.0)
                 break
@@ -387,29 +374,7 @@ class ProbePair(Started):
                 time.sleep(0.1)
         if s.disk is not None:  # QEMU holds it open now: a killed kvmtune leaves no scratch disk behind
             s.disk.unlink(missing_ok=True)
-        while True:
-            self._alive(s)
-            left = until - time.monotonic()
-            if left <= 0:
-                raise KvmtuneError(f"the agent of probe guest {s.name} did not answer within {self.boot_timeout:.0f}s "
-                                   f"(last console line: {self._last_console(s)!r})")
-            if not s.agent_sock.exists():
-                time.sleep(0.1)
-                continue
-            try:
-                s.agent = SocketAgent(str(s.agent_sock), Deadline(min(left, 5.0)), allowed=PROBE_GUEST_COMMANDS)
-                return
-            except AgentError:
-                continue
-
-    @staticmethod
-    def _last_console(s: _Side) -> str:
-        assert s.run is not None
-        try:
-            lines = s.run.serial.read_bytes()[-4000:].decode("utf-8", "replace").splitlines()
-        except OSError:
-            return ""
-        return next((ln for ln in reversed(lines) if ln.strip()), "")[:120]
+        s.agent.connect(until, self.boot_timeout)
 
     def _query_accel(self, s: _Side) -> str:
         kvm = self.qmp(s.name, "query-kvm")
@@ -458,47 +423,6 @@ class ProbePair(Started):
         """Run ``argv`` (an absolute path first) in probe guest ``side`` through ``guest-exec``; wait at most
         ``timeout`` seconds, then kill it (rc None)."""
         s = self._side(side)
-        if s.agent is None:
+        if s.agent is None or not s.agent.connected:
             raise KvmtuneError(f"probe guest {side} is not running")
-        if not argv or not argv[0].startswith("/"):
-            raise ValueError("guest-exec needs an absolute path")
-        start = time.monotonic()
-        pid = self._call(s, "guest-exec", {"path": argv[0], "arg": argv[1:], "capture-output": True}, timeout)
-        if not isinstance(pid, dict) or type(pid.get("pid")) is not int:
-            raise KvmtuneError(f"probe guest {side}: guest-exec answered no pid")
-        gpid = pid["pid"]
-        poll = 0.02
-        while True:
-            status = self._call(s, "guest-exec-status", {"pid": gpid}, 30.0)
-            if not isinstance(status, dict):
-                raise KvmtuneError(f"probe guest {side}: guest-exec-status answered no object")
-            if status.get("exited") is True:
-                code = status.get("exitcode")
-                rc = code if type(code) is int else (128 + status["signal"] if type(status.get("signal")) is int else -1)
-                return ExecResult(rc, _data(status, "out-data"), _data(status, "err-data"), time.monotonic() - start)
-            if time.monotonic() - start > timeout:
-                with contextlib.suppress(KvmtuneError):
-                    self._call(s, "guest-exec", {"path": "/bin/kill", "arg": ["-9", str(gpid)]}, 10.0)
-                return ExecResult(None, "", "", time.monotonic() - start)
-            time.sleep(poll)
-            poll = min(poll * 2, 0.25)
-
-    def _call(self, s: _Side, command: str, arguments: dict[str, Any], seconds: float) -> Any:
-        assert s.agent is not None
-        self._alive(s)
-        s.agent.deadline = Deadline(max(seconds, 1.0) + 10.0)
-        try:
-            return s.agent.call(command, arguments)
-        except AgentError as exc:
-            raise KvmtuneError(f"the agent of probe guest {s.name}: {exc}") from None
-
-
-def _data(status: dict[str, Any], key: str) -> str:
-    raw = status.get(key)
-    if not isinstance(raw, str):
-        return ""
-    try:
-        data = base64.b64decode(raw[: -(-MAX_OUTPUT // 3) * 4], validate=True)  # whole 4-character groups only
-    except (binascii.Error, ValueError):
-        return ""
-    return data[:MAX_OUTPUT].decode("utf-8", "replace")
+        return s.agent.exec(argv, timeout)

@@ -1,8 +1,8 @@
-"""fio workloads: definitions, the guest job script, and JSON result parsing.
+"""fio workloads: definitions, the probe guest's boot job and the scripts the host runs in it through its
+agent, and JSON result parsing.
 
-Each workload is one fio invocation (``--output-format=json``) so a failing
-workload is reported alone and the host can sample its counters between the
-guest's ``KVMTUNE-W-BEGIN`` and ``KVMTUNE-W-DONE`` markers.
+Each workload is one fio invocation (``--output-format=json``), run by one ``guest-exec``, so a failing
+workload is reported alone and the host samples its counters around it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from kvmtune.errors import InputError
 from kvmtune.host.parsers import CpuTimes, parse_proc_stat
+from kvmtune.lab.guest import guest_agent_job
 
 PERCENTILES = ("50.000000", "90.000000", "99.000000", "99.900000")
 
@@ -204,23 +205,23 @@ def _preamble(job: GuestJob) -> list[str]:
 
 
 PREWARMED_FIO = 2
-
-# A saved guest's fw_cfg file must keep its size across save and restore: both the
-# waiting job and the real one are padded to this many bytes.
-PADDED_JOB_SIZE = 64 * 1024
-WAIT_MARK = "#KVMTUNE-WAIT"
+READY = "KVMTUNE-READY"  # the boot job's last line before it waits to be driven through the agent
 
 
-def pad_job(text: str) -> str | None:
-    """``text`` padded with newlines to PADDED_JOB_SIZE, or None when it is longer."""
-    return text.ljust(PADDED_JOB_SIZE, "\n") if len(text.encode()) <= PADDED_JOB_SIZE else None
+def _wait_to_be_driven() -> list[str]:
+    """Start the guest agent, announce READY, and wait: from here on the host drives the guest."""
+    return [guest_agent_job().rstrip("\n"), f'echo "{READY} $(u)"', "while true; do sleep 3600; done"]
+
+
+def boot_job(job: GuestJob) -> str:
+    """The job a booted guest runs (delivered through fw_cfg): bring the disk up, then its agent."""
+    return "\n".join([*_preamble(job), *_wait_to_be_driven()]) + "\n"
 
 
 def wait_job(job: GuestJob) -> str:
-    """The job a guest runs before it is saved: bring the disk up, announce READY, then poll
-    fw_cfg until the restored QEMU serves the real job, and run that."""
+    """The job a guest runs before it is saved: bring the disk up, start fio processes that wait for their job,
+    then its agent. A restored guest is given the same job (fw_cfg's file keeps its size across the restore)."""
     lines = [
-        WAIT_MARK,
         *_preamble(job),
         # fio processes started now, blocked opening their job FIFO, are saved with the
         # guest: after the restore the first workloads skip fio's start-up (loading and
@@ -238,18 +239,14 @@ def wait_job(job: GuestJob) -> str:
         "    sleep 0.02; i=$((i+1))",
         "  done",
         "done",
-        "J=/sys/firmware/qemu_fw_cfg/by_name/opt/kvmtune/job/raw",
-        'echo "KVMTUNE-READY $(u)"',
-        f"while head -c {len(WAIT_MARK)} $J | grep -q '^{WAIT_MARK}'; do sleep 0.01; done",
-        "cat $J > /tmp/job-restored.sh",
-        'echo "KVMTUNE-RESTORED $(u)"',
-        "sh /tmp/job-restored.sh",
+        *_wait_to_be_driven(),
     ]
     return "\n".join(lines) + "\n"
 
 
-def job_script(job: GuestJob) -> str:
-    """The shell script the probe guest runs (delivered through fw_cfg)."""
+def prepare_script(job: GuestJob) -> str:
+    """What the host runs through the agent before the workloads: the modules a restored guest lacks, the
+    I/O scheduler, the file system. A failure prints ``KVMTUNE-FATAL`` and exits non-zero."""
     dev = job.dev
     q = shlex.quote
     lines = [
@@ -270,10 +267,20 @@ def job_script(job: GuestJob) -> str:
             'mount $DEV /mnt 2>/tmp/mount.err || { echo "KVMTUNE-FATAL mount failed: $(cat /tmp/mount.err)"; exit 1; }',
             'echo "KVMTUNE-FS $(df -k /mnt | tail -n 1)"',
         ]
-    lines += [
+    return "\n".join(lines) + "\n"
+
+
+def workload_script(job: GuestJob, w: Workload, slot: int) -> str:
+    """What the host runs through the agent for workload ``w``: its output carries the guest's CPU counters,
+    fio's exit code, error and JSON between ``KVMTUNE-`` markers (:func:`kvmtune.bench.storage.guest.parse_console`
+    reads them). ``slot``: the pre-started fio of a restored guest to hand the job to, when there is one."""
+    q = shlex.quote
+    lines = [
+        "u() { cut -d' ' -f1 /proc/uptime; }",
+        f"DEV=/dev/{job.dev}",
         # a workload's fio options as a job file (for a fio that is already running)
         'ini() { echo "[$1]"; shift; for a in "$@"; do echo "${a#--}"; done; }',
-        "slot=0",
+        f"slot={slot}",
         "run() {",
         "  name=$1; shift",
         '  echo "KVMTUNE-W-BEGIN $name $(u)"',
@@ -281,7 +288,7 @@ def job_script(job: GuestJob) -> str:
         "  if [ -p /tmp/kvw/$slot.ini ]; then",
         '    ini "$name" "$@" > /tmp/kvw/$slot.ini; read rc < /tmp/kvw/$slot.done',
         "    mv /tmp/kvw/$slot.json /tmp/$name.json; mv /tmp/kvw/$slot.err /tmp/$name.err",
-        "    rm -f /tmp/kvw/$slot.ini /tmp/kvw/$slot.done; slot=$((slot+1))",
+        "    rm -f /tmp/kvw/$slot.ini /tmp/kvw/$slot.done",
         "  else",
         '    fio "$@" --eta=never --output-format=json --output=/tmp/$name.json 2>/tmp/$name.err; rc=$?',
         "  fi",
@@ -292,25 +299,24 @@ def job_script(job: GuestJob) -> str:
         "  rm -f /tmp/$name.json /tmp/$name.err",
         "}",
     ]
-    for w in job.workloads:
-        if w.is_cycle:
-            lines += [
-                f'echo "KVMTUNE-W-BEGIN {w.name} $(u)"',
-                f'echo "KVMTUNE-CPU {w.name} a $(head -n 1 /proc/stat)"',
-                f"dd if=/dev/zero of=$DEV bs=1M count={w.cycle_mib} conv=fsync 2>/tmp/dd.err; rc=$?",
-                f"sleep {w.cycle_idle_s:g}",
-                f'echo "KVMTUNE-CPU {w.name} b $(head -n 1 /proc/stat)"',
-                f'echo "KVMTUNE-W-DONE {w.name} $rc $(u)"',
-                f'[ $rc -ne 0 ] && echo "KVMTUNE-ERR {w.name} $(tail -n 1 /tmp/dd.err)"',
-            ]
-            continue
-        if w.fs:
-            target = f"/mnt/{w.name}"
-            lines.append(f"rm -rf /mnt/* 2>/dev/null; mkdir -p {target}")
-        else:
-            target = "$DEV"
-        args = fio_args(w, target, job.runtime_s, job.disk_mib, w.fs)
-        lines.append("run " + w.name + " " + " ".join(a if "$DEV" in a else q(a) for a in args))
+    if w.is_cycle:
+        lines += [
+            f'echo "KVMTUNE-W-BEGIN {w.name} $(u)"',
+            f'echo "KVMTUNE-CPU {w.name} a $(head -n 1 /proc/stat)"',
+            f"dd if=/dev/zero of=$DEV bs=1M count={w.cycle_mib} conv=fsync 2>/tmp/dd.err; rc=$?",
+            f"sleep {w.cycle_idle_s:g}",
+            f'echo "KVMTUNE-CPU {w.name} b $(head -n 1 /proc/stat)"',
+            f'echo "KVMTUNE-W-DONE {w.name} $rc $(u)"',
+            f'[ $rc -ne 0 ] && echo "KVMTUNE-ERR {w.name} $(tail -n 1 /tmp/dd.err)"',
+        ]
+        return "\n".join(lines) + "\n"
+    if w.fs:
+        target = f"/mnt/{w.name}"
+        lines.append(f"rm -rf /mnt/* 2>/dev/null; mkdir -p {target}")
+    else:
+        target = "$DEV"
+    args = fio_args(w, target, job.runtime_s, job.disk_mib, w.fs)
+    lines.append("run " + w.name + " " + " ".join(a if "$DEV" in a else q(a) for a in args))
     return "\n".join(lines) + "\n"
 
 

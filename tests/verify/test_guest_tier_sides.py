@@ -373,7 +373,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
     cell = to_cell(p.result)
     assert cell.config["accel"] == "tcg" and cell.config["tier"] == "guest"
     stored = CellRow(1, 7, cell.key, cell.config, cell.workload, 0, cell.status, cell.error, None, 0.0, cell.metrics)
-    line, seed = verified_fix_lines([stored])  # the fix, then the seed claim it answers (tests/verify/test_verify_seeds.py)
+    line, seed = verified_fix_lines([stored])  # the fix, then the seed claim it answers (tests/verify/test_guest_tier_seeds.py)
     assert line.endswith("; not comparable; nothing changed (guest tier, TCG emulation)"), line
     assert seed.startswith("seed:000: not comparable") and "[verify run 7, guest tier, accelerator tcg]" in seed, seed
 
@@ -381,7 +381,7 @@ def test_the_stored_cell_and_the_report_line_keep_the_accelerator(tmp_path: Path
 def test_what_guest_exec_returns_is_bounded_and_decoded_strictly() -> None:
     import base64
 
-    from kvmtune.lab.probe.pair import MAX_OUTPUT, _data
+    from kvmtune.lab.probe.agent import MAX_OUTPUT, _data
 
     assert _data({"out-data": base64.b64encode(b"ok\xff\n").decode()}, "out-data") == "ok\ufffd\n"
     assert _data({"out-data": "not base64 at all!"}, "out-data") == ""

@@ -1,4 +1,5 @@
-"""Finding → experiment: disks are replicated from the audit's model (each rule's plan: test_verify_plans.py)."""
+"""The block tier's plan, finding → experiment: disks are replicated from the audit's model; the planner's CLI input
+(each rule's plan: test_verify_plans.py)."""
 
 from __future__ import annotations
 

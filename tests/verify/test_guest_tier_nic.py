@@ -25,7 +25,7 @@ from kvmtune.verify.experiments import Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.guest.nic import build_sides, fixed_nic, knobs_of, parse_netload, workload_name
 from kvmtune.verify.planner import plan_for
 
-from .test_guest_sides import qemu_args
+from .test_guest_tier_sides import qemu_args
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
 
