@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from kvmtune.capture.workload import unique_keys
 from kvmtune.domain.connection import open_connection
 from kvmtune.domain.xml import parse_xml_bytes
 from kvmtune.errors import InputError, KvmtuneError
@@ -77,15 +78,6 @@ def target_of(qdev: str | None, aliases: dict[str, str]) -> str | None:
     return None
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def _constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
 
@@ -97,7 +89,7 @@ def qmp_reply(cmd: str, raw: str | None) -> Any:
     if len(raw) > MAX_REPLY:
         raise KvmtuneError(f"QMP {cmd}: a reply over {MAX_REPLY // (1024 * 1024)} MiB")
     try:
-        msg = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_constant)
+        msg = json.loads(raw, object_pairs_hook=unique_keys, parse_constant=_constant)
     except (ValueError, RecursionError) as exc:
         raise KvmtuneError(f"QMP {cmd}: the reply is not plain JSON ({str(exc)[:80]})") from None
     if not isinstance(msg, dict):

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
-from kvmtune.capture.workload import StatsDelta
+from kvmtune.capture.workload import StatsDelta, unique_keys
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostReadError, HostRoot
@@ -126,15 +126,6 @@ def _running(host: HostRoot, m: dict[str, Any]) -> bool:
     return now is not None and now["starttime"] == c.get("starttime") and now["boot_id"] == m["boot_id"]
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def write_marker(workdir: Path, content: dict[str, Any]) -> Path:
     """A new marker under a name no one can have prepared (random), created, never opened through a symbolic link
     or over a file that is there already (another user's, in a shared work directory), readable by this user
@@ -161,7 +152,7 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 65536:
             return None
-        m = json.loads(fh.read(65537).decode("utf-8"), object_pairs_hook=_no_duplicates)
+        m = json.loads(fh.read(65537).decode("utf-8"), object_pairs_hook=unique_keys)
     if not isinstance(m, dict):
         raise ValueError("not an object")
     for k in ("pid", "starttime", "uid"):

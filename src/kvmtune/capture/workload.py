@@ -162,7 +162,9 @@ def iolog(target: str, reqs: Sequence[Request], *, anonymize: bool = False) -> s
 # --- reading one back --------------------------------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` for capture's inputs (workload files, markers, QMP through libvirt): a
+    key given twice is an error, not the last one winning."""
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
@@ -260,7 +262,7 @@ def read_workload(path: str) -> tuple[dict[str, Any], str]:
 
 def parse_workload(path: str, raw: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys,
                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{c} is not JSON")))
         return check_workload(doc)
     except UnicodeDecodeError:
