@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from probe_guest import stop_guest
-
-from kvmtune.qemu.qmp import Qmp
+from probe_guest import throttled_guest
 
 # name, fio options, what was planted (read fraction, size in bytes or None for a range, depth, sequential)
 PATTERNS: list[tuple[str, str, dict[str, Any]]] = [
@@ -48,24 +45,8 @@ def capture(name: str, work: Path, source: str, seconds: float) -> dict[str, Any
 
 
 def run_pattern(job: str, seconds: float, iops: int) -> dict[str, dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="kvmtune-capture-fidelity-"))
-    name = f"fid{os.getpid()}"
-    guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load", "disk",
-                              "--name", name, "--job", job], stdout=subprocess.PIPE, text=True)
-    try:
-        assert guest.stdout is not None
-        for line in guest.stdout:
-            if "KVMTUNE-JOB-START" in line:
-                break
-        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
-        q = Qmp(qmp_path, timeout=10)
-        try:
-            q.execute("block_set_io_throttle", device="d0", bps=0, bps_rd=0, bps_wr=0, iops=iops, iops_rd=0, iops_wr=0)
-        finally:
-            q.close()
+    with throttled_guest(job, iops, "capture-fidelity") as (name, work):
         return {source: capture(name, work, source, seconds) for source in ("trace", "blockstats")}
-    finally:
-        stop_guest(guest, work)
 
 
 def fmt(v: Any, nd: int = 2) -> str:

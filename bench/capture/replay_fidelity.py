@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -23,9 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from probe_guest import stop_guest
-
-from kvmtune.qemu.qmp import Qmp
+from probe_guest import throttled_guest
 
 PATTERNS = [
     ("70/30 random 16 KiB, depth 8", "rw=randrw rwmixread=70 bs=16k iodepth=8"),
@@ -39,27 +36,11 @@ def kvmtune(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 
 
 def capture(job: str, seconds: float, iops: int, out: Path) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="kvmtune-replay-fidelity-"))
-    name = f"rf{os.getpid()}"
-    guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load", "disk",
-                              "--name", name, "--job", job], stdout=subprocess.PIPE, text=True)
-    try:
-        assert guest.stdout is not None
-        for line in guest.stdout:
-            if "KVMTUNE-JOB-START" in line:
-                break
-        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
-        q = Qmp(qmp_path, timeout=10)
-        try:
-            q.execute("block_set_io_throttle", device="d0", bps=0, bps_rd=0, bps_wr=0, iops=iops, iops_rd=0, iops_wr=0)
-        finally:
-            q.close()
+    with throttled_guest(job, iops, "replay-fidelity") as (name, work):
         done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", str(seconds),
                        "--source", "trace", "-o", str(out), timeout=seconds + 60)
         if done.returncode != 0:
             raise SystemExit(f"capture failed: {done.stderr.strip()}")
-    finally:
-        stop_guest(guest, work)
     disk: dict[str, Any] = json.loads(out.read_text())["disks"][0]
     return disk
 
