@@ -121,6 +121,22 @@ def test_without_network_hotplug_the_nic_option_waits_too(tmp_path: Path) -> Non
     assert "pending: net0, scsihw (qm pending 8006" in status, status
 
 
+def test_a_live_nic_change_pve_kept_pending_is_journaled_as_restart_and_listed_staged(tmp_path: Path) -> None:
+    """The plan says live (network hotplug), PVE's re-plug fails and it keeps the change pending: PVE's word wins."""
+    node = Node(tmp_path, VM)
+    assert _plan(node)["KVM-NET-008"] == "live"
+    node.env["KVMTUNE_QM_HOTPLUG_FAILS"] = "1"
+    applied = node.kvmtune("fix", "--only", "KVM-NET-008", "--apply", "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "pending" in {i["key"]: i for i in node.pending()}["net0"]
+    (journal,) = node.journals.glob("*.json")
+    (change,) = [c for c in json.loads(journal.read_text())["changes"] if c.get("guest", "").startswith("pve:8006")]
+    assert change["takes_effect"] == "restart" and change["pending"] == ["net0"], change
+    assert [p["takes_effect"] for p in change["planned"]] == ["live"]  # what the plan said, kept beside PVE's word
+    status = node.kvmtune("fix", "--status").stdout
+    assert "pending: net0 (qm pending 8006" in status and "staged (restart)" in status, status
+
+
 def test_status_takes_no_targets() -> None:
     res = subprocess.run([sys.executable, "-m", "kvmtune", "fix", "--status", "--apply", "--no-config"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, check=False)

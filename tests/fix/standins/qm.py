@@ -158,7 +158,11 @@ def cmd_config(vmid: str, args: list[str]) -> int:
 
 
 def _hotplugs(key: str, conf: dict[str, str]) -> bool:
-    """A change PVE makes on the running VM: a NIC's, where ``hotplug`` names ``network`` (``1``: the default)."""
+    """A change PVE makes on the running VM: a NIC's, where ``hotplug`` names ``network`` (``1``: the default).
+    ``KVMTUNE_QM_HOTPLUG_FAILS=1``: the re-plug fails, and PVE keeps the change pending as qemu-server's
+    ``vmconfig_hotplug_pending`` does when a hotplug dies ("hotplug problem")."""
+    if os.environ.get("KVMTUNE_QM_HOTPLUG_FAILS") == "1":
+        return False
     hotplug = conf.get("hotplug", "network,disk,usb").strip()
     kinds = {"network", "disk", "usb"} if hotplug == "1" else set() if hotplug == "0" else set(hotplug.split(","))
     return re.fullmatch(r"net[0-9]+", key) is not None and "network" in kinds
