@@ -12,7 +12,6 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path, PurePath
-from typing import Any
 from xml.sax.saxutils import quoteattr
 
 import pytest
@@ -25,10 +24,8 @@ from kvmtune.bench.storage.block import daemon_argv
 from kvmtune.cli import main
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.errors import InputError, KvmtuneError
-from kvmtune.lab.guest import ProbeGuest
-from kvmtune.lab.probe.pair import Unbootable, side_spec
+from kvmtune.lab.probe.pair import Unbootable
 from kvmtune.lab.probe.side import GuestSide
-from kvmtune.lab.qemu import VmSpec, qemu_argv
 from kvmtune.lab.replica import Layout, Unreplicable, create_replica
 from kvmtune.qemuopts import (
     Aio,
@@ -44,6 +41,7 @@ from kvmtune.qemuopts import (
 )
 from kvmtune.runner import Runner
 from kvmtune.verify.block.pair import _blockdev, layout_of
+from probe_helpers import qemu_args
 
 HOSTILE_WORDS = [
     "threads,filename=/etc/passwd", "none,,file=/x", "unmap\nfilename=/x", "io_uring\x00", "native\u2028x=1",
@@ -56,18 +54,6 @@ hostile = st.one_of(
 )
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-PROBE = ProbeGuest(kernel=Path("/boot/vmlinuz"), initrd=Path("/w/initrd"), key="k", release="6.1", modules=(),
-                   missing_optional=(), tools=(), size=0, cached=True)
-
-def qemu_args(side: GuestSide, disk: str | Path | None, **kw: Any) -> list[str]:
-    """The options a side adds to a bare probe guest's: the launcher's qemu_argv of the side's spec, less those of
-    the same guest without the side's hardware."""
-    spec = side_spec(PROBE, side, accel="tcg", disk_path=disk, **kw)
-    full = qemu_argv(spec, Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
-    bare = qemu_argv(VmSpec(guest=spec.guest, accel="tcg", memory_mb=spec.memory_mb, smp=spec.smp),
-                     Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
-    assert full[: len(bare)] == bare
-    return full[len(bare):]
 
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,16 +15,14 @@ from kvmtune.audit.verifyplan import IOTHREAD_JOB, FioJob, GuestExperiment
 from kvmtune.domain.xml import guest_from_tree, parse_xml_bytes
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.accel import AccelChoice
-from kvmtune.lab.guest import ProbeGuest
 from kvmtune.lab.probe.kernel import FETCH_SCRIPT, cache_dir
 from kvmtune.lab.probe.pair import (
     Unbootable,
     missing_driver_line,
     side_modules,
-    side_spec,
 )
 from kvmtune.lab.probe.side import ExecResult, GuestSide
-from kvmtune.lab.qemu import IOTHREAD_ID, VmSpec, qemu_argv
+from kvmtune.lab.qemu import IOTHREAD_ID
 from kvmtune.lab.store import CellRow
 from kvmtune.lab.vocabulary import HELPS, NOT_COMPARABLE
 from kvmtune.runner import Runner
@@ -34,21 +31,9 @@ from kvmtune.verify.experiments import Outcome, VerifyContext
 from kvmtune.verify.guest.accel import EMULATION
 from kvmtune.verify.guest.disk import FioProbe, GuestDiskExperiment, guest_disk
 from kvmtune.verify.measure import Judgement, Metric
+from probe_helpers import qemu_args
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "kvmtune" / "examples"
-PROBE = ProbeGuest(kernel=Path("/boot/vmlinuz"), initrd=Path("/w/initrd"), key="k", release="6.1", modules=(),
-                   missing_optional=(), tools=(), size=0, cached=True)
-
-
-def qemu_args(side: GuestSide, disk: str | Path | None, **kw: Any) -> list[str]:
-    """The options a side adds to a bare probe guest's: the launcher's qemu_argv of the side's spec, less those of
-    the same guest without the side's hardware."""
-    spec = side_spec(PROBE, side, accel="tcg", disk_path=disk, **kw)
-    full = qemu_argv(spec, Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
-    bare = qemu_argv(VmSpec(guest=spec.guest, accel="tcg", memory_mb=spec.memory_mb, smp=spec.smp),
-                     Path("/w/vm.serial"), Path("/w/vm.qmp"), None)
-    assert full[: len(bare)] == bare
-    return full[len(bare):]
 
 
 def devices(args: list[str]) -> list[str]:
