@@ -66,6 +66,9 @@ def load_documents(path: str, text: str) -> list[Document]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = (exc.problem or exc.context or "not YAML").strip()
+        if "nesting depth" in problem:  # newer libyaml (PyPI's PyYAML >= 6.0.2) stops deep nesting in its parser
+            raise InputError(path, f"nested more than {MAX_DEPTH} levels deep; not read",
+                             mark.line + 1 if mark else None) from None
         if path.endswith(".json"):
             return _json_document(path, text)
         raise InputError(path, f"not valid YAML: {problem}", mark.line + 1 if mark else None) from None
@@ -110,7 +113,9 @@ def _json_document(path: str, text: str) -> list[Document]:
 
     try:
         data = json.loads(text, object_pairs_hook=pairs)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:  # Python 3.13's json raises it for deep arrays where 3.11's C scanner did not
+        raise InputError(path, "nested too deeply to be a manifest; not read") from None
+    except ValueError as exc:
         raise InputError(path, f"not valid JSON or YAML ({str(exc).splitlines()[0][:120]})") from None
     return [Document(path, data)]
 
