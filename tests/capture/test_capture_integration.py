@@ -121,12 +121,17 @@ def test_trace_and_blockstats_captures_find_the_planted_pattern(loaded: tuple[st
 def test_sigterm_ends_a_capture_early_with_its_file_written_and_the_events_off(loaded: tuple[str, Path]) -> None:
     name, work = loaded
     out = work / "term.json"
+    (qemu_err,) = work.glob(f"run-{name}-*/{name}.stderr")
+    since = qemu_err.stat().st_size
     proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--no-libvirt", "--workdir", str(work),
                              "--seconds", "60", "--source", "trace", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
-    deadline = time.monotonic() + 30
-    while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the marker is written before the events are switched on, and on a loaded host QMP answers a TCG guest's
+    # monitor slowly: wait until QEMU writes trace lines (the capture records), then let it run
+    deadline = time.monotonic() + 60
+    while b"virtio_blk_" not in qemu_err.read_bytes()[since:] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1]
     time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
