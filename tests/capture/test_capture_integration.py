@@ -132,7 +132,7 @@ def test_sigterm_ends_a_capture_early_with_its_file_written_and_the_events_off(l
     while b"virtio_blk_" not in qemu_err.read_bytes()[since:] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1]
-    time.sleep(4)
+    time.sleep(6)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

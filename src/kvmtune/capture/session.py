@@ -298,10 +298,11 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta],
               window: tuple[float, float] | None = None) -> tuple[dict[str, list[Request]] | None, str]:
     """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
     :data:`MATCH`) while every other disk's are :data:`APART`, and whose read and write bytes agree too (within
-    :data:`MATCH`); None and why when that cannot be done reliably. ``window``: the wall clock of the first and last
-    blockstats read; only requests completed within it are compared with them (events come from the moment they are
-    switched on until they are switched off, blockstats only between those two reads: a capture ended early by
-    SIGTERM right after a read held a second of events more, 25 % of a 4-second capture)."""
+    :data:`MATCH`); None and why when that cannot be done reliably. ``window``: wall-clock times from before the
+    first blockstats read was sent to after the last one was answered; only requests completed within it are
+    compared with them (events come from the moment they are switched on until they are switched off, blockstats
+    only between those two reads: a capture ended early by SIGTERM right after a read held a second of events more,
+    25 % of a 4-second capture). The window holds the counters' interval and at most the calls' latency more."""
     out: dict[str, list[Request]] = {}
     for vdev, every in by_device(requests).items():
         reqs = every if window is None else [
@@ -339,7 +340,7 @@ class Capture:
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
         self.marker: Path | None = None
-        self.window: tuple[float, float] | None = None  # wall clock of the first and the last blockstats read
+        self.window: tuple[float, float] | None = None  # wall clock around the first and the last blockstats read
 
     def _stderr(self) -> tuple[Lines | None, str]:
         if self.libvirt is not None:
@@ -444,9 +445,13 @@ class Capture:
               per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
         """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
         (SIGTERM): the first and last blockstats and the seconds between them."""
+        # the window compared with blockstats: from before the first read is sent to after the last one's answer
+        # came, so it holds the interval the counters were sampled over (on QEMU's side, inside each call) and only
+        # the calls' own latency more, never less (QEMU stamps its events with the wall clock)
+        w_first = time.time()
         first, t_first = blockstats(qmp, self.aliases), time.monotonic()
         prev, t_prev = first, t_first
-        self.window = (time.time(), time.time())  # QEMU stamps its events with the wall clock
+        self.window = (w_first, time.time())
         with contextlib.suppress(KeyboardInterrupt):
             while time.monotonic() - t_first < self.seconds and not reader.full:
                 self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
