@@ -294,19 +294,13 @@ MATCH = 0.25  # a device pointer's read and write counts within 25 % of a disk's
 APART = 0.5  # and every other disk's at least 50 % off
 
 
-def attribute(requests: list[Request], stats: dict[str, StatsDelta],
-              window: tuple[float, float] | None = None) -> tuple[dict[str, list[Request]] | None, str]:
+def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[dict[str, list[Request]] | None, str]:
     """Each device pointer's requests to the one disk whose blockstats read and write counts agree with them (within
-    :data:`MATCH`) while every other disk's are :data:`APART`, and whose read and write bytes agree too (within
-    :data:`MATCH`); None and why when that cannot be done reliably. ``window``: wall-clock times from before the
-    first blockstats read was sent to after the last one was answered; only requests completed within it are
-    compared with them (events come from the moment they are switched on until they are switched off, blockstats
-    only between those two reads: a capture ended early by SIGTERM right after a read held a second of events more,
-    25 % of a 4-second capture). The window holds the counters' interval and at most the calls' latency more."""
+    :data:`MATCH`; the capture's first and last seconds make the two differ a little) while every other disk's are
+    :data:`APART`, and whose read and write bytes agree too (within :data:`MATCH`); None and why when that cannot be
+    done reliably."""
     out: dict[str, list[Request]] = {}
-    for vdev, every in by_device(requests).items():
-        reqs = every if window is None else [
-            r for r in every if window[0] <= (r.t_done if r.t_done is not None else r.t_submit) <= window[1]]
+    for vdev, reqs in by_device(requests).items():
         reads = sum(1 for r in reqs if not r.write)
         writes = len(reqs) - reads
         errors = sorted(((abs(d.rd_ops - reads) + abs(d.wr_ops - writes)) / max(1, d.rd_ops + d.wr_ops, len(reqs)), name)
@@ -324,7 +318,7 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta],
             return None, (f"{device_name(vdev)}'s {len(reqs)} requests carry {rb + wb} bytes, disk {errors[0][1]}'s "
                           f"blockstats {d.rd_bytes + d.wr_bytes}, so per-request events cannot be put on a disk "
                           "reliably")
-        out[errors[0][1]] = every
+        out[errors[0][1]] = reqs
     return out, ""
 
 
@@ -340,7 +334,6 @@ class Capture:
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
         self.marker: Path | None = None
-        self.window: tuple[float, float] | None = None  # wall clock around the first and the last blockstats read
 
     def _stderr(self) -> tuple[Lines | None, str]:
         if self.libvirt is not None:
@@ -445,13 +438,8 @@ class Capture:
               per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
         """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
         (SIGTERM): the first and last blockstats and the seconds between them."""
-        # the window compared with blockstats: from before the first read is sent to after the last one's answer
-        # came, so it holds the interval the counters were sampled over (on QEMU's side, inside each call) and only
-        # the calls' own latency more, never less (QEMU stamps its events with the wall clock)
-        w_first = time.time()
         first, t_first = blockstats(qmp, self.aliases), time.monotonic()
         prev, t_prev = first, t_first
-        self.window = (w_first, time.time())
         with contextlib.suppress(KeyboardInterrupt):
             while time.monotonic() - t_first < self.seconds and not reader.full:
                 self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
@@ -460,7 +448,6 @@ class Capture:
                     if n in now and n in prev:
                         per_second[n].append(delta(prev[n], now[n], t_now - t_prev))
                 prev, t_prev = now, t_now
-                self.window = (self.window[0], time.time())
                 if fh is not None:
                     reader.feed(fh.read(READ_CHUNK))
         return first, prev, t_prev - t_first
@@ -535,7 +522,7 @@ class Capture:
                 why_not = (f"{reader.untimed} events came without their PID@time prefix (QEMU runs without -msg "
                            "timestamp=on): no per-request timing")
             else:
-                requests, why_not = attribute(reader.requests, stats, self.window)
+                requests, why_not = attribute(reader.requests, stats)
             if reader.skipped:
                 notes.append(f"{reader.skipped} trace line(s) did not match the event format and were skipped")
             if reader.dropped:
