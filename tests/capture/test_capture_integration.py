@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.capture.loaded_guest import throttled_probe
 
 from kvmtune.qemu.qmp import Qmp
 
 pytestmark = pytest.mark.integration
 
-JOB = "rw=randrw rwmixread=70 bs=16k iodepth=8"
 
 
 def kvmtune(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -35,26 +35,8 @@ def kvmtune(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     work = tmp_path_factory.mktemp("capture")
     name = f"cap{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load", "disk",
-                             "--name", name, "--seconds", "150", "--job", JOB],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if "console: KVMTUNE-JOB-START" in line:
-                break
-        else:
-            raise AssertionError(f"guest run ended early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}")
-        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
-        q = Qmp(qmp_path, timeout=10)
-        try:  # 600 IOPS: fio's 8 requests wait in QEMU's throttle, in sight of the trace events
-            q.execute("block_set_io_throttle", device="d0", bps=0, bps_rd=0, bps_wr=0, iops=600, iops_rd=0, iops_wr=0)
-        finally:
-            q.close()
+    with throttled_probe(work, name, seconds=150):
         yield name, work
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
 
 
 def qmp_state(work: Path, name: str) -> tuple[dict[str, str], list[dict[str, Any]]]:

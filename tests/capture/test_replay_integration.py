@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.capture.loaded_guest import throttled_probe
 
 from kvmtune.host.root import HostRoot
-from kvmtune.qemu.qmp import Qmp
 
 pytestmark = pytest.mark.integration
 
-JOB = "rw=randrw rwmixread=70 bs=16k iodepth=8"
 XML = Path(__file__).resolve().parents[1] / "rules" / "KVM-STO-002" / "bad" / "writethrough.xml"
 
 
@@ -38,29 +37,11 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A 4-second trace capture of the loaded probe guest: the workload file (its .iolog beside it)."""
     work = tmp_path_factory.mktemp("replay")
     name = f"rep{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load", "disk",
-                             "--name", name, "--seconds", "90", "--job", JOB],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if "console: KVMTUNE-JOB-START" in line:
-                break
-        else:
-            raise AssertionError(f"guest run ended early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}")
-        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
-        q = Qmp(qmp_path, timeout=10)
-        try:
-            q.execute("block_set_io_throttle", device="d0", bps=0, bps_rd=0, bps_wr=0, iops=600, iops_rd=0, iops_wr=0)
-        finally:
-            q.close()
+    with throttled_probe(work, name, seconds=90):
         out = work / "w.json"
         res = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "4", "--source", "trace",
                       "-o", str(out))
         assert res.returncode == 0, res.stderr
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
     assert (work / "w.json.iolog").is_file()
     yield out
 

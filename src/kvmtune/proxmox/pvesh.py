@@ -79,16 +79,22 @@ def _text(value: object) -> str | None:
     return None
 
 
-def parse_config_json(text: str, vmid: str) -> QmConfig:
-    where = f"pvesh get /nodes/{NODE}/qemu/{vmid}/config"
+def _load_json(text: str, where: str, duplicate: str) -> object:
+    """``pvesh``'s answer read as hostile JSON: bounded, every object's keys once (``duplicate`` words the refusal,
+    ``{!r}`` the key), no NaN or Infinity; anything else is one :class:`QmError` naming ``where``."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_JSON_BYTES:
         raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
     try:
-        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
     except _Duplicate as exc:
-        raise QmError(f"{where}: key {str(exc)[:64]!r} appears twice") from None
+        raise QmError(f"{where}: " + duplicate.format(str(exc)[:64])) from None
     except (ValueError, RecursionError) as exc:
         raise QmError(f"{where}: not JSON ({str(exc)[:80]})") from None
+
+
+def parse_config_json(text: str, vmid: str) -> QmConfig:
+    where = f"pvesh get /nodes/{NODE}/qemu/{vmid}/config"
+    data = _load_json(text, where, "key {!r} appears twice")
     if not isinstance(data, dict):
         raise QmError(f"{where}: not a JSON object but {type(data).__name__}")
     if len(data) > MAX_KEYS:
@@ -137,14 +143,7 @@ def parse_pending_json(text: str, vmid: str) -> dict[str, str | None]:
     most :data:`MAX_KEYS` objects of only those fields, each key once and of PVE's key syntax, values strings or
     numbers without a line break (but the description), ``delete`` 0, 1 or 2."""
     where = f"pvesh get /nodes/{NODE}/qemu/{vmid}/pending"
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_JSON_BYTES:
-        raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
-    try:
-        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
-    except _Duplicate as exc:
-        raise QmError(f"{where}: field {str(exc)[:64]!r} appears twice in one item") from None
-    except (ValueError, RecursionError) as exc:
-        raise QmError(f"{where}: not JSON ({str(exc)[:80]})") from None
+    data = _load_json(text, where, "field {!r} appears twice in one item")
     if not isinstance(data, list):
         raise QmError(f"{where}: not a JSON list but {type(data).__name__}")
     if len(data) > MAX_KEYS:
