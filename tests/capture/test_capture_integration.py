@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.capture.loaded_guest import throttled_probe
 
 from kvmtune.qemu.qmp import Qmp
+from loaded_guest import throttled_probe
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.capture.loaded_guest import throttled_probe
 
 from kvmtune.host.root import HostRoot
+from loaded_guest import throttled_probe
 
 pytestmark = pytest.mark.integration
 
