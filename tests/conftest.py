@@ -66,7 +66,22 @@ def libvirt_uri() -> Iterator[str]:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    before = set(LIBVIRT_LOGS.glob("kvmtune-*.log"))
     yield "qemu:///system"
+    # libvirt keeps a domain's log after the domain is gone: the tests' own domains (named kvmtune-…, created in
+    # this session, no longer known to libvirtd) leave nothing behind
+    try:
+        conn = libvirt.open("qemu:///system")
+        known = {d.name() for d in conn.listAllDomains()}
+        conn.close()
+    except libvirt.libvirtError:
+        return
+    for log in set(LIBVIRT_LOGS.glob("kvmtune-*.log")) - before:
+        if log.name.removesuffix(".log") not in known:
+            log.unlink(missing_ok=True)
+
+
+LIBVIRT_LOGS = Path("/var/log/libvirt/qemu")
 
 
 @pytest.fixture(autouse=True)
