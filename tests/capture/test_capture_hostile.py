@@ -454,3 +454,26 @@ def test_a_malformed_marker_is_one_line_and_removed(tmp_path: Path, monkeypatch:
     path.write_bytes(raw)
     (line,) = restore_leftovers(HostRoot(), tmp_path)
     assert "unreadable capture marker; removed" in line and not path.exists()
+
+
+# --- an early end -------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_in_the_wait_reads_blockstats_once_more_at_once_and_ends(tmp_path: Path) -> None:
+    """SIGTERM (raised as KeyboardInterrupt) up to a second after a read: the events switched off right after would
+    hold a second of requests the last read never counted; one more read at once keeps the two together."""
+    ticks: list[float] = []
+
+    def tick(s: float) -> None:
+        ticks.append(s)
+        if len(ticks) == 2:
+            raise KeyboardInterrupt
+
+    qmp = FakeQmp()
+    cap = Capture(HostRoot(), os.getpid(), tmp_path, seconds=60, trace=False, tick=tick)
+    cap._run(qmp, me())
+    reads = [n for n, (c, _) in enumerate(qmp.sent) if c == "query-blockstats"]
+    assert len(ticks) == 2  # ended by the interrupt, not by the 60 s
+    # the first read (before the histograms), the loop's first, one after each tick: the interrupted one included
+    assert len(reads) == 4, qmp.sent
+    assert not list(tmp_path.glob("capture-active-*.json"))

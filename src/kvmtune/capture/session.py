@@ -437,12 +437,18 @@ class Capture:
     def _loop(self, qmp: Monitor, fh: Lines | None, reader: TraceReader,
               per_second: dict[str, list[StatsDelta]]) -> tuple[dict[str, Any], dict[str, Any], float]:
         """Blockstats each second and the new trace lines, until the time is up, the events are enough, or Ctrl-C
-        (SIGTERM): the first and last blockstats and the seconds between them."""
+        (SIGTERM): the first and last blockstats and the seconds between them. Interrupted in its wait, it reads
+        blockstats once more at once, so that the last read is as close to the events' end as when the time is up
+        (else up to a second of requests traced after the last read would make the two disagree)."""
         first, t_first = blockstats(qmp, self.aliases), time.monotonic()
         prev, t_prev = first, t_first
-        with contextlib.suppress(KeyboardInterrupt):
-            while time.monotonic() - t_first < self.seconds and not reader.full:
-                self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
+        interrupted = False
+        with contextlib.suppress(KeyboardInterrupt):  # a second signal, or one during a read: the last read stands
+            while time.monotonic() - t_first < self.seconds and not reader.full and not interrupted:
+                try:
+                    self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
+                except KeyboardInterrupt:
+                    interrupted = True
                 now, t_now = blockstats(qmp, self.aliases), time.monotonic()
                 for n in per_second:
                     if n in now and n in prev:
