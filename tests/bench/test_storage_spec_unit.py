@@ -22,8 +22,16 @@ def test_block_tier_puts_the_floor_first_and_rounds_default_to_three() -> None:
     spec = _spec("auto", dims={"cache": ["none", "writethrough"]}).for_tier("block")
     configs, workloads = spec.configs()
     assert spec.repeat == 3 and spec.host_fs == ["workdir"]
-    assert [c.key for c in configs] == ["host/bare-metal", "nbd/raw-off/none/native", "nbd/raw-off/writethrough/native"]
+    # no --aio: each cache mode with the backend it can have (native needs O_DIRECT)
+    assert [c.key for c in configs] == ["host/bare-metal", "nbd/raw-off/none/native", "nbd/raw-off/writethrough/threads"]
     assert [w.name for w in workloads] == ["randread-4k", "randwrite-4k"]
+
+
+def test_block_tier_keeps_an_asked_for_impossible_pair_to_report_it() -> None:
+    spec = _spec("block", dims={"cache": ["none", "writeback"], "aio": ["native"]}).for_tier("block")
+    configs, _ = spec.configs()
+    assert [c.key for c in configs] == ["host/bare-metal", "nbd/raw-off/none/native", "nbd/raw-off/writeback/native"]
+    assert "impossible combination" in (configs[2].problem() or "")
 
 
 def test_guest_tier_preset_filtered_by_glob_and_an_empty_filter_is_an_error() -> None:

@@ -59,8 +59,10 @@ class BenchStorageCommand(Command):
         p.add_argument("--ramp", type=float, help=f"block tier: unmeasured seconds before each cell (default {RAMP_S:g})")
         p.add_argument("--preset", choices=PRESETS, help="a seed's matrix (explicit dimension flags override it)")
         for d in DIMENSIONS:  # --bus, --image-format, --prealloc, --cache, --aio, --target, --sched, --host-fs
+            default = (f"default {d.default}" if d.field != "aio" else "default: guest tier threads; block tier "
+                       "native with cache none or directsync, threads with the others")
             p.add_argument(f"--{d.option}", action="append",
-                           help=f"{d.help}: comma list of {', '.join(d.values)} (default {d.default})")
+                           help=f"{d.help}: comma list of {', '.join(d.values)} ({default})")
         # the image format's old name, for one release: --format will be the output format, as everywhere else
         p.add_argument("--format", dest="legacy_format", action="append", metavar="FORMAT", help=argparse.SUPPRESS)
         p.add_argument(

@@ -100,6 +100,12 @@ class StorageConfig:
 BUS_ALIASES = {"virtio": "virtio-blk", "vd": "virtio-blk", "scsi": "virtio-scsi"}
 
 
+def block_default_aio(cache: str) -> str:
+    """The block tier's I/O backend for a cache mode when ``--aio`` is not given: native where the cache mode opens
+    with O_DIRECT (seed 000's recommended none/native), threads where native is impossible."""
+    return "native" if cache in ("none", "directsync") else "threads"
+
+
 def _check(kind: str, values: Sequence[str], allowed: Sequence[str]) -> None:
     for v in values:
         if v not in allowed:

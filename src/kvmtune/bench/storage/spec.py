@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmtune.bench.storage.block import RAMP_S, block_configs, block_preset
-from kvmtune.bench.storage.matrix import DIMENSIONS, SWEEP, StorageConfig, build_matrix, preset
+from kvmtune.bench.storage.matrix import DIMENSIONS, SWEEP, StorageConfig, block_default_aio, build_matrix, preset
 from kvmtune.bench.storage.quick import quick_configs
 from kvmtune.errors import InputError
 from kvmtune.lab.storage import fio as fiomod
@@ -147,5 +147,7 @@ class StorageSpec:
                              "fmt": self.dims["fmt"] or ["raw"], "prealloc": self.dims["prealloc"] or ["off"],
                              "target": targets})
         images = list(dict.fromkeys((c.fmt, c.prealloc) for c in grid))
-        modes = list(dict.fromkeys((c.cache, c.aio) for c in grid))
+        # no --aio: each cache mode with the backend it can have (an asked-for impossible pair is still reported)
+        modes = list(dict.fromkeys((c.cache, c.aio if self.dims["aio"] else block_default_aio(c.cache))
+                                   for c in grid))
         return block_configs(images, modes, targets), workloads
