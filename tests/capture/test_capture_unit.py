@@ -227,3 +227,22 @@ def test_a_stderr_file_is_read_from_its_end(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_show_as_html_draws_each_disk_and_as_json_gives_the_checked_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "w.json"
+    doc = good_doc()
+    doc["guest"] = "web<01>"
+    f.write_text(json.dumps(doc))
+    assert main(["capture", "--show", str(f), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("<!doctype html>") and "Workload of web&lt;01&gt;" in page
+    assert "disk d0 (trace, 1.0 s)" in page and page.count("<svg") == 2
+    assert main(["capture", "--show", str(f), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(f.read_text())
+
+
+def test_format_other_than_text_needs_show(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capture", "g1", "-o", "/nonexistent/w.json", "--format", "html"]) == 2
+    assert "only with --show FILE" in capsys.readouterr().err

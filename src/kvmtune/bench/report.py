@@ -24,6 +24,7 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
+from kvmtune.bench.report_workload import profile_charts
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.lab.stats import group_metric, median, summarize
@@ -299,13 +300,14 @@ def render(store: Store, run_ids: Sequence[int], baseline: str | None = None) ->
 def replay_table(runs: Sequence[RunRow]) -> str:
     """The captured workloads the runs replayed (bench storage --replay, verify --replay): each one's profile, shown
     beside the verdicts measured with it. Every value from the database goes through html_safe."""
-    rows = []
+    rows, charts = [], []
     for r in runs:
         rep = r.env.get("replay")
         if not isinstance(rep, dict):
             continue
         raw = rep.get("profile")
         p: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        charts.append(profile_charts(p, f"run #{r.id}: the workload of disk {rep.get('disk', '?')}"))
 
         def num(key: str, fmt: str, scale: float = 1.0, p: dict[str, Any] = p) -> str:
             v = p.get(key)
@@ -321,7 +323,7 @@ def replay_table(runs: Sequence[RunRow]) -> str:
         return ""
     return ("<h2>Replayed workloads</h2><table><tr><th>run</th><th>disk</th><th>replayed as</th><th>captured IOPS</th>"
             "<th>reads</th><th>mean size</th><th>sequential</th><th>depth mean / p95</th><th>flush/write</th>"
-            "<th>sha256</th></tr>" + "".join(rows) + "</table>")
+            "<th>sha256</th></tr>" + "".join(rows) + "</table>" + "".join(charts))
 
 
 def _setup(run: RunRow) -> str:

@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from kvmtune.bench.report_workload import workload_page
 from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture, CaptureResult, restore_leftovers
 from kvmtune.capture.workload import SCHEMA, check_workload, from_stats, from_trace, iolog, load_workload, render
-from kvmtune.cli.command import Command, Outcome, root_option
+from kvmtune.cli.command import Command, Outcome, format_option, root_option
 from kvmtune.cli.top import DEFAULT_URI
 from kvmtune.domain.connection import libvirt_answers
 from kvmtune.errors import KvmtuneError, UsageError
@@ -51,6 +52,9 @@ class CaptureCommand(Command):
         p.add_argument("-o", "--output", dest="workload_file", type=Path, metavar="FILE",
                        help="the workload file to write (FILE.iolog beside it with per-request events)")
         p.add_argument("--show", metavar="FILE", help="print a workload file for a person instead of capturing")
+        format_option(p, ("text", "html", "json"),
+                      help="with --show: text (default); html, a page drawing each disk's request-size histogram, "
+                           "mix and depth; json, the checked file")
         p.add_argument("--workdir", type=Path, help=f"where the capture's marker lives (default {default_workdir()})")
         p.add_argument("--no-libvirt", action="store_true", help="look at QEMU processes only")
         root_option(p, "read /proc below DIR")
@@ -58,6 +62,8 @@ class CaptureCommand(Command):
     def check(self, args: argparse.Namespace) -> None:
         if args.show is not None:
             return
+        if args.format != "text":
+            raise UsageError(f"--format {args.format}: only with --show FILE (a capture prints what it wrote)")
         if not args.guest or not args.guest.strip() or any(ord(c) < 32 for c in args.guest):
             raise UsageError("GUEST: empty, or holds control characters (or give --show FILE)")
         if not 1.0 <= args.seconds <= 3600:
@@ -71,7 +77,12 @@ class CaptureCommand(Command):
 
     def run(self, args: argparse.Namespace) -> Outcome:
         if args.show is not None:
-            return Outcome(result=render(load_workload(args.show)))
+            doc = load_workload(args.show)
+            if args.format == "html":
+                return Outcome(result=workload_page(doc))
+            if args.format == "json":
+                return Outcome(result=json.dumps(doc, indent=2, ensure_ascii=True) + "\n")
+            return Outcome(result=render(doc))
         host = HostRoot(args.root)
         workdir = ensure_dir(args.workdir or default_workdir(), "work directory")
         restored = restore_leftovers(host, workdir)

@@ -114,7 +114,8 @@ class Replay:
                 "profile": {"captured_by": p.source, "seconds": p.seconds, "iops": p.iops, "reads": p.reads,
                             "writes": p.writes, "read_fraction": p.read_fraction, "size_mean": p.size_mean,
                             "sequential_fraction": p.sequential_fraction, "depth_mean": p.depth_mean,
-                            "depth_p95": p.depth_p95, "flush_per_write": p.flush_per_write}}
+                            "depth_p95": p.depth_p95, "flush_per_write": p.flush_per_write,
+                            "size_histogram": [list(b) for b in p.histogram]}}
 
     def span(self) -> int:
         """Bytes the replica must hold: the log's rebased reach, else the captured offset span (0: not known)."""
