@@ -47,7 +47,8 @@ fi
 # qemu-storage-daemon (qemu-system-common), the file systems of `--host-fs` (xfsprogs, btrfs-progs, lvm2)
 # and qemu-guest-agent (never run on the host: its binary and libraries go into the probe guest);
 # fish (its completion's test), debootstrap and lintian (the .deb's proof in a clean bookworm and trixie,
-# scripts/deb-proof.sh). Python 3.12 and 3.13 for the wheel's test are not Debian 12 packages: pyenv's where
+# scripts/deb-proof.sh), blktrace (its blkparse reads the records of capture --source blktrace's test).
+# Python 3.12 and 3.13 for the wheel's test are not Debian 12 packages: pyenv's where
 # the machine has them; trixie's python3.13 runs the unit tests in the proof's chroot otherwise.
 PACKAGES=(
   qemu-system-x86 qemu-utils
@@ -56,7 +57,7 @@ PACKAGES=(
   openvswitch-switch iproute2 nftables fdisk iperf3 sockperf time
   tmux prometheus openssh-server ansible-core zsh groff-base chromium
   qemu-system-common xfsprogs btrfs-progs lvm2 qemu-guest-agent
-  fish debootstrap lintian
+  fish debootstrap lintian blktrace
 )
 # Audit-only: read domain XML, KubeVirt manifests (python3-yaml), libvirt (read-only) and disk images; nothing that runs or changes the host.
 [ "$mode" = "--audit-only" ] && PACKAGES=(python3-venv python3-lxml python3-yaml python3-libvirt qemu-utils)

@@ -179,3 +179,15 @@ def test_auto_falls_back_to_blockstats_when_the_events_are_not_to_be_had_and_say
         assert not list(work.glob("capture-active-*.json"))
     finally:
         set_event(work, name, "virtio_blk_handle_read", False)
+
+
+def test_source_blktrace_on_a_file_backed_disk_is_refused_in_one_line_and_changes_nothing(
+        loaded: tuple[str, Path]) -> None:
+    name, work = loaded
+    res = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "2", "--source", "blktrace",
+                  "-o", str(work / "bt.json"))
+    assert res.returncode != 0 and "--source blktrace refused" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (work / "bt.json").exists()
+    events, stats = qmp_state(work, name)
+    assert set(events.values()) == {"disabled"}
+    assert not any("rd_latency_histogram" in s["stats"] for s in stats)

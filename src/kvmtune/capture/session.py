@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvmtune.capture.blktrace import BlkTrace, block_device, teardown
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta, unique_keys
@@ -29,6 +30,7 @@ from kvmtune.host.process import read_pid_stat
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.live.sources import Sampler
 from kvmtune.qemu.qmp import Qmp
+from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
 MARKER_PREFIX = "capture-active-"
@@ -81,6 +83,23 @@ def blockstats(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str,
                          **{k: _bounded_int(st.get(k)) for k in (
                              "rd_operations", "wr_operations", "flush_operations", "unmap_operations", "rd_bytes",
                              "wr_bytes", "rd_total_time_ns", "wr_total_time_ns")}}
+    return out
+
+
+def images(qmp: Monitor, aliases: dict[str, str] | None = None) -> dict[str, str]:
+    """``query-block``: each disk's image as QEMU opened it (``inserted.file``), by the names :func:`blockstats`
+    gives; a name or file out of shape is left out."""
+    out: dict[str, str] = {}
+    reply = qmp.execute("query-block")
+    for entry in reply if isinstance(reply, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("inserted"), dict):
+            continue
+        qdev = entry.get("qdev") if isinstance(entry.get("qdev"), str) else None
+        name = (target_of(qdev, aliases) if aliases else None) or entry.get("device") or qdev
+        file = entry["inserted"].get("file")
+        if isinstance(name, str) and _DISK.fullmatch(name) and name not in out and isinstance(file, str) \
+                and 0 < len(file) <= 4096:
+            out[name] = file
     return out
 
 
@@ -242,6 +261,11 @@ def _restore(host: HostRoot, workdir: Path) -> list[str]:
             if _running(host, m):
                 out.append(f"capture of pid {pid} by kvmtune pid {m['capture']['pid']} still runs; left alone")
                 continue
+            traced = m.get("blktrace")
+            if isinstance(traced, list) and traced:  # the kernel's trace outlives a killed blktrace, QEMU or not
+                runner = Runner()
+                out += [teardown(runner, d) if isinstance(d, str) else "a blktrace device in the marker is not a "
+                        "path; left alone" for d in traced[:16]]
             if not _same(host, m):
                 out.append(f"capture of pid {pid} was killed; that QEMU has ended, nothing to restore")
                 path.unlink(missing_ok=True)
@@ -275,6 +299,7 @@ class CaptureResult:
     requests: dict[str, list[Request]] | None  # per disk (attributed), None: no per-request events
     why_not_trace: str = ""
     notes: list[str] = field(default_factory=list)
+    per_request_source: str = "trace"  # or "blktrace": the host block device's requests
     restored: list[str] = field(default_factory=list)
 
 
@@ -322,14 +347,48 @@ def attribute(requests: list[Request], stats: dict[str, StatsDelta]) -> tuple[di
     return out, ""
 
 
+def _trace_requests(reader: TraceReader, stats: dict[str, StatsDelta],
+                    notes: list[str]) -> tuple[dict[str, list[Request]] | None, str]:
+    """The trace events' requests per disk (:func:`attribute`), or why not; what the reader skipped into ``notes``."""
+    if reader.skipped:
+        notes.append(f"{reader.skipped} trace line(s) did not match the event format and were skipped")
+    if reader.dropped:
+        notes.append(f"{reader.dropped} request(s) past --max-events not kept")
+    if reader.untimed:
+        return None, (f"{reader.untimed} events came without their PID@time prefix (QEMU runs without -msg "
+                      "timestamp=on): no per-request timing")
+    return attribute(reader.requests, stats)
+
+
+def check_device_requests(per_disk: dict[str, list[Request]], stats: dict[str, StatsDelta],
+                          devices: dict[str, str]) -> tuple[dict[str, list[Request]] | None, str]:
+    """A block device's requests (blktrace) as a disk's when their read and write counts and bytes agree with the
+    disk's blockstats (within :data:`MATCH`); None and why when another process's I/O on the device, or the host's
+    merging and splitting, makes them differ."""
+    for name, reqs in per_disk.items():
+        d = stats[name]
+        reads = sum(1 for r in reqs if not r.write)
+        writes = len(reqs) - reads
+        rb = sum(r.size for r in reqs if not r.write)
+        wb = len(reqs) and sum(r.size for r in reqs if r.write)
+        n_err = (abs(d.rd_ops - reads) + abs(d.wr_ops - writes)) / max(1, d.rd_ops + d.wr_ops, len(reqs))
+        b_err = (abs(d.rd_bytes - rb) + abs(d.wr_bytes - wb)) / max(1, d.rd_bytes + d.wr_bytes, rb + wb)
+        if n_err > MATCH or b_err > MATCH:
+            return None, (f"{devices[name]} saw {len(reqs)} requests of {rb + wb} bytes, disk {name}'s blockstats "
+                          f"{d.rd_ops + d.wr_ops} of {d.rd_bytes + d.wr_bytes}: another process uses the device, or "
+                          "the host merged or split the guest's requests, so they are not the disk's")
+    return per_disk, ""
+
+
 class Capture:
     """Capture ``seconds`` of the QEMU ``pid``'s disk I/O; ``trace``: also enable its virtio-blk events.
     ``libvirt``: the QEMU is that libvirt domain's, reached through libvirt and read in its log."""
 
     def __init__(self, host: HostRoot, pid: int, workdir: Path, *, seconds: float, trace: bool,
                  max_events: int = 2_000_000, tick: Callable[[float], None] = time.sleep,
-                 require_trace: bool = False, libvirt: LibvirtGuest | None = None) -> None:
-        self.require_trace, self.libvirt = require_trace, libvirt
+                 require_trace: bool = False, libvirt: LibvirtGuest | None = None,
+                 blktrace: BlkTrace | None = None) -> None:
+        self.require_trace, self.libvirt, self.blktrace = require_trace, libvirt, blktrace
         self.aliases: dict[str, str] | None = None
         self.host, self.pid, self.workdir, self.seconds = host, pid, workdir, seconds
         self.trace, self.max_events, self.tick = trace, max_events, tick
@@ -483,13 +542,15 @@ class Capture:
         first = blockstats(qmp, self.aliases)
         if not first:
             raise KvmtuneError(f"pid {self.pid}: query-blockstats names no disk")
+        devices = self._blktrace_devices(qmp, first) if self.blktrace is not None else {}
         # block-latency-histogram-set takes the device's qdev id or path, not its drive name
         hists = [s["qdev"] for s in first.values() if not s["histogram"] and s["qdev"]]
         me = identity(self.host, os.getpid()) if self.host.is_live else None
         marker = self.marker = write_marker(self.workdir, {
             **start, "events": events, "histograms": hists,
             "capture": {"pid": os.getpid(), "starttime": me["starttime"] if me else None},
-            **({"libvirt": self.libvirt.marker()} if self.libvirt else {})})
+            **({"libvirt": self.libvirt.marker()} if self.libvirt else {}),
+            **({"blktrace": sorted(set(devices.values()))} if devices else {})})
         now = time.time()  # QEMU's log backend stamps events with the wall clock
         reader = TraceReader(self.pid, self.max_events, (now - WINDOW_SLACK, now + self.seconds + 60 + WINDOW_SLACK),
                              scsi)
@@ -502,6 +563,8 @@ class Capture:
                         qmp.execute("block-latency-histogram-set", id=dev, boundaries=HISTOGRAM_NS)
                 for ev in events:
                     qmp.execute("trace-event-set-state", name=ev, enable=True)
+                if self.blktrace is not None:
+                    self.blktrace.start(sorted(set(devices.values())))
                 try:
                     first, prev, seconds = self._loop(qmp, fh, reader, per_second)
                 except KvmtuneError as exc:  # the guest went away (or its monitor did) mid-capture
@@ -520,17 +583,43 @@ class Capture:
             for dev in hists:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
                     qmp.execute("block-latency-histogram-set", id=dev)
-            marker.unlink(missing_ok=True)
+            if self.blktrace is not None:
+                halted = self.blktrace.halt()
+                if halted:
+                    notes.append(halted)
+                else:
+                    marker.unlink(missing_ok=True)  # kept where the kernel's trace may be left: doctor tears it down
+            else:
+                marker.unlink(missing_ok=True)
         stats = {n: delta(first[n], prev[n], seconds) for n in first if n in prev}
         requests = None
         if fh is not None:
-            if reader.untimed:
-                why_not = (f"{reader.untimed} events came without their PID@time prefix (QEMU runs without -msg "
-                           "timestamp=on): no per-request timing")
-            else:
-                requests, why_not = attribute(reader.requests, stats)
-            if reader.skipped:
-                notes.append(f"{reader.skipped} trace line(s) did not match the event format and were skipped")
-            if reader.dropped:
-                notes.append(f"{reader.dropped} request(s) past --max-events not kept")
+            requests, why_not = _trace_requests(reader, stats, notes)
+        if self.blktrace is not None:
+            per_device, more = self.blktrace.read(self.max_events)
+            notes += more
+            per_disk = {name: per_device.get(dev, []) for name, dev in devices.items() if name in stats}
+            requests, why_not = check_device_requests(per_disk, stats, devices)
+            return CaptureResult(seconds, stats, per_second, requests, why_not, notes, per_request_source="blktrace")
         return CaptureResult(seconds, stats, per_second, requests, why_not, notes)
+
+    def _blktrace_devices(self, qmp: Monitor, disks: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """Each disk whose image is a block device, to that device; raises with why blktrace cannot be had."""
+        assert self.blktrace is not None
+        why = self.blktrace.why_not()
+        found: dict[str, str] = {}
+        reasons: list[str] = []
+        if not why:
+            for name, file in images(qmp, self.aliases).items():
+                if name not in disks:
+                    continue
+                problem = block_device(file)
+                if problem:
+                    reasons.append(f"disk {name}: {problem}")
+                else:
+                    found[name] = file
+            why = "" if found else ("; ".join(reasons) or "query-block names no disk image")
+        if why:
+            raise KvmtuneError(f"pid {self.pid}: --source blktrace refused: {why}; nothing captured "
+                               "(--source trace or blockstats record the guest's requests as QEMU sees them)")
+        return found

@@ -92,8 +92,10 @@ def _sequential(reqs: Sequence[Request]) -> float | None:
     return round(hits / len(reqs), 4)
 
 
-def from_trace(target: str, reqs: Sequence[Request], stats: StatsDelta, *, anonymize: bool = False) -> dict[str, Any]:
-    """One disk's entry from its trace requests; flushes and discards from its blockstats (no trace event for them)."""
+def from_trace(target: str, reqs: Sequence[Request], stats: StatsDelta, *, anonymize: bool = False,
+               source: str = "trace") -> dict[str, Any]:
+    """One disk's entry from its per-request records (QEMU's trace events, or ``source`` blktrace: the host device's
+    requests); flushes and discards from its blockstats (no trace event for them)."""
     reads = sum(1 for r in reqs if not r.write)
     writes = len(reqs) - reads
     sizes = [r.size for r in reqs]
@@ -104,7 +106,7 @@ def from_trace(target: str, reqs: Sequence[Request], stats: StatsDelta, *, anony
     lo = min((r.offset for r in reqs), default=0)
     hi = max((r.offset + r.size for r in reqs), default=0)
     return {
-        "target": target, "source": "trace", "seconds": round(stats.seconds, 3),
+        "target": target, "source": source, "seconds": round(stats.seconds, 3),
         "ops": {"read": reads, "write": writes, "flush": stats.flush_ops, "discard": stats.unmap_ops},
         "read_fraction": round(reads / len(reqs), 4) if reqs else None,
         "iops": round(len(reqs) / stats.seconds, 2) if stats.seconds > 0 else None,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvmtune.bench.report_workload import workload_page
+from kvmtune.capture.blktrace import BlkTrace
 from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture, CaptureResult, restore_leftovers
 from kvmtune.capture.workload import SCHEMA, check_workload, from_stats, from_trace, iolog, load_workload, render
@@ -21,6 +22,7 @@ from kvmtune.host.root import HostRoot
 from kvmtune.lab.workdir import default_workdir, ensure_dir
 from kvmtune.live.sources import Sampler
 from kvmtune.live.why import find_target
+from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
 
@@ -45,7 +47,9 @@ class CaptureCommand(Command):
         p.add_argument("--seconds", type=float, default=30.0, metavar="S", help="how long to record (default 30)")
         p.add_argument("--source", choices=("auto", "trace", "blockstats", "blktrace"), default="auto",
                        help="trace: per-request QEMU trace events (with blockstats); blockstats: statistics only; "
-                            "auto: trace where QEMU allows, else blockstats (default)")
+                            "blktrace: the requests of the block device under the disk (blktrace installed, debugfs "
+                            "mounted; as the host device saw them); auto: trace where QEMU allows, else blockstats "
+                            "(default)")
         p.add_argument("--max-events", type=int, default=2_000_000, metavar="N",
                        help="stop after N requests (default 2000000)")
         p.add_argument("--anonymize", action="store_true", help="shift offsets so the lowest is 0")
@@ -72,8 +76,6 @@ class CaptureCommand(Command):
             raise UsageError(f"--max-events must be between 1 and 50000000, got {args.max_events}")
         if args.workload_file is None:
             raise UsageError("-o FILE: where to write the workload file")
-        if args.source == "blktrace":
-            raise UsageError("--source blktrace: not built yet; use trace or blockstats")
 
     def run(self, args: argparse.Namespace) -> Outcome:
         if args.show is not None:
@@ -99,11 +101,12 @@ class CaptureCommand(Command):
             if not target.uuid:
                 raise KvmtuneError(f"{target.name}: a libvirt guest without a UUID; nothing captured")
             lv = LibvirtGuest(DEFAULT_URI, target.uuid, target.name)
+        bt = BlkTrace(host, Runner()) if args.source == "blktrace" else None
         cap = Capture(host, target.pid, workdir, seconds=args.seconds, trace=args.source in ("auto", "trace"),
-                      max_events=args.max_events, require_trace=args.source == "trace", libvirt=lv)
+                      max_events=args.max_events, require_trace=args.source == "trace", libvirt=lv, blktrace=bt)
         result = cap.run()
         result.restored = restored
-        if args.source == "trace" and result.requests is None:
+        if args.source in ("trace", "blktrace") and result.requests is None:
             raise KvmtuneError(f"{target.name}: per-request mode refused: {result.why_not_trace}; "
                                "nothing written (--source blockstats records statistics)")
         doc, log = workload(target.name, result, args.disk, args.anonymize)
@@ -133,7 +136,7 @@ def workload(guest: str, r: CaptureResult, disk: str | None, anonymize: bool) ->
             reqs = r.requests.get(n, [])
             if not reqs and disk is None:
                 continue
-            disks.append(from_trace(n, reqs, r.stats[n], anonymize=anonymize))
+            disks.append(from_trace(n, reqs, r.stats[n], anonymize=anonymize, source=r.per_request_source))
             log = log or iolog(n, reqs, anonymize=anonymize)
         else:
             disks.append(from_stats(n, r.stats[n], r.per_second.get(n, [])))

@@ -388,7 +388,7 @@ def build_replay(doc: Mapping[str, Any], digest: str, workload_path: str | Path,
         raise InputError(str(workload_path), exc.problem) from None
     log = Path(f"{workload_path}.iolog")
     rep = Replay(digest, mode, profile)
-    if profile.source != "trace":
+    if profile.source not in ("trace", "blktrace"):
         rep.notes.append(f"{SYNTHESIZED}: the capture of disk {profile.target} has no per-request log")
     elif index != 0:
         rep.notes.append(f"{SYNTHESIZED}: the capture's iolog is of its first disk only")

@@ -1,0 +1,195 @@
+"""``--source blktrace``: a guest disk's requests as the host block device under it sees them, where the disk's image
+is a block device (a partition, an LV, a loop device) and ``blktrace`` is installed (Debian's ``blktrace``).
+
+``blktrace -d DEV -D DIR`` runs beside the capture's blockstats loop, stopped with SIGINT at its end; ``blkparse``
+then prints each request's issue (``D``) and completion (``C``) in kvmtune's own format (:data:`FORMAT`), paired by
+direction and sector. These are the requests the device saw, after the host's block layer merged or split the
+guest's: the capture checks their count and bytes against QEMU's blockstats of the disk, as it checks trace events,
+and refuses when another process's I/O on the device (or the host's merging) makes them disagree.
+
+What can stop it, each said in one line: no ``blktrace``, an image that is not a block device, debugfs not mounted at
+``/sys/kernel/debug`` (kvmtune does not mount it), and a kernel that refuses the trace (``kernel_lockdown(7)``
+restricts blktrace's debugfs files: blktrace's own error is passed on). A blktrace killed with kvmtune (SIGKILL) leaves
+the kernel's trace set up: the capture's marker names the devices and the next ``capture`` or ``doctor`` runs
+``blktrace -k`` on each.
+
+blkparse's output is the kernel's record of requests on a device other processes may use: parsed strictly (a line
+out of :data:`LINE` is skipped and counted), bounded by ``--max-events``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvmtune.capture.trace import Request
+from kvmtune.errors import KvmtuneError
+from kvmtune.host.root import HostReadError, HostRoot
+from kvmtune.runner import Runner
+
+BLKTRACE, BLKPARSE = "blktrace", "blkparse"
+DEBUGFS = "/sys/kernel/debug"
+FORMAT = "%a %T.%9t %d %S %N\\n"  # action, seconds.nanoseconds, RWBS, sector, bytes
+LINE = re.compile(r"([DC]) ([0-9]{1,10})\.([0-9]{9}) ([A-Z]{1,8}) ([0-9]{1,20}) ([0-9]{1,12})")
+START_S = 0.5  # how long blktrace is given to fail at start (a refused trace ends at once)
+STOP_S = 10.0
+# a device path kvmtune passes to blktrace: under /dev, no option, nothing a shell or blktrace would read otherwise
+_DEVICE = re.compile(r"/dev/[A-Za-z0-9_./-]{1,200}")
+
+
+def block_device(path: str) -> str:
+    """Why ``path`` (a disk's image as QEMU names it) cannot be traced by blktrace, or ``""`` when it is a block
+    device kvmtune may name on blktrace's command line."""
+    if not _DEVICE.fullmatch(path) or "/../" in path or path.endswith("/.."):
+        return f"its image {path[:120]!r} is not a block device under /dev"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"its image {path} cannot be looked at ({exc.strerror})"
+    if not stat.S_ISBLK(st.st_mode):
+        return f"its image {path} is not a block device"
+    return ""
+
+
+def trace_name(device: str) -> str:
+    """The name blktrace gives a device's output files: the kernel's name of the device (``dm-0`` for
+    ``/dev/mapper/vg-lv``), the base name of the path it resolves to."""
+    return os.path.basename(os.path.realpath(device))
+
+
+def debugfs_mounted(host: HostRoot) -> bool:
+    """Whether ``/proc/mounts`` (through the host root) has debugfs at :data:`DEBUGFS`."""
+    try:
+        text = host.read_text("/proc/mounts")
+    except HostReadError:
+        return False
+    return any(len(f := line.split()) >= 3 and f[1] == DEBUGFS and f[2] == "debugfs" for line in text.splitlines())
+
+
+def parse(text: str, max_events: int) -> tuple[list[Request], int, int]:
+    """blkparse's lines in :data:`FORMAT`: (requests issued and completed, in issue order; lines skipped; flushes
+    without data). An issue is paired with the next completion of the same direction and sector; an issue without a
+    completion keeps ``t_done`` None."""
+    pending: dict[tuple[bool, int], list[int]] = {}
+    out: list[Request] = []
+    skipped = flushes = 0
+    for line in text.splitlines():
+        m = LINE.fullmatch(line.strip())
+        if m is None:
+            skipped += line.strip() != ""
+            continue
+        action, sec, ns, rwbs, sector, size = m.groups()
+        t = int(sec) + int(ns) / 1e9
+        write, read = "W" in rwbs, "R" in rwbs
+        if write == read:  # a flush without data (FN), a discard (D…), or nonsense: no request of the workload's
+            flushes += action == "D" and "F" in rwbs and not write and not read
+            continue
+        key = (write, int(sector))
+        if action == "D":
+            if len(out) >= max_events:
+                continue
+            pending.setdefault(key, []).append(len(out))
+            out.append(Request(t, None, 0, write, int(sector) * 512, int(size)))
+        elif pending.get(key):
+            i = pending[key].pop(0)
+            r = out[i]
+            if t >= r.t_submit:
+                out[i] = Request(r.t_submit, t, r.vdev, r.write, r.offset, r.size)
+    return out, skipped, flushes
+
+
+@dataclass
+class BlkTrace:
+    """One blktrace run over some block devices, its output in a private scratch directory."""
+
+    host: HostRoot
+    runner: Runner
+    devices: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    scratch: Path | None = None
+
+    def why_not(self) -> str:
+        if self.runner.which(BLKTRACE) is None or self.runner.which(BLKPARSE) is None:
+            return "blktrace and blkparse are not installed (Debian: apt install blktrace)"
+        if not debugfs_mounted(self.host):
+            return f"debugfs is not mounted at {DEBUGFS} (blktrace needs it; kvmtune does not mount it)"
+        return ""
+
+    def start(self, devices: Sequence[str]) -> None:
+        """Start tracing ``devices`` (each checked by :func:`block_device` by the caller); raises with blktrace's
+        own reason when it ends at once (a kernel that refuses the trace)."""
+        self.devices = list(devices)
+        self.scratch = Path(tempfile.mkdtemp(prefix="kvmtune-blktrace-"))
+        argv = [BLKTRACE, *(a for d in self.devices for a in ("-d", d)), "-D", str(self.scratch)]
+        self.proc = self.runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(START_S)
+        if self.proc.poll() is not None:
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            self.proc = None
+            self.cleanup()
+            last = next((x for x in reversed(err.strip().splitlines()) if x.strip()), f"exit {os.EX_SOFTWARE}")
+            hint = " (kernel_lockdown(7) restricts blktrace's debugfs files)" if "not permitted" in err else ""
+            raise KvmtuneError(f"blktrace could not trace {', '.join(self.devices)}: {last.strip()[:200]}{hint}")
+
+    def halt(self) -> str:
+        """Stop tracing (SIGINT: blktrace tears the kernel's trace down itself); a note when it had to be killed."""
+        if self.proc is None:
+            return ""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=STOP_S)
+            return ""
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return "blktrace did not stop on SIGINT; killed (its kernel trace may be left: blktrace -k)"
+        finally:
+            self.proc = None
+
+    def read(self, max_events: int) -> tuple[dict[str, list[Request]], list[str]]:
+        """Each traced device's requests once halted: (per device, notes); the scratch directory removed."""
+        notes: list[str] = []
+        out: dict[str, list[Request]] = {}
+        if self.scratch is None:
+            return out, notes
+        try:
+            for dev in self.devices:
+                res = self.runner.run([BLKPARSE, "-i", trace_name(dev), "-D", str(self.scratch), "-q",
+                                       "-f", FORMAT, "-a", "issue", "-a", "complete"],
+                                      timeout=120)
+                if not res.ok:
+                    raise KvmtuneError(f"blkparse of {dev}: {res.describe_failure()}")
+                reqs, skipped, _ = parse(res.stdout, max_events)
+                if skipped:
+                    notes.append(f"{skipped} blkparse line(s) of {dev} out of format; skipped")
+                out[dev] = reqs
+        finally:
+            self.cleanup()
+        return out, notes
+
+    def cleanup(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self.scratch is not None:
+            for f in self.scratch.iterdir():
+                f.unlink(missing_ok=True)
+            self.scratch.rmdir()
+            self.scratch = None
+
+
+def teardown(runner: Runner, device: str) -> str:
+    """After a killed capture: ``blktrace -k -d DEV`` tears the kernel's trace of ``device`` down; one line."""
+    if block_device(device):
+        return f"blktrace device {device[:120]!r} in the marker is not a block device; left alone"
+    res = runner.run([BLKTRACE, "-k", "-d", device], timeout=30)
+    return f"blktrace of {device} torn down" if res.ok else f"blktrace -k of {device}: {res.describe_failure()}"
