@@ -21,7 +21,7 @@ from kvmtune.model.guest import Guest
 RESTART = "at the VM's next restart (KubeVirt's default rollout strategy Stage marks the VM RestartRequired)"
 
 
-def _index(device: str | None, guest: Guest) -> tuple[int | None, int | None]:
+def device_index(device: str | None, guest: Guest) -> tuple[int | None, int | None]:
     if not device:
         return None, None
     for i, disk in enumerate(guest.disks):
@@ -43,11 +43,11 @@ def locate(finding: Finding, spec: Spec, guest: Guest) -> None:
     form = next((r.kubevirt for r in all_rules() if r.id == finding.rule), None)
     path = _spec_path(finding.evidence)
     if path is None and form is not None:
-        disk, nic = _index(finding.target.device, guest)
+        disk, nic = device_index(finding.target.device, guest)
         path = form.path(spec.base, disk, nic)
     if path is None:
         path = spec.base
-        disk, nic = _index(finding.target.device, guest)
+        disk, nic = device_index(finding.target.device, guest)
         if disk is not None:
             path = guest.disks[disk].locator
         elif nic is not None:
@@ -82,7 +82,7 @@ def kubevirt_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> 
             finding.summary = f"{finding.summary} (KubeVirt: {form.note})"
             finding.fix = FixHint("manual", f"KubeVirt: {form.note}", False)
             continue
-        disk, nic = _index(finding.target.device, guest)
+        disk, nic = device_index(finding.target.device, guest)
         path = form.path(spec.base, disk, nic)
         note = f"; {form.note}" if form.note else ""
         finding.fix = FixHint("manual", f"KubeVirt: set {path}: {form.value} in {spec.obj.doc.path}{note}; "
