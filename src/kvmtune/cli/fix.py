@@ -165,6 +165,13 @@ class FixCommand(Command):
         text += "".join(f"note: {safe(line)}\n" for line in plan.notes)
         if plan.manual:
             text += f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n"
+        if plan.refused:
+            problem = f"{len(plan.refused)} manifest(s) or value(s) refused (the 'skipped:' lines say why)"
+            if not plan.changes:
+                return Outcome(Exit.INCOMPLETE, text + "Nothing changed.\n", [problem])
+            if not args.apply:
+                return Outcome(Exit.INCOMPLETE, text + f"{len(plan.changes)} change(s) planned; nothing changed (run "
+                               "again with --apply).\n", [problem])
         if not plan.changes:
             if args.apply and refused:
                 return Outcome(Exit.INCOMPLETE,
@@ -177,7 +184,12 @@ class FixCommand(Command):
         sys.stdout.flush()
         if not args.yes and not _confirm(len(plan.changes)):
             return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
-        return _apply(spec, plan, refused, settings_journal_dir(args), purge_backups=args.purge_backups)
+        outcome = _apply(spec, plan, refused, settings_journal_dir(args), purge_backups=args.purge_backups)
+        if plan.refused:
+            outcome.exit = max(outcome.exit, Exit.INCOMPLETE)
+            outcome.errors = [*outcome.errors, f"{len(plan.refused)} manifest(s) or value(s) refused (the 'skipped:' "
+                              "lines say why)"]
+        return outcome
 
 
 COMMANDS = (FixCommand,)

@@ -49,6 +49,7 @@ from kvmtune.kubevirt.guest import Spec, guests_from_objects, spec_of
 from kvmtune.kubevirt.load import KObject, read_bytes, read_paths
 from kvmtune.model.guest import Guest
 from kvmtune.runner import Runner, default_runner
+from kvmtune.textsafe import safe
 
 MAX_ROUNDS = 5
 NEW_REVISION = "new revision: at the next restart of each VM that picks it up"
@@ -129,7 +130,7 @@ def _users(obj: KObject, guests: Sequence[Guest]) -> list[str]:
     for g in guests:
         spec = spec_of(g)
         if spec is not None and obj.key in {o.key for o in (spec.instancetype, spec.preference) if o is not None}:
-            out.append(g.name)
+            out.append(safe(g.name))
     return out
 
 
@@ -146,7 +147,8 @@ def _advice_of(form: KubevirtForm | None) -> str:
 
 
 def _shown(obj: KObject) -> str:
-    return f"{obj.kind} {(obj.namespace + '/') if obj.namespace else ''}{obj.name}"
+    """How the plan names an object (its kind, namespace and name are the manifest's: made terminal-safe)."""
+    return safe(f"{obj.kind} {(obj.namespace + '/') if obj.namespace else ''}{obj.name}")
 
 
 # --------------------------------------------------------------------------- manifests
@@ -159,7 +161,7 @@ class ManifestEdit(FileChange):
     objects: list[str] = field(default_factory=list)
 
     def title(self) -> str:
-        return f"KubeVirt {', '.join(self.objects)}: edit {self.shown}"
+        return f"KubeVirt {', '.join(self.objects)}: edit {safe(self.shown)}"
 
 
 @dataclass
@@ -184,6 +186,7 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     """One :class:`ManifestEdit` per manifest file whose objects' findings have a value to set."""
     read = read_paths(list(paths), recursive)
     plan.skipped.extend(read.errors)
+    plan.refused.extend(read.errors)
     plan.notes.extend(read.notes)
     states: dict[str, FileState] = {}
     extra: list[KObject] = []
@@ -195,6 +198,7 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
             state = read_state(Path(os.path.abspath(f)))
         except OSError as exc:
             plan.skipped.append(f"{f}: {exc}; not edited")
+            plan.refused.append(f"{f}: {exc}")
             extra.extend(o for o in read.objects if o.doc.path == f)
             continue
         if state.data is None:
@@ -265,6 +269,7 @@ def _edit_round(state: _Round, findings: list[Finding], guests: list[Guest], for
             state.texts[f] = edit_bytes(f, state.texts[f], [(want.obj.doc.number, want.doc_path, want.value)])
         except EditRefused as exc:
             plan.skipped.append(f"{want.guest}: {finding.rule}: {exc}")
+            plan.refused.append(str(exc))
             state.refused.add(want.key)
             continue
         state.done[want.key] = want.value
@@ -284,7 +289,7 @@ def _manifest_changes(state: _Round, states: dict[str, FileState], guests: list[
         planned: list[Planned] = []
         objects: list[str] = []
         for w in wants:
-            reason = Reason(f"{w.finding.rule} {w.finding.slug}: {w.guest}")
+            reason = Reason(f"{w.finding.rule} {w.finding.slug}: {safe(w.guest)}")
             if reason not in reasons:
                 reasons.append(reason)
             name = _shown(w.obj)
@@ -350,7 +355,7 @@ class KubectlPatch(Change[KubectlEntry]):
     planned: list[Planned] = field(default_factory=list)
 
     def title(self) -> str:
-        return f"KubeVirt {self.obj_kind} {(self.namespace + '/') if self.namespace else ''}{self.name}: kubectl patch"
+        return safe(f"KubeVirt {self.obj_kind} {(self.namespace + '/') if self.namespace else ''}{self.name}: kubectl patch")
 
     def patch(self) -> dict[str, Any]:
         out = copy.deepcopy(self.spec_patch)
@@ -496,7 +501,7 @@ def plan_cluster(context: str | None, rules: Sequence[type[Rule]], options: FixO
                  if shared else [RESTART_NOTE])
         reasons: list[Reason] = []
         for w in mine:
-            r = Reason(f"{w.finding.rule} {w.finding.slug}: {w.guest}: {w.path} = {json.dumps(w.value)}")
+            r = Reason(f"{w.finding.rule} {w.finding.slug}: {safe(w.guest)}: {w.path} = {json.dumps(w.value)}")
             if r not in reasons:
                 reasons.append(r)
         plan.changes.append(KubectlPatch(
