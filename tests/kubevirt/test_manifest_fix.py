@@ -176,8 +176,11 @@ def test_json_and_flow_mappings_get_the_key_after_their_brace() -> None:
     out = edit(text, (f"{DOMAIN}.devices.disks[0].disk.bus", "virtio"), (f"{DOMAIN}.ioThreadsPolicy", "auto"),
                where="vm.json")
     assert json.loads(out)["spec"]["template"]["spec"]["domain"]["ioThreadsPolicy"] == "auto"
-    assert out.decode() == text.replace('"sata"', '"virtio"').replace('"domain": {', '"domain": {"ioThreadsPolicy": '
-                                                                      '"auto", ')
+    added = ', "ioThreadsPolicy": "auto"'
+    assert out.decode().count(added) == 1  # after the last entry of domain, every other byte as it was
+    assert out.decode().replace(added, "") == text.replace('"sata"', '"virtio"')
+    empty = edit('{"kind": "VirtualMachine", "spec": {}}', ("spec.running", False), where="vm.json")
+    assert empty == b'{"kind": "VirtualMachine", "spec": {"running": false}}'
 
 
 def test_a_multi_document_file_and_a_list_edit_only_their_object() -> None:
@@ -271,3 +274,39 @@ def test_a_value_inside_a_shared_anchor_is_refused_in_one_line_naming_file_and_l
     lines = [x for x in out.splitlines() if x.startswith("skipped:") and "anchor" in x]
     assert lines and f"{manifest}:11: " in lines[0] and "inside an anchor that aliases share" in lines[0]
     assert manifest.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- every rule with a settable form
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+
+
+def _settable() -> list[Any]:
+    from kvmtune.audit.rule import all_rules
+
+    return [r for r in all_rules() if getattr(r, "kubevirt", None) is not None and r.kubevirt.settable]
+
+
+@pytest.mark.parametrize("rule", _settable(), ids=lambda r: r.id)
+def test_a_settable_forms_doc_says_when_it_takes_effect_on_kubevirt(rule: Any) -> None:
+    refs = rule.doc_path().read_text(encoding="utf-8").split("## References", 1)[1]
+    lines = [x for x in refs.splitlines() if x.startswith("- When it takes effect:")]
+    assert len(lines) == 1 and "RestartRequired" in lines[0] and "vm_rollout_strategies" in lines[0]
+
+
+BAD_MANIFESTS = [p for r in _settable() for p in sorted((RULES / r.id / "bad").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("bad", BAD_MANIFESTS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_fix_removes_the_finding_from_each_rules_bad_manifest(tmp_path: Path, bad: Path) -> None:
+    rule = bad.parent.parent.name
+    work = tmp_path / bad.name
+    shutil.copy(bad, work)
+    assert any(rule in rules for rules in audit_rules(str(work)).values())
+    code, out, err = run("fix", "--only", rule, "--allow-bus-change", "--apply", "--yes", "--journal-dir",
+                         str(tmp_path / "j"), str(work))
+    assert code == 0, out + err
+    assert not any(rule in rules for rules in audit_rules(str(work)).values()), work.read_text()
+    journal = json.loads(next((tmp_path / "j").glob("*.json")).read_text())
+    assert run("undo", "--journal-dir", str(tmp_path / "j"), journal["id"])[0] == 0
+    assert work.read_bytes() == bad.read_bytes()

@@ -85,5 +85,12 @@ def kubevirt_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> 
         disk, nic = device_index(finding.target.device, guest)
         path = form.path(spec.base, disk, nic)
         note = f"; {form.note}" if form.note else ""
+        if form.settable and form.value_for(spec, guest) is not None:
+            # kvmtune fix sets it (in the manifest, or with kubectl patch): a spec change, at the VM's next restart
+            how = "kvmtune fix FILE" if not spec.obj.doc.path.startswith("kubectl://") else "kvmtune fix --kubevirt"
+            finding.fix = FixHint("manual", f"KubeVirt: set {path}: {form.value} in {spec.obj.doc.path}{note}; "
+                                  f"'{how}' sets it; takes effect {RESTART}", False, takes_effect="restart",
+                                  when="applies at the next restart of the guest")
+            continue
         finding.fix = FixHint("manual", f"KubeVirt: set {path}: {form.value} in {spec.obj.doc.path}{note}; "
                               f"takes effect {RESTART}", False)

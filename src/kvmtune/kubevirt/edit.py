@@ -258,6 +258,11 @@ class _Editor:
         nl = self.text.find("\n", end)
         return len(self.text) if nl < 0 else nl + 1
 
+    def _closes_flow(self, end: int) -> bool:
+        """Only blanks (and line breaks) between ``end`` and the mapping's closing ``}``: a safe place."""
+        rest = self.text[end:end + 4096].lstrip(" \t\r\n")
+        return rest[:1] == "}"
+
     def _insert_flow(self, mapping: MappingNode, parts: list[Part], keys: list[str], value: Any) -> str:
         start = mapping.start_mark.index
         if self.text[start:start + 1] != "{":
@@ -267,6 +272,13 @@ class _Editor:
             rendered = "{" + (json.dumps(key) if self.json else _key(key)) + ": " + rendered + "}"
         inner = rendered[1:-1]
         if mapping.value:
+            last = mapping.value[-1][1]
+            end = last.end_mark.index
+            single = isinstance(last, ScalarNode) and last.style not in ("|", ">") and \
+                "\n" not in self.text[last.start_mark.index:end]
+            flow = isinstance(last, MappingNode | SequenceNode) and last.flow_style
+            if self.uses.get(id(last), 0) == 1 and (single or flow) and self._closes_flow(end):
+                return self.text[:end] + ", " + inner + self.text[end:]  # last: the order a reader expects
             inner += ", "
         elif self.text[start + 1:start + 2] == "}":
             pass
