@@ -310,3 +310,31 @@ def test_fix_removes_the_finding_from_each_rules_bad_manifest(tmp_path: Path, ba
     journal = json.loads(next((tmp_path / "j").glob("*.json")).read_text())
     assert run("undo", "--journal-dir", str(tmp_path / "j"), journal["id"])[0] == 0
     assert work.read_bytes() == bad.read_bytes()
+
+
+def test_fix_patch_gives_a_gitops_repository_a_patch_git_applies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIX / "tree", repo / "clusters")
+    monkeypatch.chdir(repo)
+    code, out, _ = run("fix", "--patch", "--recursive", "clusters")
+    assert code == 0 and "--- a/clusters/web.yaml" in out and "+++ b/clusters/base/instancetype.yaml" in out
+    (tmp_path / "fix.patch").write_text(out)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "apply", str(tmp_path / "fix.patch")], check=True)
+    assert "Nothing to change." in run("fix", "--recursive", "clusters")[1]
+
+
+def test_a_fix_that_belongs_to_an_instancetype_not_given_is_named_never_guessed(tmp_path: Path) -> None:
+    manifest = tmp_path / "vm.yaml"
+    manifest.write_text(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {name: db, namespace: prod}\nspec:\n"
+        "  instancetype: {kind: VirtualMachineInstancetype, name: missing}\n  template:\n    spec:\n      domain:\n"
+        "        cpu: {dedicatedCpuPlacement: true}\n        devices: {}\n")
+    before = manifest.read_bytes()
+    code, out, _ = run("fix", "--only", "KVM-KUB-002", str(manifest))
+    assert code == 0
+    assert "kubevirt:prod/db: KVM-KUB-002: the VM takes this from an instancetype that was not given; the fix belongs " \
+           "there (spec.cpu.isolateEmulatorThread)" in out
+    assert "Nothing to change." in out and manifest.read_bytes() == before

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 
 from kvmtune.audit.finding import Finding, FixHint, Severity
 from kvmtune.audit.rule import all_rules
+from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.kubevirt.guest import Spec, spec_of
+from kvmtune.kubevirt.load import KObject
 from kvmtune.model.guest import Guest
 
 RESTART = "at the VM's next restart (KubeVirt's default rollout strategy Stage marks the VM RestartRequired)"
@@ -62,6 +64,22 @@ def locate(finding: Finding, spec: Spec, guest: Guest) -> None:
                                  "written": written == path}
 
 
+def owner_of(finding: Finding, spec: Spec, form: KubevirtForm) -> tuple[KObject, str] | None:
+    """The instancetype or preference a fix belongs to (audit's text and fix/kubevirt.py both ask here), with the
+    path in it: the preference when the value is the preference's default, the instancetype when the VM has one
+    and the form says the instancetype holds the field (KubeVirt refuses a VM that sets what its instancetype sets)."""
+    if form.preference and "the preference's" in finding.evidence and spec.preference is not None:
+        return spec.preference, f"spec.{form.preference}"
+    body = spec.obj.body.get("spec")
+    if spec.obj.kind == "VirtualMachinePool" and isinstance(body, dict):
+        tpl = body.get("virtualMachineTemplate")
+        body = tpl.get("spec") if isinstance(tpl, dict) else None
+    if form.instancetype and isinstance(body, dict) and isinstance(body.get("instancetype"), dict) \
+            and spec.instancetype is not None:
+        return spec.instancetype, f"spec.{form.instancetype}"
+    return None
+
+
 def kubevirt_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> None:
     by_name = {g.name: g for g in guests if g.origin_kind == "kubevirt"}
     forms = {r.id: r.kubevirt for r in all_rules()}
@@ -88,6 +106,14 @@ def kubevirt_fix_texts(findings: Iterable[Finding], guests: Iterable[Guest]) -> 
         if form.settable and form.value_for(spec, guest) is not None:
             # kvmtune fix sets it (in the manifest, or with kubectl patch): a spec change, at the VM's next restart
             how = "kvmtune fix FILE" if not spec.obj.doc.path.startswith("kubectl://") else "kvmtune fix --kubevirt"
+            owner = owner_of(finding, spec, form)
+            if owner is not None:  # the VM takes it from its instancetype or preference: the fix is made there
+                obj, rel = owner
+                finding.fix = FixHint("manual", f"KubeVirt: set {rel}: {form.value} in {obj.kind} {obj.name} "
+                                      f"({obj.doc.path}), which the VM takes it from; '{how}' sets it; takes effect "
+                                      "as a new revision, at the next restart of each VM that picks it up", False,
+                                      takes_effect="restart", when="applies at the next restart of the guest")
+                continue
             finding.fix = FixHint("manual", f"KubeVirt: set {path}: {form.value} in {spec.obj.doc.path}{note}; "
                                   f"'{how}' sets it; takes effect {RESTART}", False, takes_effect="restart",
                                   when="applies at the next restart of the guest")

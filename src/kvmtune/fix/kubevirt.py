@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
-from kvmtune.audit.kubevirt_advice import device_index
+from kvmtune.audit.kubevirt_advice import device_index, owner_of
 from kvmtune.audit.rule import GuestRule, Rule, all_rules
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.fix.diff import Reason
@@ -99,13 +99,12 @@ def want_for(finding: Finding, guest: Guest, form: KubevirtForm, options: FixOpt
     where = f"{guest.name} {finding.target.device or ''}: {finding.rule}".replace(" :", ":")
     if form.guest_visible and not options.allow_bus_change:
         return f"{where} changes what the guest sees (--allow-bus-change)"
-    if form.preference and "the preference's" in finding.evidence and spec.preference is not None:
-        return Want(spec.preference, f"spec.{form.preference}", value, finding, guest.name, shared=True)
+    owner = owner_of(finding, spec, form)
+    if owner is not None:
+        return Want(owner[0], owner[1], value, finding, guest.name, shared=True)
     if form.instancetype and _has_matcher(spec, "instancetype"):
-        if spec.instancetype is None:
-            return (f"{where}: the VM takes this from an instancetype that was not given; the fix belongs there "
-                    f"(spec.{form.instancetype})")
-        return Want(spec.instancetype, f"spec.{form.instancetype}", value, finding, guest.name, shared=True)
+        return (f"{where}: the VM takes this from an instancetype that was not given; the fix belongs there "
+                f"(spec.{form.instancetype})")
     disk, nic = device_index(finding.target.device, guest)
     path = form.path(spec.base, disk, nic)
     if path is None:
