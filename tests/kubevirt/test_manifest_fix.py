@@ -169,6 +169,12 @@ def test_crlf_and_a_bom_are_kept() -> None:
     assert b"        features:\r\n          hyperv:\r\n            relaxed: {}\r\n" in out
 
 
+def test_old_mac_cr_line_endings_are_kept() -> None:
+    data = VM.replace("\n", "\r").encode()
+    out = edit(data, (f"{DOMAIN}.ioThreadsPolicy", "auto"))
+    assert out == data + b"        ioThreadsPolicy: auto\r"
+
+
 def test_json_and_flow_mappings_get_the_key_after_their_brace() -> None:
     doc = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "j"},
            "spec": {"template": {"spec": {"domain": {"devices": {"disks": [{"name": "r", "disk": {"bus": "sata"}}]}}}}}}
@@ -202,6 +208,7 @@ def test_a_multi_document_file_and_a_list_edit_only_their_object() -> None:
     ("a: [1, 2]\n", "a[5]", "is not an item of a list"),
     ("a: 3\n", "a.b", "is not a mapping"),
     ("a:\n  b: 1\n", "a", "is a mapping, not a value kvmtune replaces"),
+    ("x: &x 1\na:\n  b: 2\n  c: *x\n", "a.d", "end in an alias"),
 ])
 def test_what_cannot_be_edited_safely_is_refused_naming_the_line(text: str, path: str, said: str) -> None:
     with pytest.raises(EditRefused) as exc:

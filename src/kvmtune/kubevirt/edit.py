@@ -104,7 +104,12 @@ def _edit_text(where: str, text: str, number: int, parts: list[Part], value: Any
     found, current = get_in(before[number], parts)
     if found and (current == value or (value == {} and isinstance(current, dict))):
         return text
-    nodes = [n for n in yaml.compose_all(text, Loader=_Loader) if n is not None]
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=_Loader) if n is not None]
+    except (yaml.YAMLError, RecursionError):  # JSON that only Python's json reads: no positions to edit at
+        raise EditRefused(where, "readable only as JSON, without the positions an edit needs; not edited") from None
+    if len(nodes) != len(before):
+        raise EditRefused(where, "its documents cannot be told apart for an edit; not edited")
     new = _Editor(where, text, nodes[number]).set(parts, value)
     expected = copy.deepcopy(before)
     set_in(expected[number], parts, value)
@@ -127,7 +132,7 @@ class _Editor:
         self.where = where
         self.text = text
         self.root = root
-        self.newline = "\r\n" if "\r\n" in text else "\n"
+        self.newline = "\r\n" if "\r\n" in text else "\r" if "\r" in text and "\n" not in text else "\n"
         self.json = where.lower().endswith(".json")
         self.uses: dict[int, int] = {}
         self._count(root, set())
@@ -255,7 +260,7 @@ class _Editor:
             raise self.refuse(node, f"the entries of {_show(parts[:-1])} end in a block scalar ('|' or '>'), after "
                               "which a new line cannot be placed safely")
         end = node.end_mark.index
-        nl = self.text.find("\n", end)
+        nl = self.text.find(self.newline[-1], end)
         return len(self.text) if nl < 0 else nl + 1
 
     def _closes_flow(self, end: int) -> bool:
