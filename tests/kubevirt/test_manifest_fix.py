@@ -345,3 +345,26 @@ def test_a_fix_that_belongs_to_an_instancetype_not_given_is_named_never_guessed(
     assert "kubevirt:prod/db: KVM-KUB-002: the VM takes this from an instancetype that was not given; the fix belongs " \
            "there (spec.cpu.isolateEmulatorThread)" in out
     assert "Nothing to change." in out and manifest.read_bytes() == before
+
+
+def test_a_waived_finding_is_left_alone_unless_its_rule_is_named(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    manifest = tmp_path / "vm.yaml"
+    shutil.copy(FIX / "examples" / "labs-testvm.yaml", manifest)
+    config = tmp_path / "kvmtune.toml"
+    config.write_text('[[waiver]]\nrule = "KVM-SEC-001"\nguest = "kubevirt:labs/*"\nreason = "entropy from the host"\n')
+    config.chmod(0o644)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    env.pop("KVMTUNE_CONFIG", None)
+
+    def fix(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "kvmtune", "fix", "--config", str(config), *args, str(manifest)],
+                              capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+
+    out = fix()
+    assert "+          rng: {}" not in out and "+          blockMultiQueue: true" in out
+    assert "skipped: kubevirt:labs/testvm rng: KVM-SEC-001: not fixed: waived (entropy from the host;" in out
+    assert "+          rng: {}" in fix("--only", "KVM-SEC-001")
+    assert "+          rng: {}" in fix("--no-waivers")

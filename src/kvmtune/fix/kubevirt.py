@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +36,7 @@ from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.kubevirt_advice import device_index, owner_of
 from kvmtune.audit.rule import GuestRule, Rule, all_rules
+from kvmtune.audit.waivers import live_waiver
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned, TakesEffect
@@ -97,6 +99,11 @@ def want_for(finding: Finding, guest: Guest, form: KubevirtForm, options: FixOpt
     if value is None:
         return None
     where = f"{guest.name} {finding.target.device or ''}: {finding.rule}".replace(" :", ":")
+    if options.use_waivers and finding.rule not in options.named_rules:
+        waiver = live_waiver(finding, options.waivers, guest, date.today())
+        if waiver is not None:
+            return (f"{where}: not fixed: waived ({waiver.reason}; {waiver.origin}); name the rule (--only "
+                    f"{finding.rule}) to fix it anyway")
     if form.guest_visible and not options.allow_bus_change:
         return f"{where} changes what the guest sees (--allow-bus-change)"
     owner = owner_of(finding, spec, form)
