@@ -125,6 +125,9 @@ def test_apply_patches_journals_the_prior_values_reads_restart_required_and_undo
     rdomain = e["reverse"]["spec"]["template"]["spec"]["domain"]
     assert rdomain["ioThreadsPolicy"] is None and rdomain["devices"]["disks"] == [{"name": "root", "disk": {}}]
     assert entries["testvm"]["takes_effect"] == "live"  # Halted: no VMI, nothing staged; starts with it
+    assert {p["takes_effect"] for p in entries["testvm"]["planned"]} == {"live"}
+    items = [(p["rule"], p["target"], p["what"]) for p in e["planned"]]
+    assert len(items) == len(set(items)) and {"KVM-STO-001", "KVM-STO-009", "KVM-NET-001"} <= {r for r, _, _ in items}
     assert all(e["status"] == "done" for e in entries.values())
     # every patch carried the resourceVersion read before it
     assert all('"resourceVersion"' in c[-1] for c in cluster.patches())

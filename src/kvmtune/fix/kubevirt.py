@@ -399,11 +399,9 @@ class KubectlPatch(Change[KubectlEntry]):
         if self.obj_kind == "VirtualMachine":
             entry.restart_required = kubectl.restart_required(after)
             if not entry.restart_required and not kubectl.runs(after):
-                entry.takes_effect = "live"  # a stopped VM starts with it: nothing is staged
-        for p in entry.planned:
-            if entry.takes_effect is not None and p.takes_effect != entry.takes_effect:
-                entry.planned = [Planned(q.guest, q.rule, q.target, q.what, entry.takes_effect) for q in entry.planned]
-                break
+                # read back: a VM with no VMI starts with the change, nothing is staged
+                entry.takes_effect = "live"
+                entry.planned = [Planned(q.guest, q.rule, q.target, q.what, "live") for q in entry.planned]
 
     @staticmethod
     def undo(e: KubectlEntry, ctx: UndoContext) -> None:
@@ -481,7 +479,10 @@ def plan_cluster(context: str | None, rules: Sequence[type[Rule]], options: FixO
                     plan.skipped.append(refusal)
                 continue
             key = (id(want.obj), want.path)
-            wants.append(want)
+            if not any(w.obj is want.obj and w.path == want.path and w.guest == want.guest
+                       and w.finding.rule == finding.rule and w.finding.target.device == finding.target.device
+                       for w in wants):
+                wants.append(want)
             if key in done:
                 continue
             set_in(want.obj.body, parts_of(want.path), want.value)
