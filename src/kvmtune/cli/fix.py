@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.audit.collect import domain_files_among_images
+from kvmtune.audit.collect import domain_files_among_images, kubevirt_paths
 from kvmtune.audit.engine import select_rules
 from kvmtune.audit.finding import Waiver
 from kvmtune.cli.command import (
@@ -23,14 +23,13 @@ from kvmtune.cli.command import (
 )
 from kvmtune.errors import KvmtuneError, UsageError
 from kvmtune.fix.apply import ApplyFailed, apply_plan
-from kvmtune.fix.entries import QmEntry
+from kvmtune.fix.entries import KubectlEntry, QmEntry
 from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR, journal_dir, locked
 from kvmtune.fix.plan import Plan
 from kvmtune.fix.pve import has_pve
 from kvmtune.fix.registry import FixOptions
 from kvmtune.host.root import HostRoot
 from kvmtune.host.settings import PROFILES as HOST_PROFILES
-from kvmtune.kubevirt.load import is_manifest_name
 from kvmtune.textsafe import safe, safe_block
 
 IMAGE_FORMATS = ("raw", "qcow2")
@@ -52,7 +51,14 @@ class FixCommand(Command):
     uses_settings = True
 
     def options(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("paths", nargs="*", metavar="PATH", help="domain XML files to fix in place")
+        p.add_argument("paths", nargs="*", metavar="PATH",
+                       help="domain XML files, or KubeVirt manifests (.yaml, .yml, .json) or directories of them, to fix "
+                       "in place")
+        p.add_argument("--recursive", action="store_true",
+                       help="a directory of KubeVirt manifests: its whole tree (a GitOps repository), not one level")
+        p.add_argument("--kubevirt", nargs="?", const="", default=None, metavar="CONTEXT",
+                       help="fix the KubeVirt VMs of a cluster with 'kubectl patch --type merge' (the kubeconfig's "
+                       "CONTEXT, default its current one), each guarded by the resourceVersion it was read at")
         p.add_argument("-c", "--connect", action="append", default=[], metavar="URI",
                        help="libvirt URI whose persistent domain definitions to fix (repeatable)")
         p.add_argument("--domain", action="append", default=[], metavar="NAME",
@@ -99,20 +105,21 @@ class FixCommand(Command):
 
     def check(self, args: argparse.Namespace) -> None:
         if args.status:
-            if args.apply or args.patch or args.paths or args.connect or args.host or args.profile or args.images:
+            if (args.apply or args.patch or args.paths or args.connect or args.host or args.profile or args.images
+                    or args.kubevirt is not None):
                 raise UsageError("--status lists what the journals hold; give it alone (with --journal-dir, --root)")
             return
         if args.domain and not args.connect:
             raise UsageError("--domain needs --connect URI")
         if args.purge_backups and not args.images:
             raise UsageError("--purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')")
-        if not (args.paths or args.connect or args.host or args.profile or args.images or has_pve(args.root)):
-            raise UsageError("nothing to fix: give domain XML files, --connect URI, --host or --images "
-                             "(or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE node)")
-        manifests = [p for p in args.paths if is_manifest_name(p)]
-        if manifests:
-            raise UsageError(f"{manifests[0]}: a KubeVirt manifest; 'kvmtune fix' does not edit manifests yet: 'kvmtune "
-                             "audit' names each finding's field and line (docs/kubevirt.md)")
+        if not (args.paths or args.connect or args.host or args.profile or args.images or args.kubevirt is not None
+                or has_pve(args.root)):
+            raise UsageError("nothing to fix: give domain XML files, KubeVirt manifests, --kubevirt, --connect URI, "
+                             "--host or --images (or --root a tree with a Proxmox VE /etc/pve, or run on a Proxmox VE "
+                             "node)")
+        if args.kubevirt is not None and args.patch:
+            raise UsageError("--patch prints file changes; --kubevirt changes a cluster with kubectl patch")
         if args.patch and args.apply:
             raise UsageError("--patch prints a patch to apply elsewhere; it does not go with --apply")
         if args.format == "json" and (args.apply or args.patch):
@@ -127,6 +134,7 @@ class FixCommand(Command):
         if args.status:
             return _status(args)
         paths, images, moved = domain_files_among_images(args.paths, args.images)
+        paths, manifests = kubevirt_paths(paths, args.recursive)
         settings = settings_of(args)
         spec = FixSpec(
             paths=paths, connect=list(args.connect), domains=list(args.domain), host=bool(args.host or args.profile),
@@ -135,7 +143,9 @@ class FixCommand(Command):
             root=args.root, only=args.only, skip=args.skip, allow_bus_change=args.allow_bus_change,
             allow_cpu_change=args.allow_cpu_change, assume_this_host=args.assume_this_host,
             pve_volumes=tuple(args.pve_volume),
-            pve=not (paths or args.connect or args.host or args.profile or images) and has_pve(args.root),
+            pve=not (paths or manifests or args.kubevirt is not None or args.connect or args.host or args.profile
+                     or images) and has_pve(args.root),
+            manifests=manifests, recursive=args.recursive, kubevirt=args.kubevirt,
             waivers=() if args.no_waivers else tuple(settings.waivers), use_waivers=not args.no_waivers,
         )
         plan, refused = build_plan(spec)
@@ -155,6 +165,13 @@ class FixCommand(Command):
         text += "".join(f"note: {safe(line)}\n" for line in plan.notes)
         if plan.manual:
             text += f"{plan.manual} finding(s) have no automatic fix; 'kvmtune audit' explains them\n"
+        if plan.refused:
+            problem = f"{len(plan.refused)} manifest(s) or value(s) refused (the 'skipped:' lines say why)"
+            if not plan.changes:
+                return Outcome(Exit.INCOMPLETE, text + "Nothing changed.\n", [problem])
+            if not args.apply:
+                return Outcome(Exit.INCOMPLETE, text + f"{len(plan.changes)} change(s) planned; nothing changed (run "
+                               "again with --apply).\n", [problem])
         if not plan.changes:
             if args.apply and refused:
                 return Outcome(Exit.INCOMPLETE,
@@ -167,7 +184,12 @@ class FixCommand(Command):
         sys.stdout.flush()
         if not args.yes and not _confirm(len(plan.changes)):
             return Outcome(Exit.FINDINGS, "Aborted; nothing changed.\n")
-        return _apply(spec, plan, refused, settings_journal_dir(args), purge_backups=args.purge_backups)
+        outcome = _apply(spec, plan, refused, settings_journal_dir(args), purge_backups=args.purge_backups)
+        if plan.refused:
+            outcome.exit = max(outcome.exit, Exit.INCOMPLETE)
+            outcome.errors = [*outcome.errors, f"{len(plan.refused)} manifest(s) or value(s) refused (the 'skipped:' "
+                              "lines say why)"]
+        return outcome
 
 
 COMMANDS = (FixCommand,)
@@ -194,10 +216,17 @@ class FixSpec:
     pve: bool = False  # the Proxmox VE VM configs of the --root tree
     waivers: tuple[Waiver, ...] = ()  # the settings file's; not part of the command line a journal records
     use_waivers: bool = True
+    manifests: list[str] = field(default_factory=list)  # KubeVirt manifests or directories of them
+    recursive: bool = False
+    kubevirt: str | None = None  # --kubevirt CONTEXT ("": the current context)
 
     def argv(self) -> list[str]:
         """The command line a journal records (what 'undo --list' shows)."""
-        out = ["kvmtune", "fix", *self.paths]
+        out = ["kvmtune", "fix", *self.paths, *self.manifests]
+        if self.recursive:
+            out.append("--recursive")
+        if self.kubevirt is not None:
+            out += ["--kubevirt", *([self.kubevirt] if self.kubevirt else [])]
         for uri in self.connect:
             out += ["--connect", uri]
         for d in self.domains:
@@ -246,6 +275,13 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     refused: list[str] = []
     if spec.paths:
         plan_files(spec.paths, rules, options, plan)
+    if spec.manifests or spec.kubevirt is not None:
+        from kvmtune.fix.kubevirt import plan_cluster, plan_manifests
+
+        if spec.manifests:
+            plan_manifests(spec.manifests, spec.recursive, rules, options, plan)
+        if spec.kubevirt is not None:
+            plan_cluster(spec.kubevirt or None, rules, options, plan)
     if spec.pve:
         from kvmtune.fix.pve import plan_pve
 
@@ -297,6 +333,9 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
         text += (f"{restarts} running domain(s) use the new definition only after a shutdown and start "
                  "('kvmtune fix --status' lists what is still staged).\n")
     for e in journal.entries:
+        if isinstance(e, KubectlEntry) and e.restart_required:
+            text += (f"KubeVirt VM {safe(e.namespace or 'default')}/{safe(e.name)}: RestartRequired (the change "
+                     "reaches it at its next restart: virtctl restart; 'kvmtune fix --status' lists it until then).\n")
         if isinstance(e, QmEntry) and e.pending:
             text += (f"Proxmox VE VM {e.vmid}: {', '.join(e.pending)} pending until its next start "
                      f"(qm pending {e.vmid}).\n")

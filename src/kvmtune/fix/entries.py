@@ -292,10 +292,56 @@ class QmEntry(Entry):
         )
 
 
-KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry] | type[QmEntry]] = {
+def _mapping(r: _Reader, key: str) -> dict[str, object]:
+    value = r.doc.get(key)
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise r.bad(key, "a bad")
+    return dict(value)
+
+
+@dataclass
+class KubectlEntry(Entry):
+    """A KubeVirt object changed with ``kubectl patch --type merge``: the patch sent and its reverse (the prior
+    values, ``null`` where a field was absent), the resourceVersions before and after, and, for a VirtualMachine,
+    whether it showed ``RestartRequired`` after the patch."""
+
+    kind: ClassVar[str] = "kubectl"
+    context: str | None = None
+    obj_kind: str = ""
+    namespace: str | None = None
+    name: str = ""
+    prior_version: str = ""
+    after_version: str | None = None
+    patch: dict[str, object] = field(default_factory=dict)
+    reverse: dict[str, object] = field(default_factory=dict)
+    shared: bool = False  # an instancetype or preference
+    restart_required: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self._common(), "context": self.context, "obj_kind": self.obj_kind, "namespace": self.namespace,
+            "name": self.name, "prior_version": self.prior_version, "after_version": self.after_version,
+            "patch": self.patch, "reverse": self.reverse, "shared": self.shared,
+            "restart_required": self.restart_required,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> KubectlEntry:
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            context=r.opt_text("context"), obj_kind=r.text("obj_kind"), namespace=r.opt_text("namespace"),
+            name=r.text("name"), prior_version=r.text("prior_version"), after_version=r.opt_text("after_version"),
+            patch=_mapping(r, "patch"), reverse=_mapping(r, "reverse"), shared=r.flag("shared"),
+            restart_required=r.flag("restart_required"),
+        )
+
+
+KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry] | type[QmEntry]
+            | type[KubectlEntry]] = {
     "file": FileEntry, "runtime": RuntimeEntry, "domain": DomainEntry, "image": ImageEntry, "qm": QmEntry,
+    "kubectl": KubectlEntry,
 }
-AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry | QmEntry
+AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry | QmEntry | KubectlEntry
 
 
 def entry_from_json(doc: object, n: int) -> AnyEntry:

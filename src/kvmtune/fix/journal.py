@@ -38,6 +38,7 @@ from kvmtune.fix.entries import (
     DomainEntry,
     FileEntry,
     ImageEntry,
+    KubectlEntry,
     QmEntry,
     Restore,
     RuntimeEntry,
@@ -382,7 +383,28 @@ def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
             problems.append(f"{label}: a journal of the tree {root} may not redefine libvirt domain {e.name!r}")
         elif isinstance(e, QmEntry):
             problems.extend(f"{label}: {p}" for p in qm_refusals(e, root))
+        elif isinstance(e, KubectlEntry):
+            problems.extend(f"{label}: {p}" for p in kubectl_refusals(e, root))
     return problems
+
+
+def kubectl_refusals(e: KubectlEntry, root: str) -> list[str]:
+    """A ``kubectl patch`` entry may only patch the ``spec`` of a KubeVirt object kvmtune patches, named as kubectl
+    is given names, on this host's kubeconfig (a journal must not reach another resource or another cluster)."""
+    from kvmtune.kubevirt.kubectl import PATCHABLE, valid_context, valid_name
+
+    if root != "/":
+        return [f"a journal of the tree {root} may not run kubectl ({e.obj_kind} {e.name!r})"]
+    out: list[str] = []
+    if e.obj_kind not in PATCHABLE:
+        out.append(f"{e.obj_kind!r} is not a kind kvmtune patches")
+    if not valid_name(e.name) or (e.namespace is not None and not valid_name(e.namespace)):
+        out.append(f"{e.name!r} in {e.namespace!r} is not a name kubectl is given")
+    if e.context is not None and not valid_context(e.context):
+        out.append(f"{e.context!r} is not a kubeconfig context name")
+    if set(e.patch) != {"spec"} or set(e.reverse) != {"spec"}:
+        out.append("its patch changes more than the object's spec")
+    return out
 
 
 def qm_refusals(e: QmEntry, root: str) -> list[str]:

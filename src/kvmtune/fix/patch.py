@@ -2,8 +2,9 @@
 
 The plan's own output is for people: a title per change, notes, and a ``# reason`` line
 before each hunk. A patch has none of that between its hunks; each file's reasons come
-before its ``---`` header, where both tools skip text. Changes that are not file edits
-(libvirt definitions, runtime values, image copies) cannot be a patch: they are named in
+before its ``---`` header, where both tools skip text. KubeVirt manifests are file edits too: a GitOps
+repository can take the patch as a commit. Changes that are not file edits
+(libvirt definitions, runtime values, image copies, ``kubectl patch``) cannot be a patch: they are named in
 the preamble, and ``kvmtune fix --apply`` makes them.
 """
 
@@ -13,7 +14,10 @@ import os
 from pathlib import Path
 
 from kvmtune.fix.diff import unified
+from kvmtune.fix.kubevirt import ManifestEdit
 from kvmtune.fix.plan import DropIn, Plan, XmlFileEdit
+
+FILE_EDITS = (XmlFileEdit, DropIn, ManifestEdit)
 
 
 def patch_path(path: Path, cwd: Path) -> str:
@@ -25,10 +29,10 @@ def patch_path(path: Path, cwd: Path) -> str:
 def render_patch(plan: Plan, cwd: Path) -> str:
     out: list[str] = []
     for change in plan.changes:
-        if not isinstance(change, XmlFileEdit | DropIn):
+        if not isinstance(change, FILE_EDITS):
             out.append(f"# not in this patch (kvmtune fix --apply makes it): {change.title()}\n")
     for change in plan.changes:
-        if not isinstance(change, XmlFileEdit | DropIn):
+        if not isinstance(change, FILE_EDITS):
             continue
         name = patch_path(change.path, cwd)
         old = (change.before.data or b"").decode("utf-8", "replace")

@@ -398,6 +398,7 @@ class Plan:
     skipped: list[str] = field(default_factory=list)  # findings or settings left alone, one line each, with why
     notes: list[str] = field(default_factory=list)
     manual: int = 0  # findings with no automatic fix
+    refused: list[str] = field(default_factory=list)  # inputs or edits refused (also in skipped): fix exits 3
 
     def __bool__(self) -> bool:
         return bool(self.changes)

@@ -5,6 +5,8 @@
   change the running guest does not have yet (staged until the live and the inactive definition agree on it);
 - a Proxmox VE VM changed by ``qm set``: the keys its change set that PVE still lists as pending
   (``pvesh get /nodes/localhost/qemu/VMID/pending``);
+- a KubeVirt VM patched with ``kubectl patch``: its ``RestartRequired`` condition (``kubectl get vm NAME -n NS -o
+  json``); an instancetype or preference: a new revision, which each VM picks up at its next restart;
 - a drop-in that takes effect at the host's next boot: staged while the host has not booted since the journal.
 
 Only changes that were made (``done``) and not undone are looked at; a journal from before ``takes_effect`` is
@@ -23,7 +25,7 @@ from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import GuestRule, all_rules
 from kvmtune.domain.xml import MAX_XML_BYTES, guest_from_tree, parse_xml_bytes
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.entries import AnyEntry, DomainEntry, FileEntry, QmEntry
+from kvmtune.fix.entries import AnyEntry, DomainEntry, FileEntry, KubectlEntry, QmEntry
 from kvmtune.fix.journal import Journal
 from kvmtune.host.root import HostRoot
 from kvmtune.runner import Runner
@@ -81,6 +83,21 @@ def _qm(e: QmEntry, runner: Runner) -> str | None:
     return f"pending: {', '.join(keys)} (qm pending {e.vmid}; applies at the VM's next start)"
 
 
+def _kubectl(e: KubectlEntry, runner: Runner) -> str | None:
+    from kvmtune.kubevirt import kubectl
+
+    if e.shared:
+        return ("new revision: at the next restart of each VM that picks it up (a VM keeps the revision it was "
+                "started with)")
+    if e.obj_kind != "VirtualMachine":
+        return None
+    vm = kubectl.get_object(runner, e.context, e.obj_kind, e.namespace, e.name)
+    if not kubectl.restart_required(vm):
+        return None
+    return (f"RestartRequired: the running VMI does not have it yet (virtctl restart {e.name} -n "
+            f"{e.namespace or 'default'})")
+
+
 def boot_time(host: HostRoot) -> dt.datetime | None:
     """The host's boot time (``btime`` of ``/proc/stat``); None where it cannot be read."""
     try:
@@ -134,6 +151,8 @@ def _one(journal: Journal, e: AnyEntry, runner: Runner, host: HostRoot, conns: d
         return _domain(e, conns, host)
     if isinstance(e, QmEntry):
         return _qm(e, runner)
+    if isinstance(e, KubectlEntry):
+        return _kubectl(e, runner)
     if isinstance(e, FileEntry) and e.takes_effect == "host-boot":
         return _host_boot(journal, host)
     return None

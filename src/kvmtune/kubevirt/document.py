@@ -14,6 +14,7 @@ class Document:
     data: Any
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # spec path -> (line, column), 1-based
     prefix: str = ""  # the path of this object inside the document (``items[3]`` for a List's item)
+    number: int = 0  # which document of its file (0: the first), for kubevirt/edit
 
     def at(self, spec_path: str) -> tuple[int, int] | None:
         """Where ``spec_path`` (relative to this object) was written; ``None`` when it is not in the file."""

@@ -121,9 +121,14 @@ def read_paths(paths: list[str], recursive: bool = False) -> Read:
 
 
 def read_file(path: str) -> list[KObject]:
+    return read_bytes(path, read_regular(path, MAX_MANIFEST_BYTES, "a manifest"))
+
+
+def read_bytes(path: str, data: bytes) -> list[KObject]:
+    """The KubeVirt objects of a manifest's bytes (``fix`` reads a file once and re-reads its edited bytes)."""
     from kvmtune.kubevirt.yamldoc import decode, load_documents  # PyYAML only when a manifest is read
 
-    text = decode(path, read_regular(path, MAX_MANIFEST_BYTES, "a manifest"))
+    text = decode(path, data)
     try:
         docs = load_documents(path, text)
     except InputError as exc:
@@ -153,7 +158,7 @@ def _objects(doc: Document) -> list[KObject]:
     if kind == "List" or (isinstance(kind, str) and kind.endswith("List") and isinstance(data.get("items"), list)):
         out: list[KObject] = []
         for i, item in enumerate(data.get("items") or []):
-            sub = Document(doc.path, item, doc.positions, prefix=f"items[{i}]")
+            sub = Document(doc.path, item, doc.positions, prefix=f"items[{i}]", number=doc.number)
             out.extend(_objects(sub))
         return out
     if kind not in GUEST_KINDS and kind not in REFERENCED_KINDS:

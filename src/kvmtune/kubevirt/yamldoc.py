@@ -81,7 +81,7 @@ def load_documents(path: str, text: str) -> list[Document]:
     for node in nodes:
         if node is None:
             continue
-        doc = Document(path, None)
+        doc = Document(path, None, number=len(docs))
         doc.data = _value(node, "", doc, budget, 0, set())
         docs.append(doc)
     return docs

@@ -31,7 +31,7 @@ class BlockMultiQueueOff(GuestRule):
     fix_kind = "manual"
     fix_description = "KubeVirt: set spec.template.spec.domain.devices.blockMultiQueue: true (restart)."
     fix_safe = True
-    kubevirt = KubevirtForm("domain.devices.blockMultiQueue", "true", "queues = the VM's vCPUs")
+    kubevirt = KubevirtForm("domain.devices.blockMultiQueue", "true", "queues = the VM's vCPUs", setting=True)
     references = (
         "KubeVirt user guide, storage/disks_and_volumes.md: High Performance Features, blockMultiQueue",
         "Red Hat Developer 2025-06-23: multiple IOThreads in OpenShift Virtualization (virtqueue mapping)",

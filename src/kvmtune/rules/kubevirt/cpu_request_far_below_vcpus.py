@@ -34,7 +34,8 @@ class CpuRequestFarBelowVcpus(GuestRule):
     fix_description = "KubeVirt: raise spec.template.spec.domain.resources.requests.cpu (or remove it for KubeVirt's default)."
     fix_safe = True
     kubevirt = KubevirtForm("domain.resources.requests.cpu", "the vCPU count / 10 at least",
-                            "or remove it: KubeVirt then requests vCPUs / cpuAllocationRatio")
+                            "or remove it: KubeVirt then requests vCPUs / cpuAllocationRatio",
+                            compute="cpu-request")
     references = (
         "KubeVirt user guide, operations/node_overcommit.md: node CPU allocation ratio (default 10)",
         "kubevirt/kubevirt PR 6374: the default CPU request of a VMI's pod is vCPUs / cpuAllocationRatio",

@@ -31,7 +31,8 @@ class DedicatedCpuNoIsolatedEmulator(GuestRule):
     fix_description = "KubeVirt: set spec.template.spec.domain.cpu.isolateEmulatorThread: true (one more CPU; restart)."
     fix_safe = True
     kubevirt = KubevirtForm("domain.cpu.isolateEmulatorThread", "true",
-                            "the pod asks for one more dedicated CPU; IOThreads with policy auto share it")
+                            "the pod asks for one more dedicated CPU; IOThreads with policy auto share it",
+                            setting=True, instancetype="cpu.isolateEmulatorThread")
     references = (
         "KubeVirt user guide, compute/dedicated_cpu_resources.md: requesting a dedicated CPU for the emulator thread",
     )

@@ -29,7 +29,8 @@ class DedicatedIothreadOnScsi(GuestRule):
     fix_description = "KubeVirt: put the disk on bus virtio (virtio-blk), where dedicatedIOThread applies (restart)."
     fix_safe = False
     kubevirt = KubevirtForm("domain.devices.disks[{disk}].disk.bus", "virtio",
-                            "the guest needs virtio-blk drivers; the device name changes (sda -> vda)")
+                            "the guest needs virtio-blk drivers; the device name changes (sda -> vda)",
+                            setting="virtio", guest_visible=True)
     references = (
         "KubeVirt user guide, storage/disks_and_volumes.md: IOThreads, 'dedicatedIOThread is not supported for "
         "disks on the scsi bus'",

@@ -32,7 +32,7 @@ class MemoryRequestBelowGuest(GuestRule):
     fix_kind = "manual"
     fix_description = "KubeVirt: set resources.requests.memory to the guest's memory (or drop memory.guest)."
     fix_safe = True
-    kubevirt = KubevirtForm("domain.resources.requests.memory", "the value of memory.guest")
+    kubevirt = KubevirtForm("domain.resources.requests.memory", "the value of memory.guest", compute="memory-guest")
     references = (
         "KubeVirt user guide, operations/node_overcommit.md: overcommitting memory with memory.guest above the request",
     )

@@ -35,7 +35,8 @@ class WindowsNoHyperv(GuestRule):
                        "spinlocks: {spinlocks: 8191}} (restart).")
     fix_safe = True
     kubevirt = KubevirtForm("domain.features.hyperv", "{relaxed: {}, vapic: {}, spinlocks: {spinlocks: 8191}}",
-                            "as KubeVirt's Windows example VMI has them")
+                            "as KubeVirt's Windows example VMI has them",
+                            setting={"relaxed": {}, "vapic": {}, "spinlocks": {"spinlocks": 8191}})
     references = (
         "KubeVirt user guide, compute/virtual_hardware.md: Hyper-V optimizations (features.hyperv)",
         "kubevirt/kubevirt examples/vmi-windows.yaml: relaxed, vapic, spinlocks 8191, the hyperv timer",

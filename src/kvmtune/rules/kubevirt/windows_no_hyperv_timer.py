@@ -29,7 +29,8 @@ class WindowsNoHypervTimer(GuestRule):
     fix_kind = "manual"
     fix_description = "KubeVirt: set spec.template.spec.domain.clock.timer.hyperv: {} (restart)."
     fix_safe = True
-    kubevirt = KubevirtForm("domain.clock.timer.hyperv", "{}", "with hpet present: false, as KubeVirt's Windows example")
+    kubevirt = KubevirtForm("domain.clock.timer.hyperv", "{}", "with hpet present: false, as KubeVirt's Windows example",
+                            setting={})
     references = (
         "KubeVirt user guide, compute/virtual_hardware.md: clock and timers",
         "kubevirt/kubevirt examples/vmi-windows.yaml: clock.timer.hyperv, hpet present false",

@@ -36,7 +36,7 @@ class NetMultiqueueMissing(GuestRule):
         "Linux >= 4.x enable all queues themselves, older ones need 'ethtool -L eth0 combined N'."
     )
     fix_safe = True
-    kubevirt = KubevirtForm("domain.devices.networkInterfaceMultiqueue", "true", "queues = vCPUs")
+    kubevirt = KubevirtForm("domain.devices.networkInterfaceMultiqueue", "true", "queues = vCPUs", setting=True)
     pve = PveForm("queues", "Hardware > Network Device ({}) > Multiqueue")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: interface driver queues (virtio-net multiqueue since 1.0.6)",

@@ -46,7 +46,8 @@ class NicModelEmulated(GuestRule):
     fix_safe = False
     # the same fix as 'qm set' (proxmox/qmset.py)
     kubevirt = KubevirtForm("domain.devices.interfaces[{nic}].model", "virtio",
-                            "or a preference with preferredInterfaceModel: virtio")
+                            "or a preference with preferredInterfaceModel: virtio",
+                            setting="virtio", preference="devices.preferredInterfaceModel", guest_visible=True)
     pve = PveForm("nic-model", "Hardware > Network Device ({}) > Model: VirtIO (paravirtualized)")
     references = (
         "seed:000 (emulated NICs e1000, rtl8139, ne2k_pci, pcnet; use virtio_net)",

@@ -34,7 +34,7 @@ class RngMissing(GuestRule):
     )
     fix_safe = True
     # the same fix as 'qm set' (proxmox/qmset.py)
-    kubevirt = KubevirtForm("domain.devices.rng", "{}")
+    kubevirt = KubevirtForm("domain.devices.rng", "{}", setting={})
     pve = PveForm("set", "Hardware > Add > VirtIO RNG (source /dev/urandom)", (("rng0", "source=/dev/urandom"),))
     references = (
         "seed:000 (security key strength: entropy on virtual machines, keys or entropy must not be cloned)",

@@ -42,7 +42,9 @@ class DiskBusEmulated(GuestRule):
         "nova blockinfo.get_disk_bus_for_device_type (virtio for KVM disks)",
     )
     # the same fix as 'qm set' (proxmox/qmset.py): the volume detached and re-attached on virtio-blk, boot order kept
-    kubevirt = KubevirtForm("domain.devices.disks[{disk}].disk.bus", "virtio", "or a preference with preferredDiskBus: virtio")
+    kubevirt = KubevirtForm("domain.devices.disks[{disk}].disk.bus", "virtio",
+                            "or a preference with preferredDiskBus: virtio",
+                            setting="virtio", preference="devices.preferredDiskBus", guest_visible=True)
     pve = PveForm("bus", "Hardware > Hard Disk ({}) > Detach, then Unused Disk > Edit > Bus/Device: VirtIO Block")
     verify = GuestExperiment("disk", BUS_JOB)
 

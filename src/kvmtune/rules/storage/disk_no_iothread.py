@@ -34,7 +34,8 @@ class DiskNoIothread(GuestRule):
     fix_kind = "xml"
     fix_description = "Add <iothreads>N</iothreads> to the domain and <driver iothread='k'/> to each busy virtio disk."
     fix_safe = True
-    kubevirt = KubevirtForm("domain.ioThreadsPolicy", "auto", "or dedicatedIOThread: true on the busiest disk")
+    kubevirt = KubevirtForm("domain.ioThreadsPolicy", "auto", "or dedicatedIOThread: true on the busiest disk",
+                            setting="auto", instancetype="ioThreadsPolicy")
     pve = PveForm("iothread", "Hardware > Hard Disk ({}) > IO thread")  # the same fix as 'qm set' (proxmox/qmset.py)
     references = (
         "libvirt formatdomain: IOThreads allocation, disk driver iothread (since 1.2.8)",
