@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 STANDIN = HERE.parent / "fix" / "standins" / "kubectl.py"
 EXAMPLES = HERE / "fixtures" / "examples"
+TUNED = HERE / "fixtures" / "tuned"
 LAUNCHER = HERE / "launcher"
 VMS = "virtualmachines.kubevirt.io"
 VMIS = "virtualmachineinstances.kubevirt.io"
@@ -35,7 +36,8 @@ class Cluster:
     def __init__(self, tmp: Path) -> None:
         self.answers = tmp / "answers"
         shutil.copytree(LAUNCHER, self.answers)
-        vms = [obj for manifest in sorted(EXAMPLES.glob("*.yaml")) for obj in yaml.safe_load_all(manifest.read_text())]
+        vms = [obj for manifest in sorted([*EXAMPLES.glob("*.yaml"), *TUNED.glob("*.yaml")])
+               for obj in yaml.safe_load_all(manifest.read_text())]
         self.write(f"{VMS}.json", {"apiVersion": "v1", "kind": "List", "items": vms})
         shutil.copy(LAUNCHER / "vmis.json", self.answers / f"{VMIS}.json")
         bin_dir = tmp / "bin"
@@ -110,7 +112,13 @@ def test_a_running_vmis_domain_is_audited_and_mapped_to_the_vm_spec(cluster: Clu
         ["--context", "kind-kubevirt", "exec", "-n", "apps", "virt-launcher-legacy-9qzfd", "-c", "compute", "--",
          "virsh", "dumpxml", "apps_legacy"],
         ["--context", "kind-kubevirt", "exec", "-n", "labs", TESTVM_POD, "-c", "compute", "--", "virsh", "dumpxml",
-         "labs_testvm"]]
+         "labs_testvm"],
+        ["--context", "kind-kubevirt", "exec", "-n", "prod", "virt-launcher-db-m4t8c", "-c", "compute", "--", "virsh",
+         "dumpxml", "prod_db"]]
+    # the fully tuned VM: nothing above info, neither in its spec nor in the domain it runs as
+    for name in ("kubevirt:prod/db", "kubevirt:prod/db (running)"):
+        assert [f["rule"] for f in doc["findings"] if f["target"]["domain"] == name and f["severity"] != "info"] == []
+    assert any(f["target"]["domain"] == "kubevirt:prod/db (running)" for f in doc["findings"])  # it was audited
 
 
 def test_a_vmi_that_does_not_run_is_not_asked(cluster: Cluster) -> None:
@@ -191,7 +199,8 @@ def test_a_pod_list_with_duplicate_keys_is_refused(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("namespace", "-n"), ("namespace", "labs\nkube-system"), ("namespace", "kube_system"), ("namespace", "a" * 64),
+    ("namespace", "-n"), ("namespace", "labs\nkube-system"), ("namespace", "labs\u2028x"), ("name", "test\u0085vm"),
+    ("namespace", "kube_system"), ("namespace", "a" * 64),
     ("name", "--context=prod"), ("name", "test vm"), ("name", "testvm\n"), ("name", "Testvm"),
     ("uid", "x -o yaml"), ("uid", "8B5C2D4E-7F0A-4C1B-9E3D-2A6F8C0B1D5E\n"), ("uid", None),
 ])
@@ -203,8 +212,9 @@ def test_a_vmi_whose_names_are_not_kubernetes_names_is_not_asked(cluster: Cluste
     _, doc, _ = cluster.audit()
     shown = json.dumps(doc)
     assert "not a Kubernetes namespace and name" in shown or "no metadata.uid of a UUID's form" in shown
-    assert all(c[:5] != ["--context", "kind-kubevirt", "get", "pods", "-n"] or c[5] == "apps" for c in cluster.calls())
-    assert [c for c in cluster.execs() if "apps" not in c] == []
+    asked = [c[5] for c in cluster.calls() if c[:5] == ["--context", "kind-kubevirt", "get", "pods", "-n"]]
+    assert sorted(asked) == ["apps", "prod"]  # the other running VMIs only
+    assert sorted(c[4] for c in cluster.execs()) == ["apps", "prod"]
     assert "kubevirt:apps/legacy (running)" in {f["target"]["domain"] for f in doc["findings"]}
 
 
