@@ -239,3 +239,16 @@ def test_a_vmi_without_a_vm_maps_to_its_own_spec(cluster: Cluster) -> None:
     _, doc, _ = cluster.audit()
     loc = findings_of(doc, "kubevirt:labs/testvm (running)")["KVM-STO-009"]["extra"]["location"]
     assert loc["path"] == "spec.domain.ioThreadsPolicy" and loc["file"] == f"kubectl://kind-kubevirt/{VMIS}"
+
+
+@pytest.mark.parametrize(("alias", "said"), [
+    ('<alias name="ua-swap"></alias>', "is 'swap', which has no entry in spec.template.spec.domain.devices.disks"),
+    ("", "carries no KubeVirt alias (ua-NAME): which spec entry made it is not known"),
+])
+def test_a_device_the_spec_does_not_name_is_said_to_have_no_field(cluster: Cluster, alias: str, said: str) -> None:
+    xml = cluster.answers / "dumpxml" / "virt-launcher-legacy-9qzfd" / "apps_legacy.xml"
+    xml.write_text(xml.read_text().replace('<alias name="ua-root"></alias>', alias))
+    _, doc, _ = cluster.audit()
+    bus = findings_of(doc, "kubevirt:apps/legacy (running)")["KVM-STO-001"]
+    assert bus["extra"]["location"]["path"] is None
+    assert bus["fix"]["description"].startswith("no spec field can be named: ") and said in bus["fix"]["description"]

@@ -145,7 +145,7 @@ def _map(finding: Finding, link: Link, form: KubevirtForm | None) -> None:
     location: dict[str, Any] = {"file": spec.obj.doc.path if spec else link.where, "domain_xml": link.where,
                                 "xpath": finding.evidence, "spec_of": link.vmi}
     finding.extra["location"] = location
-    found_in = f"found in the running domain ({link.where})"
+    found_in = "read from the running domain, not the manifest"
     if spec is None:
         location["path"] = None
         finding.fix = FixHint("manual", f"{found_in}; the VMI's spec was not read, so no spec field is named", False)
