@@ -252,3 +252,14 @@ def test_a_device_the_spec_does_not_name_is_said_to_have_no_field(cluster: Clust
     bus = findings_of(doc, "kubevirt:apps/legacy (running)")["KVM-STO-001"]
     assert bus["extra"]["location"]["path"] is None
     assert bus["fix"]["description"].startswith("no spec field can be named: ") and said in bus["fix"]["description"]
+
+
+def test_a_vmi_claiming_another_vm_as_its_controller_stays_a_guest_of_its_own(cluster: Cluster) -> None:
+    vmis = cluster.vmis()
+    vmis["items"][0]["metadata"]["ownerReferences"][0]["name"] = "legacy"  # the VM of that name is in apps, not labs
+    vmis["items"][1]["metadata"]["ownerReferences"][0]["name"] = "testvm"  # a VM of another name in its namespace
+    cluster.write(f"{VMIS}.json", vmis)
+    _, doc, _ = cluster.audit()
+    assert "the VirtualMachineInstance of VirtualMachine" not in json.dumps(doc).replace("VirtualMachine db", "")
+    loc = findings_of(doc, "kubevirt:apps/legacy (running)")["KVM-STO-001"]["extra"]["location"]
+    assert loc["file"] == f"kubectl://kind-kubevirt/{VMIS}" and loc["path"] == "spec.domain.devices.disks[0].disk.bus"

@@ -420,9 +420,10 @@ def vm_of(obj: KObject, index: dict[tuple[str, str | None, str], KObject]) -> KO
     meta = obj.body.get("metadata")
     refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
     for ref in refs if isinstance(refs, list) else []:
+        # a VM's VMI bears the VM's name: an ownerReference naming another VM is not taken for it
         if (isinstance(ref, dict) and ref.get("kind") == "VirtualMachine" and ref.get("controller") is True
-                and isinstance(ref.get("name"), str)):
-            return index.get(("VirtualMachine", obj.namespace or "default", ref["name"]))
+                and ref.get("name") == obj.name):
+            return index.get(("VirtualMachine", obj.namespace or "default", obj.name))
     return None
 
 
