@@ -177,13 +177,17 @@ def add_kubevirt_files(paths: Iterable[str], recursive: bool, result: AuditResul
 
 
 def add_kubevirt_cluster(ctx: AuditContext, context: str | None, result: AuditResult) -> None:
-    """KubeVirt objects from a cluster through ``kubectl get`` (read-only), resolved among themselves."""
+    """KubeVirt objects from a cluster through ``kubectl get`` (read-only), resolved among themselves; then each
+    running VMI's effective domain XML through its virt-launcher pod (``audit/kubevirt_running.py``)."""
+    from kvmtune.audit.kubevirt_running import add_running as add_running_vmis
+
     try:
         read = kubectl.read_cluster(ctx.runner, context)
     except InputError as exc:
         result.errors.append(safe(str(exc)))
         return
     _take_kubevirt(read, result, f"kubectl answer(s) from {kubectl.origin(context)}")
+    add_running_vmis(ctx.runner, context, read.objects, result)
 
 
 def _take_kubevirt(read: kubevirt.Read, result: AuditResult, what: str) -> None:
@@ -191,7 +195,7 @@ def _take_kubevirt(read: kubevirt.Read, result: AuditResult, what: str) -> None:
     guests, notes = kubevirt_guests(read.objects)
     result.guests.extend(guests)
     result.looked_at.extend(safe(n) for n in (*read.notes, *notes))
-    others = len(read.objects) - len(guests)
+    others = sum(1 for o in read.objects if o.kind in kubevirt.REFERENCED_KINDS)
     result.looked_at.append(f"{len(guests)} KubeVirt guest(s) and {others} instancetype(s)/preference(s) in "
                             f"{read.files} {what}")
 

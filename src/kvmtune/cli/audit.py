@@ -22,6 +22,7 @@ from kvmtune.audit.engine import AuditResult, run_rules, select_rules
 from kvmtune.audit.finding import Severity
 from kvmtune.audit.incus_advice import incus_fix_texts
 from kvmtune.audit.kubevirt_advice import kubevirt_fix_texts
+from kvmtune.audit.kubevirt_running import kubevirt_running_texts
 from kvmtune.audit.pve_advice import pve_fix_texts
 from kvmtune.audit.report import FORMATS, render
 from kvmtune.audit.report.json_report import write_json
@@ -75,7 +76,8 @@ class AuditCommand(Command):
                        help="read a directory of KubeVirt manifests as a tree (a GitOps repository), not one level")
         p.add_argument("--kubevirt", nargs="?", const="", default=None, metavar="CONTEXT",
                        help="read KubeVirt VMs, VMIs, pools, instancetypes and preferences from a cluster with "
-                       "'kubectl get' (read-only; CONTEXT: a kubeconfig context, default the current one)")
+                       "'kubectl get', and each running VMI's domain XML with 'kubectl exec … virsh dumpxml' "
+                       "(read-only; CONTEXT: a kubeconfig context, default the current one)")
         p.add_argument("--running", action="store_true", help="audit every running qemu-system-* process")
         p.add_argument("--assume-this-host", action="store_true",
                        help="treat guests read from files as guests of this host: compare their vCPUs with this "
@@ -146,6 +148,7 @@ class AuditCommand(Command):
         pve_fix_texts(result.findings, result.guests, ctx, rules)
         incus_fix_texts(result.findings, result.guests)
         kubevirt_fix_texts(result.findings, result.guests)
+        kubevirt_running_texts(result.findings, result.guests)
         from kvmtune.fix.effect import annotate
 
         annotate(result.findings, result.guests)

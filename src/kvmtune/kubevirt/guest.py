@@ -413,6 +413,20 @@ def _devices(spec: Spec, guest: Guest) -> None:
                               locator=spec.path("domain.devices.rng")))
 
 
+def vm_of(obj: KObject, index: dict[tuple[str, str | None, str], KObject]) -> KObject | None:
+    """The VirtualMachine among ``index`` that controls the VMI ``obj`` (its controller ownerReference), or None."""
+    if obj.kind != "VirtualMachineInstance":
+        return None
+    meta = obj.body.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        # a VM's VMI bears the VM's name: an ownerReference naming another VM is not taken for it
+        if (isinstance(ref, dict) and ref.get("kind") == "VirtualMachine" and ref.get("controller") is True
+                and ref.get("name") == obj.name):
+            return index.get(("VirtualMachine", obj.namespace or "default", obj.name))
+    return None
+
+
 def guests_from_objects(objects: list[KObject]) -> tuple[list[Guest], list[str]]:
     """Every VM, VMI and pool among ``objects`` as a guest, references resolved among ``objects``; notes name
     what could not be resolved."""
@@ -421,6 +435,11 @@ def guests_from_objects(objects: list[KObject]) -> tuple[list[Guest], list[str]]
     notes: list[str] = []
     for obj in objects:
         if obj.kind not in ("VirtualMachine", "VirtualMachineInstance", "VirtualMachinePool"):
+            continue
+        owner = vm_of(obj, index)
+        if owner is not None:  # a VM's running instance: the VM's template is the spec its operator owns
+            notes.append(f"{guest_name(obj)}: the VirtualMachineInstance of VirtualMachine {owner.name}; audited as "
+                         "the VM's spec")
             continue
         guest = guest_from_object(obj, index)
         spec = spec_of(guest)
