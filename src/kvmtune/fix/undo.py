@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, QmEntry, RuntimeEntry
+from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, LiveEntry, QmEntry, RuntimeEntry
 from kvmtune.fix.images import ImageConvert
 from kvmtune.fix.journal import Journal
+from kvmtune.fix.live import LiveSet
 from kvmtune.fix.plan import FileChange, SysfsWrite, UndoConflict, UndoContext, XmlEdit
 from kvmtune.fix.pve import QmSet
 from kvmtune.runner import Runner, default_runner
@@ -30,6 +31,7 @@ UNDO: dict[type, Callable[[Any, UndoContext], None]] = {
     DomainEntry: XmlEdit.undo,
     ImageEntry: ImageConvert.undo,
     QmEntry: QmSet.undo,
+    LiveEntry: LiveSet.undo,
 }
 
 
