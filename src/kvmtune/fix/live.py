@@ -4,9 +4,12 @@ A fixer declares a :class:`LivePath` when libvirt has a call that applies its ch
 device and attribute. Today one does: the balloon's statistics period (KVM-MEM-013), which libvirt's QEMU driver sets
 live (``qemuDomainSetMemoryStatsPeriod``, ``src/qemu/qemu_driver.c``: with ``VIR_DOMAIN_AFFECT_LIVE`` it sets the
 balloon's ``guest-stats-polling-interval`` over QMP and records the period in the live definition). The other
-fixers' attributes are not ones ``virDomainUpdateDeviceFlags`` changes live (``qemuDomainChangeDiskLive``: a disk's
-media and a few more, not cache or io; ``qemuDomainChangeNet``: link state, bandwidth, filter, not a NIC's model or
-queues; a controller or a balloon's model not at all): their changes stay ``restart`` on a running domain.
+fixers' attributes are ones ``virDomainUpdateDeviceFlags`` refuses on a running domain (libvirt's QEMU driver):
+a disk's ``cache``, ``io``, ``discard`` and ``iothread`` (``qemuDomainDiskChangeSupported``, ``src/qemu/qemu_domain.c``:
+"cannot modify field 'cache' of the disk"); a NIC's model ("cannot modify network device model") and its virtio
+driver's ``queues`` ("cannot modify virtio network device driver attributes", ``qemuDomainChangeNet``,
+``src/qemu/qemu_hotplug.c``, which changes live only link state, bandwidth, filter and bridge); a controller or
+the balloon's model, which have no live update at all. Their changes stay ``restart`` on a running domain.
 
 The definition is changed by the domain's :class:`~kvmtune.fix.plan.XmlEdit` as without ``--live``; the live value
 is one more change after it, :class:`LiveSet`, journaled with the running domain's value before and its run id, and
