@@ -162,6 +162,7 @@ _CITES = {
     "sysfs": ("tmpfiles.d(5)", "host-boot"),
     "udev": ("udev(7)", "host-boot"),
     "modprobe": ("modprobe.d(5)", "host-boot"),
+    "cmdline": ("kernel-parameters.txt", "host-boot"),
     "image": ("guest-offline",),
 }
 
