@@ -21,6 +21,8 @@ def _tree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "tests" / "fixtures" / "hosts" / "pinned-latency", tree, symlinks=True)
     (tree / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX=""\n')
+    (tree / "usr/sbin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "fixtures" / "grub" / "grub-mkconfig.debian", tree / "usr/sbin/grub-mkconfig")
     return tree
 
 
@@ -61,6 +63,14 @@ def test_kvmtune_s_own_drop_in_is_kept_as_it_is(tmp_path: Path) -> None:
     dropin.parent.mkdir(parents=True)
     dropin.write_bytes(change.after)
     assert _grub_change(tree) is None  # the argument is still wanted (no boot since) and already there
+
+
+def test_a_grub_mkconfig_without_the_grub_d_loop_is_no_grub_host(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    (tree / "usr/sbin/grub-mkconfig").write_text("#! /bin/sh\n. /etc/default/grub\n")
+    assert _grub_change(tree) is None
+    (tree / "usr/sbin/grub-mkconfig").write_bytes(b"\x7fELF" + b"/default/grub.d/" + b"\0" * (2 << 20))  # too large
+    assert _grub_change(tree) is None
 
 
 def test_a_grub_defaults_link_out_of_the_tree_is_no_grub_host(tmp_path: Path) -> None:

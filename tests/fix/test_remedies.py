@@ -47,9 +47,10 @@ HOST_TREES = sorted(p for p in (REPO / "tests" / "fixtures" / "hosts").iterdir()
 VARIANTS = {
     "ksm-overcommit+ksm-off": ("ksm-overcommit", {"/sys/kernel/mm/ksm/run": "0\n"}),  # KVM-HST-006
     # KVM-HST-047: pinned-latency (a guest with a device passed through, its IOMMU translating every device) as a
-    # GRUB host, where kvmtune's drop-in can carry iommu=pt (without /etc/default/grub the finding is manual)
+    # Debian GRUB host, where kvmtune's drop-in can carry iommu=pt (elsewhere the finding is manual)
     "pinned-latency+grub": ("pinned-latency", {
         "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
+        "/usr/sbin/grub-mkconfig": (REPO / "tests" / "fixtures" / "grub" / "grub-mkconfig.debian").read_text(),
     }),
 }
 TREES = [(p.name, p, {}) for p in HOST_TREES] + [

@@ -8,6 +8,7 @@ KVM-HST-011 whose one item is ``host-boot``) keeps the check independent of that
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ from kvmtune.verify.experiments import Subject, Unmeasurable, VerifyContext
 from kvmtune.verify.host import experiment
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _debian_grub(tree: Path) -> None:
+    """Make a tree a Debian GRUB host: /etc/default/grub, and a grub-mkconfig that sources /etc/default/grub.d."""
+    (tree / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX=""\n')
+    (tree / "usr/sbin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "fixtures" / "grub" / "grub-mkconfig.debian", tree / "usr/sbin/grub-mkconfig")
 
 
 def _boot_only_plan(root: str, profile: str) -> Plan:
@@ -48,13 +56,11 @@ def test_a_host_boot_fix_is_not_measured_before_a_reboot(tmp_path: Path, monkeyp
 
 
 def test_the_iommu_pt_fix_is_not_measured_before_a_reboot(tmp_path: Path) -> None:
-    import shutil
-
     from kvmtune.cli import main
 
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "tests" / "fixtures" / "hosts" / "pinned-latency", tree, symlinks=True)
-    (tree / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX=""\n')
+    _debian_grub(tree)
     (finding,) = [f for f in run_rules(AuditContext(host=HostRoot(str(tree))), audit_host=True)
                   if f.rule == "KVM-HST-047"]
     assert finding.fix.kind == "cmdline"
@@ -90,7 +96,6 @@ def test_the_iommu_pt_drop_in_is_staged_until_the_next_boot_and_undone(tmp_path:
     import contextlib
     import io
     import json
-    import shutil
 
     from kvmtune.cli import main
 
@@ -106,10 +111,16 @@ def test_the_iommu_pt_drop_in_is_staged_until_the_next_boot_and_undone(tmp_path:
     assert code == 0 and not [c for c in json.loads(out)["changes"] if c["rule"] == "KVM-HST-047"]
     assert "KVM-HST-047 iommu: iommu=pt belongs on the kernel command line, but this host has no /etc/default/grub" \
         in json.dumps(json.loads(out)["skipped"])
+    # Red Hat's layout: /etc/default/grub, but grub2-mkconfig, which reads no grub.d: a drop-in would be ignored
+    (tree / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX=""\n')
+    (tree / "usr/sbin").mkdir(parents=True, exist_ok=True)
+    (tree / "usr/sbin/grub2-mkconfig").write_text("#! /bin/sh\n. /etc/default/grub\n")
+    code, out = run("fix", "--host", "--root", str(tree), "--format", "json")
+    assert code == 0 and not [c for c in json.loads(out)["changes"] if c["rule"] == "KVM-HST-047"]
     (finding,) = [f for f in run_rules(AuditContext(host=HostRoot(str(tree))), audit_host=True)
                   if f.rule == "KVM-HST-047"]
     assert finding.fix.kind == "manual"
-    (tree / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX=""\n')
+    _debian_grub(tree)
     cmdline = (tree / "proc/cmdline").read_bytes()
     code, out = run("fix", "--host", "--root", str(tree), "--apply", "--yes")
     assert code == 0, out

@@ -11,10 +11,10 @@ Files kvmtune owns (all below ``--root``):
 * ``/etc/tmpfiles.d/90-kvmtune.conf`` — sysfs values (KSM, transparent hugepages), written at boot
 * ``/etc/udev/rules.d/90-kvmtune.rules`` — I/O scheduler per device kind, tap txqueuelen
 * ``/etc/modprobe.d/kvmtune.conf`` — ``kvm halt_poll_ns``
-* ``/etc/default/grub.d/90-kvmtune.cfg`` — kernel command-line arguments (``iommu=pt``), on a GRUB host only: Debian's
-  ``grub-mkconfig`` sources ``/etc/default/grub.d/*.cfg``; kvmtune never writes ``grub.cfg`` and never runs
-  ``update-grub``. Nothing is written now: the argument takes effect at the next boot (``host-boot``) after the
-  operator has run ``update-grub``.
+* ``/etc/default/grub.d/90-kvmtune.cfg`` — kernel command-line arguments (``iommu=pt``), on a Debian/Ubuntu GRUB host
+  only (``grub_host``): their ``grub-mkconfig`` sources ``/etc/default/grub.d/*.cfg``, Red Hat's does not;
+  kvmtune never writes ``grub.cfg`` and never runs ``update-grub``. Nothing is written now: the argument takes
+  effect at the next boot (``host-boot``) after the operator has run ``update-grub``.
 
 A drop-in lists what this profile set now or what kvmtune's own file already set
 (so the file stays the same once the values are in place).
@@ -34,6 +34,7 @@ from kvmtune.host.parsers import format_cpu_mask, parse_sysctl_conf
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import (
     GRUB_DEFAULTS,
+    GRUB_MKCONFIG,
     IOMMU_PT,
     PROFILE_DEFS,
     PROFILES,
@@ -200,8 +201,9 @@ class HostPlanner:
             if not grub_host(self.facts):
                 self.plan.skipped.append(
                     f"KVM-HST-047 iommu: {want} belongs on the kernel command line, but this host has no "
-                    f"{GRUB_DEFAULTS} (not GRUB: systemd-boot's /etc/kernel/cmdline, grubby's BLS entries); left "
-                    "alone, the finding says what to add")
+                    f"{GRUB_DEFAULTS} read with /etc/default/grub.d (Debian's {GRUB_MKCONFIG}); not Red Hat's "
+                    "grub2-mkconfig, grubby's BLS entries or systemd-boot's /etc/kernel/cmdline either: left alone, "
+                    "the finding says what to add")
                 return [f"GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {' '.join(args)}\""] if args else []
             args.append(want)
             self.cmdline_rules.append(("KVM-HST-047", f"{want} on the kernel command line"))

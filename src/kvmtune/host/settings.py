@@ -486,14 +486,21 @@ def rps_want(facts: HostFacts, dev: NetDevice) -> set[int] | None:
 
 # the kernel command-line argument that keeps the host's own devices out of IOMMU translation (passthrough mode)
 IOMMU_PT = "iommu=pt"
-# GRUB's defaults: where it is, Debian's grub-mkconfig also sources /etc/default/grub.d/*.cfg (kvmtune's drop-in)
+# GRUB's defaults, and the grub-mkconfig that reads them: Debian's and Ubuntu's (a shell script) also source
+# /etc/default/grub.d/*.cfg, kvmtune's drop-in; Red Hat's grub2-mkconfig does not (a drop-in would be ignored)
 GRUB_DEFAULTS = "/etc/default/grub"
+GRUB_MKCONFIG = "/usr/sbin/grub-mkconfig"
+MAX_MKCONFIG = 1 << 20
 
 
 def grub_host(facts: HostFacts) -> bool:
-    """Whether ``fix --host`` can put a kernel command-line argument in a GRUB drop-in here (a GRUB host); on
-    another boot loader (systemd-boot's /etc/kernel/cmdline, grubby's BLS entries) the argument is the operator's."""
-    return facts.text(GRUB_DEFAULTS, quiet=True) is not None
+    """Whether ``fix --host`` can put a kernel command-line argument in a GRUB drop-in here: /etc/default/grub
+    exists and the host's grub-mkconfig sources /etc/default/grub.d (Debian's, Ubuntu's). Elsewhere (Red Hat's
+    grub2-mkconfig and grubby's BLS entries, systemd-boot's /etc/kernel/cmdline) the argument is the operator's."""
+    if facts.text(GRUB_DEFAULTS, quiet=True) is None:
+        return False
+    script = facts.text(GRUB_MKCONFIG, quiet=True)
+    return script is not None and len(script) <= MAX_MKCONFIG and "/default/grub.d/" in script
 
 
 def passthrough_guests(facts: HostFacts) -> list[str]:

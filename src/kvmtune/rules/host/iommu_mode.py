@@ -30,8 +30,8 @@ class IommuMode(HostFactsRule):
     )
     fix_kind = "cmdline"
     fix_description = (
-        "Add iommu=pt to the kernel command line: `kvmtune fix --host` writes it into its own GRUB drop-in "
-        "(/etc/default/grub.d/90-kvmtune.cfg, Debian's grub-mkconfig reads it); run update-grub and reboot. "
+        "Add iommu=pt to the kernel command line: on Debian/Ubuntu GRUB `kvmtune fix --host` writes it into its own "
+        "drop-in (/etc/default/grub.d/90-kvmtune.cfg, which their grub-mkconfig reads); run update-grub and reboot. "
         "Elsewhere: grubby --update-kernel=ALL --args='iommu=pt' (Fedora/RHEL), /etc/kernel/cmdline (systemd-boot, "
         "Proxmox VE's proxmox-boot-tool)."
     )
