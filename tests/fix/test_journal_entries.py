@@ -15,6 +15,7 @@ from kvmtune.fix.entries import (
     DomainEntry,
     FileEntry,
     ImageEntry,
+    LiveEntry,
     Restore,
     RuntimeEntry,
     entry_from_json,
@@ -22,6 +23,8 @@ from kvmtune.fix.entries import (
 
 _DOM = {"kind": "domain", "uri": "u", "name": "n", "uuid": "u", "status": "done", "prior_xml": "<d/>"}
 _ITEM = {"guest": "g", "rule": "r", "target": "t", "what": "w", "takes_effect": "live"}
+_LIVE = {"kind": "live", "uri": "u", "name": "n", "uuid": "u", "status": "done", "setting": "memory-stats-period",
+         "prior": 0, "new": 10, "domain_id": 7}
 
 ENTRIES = [
     FileEntry(what="rewrite /etc/x", path="/t/etc/x", shown="/etc/x", prior=b"old\n", prior_mode=0o644,
@@ -38,12 +41,15 @@ ENTRIES = [
     DomainEntry(what="domain b: redefine", uri="test:///default", name="b", uuid="u2", prior_xml="<domain/>",
                 new_xml="<domain>y</domain>", was_active=True, takes_effect="restart",
                 planned=[Planned("b", "KVM-STO-004", "disk:vda", "cache → none", "restart")]),
+    LiveEntry(what="domain c: set live", uri="qemu:///system", name="c", uuid="u3", setting="memory-stats-period",
+              prior=0, new=10, domain_id=4, status="done", takes_effect="live",
+              planned=[Planned("c", "KVM-MEM-013", "memballoon", "stats period → 10 s", "live")]),
 ]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.kind}-{e.status}")
 def test_round_trip(entry: object) -> None:
-    assert isinstance(entry, FileEntry | RuntimeEntry | DomainEntry | ImageEntry)
+    assert isinstance(entry, FileEntry | RuntimeEntry | DomainEntry | ImageEntry | LiveEntry)
     doc = json.loads(json.dumps(entry.to_json()))
     assert entry_from_json(doc, 1) == entry
 
@@ -73,6 +79,18 @@ def test_round_trip(entry: object) -> None:
         ({**_DOM, "takes_effect": "live", "planned": [{**_ITEM, "rule": 7}]}, "bad 'planned'"),
         ({**_DOM, "takes_effect": "live", "planned": [{**_ITEM, "takes_effect": "later"}]},
          "in 'planned' unknown takes_effect 'later'"),
+        # a live change: only a setting kvmtune sets live, with values libvirt's int holds
+        ({**_LIVE, "setting": "vcpu-pin"}, "change 3 (live) has unknown setting 'vcpu-pin'"),
+        ({**_LIVE, "setting": "memory-stats-period\n"}, "unknown setting"),
+        ({**_LIVE, "setting": 5}, "no 'setting' string"),
+        ({**_LIVE, "prior": -1}, "no or an out-of-range 'prior'"),
+        ({**_LIVE, "new": 2**31}, "no or an out-of-range 'new'"),
+        ({**_LIVE, "new": True}, "non-integer 'new'"),
+        ({**_LIVE, "new": 10.0}, "non-integer 'new'"),
+        ({**_LIVE, "prior": "0"}, "non-integer 'prior'"),
+        ({k: v for k, v in _LIVE.items() if k != "domain_id"}, "no or an out-of-range 'domain_id'"),
+        ({**_LIVE, "domain_id": -2}, "out-of-range 'domain_id'"),
+        ({k: v for k, v in _LIVE.items() if k != "uuid"}, "no 'uuid' string"),
     ],
 )
 def test_malformed_entries_are_refused_with_one_line(doc: object, problem: str) -> None:

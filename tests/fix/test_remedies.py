@@ -4,9 +4,10 @@ fixable means the fixer exists, and on a fixture the finding is gone after the f
 * guest definition (``xml``): a registered fixer; on a bad fixture of the rule
   (``tests/rules/<ID>/bad``) or a golden input (``tests/fix/golden/<ID>``) the finding
   is gone after ``fix_guest`` (with ``--allow-bus-change``).
-* host (``sysctl``/``sysfs``/``udev``/``modprobe``): a setting of the host settings table
+* host (``sysctl``/``sysfs``/``udev``/``modprobe``/``cmdline``): a setting of the host settings table
   answers it; ``fix --host --profile P --apply`` on a copy of every fixture tree under
-  ``tests/fixtures/hosts`` leaves no finding a setting of P answers, and plain ``fix --host``
+  ``tests/fixtures/hosts`` leaves no finding a setting of P answers (a kernel command-line one after the
+  tree's next "boot": its /proc/cmdline given the arguments of kvmtune's GRUB drop-in), and plain ``fix --host``
   leaves no host-fixable finding at all. Each host-fixable rule fires on some tree first.
 * image (``image``): ``fix --images --apply`` on a real image with the problem removes it.
 * ``manual``: the fix description says what to do, and no fixer claims the rule.
@@ -45,6 +46,12 @@ HOST_TREES = sorted(p for p in (REPO / "tests" / "fixtures" / "hosts").iterdir()
 # states no captured tree is in, as edits of one (host path -> new content)
 VARIANTS = {
     "ksm-overcommit+ksm-off": ("ksm-overcommit", {"/sys/kernel/mm/ksm/run": "0\n"}),  # KVM-HST-006
+    # KVM-HST-047: pinned-latency (a guest with a device passed through, its IOMMU translating every device) as a
+    # Debian GRUB host, where kvmtune's drop-in can carry iommu=pt (elsewhere the finding is manual)
+    "pinned-latency+grub": ("pinned-latency", {
+        "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
+        "/usr/sbin/grub-mkconfig": (REPO / "tests" / "fixtures" / "grub" / "grub-mkconfig.debian").read_text(),
+    }),
 }
 TREES = [(p.name, p, {}) for p in HOST_TREES] + [
     (name, HOST_TREES[0].parent / base, edits) for name, (base, edits) in VARIANTS.items()
@@ -110,8 +117,21 @@ def _copy(tree: tuple[str, Path, dict[str, str]], into: Path) -> Path:
     root = into / name
     shutil.copytree(src, root, symlinks=True)
     for host_path, text in edits.items():
+        (root / host_path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (root / host_path.lstrip("/")).write_text(text)
     return root
+
+
+def _boot(tree: Path) -> None:
+    """The host's next boot, as far as a tree can have one: the kernel command line gets what kvmtune's GRUB drop-in
+    adds (update-grub and a reboot would put it there)."""
+    dropin = tree / "etc/default/grub.d/90-kvmtune.cfg"
+    if not dropin.exists():
+        return
+    (line,) = [x for x in dropin.read_text().splitlines() if x.startswith("GRUB_CMDLINE_LINUX=")]
+    args = line.split("$GRUB_CMDLINE_LINUX", 1)[1].rstrip('"').split()
+    cmdline = tree / "proc/cmdline"
+    cmdline.write_text(" ".join([*cmdline.read_text().split(), *args]) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +158,10 @@ def tree_copy(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
 def test_fix_host_leaves_no_finding_it_answers(tree_copy: Path, profile: str) -> None:
     with redirect_stdout(io.StringIO()):
         assert main(["fix", "--host", "--profile", profile, "--apply", "--yes", "--root", str(tree_copy)]) == 0
+    # a kernel command-line fix (cmdline) is in force only after the next boot: before it, its finding stays
+    before = run_rules(AuditContext(host=HostRoot(str(tree_copy))), audit_host=True, rules=HOST_RULES)
+    assert {f.rule for f in before if f.fix.kind == "cmdline"} <= {"KVM-HST-047"}
+    _boot(tree_copy)
     ctx = AuditContext(host=HostRoot(str(tree_copy)))
     left = [f for f in run_rules(ctx, audit_host=True, rules=HOST_RULES) if declared(f.fix.kind) is Remedy.HOST]
     assert [(f.rule, f.target.device) for f in left if answers(f.rule, f.target.device, profile)] == []

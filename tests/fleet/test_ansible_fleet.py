@@ -157,6 +157,8 @@ def test_fleet_audit_report_and_prometheus(fleet: dict[str, object], wheel: Path
     counts = {name: len(status[name]["findings"]) for name in ROOTS}
     assert len(set(counts.values())) > 1, counts  # each host audited its own tree
     assert {status[name]["host"] for name in ROOTS} == set(ROOTS)
+    # --staged: each host's journals read (none on these hosts: nothing kvmtune fixed is waiting)
+    assert {name: status[name]["staged"]["changes"] for name in ROOTS} == dict.fromkeys(ROOTS, 0)
     # each host's textfile passes promtool
     for name in ROOTS:
         prom = (Path(str(fleet["tmp"])) / name / "prom" / "kvmtune.prom").read_text()
@@ -172,6 +174,7 @@ def test_fleet_audit_report_and_prometheus(fleet: dict[str, object], wheel: Path
     assert "FAILED down: unreachable" in first.stdout and "FAILED nopython: no Python" in first.stdout
     worst = [line.split()[0] for line in first.stdout.split("Worst hosts")[1].splitlines()[2:5]]
     assert sorted(worst) == sorted(ROOTS) and worst[0] == max(ROOTS, key=lambda n: _score(status[n]))
+    assert "3 host(s) with none staged" in first.stdout
     html = (tmp_path / "fleet.html").read_text()
     assert "<svg" in html and "Findings per rule across hosts" in html
     h1 = json.loads((out / "h1.json").read_text())

@@ -150,7 +150,8 @@ def test_role_audits_host_and_guests_by_default_names_the_collection_and_distrib
     run = _play(tmp_path, prefix, None)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     (argv,) = (log / "argv").read_text().splitlines()
-    assert argv.split()[:3] == ["audit", "--format", "json"]  # nothing narrows it to the host
+    # nothing narrows it to the host; --staged counts the host's journaled fixes not in force yet
+    assert argv.split()[:4] == ["audit", "--staged", "--format", "json"]
     marker = json.loads((tmp_path / "collected" / ".kvmtune-collection").read_text())
     assert marker == {"kind": "kvmtune-fleet-collection", "name": str(tmp_path / "inventory.ini")}
     waivers = tmp_path / "fleet.toml"
@@ -161,7 +162,7 @@ def test_role_audits_host_and_guests_by_default_names_the_collection_and_distrib
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert dest.read_text() == waivers.read_text()
     assert (dest.stat().st_uid, dest.stat().st_mode & 0o777) == (0, 0o644)
-    assert (log / "argv").read_text().splitlines()[1].split()[:3] == ["audit", "--config", str(dest)]
+    assert (log / "argv").read_text().splitlines()[1].split()[:4] == ["audit", "--config", str(dest), "--staged"]
 
 
 def test_no_fixed_tmp_path_in_the_role() -> None:

@@ -181,12 +181,15 @@ def test_a_tree_journal_may_not_redefine_libvirt_domains_or_touch_images_outside
         {"kind": "image", "what": "image", "status": "done", "path": str(tree / "img"), "format": "raw",
          "options": "", "backup": str(image), "temp": str(tree / ".img.kvmtune-x.tmp"), "prior_ino": 1,
          "prior_size": 1, "after_ino": 2, "purged": False},
+        {"kind": "live", "what": "domain y: set live", "status": "done", "uri": "qemu:///system", "name": "y",
+         "uuid": "u", "setting": "memory-stats-period", "prior": 0, "new": 10, "domain_id": 3},
     ])
     before = digest(outside)
     res = kvmtune("undo", "--root", str(tree), JID, "--yes")
     assert res.returncode != 0 and digest(outside) == before
     assert "change 1 (domain): a journal of the tree" in res.stderr and "may not redefine libvirt domain 'x'" in res.stderr
     assert f"change 2 (image): backup {image} is outside the tree" in res.stderr
+    assert "change 3 (live): a journal of the tree" in res.stderr and "may not change libvirt domain 'y' live" in res.stderr
     res = kvmtune("undo", "--purge-backups", "--root", str(tree), JID)
     assert res.returncode != 0 and image.exists()
 

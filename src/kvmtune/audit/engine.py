@@ -29,6 +29,8 @@ class AuditResult:
     resolved: list[dict[str, Any]] = field(default_factory=list)  # the baseline's findings this run no longer has
     show_waived: bool = False  # text: waived findings in full, not one line each
     scope: list[str] = field(default_factory=list)  # what was asked for: "host", "guests" (fleet: like with like)
+    # audit --staged: the journaled fixes not in force yet (fix/status.summary), which the fleet report counts
+    staged: dict[str, Any] | None = None
 
 
 def rule_matches(rule: type[Rule], key: str) -> bool:

@@ -71,7 +71,7 @@ class Target(NamedTuple):
 # How a finding is fixed: ``xml`` a guest fixer, ``sysctl``/``sysfs``/``udev``/``modprobe`` a host setting
 # (fix --host), ``image`` fix --images, ``manual`` nothing automatic (kvmtune.fix.remedies says which part
 # of kvmtune fix carries each out; tests/fix/test_remedies.py holds every rule to it).
-FixKind = Literal["xml", "sysctl", "sysfs", "udev", "modprobe", "image", "manual"]
+FixKind = Literal["xml", "sysctl", "sysfs", "udev", "modprobe", "cmdline", "image", "manual"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,9 +36,11 @@ from kvmtune.cli.command import (
     color_option,
     db_option,
     format_option,
+    journal_dir_option,
     output_option,
     results_db,
     root_option,
+    settings_journal_dir,
     settings_of,
 )
 from kvmtune.errors import UsageError
@@ -109,6 +111,12 @@ class AuditCommand(Command):
                        f"(default {DEFAULT_AGENT_TIMEOUT_S:g})")
         p.add_argument("--no-agent", action="store_true",
                        help="do not ask running guests' guest agents about their inside")
+        from kvmtune.fix.journal import DEFAULT_DIR, ENV_DIR
+
+        p.add_argument("--staged", action="store_true",
+                       help="JSON: add 'staged', how many changes 'kvmtune fix' journaled on this host are not in force "
+                       "yet (what 'kvmtune fix --status' lists), for the fleet report's staged count per host")
+        journal_dir_option(p, DEFAULT_DIR, ENV_DIR)
         audit_host.add_options(p)
 
     def check(self, args: argparse.Namespace) -> None:
@@ -160,6 +168,8 @@ class AuditCommand(Command):
                                   rule_ids=[r.id for r in rules])
             result.waiver_notes = [*ignored, *notes.lines()]
         result.show_waived = args.show_waived
+        if args.staged:
+            result.staged = _staged(args)
         if args.new_since and baseline is None:  # db:LABEL: this host's part of a fleet collection
             baseline = _fleet_baseline(args, ctx.host_label())
         if baseline is not None:
@@ -258,3 +268,14 @@ def _seconds(text: str) -> float:
 
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _staged(args: argparse.Namespace) -> dict[str, Any]:
+    """``--staged``: this host's journals read back as ``fix --status`` does, counted (fix/status.summary)."""
+    from kvmtune.fix.journal import journal_dir, list_journals
+    from kvmtune.fix.status import summary
+    from kvmtune.runner import default_runner
+
+    found = list_journals(journal_dir(settings_journal_dir(args), root=args.root))
+    journals = [j for _id, j, _problem in found if j is not None]
+    return summary(journals, len(found) - len(journals), default_runner(), HostRoot(args.root))

@@ -76,6 +76,10 @@ class FixCommand(Command):
                       "and takes_effect")
         root_option(p, "host root (a captured or fixture tree) for --host, the rules and the image in-use check")
         p.add_argument("--apply", action="store_true", help="make the changes (after a confirmation, see --yes)")
+        p.add_argument("--live", action="store_true",
+                       help="with --connect: also make on a running domain the changes libvirt applies live (the "
+                       "balloon's statistics period, KVM-MEM-013); those take effect at once, and undo reverses "
+                       "them live; the others still wait for the domain's next start")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
         p.add_argument("--status", action="store_true",
                        help="list the journaled changes that are still staged: a running libvirt domain whose live "
@@ -105,12 +109,14 @@ class FixCommand(Command):
 
     def check(self, args: argparse.Namespace) -> None:
         if args.status:
-            if (args.apply or args.patch or args.paths or args.connect or args.host or args.profile or args.images
-                    or args.kubevirt is not None):
+            if (args.apply or args.live or args.patch or args.paths or args.connect or args.host or args.profile
+                    or args.images or args.kubevirt is not None):
                 raise UsageError("--status lists what the journals hold; give it alone (with --journal-dir, --root)")
             return
         if args.domain and not args.connect:
             raise UsageError("--domain needs --connect URI")
+        if args.live and not args.connect:
+            raise UsageError("--live changes running libvirt domains: it needs --connect URI")
         if args.purge_backups and not args.images:
             raise UsageError("--purge-backups goes with --images (or use 'kvmtune undo --purge-backups ID')")
         if not (args.paths or args.connect or args.host or args.profile or args.images or args.kubevirt is not None
@@ -147,6 +153,7 @@ class FixCommand(Command):
                      or images) and has_pve(args.root),
             manifests=manifests, recursive=args.recursive, kubevirt=args.kubevirt,
             waivers=() if args.no_waivers else tuple(settings.waivers), use_waivers=not args.no_waivers,
+            live=args.live,
         )
         plan, refused = build_plan(spec)
         if args.patch:
@@ -219,6 +226,7 @@ class FixSpec:
     manifests: list[str] = field(default_factory=list)  # KubeVirt manifests or directories of them
     recursive: bool = False
     kubevirt: str | None = None  # --kubevirt CONTEXT ("": the current context)
+    live: bool = False  # --live: running libvirt domains get the live-capable changes now too
 
     def argv(self) -> list[str]:
         """The command line a journal records (what 'undo --list' shows)."""
@@ -249,6 +257,8 @@ class FixSpec:
             out.append("--allow-cpu-change")
         if self.assume_this_host:
             out.append("--assume-this-host")
+        if self.live:
+            out.append("--live")
         for volume in self.pve_volumes:
             out += ["--pve-volume", volume]
         return out
@@ -270,7 +280,8 @@ def build_plan(spec: FixSpec) -> tuple[Plan, list[str]]:
     named = {r.id for r in rules if r.id in _split(spec.only) or r.slug in _split(spec.only)}
     options = FixOptions(allow_bus_change=spec.allow_bus_change, allow_cpu_change=spec.allow_cpu_change,
                          assume_this_host=spec.assume_this_host, host=HostRoot(spec.root), named_rules=frozenset(named),
-                         waivers=spec.waivers, use_waivers=spec.use_waivers, pve_volumes=frozenset(spec.pve_volumes))
+                         waivers=spec.waivers, use_waivers=spec.use_waivers, pve_volumes=frozenset(spec.pve_volumes),
+                         live=spec.live)
     plan = Plan()
     refused: list[str] = []
     if spec.paths:
@@ -316,7 +327,7 @@ def _apply(spec: FixSpec, plan: Plan, refused: list[str], journal_dir_arg: str |
     # and images are this host's, whatever --root the rules read (a tree's journal names only paths in it)
     root = spec.root if spec.host or spec.pve else "/"
     directory = journal_dir(journal_dir_arg, root=root)
-    restarts = sum(1 for c in plan.changes if c.kind == "domain" and getattr(c, "active", False))
+    restarts = sum(1 for c in plan.changes if c.kind == "domain" and c.takes_effect() == "restart")
     try:
         with locked(directory):
             journal = apply_plan(plan, directory, argv=spec.argv(), root=root, purge_backups=purge_backups)

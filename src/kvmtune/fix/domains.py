@@ -28,6 +28,7 @@ from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned
 from kvmtune.fix.encoding import utf16_of
 from kvmtune.fix.files import read_state
+from kvmtune.fix.live import LiveSet, live_changes
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
 from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, XmlFixer, all_fixers
 from kvmtune.fix.xmldoc import XmlDoc
@@ -44,10 +45,12 @@ class GuestFix:
     manual: list[Finding] = field(default_factory=list)
     fixed: list[tuple[XmlFixer, Finding, str]] = field(default_factory=list)  # fixer, finding, what it said
 
-    def planned(self, guest: str, *, origin: str, active: bool) -> list[Planned]:
-        """Each fix with when it takes effect, as its fixer declares it for this guest's state."""
+    def planned(self, guest: str, *, origin: str, active: bool, live: frozenset[str] = frozenset()) -> list[Planned]:
+        """Each fix with when it takes effect, as its fixer declares it for this guest's state (``live``: the rules
+        whose change ``fix --live`` also makes on the running domain)."""
         return [Planned(guest, f.rule, f.target.device or guest, what,
-                        fixer.takes_effect(origin=origin, active=active)) for fixer, f, what in self.fixed]
+                        fixer.takes_effect(origin=origin, active=active, live=f.rule in live))
+                for fixer, f, what in self.fixed]
 
 
 def _key(f: Finding) -> tuple[str, str, str]:
@@ -226,6 +229,16 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
         plan.changes.append(change)
 
 
+def _libvirt_note(active: bool, live_rules: set[str], live: bool) -> str:
+    if not active:
+        return "the persistent definition changes; the guest picks it up when it is next started"
+    if live_rules:
+        return (f"running: {', '.join(sorted(live_rules))} also set live (the change after this one); the rest of the "
+                "new definition applies after the guest is shut down and started again")
+    return ("running: not changed live" + ("" if live else " (no --live)") + "; the new definition applies after the "
+            "guest is shut down and started again (a reboot inside the guest is not enough)")
+
+
 def plan_libvirt(
     uri: str, names: Sequence[str], rules: Sequence[type[Rule]], options: FixOptions, plan: Plan
 ) -> None:
@@ -247,12 +260,13 @@ def plan_libvirt(
             if result.after is None:
                 continue
             active = bool(dom.isActive())
-            notes = ["the persistent definition changes; the guest picks it up when it is next started"]
-            if active:
-                notes = [
-                    "running: not changed live; the new definition applies after the guest is shut down and "
-                    "started again (a reboot inside the guest is not enough)"
-                ]
+            lives: list[LiveSet] = []
+            live_rules: set[str] = set()
+            if active and options.live:
+                lives, live_rules, cannot = live_changes(
+                    dom, uri, result.after, [(fx.live, f.rule, said) for fx, f, said in result.fixed])
+                plan.skipped.extend(cannot)
+            planned = result.planned(name, origin="libvirt", active=active, live=frozenset(live_rules))
             plan.changes.append(
                 XmlEdit(
                     uri=uri,
@@ -262,9 +276,12 @@ def plan_libvirt(
                     after=result.after.decode("utf-8"),
                     active=active,
                     reasons=result.reasons,
-                    notes=notes,
-                    planned=result.planned(name, origin="libvirt", active=active),
+                    notes=[_libvirt_note(active, live_rules, options.live)],
+                    planned=planned,
                 )
             )
+            for change in lives:
+                change.planned = [p for p in planned if p.rule in change.rules]
+            plan.changes.extend(lives)
     finally:
         conn.close()

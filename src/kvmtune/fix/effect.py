@@ -134,6 +134,8 @@ def for_finding(finding: Finding, guest: Guest | None) -> TakesEffect | None:
         return None
     if kind == "image":
         return "guest-offline"
+    if kind == "cmdline":
+        return "host-boot"  # a kernel command-line argument: read by the next boot, nothing to write now
     if kind in ("sysctl", "sysfs", "udev", "modprobe"):
         return "live"  # fix --host writes the runtime value now; its drop-in repeats it at boot
     if guest is None:

@@ -336,12 +336,55 @@ class KubectlEntry(Entry):
         )
 
 
+# what a running libvirt domain can have set live by kvmtune (fix/live.py's LIVE_PATHS), and the bounds of a value
+LIVE_SETTINGS = ("memory-stats-period",)
+LIVE_MAX = 2**31 - 1  # libvirt's int
+
+
+@dataclass
+class LiveEntry(Entry):
+    """A running libvirt domain's live setting changed through libvirt (``fix --live``): its value before and after,
+    and which run of the domain it was (``virDomainGetID``, new at every start): undo puts it back on that run only."""
+
+    kind: ClassVar[str] = "live"
+    uri: str = ""
+    name: str = ""
+    uuid: str = ""
+    setting: str = ""
+    prior: int = 0
+    new: int = 0
+    domain_id: int = -1
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self._common(), "uri": self.uri, "name": self.name, "uuid": self.uuid, "setting": self.setting,
+            "prior": self.prior, "new": self.new, "domain_id": self.domain_id,
+        }
+
+    @classmethod
+    def from_json(cls, r: _Reader) -> LiveEntry:
+        setting = r.text("setting")
+        if setting not in LIVE_SETTINGS:
+            raise ValueError(f"{r.label} has unknown setting {setting[:40]!r}")
+        values: dict[str, int] = {}
+        for key, low in (("prior", 0), ("new", 0), ("domain_id", -1)):
+            value = r.opt_int(key)
+            if value is None or not low <= value <= LIVE_MAX:
+                raise r.bad(key, "no or an out-of-range")
+            values[key] = value
+        return cls(
+            what=r.opt_text("what") or "", status=cls._status(r), error=r.opt_text("error"),
+            uri=r.text("uri"), name=r.text("name"), uuid=r.text("uuid"), setting=setting, prior=values["prior"],
+            new=values["new"], domain_id=values["domain_id"],
+        )
+
+
 KINDS: dict[str, type[FileEntry] | type[RuntimeEntry] | type[DomainEntry] | type[ImageEntry] | type[QmEntry]
-            | type[KubectlEntry]] = {
+            | type[KubectlEntry] | type[LiveEntry]] = {
     "file": FileEntry, "runtime": RuntimeEntry, "domain": DomainEntry, "image": ImageEntry, "qm": QmEntry,
-    "kubectl": KubectlEntry,
+    "kubectl": KubectlEntry, "live": LiveEntry,
 }
-AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry | QmEntry | KubectlEntry
+AnyEntry = FileEntry | RuntimeEntry | DomainEntry | ImageEntry | QmEntry | KubectlEntry | LiveEntry
 
 
 def entry_from_json(doc: object, n: int) -> AnyEntry:

@@ -11,6 +11,10 @@ Files kvmtune owns (all below ``--root``):
 * ``/etc/tmpfiles.d/90-kvmtune.conf`` — sysfs values (KSM, transparent hugepages), written at boot
 * ``/etc/udev/rules.d/90-kvmtune.rules`` — I/O scheduler per device kind, tap txqueuelen
 * ``/etc/modprobe.d/kvmtune.conf`` — ``kvm halt_poll_ns``
+* ``/etc/default/grub.d/90-kvmtune.cfg`` — kernel command-line arguments (``iommu=pt``), on a Debian/Ubuntu GRUB host
+  only (``grub_host``): their ``grub-mkconfig`` sources ``/etc/default/grub.d/*.cfg``, Red Hat's does not;
+  kvmtune never writes ``grub.cfg`` and never runs ``update-grub``. Nothing is written now: the argument takes
+  effect at the next boot (``host-boot``) after the operator has run ``update-grub``.
 
 A drop-in lists what this profile set now or what kvmtune's own file already set
 (so the file stays the same once the values are in place).
@@ -29,13 +33,18 @@ from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_mask, parse_sysctl_conf
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.host.settings import (
+    GRUB_DEFAULTS,
+    GRUB_MKCONFIG,
+    IOMMU_PT,
     PROFILE_DEFS,
     PROFILES,
     SCHED_WANT,
     SCHED_WANT_LEGACY,
     TAP_QLEN,
     Setting,
+    grub_host,
     halt_poll_want,
+    iommu_pt_want,
     rps_want,
     scheduler_want,
     tap_qlen_want,
@@ -46,6 +55,10 @@ SYSCTL_DROPIN = "/etc/sysctl.d/90-kvmtune.conf"
 TMPFILES_DROPIN = "/etc/tmpfiles.d/90-kvmtune.conf"
 UDEV_DROPIN = "/etc/udev/rules.d/90-kvmtune.rules"
 MODPROBE_DROPIN = "/etc/modprobe.d/kvmtune.conf"
+GRUB_DROPIN = "/etc/default/grub.d/90-kvmtune.cfg"
+# the kernel command-line arguments kvmtune sets, and the one line of its drop-in that carries them
+CMDLINE_ARGS = (IOMMU_PT,)
+_GRUB_LINE = re.compile(r'^GRUB_CMDLINE_LINUX="\$GRUB_CMDLINE_LINUX((?: [a-z0-9._=-]+)+)"$', re.M)
 HALT_POLL = "/sys/module/kvm/parameters/halt_poll_ns"
 
 SCHED_UDEV = {
@@ -77,6 +90,7 @@ class HostPlanner:
         self.profile = PROFILE_DEFS[profile]
         self.plan = Plan()
         self.runtime: list[SysfsWrite] = []
+        self.cmdline_rules: list[tuple[str, str]] = []  # (rule, what) the kernel command-line drop-in answers
 
     def real(self, host_path: str) -> Path:
         """``host_path`` inside the root; OSError when a link in a tree leads out of it (never written through)."""
@@ -176,6 +190,26 @@ class HostPlanner:
                 )
 
     # -- halt polling ------------------------------------------------------------------------
+
+    def cmdline(self) -> list[str]:
+        """The GRUB drop-in's line: ``iommu=pt`` where KVM-HST-047 asks for it (``iommu_pt_want``), and the arguments
+        kvmtune's own file already adds (only those kvmtune sets: anything else in it is not kept)."""
+        own = _GRUB_LINE.search(self._own(GRUB_DROPIN))
+        args = [a for a in (own.group(1).split() if own else []) if a in CMDLINE_ARGS]
+        want = iommu_pt_want(self.facts)
+        if want is not None and want not in args:
+            if not grub_host(self.facts):
+                self.plan.skipped.append(
+                    f"KVM-HST-047 iommu: {want} belongs on the kernel command line, but this host has no "
+                    f"{GRUB_DEFAULTS} read with /etc/default/grub.d (Debian's {GRUB_MKCONFIG}); not Red Hat's "
+                    "grub2-mkconfig, grubby's BLS entries or systemd-boot's /etc/kernel/cmdline either: left alone, "
+                    "the finding says what to add")
+                return [f"GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {' '.join(args)}\""] if args else []
+            args.append(want)
+            self.cmdline_rules.append(("KVM-HST-047", f"{want} on the kernel command line"))
+        if not args:
+            return []
+        return [f"GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {' '.join(args)}\""]
 
     def halt_poll(self) -> list[str]:
         own = re.search(r"^options\s+kvm\s+.*\bhalt_poll_ns=(\d+)", self._own(MODPROBE_DROPIN), re.M)
@@ -277,7 +311,8 @@ class HostPlanner:
 
     # -- the plan -------------------------------------------------------------------------------
 
-    def _dropin(self, host_path: str, lines: list[str], why: str) -> None:
+    def _dropin(self, host_path: str, lines: list[str], why: str, answers: list[tuple[str, str]] | None = None,
+                notes: list[str] | None = None) -> None:
         real = self.real(host_path)
         try:
             before = read_state(real)
@@ -289,21 +324,28 @@ class HostPlanner:
         after = ("\n".join([*_header(self.profile.name), *lines]) + "\n").encode()
         if before.data == after:
             return
-        # a drop-in is read at boot (systemd-sysctl, systemd-tmpfiles, udev's coldplug, modprobe at kvm's load)
-        planned = [Planned("host", "", host_path, why, "host-boot")]
+        # a drop-in is read at boot (systemd-sysctl, systemd-tmpfiles, udev's coldplug, modprobe at kvm's load, the
+        # boot loader's configuration): an item per rule it alone answers (no runtime value does), else one for it
+        planned = ([Planned("host", rule, host_path, what, "host-boot") for rule, what in answers] if answers
+                   else [Planned("host", "", host_path, why, "host-boot")])
         self.plan.changes.append(DropIn(path=real, shown=host_path, before=before, after=after, reasons=[Reason(why)],
-                                        planned=planned))
+                                        notes=list(notes or []), planned=planned))
 
     def build(self) -> Plan:
         sysctl_lines = self.sysctls()
         tmpfiles_lines = self.sysfs_values()
         modprobe_lines = self.halt_poll()
+        grub_lines = self.cmdline()
         udev_lines = self.udev()
         self.plan.changes.extend(self.runtime)
         self._dropin(SYSCTL_DROPIN, sysctl_lines, "makes the sysctls last across reboots (systemd-sysctl)")
         self._dropin(TMPFILES_DROPIN, tmpfiles_lines, "writes the KSM/THP values again at boot (systemd-tmpfiles)")
         self._dropin(UDEV_DROPIN, udev_lines, "sets the scheduler / txqueuelen again whenever a device appears")
         self._dropin(MODPROBE_DROPIN, modprobe_lines, "kvm module option, applied when kvm is loaded")
+        self._dropin(GRUB_DROPIN, grub_lines, "kernel command line, read by grub-mkconfig (update-grub)",
+                     answers=self.cmdline_rules,
+                     notes=["takes effect at the host's next boot, once 'update-grub' (grub-mkconfig) has rebuilt "
+                            "grub.cfg from it: kvmtune runs neither; 'kvmtune fix --status' lists it until then"])
         self.plan.skipped.extend(self.facts.errors)
         return self.plan
 

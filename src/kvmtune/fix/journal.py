@@ -39,6 +39,7 @@ from kvmtune.fix.entries import (
     FileEntry,
     ImageEntry,
     KubectlEntry,
+    LiveEntry,
     QmEntry,
     Restore,
     RuntimeEntry,
@@ -381,6 +382,8 @@ def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
             beside(e.path, e.backup, "backup", "{name}.kvmtune-orig-*")
         elif isinstance(e, DomainEntry) and tree:
             problems.append(f"{label}: a journal of the tree {root} may not redefine libvirt domain {e.name!r}")
+        elif isinstance(e, LiveEntry) and tree:
+            problems.append(f"{label}: a journal of the tree {root} may not change libvirt domain {e.name!r} live")
         elif isinstance(e, QmEntry):
             problems.extend(f"{label}: {p}" for p in qm_refusals(e, root))
         elif isinstance(e, KubectlEntry):

@@ -1,6 +1,7 @@
 """The read-write libvirt calls fix and undo need: the persistent definition (with secrets,
-so redefining it loses nothing), ``defineXML``, and a running domain's live XML (read only, for ``fix --status``).
-Never changes a running guest live."""
+so redefining it loses nothing), ``defineXML``, a running domain's live XML (``fix --status``, ``fix --live``), and
+the one live change ``fix --live`` makes (:mod:`kvmtune.fix.live`): a running domain's balloon statistics period,
+``virDomainSetMemoryStatsPeriod`` with ``VIR_DOMAIN_AFFECT_LIVE`` only (the definition is changed by ``defineXML``)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,25 @@ def live_xml(dom: Any) -> str:
         return str(dom.XMLDesc(0))
     except libvirt.libvirtError as exc:
         raise LibvirtError(f"{dom.name()}: cannot read its live definition: {_first_line(exc)}") from None
+
+
+def set_memory_stats_period(dom: Any, period: int) -> None:
+    """The running domain's balloon statistics period (``virsh dommemstat --period N --live``); its persistent
+    definition is left as it is."""
+    libvirt = _libvirt()
+    try:
+        dom.setMemoryStatsPeriod(period, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    except libvirt.libvirtError as exc:
+        raise LibvirtError(f"{dom.name()}: cannot set its balloon statistics period live: {_first_line(exc)}") from None
+
+
+def run_id(dom: Any) -> int:
+    """Which run of a running domain this is (``virDomainGetID``: a new id at each start); -1 when it is stopped."""
+    libvirt = _libvirt()
+    try:
+        return int(dom.ID())
+    except libvirt.libvirtError as exc:
+        raise LibvirtError(f"{dom.name()}: cannot read its id: {_first_line(exc)}") from None
 
 
 def lookup_name(conn: Any, name: str, uri: str) -> Any:

@@ -24,6 +24,7 @@ from lxml import etree
 from kvmtune.audit.finding import Finding, Waiver
 from kvmtune.fix.effect import TakesEffect
 from kvmtune.fix.effect import libvirt as libvirt_effect
+from kvmtune.fix.live import LivePath
 from kvmtune.fix.xmldoc import XmlDoc
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Disk, Guest, Nic
@@ -51,6 +52,8 @@ class FixOptions:
     # Proxmox VE drive volumes on a host path or device (/dev/sdb) the operator named (fix --pve-volume): only
     # these such drives are changed
     pve_volumes: frozenset[str] = frozenset()
+    # fix --live: a running libvirt domain also gets the changes libvirt makes live (fix/live.py), as one more change
+    live: bool = False
 
 
 _LOCATOR_CACHE: list[tuple[list[Disk] | list[Nic], dict[str, Disk | Nic]]] = []
@@ -145,23 +148,25 @@ class XmlFixer:
     summary: str
     bus_change: bool = False  # guest-visible device change: needs --allow-bus-change
     cpu_change: bool = False  # a change to the guest's CPUs: needs --allow-cpu-change
+    live: LivePath | None = None  # how libvirt makes this change on a running domain too (fix --live), if it can
 
-    def takes_effect(self, *, origin: str, active: bool) -> TakesEffect:
+    def takes_effect(self, *, origin: str, active: bool, live: bool = False) -> TakesEffect:
         """When this fixer's change applies: a domain file's to domains defined from it, a stopped domain's at
-        once, a running domain's at its next start. kvmtune changes only the persistent definition (no ``--live``
-        yet), and no fixer's change is one libvirt's ``virDomainUpdateDeviceFlags`` makes live (a disk's cache or
-        io, a NIC's queues or model, a controller, the memballoon's model)."""
-        return libvirt_effect(origin=origin, active=active, live=False)
+        once, a running domain's at its next start, unless ``live`` (``fix --live`` set it on the running domain
+        through the fixer's :class:`~kvmtune.fix.live.LivePath`). Only a fixer with a live path can be live: the
+        others' attributes are not ones libvirt changes on a running domain (fix/live.py says which and why)."""
+        return libvirt_effect(origin=origin, active=active, live=live and self.live is not None)
 
 
 FIXERS: dict[str, XmlFixer] = {}
 
 
-def xml_fixer(rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False) -> Callable[[FixFunc], FixFunc]:
+def xml_fixer(rule: str, summary: str, *, bus_change: bool = False, cpu_change: bool = False,
+              live: LivePath | None = None) -> Callable[[FixFunc], FixFunc]:
     def register(func: FixFunc) -> FixFunc:
         if rule in FIXERS:
             raise RuntimeError(f"two fixers for {rule}")
-        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change)
+        FIXERS[rule] = XmlFixer(rule, func, summary, bus_change, cpu_change, live)
         return func
 
     return register

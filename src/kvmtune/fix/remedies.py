@@ -2,7 +2,7 @@
 
 A rule declares its remedy with ``fix_kind``: ``xml`` (a fixer edits the guest's
 definition, :mod:`kvmtune.fix.fixers`), a host kind (``sysctl``, ``sysfs``,
-``udev``, ``modprobe``: a setting of :mod:`kvmtune.host.settings` that
+``udev``, ``modprobe``, ``cmdline``: a setting of :mod:`kvmtune.host.settings` that
 ``fix --host`` writes), ``image`` (``fix --images`` converts the image,
 :mod:`kvmtune.fix.images`) or ``manual`` (nothing automatic; the fix description
 says what to do and why kvmtune does not). A finding may narrow its rule's
@@ -21,7 +21,7 @@ from kvmtune.fix.images import ANSWERS as IMAGE_ANSWERS
 from kvmtune.fix.registry import all_fixers
 from kvmtune.host.settings import host_fixed_rules
 
-HOST_KINDS = ("sysctl", "sysfs", "udev", "modprobe")
+HOST_KINDS = ("sysctl", "sysfs", "udev", "modprobe", "cmdline")
 
 
 class Remedy(Enum):

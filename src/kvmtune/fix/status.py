@@ -146,6 +146,19 @@ def staged(journals: list[Journal], runner: Runner, host: HostRoot) -> list[Stag
     return out
 
 
+def summary(journals: list[Journal], refused: int, runner: Runner, host: HostRoot) -> dict[str, Any]:
+    """What ``audit --staged`` adds to its JSON, for the fleet report's staged count per host: how many journaled
+    changes are not in force yet, by when they take effect, how many of those could not be told ("cannot tell",
+    counted as staged), and how many journals were read and refused."""
+    waiting = staged(journals, runner, host)
+    by: dict[str, int] = {}
+    for s in waiting:
+        by[s.takes_effect] = by.get(s.takes_effect, 0) + 1
+    return {"changes": len(waiting), "by_takes_effect": by,
+            "cannot_tell": sum(1 for s in waiting if s.why.startswith("cannot tell")),
+            "journals": len(journals), "refused_journals": refused}
+
+
 def _one(journal: Journal, e: AnyEntry, runner: Runner, host: HostRoot, conns: dict[str, Any]) -> str | None:
     if isinstance(e, DomainEntry):
         return _domain(e, conns, host)

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from kvmtune.errors import KvmtuneError
-from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, KubectlEntry, QmEntry, RuntimeEntry
+from kvmtune.fix.entries import DomainEntry, FileEntry, ImageEntry, KubectlEntry, LiveEntry, QmEntry, RuntimeEntry
 from kvmtune.fix.images import ImageConvert
 from kvmtune.fix.journal import Journal
 from kvmtune.fix.kubevirt import KubectlPatch
+from kvmtune.fix.live import LiveSet
 from kvmtune.fix.plan import FileChange, SysfsWrite, UndoConflict, UndoContext, XmlEdit
 from kvmtune.fix.pve import QmSet
 from kvmtune.runner import Runner, default_runner
@@ -32,6 +33,7 @@ UNDO: dict[type, Callable[[Any, UndoContext], None]] = {
     ImageEntry: ImageConvert.undo,
     QmEntry: QmSet.undo,
     KubectlEntry: KubectlPatch.undo,
+    LiveEntry: LiveSet.undo,
 }
 
 

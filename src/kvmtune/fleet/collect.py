@@ -10,7 +10,9 @@ file's name is the host's identity and the document's ``host`` only a claim, whi
 a file named on the command line keeps the document's ``host``, marked as claimed. A document whose claim
 disagrees, and every file of a host read more than once, are rejected, so no file can stand in for
 another host. A finding whose rule id is not ``KVM-XXX-NNN`` or whose severity is not one of the five,
-and any field of the wrong JSON type, reject the file too: it is reported, never silently thinned.
+a key written twice in one object, and any field of the wrong JSON type, reject the file too: it is reported,
+never silently thinned. ``staged`` (``audit --staged``: the host's journaled fixes not in force yet) is optional;
+where it is there, its counts must be whole numbers within bounds that add up, or the file is rejected.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from kvmtune.inputs import read_regular
 
 MAX_FILE = 64 * 1024 * 1024
 SEVERITY_WEIGHT = {"critical": 100, "high": 10, "medium": 3, "low": 1, "info": 0}
+# fix/effect.py's words, which a host's staged changes are counted by (fleet/ may not import fix/)
+TAKES_EFFECT = ("live", "restart", "new-instances", "host-boot", "guest-offline")
+MAX_COUNT = 10_000_000  # a count above this is no host's journal: rejected
 STATUS_KIND = "kvmtune-fleet-status"
 RULE_ID = re.compile(r"KVM-[A-Z]{3}-[0-9]{3}")  # the catalogue's ids (tests/rules/test_rule_docs.py), ASCII only
 
@@ -60,6 +65,8 @@ class HostResult:
     generated: str = ""
     claimed: bool = False  # the name is the document's own claim (a file named on the command line)
     scope: str = ""  # what its audit was asked for: host, guests, both ("": a document from before kvmtune said)
+    staged: int | None = None  # its journaled fixes not in force yet (audit --staged); None: not reported
+    staged_by: dict[str, int] = field(default_factory=dict)  # those by takes_effect
 
     @property
     def open(self) -> list[FleetFinding]:
@@ -95,10 +102,27 @@ class Source:
     in_directory: bool  # found in a fleet directory: its name is the host's identity
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each written once: Python's json keeps the last of two, so a second
+    ``"staged"`` or ``"severity"`` could say something else than the first that another reader sees."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"key {key[:60]!r} written twice in one object; rejected")
+        out[key] = value
+    return out
+
+
 def _read_json(path: Path) -> Any:
     data = read_regular(str(path), MAX_FILE)
     try:
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=_no_duplicates)
+    except DuplicateKey as exc:
+        raise InputError(str(path), str(exc)) from None
     except RecursionError:
         raise InputError(str(path), "JSON nested too deeply to read") from None
     except MemoryError:
@@ -168,6 +192,7 @@ def host_result(path: Path, identity: str | None = None) -> HostResult:
         raise _wrong(path, "errors", "an array", errors)
     out = HostResult(host=host, file=str(path), generated=_string(path, doc, "generated", "", optional=True),
                      claimed=claimed, scope=scope)
+    out.staged, out.staged_by = _staged(path, doc.get("staged"))
     for i, e in enumerate(errors):
         if not isinstance(e, str):
             raise _wrong(path, f"errors[{i}]", "a string", e)
@@ -195,6 +220,45 @@ def host_result(path: Path, identity: str | None = None) -> HostResult:
             waiver=_waiver(path, f.get("waiver"), f"{where}.waiver"),
         ))
     return out
+
+
+def _count(path: Path, value: Any, where: str, most: int = MAX_COUNT) -> int:
+    if type(value) is not int:  # not a bool, not 2.0
+        raise _wrong(path, where, "a whole number", value)
+    if not 0 <= value <= most:
+        raise InputError(str(path), f"{where}: {value} is not between 0 and {most}; rejected")
+    return value
+
+
+def _staged(path: Path, staged: Any) -> tuple[int | None, dict[str, int]]:
+    """``staged``: {"changes": N, "by_takes_effect": {WORD: n, ...}, ...}, the counts adding up to N; (None, {})
+    where the host did not report it (absent or null: an audit without --staged)."""
+    if staged is None:
+        return None, {}
+    if not isinstance(staged, dict):
+        raise _wrong(path, "staged", "an object", staged)
+    if "changes" not in staged:
+        raise InputError(str(path), "staged.changes: missing; rejected")
+    total = _count(path, staged["changes"], "staged.changes")
+    by = staged.get("by_takes_effect", {})
+    if not isinstance(by, dict):
+        raise _wrong(path, "staged.by_takes_effect", "an object", by)
+    counts: dict[str, int] = {}
+    for word, n in by.items():
+        if word not in TAKES_EFFECT and word != "?":  # "?": a journal from before takes_effect
+            raise InputError(str(path), f"staged.by_takes_effect: {word[:40]!r} is not one of "
+                                        f"{', '.join(TAKES_EFFECT)}; rejected")
+        counts[word] = _count(path, n, f"staged.by_takes_effect.{word}")
+    if sum(counts.values()) != total:
+        raise InputError(str(path), f"staged: by_takes_effect adds up to {sum(counts.values())}, not the "
+                                    f"{total} changes; rejected")
+    for key in ("cannot_tell",):
+        if key in staged:
+            _count(path, staged[key], f"staged.{key}", total)
+    for key in ("journals", "refused_journals"):
+        if key in staged:
+            _count(path, staged[key], f"staged.{key}")
+    return total, counts
 
 
 def _scope(path: Path, scope: Any) -> str:

@@ -9,6 +9,10 @@ collection is *resolved* only where this collection audited the same place again
 same kind of name, and its host or guest part within this audit's scope); otherwise it is *not audited this
 time*, its own state. Waived findings (the host's own waivers, or the fleet's ``--waivers``) are shown apart
 and count toward no score, severity column or trend.
+
+A host whose audit ran with ``--staged`` reports how many of its journaled fixes are not in force yet
+(``kvmtune fix --status``); where any host did, the hosts table has a STAGED column ("-": not reported), and the
+text lists each such host's count by when the changes take effect.
 """
 
 from __future__ import annotations
@@ -133,11 +137,23 @@ def render_text(v: FleetView) -> str:
                  + (f"; not stored ({v.unsaved})" if v.collection is None else ""))
     lines.append("")
     lines.append("Worst hosts (critical=100, high=10, medium=3, low=1):")
-    lines.append(f"  {'HOST':<28} {'SCORE':>6} " + " ".join(f"{s.upper():>8}" for s in SEVERITIES) + "  ERRORS")
+    staged = _any_staged(ok)
+    lines.append(f"  {'HOST':<28} {'SCORE':>6} " + " ".join(f"{s.upper():>8}" for s in SEVERITIES) + "  ERRORS"
+                 + ("  STAGED" if staged else ""))
     for h in sorted(ok, key=lambda h: (-h.score, h.host)):
         c = _counts(h)
         lines.append(f"  {_name(h.host, h.claimed, 28):<28} {h.score:>6} " + " ".join(f"{c.get(s, 0):>8}" for s in SEVERITIES)
-                     + f"  {len(h.errors)}")
+                     + (f"  {len(h.errors):>6}  {_staged_cell(h):>6}" if staged else f"  {len(h.errors)}"))
+    if staged:
+        lines.append("")
+        lines.append("Staged fixes (journaled by 'kvmtune fix', not in force yet; 'kvmtune fix --status' on the host):")
+        for h in sorted((h for h in ok if h.staged), key=lambda h: (-(h.staged or 0), h.host)):
+            by = ", ".join(f"{n} {word}" for word, n in sorted(h.staged_by.items()) if n)
+            lines.append(f"  {_name(h.host, h.claimed)}: {h.staged} ({by})")
+        quiet = sum(1 for h in ok if h.staged == 0)
+        unreported = sum(1 for h in ok if h.staged is None)
+        lines.append(f"  {quiet} host(s) with none staged" + (f"; {unreported} host(s) did not report it (an audit "
+                                                                 "without --staged)" if unreported else ""))
     lines.append("")
     lines.append("Findings per rule across hosts:")
     lines.append(f"  {'RULE':<13} {'SEVERITY':<9} {'TOPIC':<20} {'HOSTS':>5} {'FINDINGS':>8}")
@@ -169,6 +185,14 @@ def render_text(v: FleetView) -> str:
         lines.append("Trend (findings per collection): " + "  ".join(
             f"#{cid}: {sum(c.values())} ({c.get('critical', 0)} critical)" for cid, _, _, c in v.trend))
     return "\n".join(lines) + "\n"
+
+
+def _any_staged(hosts: list[HostResult]) -> bool:
+    return any(h.staged is not None for h in hosts)
+
+
+def _staged_cell(h: HostResult) -> str:
+    return "-" if h.staged is None else str(h.staged)
 
 
 def _label(label: str) -> str:
@@ -242,10 +266,14 @@ def render_html(v: FleetView) -> str:
 
     ok = [h for h in v.hosts if h.status == "ok"]
     failed = [h for h in v.hosts if h.status != "ok"]
+    staged = _any_staged(ok)
     rows_hosts = "".join(
         f"<tr><td>{name(h.host, h.claimed)}</td><td>{h.score}</td>"
         + "".join(f"<td>{_counts(h).get(s, 0)}</td>" for s in SEVERITIES)
-        + f"<td>{len(h.errors)}</td></tr>" for h in sorted(ok, key=lambda h: (-h.score, h.host)))
+        + f"<td>{len(h.errors)}</td>"
+        + (f"<td title=\"{e(', '.join(f'{n} {w}' for w, n in sorted(h.staged_by.items()) if n))}\">{_staged_cell(h)}</td>"
+           if staged else "")
+        + "</tr>" for h in sorted(ok, key=lambda h: (-h.score, h.host)))
     rows_failed = "".join(f"<tr><td>{name(h.host, h.claimed)}</td><td>{e(h.problem)}</td></tr>" for h in failed)
     rejected = ""
     if v.rejected:
@@ -282,6 +310,7 @@ def render_html(v: FleetView) -> str:
             f"<tr><td>{cid}</td><td>{sum(c.values())}</td><td>{c.get('critical', 0)}</td></tr>"
             for cid, _, _, c in v.trend) + "</table>"
     head = "".join(f"<th>{s}</th>" for s in SEVERITIES)
+    staged_head = "<th>staged fixes</th>" if staged else ""
     stored = f", stored as collection {v.collection}" if v.collection is not None else f", not stored ({e(v.unsaved)})"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>kvmtune fleet report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin-bottom:1em}}
@@ -290,7 +319,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}</style></head><bo
 {rejected}<p>{len(v.hosts)} host(s): {len(ok)} audited, {len(failed)} failed{also}.
 Collection {e(_label(v.label))}, scope {e(v.scope or "unknown")}{stored}.</p>
 {_bars_svg(v)}
-<h2>Worst hosts</h2><table><tr><th>host</th><th>score</th>{head}<th>input errors</th></tr>{rows_hosts}</table>
+<h2>Worst hosts</h2><table><tr><th>host</th><th>score</th>{head}<th>input errors</th>{staged_head}</tr>{rows_hosts}</table>
 {"<h2>Hosts that failed</h2><table><tr><th>host</th><th>why</th></tr>" + rows_failed + "</table>" if failed else ""}
 <h2>Findings per rule across hosts</h2>
 <table><tr><th>rule</th><th>severity</th><th>topic</th><th>hosts</th><th>findings</th></tr>{rows_rules}</table>

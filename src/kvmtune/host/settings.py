@@ -383,6 +383,7 @@ DEVICE_SETTINGS = (
     DeviceSetting("kvm halt_poll_ns", ("KVM-HST-011",), "kvm:halt_poll_ns", PROFILES, "modprobe"),
     DeviceSetting("tap txqueuelen", ("KVM-HST-015",), "net:", NETWORK_PROFILES, "udev"),
     DeviceSetting("rps_cpus", ("KVM-HST-016",), "net:", NETWORK_PROFILES, "udev"),
+    DeviceSetting("kernel command line iommu=pt", ("KVM-HST-047",), "iommu", PROFILES, "cmdline"),
 )
 
 
@@ -481,3 +482,43 @@ def rps_want(facts: HostFacts, dev: NetDevice) -> set[int] | None:
         return None
     node_cpus = facts.numa_nodes.get(dev.numa_node, set()) if dev.numa_node is not None else set()
     return (node_cpus & cpus) or cpus
+
+
+# the kernel command-line argument that keeps the host's own devices out of IOMMU translation (passthrough mode)
+IOMMU_PT = "iommu=pt"
+# GRUB's defaults, and the grub-mkconfig that reads them: Debian's and Ubuntu's (a shell script) also source
+# /etc/default/grub.d/*.cfg, kvmtune's drop-in; Red Hat's grub2-mkconfig does not (a drop-in would be ignored)
+GRUB_DEFAULTS = "/etc/default/grub"
+GRUB_MKCONFIG = "/usr/sbin/grub-mkconfig"
+MAX_MKCONFIG = 1 << 20
+
+
+def grub_host(facts: HostFacts) -> bool:
+    """Whether ``fix --host`` can put a kernel command-line argument in a GRUB drop-in here: /etc/default/grub
+    exists and the host's grub-mkconfig sources /etc/default/grub.d (Debian's, Ubuntu's). Elsewhere (Red Hat's
+    grub2-mkconfig and grubby's BLS entries, systemd-boot's /etc/kernel/cmdline) the argument is the operator's."""
+    if facts.text(GRUB_DEFAULTS, quiet=True) is None:
+        return False
+    script = facts.text(GRUB_MKCONFIG, quiet=True)
+    return script is not None and len(script) <= MAX_MKCONFIG and "/default/grub.d/" in script
+
+
+def passthrough_guests(facts: HostFacts) -> list[str]:
+    """The running guests with a device passed through (VFIO): the hosts the IOMMU rule looks at."""
+    return [g.name for g in facts.guests if g.hostdevs]
+
+
+def iommu_pt_want(facts: HostFacts) -> str | None:
+    """``iommu=pt`` where guests have devices passed through, the IOMMU is on (its groups exist) and translates
+    every device (no group of type 'identity', no ``iommu=pt``/``iommu.passthrough`` on the command line); None
+    otherwise (also with the IOMMU off: turning it on, intel_iommu=on, is the operator's call)."""
+    if not passthrough_guests(facts):
+        return None
+    groups = facts.iommu_groups
+    if not groups or any(t == "identity" for t in groups.values()):
+        return None
+    cmdline = facts.kernel_cmdline
+    if cmdline.get("iommu") == "pt" or cmdline.get("iommu.passthrough") in ("1", "on", "y"):
+        return None
+    return IOMMU_PT
+

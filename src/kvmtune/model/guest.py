@@ -169,6 +169,9 @@ class Guest:
     memballoon: str | None = None  # virtio | none | … ; None = not stated
     balloon_autodeflate: bool = False
     balloon_free_page_reporting: bool = False
+    # <memballoon><stats period='N'/>: seconds between the guest's memory statistics; None = not stated (QEMU polls
+    # none), 0 = off
+    balloon_stats_period: int | None = None
     iothreads: int = 0
     hostdevs: int = 0  # PCI/mdev devices passed through with VFIO (they pin guest memory), type='hostdev' NICs too
     memory_locked: bool = False  # <memoryBacking><locked/> or -overcommit mem-lock=on

@@ -104,7 +104,8 @@ class VerifyResult:
 def _has_fix(f: Finding) -> bool:
     if f.rule in all_fixers() or isinstance(plan_for(f.rule), BlockExperiment):
         return True
-    return f.fix.kind in ("sysctl", "udev", "image", "sysfs")
+    # a kernel command line (cmdline) is fixed too: its experiment says it is not measured before a reboot
+    return f.fix.kind in ("sysctl", "udev", "image", "sysfs", "cmdline")
 
 
 def subjects(findings: Sequence[Finding], guests: Sequence[Guest], images: Sequence[DiskImage]) -> list[Subject]:

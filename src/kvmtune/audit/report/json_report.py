@@ -37,6 +37,8 @@ def write_json(result: AuditResult, out: TextIO) -> None:
         "errors": result.errors,
         "waiver_notes": result.waiver_notes,
     }
+    if result.staged is not None:
+        doc["staged"] = result.staged
     if result.baseline is not None:
         doc["baseline"] = {"report": result.baseline, "new": sum(1 for f in result.findings if f.new and not f.waiver),
                            "resolved": result.resolved}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvmtune.fix.fixers._util import insert_top_level, new
+from kvmtune.fix.live import MEMORY_STATS_PERIOD
 from kvmtune.fix.registry import FixCall, NotFixable, xml_fixer
 from kvmtune.host.facts import HostFacts
 
@@ -106,3 +107,20 @@ def balloon_free_page_reporting(call: FixCall) -> str:
         raise NotFixable("no <memballoon> element")
     call.doc.set_attr(el, "freePageReporting", "on")
     return "memballoon freePageReporting → on; the guest hands freed pages back to the host"
+
+
+# the balloon statistics period KVM-MEM-013 asks for (OpenStack nova's mem_stats_period_seconds)
+PERIOD = 10
+
+
+@xml_fixer("KVM-MEM-013", "memballoon <stats period='10'/>", live=MEMORY_STATS_PERIOD)
+def balloon_stats_period(call: FixCall) -> str:
+    el = call.child(call.devices(), "memballoon")
+    if el is None:
+        raise NotFixable("no <memballoon> element")
+    stats = call.child(el, "stats")
+    if stats is None:
+        call.doc.append(el, new("stats", period=str(PERIOD)))
+    else:
+        call.doc.set_attr(stats, "period", str(PERIOD))
+    return f"memballoon stats period → {PERIOD} s; the host sees the guest's memory use"

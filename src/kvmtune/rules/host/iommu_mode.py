@@ -3,6 +3,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvmtune.audit.finding import Severity
+from kvmtune.audit.verifyplan import HostFixExperiment
+from kvmtune.host.settings import IOMMU_PT, grub_host, iommu_pt_want, passthrough_guests
 from kvmtune.rules.host import HostFactsRule
 
 if TYPE_CHECKING:
@@ -26,11 +28,17 @@ class IommuMode(HostFactsRule):
         "keeps is translated too; passthrough mode (iommu=pt, domain type 'identity') maps them 1:1 and keeps the "
         "remapping for the devices given to guests."
     )
-    fix_kind = "manual"
+    fix_kind = "cmdline"
     fix_description = (
+        "Add iommu=pt to the kernel command line: on Debian/Ubuntu GRUB `kvmtune fix --host` writes it into its own "
+        "drop-in (/etc/default/grub.d/90-kvmtune.cfg, which their grub-mkconfig reads); run update-grub and reboot. "
+        "Elsewhere: grubby --update-kernel=ALL --args='iommu=pt' (Fedora/RHEL), /etc/kernel/cmdline (systemd-boot, "
+        "Proxmox VE's proxmox-boot-tool)."
+    )
+    fix_off = (
         "Add intel_iommu=on (Intel; AMD has it on by default) and iommu=pt to the kernel command line, e.g. "
-        "grubby --update-kernel=ALL --args='intel_iommu=on iommu=pt', and reboot. Not automatic: kvmtune does "
-        "not edit the boot loader, and a reboot is the operator's call."
+        "grubby --update-kernel=ALL --args='intel_iommu=on iommu=pt', and reboot. Not automatic: turning the IOMMU "
+        "on changes how every device does DMA; it is the operator's call."
     )
     fix_safe = False
     references = (
@@ -39,14 +47,14 @@ class IommuMode(HostFactsRule):
         "Documentation/ABI/testing/sysfs-kernel-iommu_groups: type (DMA, DMA-FQ, identity)",
         "RHEL 9 Configuring and managing virtualization: 'Attaching PCI devices' (intel_iommu=on iommu=pt)",
     )
+    verify = HostFixExperiment()
 
     def check_facts(self, facts: HostFacts, ctx: AuditContext) -> Iterator[Finding]:
-        passthrough = [g for g in facts.guests if g.hostdevs]
+        passthrough = passthrough_guests(facts)
         if not passthrough:
             return
-        names = ", ".join(g.name for g in passthrough[:5])
+        names = ", ".join(passthrough[:5])
         groups = facts.iommu_groups
-        cmdline = facts.kernel_cmdline
         if not groups:
             yield self.finding(
                 target=self.at(ctx, "iommu"),
@@ -54,16 +62,18 @@ class IommuMode(HostFactsRule):
                 expected="IOMMU on (intel_iommu=on on Intel)",
                 evidence="/sys/kernel/iommu_groups; /proc/cmdline",
                 severity=Severity.HIGH,
+                fix_kind="manual",
+                fix_description=self.fix_off,
             )
             return
-        identity = any(t == "identity" for t in groups.values())
-        pt = cmdline.get("iommu") == "pt" or cmdline.get("iommu.passthrough") in ("1", "on", "y")
-        if identity or pt:
+        if iommu_pt_want(facts) is None:
             return
         yield self.finding(
             target=self.at(ctx, "iommu"),
-            actual=f"IOMMU translating every device ({len(groups)} groups, none 'identity', no iommu=pt); "
+            actual=f"IOMMU translating every device ({len(groups)} groups, none 'identity', no {IOMMU_PT}); "
                    f"passthrough guests: {names}",
-            expected="iommu=pt: host devices mapped 1:1, remapping kept for the devices given to guests",
+            expected=f"{IOMMU_PT}: host devices mapped 1:1, remapping kept for the devices given to guests",
             evidence="/sys/kernel/iommu_groups/*/type; /proc/cmdline",
+            # kvmtune writes it only into a GRUB drop-in: on another boot loader it is the operator's to add
+            fix_kind=None if grub_host(facts) else "manual",
         )
