@@ -253,3 +253,27 @@ def test_the_option_builders_take_counts_only() -> None:
             fio_bssplit(entries)  # type: ignore[arg-type]
     with pytest.raises(OptionError):
         fio_counts("rate_iops;x", [1])
+
+
+def test_a_replay_that_reads_gets_its_image_written_whole_first_and_a_write_only_one_does_not(tmp_path: Path) -> None:
+    from kvmtune.bench.storage.blockjobs import filled_first
+    from kvmtune.lab.storage.fio import Workload
+
+    mixed = replay_of(write_capture(tmp_path))
+    mixed.place(tmp_path)
+    assert mixed.reads() and filled_first(mixed.workload(16, 1.0))  # reads of holes would not be reads
+    (tmp_path / "w").mkdir()
+    writes = replay_of(write_capture(tmp_path / "w", trace=False))  # statistics: 1 in 3 written, so it reads too
+    assert writes.reads()
+    only = tmp_path / "o"
+    only.mkdir()
+    r = [x for x in reqs(300) if x.write]
+    stats = StatsDelta(0.6, wr_ops=len(r), wr_bytes=len(r) * 16384)
+    (only / "w.json").write_text(json.dumps({"schema": SCHEMA, "guest": "g", "captured_at": "2026-12-03T00:00:00Z",
+                                             "disks": [from_trace("vda", r, stats)]}))
+    (only / "w.json.iolog").write_text(iolog("vda", r))
+    wo = replay_of(only / "w.json")
+    wo.place(only)
+    assert not wo.reads() and not filled_first(wo.workload(16, 1.0))  # writes land on fresh clusters, as bench's do
+    # the generic jobs keep their rule: a read job is filled, a write or mixed one measures a fresh image
+    assert filled_first(Workload("r", "randread", "4k", 1)) and not filled_first(Workload("m", "randrw", "4k", 1))

@@ -116,6 +116,12 @@ class Replay:
                             "sequential_fraction": p.sequential_fraction, "depth_mean": p.depth_mean,
                             "depth_p95": p.depth_p95, "flush_per_write": p.flush_per_write}}
 
+    def reads(self) -> bool:
+        """Whether the replay reads (its replica is then written whole first: a read of a hole is not a read)."""
+        if self.events is not None:
+            return any(not e.write for e in self.events)
+        return self.profile.reads > 0
+
     def span(self) -> int:
         """Bytes the replica must hold: the log's rebased reach, else the captured offset span (0: not known)."""
         if self.events:
