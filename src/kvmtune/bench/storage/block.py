@@ -458,7 +458,9 @@ class BlockTier:
         cells on an image made before the round. A read cell fills its image and drops its cache first."""
         if cfg.target == "host":
             return fs.name in self.floor_files
-        return writes_to(w) and not filled_first(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
+        # a replay is a fio run of its own (a timed log is several jobs, one a stream: lab/storage/replay.py)
+        return (writes_to(w) and not filled_first(w) and not w.replay
+                and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple))
 
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
@@ -786,8 +788,8 @@ class BlockBenchmark:
     def execute(self, sink: CellSink) -> None:
         self.ctx.sink = sink
         if self.replay is not None:
-            written = self.replay.write()  # the translated log, into the scratch directory the workload names
-            if written is not None:
+            self.replay.write()  # the translated logs, into the scratch directory the workload names
+            for written in self.replay.log_paths():
                 self.ctx.scratch.add_file(written)
         run_block(self.ctx, self.blocks, sink)
 

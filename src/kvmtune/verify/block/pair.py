@@ -238,7 +238,8 @@ class BlockPair(Started):
 
     def sample(self, side: str) -> float:
         if self.replay is not None:
-            argv = ["fio", fio_option("name", "replay"), "--ioengine=nbd", fio_nbd_uri(side, self.socket),
+            # the engine and export before the first job: global, for every stream's job (Replay.streams)
+            argv = ["fio", "--ioengine=nbd", fio_nbd_uri(side, self.socket), fio_option("name", "replay"),
                     *self.replay.job_options(self.size >> 20, self.seconds), "--output-format=json"]
             m = self.run_fio(argv, self.seconds)
             if self.metric is REPLAY_P99:
