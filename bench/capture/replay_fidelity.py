@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from probe_guest import throttled_guest
 from kvmtune.lab.stats import t95
 from kvmtune.lab.vocabulary import within
 
+PREFIX = "kvmtune-replay-fidelity-out-"  # its scratch: the workload files, the run database; removed at the end
 PATTERNS = [
     ("70/30 random 16 KiB, depth 8", "rw=randrw rwmixread=70 bs=16k iodepth=8"),
     ("random 4 KiB reads, depth 32", "rw=randread bs=4k iodepth=32"),
@@ -76,6 +78,14 @@ def log_interval(ratios: list[float]) -> tuple[float, tuple[float, float] | None
 
 
 def main() -> None:
+    try:
+        _main()
+    finally:
+        for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds captured")
     ap.add_argument("--iops", type=int, default=600, help="the guest disk's cap while captured")
@@ -83,7 +93,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed replays per capture")
     ap.add_argument("--only", type=int, help="only this pattern (its index)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="kvmtune-replay-fidelity-out-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     out: list[dict[str, Any]] = []
     with measure_lock():
         before = loadavg()

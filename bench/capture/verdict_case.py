@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from measuring import loadavg, measure_lock
 from probe_guest import throttled_guest
 
+PREFIX = "kvmtune-verdict-case-"  # its scratch: the definition and the workload file; removed at the end
 XML = Path(__file__).resolve().parents[2] / "tests" / "rules" / "KVM-STO-002" / "bad" / "writethrough.xml"
 
 
@@ -58,6 +60,14 @@ def verify(definition: Path, workload: Path | None, args: argparse.Namespace) ->
 
 
 def main() -> None:
+    try:
+        _main()
+    finally:
+        for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds captured")
     ap.add_argument("--iops", type=int, default=600, help="the guest disk's cap while captured")
@@ -69,7 +79,7 @@ def main() -> None:
     ap.add_argument("--replay-mode", choices=("timed", "fast"), default="fast",
                     help="timed: p99 latency at the guest's rate; fast: IOPS at its depth (default)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="kvmtune-verdict-case-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     definition = tmp / "db01.xml"
     definition.write_text(XML.read_text().replace("<target dev='hda' bus='ide'/>", "<target dev='vda' bus='virtio'/>"))
     workload = tmp / "db01.workload.json"
