@@ -249,7 +249,7 @@ def _doc() -> dict[str, Any]:
 
 @pytest.mark.parametrize(("raw_from", "raw_to"), [
     ('"seconds": 1.0', '"seconds": 1' + "0" * 400),  # an int no float holds: math.isfinite overflowed
-    ('"iops": 10.0', '"iops": -1' + "0" * 400),
+    ('"iops": 100.0', '"iops": -1' + "0" * 400),  # 10 requests 10 ms apart
     ('"guest": "g"', '"guest": "\\ud800"'),  # a lone surrogate: printing it raised UnicodeEncodeError
     ('"target": "vda"', '"target": "vd\\udfffa"'),
     ('"4096": 10', '"4096": 1' + "0" * 30),  # a bucket count past any capture

@@ -92,6 +92,10 @@ def test_a_trace_summary_measures_mix_size_order_and_depth() -> None:
     assert d["sequential_fraction"] < 0.2
     assert d["queue_depth"]["mean"] == pytest.approx(4, abs=0.2)  # 40 ms each, one every 10 ms
     assert d["flush_per_write"] == pytest.approx(0.1) and d["ops"]["flush"] == 10
+    assert d["iops"] == pytest.approx(100, rel=0.001)  # one every 10 ms
+    # the events outlast the blockstats interval (switched on before its first read, off after its last): the rate is
+    # the requests' own, not their count over the shorter interval (which would say 120)
+    assert from_trace("d0", r, StatsDelta(2.5, rd_ops=200, wr_ops=100))["iops"] == pytest.approx(100, rel=0.001)
     seq = [Request(i * 0.01, i * 0.01 + 0.005, 1, True, i * 1048576, 1048576) for i in range(50)]
     assert from_trace("d0", seq, StatsDelta(0.5, wr_ops=50))["sequential_fraction"] == pytest.approx(49 / 50)
 

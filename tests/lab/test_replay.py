@@ -27,7 +27,7 @@ from kvmtune.qemuopts import OptionError, fio_bssplit, fio_counts
 
 # every fio option a replay may hand fio: nothing else, whatever the file says
 ALLOWED = {"read_iolog", "iodepth", "runtime", "size", "replay_no_stall", "rw", "rwmixread", "bssplit", "bs",
-           "percentage_random", "rate_iops", "rate", "fsync", "time_based"}
+           "percentage_random", "rate_iops", "rate", "fsync", "time_based", "name", "group_reporting"}
 
 
 def reqs(n: int, write_every: int = 3, base: int = 5 << 30) -> list[Request]:
@@ -72,12 +72,22 @@ def test_a_traced_disk_replays_its_log_translated_to_microseconds_rebased_and_re
     rep.prepare(scratch)
     lines = (scratch / f"{LOG_NAME}.iolog").read_text().splitlines()
     assert lines[:3] == ["fio version 3 iolog", f"1 {LOG_NAME} add", f"1 {LOG_NAME} open"]
+    # timed: dealt round-robin into as many depth-1 jobs as the captured depth (p95 2 here), at the captured times
+    assert rep.streams() == 2
+    other = (scratch / f"{LOG_NAME}-1.iolog").read_text().splitlines()
     first, second = lines[3].split(), lines[4].split()
-    assert first[0] == "1" and second[0] == "2001"  # 2 ms apart in the capture: 2000 µs, shifted by 1
+    assert first[0] == "1" and second[0] == "4001"  # requests 0 and 2, 2 ms apart in the capture each: µs, +1
+    assert other[3].split()[0] == "2001"  # request 1, on the second stream
     assert int(first[3]) == 0 and first[2] == "write"
-    opts = options(rep.job_options(rep.replica_mib(64), 5))
-    assert opts["read_iolog"] == str(scratch / f"{LOG_NAME}.iolog") and "replay_no_stall" not in opts
-    assert opts["iodepth"] == "1"  # timed: fio reaps a replay's completions only with a full queue
+    ios = sorted((int(x.split()[0]), x.split()[2], int(x.split()[3])) for x in [*lines, *other]
+                 if x.split()[2] in ("read", "write"))
+    assert len(ios) == 300 and len({t for t, _, _ in ios}) == 300  # every request once
+    argv = rep.job_options(rep.replica_mib(64), 5)
+    assert argv.count(f"--read_iolog={scratch / f'{LOG_NAME}.iolog'}") == 1
+    assert argv.count(f"--read_iolog={scratch / f'{LOG_NAME}-1.iolog'}") == 1
+    assert argv.count("--iodepth=1") == 2 and "--group_reporting" in argv and "--replay_no_stall=1" not in argv
+    opts = options(argv)
+    assert opts["iodepth"] == "1"  # each job at depth 1: fio reaps a replay's completions only with a full queue
     assert rep.replica_mib(64) == 64 and rep.replica_mib(1) == 16  # the span (999 × 16 KiB + 16 KiB) in MiB
     fast = replay_of(path, mode="fast")
     fast.prepare(tmp_path)
@@ -253,3 +263,27 @@ def test_the_option_builders_take_counts_only() -> None:
             fio_bssplit(entries)  # type: ignore[arg-type]
     with pytest.raises(OptionError):
         fio_counts("rate_iops;x", [1])
+
+
+def test_a_replay_that_reads_gets_its_image_written_whole_first_and_a_write_only_one_does_not(tmp_path: Path) -> None:
+    from kvmtune.bench.storage.blockjobs import filled_first
+    from kvmtune.lab.storage.fio import Workload
+
+    mixed = replay_of(write_capture(tmp_path))
+    mixed.place(tmp_path)
+    assert mixed.reads() and filled_first(mixed.workload(16, 1.0))  # reads of holes would not be reads
+    (tmp_path / "w").mkdir()
+    writes = replay_of(write_capture(tmp_path / "w", trace=False))  # statistics: 1 in 3 written, so it reads too
+    assert writes.reads()
+    only = tmp_path / "o"
+    only.mkdir()
+    r = [x for x in reqs(300) if x.write]
+    stats = StatsDelta(0.6, wr_ops=len(r), wr_bytes=len(r) * 16384)
+    (only / "w.json").write_text(json.dumps({"schema": SCHEMA, "guest": "g", "captured_at": "2026-12-03T00:00:00Z",
+                                             "disks": [from_trace("vda", r, stats)]}))
+    (only / "w.json.iolog").write_text(iolog("vda", r))
+    wo = replay_of(only / "w.json")
+    wo.place(only)
+    assert not wo.reads() and not filled_first(wo.workload(16, 1.0))  # writes land on fresh clusters, as bench's do
+    # the generic jobs keep their rule: a read job is filled, a write or mixed one measures a fresh image
+    assert filled_first(Workload("r", "randread", "4k", 1)) and not filled_first(Workload("m", "randrw", "4k", 1))

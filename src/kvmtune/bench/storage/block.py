@@ -87,6 +87,7 @@ from kvmtune.bench.storage.blockjobs import (
     allocation,
     check_tools,
     drop_cache,
+    filled_first,
     fio_argv,
     fio_ms,
     first_after,
@@ -220,7 +221,7 @@ def leaves_dirty(cfg: StorageConfig) -> bool:
 
 def _first_write(cfg: StorageConfig, w: fiomod.Workload, image: str) -> bool:
     """A write cell on a fresh sparse image file: what it measures is writes to clusters not allocated yet."""
-    return writes_to(w) and cfg.prealloc == "off" and _scratch_file(cfg, image)
+    return writes_to(w) and not filled_first(w) and cfg.prealloc == "off" and _scratch_file(cfg, image)
 
 
 def _scratch_file(cfg: StorageConfig, image: str) -> bool:
@@ -347,7 +348,7 @@ class BlockTier:
         self.floor_files[fs.name] = target
 
     def image_size(self, cfg: StorageConfig, w: fiomod.Workload, fs_root: Path | None = None) -> int:
-        if writes_to(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
+        if writes_to(w) and not filled_first(w) and cfg.prealloc in ("off", "metadata", "falloc") and cfg.target == "file":
             cluster_unit = cfg.fmt == "qcow2" and cfg.prealloc == "off"
             size = max(self.ctx.disk_mib, self.plan.first_write_mib // (1 if cluster_unit else BLOCK_UNIT_SHARE))
             if fs_root is not None:  # never larger than half the file system it lives on (scratch --host-fs are 8 GiB)
@@ -403,7 +404,7 @@ class BlockTier:
             uri = ["--ioengine=nbd", nbd_uri(socket)]
             timeout = seconds * 3 + 60
             first_write = _first_write(cfg, w, image)
-            if not writes_to(w):
+            if filled_first(w):
                 run_fio(ctx, [*uri, "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4", fio_option("size", f"{int(size)}m")],
                      300)
                 if CACHE_MODES[cfg.cache].direct:
@@ -457,7 +458,9 @@ class BlockTier:
         cells on an image made before the round. A read cell fills its image and drops its cache first."""
         if cfg.target == "host":
             return fs.name in self.floor_files
-        return writes_to(w) and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple)
+        # a replay is a fio run of its own (a timed log is several jobs, one a stream: lab/storage/replay.py)
+        return (writes_to(w) and not filled_first(w) and not w.replay
+                and isinstance(self.ready.get((fs.name, cfg.key, w.name)), tuple))
 
     def run_batch(self, fs: HostFs, units: Sequence[tuple[StorageConfig, fiomod.Workload, str]], *,
                   last_in_round: bool = False, since: float | None = None) -> list[Cell]:
@@ -785,8 +788,8 @@ class BlockBenchmark:
     def execute(self, sink: CellSink) -> None:
         self.ctx.sink = sink
         if self.replay is not None:
-            written = self.replay.write()  # the translated log, into the scratch directory the workload names
-            if written is not None:
+            self.replay.write()  # the translated logs, into the scratch directory the workload names
+            for written in self.replay.log_paths():
                 self.ctx.scratch.add_file(written)
         run_block(self.ctx, self.blocks, sink)
 

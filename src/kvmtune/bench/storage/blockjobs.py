@@ -77,6 +77,13 @@ def writes_to(w: fiomod.Workload) -> bool:
     return "write" in w.rw or w.rw.endswith("rw")
 
 
+def filled_first(w: fiomod.Workload) -> bool:
+    """A cell whose image is written whole before it measures: a read cell, and a replayed workload that reads
+    (reads of never-written areas are answered from holes, not read; the captured guest's reads were of its data, and
+    its writes then land on written blocks too, as on the captured disk)."""
+    return not writes_to(w) or (bool(w.replay) and w.rw != "randwrite")
+
+
 def drop_cache(path: str) -> None:
     """Drop the host page cache of one file (ours): the read cell starts cold."""
     fd = os.open(path, os.O_RDONLY)

@@ -188,6 +188,18 @@ class BlockPair(Started):
         for side, path in paths.items():  # the daemon holds them open: nothing to leave behind after a kill
             self.fds[side] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             path.unlink()
+        if self.replay is not None and self.replay.reads():
+            self.fill()
+
+    def fill(self) -> None:
+        """Write both replicas whole before a replay that reads, then drop what the host page cache kept of them:
+        the captured guest read its data, and a read of a never-written area is answered from a hole, not read."""
+        for side in self.layouts:
+            self.run_fio(["fio", "--name=fill", "--ioengine=nbd", fio_nbd_uri(side, self.socket), "--rw=write",
+                          "--bs=1m", "--iodepth=4", fio_option("size", self.size)], 300, parse=False)
+        for fd in self.fds.values():
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def _stderr(self) -> str:
         assert self.dir is not None
@@ -226,7 +238,8 @@ class BlockPair(Started):
 
     def sample(self, side: str) -> float:
         if self.replay is not None:
-            argv = ["fio", fio_option("name", "replay"), "--ioengine=nbd", fio_nbd_uri(side, self.socket),
+            # the engine and export before the first job: global, for every stream's job (Replay.streams)
+            argv = ["fio", "--ioengine=nbd", fio_nbd_uri(side, self.socket), fio_option("name", "replay"),
                     *self.replay.job_options(self.size >> 20, self.seconds), "--output-format=json"]
             m = self.run_fio(argv, self.seconds)
             if self.metric is REPLAY_P99:
