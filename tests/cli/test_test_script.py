@@ -86,8 +86,7 @@ def _full_calls(tmp_path: Path) -> list[str]:
 
 
 UNIT = "pytest -q -p no:cacheprovider -p no:randomly -m not integration and not guest_tier tests"
-INTEGRATION = "pytest -q -p no:cacheprovider -p no:randomly -m integration and not guest_tier tests --ignore=tests/packaging"
-PACKAGING = "pytest -q -p no:cacheprovider -p no:randomly -m integration and not guest_tier tests/packaging"
+INTEGRATION = "pytest -q -p no:cacheprovider -p no:randomly -m integration and not guest_tier tests"
 GUEST_TIER = "pytest -q -p no:cacheprovider -p no:randomly -m guest_tier tests/verify"
 
 
@@ -100,7 +99,7 @@ def test_full_run_holds_the_guest_tier_to_its_own_step(tmp_path: Path) -> None:
     assert (tmp_path / "install-ran").exists() and (root / "go-ran").exists()
     calls = _full_calls(tmp_path)
     assert calls[:2] == ["ruff check src tests bench tools", "mypy"]
-    assert sorted(calls[2:]) == sorted([UNIT, INTEGRATION, GUEST_TIER, PACKAGING])
+    assert sorted(calls[2:]) == sorted([UNIT, INTEGRATION, GUEST_TIER])
     # lane A's order: the integration tests, then the guest tier
     assert calls.index(INTEGRATION) < calls.index(GUEST_TIER)
     assert "== timeout --kill-after=10 180 .venv/bin/pytest" in proc.stdout
@@ -129,5 +128,5 @@ def test_full_run_runs_lane_b_at_a_lower_priority(tmp_path: Path) -> None:
                 (tmp_path / "calls").read_text().splitlines() if c.startswith("pytest")}
     base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
     # lane B at the lowest priority, whatever the caller's (this test itself may run in a niced lane B)
-    assert niceness[UNIT] == 19 and niceness[PACKAGING] == 19
+    assert niceness[UNIT] == 19
     assert niceness[INTEGRATION] == base and niceness[GUEST_TIER] == base
