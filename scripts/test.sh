@@ -59,19 +59,15 @@ else
     if [ -f netload/Makefile ]; then
       step make -s -C netload test
     fi
-    # the packaging proofs (build the .deb and wheels, lintian, pip installs): no timing in them, so they run
-    # here, niced, beside lane A's timed integration tests rather than after them
-    step .venv/bin/pytest -q -p no:cacheprovider -p no:randomly -m "integration and not guest_tier" tests/packaging
     exit $status
   ) > "$lane_b_log" 2>&1 &
   lane_b=$!
   lane_start=$SECONDS
-  step .venv/bin/pytest -q -p no:cacheprovider -p no:randomly -m "integration and not guest_tier" tests \
-    --ignore=tests/packaging  # lane B runs those
+  step .venv/bin/pytest -q -p no:cacheprovider -p no:randomly -m "integration and not guest_tier" tests
   # verify's guest tier end to end (two probe guests, under TCG here): its own step, held to 180 s
   step timeout --kill-after=10 180 .venv/bin/pytest -q -p no:cacheprovider -p no:randomly -m guest_tier tests/verify
   wait $lane_b || status=1
-  echo "== lane B (unit tiers on 3.11 and 3.13, Go, packaging proofs), run beside the above:"
+  echo "== lane B (unit tiers on 3.11 and 3.13, Go), run beside the above:"
   cat "$lane_b_log"
   rm -f "$lane_b_log"
   echo "== $(( SECONDS - lane_start )) s: both lanes"
