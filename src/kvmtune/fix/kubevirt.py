@@ -241,22 +241,31 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     _manifest_changes(state_round, states, guests, plan)
 
 
+def _triage(finding: Finding, guest: Guest, forms: dict[str, KubevirtForm], options: FixOptions, plan: Plan,
+            advice: set[tuple[str, str, str]]) -> Want | None:
+    """What a finding asks to set, or None: advice only (noted in ``advice``) or skipped (why in ``plan.skipped``)."""
+    form = forms.get(finding.rule)
+    want = want_for(finding, guest, form, options) if form is not None else None
+    if want is None:
+        advice.add((guest.name, finding.rule, _advice_of(form)))
+        return None
+    if isinstance(want, str):
+        if want not in plan.skipped:
+            plan.skipped.append(want)
+        return None
+    return want
+
+
 def _edit_round(state: _Round, findings: list[Finding], guests: list[Guest], forms: dict[str, KubevirtForm],
                 options: FixOptions, plan: Plan, advice: set[tuple[str, str, str]]) -> bool:
     by_name = {g.name: g for g in guests}
     new = False
     for finding in findings:
         guest = by_name.get(finding.target.domain or "")
-        form = forms.get(finding.rule)
         if guest is None or spec_of(guest) is None:
             continue
-        want = want_for(finding, guest, form, options) if form is not None else None
+        want = _triage(finding, guest, forms, options, plan, advice)
         if want is None:
-            advice.add((guest.name, finding.rule, _advice_of(form)))
-            continue
-        if isinstance(want, str):
-            if want not in plan.skipped:
-                plan.skipped.append(want)
             continue
         if want.key in state.refused:
             continue
@@ -462,16 +471,10 @@ def plan_cluster(context: str | None, rules: Sequence[type[Rule]], options: FixO
         new = False
         for finding in run_rules(ctx, guests, rules=chosen):
             guest = by_name.get(finding.target.domain or "")
-            form = forms.get(finding.rule)
             if guest is None:
                 continue
-            want = want_for(finding, guest, form, options) if form is not None else None
+            want = _triage(finding, guest, forms, options, plan, advice)
             if want is None:
-                advice.add((guest.name, finding.rule, _advice_of(form)))
-                continue
-            if isinstance(want, str):
-                if want not in plan.skipped:
-                    plan.skipped.append(want)
                 continue
             refusal = _cluster_refusal(want)
             if refusal:
