@@ -6,7 +6,6 @@ its ``patch`` changes as the API server would (merge patch, resourceVersion bump
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from kubectl_standin import standin_env
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -43,15 +44,9 @@ class Cluster:
                     lists.setdefault(KIND_OF[obj["kind"]], []).append(obj)
         for kind, items in lists.items():
             self.write(kind, items)
-        bin_dir = tmp / "bin"
-        bin_dir.mkdir()
-        kubectl = bin_dir / "kubectl"
-        kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
-        kubectl.chmod(0o755)
         self.log = tmp / "kubectl.log"
         self.journals = tmp / "journals"
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(SRC),
-                    "KVMTUNE_KUBECTL_DIR": str(self.answers), "KVMTUNE_KUBECTL_LOG": str(self.log)}
+        self.env = standin_env(tmp, self.answers, self.log)
 
     def write(self, kind: str, items: list[Any]) -> None:
         (self.answers / f"{kind}.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items},

@@ -5,7 +5,6 @@ fixture manifests (``tests/kubevirt/fixtures/``), as kubectl prints them: a ``ki
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from kubectl_standin import standin_env
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -35,14 +36,8 @@ class Cluster:
         for kind, items in lists.items():
             (self.answers / f"{kind}.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List",
                                                                    "items": items}, indent=4))
-        bin_dir = tmp / "bin"
-        bin_dir.mkdir()
-        kubectl = bin_dir / "kubectl"
-        kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
-        kubectl.chmod(0o755)
         self.log = tmp / "kubectl.log"
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(SRC),
-                    "KVMTUNE_KUBECTL_DIR": str(self.answers), "KVMTUNE_KUBECTL_LOG": str(self.log)}
+        self.env = standin_env(tmp, self.answers, self.log)
 
     def audit(self, *args: str) -> tuple[int, dict[str, Any], str]:
         proc = subprocess.run([sys.executable, "-m", "kvmtune", "audit", "--no-images", "--format", "json", *args],

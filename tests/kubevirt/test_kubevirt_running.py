@@ -9,7 +9,6 @@ and answers from ``tests/kubevirt/fixtures/examples`` (the VMs) and ``tests/kube
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from kubectl_standin import standin_env
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -40,14 +41,8 @@ class Cluster:
                for obj in yaml.safe_load_all(manifest.read_text())]
         self.write(f"{VMS}.json", {"apiVersion": "v1", "kind": "List", "items": vms})
         shutil.copy(LAUNCHER / "vmis.json", self.answers / f"{VMIS}.json")
-        bin_dir = tmp / "bin"
-        bin_dir.mkdir()
-        kubectl = bin_dir / "kubectl"
-        kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
-        kubectl.chmod(0o755)
         self.log = tmp / "kubectl.log"
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(SRC),
-                    "KVMTUNE_KUBECTL_DIR": str(self.answers), "KVMTUNE_KUBECTL_LOG": str(self.log)}
+        self.env = standin_env(tmp, self.answers, self.log)
 
     def write(self, name: str, data: Any) -> None:
         (self.answers / name).write_text(json.dumps(data, indent=4))
