@@ -86,6 +86,23 @@ def captured(host: HostRoot, pid: int, work: Path, source: str, seconds: float) 
     return sum(d.rd_ops + d.wr_ops for d in r.stats.values()) / r.seconds
 
 
+def qmp_round_trips(qmp_path: Path, count: int) -> list[float]:
+    """Seconds each of ``count`` ``query-blockstats`` took, 10 a second, on the running guest: QEMU answers QMP in
+    its main loop holding the big lock, which a TCG vCPU (``thread=single``) needs too, so a statistics capture's
+    own cost per second is at most one such round trip (plus its histogram set and restore, once each)."""
+    q = connect(qmp_path)
+    took: list[float] = []
+    try:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            ops(q)
+            took.append(time.perf_counter() - t0)
+            time.sleep(0.1)
+    finally:
+        q.close()
+    return took
+
+
 def log_interval(ratios: list[float]) -> tuple[float, tuple[float, float] | None]:
     """Geometric mean of the per-round ratios and its 95 % interval (t on the logarithms)."""
     logs = [math.log(x) for x in ratios]
@@ -116,12 +133,16 @@ def main() -> None:
     ap.add_argument("--pin", help="host CPUs for QEMU (kvmtune guest run --pin), e.g. 1")
     ap.add_argument("--capture-pin", help="host CPUs for this process, the capture (taskset list), e.g. 0")
     ap.add_argument("--json", type=Path, help="write every window's figures here")
+    ap.add_argument("--qmp-samples", type=int, default=200,
+                    help="after the rounds, time this many query-blockstats round trips (0: none)")
+    ap.add_argument("--workdir", type=Path, help="where the guest's run directory and scratch disk go (default: a "
+                    "temporary directory in $TMPDIR); /dev/shm keeps the host's disk out of the figures")
     args = ap.parse_args()
     if args.capture_pin:
         cpus = {int(c) for part in args.capture_pin.split(",")
                 for c in (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))}
         os.sched_setaffinity(0, cpus)
-    work = Path(tempfile.mkdtemp(prefix="kvmtune-capture-cost-"))
+    work = Path(tempfile.mkdtemp(prefix="kvmtune-capture-cost-", dir=args.workdir))
     name = f"cost{os.getpid()}"
     host = HostRoot("/")
     rows: list[dict[str, Any]] = []
@@ -155,14 +176,23 @@ def main() -> None:
                                  "uncaptured_beside": [base[i], base[i + 1]], "ratio": got[source] / beside})
                     print(f"round {r + 1} {source:10s} {got[source]:8.0f} IOPS against {base[i]:.0f}/{base[i + 1]:.0f} "
                           f"uncaptured: {got[source] / beside:.3f}", flush=True)
+            rtt = qmp_round_trips(qmp_path, args.qmp_samples) if args.qmp_samples else []
         finally:
             stop_guest(guest, work)
         after = loadavg()
     head = (f"job {args.job!r}, {args.rounds} rounds of {args.seconds:g} s a window, load average {before} -> {after}, "
-            f"nproc {os.cpu_count()}, {pinning}, TCG (emulation figures)")
+            f"nproc {os.cpu_count()}, {pinning}, guest disk in {work}, TCG (emulation figures)")
     print(head)
     summary: dict[str, Any] = {"head": head, "rows": rows}
+    if rtt:
+        q = statistics.quantiles(rtt, n=100)
+        print(f"query-blockstats round trip over {len(rtt)} calls: median {statistics.median(rtt) * 1e6:.0f} µs, "
+              f"p99 {q[98] * 1e6:.0f} µs, max {max(rtt) * 1e6:.0f} µs: one a second is at most "
+              f"{q[98]:.3%} of the vCPU's time (p99)")
+        summary["qmp_round_trip_s"] = rtt
     for source, rs in ratios.items():
+        if not rs:
+            continue
         centre, interval = log_interval(rs)
         word = at_least(interval, BOUND[source])
         iv = f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "[no interval]"
