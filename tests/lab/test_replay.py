@@ -6,9 +6,12 @@ Each test goes through the real path: the workload file written to disk, read by
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from kvmtune.capture.workload import SCHEMA, StatsDelta, from_stats, from_trace,
 from kvmtune.errors import InputError
 from kvmtune.lab.storage.replay import (
     LOG_NAME,
+    MAX_FLUSH_PER_WRITE,
     SYNTHESIZED,
     build_replay,
     read_iolog,
@@ -287,3 +291,68 @@ def test_a_replay_that_reads_gets_its_image_written_whole_first_and_a_write_only
     assert not wo.reads() and not filled_first(wo.workload(16, 1.0))  # writes land on fresh clusters, as bench's do
     # the generic jobs keep their rule: a read job is filled, a write or mixed one measures a fresh image
     assert filled_first(Workload("r", "randread", "4k", 1)) and not filled_first(Workload("m", "randrw", "4k", 1))
+
+
+def _syncs_follow_writes(lines: list[str]) -> int:
+    """The sync lines of a translated log, each checked to follow a write (or another sync) at the same stamp."""
+    syncs = 0
+    for prev, line in itertools.pairwise(lines):
+        if line.split()[2] == "sync":
+            assert line.split()[3:] == ["0", "0"]
+            assert prev.split()[2] in ("write", "sync") and prev.split()[0] == line.split()[0], (prev, line)
+            syncs += 1
+    return syncs
+
+
+def test_the_captured_flushes_are_replayed_as_syncs_after_writes_and_fio_sends_them(tmp_path: Path) -> None:
+    # the capture: 100 writes of 300 requests and 10 flushes (blockstats): 0.1 a write, none in the log itself
+    path = write_capture(tmp_path)
+    doc, _ = read_workload(str(path))
+    assert doc["disks"][0]["flush_per_write"] == pytest.approx(0.1)
+    rep = replay_of(path, mode="timed")
+    assert any("the log has no flushes: 0.1 a write" in n for n in rep.notes)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    rep.prepare(scratch)
+    logs = [p.read_text().splitlines() for p in rep.log_paths()]
+    assert len(logs) == 2
+    assert sum(_syncs_follow_writes(lines) for lines in logs) == 10
+    assert sum(1 for lines in logs for x in lines if x.split()[2] in ("read", "write")) == 300
+    # fio (the installed one, as the replay runs it) reads the lines and sends the syncs: psync on a plain file here
+    fio = shutil.which("fio")
+    if fio is None:
+        pytest.skip("fio is not installed")
+    first = rep.log_paths()[0]
+    work = tmp_path / "fio"
+    work.mkdir()
+    with (work / LOG_NAME).open("wb") as fh:
+        fh.truncate(rep.replica_mib(64) << 20)
+    done = subprocess.run([fio, "--name=check", f"--read_iolog={first}", "--ioengine=psync", "--replay_no_stall=1",
+                           "--output-format=json"], cwd=work, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
+    assert job["sync"]["total_ios"] == _syncs_follow_writes(logs[0]) > 0
+
+
+def test_a_statistics_only_log_gets_no_syncs_and_a_foreign_flush_figure_is_bounded(tmp_path: Path) -> None:
+    path = write_capture(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["disks"][0]["flush_per_write"] = 0.0
+    path.write_text(json.dumps(doc))
+    rep = replay_of(path, mode="fast")
+    rep.prepare(tmp_path)
+    assert _syncs_follow_writes(rep.log_paths()[0].read_text().splitlines()) == 0
+    # another host's file says a billion flushes a write: at most MAX_FLUSH_PER_WRITE lines after each write
+    other = tmp_path / "other"
+    other.mkdir()
+    path2 = write_capture(other)
+    doc2 = json.loads(path2.read_text())
+    doc2["disks"][0]["flush_per_write"] = 1e9
+    path2.write_text(json.dumps(doc2))
+    rep2 = replay_of(path2, mode="fast")
+    assert any(f"the log has no flushes: {MAX_FLUSH_PER_WRITE:g} a write" in n for n in rep2.notes)
+    scratch = other / "scratch"
+    scratch.mkdir()
+    rep2.prepare(scratch)
+    lines = rep2.log_paths()[0].read_text().splitlines()
+    assert _syncs_follow_writes(lines) == 100 * MAX_FLUSH_PER_WRITE

@@ -47,6 +47,7 @@ MAX_STAMP_US = 86_400_000_000  # a day
 MAX_REPLICA_MIB = 64 << 10  # 64 GiB, sparse: the largest span a replica is made for
 BASE_ALIGN = 2 << 20  # rebased offsets keep their place within 2 MiB (qcow2 clusters, huge pages)
 MAX_DEPTH = 256
+MAX_FLUSH_PER_WRITE = 16.0  # sync lines a replayed write may bring (a foreign file's figure is bounded to it)
 MAX_STREAMS = 8  # fio jobs a timed log is dealt into, at most (each a thread of fio's and an NBD connection)
 LOG_NAME = "kvmtune-replay"  # the file name in the translated log: a name only, the nbd engine opens nothing by it
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -171,7 +172,8 @@ class Replay:
             return None
         paths = self.log_paths()
         for j, path in enumerate(paths):
-            write_iolog(self.events[j::len(paths)], path, self.base, t0=self.events[0].us)
+            write_iolog(self.events[j::len(paths)], path, self.base, t0=self.events[0].us,
+                        flush_per_write=self.profile.flush_per_write)
         return self.log_path
 
     def prepare(self, directory: Path) -> None:
@@ -390,13 +392,27 @@ def rebase(events: Sequence[IoEvent]) -> int:
     return min(e.offset for e in events) // BASE_ALIGN * BASE_ALIGN
 
 
-def write_iolog(events: Sequence[IoEvent], dest: Path, base: int, t0: int | None = None) -> Path:
+def write_iolog(events: Sequence[IoEvent], dest: Path, base: int, t0: int | None = None,
+                flush_per_write: float | None = None) -> Path:
     """The translated log fio replays: kvmtune's file name, µs stamps shifted by 1 (fio 3.33 loses the gap after a
-    stamp of 0), offsets less ``base``. Written whole (``O_EXCL``), never over an existing file."""
+    stamp of 0), offsets less ``base``. Written whole (``O_EXCL``), never over an existing file.
+
+    The captured log has no flushes (QEMU 7.2 has no flush event at the traced level; they are counted from
+    blockstats), so ``flush_per_write`` of them go in as ``sync`` lines, each at the stamp of the write it follows:
+    one after the write that brings the running sum of ``flush_per_write`` to a whole number (0.25: after every
+    fourth write; 2: two after each; at most :data:`MAX_FLUSH_PER_WRITE`). Where the guest flushed is not known,
+    only how often per write."""
     out = [HEADER, f"1 {LOG_NAME} add", f"1 {LOG_NAME} open"]
     t0 = events[0].us if t0 is None else t0
+    owed = 0.0
     for e in events:
-        out.append(f"{e.us - t0 + 1} {LOG_NAME} {'write' if e.write else 'read'} {e.offset - base} {e.length}")
+        stamp = e.us - t0 + 1
+        out.append(f"{stamp} {LOG_NAME} {'write' if e.write else 'read'} {e.offset - base} {e.length}")
+        if e.write and flush_per_write:
+            owed += min(flush_per_write, MAX_FLUSH_PER_WRITE)
+            while owed >= 1.0 - 1e-9:
+                out.append(f"{stamp} {LOG_NAME} sync 0 0")
+                owed -= 1.0
     out.append(f"{events[-1].us - t0 + 1} {LOG_NAME} close")
     data = ("\n".join(out) + "\n").encode()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -435,6 +451,9 @@ def build_replay(doc: Mapping[str, Any], digest: str, workload_path: str | Path,
     else:
         rep.events = read_iolog(log)
         rep.base = rebase(rep.events)
+        if profile.flush_per_write:
+            rep.notes.append(f"the log has no flushes: {min(profile.flush_per_write, MAX_FLUSH_PER_WRITE):g} a write "
+                             "(from blockstats) replayed after the writes, at their times")
     if rep.events is None and profile.reads + profile.writes == 0:
         raise InputError(str(workload_path), f"disk {profile.target} did no reads or writes: there is nothing to replay")
     return rep
