@@ -1,9 +1,10 @@
 """What bench/capture's scripts share: a probe guest running a disk job (`kvmtune guest run`), its disk throttled
-over QMP, and stopping it."""
+over QMP, and stopping it; capturing it by trace; kvmtune run as a child; a scratch directory."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kvmtune.qemu.qmp import Qmp
 
@@ -49,3 +51,30 @@ def throttled_guest(job: str, iops: int, prefix: str) -> Iterator[tuple[str, Pat
         yield name, work
     finally:
         stop_guest(guest, work)
+
+
+def kvmtune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``kvmtune ARGS`` run by this Python in a child, its output captured."""
+    return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def capture_by_trace(job: str, iops: int, prefix: str, seconds: float, out: Path) -> dict[str, Any]:
+    """The probe guest running ``job`` throttled to ``iops`` (:func:`throttled_guest`), captured ``seconds`` by trace
+    into ``out`` (``kvmtune capture --source trace``), then stopped: the captured disk's figures."""
+    with throttled_guest(job, iops, prefix) as (name, work):
+        done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", str(seconds),
+                       "--source", "trace", "-o", str(out), timeout=seconds + 60)
+        if done.returncode != 0:
+            raise SystemExit(f"capture failed: {done.stderr.strip()}")
+    disk: dict[str, Any] = json.loads(out.read_text())["disks"][0]
+    return disk
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A scratch directory ``<prefix><pid>-…`` in the temporary directory, removed on leaving."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

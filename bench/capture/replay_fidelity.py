@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,10 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from measuring import loadavg, measure_lock
-from probe_guest import throttled_guest
+from measuring import loadavg, log_interval, measure_lock
+from probe_guest import capture_by_trace, kvmtune, scratch
 
-from kvmtune.lab.stats import t95
 from kvmtune.lab.vocabulary import within
 
 PREFIX = "kvmtune-replay-fidelity-out-"  # its scratch: the workload files, the run database; removed at the end
@@ -40,20 +36,6 @@ PATTERNS = [
     ("70/30 random 16 KiB, depth 8", "rw=randrw rwmixread=70 bs=16k iodepth=8"),
     ("random 4 KiB reads, depth 32", "rw=randread bs=4k iodepth=32"),
 ]
-
-
-def kvmtune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def capture(job: str, seconds: float, iops: int, out: Path) -> dict[str, Any]:
-    with throttled_guest(job, iops, "replay-fidelity") as (name, work):
-        done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", str(seconds),
-                       "--source", "trace", "-o", str(out), timeout=seconds + 60)
-        if done.returncode != 0:
-            raise SystemExit(f"capture failed: {done.stderr.strip()}")
-    disk: dict[str, Any] = json.loads(out.read_text())["disks"][0]
-    return disk
 
 
 def replay(workload: Path, db: Path, mode: str, rounds: int, seconds: float) -> list[dict[str, float]]:
@@ -68,24 +50,7 @@ def replay(workload: Path, db: Path, mode: str, rounds: int, seconds: float) -> 
             if c["status"] == "ok" and c["config"].get("target") == "file" and c["config"].get("cache") == "none"]
 
 
-def log_interval(ratios: list[float]) -> tuple[float, tuple[float, float] | None]:
-    logs = [math.log(x) for x in ratios]
-    m = statistics.mean(logs)
-    if len(logs) < 2:
-        return math.exp(m), None
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m), (math.exp(m - half), math.exp(m + half))
-
-
 def main() -> None:
-    try:
-        _main()
-    finally:
-        for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds captured")
     ap.add_argument("--iops", type=int, default=600, help="the guest disk's cap while captured")
@@ -93,7 +58,11 @@ def _main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed replays per capture")
     ap.add_argument("--only", type=int, help="only this pattern (its index)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    with scratch(PREFIX) as tmp:
+        measure(args, tmp)
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> None:
     out: list[dict[str, Any]] = []
     with measure_lock():
         before = loadavg()
@@ -103,7 +72,7 @@ def _main() -> None:
             ratios: list[float] = []
             for k in range(args.captures):
                 workload = tmp / f"w{i}-{k}.json"
-                disk = capture(job, args.seconds, args.iops, workload)
+                disk = capture_by_trace(job, args.iops, "replay-fidelity", args.seconds, workload)
                 cells = replay(workload, tmp / "r.db", "timed", args.rounds, args.seconds + 2)
                 timed = [c["iops"] for c in cells]
                 med = statistics.median(timed) if timed else float("nan")

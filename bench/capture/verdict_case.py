@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,14 +29,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from measuring import loadavg, measure_lock
-from probe_guest import throttled_guest
+from probe_guest import capture_by_trace, kvmtune, scratch
 
 PREFIX = "kvmtune-verdict-case-"  # its scratch: the definition and the workload file; removed at the end
 XML = Path(__file__).resolve().parents[2] / "tests" / "rules" / "KVM-STO-002" / "bad" / "writethrough.xml"
-
-
-def kvmtune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvmtune", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def verify(definition: Path, workload: Path | None, args: argparse.Namespace) -> dict[str, Any]:
@@ -60,14 +54,6 @@ def verify(definition: Path, workload: Path | None, args: argparse.Namespace) ->
 
 
 def main() -> None:
-    try:
-        _main()
-    finally:
-        for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds captured")
     ap.add_argument("--iops", type=int, default=600, help="the guest disk's cap while captured")
@@ -79,7 +65,11 @@ def _main() -> None:
     ap.add_argument("--replay-mode", choices=("timed", "fast"), default="fast",
                     help="timed: p99 latency at the guest's rate; fast: IOPS at its depth (default)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    with scratch(PREFIX) as tmp:
+        measure(args, tmp)
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> None:
     definition = tmp / "db01.xml"
     definition.write_text(XML.read_text().replace("<target dev='hda' bus='ide'/>", "<target dev='vda' bus='virtio'/>"))
     workload = tmp / "db01.workload.json"
@@ -87,12 +77,7 @@ def _main() -> None:
     out: dict[str, Any] = {"job": job, "generic": [], "replayed": []}
     with measure_lock():
         before = loadavg()
-        with throttled_guest(job, args.iops, "verdict-case") as (name, work):
-            done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", str(args.seconds),
-                           "--source", "trace", "-o", str(workload), timeout=args.seconds + 60)
-            if done.returncode != 0:
-                raise SystemExit(f"capture failed: {done.stderr.strip()}")
-        disk = json.loads(workload.read_text())["disks"][0]
+        disk = capture_by_trace(job, args.iops, "verdict-case", args.seconds, workload)
         out["captured"] = disk
         print(f"captured ({job}, TCG, capped at {args.iops} IOPS): {disk['iops']} IOPS, read fraction "
               f"{disk['read_fraction']}, offset span {disk['offset_span_bytes'] >> 20} MiB, depth mean "

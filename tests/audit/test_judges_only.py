@@ -8,25 +8,21 @@ devices, no agent answers, not on this host), it reports nothing. And the engine
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 
+from case_guests import case_guest
 from kvmtune.audit.collect import EXAMPLES
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.finding import Finding
 from kvmtune.audit.rule import DeviceList, GuestRule, all_rules
-from kvmtune.domain.xml import load_guest_file
 from kvmtune.errors import InputError
-from kvmtune.guestagent.client import ReplayAgent
-from kvmtune.guestagent.inside import read_inside
 from kvmtune.host.root import HostRoot
 from kvmtune.model.guest import Guest
-from kvmtune.qemu.cmdline import guest_from_text
 
 TESTS = Path(__file__).resolve().parents[1]
 HOST = TESTS / "fixtures" / "hosts" / "rules-default"
@@ -37,24 +33,17 @@ ABSENT: dict[str, Any] = {"disks": [], "nics": [], "rngs": [], "hostdevs": 0, "v
 
 
 def load(files: list[Path]) -> list[Guest]:
-    """As tests/rules/test_rule_fixtures.py reads them: a case directory's files, an ``.agent.json`` beside an
-    XML file as that guest's agent answers, every guest on the audited host."""
+    """As tests/rules/test_rule_fixtures.py reads them (tests/case_guests.py): a case directory's files, an
+    ``.agent.json`` beside an XML file as that guest's agent answers, every guest on the audited host."""
     files = [g for f in files for g in (sorted(f.iterdir()) if f.is_dir() else [f])]
     guests = []
     for f in files:
         try:
-            if f.suffix == ".xml":
-                guest = load_guest_file(f)
-                answers = f.with_suffix(".agent.json")
-                if answers.is_file():
-                    guest.active = True
-                    guest.inside = read_inside(ReplayAgent(json.loads(answers.read_text())), "recorded answers",
-                                               tuple(d.target for d in guest.disks if d.bus == "virtio"))
-                guests.append(guest)
-            elif f.suffix == ".args":
-                guests.append(guest_from_text(f.read_text(), str(f)))
+            guest = case_guest(f)
         except InputError:
             continue
+        if guest is not None:
+            guests.append(guest)
     for guest in guests:
         guest.on_audited_host = True  # host-relative checks judge them too
     return guests

@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_child import kvmtune
 from kvmtune.cli import build_parser
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def kvmtune(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
-           "XDG_CACHE_HOME": str(home / "cache")}
-    env.pop("KVMTUNE_CONFIG", None)
-    env.pop("XDG_CONFIG_HOME", None)
-    return subprocess.run([sys.executable, "-m", "kvmtune", *argv], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
 
 
 def write(path: Path, text: str) -> Path:

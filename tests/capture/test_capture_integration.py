@@ -49,10 +49,11 @@ def qmp_state(work: Path, name: str) -> tuple[dict[str, str], list[dict[str, Any
         q.close()
 
 
-def test_a_sigkilled_capture_is_undone_by_the_next_doctor_and_it_says_so(loaded: tuple[str, Path]) -> None:
-    name, work = loaded
+def sigkill_a_trace_capture(name: str, work: Path, out: Path) -> None:
+    """A 30 s trace capture of the guest into ``out``, SIGKILLed 3 s after it wrote its marker (its events and
+    histograms on): what it switched on is left on for the next command to undo."""
     proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--no-libvirt", "--workdir", str(work),
-                             "--seconds", "30", "--source", "trace", "-o", str(work / "killed.json")],
+                             "--seconds", "30", "--source", "trace", "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
     deadline = time.monotonic() + 30
     while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
@@ -61,6 +62,11 @@ def test_a_sigkilled_capture_is_undone_by_the_next_doctor_and_it_says_so(loaded:
     time.sleep(3)  # its events and histograms are on
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+def test_a_sigkilled_capture_is_undone_by_the_next_doctor_and_it_says_so(loaded: tuple[str, Path]) -> None:
+    name, work = loaded
+    sigkill_a_trace_capture(name, work, work / "killed.json")
     events, stats = qmp_state(work, name)
     assert events["virtio_blk_handle_read"] == "enabled"  # the kill left them on: what the next command must undo
     assert "rd_latency_histogram" in stats[0]["stats"]
@@ -128,15 +134,7 @@ def test_sigterm_ends_a_capture_early_with_its_file_written_and_the_events_off(l
 
 def test_the_next_capture_undoes_a_sigkilled_one_and_says_so(loaded: tuple[str, Path]) -> None:
     name, work = loaded
-    proc = subprocess.Popen([sys.executable, "-m", "kvmtune", "capture", name, "--no-libvirt", "--workdir", str(work),
-                             "--seconds", "30", "--source", "trace", "-o", str(work / "killed2.json")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
-    deadline = time.monotonic() + 30
-    while not list(work.glob("capture-active-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    sigkill_a_trace_capture(name, work, work / "killed2.json")
     done = kvmtune("capture", name, "--no-libvirt", "--workdir", str(work), "--seconds", "2", "--source", "blockstats",
                    "-o", str(work / "after.json"))
     assert done.returncode == 0, done.stderr

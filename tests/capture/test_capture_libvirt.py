@@ -26,25 +26,11 @@ import pytest
 from kvmtune.lab.guest import GuestBuilder
 from kvmtune.lab.loadguest import load_job, parse_job
 from kvmtune.runner import Runner
+from probe_domain import probe_domain_xml, transient_domains
 
 pytestmark = pytest.mark.integration
 
 JOB = "rw=randrw rwmixread=70 bs=16k iodepth=8"
-DOMAIN = """<domain type='qemu'>
-  <name>{name}</name>
-  <memory unit='MiB'>512</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
-  <features><acpi/></features>
-  <sysinfo type='fwcfg'><entry name='opt/kvmtune/job' file='{job}'/></sysinfo>
-  <on_poweroff>destroy</on_poweroff>
-  <devices>{disks}
-    <serial type='file'><source path='{serial}'/></serial>
-    <memballoon model='none'/>
-  </devices>
-  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
-</domain>"""
 
 
 VIRTIO = """
@@ -71,8 +57,6 @@ def running(work: Path, libvirt_uri: str, disks: str, busy: str, idle: str,
     """A libvirt domain of the probe guest with ``disks``, fio's planted pattern on ``busy`` (throttled to ``iops``; its target
     and its name in the guest), once the guest also sees ``idle`` (its name in the guest, which libvirt's target
     need not be: the guest names its virtio disks in the order it finds them)."""
-    import libvirt
-
     guest = GuestBuilder(work, Runner()).build()
     name = f"kvmtune-capture-{uuid.uuid4().hex[:8]}"
     job = work / "job.sh"
@@ -86,25 +70,17 @@ def running(work: Path, libvirt_uri: str, disks: str, busy: str, idle: str,
         with open(work / image, "wb") as fh:
             fh.truncate(256 << 20)
     serial = work / "serial.log"
-    conn = libvirt.open(libvirt_uri)
-    dom = None
     try:
-        dom = conn.createXML(DOMAIN.format(name=name, kernel=guest.vmlinux or guest.kernel, initrd=guest.initrd,
-                                           job=job, disks=disks.format(work=work), serial=serial), 0)
-        deadline = time.monotonic() + 120
-        while b"KVMTUNE-JOB-START" not in (console := serial.read_bytes() if serial.exists() else b""):
-            assert time.monotonic() < deadline and b"KVMTUNE-POWEROFF" not in console, \
-                f"the guest's job never started: {console[-400:]!r}"
-            time.sleep(0.5)
-        dom.setBlockIoTune(busy, {"total_iops_sec": iops}, 0)
-        yield name, dom, work
+        with transient_domains(libvirt_uri) as create:
+            dom = create(probe_domain_xml(name, guest, job, serial, memory_mib=512, devices=disks.format(work=work)))
+            deadline = time.monotonic() + 120
+            while b"KVMTUNE-JOB-START" not in (console := serial.read_bytes() if serial.exists() else b""):
+                assert time.monotonic() < deadline and b"KVMTUNE-POWEROFF" not in console, \
+                    f"the guest's job never started: {console[-400:]!r}"
+                time.sleep(0.5)
+            dom.setBlockIoTune(busy, {"total_iops_sec": iops}, 0)
+            yield name, dom, work
     finally:
-        if dom is not None:
-            try:
-                dom.destroy()
-            except libvirt.libvirtError:
-                pass
-        conn.close()
         Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
 

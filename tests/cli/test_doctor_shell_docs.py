@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,34 @@ from kvmtune import cli
 
 REPO = Path(__file__).resolve().parents[2]
 KVMTUNE = str(REPO / ".venv" / "bin" / "kvmtune")
+
+
+def bash_completion(tmp_path: Path) -> tuple[str, Callable[..., list[str]]]:
+    """``kvmtune completion bash``'s script (kept in ``tmp_path``), and what bash completes ``kvmtune WORDS…`` to with
+    it."""
+    script = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "c.bash").write_text(script)
+
+    def complete(*words: str) -> list[str]:
+        words_list = " ".join(f"'{w}'" for w in words)
+        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {words_list}); "
+                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    return script, complete
+
+
+def fish_completion(tmp_path: Path, fish: str = "fish") -> Callable[[str], list[str]]:
+    """What ``fish`` completes a command line to with ``kvmtune completion fish``'s script (kept in ``tmp_path``)."""
+    script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "kvmtune.fish").write_text(script)
+
+    def complete(line: str) -> list[str]:
+        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
+        proc = subprocess.run([fish, "--no-config", "-c", probe], capture_output=True, text=True, check=True)
+        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+
+    return complete
 
 
 def test_doctor_reads_the_cached_accelerator_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,14 +65,7 @@ def test_doctor_reads_the_cached_accelerator_verdict(tmp_path: Path, capsys: pyt
 
 
 def test_bash_completion_completes_commands_options_and_choices(tmp_path: Path) -> None:
-    script = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
-    (tmp_path / "c.bash").write_text(script)
-
-    def complete(*words: str) -> list[str]:
-        words_list = " ".join(f"'{w}'" for w in words)
-        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {words_list}); "
-                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    _, complete = bash_completion(tmp_path)
 
     assert "audit" in complete("au") and "doctor" in complete("do")
     assert complete("audit", "--fail") == ["--fail-on"]
@@ -62,16 +84,10 @@ def test_zsh_completion_parses() -> None:
 
 
 def test_fish_completion_completes_commands_nested_actions_and_choices(tmp_path: Path) -> None:
-    script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
     fish = shutil.which("fish")
     if fish is None:
         pytest.fail("fish is not installed (scripts/install.sh installs it)")
-    (tmp_path / "kvmtune.fish").write_text(script)
-
-    def complete(line: str) -> list[str]:
-        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
-        proc = subprocess.run([fish, "--no-config", "-c", probe], capture_output=True, text=True, check=True)
-        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+    complete = fish_completion(tmp_path, fish)
 
     assert complete("kvmtune au") == ["audit"]
     assert set(complete("kvmtune audit --format ")) == {"text", "json", "sarif", "prometheus"}
@@ -136,14 +152,7 @@ def test_man_page_lists_every_command_action_and_option(capsys: pytest.CaptureFi
 
 
 def test_completion_completes_nested_actions_and_their_options(tmp_path: Path) -> None:
-    script = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
-    (tmp_path / "c.bash").write_text(script)
-
-    def complete(*words: str) -> list[str]:
-        words_list = " ".join(f"'{w}'" for w in words)
-        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {words_list}); "
-                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    script, complete = bash_completion(tmp_path)
 
     assert complete("bench", "st") == ["storage"]
     assert complete("bench", "storage", "--image") == ["--image-format"]
@@ -203,13 +212,7 @@ def test_rule_ids_complete_in_bash_zsh_and_fish(tmp_path: Path) -> None:
 
     ids = sorted(r.id for r in all_rules())
     sto = [i for i in ids if i.startswith("KVM-STO-00")]
-    bash = subprocess.run([KVMTUNE, "completion", "bash"], capture_output=True, text=True, check=True).stdout
-    (tmp_path / "c.bash").write_text(bash)
-
-    def bash_complete(*words: str) -> list[str]:
-        probe = (f"source {tmp_path / 'c.bash'}; COMP_WORDS=(kvmtune {' '.join(words)}); "
-                 f"COMP_CWORD={len(words)}; _kvmtune; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    _, bash_complete = bash_completion(tmp_path)
 
     assert bash_complete("rules", "explain", "KVM-STO-00") == sto
     for command in ("audit", "fix", "verify"):
@@ -218,13 +221,7 @@ def test_rule_ids_complete_in_bash_zsh_and_fish(tmp_path: Path) -> None:
     zsh = subprocess.run([KVMTUNE, "completion", "zsh"], capture_output=True, text=True, check=True).stdout
     assert f"'*:rule:({' '.join(ids)})'" in zsh and "'--only[" in zsh and f":RULES:({' '.join(ids)})" in zsh
     assert subprocess.run(["zsh", "-n"], input=zsh, capture_output=True, text=True).returncode == 0
-    fish_script = subprocess.run([KVMTUNE, "completion", "fish"], capture_output=True, text=True, check=True).stdout
-    (tmp_path / "kvmtune.fish").write_text(fish_script)
-
-    def fish_complete(line: str) -> list[str]:
-        probe = f"source {tmp_path / 'kvmtune.fish'}; complete -C '{line}'"
-        proc = subprocess.run(["fish", "--no-config", "-c", probe], capture_output=True, text=True, check=True)
-        return [row.split("\t")[0] for row in proc.stdout.splitlines()]
+    fish_complete = fish_completion(tmp_path)
 
     assert fish_complete("kvmtune rules explain KVM-STO-00") == sto
     assert fish_complete("kvmtune audit --only KVM-STO-00") == sto

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -75,3 +84,41 @@ def undo_argv(out: str) -> list[str]:
     argv = shlex.split(line.removeprefix("Undo with: "))
     assert argv[:2] == ["kvmtune", "undo"], line
     return argv[1:]
+
+
+@contextmanager
+def running_guest(uri: str, template: str, label: str, make_image: Callable[[Path], Path]) -> Iterator[tuple[Any, str]]:
+    """A guest running under the real libvirtd at ``uri``: ``template`` (``{virt}``, ``{name}``, ``{image}``) defined
+    as ``kvmtune-test-<random>-<label>`` and started, under KVM where /dev/kvm is, under TCG where KVM does not boot
+    (the test is skipped where neither starts). Its disk image is what ``make_image`` makes in a directory the guest's
+    QEMU (another user, under libvirtd) can reach. Yields the domain and its name; on leaving, the domain is stopped
+    and undefined and the directory removed."""
+    import libvirt
+
+    shared = Path(tempfile.mkdtemp(prefix=f"kvmtune-{label}-", dir="/var/tmp"))
+    try:
+        shared.chmod(0o755)
+        image = make_image(shared)
+        image.chmod(0o666)
+        conn = libvirt.open(uri)
+        name = f"kvmtune-test-{uuid.uuid4().hex[:8]}-{label}"
+        virt = "kvm" if os.path.exists("/dev/kvm") else "qemu"
+        dom = conn.defineXML(template.format(virt=virt, name=name, image=image))
+        try:
+            try:
+                dom.create()
+            except libvirt.libvirtError:
+                dom.undefine()
+                dom = conn.defineXML(template.format(virt="qemu", name=name, image=image))  # TCG where KVM does not boot
+                try:
+                    dom.create()
+                except libvirt.libvirtError as exc:
+                    pytest.skip(f"cannot start a guest here: {exc}")
+            yield dom, name
+        finally:
+            if dom.isActive():
+                dom.destroy()
+            dom.undefine()
+            conn.close()
+    finally:
+        shutil.rmtree(shared)

@@ -10,14 +10,13 @@ at the end (QEMU's balloon device takes the period over QMP whether or not a gue
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fixhelpers import running_guest
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.errors import KvmtuneError
@@ -238,33 +237,18 @@ def test_live_is_refused_without_connect(capsys: pytest.CaptureFixture[str], tmp
 def test_a_running_guest_under_libvirtd_gets_its_period_live_and_back(
     libvirt_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import tempfile
-
     import libvirt
 
     from kvmtune.cli import main
 
-    shared = Path(tempfile.mkdtemp(prefix="kvmtune-live-", dir="/var/tmp"))
-    shared.chmod(0o755)
-    image = shared / "disk.raw"
-    image.write_bytes(b"\0" * 2**20)
-    image.chmod(0o666)
+    def raw(shared: Path) -> Path:
+        image = shared / "disk.raw"
+        image.write_bytes(b"\0" * 2**20)
+        return image
+
     journals = tmp_path / "journal"
     journals.mkdir(mode=0o700)
-    conn = libvirt.open(libvirt_uri)
-    name = f"kvmtune-test-{uuid.uuid4().hex[:8]}-live"
-    virt = "kvm" if os.path.exists("/dev/kvm") else "qemu"
-    dom = conn.defineXML(BALLOONED.format(virt=virt, name=name, image=image))
-    try:
-        try:
-            dom.create()
-        except libvirt.libvirtError:
-            dom.undefine()
-            dom = conn.defineXML(BALLOONED.format(virt="qemu", name=name, image=image))  # TCG where KVM does not boot
-            try:
-                dom.create()
-            except libvirt.libvirtError as exc:
-                pytest.skip(f"cannot start a guest here: {exc}")
+    with running_guest(libvirt_uri, BALLOONED, "live", raw) as (dom, name):
         before = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
         args = ["--connect", libvirt_uri, "--domain", name, "--only", "KVM-MEM-013,KVM-STO-002", "--no-config",
                 "--journal-dir", str(journals)]
@@ -288,9 +272,3 @@ def test_a_running_guest_under_libvirtd_gets_its_period_live_and_back(
         assert "live balloon statistics period (s) 10 → 0" in capsys.readouterr().out
         assert _period(dom.XMLDesc(0)) is None
         assert dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE) == before
-    finally:
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
-        conn.close()
-        shutil.rmtree(shared)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixhelpers import GOLDEN
+from fixhelpers import GOLDEN, running_guest
 
 from kvmtune.audit.engine import select_rules
 from kvmtune.fix.apply import apply_plan
@@ -275,36 +275,19 @@ DISKED = """<domain type='{virt}'>
 def test_a_running_guest_under_libvirtd_keeps_its_cache_fix_staged_until_a_restart(
     libvirt_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import tempfile
-
-    import libvirt
-
     from kvmtune.cli import main
 
     if shutil.which("qemu-img") is None:
         pytest.skip("no qemu-img")
-    # a directory the guest's QEMU (another user, under libvirtd) can reach; removed at the end
-    shared = Path(tempfile.mkdtemp(prefix="kvmtune-effect-", dir="/var/tmp"))
-    shared.chmod(0o755)
-    image = shared / "disk.qcow2"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "16M"], check=True)
-    image.chmod(0o666)
+
+    def qcow2(shared: Path) -> Path:
+        image = shared / "disk.qcow2"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "16M"], check=True)
+        return image
+
     journals = tmp_path / "journal"
     journals.mkdir(mode=0o700)
-    conn = libvirt.open(libvirt_uri)
-    name = f"kvmtune-test-{uuid.uuid4().hex[:8]}-effect"
-    virt = "kvm" if os.path.exists("/dev/kvm") else "qemu"
-    dom = conn.defineXML(DISKED.format(virt=virt, name=name, image=image))
-    try:
-        try:
-            dom.create()
-        except libvirt.libvirtError:
-            dom.undefine()
-            dom = conn.defineXML(DISKED.format(virt="qemu", name=name, image=image))  # TCG where KVM does not boot
-            try:
-                dom.create()
-            except libvirt.libvirtError as exc:
-                pytest.skip(f"cannot start a guest here: {exc}")
+    with running_guest(libvirt_uri, DISKED, "effect", qcow2) as (dom, name):
         args = ["--connect", libvirt_uri, "--domain", name, "--only", "KVM-STO-002", "--no-config",
                 "--journal-dir", str(journals)]
         assert main(["fix", *args[:-2], "--format", "json"]) == 0
@@ -319,12 +302,6 @@ def test_a_running_guest_under_libvirtd_keeps_its_cache_fix_staged_until_a_resta
         dom.create()
         assert main(["fix", "--status", "--no-config", "--journal-dir", str(journals)]) == 0
         assert "0 change(s) staged in 1 journal(s)" in capsys.readouterr().out
-    finally:
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
-        conn.close()
-        shutil.rmtree(shared)
 
 
 def test_status_lists_a_journal_with_a_bad_takes_effect_as_refused(tmp_path: Path,

@@ -28,6 +28,7 @@ from kvmtune.lab.guest import (
 )
 from kvmtune.lab.qemu import GuestRun, VmSpec, agent_argv
 from kvmtune.runner import Runner
+from probe_domain import probe_domain_xml, transient_domains
 
 pytestmark = pytest.mark.integration
 
@@ -118,23 +119,9 @@ def test_an_agent_that_never_answers_costs_one_line(tmp_path: Path, capsys: pyte
     assert took < 30, took  # bounded by the time-out, not by the silent agent (generous: shared CI machine)
 
 
-DOMAIN = """<domain type='qemu'>
-  <name>{name}</name>
-  <memory unit='MiB'>384</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
-  <features><acpi/></features>
-  <sysinfo type='fwcfg'><entry name='opt/kvmtune/job' file='{job}'/></sysinfo>
-  <on_poweroff>destroy</on_poweroff>
-  <devices>
-    <serial type='file'><source path='{serial}'/></serial>
+AGENT_DEVICES = """
     <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
-    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
-    <memballoon model='none'/>
-  </devices>
-  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
-</domain>"""
+    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>"""
 
 
 def wait_until_libvirt_sees_the_agent(dom: object) -> None:
@@ -156,27 +143,15 @@ def wait_until_libvirt_sees_the_agent(dom: object) -> None:
 def test_audit_reads_a_libvirt_guest_through_libvirt(
     agent_guest: ProbeGuest, tmp_path: Path, libvirt_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import libvirt
-
     name = f"kvmtune-agent-test-{uuid.uuid4().hex[:8]}"
     job = tmp_path / "job.sh"
     job.write_text(guest_agent_job() + "sleep 600\n")
     serial = tmp_path / f"{name}.serial"
-    conn = libvirt.open(libvirt_uri)
-    dom = None
-    try:
-        dom = conn.createXML(DOMAIN.format(name=name, kernel=agent_guest.vmlinux or agent_guest.kernel,
-                                           initrd=agent_guest.initrd, job=job, serial=serial), 0)
+    with transient_domains(libvirt_uri) as create:
+        dom = create(probe_domain_xml(name, agent_guest, job, serial, devices=AGENT_DEVICES))
         wait_for_line(serial, b"KVMTUNE-AGENT-STARTED /dev/vport", 120)
         wait_until_libvirt_sees_the_agent(dom)
         code, doc = audit_json(capsys, "-c", libvirt_uri)
-    finally:
-        if dom is not None:
-            try:
-                dom.destroy()
-            except libvirt.libvirtError:
-                pass
-        conn.close()
     assert code == 0
     mine = {f["rule"]: f for f in doc["findings"] if f["target"]["domain"] == name}  # type: ignore[index, union-attr]
     assert set(mine) == {"KVM-INS-003", "KVM-INS-004"}, mine

@@ -16,6 +16,7 @@ from kvmtune import cli
 from kvmtune.lab.guest import GuestBuilder, ProbeGuest
 from kvmtune.lab.qemu import Disk, GuestRun, VmSpec
 from kvmtune.runner import Runner
+from probe_domain import probe_domain_xml, transient_domains
 
 pytestmark = pytest.mark.integration
 
@@ -120,47 +121,23 @@ def test_sample_ties_write_latency_to_writethrough_and_missing_preallocation(
     assert "flash" in latency["threshold"]
 
 
-DOMAIN = """<domain type='qemu'>
-  <name>{name}</name>
-  <memory unit='MiB'>384</memory>
-  <vcpu>1</vcpu>
-  <cputune><vcpupin vcpu='0' cpuset='0'/></cputune>
-  <os><type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
-  <features><acpi/></features>
-  <sysinfo type='fwcfg'><entry name='opt/kvmtune/job' file='{job}'/></sysinfo>
-  <on_poweroff>destroy</on_poweroff>
-  <devices><serial type='file'><source path='{serial}'/></serial><memballoon model='none'/></devices>
-  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
-</domain>"""
+PINNED = "\n  <cputune><vcpupin vcpu='0' cpuset='0'/></cputune>"
 
 
 def test_sample_reads_libvirt_guests_pinned_to_one_cpu(guest: ProbeGuest, tmp_path: Path, libvirt_uri: str) -> None:
     """Two busy libvirt guests with <vcpupin cpuset='0'>: libvirt's vcpu.N.delay shows the wait, and the
     diagnosis names the vCPU overcommit rule from the live affinity."""
-    import libvirt
 
     job = tmp_path / "job.sh"
     job.write_text(BUSY)
-    conn = libvirt.open(libvirt_uri)
     names = [f"kvmtune-top-test-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    domains = []
-    try:
+    with transient_domains(libvirt_uri) as create:
         for name in names:
-            xml = DOMAIN.format(name=name, kernel=guest.vmlinux or guest.kernel, initrd=guest.initrd, job=job,
-                                serial=tmp_path / f"{name}.serial")
-            domains.append(conn.createXML(xml, 0))
+            create(probe_domain_xml(name, guest, job, tmp_path / f"{name}.serial", cputune=PINNED))
         wait_for(lambda: all(b"KVMTUNE-JOB-START" in (tmp_path / f"{n}.serial").read_bytes() for n in names), 90)
         out = tmp_path / "sample.json"
         assert cli.main(["sample", "-c", libvirt_uri, "--no-processes", "--duration", "4", "--interval", "2",
                          "--format", "json", "-o", str(out)]) == 0
-    finally:
-        for dom in domains:
-            try:
-                dom.destroy()
-            except libvirt.libvirtError:
-                pass
-        conn.close()
     doc = json.loads(out.read_text())
     ours = {g["name"]: g for g in doc["summary"]["guests"] if g["name"] in names}
     assert set(ours) == set(names)

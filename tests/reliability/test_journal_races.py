@@ -11,28 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from reliability_helpers import fill
+from reliability_helpers import domain_xml, fill
 
 from kvmtune.cli import main
 from kvmtune.fix.files import lock_target
 from kvmtune.fix.journal import list_journals
 
 KVMTUNE = [sys.executable, "-m", "kvmtune"]
-DOMAIN = """<domain type='kvm'>
-  <name>race</name>
-  <memory unit='GiB'>1</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc-q35-8.2'>hvm</type></os>
-  <cpu mode='host-passthrough'/>
-  <devices>
-    <disk type='file' device='disk'>
-      <driver name='qemu' type='raw' cache='writethrough'/>
-      <source file='/var/lib/libvirt/images/race.img'/>
-      <target dev='vda' bus='virtio'/>
-    </disk>
-  </devices>
-</domain>
-"""
+DOMAIN = domain_xml("race")
 
 
 def _fix(xml: Path, journal: Path, *extra: str) -> subprocess.Popen[str]:

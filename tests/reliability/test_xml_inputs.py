@@ -5,26 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from reliability_helpers import domain_xml
 
 from kvmtune.cli import main
 from kvmtune.fix.journal import list_journals
 
-DOMAIN = """<?xml version="1.0" encoding="UTF-16"?>
-<domain type='kvm'>
-  <name>u16</name>
-  <memory unit='GiB'>1</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc-q35-8.2'>hvm</type></os>
-  <cpu mode='host-passthrough'/>
-  <devices>
-    <disk type='file' device='disk'>
-      <driver name='qemu' type='raw' cache='writethrough'/>
-      <source file='/var/lib/libvirt/images/u16.img'/>
-      <target dev='vda' bus='virtio'/>
-    </disk>
-  </devices>
-</domain>
-"""
+DOMAIN = '<?xml version="1.0" encoding="UTF-16"?>\n' + domain_xml("u16")
 
 ENCODINGS = {
     "le-bom": lambda t: b"\xff\xfe" + t.encode("utf-16-le"),

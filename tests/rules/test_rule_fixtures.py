@@ -10,22 +10,18 @@ audited as running, with its inside read from them by the same code as a live ag
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from case_guests import case_guest
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules
 from kvmtune.audit.rule import GuestRule, RunRule, all_rules, rule_by_id
-from kvmtune.domain.xml import load_guest_file
-from kvmtune.guestagent.client import ReplayAgent
-from kvmtune.guestagent.inside import read_inside
 from kvmtune.host.root import HostRoot
 from kvmtune.kubevirt.guest import guests_from_objects
 from kvmtune.kubevirt.load import read_file
 from kvmtune.model.guest import Guest
-from kvmtune.qemu.cmdline import guest_from_text
 
 HERE = Path(__file__).parent
 FIXTURE_HOST = HERE.parent / "fixtures" / "hosts" / "rules-default"
@@ -36,18 +32,10 @@ def load(path: Path) -> list[Guest]:
     files = sorted(path.iterdir()) if path.is_dir() else [path]
     guests = []
     for f in files:
-        if f.suffix == ".xml":
-            guest = load_guest_file(f)
-            answers = f.with_suffix(".agent.json")
-            if answers.is_file():
-                guest.active = True
-                guest.inside = read_inside(ReplayAgent(json.loads(answers.read_text())), "recorded answers",
-                                           tuple(d.target for d in guest.disks if d.bus == "virtio"))
-            guests.append(guest)
-        elif f.suffix == ".args":
-            guests.append(guest_from_text(f.read_text(), str(f)))
-        elif f.suffix == ".yaml":
+        if f.suffix == ".yaml":
             guests.extend(guests_from_objects(read_file(str(f)))[0])
+        elif (guest := case_guest(f)) is not None:
+            guests.append(guest)
     for guest in guests:
         guest.on_audited_host = True
     return guests

@@ -8,15 +8,13 @@ The run is stored for real (a Store in tmp_path, written by the shared BenchRunn
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_child import kvmtune
 from kvmtune.audit.context import AuditContext
 from kvmtune.audit.engine import run_rules, select_rules
 from kvmtune.audit.finding import Finding
@@ -91,15 +89,6 @@ def store_run(db: Path, results: list[VerifyResult], lock: Path) -> int:
     with Store(db) as st:
         out = BenchRunner(st, stream=io.StringIO(), lock=HostBenchLock(lock)).run(Stored([to_cell(r) for r in results]))
     return out.run_id
-
-
-def kvmtune(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
-           "XDG_CACHE_HOME": str(home / "cache")}
-    env.pop("KVMTUNE_CONFIG", None)
-    env.pop("XDG_CONFIG_HOME", None)
-    return subprocess.run([sys.executable, "-m", "kvmtune", *argv], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
 
 
 def the_results(accel: str, verdicts: tuple[str, str, str]) -> list[VerifyResult]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 
+from lxml import etree
+
 from kvmtune.fix.fixers._util import driver, insert_top_level, new, odirect_attrs, set_disk_driver
 from kvmtune.fix.registry import FixCall, NotFixable, xml_fixer
+from kvmtune.model.guest import Disk
 
 _DEV = re.compile(r"^(hd|sd|vd|xvd|ub|fd|mmcblk)([a-z]+)$")
 
@@ -24,6 +27,17 @@ def _free_vd_name(call: FixCall, old: str) -> str:
         if f"vd{suffix}" not in used:
             return f"vd{suffix}"
     raise NotFixable("no free vdX name")
+
+
+def _scsi_controller_of(call: FixCall, disk: Disk) -> tuple[str, etree._Element | None]:
+    """The index of the SCSI controller ``disk`` is on (its ``<address controller>``, else 0), and that
+    ``<controller type='scsi'>``, None where the definition does not write it."""
+    address = call.child(disk.element, "address")
+    index = address.get("controller", "0") if address is not None else "0"
+    for ctrl in call.devices().iterfind("controller"):
+        if (ctrl.get("type") or "") == "scsi" and (ctrl.get("index") or "0") == index:
+            return index, ctrl
+    return index, None
 
 
 @xml_fixer("KVM-STO-001", "move the data disk to virtio-blk (bus='virtio', hdX/sdX → vdX)", bus_change=True)
@@ -178,17 +192,13 @@ def disk_queues(call: FixCall) -> str:
 
 @xml_fixer("KVM-STO-012", "controller model='virtio-scsi' instead of an emulated HBA", bus_change=True)
 def scsi_controller(call: FixCall) -> str:
-    disk = call.disk()
-    address = call.child(disk.element, "address")
-    index = address.get("controller", "0") if address is not None else "0"
-    devices = call.devices()
-    for ctrl in devices.iterfind("controller"):
-        if (ctrl.get("type") or "") == "scsi" and (ctrl.get("index") or "0") == index:
-            old = ctrl.get("model") or "default (lsilogic)"
-            if ctrl.get("model") != "virtio-scsi":
-                call.doc.set_attr(ctrl, "model", "virtio-scsi")
-            return f"SCSI controller {index}: {old} → virtio-scsi; the guest needs the virtio_scsi driver"
-    call.doc.append(devices, new("controller", type="scsi", index=index, model="virtio-scsi"))
+    index, ctrl = _scsi_controller_of(call, call.disk())
+    if ctrl is not None:
+        old = ctrl.get("model") or "default (lsilogic)"
+        if ctrl.get("model") != "virtio-scsi":
+            call.doc.set_attr(ctrl, "model", "virtio-scsi")
+        return f"SCSI controller {index}: {old} → virtio-scsi; the guest needs the virtio_scsi driver"
+    call.doc.append(call.devices(), new("controller", type="scsi", index=index, model="virtio-scsi"))
     return f"add SCSI controller {index} model virtio-scsi (was libvirt's default, lsilogic)"
 
 
@@ -203,12 +213,8 @@ def scsi_controller_iothread(call: FixCall) -> str:
     root = call.root
     if call.child(root, "iothreadids") is not None:
         raise NotFixable("the domain lists <iothreadids>; set the controller's driver iothread='N' by hand")
-    address = call.child(disk.element, "address")
-    index = address.get("controller", "0") if address is not None else "0"
-    for ctrl in call.devices().iterfind("controller"):
-        if (ctrl.get("type") or "") == "scsi" and (ctrl.get("index") or "0") == index:
-            break
-    else:
+    index, ctrl = _scsi_controller_of(call, disk)
+    if ctrl is None:
         raise NotFixable(f"SCSI controller {index} is not written in the definition")
     el = call.child(root, "iothreads")
     have = 0
