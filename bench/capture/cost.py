@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -36,12 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from measuring import loadavg, measure_lock, spread
+from measuring import loadavg, log_interval, measure_lock, spread
 from probe_guest import stop_guest
 
 from kvmtune.capture.session import Capture
 from kvmtune.host.root import HostRoot
-from kvmtune.lab.stats import t95
 from kvmtune.lab.vocabulary import at_least
 from kvmtune.live.sources import Sampler
 from kvmtune.live.why import find_target
@@ -101,16 +99,6 @@ def qmp_round_trips(qmp_path: Path, count: int) -> list[float]:
     finally:
         q.close()
     return took
-
-
-def log_interval(ratios: list[float]) -> tuple[float, tuple[float, float] | None]:
-    """Geometric mean of the per-round ratios and its 95 % interval (t on the logarithms)."""
-    logs = [math.log(x) for x in ratios]
-    m = statistics.mean(logs)
-    if len(logs) < 2:
-        return math.exp(m), None
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m), (math.exp(m - half), math.exp(m + half))
 
 
 def qemu_pid(name: str) -> int:
