@@ -108,6 +108,42 @@ def test_a_settings_file_swapped_by_renameat2_is_never_accepted(tmp_path: Path) 
     assert loaded > 0 and refused_foreign > 0, (loaded, refused_foreign)
 
 
+def test_a_libvirt_log_swapped_with_a_symbolic_link_is_never_followed(tmp_path: Path) -> None:
+    """``capture`` follows a libvirt guest's log (root's, 0600) by its path; a link exchanged for it at any moment
+    (between a look with ``islink`` and the open, as the follower once did: 230 of 500 opens followed the link)
+    must not be followed to another file."""
+    from kvmtune.capture.libvirt import LogFollower
+    from kvmtune.host.root import HostReadError, HostRoot
+
+    if RENAMEAT2 is None:
+        pytest.skip("renameat2's number is known here for x86_64 and aarch64 only")
+    logs = tmp_path / "qemu"
+    logs.mkdir(mode=0o700)
+    log, link = logs / "g.log", logs / "g.link"
+    log.write_bytes(b"")
+    log.chmod(0o600)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not the guest's log\n")
+    secret.chmod(0o600)
+    link.symlink_to(secret)
+    secret_ino = secret.stat().st_ino
+    followed = opened = refused = 0
+    with racing(log, link) as racer:
+        for _ in range(TRIES):
+            try:
+                f = LogFollower(HostRoot(), str(log))
+            except HostReadError as exc:
+                assert "symbolic link; not followed" in str(exc), exc
+                refused += 1
+                continue
+            opened += 1
+            followed += os.fstat(f.fh.fileno()).st_ino == secret_ino
+            f.close()
+        assert racer.poll() is None, "the racer stopped"
+    assert followed == 0, f"the link was followed in {followed} of {TRIES} opens"
+    assert opened > 0 and refused > 0, (opened, refused)  # the race was live: both were seen at that name
+
+
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("KVMTUNE_CONFIG", None)

@@ -7,6 +7,7 @@ production uses ``HostRoot("/")``. Paths given to it are absolute host paths
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -74,9 +75,17 @@ class HostRoot:
             raise HostReadError(host_path, f"leads out of the host root {self.path} (to {real}); not followed")
         return mapped
 
-    def _open_regular(self, host_path: str) -> BinaryIO:
-        """Open a regular file without blocking: a FIFO or device in a tree is refused, not waited on."""
-        fd = os.open(self.beneath(host_path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    def _open_regular(self, host_path: str, *, nofollow: bool = False) -> BinaryIO:
+        """Open a regular file without blocking: a FIFO or device in a tree is refused, not waited on; ``nofollow``:
+        a symbolic link as the last component is refused by the open itself (``O_NOFOLLOW``), so a link swapped in
+        after any earlier look is never followed."""
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | (os.O_NOFOLLOW if nofollow else 0)
+        try:
+            fd = os.open(self.beneath(host_path), flags)
+        except OSError as exc:
+            if nofollow and exc.errno == errno.ELOOP:
+                raise HostReadError(host_path, "a symbolic link; not followed") from None
+            raise
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
@@ -86,11 +95,11 @@ class HostRoot:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
 
-    def open_regular(self, host_path: str) -> BinaryIO:
+    def open_regular(self, host_path: str, *, nofollow: bool = False) -> BinaryIO:
         """An open regular file to read as it grows (a QEMU's stderr log); :class:`HostReadError` otherwise."""
         self.reads.append(host_path)
         try:
-            return self._open_regular(host_path)
+            return self._open_regular(host_path, nofollow=nofollow)
         except HostReadError:
             raise
         except OSError as exc:
