@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.capture.trace import Request
+from kvmtune.capture.trace import MAX_END, MAX_SIZE, Request
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.runner import Runner
@@ -41,22 +41,42 @@ FORMAT = "%a %T.%9t %d %S %N\\n"  # action, seconds.nanoseconds, RWBS, sector, b
 LINE = re.compile(r"([DC]) ([0-9]{1,10})\.([0-9]{9}) ([A-Z]{1,8}) ([0-9]{1,20}) ([0-9]{1,12})")
 START_S = 0.5  # how long blktrace is given to fail at start (a refused trace ends at once)
 STOP_S = 10.0
-# a device path kvmtune passes to blktrace: under /dev, no option, nothing a shell or blktrace would read otherwise
+# a device path as a disk's image or a marker names it: under /dev, no option, nothing a shell would read otherwise
 _DEVICE = re.compile(r"/dev/[A-Za-z0-9_./-]{1,200}")
+# what kvmtune passes to blktrace: a device node directly in /dev (only root can change what it names)
+_NODE = re.compile(r"/dev/[A-Za-z0-9_.-]{1,100}")
 
 
-def block_device(path: str) -> str:
-    """Why ``path`` (a disk's image as QEMU names it) cannot be traced by blktrace, or ``""`` when it is a block
-    device kvmtune may name on blktrace's command line."""
+def block_device(path: str) -> tuple[str, str]:
+    """``path`` (a disk's image as QEMU names it, or a marker's device) as the device node blktrace is given:
+    ``(node, "")``, or ``("", why)`` when it is not a block device kvmtune may name on blktrace's command line.
+
+    The node is the path resolved once, a block device directly in ``/dev`` (``/dev/dm-0`` for ``/dev/vg/lv``,
+    ``/dev/sdb`` for ``/dev/disk/by-id/…``), reached only through directories no one but root can change: a link in
+    ``/dev/shm`` (or any directory others can write) could be turned to another device, a FIFO or a watchdog
+    between the check and blktrace's ``open``, so such a path is refused, and the resolved node is what blktrace
+    opens."""
     if not _DEVICE.fullmatch(path) or "/../" in path or path.endswith("/.."):
-        return f"its image {path[:120]!r} is not a block device under /dev"
+        return "", f"its image {path[:120]!r} is not a block device under /dev"
+    parent = os.path.dirname(path)
+    while parent != "/":
+        try:
+            st = os.stat(parent)
+        except OSError as exc:
+            return "", f"its image {path} cannot be looked at ({exc.strerror})"
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return "", f"its image {path} is reached through {parent}, which users other than root can change"
+        parent = os.path.dirname(parent)
+    node = os.path.realpath(path)
+    if not _NODE.fullmatch(node):
+        return "", f"its image {path} resolves to {node[:120]!r}, not a device node in /dev"
     try:
-        st = os.stat(path)
+        st = os.lstat(node)
     except OSError as exc:
-        return f"its image {path} cannot be looked at ({exc.strerror})"
+        return "", f"its image {path} cannot be looked at ({exc.strerror})"
     if not stat.S_ISBLK(st.st_mode):
-        return f"its image {path} is not a block device"
-    return ""
+        return "", f"its image {path} is not a block device"
+    return node, ""
 
 
 def trace_name(device: str) -> str:
@@ -93,6 +113,9 @@ def parse(text: str, max_events: int) -> tuple[list[Request], int, int]:
             flushes += action == "D" and "F" in rwbs and not write and not read
             continue
         key = (write, int(sector))
+        if int(size) > MAX_SIZE or int(sector) * 512 + int(size) > MAX_END:  # as a trace event's bounds
+            skipped += 1
+            continue
         if action == "D":
             if len(out) >= max_events:
                 continue
@@ -189,7 +212,8 @@ class BlkTrace:
 
 def teardown(runner: Runner, device: str) -> str:
     """After a killed capture: ``blktrace -k -d DEV`` tears the kernel's trace of ``device`` down; one line."""
-    if block_device(device):
-        return f"blktrace device {device[:120]!r} in the marker is not a block device; left alone"
-    res = runner.run([BLKTRACE, "-k", "-d", device], timeout=30)
-    return f"blktrace of {device} torn down" if res.ok else f"blktrace -k of {device}: {res.describe_failure()}"
+    node, why = block_device(device)
+    if why:
+        return f"blktrace device {device[:120]!r} in the marker: {why.removeprefix('its image ')}; left alone"
+    res = runner.run([BLKTRACE, "-k", "-d", node], timeout=30)
+    return f"blktrace of {node} torn down" if res.ok else f"blktrace -k of {node}: {res.describe_failure()}"
