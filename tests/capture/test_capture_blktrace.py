@@ -24,8 +24,17 @@ from kvmtune.runner import Runner
 
 STANDIN = Path(__file__).resolve().parent / "standins" / "blktrace.py"
 DEVICE = "/dev/loop0"  # only ever stat()ed: the stand-in traces nothing
-pytestmark = pytest.mark.skipif(shutil.which("blkparse") is None or not os.path.exists(DEVICE),
-                                reason="needs blkparse (Debian blktrace) and a /dev/loop0 node")
+pytestmark = pytest.mark.skipif(shutil.which("blkparse") is None or not os.access(DEVICE, os.R_OK),
+                                reason="needs blkparse (Debian blktrace) and a /dev/loop0 node it may open")
+
+
+@pytest.fixture(autouse=True)
+def holds_device() -> Any:
+    """This process stands in for the QEMU: it holds its disk's device open, as a QEMU holds its image (a device
+    the QEMU does not hold is not traced)."""
+    fd = os.open(DEVICE, os.O_RDONLY | os.O_CLOEXEC)
+    yield
+    os.close(fd)
 
 
 class Qmp:
@@ -262,3 +271,19 @@ def test_blkparse_records_beyond_a_trace_events_bounds_are_skipped() -> None:
     reqs, skipped, _ = bt.parse(text, max_events=10)
     assert [(r.write, r.offset, r.size) for r in reqs] == [(False, 8 * 512, 4096)]
     assert skipped == 3
+
+
+def test_a_block_device_the_qemu_does_not_hold_is_not_traced(tmp_path: Path, standin: Path) -> None:
+    """A QEMU another user runs answers its own QMP: its ``query-block`` may name any block device (the host's own
+    disk). Before, root traced whatever block device in /dev it named; now only one the QEMU holds open."""
+    other = next((d for d in (f"/dev/loop{i}" for i in range(1, 8)) if os.path.exists(d)), None)
+    if other is None:
+        pytest.skip("needs a second loop device node")
+    qmp = Qmp(TOTALS, file=other)
+    cap = Capture(HostRoot(), os.getpid(), tmp_path, seconds=0.01, trace=False, tick=lambda s: None,
+                  blktrace=bt.BlkTrace(mounts(tmp_path), Runner()))
+    with pytest.raises(KvmtuneError, match="--source blktrace refused") as exc:
+        cap._run(qmp, me())
+    assert f"its image {other} ({other}) is not open in pid {os.getpid()}" in str(exc.value)
+    assert not standin.exists()
+    assert "block-latency-histogram-set" not in qmp.sent

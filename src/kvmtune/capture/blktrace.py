@@ -79,6 +79,24 @@ def block_device(path: str) -> tuple[str, str]:
     return node, ""
 
 
+def held_by(host: HostRoot, pid: int, node: str) -> bool:
+    """Whether the process ``pid`` holds the block device ``node`` open (one of its ``/proc/PID/fd`` is that device,
+    by device number): a QEMU's QMP reply names its image, and a QEMU another user runs answers its own QMP, so the
+    name alone would let that user have root trace any block device (the host's own disk)."""
+    try:
+        want = os.stat(node).st_rdev
+    except OSError:
+        return False
+    for fd in host.listdir(f"/proc/{pid}/fd"):
+        try:  # stat follows the fd's magic link to the open file itself
+            st = os.stat(host.path.rstrip("/") + f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISBLK(st.st_mode) and st.st_rdev == want:
+            return True
+    return False
+
+
 def trace_name(device: str) -> str:
     """The name blktrace gives a device's output files: the kernel's name of the device (``dm-0`` for
     ``/dev/mapper/vg-lv``), the base name of the path it resolves to."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvmtune.capture.blktrace import BlkTrace, block_device, teardown
+from kvmtune.capture.blktrace import BlkTrace, block_device, held_by, teardown
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta, unique_keys
@@ -625,6 +625,8 @@ class Capture:
                 if name not in disks:
                     continue
                 node, problem = block_device(file)
+                if not problem and not held_by(self.host, self.pid, node):
+                    problem = f"its image {file} ({node}) is not open in pid {self.pid}"
                 if problem:
                     reasons.append(f"disk {name}: {problem}")
                 else:
