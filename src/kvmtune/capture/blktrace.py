@@ -25,8 +25,9 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,7 @@ FORMAT = "%a %T.%9t %d %S %N\\n"  # action, seconds.nanoseconds, RWBS, sector, b
 LINE = re.compile(r"([DC]) ([0-9]{1,10})\.([0-9]{9}) ([A-Z]{1,8}) ([0-9]{1,20}) ([0-9]{1,12})")
 START_S = 0.5  # how long blktrace is given to fail at start (a refused trace ends at once)
 STOP_S = 10.0
+BLKPARSE_S = 120.0  # blkparse of one device at most
 # a device path as a disk's image or a marker names it: under /dev, no option, nothing a shell would read otherwise
 _DEVICE = re.compile(r"/dev/[A-Za-z0-9_./-]{1,200}")
 # what kvmtune passes to blktrace: a device node directly in /dev (only root can change what it names)
@@ -116,10 +118,16 @@ def parse(text: str, max_events: int) -> tuple[list[Request], int, int]:
     """blkparse's lines in :data:`FORMAT`: (requests issued and completed, in issue order; lines skipped; flushes
     without data). An issue is paired with the next completion of the same direction and sector; an issue without a
     completion keeps ``t_done`` None."""
+    return parse_lines(text.splitlines(), max_events)
+
+
+def parse_lines(lines: Iterable[str], max_events: int) -> tuple[list[Request], int, int]:
+    """:func:`parse` of lines as they come (blkparse's output is read as it is printed, never held whole: a busy
+    device's hour is millions of lines; what is kept is at most ``max_events`` requests)."""
     pending: dict[tuple[bool, int], list[int]] = {}
     out: list[Request] = []
     skipped = flushes = 0
-    for line in text.splitlines():
+    for line in lines:
         m = LINE.fullmatch(line.strip())
         if m is None:
             skipped += line.strip() != ""
@@ -203,18 +211,43 @@ class BlkTrace:
             return out, notes
         try:
             for dev in self.devices:
-                res = self.runner.run([BLKPARSE, "-i", trace_name(dev), "-D", str(self.scratch), "-q",
-                                       "-f", FORMAT, "-a", "issue", "-a", "complete"],
-                                      timeout=120)
-                if not res.ok:
-                    raise KvmtuneError(f"blkparse of {dev}: {res.describe_failure()}")
-                reqs, skipped, _ = parse(res.stdout, max_events)
+                reqs, skipped = self._blkparse(dev, max_events)
                 if skipped:
                     notes.append(f"{skipped} blkparse line(s) of {dev} out of format; skipped")
                 out[dev] = reqs
         finally:
             self.cleanup()
         return out, notes
+
+    def _blkparse(self, dev: str, max_events: int) -> tuple[list[Request], int]:
+        """One device's records through ``blkparse``, its lines parsed as they come (each at most 256 bytes: a longer
+        one is split, and its pieces out of format), killed after :data:`BLKPARSE_S`; its errors kept in the scratch
+        directory (a pipe nobody reads could stall it)."""
+        assert self.scratch is not None
+        err_path = self.scratch / "blkparse.err"
+        with open(err_path, "xb") as err:
+            proc = self.runner.popen([BLKPARSE, "-i", trace_name(dev), "-D", str(self.scratch), "-q", "-f", FORMAT,
+                                      "-a", "issue", "-a", "complete"], stdout=subprocess.PIPE, stderr=err)
+        timer = threading.Timer(BLKPARSE_S, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            lines = (raw.decode("ascii", "replace") for raw in iter(lambda: proc.stdout.readline(256), b""))  # type: ignore[union-attr]
+            reqs, skipped, _ = parse_lines(lines, max_events)
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if proc.returncode != 0:
+            text = err_path.read_bytes()[-4096:].decode("utf-8", "replace").strip()
+            last = text.splitlines()[-1] if text else ""
+            why = f"killed after {BLKPARSE_S:g} s" if proc.returncode == -signal.SIGKILL else f"exit {proc.returncode}"
+            raise KvmtuneError(f"blkparse of {dev}: {why}" + (f": {last[:200]}" if last else ""))
+        err_path.unlink()
+        return reqs, skipped
 
     def cleanup(self) -> None:
         if self.proc is not None:
