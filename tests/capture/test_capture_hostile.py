@@ -324,6 +324,24 @@ def test_show_checks_the_latency_and_offset_base_a_capture_writes(
     assert "\x1b" not in err
 
 
+def test_a_2_gib_workload_file_or_iolog_is_refused_by_its_size_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before a byte is read (sparse: no disk used), and the line says what the file was taken for (it read
+    "larger than 4 MiBworkload file")."""
+    from kvmtune.cli import main
+    from kvmtune.errors import InputError
+    from kvmtune.lab.storage.replay import read_iolog
+
+    big = tmp_path / "w.json"
+    with open(big, "wb") as fh:
+        fh.truncate(2 << 30)
+    assert main(["capture", "--show", str(big), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"kvmtune: {big}: larger than 4 MiB (a workload file), refused\n"
+    with pytest.raises(InputError, match=r"larger than 256 MiB \(an iolog\), refused"):
+        read_iolog(big)
+
+
 # --- the output file ------------------------------------------------------------------------------------------
 
 

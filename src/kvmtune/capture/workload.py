@@ -289,7 +289,7 @@ def load_workload(path: str) -> dict[str, Any]:
 
 def read_workload(path: str) -> tuple[dict[str, Any], str]:
     """:func:`load_workload`'s document and the sha256 of the very bytes it was read from (what a replay records)."""
-    raw = read_regular(path, MAX_FILE, "workload file")
+    raw = read_regular(path, MAX_FILE, " (a workload file)")
     return parse_workload(path, raw), hashlib.sha256(raw).hexdigest()
 
 
