@@ -280,6 +280,68 @@ def test_show_escapes_every_other_line_break_and_bidi_override(tmp_path: Path, c
     assert out.startswith("workload of a\\x0d\\x85b\\u2028c\\u2029d\\u202ee\\x1b[2J\\x9b31m, captured now")
 
 
+def test_show_as_json_gives_only_what_was_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--format json`` is "the checked file": keys the schema does not have were passed on as they came (text no
+    check looked at; a nesting deep enough that the indenting printer recursed past Python's limit, where the
+    parser had not). Now only the checked fields are printed, and the same document goes to a replay."""
+    from kvmtune.cli import main
+
+    doc = _doc()
+    doc["note"] = "</script><script>alert(1)</script>\u202e"
+    doc["disks"][0]["extra"] = {"x": 1}
+    doc["disks"][0]["ops"]["smuggled"] = "\x1b[2J"
+    text = json.dumps(doc)
+    deep = "[" * 400 + "]" * 400  # the parser takes it; the indenting printer's recursion did not
+    f = tmp_path / "w.json"
+    f.write_text(text[:-1] + f', "nested": {deep}}}')
+    assert main(["capture", "--show", str(f), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"schema", "guest", "captured_at", "disks"}
+    assert "extra" not in out["disks"][0] and set(out["disks"][0]["ops"]) == {"read", "write", "flush", "discard"}
+    want = _doc()
+    assert out == want
+
+
+@pytest.mark.parametrize(("key", "value", "problem"), [
+    ("latency_us", {"p50": -1, "p99": 5}, "disks[0].latency_us.p50: -1 is not a number in [0, 1e+12]"),
+    ("latency_us", {"p50": 1, "p99": "\x1b[2J"}, "disks[0].latency_us.p99: '\\x1b[2J' is not a number"),
+    ("latency_us", [1, 2], "disks[0].latency_us: not an object"),
+    ("offset_base", "/etc/passwd", "disks[0].offset_base: '/etc/passwd' is not a number"),
+    ("offset_base", 1e300, "disks[0].offset_base: 1e+300 is not a number"),
+])
+def test_show_checks_the_latency_and_offset_base_a_capture_writes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: object, problem: str) -> None:
+    """Two fields every capture writes were passed on unchecked (``--format json``)."""
+    from kvmtune.cli import main
+
+    doc = _doc()
+    doc["disks"][0][key] = value
+    f = tmp_path / "w.json"
+    f.write_text(json.dumps(doc))
+    assert main(["capture", "--show", str(f), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(f) in err and problem in err, err
+    assert "\x1b" not in err
+
+
+def test_a_2_gib_workload_file_or_iolog_is_refused_by_its_size_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before a byte is read (sparse: no disk used), and the line says what the file was taken for (it read
+    "larger than 4 MiBworkload file")."""
+    from kvmtune.cli import main
+    from kvmtune.errors import InputError
+    from kvmtune.lab.storage.replay import read_iolog
+
+    big = tmp_path / "w.json"
+    with open(big, "wb") as fh:
+        fh.truncate(2 << 30)
+    assert main(["capture", "--show", str(big), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"kvmtune: {big}: larger than 4 MiB (a workload file), refused\n"
+    with pytest.raises(InputError, match=r"larger than 256 MiB \(an iolog\), refused"):
+        read_iolog(big)
+
+
 # --- the output file ------------------------------------------------------------------------------------------
 
 

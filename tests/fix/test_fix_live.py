@@ -164,6 +164,31 @@ def test_undo_after_a_restart_leaves_the_new_run_alone(running: Any, tmp_path: P
     assert _period(running.XMLDesc(0)) == 10
 
 
+def test_a_journal_naming_one_domain_with_anothers_uuid_changes_neither(running: Any, tmp_path: Path) -> None:
+    """A live entry is undone on the domain its UUID finds; one whose name is another domain's (a journal written
+    by hand, or copied from another host) sets nothing: before, ``running``'s period was set back while the line
+    named the other domain."""
+    import libvirt
+
+    from kvmtune.fix.journal import load
+
+    running.setMemoryStatsPeriod(10, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    journals = tmp_path / "journal"
+    journals.mkdir(mode=0o700)
+    jid = "20260101T000000Z-abcdef"
+    entry = {"kind": "live", "what": "domain x: set live", "status": "done", "uri": URI, "name": "someone-else",
+             "uuid": running.UUIDString(), "setting": "memory-stats-period", "prior": 0, "new": 10,
+             "domain_id": running.ID()}
+    (journals / f"{jid}.json").write_text(json.dumps({
+        "kvmtune_journal": 1, "id": jid, "created": "2026-01-01T00:00:00Z", "argv": ["kvmtune", "fix"], "root": "/",
+        "state": "applied", "error": None, "history": [], "changes": [entry]}))
+    (journals / f"{jid}.json").chmod(0o600)
+    done, problems = undo_journal(load(jid, journals, root="/"))
+    assert done == [] and len(problems) == 1
+    assert f"domain someone-else: the journal's UUID {running.UUIDString()} is domain {running.name()}'s" in problems[0]
+    assert _period(running.XMLDesc(0)) == 10
+
+
 def test_a_stopped_domain_needs_no_live_change(running: Any) -> None:
     running.destroy()
     plan = _plan(running, live=True)

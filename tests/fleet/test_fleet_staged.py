@@ -115,6 +115,13 @@ GOOD = {"changes": 3, "by_takes_effect": {"restart": 2, "host-boot": 1}, "cannot
          "key 'restart' written twice in one object"),
         (GOOD, '{"changes": 0, "by_takes_effect": {}}', "key 'staged' written twice in one object"),
         (None, "1" + "0" * 5000, "not JSON"),
+        # round five (no hole found): JSON's non-numbers, a float past any count, a string of control characters
+        (None, '{"changes": NaN, "by_takes_effect": {}}', "staged.changes: expected a whole number, found a number"),
+        (None, '{"changes": Infinity, "by_takes_effect": {}}', "staged.changes: expected a whole number, found a"),
+        (None, '{"changes": 1, "by_takes_effect": {"restart": -Infinity}}', "restart: expected a whole number"),
+        (None, '{"changes": 1e308, "by_takes_effect": {}}', "staged.changes: expected a whole number, found a"),
+        ({**GOOD, "changes": "3\x1b[2J\u202e"}, None, "staged.changes: expected a whole number, found a string"),
+        ({**GOOD, "by_takes_effect": {"restart": 2, "host-boot": 1.5}}, None, "host-boot: expected a whole number"),
     ],
 )
 def test_a_hostile_staged_field_rejects_that_host_only(

@@ -194,6 +194,83 @@ def test_a_tree_journal_may_not_redefine_libvirt_domains_or_touch_images_outside
     assert res.returncode != 0 and image.exists()
 
 
+TEST_UUID = "6695eb01-f6a4-8304-79aa-97f2502e193f"  # the domain "test" of libvirt's test:///default driver
+
+
+def domain_entry(uri: str, name: str, uuid: str, prior_xml: str) -> dict[str, object]:
+    return {"kind": "domain", "what": f"domain {name}: redefine", "status": "done", "uri": uri, "name": name,
+            "uuid": uuid, "prior_xml": prior_xml, "new_xml": "", "after_xml": None, "was_active": False}
+
+
+def test_a_tree_journal_claiming_this_host_makes_status_and_staged_ask_no_one(tmp_path: Path, tree: Path) -> None:
+    """``fix --status --root TREE`` and ``audit --staged --root TREE`` read the tree's journals. One that says it was
+    made for ``/`` passed as this host's there (``undo --root`` alone compared the roots), so its domain entry's
+    URI was opened: here a libvirt socket of the tree's choosing (a listener that counts connections), as it could
+    have been ``qemu+ssh://`` or ``qemu+tcp://`` another host. Now it is refused, as ``undo --root TREE`` refuses it."""
+    import socket
+    import threading
+
+    pytest.importorskip("libvirt")
+    sock_path = tmp_path / "l.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(sock_path))
+    srv.listen(8)
+    srv.settimeout(0.1)
+    connected: list[int] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            connected.append(1)
+            conn.close()
+
+    xml = f"<domain type='kvm'><name>x</name><uuid>{TEST_UUID}</uuid></domain>"
+    plant(tree_journals(tree), "/", [domain_entry(f"qemu+unix:///system?socket={sock_path}", "x", TEST_UUID, xml)])
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        status = kvmtune("fix", "--status", "--root", str(tree), "--no-config", "--format", "json")
+        audit = kvmtune("audit", "--host", "--root", str(tree), "--staged", "--format", "json", "--no-config")
+    finally:
+        stop.set()
+        server.join()
+        srv.close()
+    assert connected == []
+    assert status.returncode == 0, status.stderr
+    (refused,) = json.loads(status.stdout)["refused"]
+    assert refused["journal"] == JID and "was made for this host (/), not --root" in refused["problem"]
+    assert json.loads(status.stdout)["staged"] == []
+    staged = json.loads(audit.stdout)["staged"]
+    assert (staged["journals"], staged["refused_journals"], staged["changes"]) == (0, 1, 0)
+
+
+@pytest.mark.parametrize(("uuid", "prior_xml", "problem"), [
+    ("u", "<domain><name>test</name><uuid>u</uuid></domain>", "change 1 (domain): 'u' is not a domain UUID"),
+    (TEST_UUID, "<domain><name>other</name><uuid>0f0e0d0c-0b0a-0908-0706-050403020100</uuid></domain>",
+     "change 1 (domain): its prior definition is of domain 'other' ('0f0e0d0c-0b0a-0908-0706-050403020100'), not "
+     f"of the domain it names ('test', {TEST_UUID})"),
+    (TEST_UUID, "<domain><name>test</name></domain>", "its prior definition is of domain 'test' (''), not of"),
+    (TEST_UUID, "<domain><name>test</name><uuid>" + TEST_UUID + "</uuid>", "change 1 (domain): its prior definition"),
+])
+def test_a_domain_entry_whose_prior_definition_is_of_another_domain_is_refused(
+    tmp_path: Path, uuid: str, prior_xml: str, problem: str
+) -> None:
+    """``defineXML`` redefines the domain its XML names: an entry naming domain ``test`` (by name and UUID) whose
+    prior definition is of ``other`` made undo define ``other`` (a new domain, or another one's definition) and only
+    then notice that ``test`` had not changed. Refused before anything is done, naming the journal."""
+    pytest.importorskip("libvirt")
+    journals = tmp_path / "journals"
+    path = plant(journals, "/", [domain_entry("test:///default", "test", uuid, prior_xml)])
+    res = kvmtune("undo", "--journal-dir", str(journals), JID, "--yes")
+    assert res.returncode != 0
+    assert f"{path}: refused, nothing restored: " in res.stderr and problem in res.stderr, res.stderr
+    assert len(res.stderr.splitlines()) == 1
+
+
 def test_what_undo_prints_comes_from_the_path_not_the_journal(tree: Path) -> None:
     """A well-formed entry inside the tree that claims to be the sysctl drop-in: undo names the file it wrote."""
     real = tree / "etc/motd"

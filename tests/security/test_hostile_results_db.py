@@ -5,6 +5,7 @@ a hang fails the test instead of the suite."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -189,6 +190,31 @@ def test_wrong_types_and_deep_json_are_one_line(tmp_path: Path, sql: str, argv: 
     con.commit()
     con.close()
     one_line_error(kvmtune(*argv, "--db", str(db)), str(db), message)
+
+
+@pytest.mark.parametrize("key", ["iops", "read_fraction", "size_mean", "sequential_fraction", "depth_mean", "depth_p95",
+                                 "flush_per_write"])
+def test_a_replayed_runs_profile_number_no_float_holds_is_a_dash_not_a_traceback(tmp_path: Path, key: str) -> None:
+    """Review round five: a replay's profile (``replay.profile`` of a run's env) with an integer of 400 digits made
+    ``report RUN --html`` end in a traceback (``OverflowError`` in ``math.isfinite`` and in the table's division)."""
+    db = real_db(tmp_path / "r.db", runs=1)
+    con = sqlite3.connect(db)
+    profile = {"iops": 588.4, "read_fraction": 0.7, "size_mean": 16384, "sequential_fraction": 0.1, "depth_mean": 7.5,
+               "depth_p95": 8, "flush_per_write": 0.5, "size_histogram": [[4096, 10], [16384, 30]]}
+    replay = {"digest": "ab" * 32, "source": "iolog", "mode": "timed", "disk": "vda", "profile": profile}
+    env = json.dumps({"accel": "tcg", "qemu": "8.2", "replay": replay})
+    huge = env.replace(f'"{key}": {json.dumps(profile[key])}', f'"{key}": 1' + "0" * 400)
+    assert huge != env
+    con.execute("UPDATE runs SET env = ?", (huge,))
+    con.commit()
+    con.close()
+    html = tmp_path / "r.html"
+    res = kvmtune("report", "1", "--db", str(db), "--html", str(html))
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-600:]
+    page = html.read_text()
+    shown = {"depth_mean": ">– / 8<", "depth_p95": ">7.5 / –<"}.get(key, ">–<")
+    table = page.split("<h2>Replayed workloads</h2>")[1].split("</table>")[0]
+    assert shown in table and "1" + "0" * 20 not in page
 
 
 # ------------------------------------------------------------------ item 7: database strings on the terminal

@@ -24,7 +24,7 @@ from kvmtune.bench.report_parts import (
     ratio_chart,
     verified_table,
 )
-from kvmtune.bench.report_workload import profile_charts
+from kvmtune.bench.report_workload import number, profile_charts
 from kvmtune.bench.verdicts import cell_tier, verdicts
 from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.lab.stats import group_metric, median, summarize
@@ -310,8 +310,8 @@ def replay_table(runs: Sequence[RunRow]) -> str:
         charts.append(profile_charts(p, f"run #{r.id}: the workload of disk {rep.get('disk', '?')}"))
 
         def num(key: str, fmt: str, scale: float = 1.0, p: dict[str, Any] = p) -> str:
-            v = p.get(key)
-            return fmt.format(v / scale) if isinstance(v, int | float) and not isinstance(v, bool) else "–"
+            v = number(p.get(key))  # a shared database's number: NaN, or 400 digits that no float holds, is "–"
+            return fmt.format(v / scale) if v is not None else "–"
 
         how = "synthesized from statistics" if rep.get("synthesized") else str(rep.get("source", "?"))
         cells = (f"#{r.id} {r.kind}", rep.get("disk", "?"), f"{how}, {rep.get('mode', '?')}",

@@ -21,10 +21,14 @@ CSS = ("body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1
        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}")
 
 
-def _num(v: Any, lo: float = 0.0, hi: float = 1e15) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+def number(v: Any, lo: float = 0.0, hi: float = 1e15) -> float | None:
+    """``v`` as a float when it is a JSON number in [lo, hi]; None otherwise. The range is compared first: an
+    integer of 400 digits (JSON and Python allow it) compares exactly, where ``math.isfinite`` or ``float`` of it
+    raises ``OverflowError``."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi or not math.isfinite(v):
         return None
     return float(v)
+
 
 
 def histogram(raw: Any) -> list[tuple[int, int]]:
@@ -72,8 +76,8 @@ def profile_charts(p: Mapping[str, Any], title: str) -> str:
         parts.append(bar_chart(BarChart(label=f"request sizes of {title}", y_title="share of requests (%)", xs=xs,
                                         series=["requests"], bars=bars, log=False,
                                         level_names=("", "", "request size"))))
-    mix = {"reads": _num(p.get("read_fraction"), 0.0, 1.0), "flushes per write": _num(p.get("flush_per_write"), 0, 1e6),
-           "sequential": _num(p.get("sequential_fraction"), 0.0, 1.0)}
+    mix = {"reads": number(p.get("read_fraction"), 0.0, 1.0), "flushes per write": number(p.get("flush_per_write"), 0, 1e6),
+           "sequential": number(p.get("sequential_fraction"), 0.0, 1.0)}
     if mix["reads"] is not None:
         mix["writes"] = 1.0 - mix["reads"]
     shown = [(k, v) for k, v in mix.items() if v is not None]
@@ -82,8 +86,8 @@ def profile_charts(p: Mapping[str, Any], title: str) -> str:
         parts.append(bar_chart(BarChart(label=f"mix of {title}", y_title="fraction", xs=xs, series=["fraction"],
                                         bars={(x, "fraction"): Bar(v) for x, (_, v) in zip(xs, shown, strict=True)},
                                         log=False)))
-    depth_mean, depth_p95 = _num(p.get("depth_mean"), 0, 1e6), _num(p.get("depth_p95"), 0, 1e6)
-    iops, size_mean = _num(p.get("iops"), 0, 1e9), _num(p.get("size_mean"), 0, 2**40)
+    depth_mean, depth_p95 = number(p.get("depth_mean"), 0, 1e6), number(p.get("depth_p95"), 0, 1e6)
+    iops, size_mean = number(p.get("iops"), 0, 1e9), number(p.get("size_mean"), 0, 2**40)
     facts = [f"queue depth mean {depth_mean:.1f}" if depth_mean is not None else "",
              f"p95 {depth_p95:.0f}" if depth_p95 is not None else "",
              f"{iops:.0f} IOPS" if iops is not None else "",

@@ -25,12 +25,13 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvmtune.capture.trace import Request
+from kvmtune.capture.trace import MAX_END, MAX_SIZE, Request
 from kvmtune.errors import KvmtuneError
 from kvmtune.host.root import HostReadError, HostRoot
 from kvmtune.runner import Runner
@@ -41,22 +42,61 @@ FORMAT = "%a %T.%9t %d %S %N\\n"  # action, seconds.nanoseconds, RWBS, sector, b
 LINE = re.compile(r"([DC]) ([0-9]{1,10})\.([0-9]{9}) ([A-Z]{1,8}) ([0-9]{1,20}) ([0-9]{1,12})")
 START_S = 0.5  # how long blktrace is given to fail at start (a refused trace ends at once)
 STOP_S = 10.0
-# a device path kvmtune passes to blktrace: under /dev, no option, nothing a shell or blktrace would read otherwise
+BLKPARSE_S = 120.0  # blkparse of one device at most
+# a device path as a disk's image or a marker names it: under /dev, no option, nothing a shell would read otherwise
 _DEVICE = re.compile(r"/dev/[A-Za-z0-9_./-]{1,200}")
+# what kvmtune passes to blktrace: a device node directly in /dev (only root can change what it names)
+_NODE = re.compile(r"/dev/[A-Za-z0-9_.-]{1,100}")
 
 
-def block_device(path: str) -> str:
-    """Why ``path`` (a disk's image as QEMU names it) cannot be traced by blktrace, or ``""`` when it is a block
-    device kvmtune may name on blktrace's command line."""
+def block_device(path: str) -> tuple[str, str]:
+    """``path`` (a disk's image as QEMU names it, or a marker's device) as the device node blktrace is given:
+    ``(node, "")``, or ``("", why)`` when it is not a block device kvmtune may name on blktrace's command line.
+
+    The node is the path resolved once, a block device directly in ``/dev`` (``/dev/dm-0`` for ``/dev/vg/lv``,
+    ``/dev/sdb`` for ``/dev/disk/by-id/…``), reached only through directories no one but root can change: a link in
+    ``/dev/shm`` (or any directory others can write) could be turned to another device, a FIFO or a watchdog
+    between the check and blktrace's ``open``, so such a path is refused, and the resolved node is what blktrace
+    opens."""
     if not _DEVICE.fullmatch(path) or "/../" in path or path.endswith("/.."):
-        return f"its image {path[:120]!r} is not a block device under /dev"
+        return "", f"its image {path[:120]!r} is not a block device under /dev"
+    parent = os.path.dirname(path)
+    while parent != "/":
+        try:
+            st = os.stat(parent)
+        except OSError as exc:
+            return "", f"its image {path} cannot be looked at ({exc.strerror})"
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return "", f"its image {path} is reached through {parent}, which users other than root can change"
+        parent = os.path.dirname(parent)
+    node = os.path.realpath(path)
+    if not _NODE.fullmatch(node):
+        return "", f"its image {path} resolves to {node[:120]!r}, not a device node in /dev"
     try:
-        st = os.stat(path)
+        st = os.lstat(node)
     except OSError as exc:
-        return f"its image {path} cannot be looked at ({exc.strerror})"
+        return "", f"its image {path} cannot be looked at ({exc.strerror})"
     if not stat.S_ISBLK(st.st_mode):
-        return f"its image {path} is not a block device"
-    return ""
+        return "", f"its image {path} is not a block device"
+    return node, ""
+
+
+def held_by(host: HostRoot, pid: int, node: str) -> bool:
+    """Whether the process ``pid`` holds the block device ``node`` open (one of its ``/proc/PID/fd`` is that device,
+    by device number): a QEMU's QMP reply names its image, and a QEMU another user runs answers its own QMP, so the
+    name alone would let that user have root trace any block device (the host's own disk)."""
+    try:
+        want = os.stat(node).st_rdev
+    except OSError:
+        return False
+    for fd in host.listdir(f"/proc/{pid}/fd"):
+        try:  # stat follows the fd's magic link to the open file itself
+            st = os.stat(host.path.rstrip("/") + f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISBLK(st.st_mode) and st.st_rdev == want:
+            return True
+    return False
 
 
 def trace_name(device: str) -> str:
@@ -78,10 +118,16 @@ def parse(text: str, max_events: int) -> tuple[list[Request], int, int]:
     """blkparse's lines in :data:`FORMAT`: (requests issued and completed, in issue order; lines skipped; flushes
     without data). An issue is paired with the next completion of the same direction and sector; an issue without a
     completion keeps ``t_done`` None."""
+    return parse_lines(text.splitlines(), max_events)
+
+
+def parse_lines(lines: Iterable[str], max_events: int) -> tuple[list[Request], int, int]:
+    """:func:`parse` of lines as they come (blkparse's output is read as it is printed, never held whole: a busy
+    device's hour is millions of lines; what is kept is at most ``max_events`` requests)."""
     pending: dict[tuple[bool, int], list[int]] = {}
     out: list[Request] = []
     skipped = flushes = 0
-    for line in text.splitlines():
+    for line in lines:
         m = LINE.fullmatch(line.strip())
         if m is None:
             skipped += line.strip() != ""
@@ -93,6 +139,9 @@ def parse(text: str, max_events: int) -> tuple[list[Request], int, int]:
             flushes += action == "D" and "F" in rwbs and not write and not read
             continue
         key = (write, int(sector))
+        if int(size) > MAX_SIZE or int(sector) * 512 + int(size) > MAX_END:  # as a trace event's bounds
+            skipped += 1
+            continue
         if action == "D":
             if len(out) >= max_events:
                 continue
@@ -162,18 +211,43 @@ class BlkTrace:
             return out, notes
         try:
             for dev in self.devices:
-                res = self.runner.run([BLKPARSE, "-i", trace_name(dev), "-D", str(self.scratch), "-q",
-                                       "-f", FORMAT, "-a", "issue", "-a", "complete"],
-                                      timeout=120)
-                if not res.ok:
-                    raise KvmtuneError(f"blkparse of {dev}: {res.describe_failure()}")
-                reqs, skipped, _ = parse(res.stdout, max_events)
+                reqs, skipped = self._blkparse(dev, max_events)
                 if skipped:
                     notes.append(f"{skipped} blkparse line(s) of {dev} out of format; skipped")
                 out[dev] = reqs
         finally:
             self.cleanup()
         return out, notes
+
+    def _blkparse(self, dev: str, max_events: int) -> tuple[list[Request], int]:
+        """One device's records through ``blkparse``, its lines parsed as they come (each at most 256 bytes: a longer
+        one is split, and its pieces out of format), killed after :data:`BLKPARSE_S`; its errors kept in the scratch
+        directory (a pipe nobody reads could stall it)."""
+        assert self.scratch is not None
+        err_path = self.scratch / "blkparse.err"
+        with open(err_path, "xb") as err:
+            proc = self.runner.popen([BLKPARSE, "-i", trace_name(dev), "-D", str(self.scratch), "-q", "-f", FORMAT,
+                                      "-a", "issue", "-a", "complete"], stdout=subprocess.PIPE, stderr=err)
+        timer = threading.Timer(BLKPARSE_S, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            lines = (raw.decode("ascii", "replace") for raw in iter(lambda: proc.stdout.readline(256), b""))  # type: ignore[union-attr]
+            reqs, skipped, _ = parse_lines(lines, max_events)
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if proc.returncode != 0:
+            text = err_path.read_bytes()[-4096:].decode("utf-8", "replace").strip()
+            last = text.splitlines()[-1] if text else ""
+            why = f"killed after {BLKPARSE_S:g} s" if proc.returncode == -signal.SIGKILL else f"exit {proc.returncode}"
+            raise KvmtuneError(f"blkparse of {dev}: {why}" + (f": {last[:200]}" if last else ""))
+        err_path.unlink()
+        return reqs, skipped
 
     def cleanup(self) -> None:
         if self.proc is not None:
@@ -189,7 +263,8 @@ class BlkTrace:
 
 def teardown(runner: Runner, device: str) -> str:
     """After a killed capture: ``blktrace -k -d DEV`` tears the kernel's trace of ``device`` down; one line."""
-    if block_device(device):
-        return f"blktrace device {device[:120]!r} in the marker is not a block device; left alone"
-    res = runner.run([BLKTRACE, "-k", "-d", device], timeout=30)
-    return f"blktrace of {device} torn down" if res.ok else f"blktrace -k of {device}: {res.describe_failure()}"
+    node, why = block_device(device)
+    if why:
+        return f"blktrace device {device[:120]!r} in the marker: {why.removeprefix('its image ')}; left alone"
+    res = runner.run([BLKTRACE, "-k", "-d", node], timeout=30)
+    return f"blktrace of {node} torn down" if res.ok else f"blktrace -k of {node}: {res.describe_failure()}"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvmtune.capture.blktrace import BlkTrace, block_device, teardown
+from kvmtune.capture.blktrace import BlkTrace, block_device, held_by, teardown
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta, unique_keys
@@ -556,6 +556,7 @@ class Capture:
                              scsi)
         per_second: dict[str, list[StatsDelta]] = {n: [] for n in first}
         notes: list[str] = []
+        broke = False
         try:
             with _signals_raise():
                 for dev in hists:
@@ -571,6 +572,9 @@ class Capture:
                     raise KvmtuneError(f"pid {self.pid}: the capture broke off: {exc}; nothing written") from None
                 if reader.full:
                     notes.append(f"stopped at --max-events {self.max_events} requests")
+        except BaseException:
+            broke = True
+            raise
         finally:
             for ev in events:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
@@ -583,14 +587,7 @@ class Capture:
             for dev in hists:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
                     qmp.execute("block-latency-histogram-set", id=dev)
-            if self.blktrace is not None:
-                halted = self.blktrace.halt()
-                if halted:
-                    notes.append(halted)
-                else:
-                    marker.unlink(missing_ok=True)  # kept where the kernel's trace may be left: doctor tears it down
-            else:
-                marker.unlink(missing_ok=True)
+            self._stop_blktrace(marker, notes, broke)
         stats = {n: delta(first[n], prev[n], seconds) for n in first if n in prev}
         requests = None
         if fh is not None:
@@ -603,6 +600,20 @@ class Capture:
             return CaptureResult(seconds, stats, per_second, requests, why_not, notes, per_request_source="blktrace")
         return CaptureResult(seconds, stats, per_second, requests, why_not, notes)
 
+    def _stop_blktrace(self, marker: Path, notes: list[str], broke: bool) -> None:
+        """blktrace stopped (if it ran) and the marker removed, unless the kernel's trace may be left (``doctor``
+        tears it down); a capture that ``broke`` off removes blktrace's records now, since nothing will read them."""
+        if self.blktrace is None:
+            marker.unlink(missing_ok=True)
+            return
+        halted = self.blktrace.halt()
+        if halted:
+            notes.append(halted)
+        else:
+            marker.unlink(missing_ok=True)
+        if broke:
+            self.blktrace.cleanup()
+
     def _blktrace_devices(self, qmp: Monitor, disks: dict[str, dict[str, Any]]) -> dict[str, str]:
         """Each disk whose image is a block device, to that device; raises with why blktrace cannot be had."""
         assert self.blktrace is not None
@@ -613,11 +624,13 @@ class Capture:
             for name, file in images(qmp, self.aliases).items():
                 if name not in disks:
                     continue
-                problem = block_device(file)
+                node, problem = block_device(file)
+                if not problem and not held_by(self.host, self.pid, node):
+                    problem = f"its image {file} ({node}) is not open in pid {self.pid}"
                 if problem:
                     reasons.append(f"disk {name}: {problem}")
                 else:
-                    found[name] = file
+                    found[name] = node
             why = "" if found else ("; ".join(reasons) or "query-block names no disk image")
         if why:
             raise KvmtuneError(f"pid {self.pid}: --source blktrace refused: {why}; nothing captured "

@@ -276,6 +276,6 @@ def _staged(args: argparse.Namespace) -> dict[str, Any]:
     from kvmtune.fix.status import summary
     from kvmtune.runner import default_runner
 
-    found = list_journals(journal_dir(settings_journal_dir(args), root=args.root))
+    found = list_journals(journal_dir(settings_journal_dir(args), root=args.root), args.root)
     journals = [j for _id, j, _problem in found if j is not None]
     return summary(journals, len(found) - len(journals), default_runner(), HostRoot(args.root))

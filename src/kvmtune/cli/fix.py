@@ -362,7 +362,7 @@ def _status(args: argparse.Namespace) -> Outcome:
 
     root = args.root
     directory = journal_dir(settings_journal_dir(args), root=root)
-    found = list_journals(directory)
+    found = list_journals(directory, root)
     journals = [j for _id, j, _problem in found if j is not None]
     text = "".join(f"refused: {safe(jid)}: {safe(problem)}\n" for jid, j, problem in found if j is None)
     waiting = staged(journals, default_runner(), HostRoot(root))

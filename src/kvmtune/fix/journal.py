@@ -303,7 +303,8 @@ def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
     default ``/``) must be that same directory. Every path an entry names (file, temp file, directories it
     created, runtime value and the values undo writes back, image, its backup and temp file) must lie inside
     the root, the way :class:`HostRoot` maps paths (no link leading out of a tree). Values written back are only
-    the /proc/sys and /sys files of the settings table. A tree's journal may not redefine libvirt domains.
+    the /proc/sys and /sys files of the settings table. A tree's journal may not redefine libvirt domains;
+    a host's libvirt entry must name a UUID and (a redefinition) its prior definition's domain (:func:`libvirt_refusals`).
     Each entry's printed name (``shown``) is set here from its path, never taken from the file."""
     root = journal.root
     if given_root is not None and os.path.realpath(given_root) != root:
@@ -380,15 +381,42 @@ def refusals(journal: Journal, given_root: str | None = None) -> list[str]:
                 continue
             beside(e.path, e.temp, "temp file", ".{name}.kvmtune-*.tmp")
             beside(e.path, e.backup, "backup", "{name}.kvmtune-orig-*")
-        elif isinstance(e, DomainEntry) and tree:
-            problems.append(f"{label}: a journal of the tree {root} may not redefine libvirt domain {e.name!r}")
-        elif isinstance(e, LiveEntry) and tree:
-            problems.append(f"{label}: a journal of the tree {root} may not change libvirt domain {e.name!r} live")
+        elif isinstance(e, DomainEntry | LiveEntry):
+            problems.extend(f"{label}: {p}" for p in libvirt_refusals(e, root))
         elif isinstance(e, QmEntry):
             problems.extend(f"{label}: {p}" for p in qm_refusals(e, root))
         elif isinstance(e, KubectlEntry):
             problems.extend(f"{label}: {p}" for p in kubectl_refusals(e, root))
     return problems
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def libvirt_refusals(e: DomainEntry | LiveEntry, root: str) -> list[str]:
+    """A libvirt entry (a redefinition, or a live setting) may only act on this host's journal, on the domain it
+    names: its UUID as libvirt writes one, and a redefinition's prior definition of that same domain (name and
+    UUID), since ``defineXML`` changes the domain the XML names, not the one the entry names. The one check of
+    both kinds (the live one's name is compared with the domain its UUID finds when it is undone)."""
+    if root != "/":
+        verb = "redefine" if isinstance(e, DomainEntry) else "change"
+        return [f"a journal of the tree {root} may not {verb} libvirt domain {e.name!r}"
+                + (" live" if isinstance(e, LiveEntry) else "")]
+    if not _UUID.fullmatch(e.uuid):
+        return [f"{e.uuid[:60]!r} is not a domain UUID"]
+    if isinstance(e, LiveEntry):
+        return []
+    from kvmtune.domain.xml import parse_xml_bytes
+
+    try:
+        dom = parse_xml_bytes(e.prior_xml.encode("utf-8", "surrogatepass"), "its prior definition").getroot()
+    except InputError as exc:
+        return [f"{exc}"]
+    name, uuid = dom.findtext("name"), (dom.findtext("uuid") or "").strip().lower()
+    if dom.tag != "domain" or name != e.name or uuid != e.uuid:
+        return [f"its prior definition is of domain {str(name)[:60]!r} ({uuid[:60]!r}), not of the domain it names "
+                f"({e.name[:60]!r}, {e.uuid})"]
+    return []
 
 
 def kubectl_refusals(e: KubectlEntry, root: str) -> list[str]:
@@ -456,10 +484,13 @@ def _anchor(value: str, prop: str | None) -> str:
     return next((v for k, v in items if k == prop), "")
 
 
-def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:
+def list_journals(directory: Path, root: str | None = None) -> list[tuple[str, Journal | None, str]]:
     """Every journal in ``directory``, oldest first: (id, journal or None, problem). A journal that cannot be
     read (not a regular file, a link, too large, another user's, corrupt) or that reaches outside its own root
-    is listed with its problem; a directory another user can write is refused as a whole."""
+    is listed with its problem; a directory another user can write is refused as a whole. ``root``: the
+    ``--root`` the journals are read for, which a journal must have been made for (:func:`refusals`), as for
+    ``undo``: a tree's journal claiming ``/`` would otherwise be read as this host's, and ``fix --status`` and
+    ``audit --staged`` would ask the libvirt URIs, kubectl contexts and VMs it names."""
     try:
         dir_fd = open_directory(directory)
     except (FileNotFoundError, NotADirectoryError):
@@ -477,7 +508,7 @@ def list_journals(directory: Path) -> list[tuple[str, Journal | None, str]]:
             except JournalError as exc:
                 out.append((stem, None, str(exc)))
                 continue
-            problems = refusals(journal)
+            problems = refusals(journal, root)
             if problems:
                 out.append((stem, None, f"{journal.path}: refused: {'; '.join(problems)}"))
             else:

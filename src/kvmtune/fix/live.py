@@ -136,6 +136,9 @@ class LiveSet(Change[LiveEntry]):
 
         path = LIVE_PATHS[e.setting]
         dom = lookup_uuid(ctx.libvirt(e.uri), e.uuid, e.uri)
+        if dom.name() != e.name:  # a running domain keeps its name (libvirt renames only inactive ones)
+            raise KvmtuneError(f"domain {e.name}: the journal's UUID {e.uuid} is domain {dom.name()}'s; its live "
+                               f"{path.shown} is not touched")
         if not dom.isActive():
             ctx.done.append(f"domain {e.name}: not running; its live {path.shown} went with that run")
             return

@@ -1,9 +1,10 @@
 """A stand-in for ``blktrace`` where the kernel refuses real traces (this machine's kernel_lockdown(7) restricts
 blktrace's debugfs files): ``-d DEV … -D DIR`` waits for SIGINT, then writes the binary records of
 ``KVMTUNE_BLKTRACE_RECORDS`` (a JSON list of [seconds, action, rwbs, sector, bytes], action D or C) into
-``DIR/NAME.blktrace.0`` in blktrace's own format (``struct blk_io_trace``, version 7), which the real ``blkparse``
-then reads; ``-k -d DEV`` (tear a trace down) exits 0. ``KVMTUNE_BLKTRACE_FAIL`` set: prints it on stderr and exits
-1 at once, as blktrace does when the kernel refuses. Every call is appended to ``KVMTUNE_BLKTRACE_LOG``."""
+``DIR/NAME.blktrace.0`` (``KVMTUNE_BLKTRACE_REPEAT`` times over) in blktrace's own format (``struct blk_io_trace``,
+version 7), which the real ``blkparse`` then reads; ``-k -d DEV`` (tear a trace down) exits 0.
+``KVMTUNE_BLKTRACE_FAIL`` set: prints it on stderr and exits 1 at once, as blktrace does when the kernel refuses.
+Every call is appended to ``KVMTUNE_BLKTRACE_LOG``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def main(argv: list[str]) -> int:
     while not stop:
         time.sleep(0.05)
     records = json.loads(os.environ.get("KVMTUNE_BLKTRACE_RECORDS", "[]"))
+    # KVMTUNE_BLKTRACE_REPEAT=N: the records N times over, each round 10 ms later and 1 MiB further on (a busy device)
+    records = [[t + k * 0.01, a, rwbs, sector + k * 2048, size]
+               for k in range(int(os.environ.get("KVMTUNE_BLKTRACE_REPEAT", "1"))) for t, a, rwbs, sector, size in records]
     for dev in devices:
         name = os.path.basename(os.path.realpath(dev))
         with open(os.path.join(out, f"{name}.blktrace.0"), "wb") as f:

@@ -351,7 +351,7 @@ def read_iolog(path: str | Path) -> list[IoEvent]:
     bounded, lines split on ``\\n`` only and matched whole (another line break, a tab, a second space, trailing text
     is an error), one file name throughout, only add/open/close/read/write, stamps that never go back, numbers in
     range. :class:`InputError` naming the file and the line."""
-    raw = read_regular(str(path), MAX_IOLOG, "iolog")
+    raw = read_regular(str(path), MAX_IOLOG, " (an iolog)")
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
