@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from kvmtune.lab.storage.replay import (
     MAX_FLUSH_PER_WRITE,
     SYNTHESIZED,
     build_replay,
+    fio_syncs_after_reads,
     read_iolog,
 )
 from kvmtune.qemuopts import OptionError, fio_bssplit, fio_counts
@@ -356,3 +358,37 @@ def test_a_statistics_only_log_gets_no_syncs_and_a_foreign_flush_figure_is_bound
     rep2.prepare(scratch)
     lines = rep2.log_paths()[0].read_text().splitlines()
     assert _syncs_follow_writes(lines) == 100 * MAX_FLUSH_PER_WRITE
+
+
+@pytest.mark.parametrize(("version", "old"), [("fio-3.33\n", True), ("fio-3.37", True), ("fio-3.38", False),
+                                              ("fio-3.40-12-gabcdef", False), (None, False), ("", False),
+                                              ("fio-3.33; rm -rf /", False), ("fio-2.2\n", True)])
+def test_which_fio_syncs_after_reads_too(version: str | None, old: bool) -> None:
+    assert fio_syncs_after_reads(version) is old
+
+
+def test_a_synthesized_mixed_job_asks_an_old_fio_for_its_syncs_as_it_counts_them(tmp_path: Path) -> None:
+    # statistics: 200 reads, 100 writes, 10 flushes: 0.1 a write
+    path = write_capture(tmp_path, trace=False)
+    rep = replay_of(path, mode="fast")
+    assert options(rep.job_options(64, 1))["fsync"] == "10"
+    rep.use_fio("fio-3.33")
+    assert options(rep.job_options(64, 1))["fsync"] == "30"  # 0.1 × (1 − 2/3): fio 3.33 sends 3× per fsync=N
+    assert any("fixed in fio 3.38" in n for n in rep.notes)
+    rep.use_fio("fio-3.39")
+    assert options(rep.job_options(64, 1))["fsync"] == "10"
+    # the installed fio, asked through the runner as bench and verify ask it, sends the captured 0.1 a write
+    fio = shutil.which("fio")
+    if fio is None:
+        pytest.skip("fio is not installed")
+    from kvmtune.runner import Runner
+
+    rep.use_fio_of(Runner())
+    with tempfile.TemporaryDirectory(prefix="kvmtune-test-fsync-", dir="/dev/shm") as shm:  # a second of it
+        done = subprocess.run([fio, "--name=check", f"--filename={shm}/f", "--ioengine=libaio",
+                               *rep.job_options(16, 1), "--output-format=json"],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
+    per_write = job["sync"]["total_ios"] / job["write"]["total_ios"]
+    assert 0.08 <= per_write <= 0.12, per_write

@@ -255,6 +255,7 @@ def run_storage(args: argparse.Namespace, spec: StorageSpec) -> Outcome:
     elif tier == "block":
         if spec.replay is not None:
             spec.replay.place(ctx.scratch.root)  # the translated log is written there when the run starts
+            spec.replay.use_fio_of(runner)
             workloads = [spec.replay.workload(spec.disk_size, spec.runtime)]
             for note in spec.replay.notes:
                 print(f"kvmtune: replay: {safe(note)}", file=sys.stderr)

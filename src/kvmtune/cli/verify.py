@@ -234,7 +234,7 @@ def _inputs_hint(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-def _replay(args: argparse.Namespace) -> tuple[Any, str]:
+def _replay(args: argparse.Namespace, runner: Any) -> tuple[Any, str]:
     """The workload file (hostile: capture/workload.py's reader) as a replay, and the definition's disk it is for:
     ``--replay-disk``, else the workload disk's own name."""
     from kvmtune.capture.workload import read_workload
@@ -244,6 +244,7 @@ def _replay(args: argparse.Namespace) -> tuple[Any, str]:
     targets = [d.get("target") for d in doc["disks"]]
     named = args.replay_disk if args.replay_disk in targets else None
     rep = build_replay(doc, digest, args.replay, mode=args.replay_mode or "timed", disk=named)
+    rep.use_fio_of(runner)
     for note in rep.notes:
         print(f"kvmtune: replay: {safe(note)}", file=sys.stderr)
     return rep, args.replay_disk or rep.profile.target
@@ -300,7 +301,7 @@ def _verify(args: argparse.Namespace) -> Outcome:
         guest_kernel=kernel.kernel, guest_modules=kernel.modules_dir,
     )
     if args.replay:
-        ctx.replay, ctx.replay_disk = _replay(args)
+        ctx.replay, ctx.replay_disk = _replay(args, ctx.runner)
     planned = plan_all(subjects(findings, guests, result.images), ctx)
     if ctx.replay is not None and not any(p.experiment is not None and getattr(p.experiment, "replay", None)
                                           for p in planned):

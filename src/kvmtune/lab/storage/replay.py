@@ -35,6 +35,7 @@ from kvmtune.errors import InputError
 from kvmtune.inputs import read_regular
 from kvmtune.lab.storage.fio import Workload
 from kvmtune.qemuopts import fio_bssplit, fio_counts, fio_option
+from kvmtune.runner import Runner
 from kvmtune.textsafe import safe
 
 MODES = ("timed", "fast")
@@ -47,6 +48,10 @@ MAX_STAMP_US = 86_400_000_000  # a day
 MAX_REPLICA_MIB = 64 << 10  # 64 GiB, sparse: the largest span a replica is made for
 BASE_ALIGN = 2 << 20  # rebased offsets keep their place within 2 MiB (qcow2 clusters, huge pages)
 MAX_DEPTH = 256
+# fio before 3.38 (axboe/fio 704a8cfe, "io_u: Ensure fsync only after write(s)"; 673159e6, e11046bf) asks for its
+# fsync=N sync again after every read issued between the Nth write and the next: a mixed job sends about
+# 1 / (1 - read fraction) times the syncs asked for (fio 3.33, 70/30: 0.204 a write for fsync=16, docs/capture.md)
+FIO_SYNCS_ONLY_AFTER_WRITES = (3, 38)
 MAX_FLUSH_PER_WRITE = 16.0  # sync lines a replayed write may bring (a foreign file's figure is bounded to it)
 MAX_STREAMS = 8  # fio jobs a timed log is dealt into, at most (each a thread of fio's and an NBD connection)
 LOG_NAME = "kvmtune-replay"  # the file name in the translated log: a name only, the nbd engine opens nothing by it
@@ -98,6 +103,21 @@ class Replay:
     log_path: Path | None = None  # the translated log, once written (:meth:`prepare`)
     base: int = 0  # offsets rebased by this many bytes
     notes: list[str] = field(default_factory=list)
+    fio_syncs_after_reads: bool = False  # the fio that runs it is older than FIO_SYNCS_ONLY_AFTER_WRITES
+
+    def use_fio_of(self, runner: Runner) -> None:
+        """:meth:`use_fio` with the installed fio's ``fio --version`` (through the runner)."""
+        done = runner.run(["fio", "--version"], timeout=20)
+        self.use_fio(done.stdout if done.ok else None)
+
+    def use_fio(self, version: str | None) -> None:
+        """Say which fio runs the replay (``fio --version``'s line): a synthesized mixed job's ``fsync`` is then
+        asked for as that fio counts it, so that it sends the captured flushes per write."""
+        self.fio_syncs_after_reads = fio_syncs_after_reads(version)
+        p = self.profile
+        if self.fio_syncs_after_reads and self.events is None and p.reads and p.writes and p.flush_per_write:
+            self.notes.append(f"{safe((version or '').strip()[:40])} syncs after reads in a mixed job too (fixed in "
+                              "fio 3.38): its fsync is asked for as that fio counts it")
 
     @property
     def source(self) -> str:
@@ -199,7 +219,8 @@ class Replay:
                             fio_option("iodepth", 1), runtime, fio_option("size", f"{int(size_mib)}m"),
                             "--group_reporting"]
             return out
-        return synthesized_options(self.profile, self.mode, size_mib, seconds)
+        return synthesized_options(self.profile, self.mode, size_mib, seconds,
+                                   syncs_after_reads=self.fio_syncs_after_reads)
 
     def depth(self) -> int:
         """fio's iodepth for the log: fast mode at the captured depth; timed mode 1. fio 3.33 replaying a log reaps
@@ -231,8 +252,17 @@ def _mean_bs(p: DiskProfile) -> int:
     return max(512, min(MAX_REQUEST, round(mean / 512) * 512))
 
 
-def synthesized_options(p: DiskProfile, mode: str, size_mib: int, seconds: float) -> list[str]:
-    """A job from statistics: bssplit (or bs), rwmixread, percentage_random, iodepth, rate_iops (timed), fsync."""
+def fio_syncs_after_reads(version: str | None) -> bool:
+    """Whether the fio of ``version`` (``fio-3.33``) sends a mixed job's fsync after reads too; an unknown version
+    is taken as a fixed one (the count then errs low, never a job of syncs)."""
+    m = re.fullmatch(r"\s*fio-(\d{1,4})\.(\d{1,4})\S*\s*", version or "")
+    return m is not None and (int(m.group(1)), int(m.group(2))) < FIO_SYNCS_ONLY_AFTER_WRITES
+
+
+def synthesized_options(p: DiskProfile, mode: str, size_mib: int, seconds: float, *,
+                        syncs_after_reads: bool = False) -> list[str]:
+    """A job from statistics: bssplit (or bs), rwmixread, percentage_random, iodepth, rate_iops (timed), fsync
+    (``syncs_after_reads``: for a fio before 3.38, whose mixed job syncs after reads too)."""
     if p.reads + p.writes == 0:
         raise InputError("--replay", f"disk {p.target} did no reads or writes: there is nothing to replay")
     rw = "randread" if p.writes == 0 else "randwrite" if p.reads == 0 else "randrw"
@@ -266,7 +296,11 @@ def synthesized_options(p: DiskProfile, mode: str, size_mib: int, seconds: float
         else:
             out.append(fio_counts("rate_iops", [max(1, round(r)) if p.reads else 0, max(1, round(w)) if p.writes else 0]))
     if p.flush_per_write and p.writes:
-        out.append(fio_option("fsync", max(1, min(1 << 20, round(1 / p.flush_per_write)))))
+        per_write = p.flush_per_write
+        if syncs_after_reads and rw == "randrw":  # that fio sends about 1 / (1 - read fraction) syncs per fsync=N
+            rf = p.read_fraction if p.read_fraction is not None else p.reads / (p.reads + p.writes)
+            per_write *= max(0.0, 1.0 - rf)
+        out.append(fio_option("fsync", max(1, min(1 << 20, round(1 / per_write) if per_write > 0 else 1 << 20))))
     out += [fio_option("size", f"{int(size_mib)}m"), fio_option("runtime", f"{max(1, round(seconds * 1000))}ms"),
             "--time_based"]
     return out
