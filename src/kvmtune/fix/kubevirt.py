@@ -41,7 +41,7 @@ from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned, TakesEffect
 from kvmtune.fix.entries import KubectlEntry
-from kvmtune.fix.files import FileState, read_state
+from kvmtune.fix.files import FileState, read_state_and_dir
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
 from kvmtune.fix.registry import FixOptions
 from kvmtune.kubevirt import kubectl
@@ -195,13 +195,21 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     plan.refused.extend(read.errors)
     plan.notes.extend(read.notes)
     states: dict[str, FileState] = {}
+    dirs: dict[str, tuple[int, int]] = {}
     extra: list[KObject] = []
+    tops = [p for p in paths if os.path.isdir(p)]
     for obj in read.objects:
         f = obj.doc.path
         if f in states or any(o.doc.path == f for o in extra):
             continue
+        linked = _through_a_link(f, tops)
+        if linked:
+            plan.skipped.append(f"{linked}; not edited")
+            plan.refused.append(linked)
+            extra.extend(o for o in read.objects if o.doc.path == f)
+            continue
         try:
-            state = read_state(Path(os.path.abspath(f)))
+            state, dirs[f] = read_state_and_dir(Path(os.path.abspath(f)))
         except OSError as exc:
             plan.skipped.append(f"{f}: {exc}; not edited")
             plan.refused.append(f"{f}: {exc}")
@@ -238,7 +246,23 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
             plan.skipped.append(f"{want.guest}: {finding.rule}: setting {want.path} did not remove the finding")
     plan.manual += len(advice)
     plan.notes.extend(sorted(f"{g}: {r} is advice only ({why})" for g, r, why in advice))
-    _manifest_changes(state_round, states, guests, plan)
+    _manifest_changes(state_round, states, dirs, guests, plan)
+
+
+def _through_a_link(f: str, tops: list[str]) -> str | None:
+    """Why ``f``, found in the walk of a named directory, is not edited: a directory on its way below that directory
+    is a symbolic link (another user's link in a tree would choose which files elsewhere root rewrites). ``None``:
+    every directory between the named one and ``f`` is a real one."""
+    d = os.path.dirname(f)
+    for top in tops:
+        rel = os.path.relpath(d, top)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            continue
+        real = os.path.realpath(d)
+        if real != os.path.normpath(os.path.join(os.path.realpath(top), rel)):
+            return f"{f}: reached through a symbolic link below {top} (to {real}); read, never written through"
+        return None
+    return None
 
 
 def _triage(finding: Finding, guest: Guest, forms: dict[str, KubevirtForm], options: FixOptions, plan: Plan,
@@ -293,7 +317,8 @@ def _edit_round(state: _Round, findings: list[Finding], guests: list[Guest], for
     return new
 
 
-def _manifest_changes(state: _Round, states: dict[str, FileState], guests: list[Guest], plan: Plan) -> None:
+def _manifest_changes(state: _Round, states: dict[str, FileState], dirs: dict[str, tuple[int, int]],
+                      guests: list[Guest], plan: Plan) -> None:
     for f, before in states.items():
         after = state.texts[f]
         if after == before.data:
@@ -319,7 +344,8 @@ def _manifest_changes(state: _Round, states: dict[str, FileState], guests: list[
         if any(not w.shared for w in wants):
             notes.append(RESTART_NOTE)
         plan.changes.append(ManifestEdit(path=Path(os.path.abspath(f)), shown=f, before=before, after=after,
-                                         reasons=reasons, notes=notes, planned=planned, objects=objects))
+                                         reasons=reasons, notes=notes, planned=planned, objects=objects,
+                                         dir_id=dirs.get(f)))
 
 
 # --------------------------------------------------------------------------- a cluster
