@@ -71,10 +71,14 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024, *, dir_fd: int | None 
     return FileState(data, stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid)
 
 
-def read_state_and_dir(path: Path, limit: int = 64 * 1024 * 1024) -> tuple[FileState, tuple[int, int]]:
+def read_state_and_dir(path: Path, limit: int = 64 * 1024 * 1024) -> tuple[FileState, tuple[int, int] | None]:
     """:func:`read_state` of ``path`` in its directory as opened now, and that directory's ``(st_dev, st_ino)``:
-    what a plan records (``FileChange.dir_id``) so that the write goes to the directory the plan read."""
-    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    what a plan records (``FileChange.dir_id``) so that the write goes to the directory the plan read (``None``
+    and an absent file where the directory is not there)."""
+    try:
+        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return FileState(None), None
     try:
         st = os.fstat(fd)
         return read_state(path, limit, dir_fd=fd), (st.st_dev, st.st_ino)

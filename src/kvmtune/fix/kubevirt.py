@@ -195,7 +195,7 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     plan.refused.extend(read.errors)
     plan.notes.extend(read.notes)
     states: dict[str, FileState] = {}
-    dirs: dict[str, tuple[int, int]] = {}
+    dirs: dict[str, tuple[int, int] | None] = {}
     extra: list[KObject] = []
     tops = [p for p in paths if os.path.isdir(p)]
     for obj in read.objects:
@@ -317,7 +317,7 @@ def _edit_round(state: _Round, findings: list[Finding], guests: list[Guest], for
     return new
 
 
-def _manifest_changes(state: _Round, states: dict[str, FileState], dirs: dict[str, tuple[int, int]],
+def _manifest_changes(state: _Round, states: dict[str, FileState], dirs: dict[str, tuple[int, int] | None],
                       guests: list[Guest], plan: Plan) -> None:
     for f, before in states.items():
         after = state.texts[f]
