@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -45,7 +45,7 @@ from kvmtune.fix.files import FileState, read_state_and_dir
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
 from kvmtune.fix.registry import FixOptions
 from kvmtune.kubevirt import kubectl
-from kvmtune.kubevirt.edit import EditRefused, edit_bytes, get_in, parts_of, set_in
+from kvmtune.kubevirt.edit import EditRefused, Part, edit_bytes, get_in, parts_of, set_in
 from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.kubevirt.guest import Spec, guests_from_objects, spec_of
 from kvmtune.kubevirt.load import KObject, read_bytes, read_paths
@@ -544,6 +544,92 @@ def plan_cluster(context: str | None, rules: Sequence[type[Rule]], options: FixO
             context=context, obj_kind=obj.kind, namespace=obj.namespace, name=obj.name, resource_version=rv,
             spec_patch={"spec": forward}, reverse={"spec": reverse}, shared=shared, reasons=reasons, notes=notes,
             planned=[w.planned("restart") for w in mine]))
+
+
+# --------------------------------------------------------------------------- what a journal may patch
+
+ANY_ITEM = "[]"
+
+
+def _segments(field_path: str) -> list[str]:
+    """``domain.devices.disks[{disk}].disk.bus`` as ``domain devices disks [] disk bus``."""
+    out: list[str] = []
+    for part in field_path.split("."):
+        name, bracket, _ = part.partition("[")
+        out.append(name)
+        if bracket:
+            out.append(ANY_ITEM)
+    return out
+
+
+def settable_paths(obj_kind: str) -> list[list[str]]:
+    """The spec paths (below ``spec``) kvmtune's KubeVirt forms set in an object of ``obj_kind``."""
+    out: list[list[str]] = []
+    for rule in all_rules():
+        form = rule.kubevirt
+        if form is None or form.field is None or not form.settable:
+            continue
+        if obj_kind == "VirtualMachine":
+            segs = ["template", "spec", *_segments(form.field)]
+            out.append(segs)
+            if segs[-2:] == ["disk", "bus"]:  # a lun's or cdrom's bus is under its own key (want_for)
+                out.extend([*segs[:-2], device, "bus"] for device in ("lun", "cdrom"))
+        elif "Instancetype" in obj_kind and form.instancetype:
+            out.append(_segments(form.instancetype))
+        elif "Preference" in obj_kind and form.preference:
+            out.append(_segments(form.preference))
+    return out
+
+
+def _leaves(value: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _leaves(v, [*path, str(k)])
+    else:
+        yield path, value
+
+
+def _without(item: Any, sub: list[str]) -> Any:
+    """``item`` less the value at ``sub`` (what kvmtune may change in one list item)."""
+    if not sub or not isinstance(item, dict):
+        return item
+    out = dict(item)
+    if len(sub) == 1:
+        out.pop(sub[0], None)
+    elif sub[0] in out:
+        out[sub[0]] = _without(out[sub[0]], sub[1:])
+    return out
+
+
+def patch_refusals(obj_kind: str, patch: dict[str, Any], reverse: dict[str, Any]) -> list[str]:
+    """Why a journal's ``kubectl`` entry patches more than kvmtune sets: a value outside the forms' paths (a volume,
+    ``runStrategy``, a node selector), or a list (merge patches replace them whole) whose items differ from the other
+    side's in more than those paths (another disk, another volume name). Empty: only what kvmtune sets."""
+    allowed = settable_paths(obj_kind)
+    out: list[str] = []
+    sides = {"patch": patch.get("spec"), "reverse": reverse.get("spec")}
+    for side, spec in sides.items():
+        other = sides["reverse" if side == "patch" else "patch"]
+        for path, value in _leaves(spec if isinstance(spec, dict) else {}, []):
+            shown = ".".join(["spec", *path])
+            if any(len(path) >= len(t) and path[:len(t)] == t for t in allowed):
+                continue  # the value of a field kvmtune sets, or below it (hyperv's enlightenments)
+            subs = [t[len(path) + 1:] for t in allowed if t[:len(path)] == path and t[len(path):len(path) + 1] == [ANY_ITEM]]
+            if not subs:
+                out.append(f"its {side} sets {shown}, which kvmtune does not set")
+                continue
+            parts: list[Part] = list(path)
+            found, theirs = get_in(other, parts) if isinstance(other, dict) else (False, None)
+            if not (isinstance(value, list) and found and isinstance(theirs, list) and len(value) == len(theirs)):
+                out.append(f"its {side} replaces the list {shown} with one the other side does not match item for item")
+                continue
+            mine_items, their_items = list(value), list(theirs)
+            for sub in subs:
+                mine_items = [_without(i, sub) for i in mine_items]
+                their_items = [_without(i, sub) for i in their_items]
+            if mine_items != their_items:
+                out.append(f"its {side} changes the items of {shown} in more than what kvmtune sets in them")
+    return sorted(set(out))
 
 
 def _cluster_refusal(want: Want) -> str | None:
