@@ -254,7 +254,7 @@ def test_a_journal_may_only_put_back_what_kvmtune_sets(cluster: Cluster, where: 
 def test_what_kvmtune_itself_patches_passes_the_journal_check() -> None:
     """The forward and reverse patches of a disk bus (a disk's, a lun's, a cdrom's), a NIC model and a mapping value
     are what kvmtune sets: a journal holding them is accepted."""
-    from kvmtune.fix.kubevirt import patch_refusals
+    from kvmtune.fix.kubectl_paths import patch_refusals
 
     def vm(disks: list[Any], nics: list[Any], **domain: Any) -> dict[str, Any]:
         return {"spec": {"template": {"spec": {"domain": {"devices": {"disks": disks, "interfaces": nics}, **domain}}}}}

@@ -23,9 +23,10 @@ volumes), so a change is ``restart`` under either strategy, ``live`` only for a 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -41,11 +42,12 @@ from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned, TakesEffect
 from kvmtune.fix.entries import KubectlEntry
-from kvmtune.fix.files import FileState, read_state_and_dir
+from kvmtune.fix.files import FileState, read_state, read_state_and_dir
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
 from kvmtune.fix.registry import FixOptions
+from kvmtune.inputs import open_beneath
 from kvmtune.kubevirt import kubectl
-from kvmtune.kubevirt.edit import EditRefused, Part, edit_bytes, get_in, parts_of, set_in
+from kvmtune.kubevirt.edit import EditRefused, edit_bytes, get_in, parts_of, set_in
 from kvmtune.kubevirt.form import KubevirtForm
 from kvmtune.kubevirt.guest import Spec, guests_from_objects, spec_of
 from kvmtune.kubevirt.load import KObject, read_bytes, read_paths
@@ -202,14 +204,8 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
         f = obj.doc.path
         if f in states or any(o.doc.path == f for o in extra):
             continue
-        linked = _through_a_link(f, tops)
-        if linked:
-            plan.skipped.append(f"{linked}; not edited")
-            plan.refused.append(linked)
-            extra.extend(o for o in read.objects if o.doc.path == f)
-            continue
         try:
-            state, dirs[f] = read_state_and_dir(Path(os.path.abspath(f)))
+            state, dirs[f] = _read_below(f, tops)
         except OSError as exc:
             plan.skipped.append(f"{f}: {exc}; not edited")
             plan.refused.append(f"{f}: {exc}")
@@ -249,20 +245,30 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     _manifest_changes(state_round, states, dirs, guests, plan)
 
 
-def _through_a_link(f: str, tops: list[str]) -> str | None:
-    """Why ``f``, found in the walk of a named directory, is not edited: a directory on its way below that directory
-    is a symbolic link (another user's link in a tree would choose which files elsewhere root rewrites). ``None``:
-    every directory between the named one and ``f`` is a real one."""
+def _read_below(f: str, tops: list[str]) -> tuple[FileState, tuple[int, int] | None]:
+    """``f`` as :func:`read_state_and_dir` reads it; a file found in the walk of a named directory is reached from that
+    directory's descriptor with no symbolic link on the way (``open_beneath``): another user's link in a tree must not
+    choose which files elsewhere root rewrites (read for the plan, never edited)."""
     d = os.path.dirname(f)
     for top in tops:
         rel = os.path.relpath(d, top)
         if rel == os.pardir or rel.startswith(os.pardir + os.sep):
             continue
-        real = os.path.realpath(d)
-        if real != os.path.normpath(os.path.join(os.path.realpath(top), rel)):
-            return f"{f}: reached through a symbolic link below {top} (to {real}); read, never written through"
-        return None
-    return None
+        top_fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            dir_fd = open_beneath(top_fd, rel, os.O_PATH | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+                raise OSError(f"reached through a symbolic link below {top}; read, never written through") from None
+            raise
+        finally:
+            os.close(top_fd)
+        try:
+            st = os.fstat(dir_fd)
+            return read_state(Path(os.path.abspath(f)), dir_fd=dir_fd), (st.st_dev, st.st_ino)
+        finally:
+            os.close(dir_fd)
+    return read_state_and_dir(Path(os.path.abspath(f)))
 
 
 def _triage(finding: Finding, guest: Guest, forms: dict[str, KubevirtForm], options: FixOptions, plan: Plan,
@@ -544,92 +550,6 @@ def plan_cluster(context: str | None, rules: Sequence[type[Rule]], options: FixO
             context=context, obj_kind=obj.kind, namespace=obj.namespace, name=obj.name, resource_version=rv,
             spec_patch={"spec": forward}, reverse={"spec": reverse}, shared=shared, reasons=reasons, notes=notes,
             planned=[w.planned("restart") for w in mine]))
-
-
-# --------------------------------------------------------------------------- what a journal may patch
-
-ANY_ITEM = "[]"
-
-
-def _segments(field_path: str) -> list[str]:
-    """``domain.devices.disks[{disk}].disk.bus`` as ``domain devices disks [] disk bus``."""
-    out: list[str] = []
-    for part in field_path.split("."):
-        name, bracket, _ = part.partition("[")
-        out.append(name)
-        if bracket:
-            out.append(ANY_ITEM)
-    return out
-
-
-def settable_paths(obj_kind: str) -> list[list[str]]:
-    """The spec paths (below ``spec``) kvmtune's KubeVirt forms set in an object of ``obj_kind``."""
-    out: list[list[str]] = []
-    for rule in all_rules():
-        form = rule.kubevirt
-        if form is None or form.field is None or not form.settable:
-            continue
-        if obj_kind == "VirtualMachine":
-            segs = ["template", "spec", *_segments(form.field)]
-            out.append(segs)
-            if segs[-2:] == ["disk", "bus"]:  # a lun's or cdrom's bus is under its own key (want_for)
-                out.extend([*segs[:-2], device, "bus"] for device in ("lun", "cdrom"))
-        elif "Instancetype" in obj_kind and form.instancetype:
-            out.append(_segments(form.instancetype))
-        elif "Preference" in obj_kind and form.preference:
-            out.append(_segments(form.preference))
-    return out
-
-
-def _leaves(value: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            yield from _leaves(v, [*path, str(k)])
-    else:
-        yield path, value
-
-
-def _without(item: Any, sub: list[str]) -> Any:
-    """``item`` less the value at ``sub`` (what kvmtune may change in one list item)."""
-    if not sub or not isinstance(item, dict):
-        return item
-    out = dict(item)
-    if len(sub) == 1:
-        out.pop(sub[0], None)
-    elif sub[0] in out:
-        out[sub[0]] = _without(out[sub[0]], sub[1:])
-    return out
-
-
-def patch_refusals(obj_kind: str, patch: dict[str, Any], reverse: dict[str, Any]) -> list[str]:
-    """Why a journal's ``kubectl`` entry patches more than kvmtune sets: a value outside the forms' paths (a volume,
-    ``runStrategy``, a node selector), or a list (merge patches replace them whole) whose items differ from the other
-    side's in more than those paths (another disk, another volume name). Empty: only what kvmtune sets."""
-    allowed = settable_paths(obj_kind)
-    out: list[str] = []
-    sides = {"patch": patch.get("spec"), "reverse": reverse.get("spec")}
-    for side, spec in sides.items():
-        other = sides["reverse" if side == "patch" else "patch"]
-        for path, value in _leaves(spec if isinstance(spec, dict) else {}, []):
-            shown = ".".join(["spec", *path])
-            if any(len(path) >= len(t) and path[:len(t)] == t for t in allowed):
-                continue  # the value of a field kvmtune sets, or below it (hyperv's enlightenments)
-            subs = [t[len(path) + 1:] for t in allowed if t[:len(path)] == path and t[len(path):len(path) + 1] == [ANY_ITEM]]
-            if not subs:
-                out.append(f"its {side} sets {shown}, which kvmtune does not set")
-                continue
-            parts: list[Part] = list(path)
-            found, theirs = get_in(other, parts) if isinstance(other, dict) else (False, None)
-            if not (isinstance(value, list) and found and isinstance(theirs, list) and len(value) == len(theirs)):
-                out.append(f"its {side} replaces the list {shown} with one the other side does not match item for item")
-                continue
-            mine_items, their_items = list(value), list(theirs)
-            for sub in subs:
-                mine_items = [_without(i, sub) for i in mine_items]
-                their_items = [_without(i, sub) for i in their_items]
-            if mine_items != their_items:
-                out.append(f"its {side} changes the items of {shown} in more than what kvmtune sets in them")
-    return sorted(set(out))
 
 
 def _cluster_refusal(want: Want) -> str | None:
