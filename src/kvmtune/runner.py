@@ -23,6 +23,7 @@ kills; fio measures the same either way).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import selectors
@@ -148,7 +149,8 @@ class Runner:
         A missing program is reported as exit code 127, like a shell does. With ``max_output`` (for a command whose
         answer someone else writes: a tenant's pod through ``kubectl exec``) at most that many bytes of stdout and
         :data:`STDERR_KEEP` of stderr's end are held: a command that prints more is killed at once and its result
-        says ``too_large``, so a flood costs neither memory nor the whole time-out.
+        says ``too_large``, so a flood costs neither memory nor the whole time-out; ``history`` records such a
+        command without its stdout.
         """
         full_env = None
         if env is not None:
@@ -160,7 +162,8 @@ class Runner:
                 raise ValueError("max_output does not take input_text")
             result = _run_bounded(argv, timeout if timeout is not None else self.default_timeout, full_env, cwd,
                                   max_output)
-            self.history.append(result)
+            # the record keeps no stdout: one bounded answer per VMI, each up to its limit, would add up in a run
+            self.history.append(dataclasses.replace(result, stdout=""))
             return result
         try:
             proc = subprocess.run(

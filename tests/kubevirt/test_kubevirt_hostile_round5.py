@@ -231,6 +231,7 @@ def test_a_bounded_command_is_killed_at_its_limit_and_says_so() -> None:
     assert result.too_large and not result.ok and not result.timed_out
     assert len(result.stdout) == 1001 and time.monotonic() - start < 20
     assert "printed more than kvmtune reads of it" in result.describe_failure()
+    assert runner.history[-1].stdout == "" and runner.history[-1].too_large  # answers do not pile up in the record
     small = runner.run([sys.executable, "-c", "import sys; print('ok'); print('bad', file=sys.stderr); sys.exit(3)"],
                        timeout=30, max_output=1000)
     assert (small.returncode, small.stdout, small.stderr, small.too_large) == (3, "ok\n", "bad\n", False)
