@@ -23,8 +23,10 @@ kills; fio measures the same either way).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -97,10 +99,11 @@ class CommandResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    too_large: bool = False  # stdout passed ``max_output``: the command was killed, stdout holds the first bytes
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.too_large
 
     @property
     def stderr_tail(self) -> str:
@@ -109,6 +112,8 @@ class CommandResult:
     def describe_failure(self) -> str:
         """One line: what ran and why it failed."""
         cmd = " ".join(self.argv[:3]) + (" …" if len(self.argv) > 3 else "")
+        if self.too_large:
+            return f"'{cmd}' printed more than kvmtune reads of it; stopped"
         if self.timed_out:
             return f"'{cmd}' timed out after {self.duration_s:.1f}s"
         last = self.stderr.strip().splitlines()[-1] if self.stderr.strip() else "no error output"
@@ -137,16 +142,29 @@ class Runner:
         env: Mapping[str, str] | None = None,
         input_text: str | None = None,
         cwd: str | None = None,
+        max_output: int | None = None,
     ) -> CommandResult:
         """Run ``argv`` to completion; never raises for a non-zero exit.
 
-        A missing program is reported as exit code 127, like a shell does.
+        A missing program is reported as exit code 127, like a shell does. With ``max_output`` (for a command whose
+        answer someone else writes: a tenant's pod through ``kubectl exec``) at most that many bytes of stdout and
+        :data:`STDERR_KEEP` of stderr's end are held: a command that prints more is killed at once and its result
+        says ``too_large``, so a flood costs neither memory nor the whole time-out; ``history`` records such a
+        command without its stdout.
         """
         full_env = None
         if env is not None:
             full_env = dict(os.environ)
             full_env.update(env)
         start = time.monotonic()
+        if max_output is not None:
+            if input_text is not None:
+                raise ValueError("max_output does not take input_text")
+            result = _run_bounded(argv, timeout if timeout is not None else self.default_timeout, full_env, cwd,
+                                  max_output)
+            # the record keeps no stdout: one bounded answer per VMI, each up to its limit, would add up in a run
+            self.history.append(dataclasses.replace(result, stdout=""))
+            return result
         try:
             proc = subprocess.run(
                 _with_threads(argv),
@@ -184,6 +202,58 @@ class Runner:
             raise TypeError("Runner.popen sets preexec_fn itself (the child dies with kvmtune)")
         self.history.append(CommandResult(tuple(argv), -2, "", "", 0.0))
         return subprocess.Popen(_with_threads(argv), preexec_fn=die_with_parent_preexec(), **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+STDERR_KEEP = 64 * 1024  # the end of a bounded command's stderr (its last line is what describe_failure says)
+
+
+def _run_bounded(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None, cwd: str | None,
+                 limit: int) -> CommandResult:
+    """:meth:`Runner.run` holding at most ``limit`` + 1 bytes of stdout (killed past it) and the last
+    :data:`STDERR_KEEP` bytes of stderr."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # argv, no shell: the runner is the one place commands start
+            _with_threads(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            cwd=cwd, preexec_fn=die_with_parent_preexec(long_lived=False))
+    except FileNotFoundError as exc:
+        return CommandResult(tuple(argv), 127, "", f"{argv[0]}: not found ({exc.strerror})", time.monotonic() - start)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    too_large = timed_out = False
+    deadline = start + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map() and not too_large:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                buf: bytearray = key.data
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif buf is out:
+                    out += chunk[:limit + 1 - len(out)]
+                    too_large = len(out) > limit
+                else:
+                    err += chunk
+                    del err[:-STDERR_KEEP]
+    if too_large or timed_out:
+        proc.kill()
+    try:
+        returncode = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # both pipes closed, yet it goes on: a daemon's child holds nothing of ours
+        proc.kill()
+        returncode = proc.wait()
+        timed_out = True
+    proc.stdout.close()
+    proc.stderr.close()
+    return CommandResult(tuple(argv), -1 if timed_out else returncode, out.decode(errors="replace"),
+                         err.decode(errors="replace"), time.monotonic() - start, timed_out=timed_out,
+                         too_large=too_large)
 
 
 _default: Runner | None = None

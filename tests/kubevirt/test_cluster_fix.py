@@ -213,3 +213,59 @@ def test_a_journal_may_not_patch_anything_but_a_kubevirt_objects_spec(cluster: C
     text = undo.stderr + undo.stdout
     assert "'Secret' is not a kind kvmtune patches" in text and "changes more than the object's spec" in text
     assert len(cluster.patches()) == n
+
+
+@pytest.mark.parametrize(("where", "value", "said"), [
+    (["template", "spec", "volumes"], [{"name": "root", "hostDisk": {"path": "/etc/shadow", "type": "Disk"}}],
+     "its reverse sets spec.template.spec.volumes, which kvmtune does not set"),
+    (["runStrategy"], "Always", "its reverse sets spec.runStrategy, which kvmtune does not set"),
+    (["template", "spec", "domain", "devices", "disks"], "extra disk",
+     "its reverse replaces the list spec.template.spec.domain.devices.disks with one the other side does not match"),
+    (["template", "spec", "domain", "devices", "disks"], "other name",
+     "its reverse changes the items of spec.template.spec.domain.devices.disks in more than what kvmtune sets"),
+])
+def test_a_journal_may_only_put_back_what_kvmtune_sets(cluster: Cluster, where: list[str], value: Any,
+                                                       said: str) -> None:
+    """A journal's reverse patch (what undo sends) may hold only the fields kvmtune's KubeVirt forms set, and a list
+    (a merge patch replaces it whole) only with the items the patch had, apart from those fields: as a ``qm`` entry
+    may only put back the keys kvmtune sets. Before, any field of the spec passed (a hostDisk volume, runStrategy,
+    another disk)."""
+    assert cluster.fix("--apply", "--yes", "--allow-bus-change").returncode == 0
+    path = next(cluster.journals.glob("*.json"))
+    doc = json.loads(path.read_text())
+    change = next(c for c in doc["changes"] if c["name"] == "legacy")
+    node = change["reverse"]["spec"]
+    for key in where[:-1]:
+        node = node.setdefault(key, {})
+    if value == "extra disk":
+        node[where[-1]] = [*node[where[-1]], {"name": "stolen", "disk": {"bus": "virtio"}}]
+    elif value == "other name":
+        node[where[-1]] = [{**node[where[-1]][0], "name": "stolen"}, *node[where[-1]][1:]]
+    else:
+        node[where[-1]] = value
+    path.write_text(json.dumps(doc))
+    n = len(cluster.patches())
+    undo = cluster.kvmtune("undo", "--journal-dir", str(cluster.journals), doc["id"])
+    assert undo.returncode != 0
+    assert said in undo.stderr + undo.stdout
+    assert len(cluster.patches()) == n
+
+
+def test_what_kvmtune_itself_patches_passes_the_journal_check() -> None:
+    """The forward and reverse patches of a disk bus (a disk's, a lun's, a cdrom's), a NIC model and a mapping value
+    are what kvmtune sets: a journal holding them is accepted."""
+    from kvmtune.fix.kubectl_paths import patch_refusals
+
+    def vm(disks: list[Any], nics: list[Any], **domain: Any) -> dict[str, Any]:
+        return {"spec": {"template": {"spec": {"domain": {"devices": {"disks": disks, "interfaces": nics}, **domain}}}}}
+
+    before = vm([{"name": "a", "disk": {}}, {"name": "b", "cdrom": {"bus": "sata"}}, {"name": "c", "lun": {}}],
+                [{"name": "n", "model": "e1000e", "masquerade": {}}])
+    after = vm([{"name": "a", "disk": {"bus": "virtio"}}, {"name": "b", "cdrom": {"bus": "scsi"}},
+                {"name": "c", "lun": {"bus": "scsi"}}], [{"name": "n", "model": "virtio", "masquerade": {}}],
+               ioThreadsPolicy="auto", features={"hyperv": {"relaxed": {}, "spinlocks": {"spinlocks": 8191}}})
+    assert patch_refusals("VirtualMachine", after, before) == []
+    assert patch_refusals("VirtualMachineInstancetype", {"spec": {"ioThreadsPolicy": "auto"}},
+                          {"spec": {"ioThreadsPolicy": None}}) == []
+    assert patch_refusals("VirtualMachineInstancetype", {"spec": {"memory": {"guest": "1Gi"}}},
+                          {"spec": {"memory": {"guest": "2Gi"}}}) != []

@@ -27,7 +27,7 @@ from kvmtune.errors import InputError
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned
 from kvmtune.fix.encoding import utf16_of
-from kvmtune.fix.files import read_state
+from kvmtune.fix.files import read_state_and_dir
 from kvmtune.fix.live import LiveSet, live_changes
 from kvmtune.fix.plan import Change, Plan, XmlEdit, XmlFileEdit
 from kvmtune.fix.registry import FixCall, FixOptions, NotFixable, XmlFixer, all_fixers
@@ -201,7 +201,7 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
         if path.is_dir():
             raise InputError(raw, "is a directory (give domain XML files)")
         try:
-            state = read_state(real, limit=MAX_XML_BYTES)
+            state, dir_id = read_state_and_dir(real, limit=MAX_XML_BYTES)
         except PermissionError:
             raise InputError(raw, "not readable (permission denied)") from None
         except OSError as exc:
@@ -225,6 +225,7 @@ def plan_files(paths: Sequence[str], rules: Sequence[type[Rule]], options: FixOp
             notes=["takes effect when the domain is defined from this file and (re)started"],
             domain=guest.name,
             planned=result.planned(guest.name, origin="xml", active=False),
+            dir_id=dir_id,
         )
         plan.changes.append(change)
 

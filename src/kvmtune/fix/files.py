@@ -39,12 +39,14 @@ class FileState:
         return None if self.data is None else hashlib.sha256(self.data).hexdigest()
 
 
-def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
+def read_state(path: Path, limit: int = 64 * 1024 * 1024, *, dir_fd: int | None = None) -> FileState:
     """What ``path`` holds now, read from the descriptor that was checked: not a link (``O_NOFOLLOW``), a
     regular file (``lstat`` first, so no device is ever opened, then ``fstat`` of what was opened: the same
-    file), at most ``limit`` bytes."""
+    file), at most ``limit`` bytes. With ``dir_fd`` (a descriptor of ``path``'s directory) the file is
+    ``path``'s name in that directory, whatever directory ``path`` names now."""
+    name: str | Path = path.name if dir_fd is not None else path
     try:
-        st = os.lstat(path)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return FileState(None)
     if stat.S_ISLNK(st.st_mode):
@@ -52,7 +54,7 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{path} is not a regular file")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OSError(f"{path} is a symbolic link; kvmtune does not replace links") from None
@@ -67,6 +69,21 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024) -> FileState:
     if len(data) > limit:
         raise OSError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
     return FileState(data, stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid)
+
+
+def read_state_and_dir(path: Path, limit: int = 64 * 1024 * 1024) -> tuple[FileState, tuple[int, int] | None]:
+    """:func:`read_state` of ``path`` in its directory as opened now, and that directory's ``(st_dev, st_ino)``:
+    what a plan records (``FileChange.dir_id``) so that the write goes to the directory the plan read (``None``
+    and an absent file where the directory is not there)."""
+    try:
+        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return FileState(None), None
+    try:
+        st = os.fstat(fd)
+        return read_state(path, limit, dir_fd=fd), (st.st_dev, st.st_ino)
+    finally:
+        os.close(fd)
 
 
 def temp_name(path: Path, tag: str) -> Path:

@@ -435,6 +435,10 @@ def kubectl_refusals(e: KubectlEntry, root: str) -> list[str]:
         out.append(f"{e.context!r} is not a kubeconfig context name")
     if set(e.patch) != {"spec"} or set(e.reverse) != {"spec"}:
         out.append("its patch changes more than the object's spec")
+    elif e.obj_kind in PATCHABLE:
+        from kvmtune.fix.kubectl_paths import patch_refusals
+
+        out.extend(patch_refusals(e.obj_kind, e.patch, e.reverse))
     return out
 
 

@@ -23,6 +23,7 @@ volumes), so a change is ``restart`` under either strategy, ``live`` only for a 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 from collections.abc import Sequence
@@ -41,9 +42,10 @@ from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned, TakesEffect
 from kvmtune.fix.entries import KubectlEntry
-from kvmtune.fix.files import FileState, read_state
+from kvmtune.fix.files import FileState, read_state, read_state_and_dir
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, FileChange, Plan, UndoConflict, UndoContext
 from kvmtune.fix.registry import FixOptions
+from kvmtune.inputs import open_beneath
 from kvmtune.kubevirt import kubectl
 from kvmtune.kubevirt.edit import EditRefused, edit_bytes, get_in, parts_of, set_in
 from kvmtune.kubevirt.form import KubevirtForm
@@ -195,13 +197,15 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
     plan.refused.extend(read.errors)
     plan.notes.extend(read.notes)
     states: dict[str, FileState] = {}
+    dirs: dict[str, tuple[int, int] | None] = {}
     extra: list[KObject] = []
+    tops = [p for p in paths if os.path.isdir(p)]
     for obj in read.objects:
         f = obj.doc.path
         if f in states or any(o.doc.path == f for o in extra):
             continue
         try:
-            state = read_state(Path(os.path.abspath(f)))
+            state, dirs[f] = _read_below(f, tops)
         except OSError as exc:
             plan.skipped.append(f"{f}: {exc}; not edited")
             plan.refused.append(f"{f}: {exc}")
@@ -238,7 +242,33 @@ def plan_manifests(paths: Sequence[str], recursive: bool, rules: Sequence[type[R
             plan.skipped.append(f"{want.guest}: {finding.rule}: setting {want.path} did not remove the finding")
     plan.manual += len(advice)
     plan.notes.extend(sorted(f"{g}: {r} is advice only ({why})" for g, r, why in advice))
-    _manifest_changes(state_round, states, guests, plan)
+    _manifest_changes(state_round, states, dirs, guests, plan)
+
+
+def _read_below(f: str, tops: list[str]) -> tuple[FileState, tuple[int, int] | None]:
+    """``f`` as :func:`read_state_and_dir` reads it; a file found in the walk of a named directory is reached from that
+    directory's descriptor with no symbolic link on the way (``open_beneath``): another user's link in a tree must not
+    choose which files elsewhere root rewrites (read for the plan, never edited)."""
+    d = os.path.dirname(f)
+    for top in tops:
+        rel = os.path.relpath(d, top)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            continue
+        top_fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            dir_fd = open_beneath(top_fd, rel, os.O_PATH | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+                raise OSError(f"reached through a symbolic link below {top}; read, never written through") from None
+            raise
+        finally:
+            os.close(top_fd)
+        try:
+            st = os.fstat(dir_fd)
+            return read_state(Path(os.path.abspath(f)), dir_fd=dir_fd), (st.st_dev, st.st_ino)
+        finally:
+            os.close(dir_fd)
+    return read_state_and_dir(Path(os.path.abspath(f)))
 
 
 def _triage(finding: Finding, guest: Guest, forms: dict[str, KubevirtForm], options: FixOptions, plan: Plan,
@@ -293,7 +323,8 @@ def _edit_round(state: _Round, findings: list[Finding], guests: list[Guest], for
     return new
 
 
-def _manifest_changes(state: _Round, states: dict[str, FileState], guests: list[Guest], plan: Plan) -> None:
+def _manifest_changes(state: _Round, states: dict[str, FileState], dirs: dict[str, tuple[int, int] | None],
+                      guests: list[Guest], plan: Plan) -> None:
     for f, before in states.items():
         after = state.texts[f]
         if after == before.data:
@@ -319,7 +350,8 @@ def _manifest_changes(state: _Round, states: dict[str, FileState], guests: list[
         if any(not w.shared for w in wants):
             notes.append(RESTART_NOTE)
         plan.changes.append(ManifestEdit(path=Path(os.path.abspath(f)), shown=f, before=before, after=after,
-                                         reasons=reasons, notes=notes, planned=planned, objects=objects))
+                                         reasons=reasons, notes=notes, planned=planned, objects=objects,
+                                         dir_id=dirs.get(f)))
 
 
 # --------------------------------------------------------------------------- a cluster

@@ -39,6 +39,14 @@ class ApplyContext(Connections):
     journal: Journal
     runner: Runner
     purge_backups: bool = False
+    dir_fds: list[int] = field(default_factory=list, kw_only=True, repr=False)  # held from snapshot to apply
+
+    def close(self) -> None:
+        super().close()
+        for fd in self.dir_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.dir_fds.clear()
 
 
 class UndoConflict(KvmtuneError):
@@ -103,6 +111,9 @@ class FileChange(Change[FileEntry]):
     notes: list[str] = field(default_factory=list)
     planned: list[Planned] = field(default_factory=list)
     mode: int = 0o644
+    # (st_dev, st_ino) of the directory the plan read the file in (None: not recorded, or not there yet)
+    dir_id: tuple[int, int] | None = None
+    _dir_fd: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def render(self) -> str:
         old = decode_text(self.before.data or b"")
@@ -113,9 +124,32 @@ class FileChange(Change[FileEntry]):
     def lock_paths(self) -> list[Path]:
         return [self.path]
 
-    def snapshot(self, ctx: ApplyContext) -> FileEntry:
+    def _open_dir(self, ctx: ApplyContext) -> int | None:
+        """The file's directory, opened once for the snapshot and the write (``None``: not there yet, created by
+        apply). It must be the directory the plan read the file in: a directory another user can change above the
+        file could otherwise be swapped for a link between the plan, the snapshot and the write, and the write land
+        in whatever directory the link names, with the file's old owner."""
+        parent = self.path.parent
         try:
-            now = read_state(self.path)
+            fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if self.dir_id is not None:
+                raise ApplyError(f"{self.shown}: its directory {parent} is gone since the plan was made; nothing "
+                                 "changed") from None
+            return None
+        except OSError as exc:
+            raise ApplyError(f"{self.shown}: {parent}: {exc.strerror or exc}") from None
+        ctx.dir_fds.append(fd)
+        st = os.fstat(fd)
+        if self.dir_id is not None and (st.st_dev, st.st_ino) != self.dir_id:
+            raise ApplyError(f"{self.shown}: {parent} is not the directory the plan read it in (replaced, or a "
+                             "symbolic link put on the way since); nothing changed")
+        return fd
+
+    def snapshot(self, ctx: ApplyContext) -> FileEntry:
+        self._dir_fd = self._open_dir(ctx)
+        try:
+            now = read_state(self.path, dir_fd=self._dir_fd)
         except OSError as exc:
             raise ApplyError(f"{self.shown}: {exc}") from None
         if now.data != self.before.data:
@@ -135,9 +169,11 @@ class FileChange(Change[FileEntry]):
 
     def apply(self, entry: FileEntry, ctx: ApplyContext) -> None:
         try:
-            make_dirs(self.path.parent)
+            if self._dir_fd is None:
+                make_dirs(self.path.parent)
             mode = self.before.mode if self.before.mode is not None else self.mode
-            write_atomic(self.path, self.after, mode=mode, uid=self.before.uid, gid=self.before.gid, tag=ctx.journal.id)
+            write_atomic(self.path, self.after, mode=mode, uid=self.before.uid, gid=self.before.gid, tag=ctx.journal.id,
+                         dir_fd=self._dir_fd)  # the directory the snapshot read: never one swapped in since
         except OSError as exc:
             raise ApplyError(f"{self.shown}: cannot write ({exc.strerror or exc})") from None
 

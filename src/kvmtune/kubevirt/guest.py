@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from kvmtune.kubevirt.load import KObject
 from kvmtune.model.guest import Disk, Guest, Nic, Rng
@@ -35,23 +35,36 @@ CONFIG_VOLUMES = frozenset({"cloudInitNoCloud", "cloudInitConfigDrive", "configM
                             "sysprep", "downwardAPI", "downwardMetrics"})
 STORAGE_VOLUMES = frozenset({"persistentVolumeClaim", "dataVolume", "hostDisk"})
 _QUANTITY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)(?:[eE]([0-9]+))?\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|m)?\s*")
+MAX_EXPONENT = 30  # 10^30: more bytes or CPUs than any cluster has; beyond it Kubernetes refuses the quantity too
+MAX_QUANTITY = 2.0**80  # a quantity kvmtune computes with (Kubernetes keeps at most 2^63 milli-units)
+MAX_COUNT = 2**32 - 1  # KubeVirt's CPU topology fields and instancetype guest CPUs are uint32
 _FACTOR = {None: 1, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 def quantity(value: Any) -> float | None:
-    """A Kubernetes resource quantity (``2Gi``, ``500m``, ``1e3``, ``4``) as a number; ``None`` if it is none."""
+    """A Kubernetes resource quantity (``2Gi``, ``500m``, ``1e3``, ``4``) as a finite number; ``None`` if it is none.
+
+    A manifest is hostile: ``1e99999999999`` (10 to that power is a number Python would compute for ever), an integer
+    of 400 digits or ``.inf`` (no float holds them) and ``.nan`` are no quantity (Kubernetes' own parser refuses
+    them too: at most 2^63 of the smallest unit)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past float's range
+            return None
+        return number if math.isfinite(number) and abs(number) <= MAX_QUANTITY else None
     if not isinstance(value, str) or len(value) > 40:
         return None
     m = _QUANTITY.fullmatch(value)
     if not m:
         return None
-    number = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1)
-    return number * _FACTOR[m.group(3)]
+    if m.group(2) and int(m.group(2)) > MAX_EXPONENT:
+        return None
+    number = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1) * _FACTOR[m.group(3)]
+    return number if math.isfinite(number) and number <= MAX_QUANTITY else None
 
 
 @dataclass
@@ -176,13 +189,13 @@ def _cpu(spec: Spec, guest: Guest) -> None:
     topo = [cpu.get(k) for k in ("sockets", "cores", "threads")]
     guest_cpus = spec.itype("cpu", "guest")
     limit = quantity(_resources(spec, "limits", "cpu"))
-    if isinstance(guest_cpus, int) and not isinstance(guest_cpus, bool):
+    if _count(guest_cpus):
         guest.vcpus, spec.vcpus_stated = guest_cpus, True
         guest.evidence["vcpus"] = f"instancetype {spec.instancetype.name if spec.instancetype else ''} spec.cpu.guest"
-    elif any(isinstance(v, int) and not isinstance(v, bool) for v in topo):
+    elif any(_count(v) for v in topo):
         n = 1
         for v in topo:
-            n *= v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+            n *= v if _count(v) else 1
         guest.vcpus, spec.vcpus_stated = n, True
         guest.evidence["vcpus"] = spec.path("domain.cpu")
     elif limit is not None and limit > 0:
@@ -210,6 +223,12 @@ def _cpu(spec: Spec, guest: Guest) -> None:
     guest.vcpu_pinned = dedicated_cpus(spec)
     if guest.vcpu_pinned:
         guest.evidence["vcpu_pinned"] = spec.path("domain.cpu.dedicatedCpuPlacement")
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    """A CPU count as KubeVirt's uint32 fields hold one (a 5,000-digit integer is none: it overflows every float
+    a rule computes with, and Python will not print it)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT
 
 
 def dedicated_cpus(spec: Spec) -> bool:

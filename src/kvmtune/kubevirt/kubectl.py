@@ -74,7 +74,10 @@ def read_cluster(runner: Runner, context: str | None) -> Read:
     read = Read()
     for kind in KINDS:
         argv = get_argv(kind, context)
-        result = runner.run(argv, timeout=TIMEOUT_S)
+        result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_JSON_BYTES)
+        if result.too_large:
+            read.errors.append(f"{' '.join(argv)}: answer larger than {MAX_JSON_BYTES // (1024 * 1024)} MiB; not read")
+            continue
         if not result.ok:
             if _NOT_SERVED.search(result.stderr):
                 read.notes.append(f"{origin(context)}: {kind} not served by this cluster; not read")
@@ -82,9 +85,6 @@ def read_cluster(runner: Runner, context: str | None) -> Read:
             read.errors.append(f"{' '.join(argv)}: {result.describe_failure()}")
             if result.returncode == 127 or "context" in result.stderr:
                 break  # no kubectl, or no such context: every other kind fails the same way
-            continue
-        if len(result.stdout) > MAX_JSON_BYTES:
-            read.errors.append(f"{' '.join(argv)}: answer larger than {MAX_JSON_BYTES // (1024 * 1024)} MiB; not read")
             continue
         read.files += 1
         where = f"{origin(context)}/{kind}"
@@ -133,7 +133,7 @@ def shell_line(argv: list[str]) -> str:
 
 
 def run_patch(runner: Runner, argv: list[str]) -> None:
-    result = runner.run(argv, timeout=TIMEOUT_S)
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_OBJECT_BYTES)
     if not result.ok:
         last = result.stderr.strip().splitlines()[-1][:300] if result.stderr.strip() else "no error output"
         if "Conflict" in result.stderr or "the object has been modified" in result.stderr:
@@ -148,11 +148,11 @@ def get_object(runner: Runner, context: str | None, kind: str, namespace: str | 
 
     argv = get_one_argv(context, kind, namespace, name)
     label = f"{kind} {(namespace + '/') if namespace and kind not in CLUSTER_SCOPED else ''}{name}"
-    result = runner.run(argv, timeout=TIMEOUT_S)
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_OBJECT_BYTES)
+    if result.too_large:
+        raise KvmtuneError(f"kubectl get {label}: answer larger than {MAX_OBJECT_BYTES // (1024 * 1024)} MiB; not read")
     if not result.ok:
         raise KvmtuneError(f"kubectl get {label}: {result.describe_failure()}")
-    if len(result.stdout) > MAX_OBJECT_BYTES:
-        raise KvmtuneError(f"kubectl get {label}: answer larger than {MAX_OBJECT_BYTES // (1024 * 1024)} MiB; not read")
     docs = load_documents(f"kubectl get {label}", result.stdout)
     obj = docs[0].data if len(docs) == 1 else None
     if not isinstance(obj, dict):

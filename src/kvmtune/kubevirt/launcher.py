@@ -178,11 +178,11 @@ def find_pod(runner: Runner, context: str | None, vmi: RunningVmi) -> str:
 
     argv = pods_argv(vmi, context)
     where = f"{origin(context)}/{vmi.namespace}/{vmi.name}"
-    result = runner.run(argv, timeout=TIMEOUT_S)
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_PODS_BYTES)
+    if result.too_large:
+        raise InputError(where, f"the pod list is larger than {MAX_PODS_BYTES // (1024 * 1024)} MiB; not read")
     if not result.ok:
         raise InputError(where, f"{' '.join(argv)}: {result.describe_failure()}")
-    if len(result.stdout) > MAX_PODS_BYTES:
-        raise InputError(where, f"the pod list is larger than {MAX_PODS_BYTES // (1024 * 1024)} MiB; not read")
     docs = load_documents(f"{where} (kubectl get pods)", result.stdout)
     data = docs[0].data if len(docs) == 1 else None
     items = data.get("items") if isinstance(data, dict) else None
@@ -194,14 +194,15 @@ def find_pod(runner: Runner, context: str | None, vmi: RunningVmi) -> str:
 def dumpxml(runner: Runner, context: str | None, vmi: RunningVmi, pod: str) -> LauncherXml:
     argv = exec_argv(vmi, pod, context)
     where = f"{origin(context)}/{vmi.namespace}/{pod}#{vmi.domain}"
-    result = runner.run(argv, timeout=TIMEOUT_S)
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_XML_BYTES)  # the tenant's pod writes it: bounded
+    if result.too_large:
+        raise InputError(where, f"virsh dumpxml answered more than {MAX_XML_BYTES // (1024 * 1024)} MiB; refused "
+                         "(kubectl stopped)")
     if not result.ok:
         said = [ln.strip() for ln in result.stderr.splitlines() if ln.strip() and not _TERMINATED.match(ln.strip())]
-        why = (f"exited {result.returncode}: {said[-1]}" if said and not result.timed_out and result.returncode != 127
+        why = (f"exited {result.returncode}: {said[-1][:300]}" if said and not result.timed_out and result.returncode != 127
                else result.describe_failure())
         raise InputError(where, f"virsh dumpxml in the compute container: {why}")
-    if len(result.stdout) > MAX_XML_BYTES:
-        raise InputError(where, f"virsh dumpxml answered more than {MAX_XML_BYTES // (1024 * 1024)} MiB; refused")
     if "\ufffd" in result.stdout:
         raise InputError(where, "virsh dumpxml answered bytes that are not UTF-8; refused")
     return LauncherXml(vmi, pod, result.stdout, where)

@@ -9,7 +9,8 @@ in one line naming the file and the line:
   is not a scalar, a merge key ``<<`` (kubectl's YAML library and PyYAML treat it differently);
 - a document of more than :data:`MAX_NODES` values after aliases are followed (an alias bomb), an alias of
   an anchor that contains it, nesting deeper than :data:`MAX_DEPTH` (counted from the parser's events before
-  anything is composed: libyaml's composer recurses in C and a million levels crash the process);
+  anything is composed: libyaml's composer recurses in C and a million levels crash the process), spec paths of
+  more than :data:`MAX_PATH_CHARS` characters in all (long keys above many values: each value's path repeats them);
 - a line break YAML counts but editors and SARIF viewers do not (U+0085, U+2028, U+2029), so the line a
   finding names is the line an operator's editor shows;
 - text that is not UTF-8.
@@ -32,6 +33,9 @@ from kvmtune.kubevirt.document import Document
 
 MAX_NODES = 200_000  # values in one file, aliases followed: far above any VM manifest, far below a bomb's billions
 MAX_DEPTH = 64  # a VirtualMachinePool's deepest field is about 12 levels down
+# characters of all the spec paths one file's values are named by: 200,000 values of a `kubectl get -o yaml` list
+# average well under 100; a 1 MiB key above 200,000 values would have made 200 GB of paths in an 8 MiB file
+MAX_PATH_CHARS = 40_000_000
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = frozenset(_CORE + t for t in ("str", "int", "float", "bool", "null", "timestamp", "binary"))
 _ODD_BREAKS = {"\x85": "U+0085 (NEL)", "\u2028": "U+2028 (line separator)", "\u2029": "U+2029 (paragraph separator)"}
@@ -77,7 +81,7 @@ def load_documents(path: str, text: str) -> list[Document]:
     except RecursionError:
         raise InputError(path, "nested too deeply to be a manifest; not read") from None
     docs: list[Document] = []
-    budget = [MAX_NODES]
+    budget = [MAX_NODES, MAX_PATH_CHARS]
     for node in nodes:
         if node is None:
             continue
@@ -130,6 +134,10 @@ def _value(node: Node, where: str, doc: Document, budget: list[int], depth: int,
         raise _fail(doc, node, f"more than {MAX_NODES} values (an alias bomb?); not read")
     if depth > MAX_DEPTH:
         raise _fail(doc, node, f"nested more than {MAX_DEPTH} levels deep; not read")
+    budget[1] -= len(where)
+    if budget[1] < 0:
+        raise _fail(doc, node, f"its values' paths are more than {MAX_PATH_CHARS:,} characters in all (keys of "
+                    "that length are no manifest's); not read")
     if where not in doc.positions:
         doc.positions[where] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if id(node) in active:

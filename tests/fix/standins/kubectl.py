@@ -12,7 +12,8 @@ the resourceVersion is bumped, and a VirtualMachine that runs (``status.created`
 ``RestartRequired`` condition (KubeVirt's Stage rollout). Test hooks: ``KVMTUNE_KUBECTL_RACE`` ``get`` (another
 writer bumps the object just before each single get) or ``patch`` (just before each patch);
 ``KVMTUNE_KUBECTL_LIE`` ``kind``, ``name``, ``no-rv``, ``giant`` (a single get answers another kind, another
-name, no resourceVersion, or 5 MiB of it).
+name, no resourceVersion, or 5 MiB of it); ``KVMTUNE_KUBECTL_FLOOD`` N: ``exec`` answers N bytes of one endless XML
+comment (a tenant's pod answering for ever), as fast as the pipe takes them, and stops quietly when it closes.
 """
 
 from __future__ import annotations
@@ -204,12 +205,28 @@ def exec_virsh(argv: list[str]) -> int:
     if container != "compute":
         print(f"error: container {container} is not valid for pod {pod}", file=sys.stderr)
         return 1
+    flood = int(os.environ.get("KVMTUNE_KUBECTL_FLOOD", "0") or 0)
+    if flood:
+        return _flood(flood, f"<domain type='kvm'><name>{domain}</name><!--".encode())
     answer = there / f"{domain}.xml"
     if not answer.is_file():
         print(f"error: failed to get domain '{domain}'", file=sys.stderr)
         print("command terminated with exit code 1", file=sys.stderr)
         return 1
     sys.stdout.buffer.write(answer.read_bytes())
+    return 0
+
+
+def _flood(n: int, head: bytes) -> int:
+    chunk = b"x" * (1 << 20)
+    try:
+        sys.stdout.buffer.write(head)
+        while n > 0:
+            sys.stdout.buffer.write(chunk[:n])
+            n -= len(chunk)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:  # the reader stopped: what a kubectl killed mid-answer sees
+        os._exit(0)
     return 0
 
 
