@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ def main() -> None:
     ap.add_argument("--captures", type=int, default=3, help="captures per pattern")
     ap.add_argument("--rounds", type=int, default=3, help="timed replays per capture")
     ap.add_argument("--only", type=int, help="only this pattern (its index)")
+    ap.add_argument("--json", type=Path, help="write every capture and replay's figures here")
     args = ap.parse_args()
     with scratch(PREFIX) as tmp:
         measure(args, tmp)
@@ -91,7 +91,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
         after = loadavg()
     print(f"load average {before} -> {after}, nproc {os.cpu_count()}, not pinned; captures under TCG (emulation "
           "figures), replays on the host's block tier")
-    Path(tempfile.gettempdir(), "kvmtune-replay-fidelity.json").write_text(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
