@@ -158,8 +158,15 @@ def test_a_scsi_disk_behind_virtio_scsi_is_traced_by_target_and_lun(tmp_path: Pa
         out = work / "scsi.json"
         done = kvmtune("capture", name, "--workdir", str(work), "--seconds", "8", "--source", "trace", "-o", str(out))
         assert done.returncode == 0, (done.stderr, (work / "serial.log").read_bytes()[-600:])
-        (disk,) = json.loads(out.read_text())["disks"]  # the idle vdb had no request to put on it
-        assert disk["target"] == "sda" and disk["source"] == "trace", disk
+        disks = {d["target"]: d for d in json.loads(out.read_text())["disks"]}
+        # the idle vdb gets none of fio's requests; the guest kernel's late partition probe of it may still fall
+        # into the window (a full CI run: two disks where one was expected): a few reads, no write
+        assert set(disks) <= {"sda", "vdb"}, disks
+        if "vdb" in disks:
+            idle = disks.pop("vdb")["ops"]
+            assert idle["write"] == 0 and idle["read"] <= 32, idle
+        disk = disks["sda"]
+        assert disk["source"] == "trace", disk
         assert 0.65 <= disk["read_fraction"] <= 0.75, disk
         assert disk["size_bytes"]["p50"] == 16384 and disk["sequential_fraction"] < 0.2
         assert 1.5 <= disk["queue_depth"]["mean"] <= 12, disk["queue_depth"]  # as above
