@@ -30,7 +30,6 @@ def number(v: Any, lo: float = 0.0, hi: float = 1e15) -> float | None:
     return float(v)
 
 
-
 def histogram(raw: Any) -> list[tuple[int, int]]:
     """(upper bound in bytes, count) pairs, bounds increasing, from a list of pairs or a ``{"bound": count}``
     object (the workload file's form); [] when anything in it is not so."""

@@ -91,8 +91,8 @@ def held_by(host: HostRoot, pid: int, node: str) -> bool:
         return False
     for fd in host.listdir(f"/proc/{pid}/fd"):
         try:  # stat follows the fd's magic link to the open file itself
-            st = os.stat(host.path.rstrip("/") + f"/proc/{pid}/fd/{fd}")
-        except OSError:
+            st = os.stat(host.beneath(f"/proc/{pid}/fd/{fd}"))
+        except (OSError, HostReadError):
             continue
         if stat.S_ISBLK(st.st_mode) and st.st_rdev == want:
             return True
