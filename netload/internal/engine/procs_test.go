@@ -29,10 +29,16 @@ func TestProcsFor(t *testing.T) {
 // A request/response run in blocking mode sleeps about once per
 // transaction and side. With client and server in this one process on one
 // CPU, the one being woken preempts the other, so a transaction costs about
-// one voluntary context switch in all: 1.18-1.20 measured (at load averages
-// up to 9). Before the spare P and the data sockets' leaving the poller,
-// the runtime's monitor took the P from the sleeping strand and woke other
-// threads, and the poller's thread woke for every message: 1.43-1.58.
+// one voluntary context switch in all: 1.13-1.20 measured (at load averages
+// up to 9). Another process busy on the same CPU delays the woken side past
+// its peer's next sleep: 1.38-1.42 with a busy loop pinned beside it (2
+// cores, 2026-12-03), and 1.43 once in the full CI, where two test lanes
+// share the two cores. With the data socket left registered in Go's poller
+// (SetBlocking without closing the original descriptor), the poller's
+// thread wakes for every message: 2.23-2.24 on an idle CPU, 2.91-3.01 with
+// the busy loop. The bound sits between the two; a regression wakes threads
+// in every run, so the test takes up to three runs and passes on the first
+// under the bound.
 func TestBlockingRoundTripWakeups(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set in the environment")
@@ -42,6 +48,24 @@ func TestBlockingRoundTripWakeups(t *testing.T) {
 	restore := pinProcess(t, 0)
 	defer restore()
 	_, addr := startServer(t)
+	const bound = 1.7
+	var seen []float64
+	for attempt := 1; attempt <= 3; attempt++ {
+		per, n := blockingWakeupsPerTransaction(t, addr)
+		t.Logf("run %d: %d transactions, %.2f voluntary context switches per transaction (client + server), GOMAXPROCS %d", attempt, n, per, runtime.GOMAXPROCS(0))
+		if per <= bound {
+			return
+		}
+		seen = append(seen, per)
+	}
+	t.Fatalf("%v voluntary context switches per transaction for client + server in three runs (about 1.2 expected, 1.4 beside a busy process): the runtime wakes threads per message again", seen)
+}
+
+// blockingWakeupsPerTransaction runs one second of rr1c-1x1 in blocking
+// mode against addr and returns this process's voluntary context switches
+// per transaction and the transactions counted.
+func blockingWakeupsPerTransaction(t *testing.T, addr string) (float64, int64) {
+	t.Helper()
 	p := builtin(t, "rr1c-1x1", 1, map[string]string{"duration": "1s"})
 	var before, after syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
@@ -54,11 +78,7 @@ func TestBlockingRoundTripWakeups(t *testing.T) {
 	if n < 1000 {
 		t.Skipf("only %d transactions: too few to count wake-ups", n)
 	}
-	per := float64(after.Nvcsw-before.Nvcsw) / float64(n)
-	t.Logf("%d transactions, %.2f voluntary context switches per transaction (client + server), GOMAXPROCS %d", n, per, runtime.GOMAXPROCS(0))
-	if per > 1.35 {
-		t.Fatalf("%.2f voluntary context switches per transaction for client + server (about 1.2 expected): the runtime wakes threads per message again", per)
-	}
+	return float64(after.Nvcsw-before.Nvcsw) / float64(n), int64(n)
 }
 
 // pinProcess moves every thread of this process to CPU cpu (threads
