@@ -237,14 +237,9 @@ def test_blktrace_is_given_the_device_node_the_path_resolves_to(
 
 def test_a_capture_that_breaks_off_leaves_no_scratch_directory(
         tmp_path: Path, standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guest's monitor gone mid-capture: blktrace is stopped and its records (the device's requests, in
-    ``kvmtune-blktrace-*`` under the temporary directory) removed. Before, only a capture that read them did."""
-    import tempfile
-
+    """The guest's monitor gone mid-capture: blktrace is stopped and its records (the device's requests, in the
+    scratch directory beside the marker) removed. Before, only a capture that read them did."""
     monkeypatch.setenv("KVMTUNE_BLKTRACE_RECORDS", json.dumps(RECORDS))
-    scratch_parent = tmp_path / "tmp"
-    scratch_parent.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch_parent))
 
     class Gone(Qmp):
         def execute(self, cmd: str, **args: Any) -> Any:
@@ -257,9 +252,72 @@ def test_a_capture_that_breaks_off_leaves_no_scratch_directory(
     with pytest.raises(KvmtuneError, match="the capture broke off"):
         cap._run(Gone(TOTALS), me())
     calls = [json.loads(x) for x in standin.read_text().splitlines()]
-    assert calls[0][:2] == ["-d", DEVICE] and Path(calls[0][3]).parent == scratch_parent
-    assert list(scratch_parent.iterdir()) == []
-    assert not list(tmp_path.glob("capture-active-*.json"))
+    scratch = Path(calls[0][3])
+    assert calls[0][:2] == ["-d", DEVICE] and scratch.parent == tmp_path
+    assert bt._SCRATCH.fullmatch(scratch.name) and not scratch.exists()
+    assert not list(tmp_path.glob("capture-active-*"))
+
+
+KILLED = """
+import json, os, sys, time
+from pathlib import Path
+from kvmtune.capture import blktrace as bt
+from kvmtune.runner import Runner
+from kvmtune.host.root import HostRoot
+t = bt.BlkTrace(HostRoot(), Runner())
+t.start([sys.argv[2]], bt.scratch_for(Path(sys.argv[1]) / f"capture-active-{os.getpid()}-0123456789abcdef.json"))
+print(t.scratch, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_sigkilled_captures_blktrace_records_are_removed_by_the_next_one(tmp_path: Path, standin: Path) -> None:
+    """kill -9 of a capture while blktrace writes: its records stay in the work directory (they were in
+    ``/tmp/kvmtune-blktrace-*``, which nothing removed) until the next capture or doctor, which removes them; a
+    running capture's directory (its lock held) is left to it."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), DEVICE], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    scratch = Path(proc.stdout.readline().strip())
+    assert scratch.parent == tmp_path and (scratch.stat().st_mode & 0o777) == 0o700
+    (scratch / "loop0.blktrace.0").write_bytes(b"records")  # what a real blktrace has written by then
+    assert restore_leftovers(HostRoot(), tmp_path) == [] and scratch.is_dir()  # still running: its own
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert restore_leftovers(HostRoot(), tmp_path) == [f"{scratch}: blktrace records of a killed capture removed"]
+    assert not scratch.exists()
+    assert restore_leftovers(HostRoot(), tmp_path) == []
+
+
+def test_a_scratch_name_someone_else_prepared_is_neither_followed_nor_emptied(tmp_path: Path) -> None:
+    """In a shared work directory another user can leave entries under a scratch directory's name: a link to a
+    directory of theirs (or the victim's), a directory of theirs, one anyone may write. None is entered or emptied;
+    a capture never traces into a directory it did not create."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    link = tmp_path / "capture-active-7-0000000000000001.blktrace"
+    link.symlink_to(victim)
+    open_dir = tmp_path / "capture-active-7-0000000000000002.blktrace"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    (open_dir / "keep").write_text("x")
+    theirs = tmp_path / "capture-active-7-0000000000000003.blktrace"
+    theirs.mkdir(mode=0o700)
+    (theirs / "keep").write_text("x")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    os.chown(theirs, 65534, 65534)
+    lines = restore_leftovers(HostRoot(), tmp_path)
+    assert sorted(lines) == sorted(f"{p}: not a blktrace scratch directory of this user; left alone"
+                                   for p in (link, open_dir, theirs))
+    assert all((d / "keep").exists() for d in (victim, open_dir, theirs))
+    with pytest.raises(KvmtuneError, match="cannot create blktrace's scratch directory"):
+        bt.BlkTrace(HostRoot(), Runner()).start([DEVICE], link)
+    assert (victim / "keep").exists() and sorted(os.listdir(victim)) == ["keep"]
 
 
 def test_blkparse_records_beyond_a_trace_events_bounds_are_skipped() -> None:
@@ -300,7 +358,7 @@ def test_blkparse_output_is_read_as_it_comes_not_held_whole(
     monkeypatch.setenv("KVMTUNE_BLKTRACE_RECORDS", json.dumps(RECORDS))
     monkeypatch.setenv("KVMTUNE_BLKTRACE_REPEAT", "20000")
     trace = bt.BlkTrace(mounts(tmp_path), Runner())
-    trace.start([DEVICE])
+    trace.start([DEVICE], tmp_path / "capture-active-1-0123456789abcdef.blktrace")
     assert trace.halt() == ""
     tracemalloc.start()
     try:

@@ -13,18 +13,24 @@ restricts blktrace's debugfs files: blktrace's own error is passed on). A blktra
 the kernel's trace set up: the capture's marker names the devices and the next ``capture`` or ``doctor`` runs
 ``blktrace -k`` on each.
 
+blktrace's records (the device's requests: offsets, sizes, times) go to a scratch directory beside the marker in the
+capture's work directory, named after it (:func:`scratch_for`), readable by this user alone and locked (``flock``)
+while the capture holds it. A capture killed with SIGKILL leaves it; the next ``capture`` or ``doctor`` removes each
+such directory of this user's whose lock it can take (:func:`remove_stale_scratch`).
+
 blkparse's output is the kernel's record of requests on a device other processes may use: parsed strictly (a line
 out of :data:`LINE` is skipped and counted), bounded by ``--max-events``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import signal
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -47,6 +53,9 @@ BLKPARSE_S = 120.0  # blkparse of one device at most
 _DEVICE = re.compile(r"/dev/[A-Za-z0-9_./-]{1,200}")
 # what kvmtune passes to blktrace: a device node directly in /dev (only root can change what it names)
 _NODE = re.compile(r"/dev/[A-Za-z0-9_.-]{1,100}")
+# a capture's scratch directory as :func:`scratch_for` names it (the marker's name, ``.blktrace`` for ``.json``)
+_SCRATCH = re.compile(r"capture-active-[0-9]{1,10}-[0-9a-f]{16}\.blktrace")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def block_device(path: str) -> tuple[str, str]:
@@ -164,6 +173,7 @@ class BlkTrace:
     devices: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     scratch: Path | None = None
+    _lock: int = -1  # the scratch directory, open and flock()ed
 
     def why_not(self) -> str:
         if self.runner.which(BLKTRACE) is None or self.runner.which(BLKPARSE) is None:
@@ -172,11 +182,18 @@ class BlkTrace:
             return f"debugfs is not mounted at {DEBUGFS} (blktrace needs it; kvmtune does not mount it)"
         return ""
 
-    def start(self, devices: Sequence[str]) -> None:
-        """Start tracing ``devices`` (each checked by :func:`block_device` by the caller); raises with blktrace's
-        own reason when it ends at once (a kernel that refuses the trace)."""
+    def start(self, devices: Sequence[str], scratch: Path) -> None:
+        """Start tracing ``devices`` (each checked by :func:`block_device` by the caller) into the new directory
+        ``scratch`` (:func:`scratch_for` the capture's marker); raises with blktrace's own reason when it ends at
+        once (a kernel that refuses the trace)."""
         self.devices = list(devices)
-        self.scratch = Path(tempfile.mkdtemp(prefix="kvmtune-blktrace-"))
+        try:
+            os.mkdir(scratch, 0o700)  # new: never one someone prepared
+            self._lock = os.open(scratch, _DIR_FLAGS)
+        except OSError as exc:
+            raise KvmtuneError(f"{scratch}: cannot create blktrace's scratch directory ({exc.strerror})") from None
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # held while this capture lives: not a leftover
+        self.scratch = scratch
         argv = [BLKTRACE, *(a for d in self.devices for a in ("-d", d)), "-D", str(self.scratch)]
         self.proc = self.runner.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(START_S)
@@ -255,10 +272,58 @@ class BlkTrace:
             self.proc.wait()
             self.proc = None
         if self.scratch is not None:
-            for f in self.scratch.iterdir():
-                f.unlink(missing_ok=True)
-            self.scratch.rmdir()
-            self.scratch = None
+            _empty(self._lock)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.scratch)
+            os.close(self._lock)
+            self._lock, self.scratch = -1, None
+
+
+def scratch_for(marker: Path) -> Path:
+    """Where the capture that wrote ``marker`` keeps blktrace's records: beside it, named after it."""
+    return marker.with_suffix(".blktrace")
+
+
+def _empty(dir_fd: int) -> None:
+    """Remove what blktrace and blkparse wrote in the open directory ``dir_fd`` (names, never followed)."""
+    for name in os.listdir(dir_fd):
+        with contextlib.suppress(IsADirectoryError, PermissionError, FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def remove_stale_scratch(workdir: Path) -> list[str]:
+    """Remove the scratch directories killed captures left in ``workdir``: only this user's own directories (not a
+    link, no one else may write them) whose lock no capture holds; one line for each removed or left."""
+    out: list[str] = []
+    with contextlib.suppress(OSError):
+        names = sorted(os.listdir(workdir))
+        for name in names:
+            if not _SCRATCH.fullmatch(name):
+                continue
+            path = workdir / name
+            try:
+                fd = os.open(path, _DIR_FLAGS | os.O_NONBLOCK)
+            except OSError:
+                out.append(f"{path}: not a blktrace scratch directory of this user; left alone")
+                continue
+            try:
+                st = os.fstat(fd)
+                if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                    out.append(f"{path}: not a blktrace scratch directory of this user; left alone")
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a running capture's
+                _empty(fd)
+                try:
+                    os.rmdir(path)
+                    out.append(f"{path}: blktrace records of a killed capture removed")
+                except OSError as exc:
+                    out.append(f"{path}: blktrace records of a killed capture: cannot remove ({exc.strerror})")
+            finally:
+                os.close(fd)
+    return out
 
 
 def teardown(runner: Runner, device: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvmtune.capture.blktrace import BlkTrace, block_device, held_by, teardown
+from kvmtune.capture.blktrace import BlkTrace, block_device, held_by, remove_stale_scratch, scratch_for, teardown
 from kvmtune.capture.libvirt import LibvirtGuest, LogFollower, log_path, target_of
 from kvmtune.capture.trace import ALL_EVENTS, EVENTS, SCSI_EVENTS, Request, TraceReader, by_device, device_name
 from kvmtune.capture.workload import StatsDelta, unique_keys
@@ -288,7 +288,7 @@ def _restore(host: HostRoot, workdir: Path) -> list[str]:
                 path.unlink(missing_ok=True)
             finally:
                 close()
-    return out
+    return out + remove_stale_scratch(workdir)
 
 
 @dataclass
@@ -565,7 +565,7 @@ class Capture:
                 for ev in events:
                     qmp.execute("trace-event-set-state", name=ev, enable=True)
                 if self.blktrace is not None:
-                    self.blktrace.start(sorted(set(devices.values())))
+                    self.blktrace.start(sorted(set(devices.values())), scratch_for(marker))
                 try:
                     first, prev, seconds = self._loop(qmp, fh, reader, per_second)
                 except KvmtuneError as exc:  # the guest went away (or its monitor did) mid-capture
