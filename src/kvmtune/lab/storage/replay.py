@@ -23,7 +23,6 @@ path is the caller's scratch directory. This module takes the workload document 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -312,7 +311,9 @@ def synthesized_options(p: DiskProfile, mode: str, size_mib: int, seconds: float
 def _number(where: str, v: Any, hi: float, *, null: bool = True) -> float | None:
     if v is None and null:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= hi:
+    # the range first: an integer too large for a float (10**400) compares, where math.isfinite raises; NaN and
+    # infinities fail the range too
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= hi:
         raise InputError("--replay", f"{where} is not a number in [0, {hi:g}]")
     return float(v)
 
