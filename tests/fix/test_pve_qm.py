@@ -345,3 +345,30 @@ def test_live_fix_changes_a_host_device_drive_only_when_named(node: Node) -> Non
     named = node.kvmtune("fix", "--apply", "--yes", "--only", "KVM-STO-005", "--pve-volume", "/dev/sdb")
     assert named.returncode == 0, named.stderr
     assert _sets(node.calls())["320"][5:] == ["--scsi1", "/dev/sdb,cache=none,iothread=1,size=100G"]
+
+
+@pytest.mark.parametrize("command", ["pvesh", "qm"])
+def test_an_answer_that_never_ends_is_stopped_at_its_bound_not_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """A ``pvesh`` or ``qm`` that prints without end (a config someone filled through the API, a tool gone wrong):
+    kvmtune, as root, held all of it until the 60 s time-out, then refused it. Now it stops reading at 8 MiB (the
+    command is killed) and says so in one line naming the VM's path."""
+    from kvmtune.proxmox import pvesh, qm
+    from kvmtune.runner import Runner
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / command).write_text("#!/bin/sh\nexec yes '{\"k\": \"aaaaaaaaaaaaaaaaaaaaaaaa\"}'\n")
+    (bin_dir / command).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    runner = Runner()
+    with pytest.raises(qm.QmError) as err:
+        if command == "pvesh":
+            pvesh.config(runner, "101")
+        else:
+            qm.list_vms(runner)
+    wanted = "pvesh get /nodes/localhost/qemu/101/config: more than 8 MiB of output" if command == "pvesh" else \
+        "'qm list' printed more than kvmtune reads of it; stopped"
+    assert str(err.value) == wanted
+    (ran,) = runner.history
+    assert ran.too_large and not ran.timed_out and ran.stdout == ""  # the bound ended it, nothing of it kept

@@ -43,10 +43,8 @@ def config_argv(vmid: str, *, current: bool = False) -> list[str]:
 
 def config(runner: Runner, vmid: str, *, current: bool = False) -> QmConfig:
     """VM ``vmid``'s config, pending changes applied (``current``: without them), with its digest."""
-    result = runner.run(config_argv(vmid, current=current), timeout=TIMEOUT_S)
-    if not result.ok:
-        raise QmError(result.describe_failure())
-    return parse_config_json(result.stdout, vmid)
+    result = _get(runner, config_argv(vmid, current=current), f"pvesh get /nodes/{NODE}/qemu/{vmid}/config")
+    return parse_config_json(result, vmid)
 
 
 class _Duplicate(ValueError):
@@ -77,6 +75,17 @@ def _text(value: object) -> str | None:
     if isinstance(value, float) and math.isfinite(value):
         return str(int(value)) if value.is_integer() else repr(value)
     return None
+
+
+def _get(runner: Runner, argv: list[str], where: str) -> str:
+    """``pvesh``'s answer, at most :data:`MAX_JSON_BYTES` of it held: a command that prints more (a config someone
+    filled, or a ``pvesh`` gone wrong) is stopped there, not read whole and then refused."""
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_JSON_BYTES)
+    if result.too_large:
+        raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
+    if not result.ok:
+        raise QmError(result.describe_failure())
+    return result.stdout
 
 
 def _load_json(text: str, where: str, duplicate: str) -> object:
@@ -128,10 +137,7 @@ def pending_argv(vmid: str) -> list[str]:
 def pending(runner: Runner, vmid: str) -> dict[str, str | None]:
     """VM ``vmid``'s changes still waiting for its next start: each key to its pending value (``None``: a pending
     delete). Keys whose value is in force are left out."""
-    result = runner.run(pending_argv(vmid), timeout=TIMEOUT_S)
-    if not result.ok:
-        raise QmError(result.describe_failure())
-    return parse_pending_json(result.stdout, vmid)
+    return parse_pending_json(_get(runner, pending_argv(vmid), f"pvesh get /nodes/{NODE}/qemu/{vmid}/pending"), vmid)
 
 
 _PENDING_FIELDS = frozenset({"key", "value", "pending", "delete"})

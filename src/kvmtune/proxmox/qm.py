@@ -60,8 +60,11 @@ class QmConfig:
         return "".join(f"{k}: {v}\n" for k, v in self.values.items() if k != "description" and "\n" not in v)
 
 
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # qm's answer held at most (a VM's config: pmxcfs files are at most 1 MiB)
+
+
 def _run(runner: Runner, argv: list[str]) -> str:
-    result = runner.run(argv, timeout=TIMEOUT_S)
+    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_OUTPUT_BYTES)
     if not result.ok:
         raise QmError(result.describe_failure())
     return result.stdout
