@@ -237,3 +237,67 @@ def test_a_bounded_command_is_killed_at_its_limit_and_says_so() -> None:
     assert (small.returncode, small.stdout, small.stderr, small.too_large) == (3, "ok\n", "bad\n", False)
     slow = runner.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1, max_output=1000)
     assert slow.timed_out and slow.duration_s < 10
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_undo_never_writes_through_a_directory_swapped_since_the_fix(tmp_path: Path, force: bool) -> None:
+    """Days after the fix, the owner of ``repo`` renames ``repo/vms`` away and puts a link to another directory in
+    its place (holding a file under the manifest's name, with the bytes kvmtune wrote, so no content check stops
+    it). Before: ``undo`` (as root) restored the old manifest, with its old owner and mode, into the linked
+    directory. Now the journal records the directory the file was written in and undo restores there or nowhere;
+    ``--force`` (for a file changed since) does not override it."""
+    from kvmtune.fix.apply import apply_plan
+    from kvmtune.fix.undo import undo_journal
+
+    vms = tmp_path / "repo" / "vms"
+    vms.mkdir(parents=True)
+    manifest = vms / "vm.yaml"
+    shutil.copy(FIX / "examples" / "template-sata-e1000e.yaml", manifest)
+    data = manifest.read_bytes()
+    journal = apply_plan(_plan(manifest), tmp_path / "j")
+    written = manifest.read_bytes()
+    assert written != data
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "vm.yaml").write_bytes(written)
+    vms.rename(tmp_path / "repo" / "vms.old")
+    vms.symlink_to(elsewhere)
+    done, problems = undo_journal(journal, force=force)
+    assert any("is not the directory kvmtune wrote it in" in p for p in problems), (done, problems)
+    assert (elsewhere / "vm.yaml").read_bytes() == written  # nothing restored through the link
+    assert (tmp_path / "repo" / "vms.old" / "vm.yaml").read_bytes() == written
+    vms.unlink()
+    (tmp_path / "repo" / "vms.old").rename(vms)  # the directory back where it was: undo restores it
+    done, problems = undo_journal(journal)
+    assert problems == [] and manifest.read_bytes() == data, (done, problems)
+
+
+def test_undo_of_a_file_in_a_directory_the_fix_created_restores_in_that_directory(tmp_path: Path) -> None:
+    """A file kvmtune created in a directory it created: the directory is recorded once made; undo removes the file
+    and the directory, and refuses when a link stands there instead."""
+    from kvmtune.fix.apply import apply_plan
+    from kvmtune.fix.files import FileState
+    from kvmtune.fix.plan import FileChange, Plan
+    from kvmtune.fix.undo import undo_journal
+
+    class NewFile(FileChange):
+        def title(self) -> str:
+            return f"create {self.shown}"
+
+    target = tmp_path / "etc" / "new.d" / "kvmtune.conf"
+    plan = Plan()
+    plan.changes.append(NewFile(path=target, shown=str(target), before=FileState(None), after=b"x = 1\n"))
+    journal = apply_plan(plan, tmp_path / "j")
+    entry = journal.entries[0]
+    assert target.read_bytes() == b"x = 1\n" and entry.dir_ino == target.parent.stat().st_ino  # type: ignore[union-attr]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "kvmtune.conf").write_bytes(b"x = 1\n")
+    target.parent.rename(tmp_path / "etc" / "moved.d")
+    target.parent.symlink_to(other)
+    done, problems = undo_journal(journal)
+    assert any("is not the directory kvmtune wrote it in" in p for p in problems) and (other / "kvmtune.conf").exists()
+    target.parent.unlink()
+    (tmp_path / "etc" / "moved.d").rename(target.parent)
+    done, problems = undo_journal(journal)
+    assert problems == [] and not target.parent.exists(), (done, problems)

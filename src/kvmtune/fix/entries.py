@@ -128,12 +128,17 @@ class FileEntry(Entry):
     after_sha256: str | None = None
     temp: str = ""
     created_dirs: list[str] = field(default_factory=list)  # outermost first
+    # (st_dev, st_ino) of the directory the file was written in: undo writes there or nowhere (None: a journal
+    # from before kvmtune recorded it)
+    dir_dev: int | None = None
+    dir_ino: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
             **self._common(), "path": self.path, "shown": self.shown, "prior_b64": b64(self.prior),
             "prior_mode": self.prior_mode, "prior_uid": self.prior_uid, "prior_gid": self.prior_gid,
             "after_sha256": self.after_sha256, "temp": self.temp, "created_dirs": self.created_dirs,
+            "dir_dev": self.dir_dev, "dir_ino": self.dir_ino,
         }
 
     @classmethod
@@ -143,6 +148,7 @@ class FileEntry(Entry):
             path=r.text("path"), shown=r.opt_text("shown") or r.text("path"), prior=r.blob("prior_b64", missing_ok=False),
             prior_mode=r.opt_int("prior_mode"), prior_uid=r.opt_int("prior_uid"), prior_gid=r.opt_int("prior_gid"),
             after_sha256=r.opt_text("after_sha256"), temp=r.text("temp"), created_dirs=r.texts("created_dirs"),
+            dir_dev=r.opt_int("dir_dev"), dir_ino=r.opt_int("dir_ino"),
         )
 
 

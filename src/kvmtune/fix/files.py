@@ -292,18 +292,22 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
     fsync_at(dir_fd)
 
 
-def remove_file(path: Path) -> None:
-    """Remove ``path`` (absent is fine) and fsync its directory, both in one descriptor of that directory."""
-    try:
-        dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
+def remove_file(path: Path, *, dir_fd: int | None = None) -> None:
+    """Remove ``path`` (absent is fine) and fsync its directory, both in one descriptor of that directory (``dir_fd``
+    when given: ``path``'s name in that directory, whatever directory ``path`` names now)."""
+    if dir_fd is not None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path.name, dir_fd=dir_fd)
         fsync_at(dir_fd)
+        return
+    try:
+        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        remove_file(path, dir_fd=fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def make_dirs(path: Path) -> list[str]:

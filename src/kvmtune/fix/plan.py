@@ -161,16 +161,24 @@ class FileChange(Change[FileEntry]):
             p = p.parent
         if not os.access(p, os.W_OK):
             raise ApplyError(f"{self.shown}: {p} is not writable (run as root?); nothing changed")
-        return FileEntry(
+        entry = FileEntry(
             what=self.title(), path=str(self.path), shown=self.shown, prior=now.data, prior_mode=now.mode,
             prior_uid=now.uid, prior_gid=now.gid, after_sha256=FileState(self.after).sha256,
             temp=str(temp_name(self.path, ctx.journal.id)), created_dirs=list(reversed(missing)),
         )
+        if self._dir_fd is not None:
+            st = os.fstat(self._dir_fd)
+            entry.dir_dev, entry.dir_ino = st.st_dev, st.st_ino
+        return entry
 
     def apply(self, entry: FileEntry, ctx: ApplyContext) -> None:
         try:
-            if self._dir_fd is None:
+            if self._dir_fd is None:  # its directory created now: recorded as it is once made
                 make_dirs(self.path.parent)
+                self._dir_fd = os.open(self.path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                ctx.dir_fds.append(self._dir_fd)
+                st = os.fstat(self._dir_fd)
+                entry.dir_dev, entry.dir_ino = st.st_dev, st.st_ino
             mode = self.before.mode if self.before.mode is not None else self.mode
             write_atomic(self.path, self.after, mode=mode, uid=self.before.uid, gid=self.before.gid, tag=ctx.journal.id,
                          dir_fd=self._dir_fd)  # the directory the snapshot read: never one swapped in since
@@ -180,25 +188,56 @@ class FileChange(Change[FileEntry]):
     @staticmethod
     def undo(e: FileEntry, ctx: UndoContext) -> None:
         path = Path(e.path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(e.temp)  # a temp file left by a crash mid-write
-        now = read_state(path)
-        if now.data == e.prior and (e.prior is None or now.mode == e.prior_mode):
-            ctx.done.append(f"{e.shown}: already as before")
-        else:
-            if e.status == "done" and now.sha256 != e.after_sha256 and not ctx.force:
-                raise UndoConflict(f"{e.shown} was changed after kvmtune wrote it; not restored (--force)")
-            if e.prior is None:
-                remove_file(path)
-                ctx.done.append(f"{e.shown}: removed (kvmtune created it)")
+        dir_fd = _written_dir(e)
+        try:
+            if dir_fd is None and e.dir_dev is not None:  # its directory is gone, and the file with it
+                ctx.done.append(f"{e.shown}: already as before" if e.prior is None else
+                                f"{e.shown}: its directory {path.parent} is gone; nothing to restore it in")
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(Path(e.temp).name if dir_fd is not None else e.temp, dir_fd=dir_fd)  # left by a crash
+            now = read_state(path, dir_fd=dir_fd)
+            if now.data == e.prior and (e.prior is None or now.mode == e.prior_mode):
+                ctx.done.append(f"{e.shown}: already as before")
             else:
-                # mode 000 is a mode too: only a missing one falls back to 0644
-                mode = e.prior_mode if e.prior_mode is not None else 0o644
-                write_atomic(path, e.prior, mode=mode, uid=e.prior_uid, gid=e.prior_gid)
-                ctx.done.append(f"{e.shown}: restored")
+                if e.status == "done" and now.sha256 != e.after_sha256 and not ctx.force:
+                    raise UndoConflict(f"{e.shown} was changed after kvmtune wrote it; not restored (--force)")
+                if e.prior is None:
+                    remove_file(path, dir_fd=dir_fd)
+                    ctx.done.append(f"{e.shown}: removed (kvmtune created it)")
+                else:
+                    # mode 000 is a mode too: only a missing one falls back to 0644
+                    mode = e.prior_mode if e.prior_mode is not None else 0o644
+                    write_atomic(path, e.prior, mode=mode, uid=e.prior_uid, gid=e.prior_gid, dir_fd=dir_fd)
+                    ctx.done.append(f"{e.shown}: restored")
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
         for d in reversed(e.created_dirs):
             with contextlib.suppress(OSError):
                 os.rmdir(d)  # only if empty
+
+
+def _written_dir(e: FileEntry) -> int | None:
+    """The directory ``e``'s file was written in, opened (``O_PATH``), checked to be that very directory: undo
+    restores there or nowhere. A directory on the way that another user can change could otherwise be swapped for
+    a link between the fix and its undo, and the old bytes, owner and mode written wherever the link names.
+    ``None``: gone, or a journal from before the directory was recorded (its path as it is now)."""
+    if e.dir_dev is None or e.dir_ino is None:
+        return None
+    parent = Path(e.path).parent
+    try:
+        fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UndoConflict(f"{e.shown}: {parent}: {exc.strerror or exc}; not restored") from None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (e.dir_dev, e.dir_ino):
+        os.close(fd)
+        raise UndoConflict(f"{e.shown}: {parent} is not the directory kvmtune wrote it in (replaced, or a symbolic "
+                           "link put on the way since); not restored (restore it by hand if that was on purpose)")
+    return fd
 
 
 @dataclass
