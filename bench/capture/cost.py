@@ -18,6 +18,10 @@ Holds the measuring lock for the whole run, guest boot included, so run it plain
 ``flock /tmp/kvmtune-measure.lock`` would wait on itself): ``python bench/capture/cost.py --rounds 10 --seconds 10``.
 Prints the CPU count, the load average before and after, and the CPU affinity of QEMU and of the capture; under TCG
 every figure is an emulation figure. ``--json FILE`` keeps every window.
+
+The capture's own host cost is printed too: this process's CPU time (user + system, ``getrusage``) over each whole
+capture (set-up, the 1 Hz reads, reading and parsing QEMU's trace lines, restore) as a share of one host CPU, and
+per recorded request in trace mode.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +81,26 @@ def uncaptured(qmp_path: Path, seconds: float) -> float:
     return (b - a) / (t1 - t0)
 
 
-def captured(host: HostRoot, pid: int, work: Path, source: str, seconds: float) -> float:
-    """The guest's IOPS over the capture's active window, from the capture's own first and last blockstats."""
+@dataclass
+class Window:
+    iops: float  # the guest's, over the capture's active window
+    cpu_s: float  # this process's CPU time (user + system) over the whole capture: the capture's own host cost
+    wall_s: float  # the whole capture, set-up and restore included
+    requests: int  # requests the capture recorded one by one (0: statistics)
+
+
+def captured(host: HostRoot, pid: int, work: Path, source: str, seconds: float) -> Window:
+    """The guest's IOPS over the capture's active window, from the capture's own first and last blockstats, and
+    what the capture cost this host's CPU (this process runs nothing else meanwhile)."""
     cap = Capture(host, pid, work, seconds=seconds, trace=source == "trace", require_trace=source == "trace")
+    t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
     r = cap.run()
+    t1, c1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
     if source == "trace" and r.requests is None:
         raise SystemExit(f"capture --source trace refused: {r.why_not_trace}")
-    return sum(d.rd_ops + d.wr_ops for d in r.stats.values()) / r.seconds
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    n = sum(len(v) for v in r.requests.values()) if r.requests else 0
+    return Window(sum(d.rd_ops + d.wr_ops for d in r.stats.values()) / r.seconds, cpu, t1 - t0, n)
 
 
 def qmp_round_trips(qmp_path: Path, count: int) -> list[float]:
@@ -135,6 +154,7 @@ def main() -> None:
     host = HostRoot("/")
     rows: list[dict[str, Any]] = []
     ratios: dict[str, list[float]] = {"blockstats": [], "trace": []}
+    cpu: dict[str, list[Window]] = {"blockstats": [], "trace": []}
     with measure_lock():
         before = loadavg()
         guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load",
@@ -153,17 +173,21 @@ def main() -> None:
             for r in range(args.rounds):
                 order = ("blockstats", "trace") if r % 2 == 0 else ("trace", "blockstats")
                 base = [uncaptured(qmp_path, args.seconds)]
-                got: dict[str, float] = {}
+                got: dict[str, Window] = {}
                 for source in order:
                     got[source] = captured(host, pid, work, source, args.seconds)
                     base.append(uncaptured(qmp_path, args.seconds))
                 for i, source in enumerate(order):
+                    w = got[source]
                     beside = (base[i] + base[i + 1]) / 2
-                    ratios[source].append(got[source] / beside)
-                    rows.append({"round": r + 1, "source": source, "iops": got[source],
-                                 "uncaptured_beside": [base[i], base[i + 1]], "ratio": got[source] / beside})
-                    print(f"round {r + 1} {source:10s} {got[source]:8.0f} IOPS against {base[i]:.0f}/{base[i + 1]:.0f} "
-                          f"uncaptured: {got[source] / beside:.3f}", flush=True)
+                    ratios[source].append(w.iops / beside)
+                    cpu[source].append(w)
+                    rows.append({"round": r + 1, "source": source, "iops": w.iops,
+                                 "uncaptured_beside": [base[i], base[i + 1]], "ratio": w.iops / beside,
+                                 "capture_cpu_s": w.cpu_s, "capture_wall_s": w.wall_s, "requests": w.requests})
+                    print(f"round {r + 1} {source:10s} {w.iops:8.0f} IOPS against {base[i]:.0f}/{base[i + 1]:.0f} "
+                          f"uncaptured: {w.iops / beside:.3f}; capture CPU {w.cpu_s:.2f} s in {w.wall_s:.1f} s"
+                          + (f", {w.requests} requests" if w.requests else ""), flush=True)
             rtt = qmp_round_trips(qmp_path, args.qmp_samples) if args.qmp_samples else []
         finally:
             stop_guest(guest, work)
@@ -187,6 +211,17 @@ def main() -> None:
         print(f"{source:10s} captured/uncaptured IOPS: geometric mean {centre:.3f} {iv}, {spread(rs)}; "
               f"'cost at most {1 - BOUND[source]:.0%}' {word}")
         summary[source] = {"centre": centre, "interval": interval, "verdict": word, "ratios": rs}
+    for source, ws in cpu.items():
+        if not ws:
+            continue
+        share = [w.cpu_s / w.wall_s for w in ws]
+        line = (f"{source:10s} the capture's own CPU: median {statistics.median(share):.1%} of one host CPU "
+                f"(range {min(share):.1%}-{max(share):.1%}, {len(ws)} captures)")
+        per = [w.cpu_s / w.requests * 1e6 for w in ws if w.requests]
+        if per:
+            line += f", {statistics.median(per):.1f} µs per recorded request (range {min(per):.1f}-{max(per):.1f})"
+        print(line)
+        summary[f"{source}_capture_cpu_share"] = share
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
 
