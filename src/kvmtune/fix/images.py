@@ -29,7 +29,7 @@ from kvmtune.fix.files import fsync_dir, temp_name
 from kvmtune.fix.plan import ApplyContext, ApplyError, Change, Plan, UndoConflict, UndoContext
 from kvmtune.host.root import HostRoot
 from kvmtune.inputs import kind_of
-from kvmtune.qemu.image import ImageSpec, open_by, qemu_img_json
+from kvmtune.qemu.image import ImageSpec, open_by, qemu_img_json, qemu_img_map_sums
 from kvmtune.runner import Runner
 
 ANSWERS = ("KVM-IMG-002", "KVM-IMG-003")  # the rules whose findings a conversion here answers
@@ -77,12 +77,12 @@ def _info(image: Path, fmt: str, runner: Runner) -> dict[str, Any]:
     return data
 
 
-def _unallocated(image: Path, fmt: str, runner: Runner) -> int:
-    """Bytes of the image (top layer) with no cluster allocated, from ``qemu-img map``."""
-    extents, err, _ = qemu_img_json("map", _spec(image, fmt), runner, timeout=600)
-    if not isinstance(extents, list):
+def _unallocated(image: Path, fmt: str, virtual_size: int, runner: Runner) -> int:
+    """Bytes of the image (top layer) with no cluster allocated, from ``qemu-img map`` (read as sums, bounded)."""
+    sums, err = qemu_img_map_sums(_spec(image, fmt), virtual_size, runner, timeout=600)
+    if sums is None:
         raise KvmtuneError(f"{image}: qemu-img map failed: {err}")
-    return sum(int(e.get("length", 0)) for e in extents if e.get("depth", 0) == 0 and "offset" not in e)
+    return sums.unmapped
 
 
 @dataclass
@@ -290,7 +290,7 @@ def plan_image(
             return None, f"{path}: has persistent dirty bitmaps (left alone)"
         if data.get("corrupt"):
             return None, f"{path}: marked corrupt; run qemu-img check first (left alone)"
-        missing = _unallocated(path, fmt, runner)
+        missing = _unallocated(path, fmt, vsize, runner)
         if missing == 0:
             return None, None
         opts: dict[str, str] = {}

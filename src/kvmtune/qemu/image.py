@@ -16,7 +16,9 @@ kvmtune opens (docs/security.md):
   ``"backing": null`` keeps QEMU from opening any backing file at all.
 
 Preallocation comes from ``qemu-img map`` (every guest cluster has a host
-offset = metadata preallocated), truncation and damage from ``qemu-img check``,
+offset = metadata preallocated), read as sums over windows of the disk so that a
+guest's allocation pattern (millions of extents) costs no memory
+(:func:`qemu_img_map_sums`), truncation and damage from ``qemu-img check``,
 the partition table from ``qemu-img dd -U``. An image that cannot be opened at
 all raises :class:`ImageError` (one line); an image that opens but is damaged
 comes back with ``broken`` set, so a rule can report it as a finding.
@@ -28,6 +30,8 @@ import json
 import os
 import stat
 import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +54,14 @@ KNOWN_FORMATS = frozenset({"raw", "qcow2", "qcow", "qed", "vmdk", "vdi", "vpc", 
                            "bochs", "dmg", "cloop"})
 NFS_TYPES = ("nfs", "nfs4")
 MAX_CHAIN = 16
+# What kvmtune reads of one ``qemu-img SUB --output=json`` answer (the runner kills qemu-img past it). The answer
+# describes an image kvmtune did not write: info lists every snapshot and persistent bitmap of the header (a qcow2
+# may carry 65535 bitmaps with names up to 1023 bytes: about 70 MB), so 8 MiB holds tens of thousands of entries
+# while a sane image's info is a few KiB; check prints fixed counters (a few hundred bytes; its per-error messages
+# go to stderr, of which the runner keeps the end); map is read window by window (below), each answer at most
+# 4 MiB (about 38,000 extents of ~110 bytes; parsed, about 20 MB of Python objects at once).
+MAX_JSON_OUTPUT = {"info": 8 << 20, "check": 1 << 20, "map": 4 << 20}
+MAP_MIN_WINDOW = 64 * 1024  # a map window is never split below this (at most 128 extents of 512 bytes: ~14 KB)
 PREFETCH = 64 * 1024  # MBR, GPT header and the usual 128 GPT entries in one qemu-img dd
 SECTOR = 512
 # First bytes of formats QEMU probes (docs/interop/qcow2.txt and each driver's probe); for the
@@ -106,32 +118,129 @@ def as_owner(argv: list[str], owner: tuple[int, int] | None) -> list[str]:
     return ["setpriv", long_option("reuid", owner[0]), long_option("regid", owner[1]), "--clear-groups", "--", *argv]
 
 
-def _run(runner: Runner, argv: list[str], owner: tuple[int, int] | None, timeout: float) -> CommandResult:
-    return runner.run(as_owner(argv, owner), timeout=timeout)
+def _run(runner: Runner, argv: list[str], owner: tuple[int, int] | None, timeout: float,
+         max_output: int | None = None) -> CommandResult:
+    return runner.run(as_owner(argv, owner), timeout=timeout, max_output=max_output)
 
 
 def _is_lock_error(stderr: str) -> bool:
     return any(m in stderr for m in LOCK_MARKERS)
 
 
-def qemu_img_json(
-    sub: str, spec: ImageSpec, runner: Runner, *, force_share: bool = False, owner: tuple[int, int] | None = None,
-    timeout: float = 60.0, ok_codes: tuple[int, ...] = (0,),
-) -> tuple[Any, str | None, bool]:
-    """``qemu-img SUB --output=json`` on ``spec``: (parsed JSON or None, error line or None, lock refused)."""
-    argv = ["qemu-img", sub, "--output=json"]
+def _qemu_img(sub: str, spec: ImageSpec, runner: Runner, *, force_share: bool, owner: tuple[int, int] | None,
+              timeout: float, extra: Sequence[str] = ()) -> CommandResult:
+    """``qemu-img SUB --output=json [EXTRA] [-U] FILENAME``, its stdout bounded by :data:`MAX_JSON_OUTPUT`."""
+    argv = ["qemu-img", sub, "--output=json", *extra]
     if force_share:
         argv.append("-U")
     argv.append(spec.filename())
-    res = _run(runner, argv, owner, timeout)
+    return _run(runner, argv, owner, timeout, MAX_JSON_OUTPUT[sub])
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n & ((1 << 20) - 1) else f"{n} bytes"
+
+
+def _answer(sub: str, spec: ImageSpec, res: CommandResult, ok_codes: tuple[int, ...]) -> tuple[Any, str | None, bool]:
     if res.returncode == 127 and not res.stdout:
         return None, "qemu-img: not found on PATH (install qemu-utils)", False
+    if res.too_large:
+        return None, f"qemu-img {sub} printed more than {_size(MAX_JSON_OUTPUT[sub])} for {spec.path}; not read", False
     if res.returncode not in ok_codes:
         return None, _clean(res.describe_failure(), spec), _is_lock_error(res.stderr)
     try:
         return json.loads(res.stdout), None, False
     except json.JSONDecodeError as exc:
         return None, f"qemu-img {sub} printed no JSON ({exc.msg})", False
+
+
+def qemu_img_json(
+    sub: str, spec: ImageSpec, runner: Runner, *, force_share: bool = False, owner: tuple[int, int] | None = None,
+    timeout: float = 60.0, ok_codes: tuple[int, ...] = (0,),
+) -> tuple[Any, str | None, bool]:
+    """``qemu-img SUB --output=json`` on ``spec``: (parsed JSON or None, error line or None, lock refused).
+
+    At most :data:`MAX_JSON_OUTPUT` of the answer is read; a longer one is an error line naming the image."""
+    res = _qemu_img(sub, spec, runner, force_share=force_share, owner=owner, timeout=timeout)
+    return _answer(sub, spec, res, ok_codes)
+
+
+@dataclass(frozen=True)
+class MapSums:
+    """What ``qemu-img map`` says of an image's top layer (opened with no backing file), summed."""
+
+    mapped: int  # bytes with a host offset (clusters allocated, or a raw file's bytes)
+    unmapped: int  # bytes without one (read from the backing file, or as zeroes)
+    calls: int  # qemu-img map runs it took
+
+
+def _window_sums(extents: Any, start: int, length: int) -> tuple[int, int] | str:
+    """(mapped, unmapped) bytes of one map window, or why its answer is not one: every extent is checked (a dict
+    of integers: start, length > 0, depth >= 0, offset >= 0 if present), in order, and together they must cover
+    exactly ``start`` … ``start + length``."""
+    if type(extents) is not list:
+        return "not a list of extents"
+    pos, end, mapped, unmapped = start, start + length, 0, 0
+    for e in extents:
+        if type(e) is not dict:
+            return "an extent that is not an object"
+        at, n, depth, offset = e.get("start"), e.get("length"), e.get("depth"), e.get("offset", 0)
+        if type(at) is not int or type(n) is not int or type(depth) is not int or type(offset) is not int:
+            return "an extent without integer start, length, depth and offset"
+        if at != pos or n <= 0 or pos + n > end or depth < 0 or offset < 0:
+            return f"extents do not tile bytes {start}…{end} (one at {at}, length {n}, depth {depth})"
+        pos += n
+        if depth == 0:
+            if "offset" in e:
+                mapped += n
+            else:
+                unmapped += n
+    if pos != end:
+        return f"extents cover bytes {start}…{pos}, not {start}…{end}"
+    return mapped, unmapped
+
+
+def qemu_img_map_sums(
+    spec: ImageSpec, virtual_size: int, runner: Runner, *, force_share: bool = False,
+    owner: tuple[int, int] | None = None, timeout: float = 300.0,
+) -> tuple[MapSums | None, str | None]:
+    """``qemu-img map`` of ``spec``'s top layer as sums (or None and one error line naming the image).
+
+    The guest chooses the allocation pattern: a disk whose guest wrote every other cluster maps to millions of
+    extents (hundreds of MB of JSON). So the map is read in windows (``--start-offset``/``--max-length``), each
+    answer bounded by ``MAX_JSON_OUTPUT["map"]`` and summed at once; a window whose answer is longer is halved and
+    asked again, down to :data:`MAP_MIN_WINDOW`. The first window is the whole disk: an image with few extents is
+    one call. ``timeout`` bounds the whole walk."""
+    top = ImageSpec(spec.path, spec.fmt, spec.block, None)
+    deadline = time.monotonic() + timeout
+    pos, window, calls, mapped, unmapped = 0, virtual_size, 0, 0, 0
+    while pos < virtual_size:
+        length = min(window, virtual_size - pos)
+        left = deadline - time.monotonic()
+        res = None
+        if left > 0:
+            res = _qemu_img("map", top, runner, force_share=force_share, owner=owner, timeout=left,
+                            extra=(f"--start-offset={pos}", f"--max-length={length}"))
+            calls += 1
+        if res is None or res.timed_out:
+            return None, (f"qemu-img map of {spec.path} did not finish in {timeout:g} s ({calls} calls, "
+                          f"{pos} of {virtual_size} bytes read)")
+        if res.too_large:
+            if length <= MAP_MIN_WINDOW:
+                return None, (f"qemu-img map of {spec.path}: more than {_size(MAX_JSON_OUTPUT['map'])} of extents "
+                              f"for the {length} bytes at offset {pos}; not read")
+            window = max(MAP_MIN_WINDOW, length // 2 // MAP_MIN_WINDOW * MAP_MIN_WINDOW)
+            continue
+        extents, err, _ = _answer("map", top, res, (0,))
+        if err is not None:
+            return None, err
+        sums = _window_sums(extents, pos, length)
+        if isinstance(sums, str):
+            return None, f"qemu-img map of {spec.path}: {sums}"
+        mapped, unmapped, pos = mapped + sums[0], unmapped + sums[1], pos + length
+        if len(res.stdout) < MAX_JSON_OUTPUT["map"] // 4:  # room to spare: the next window may be larger
+            window = length * 2
+    return MapSums(mapped, unmapped, calls), None
 
 
 def _clean(text: str, spec: ImageSpec) -> str:
@@ -472,13 +581,12 @@ def _check_qcow2(img: DiskImage, spec: ImageSpec, runner: Runner) -> None:
 
 def _qcow2_preallocation(img: DiskImage, spec: ImageSpec, runner: Runner) -> None:
     """Metadata preallocation = every guest cluster of the top layer has a host offset (``qemu-img map``)."""
-    top = ImageSpec(spec.path, spec.fmt, spec.block, None)
-    extents, err, _ = qemu_img_json("map", top, runner, force_share=img.in_use, owner=img.owner, timeout=300)
-    if not isinstance(extents, list):
+    vsize = img.virtual_size or 0
+    sums, err = qemu_img_map_sums(spec, vsize, runner, force_share=img.in_use, owner=img.owner, timeout=300)
+    if sums is None:
         img.preallocation_evidence = f"qemu-img map failed: {err}"
         return
-    vsize = img.virtual_size or 0
-    mapped = sum(int(e.get("length", 0)) for e in extents if e.get("depth", 0) == 0 and "offset" in e)
+    mapped = sums.mapped
     alloc = img.allocated_size or 0
     length = img.apparent_size or 0
     img.preallocation_evidence = (
