@@ -69,3 +69,30 @@ def test_a_deep_fleet_report_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "JSON nested too deeply to read" in done.stderr and str(report) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_deep_json_drive_file_in_a_qemu_command_line_is_one_line(tmp_path: Path) -> None:
+    """``-drive file=json:...``: the option reader leaves the file= value as text, the block reader decodes it."""
+    line = tmp_path / "vm.cmdline"
+    line.write_text("qemu-system-x86_64 -name vm -drive 'file=json:" + "[" * 100_000 + ",if=virtio'\n")
+    one_line(kvmtune("audit", "--no-config", "--fail-on", "high", "--qemu-cmdline", str(line)), line,
+             "JSON option value nested too deeply to read")
+
+
+def test_another_users_qemu_with_a_deep_json_drive_costs_that_process_not_the_audit(tmp_path: Path) -> None:
+    """``audit --running``: any user can start a QEMU whose ``-drive file=json:`` is nested past the JSON reader's
+    recursion limit (a -blockdev nested just short of it reaches a reader further down the stack); it was a
+    RecursionError that ended the audit of every guest ("nothing judged")."""
+    good, bad = tmp_path / "proc" / "100", tmp_path / "proc" / "200"
+    good.mkdir(parents=True)
+    bad.mkdir()
+    (good / "cmdline").write_bytes(b"qemu-system-x86_64\0-name\0guest=good\0-m\0512\0")
+    (bad / "cmdline").write_bytes(b"qemu-system-x86_64\0-name\0guest=bad\0-drive\0file=json:" + b"[" * 300_000
+                                  + b",if=virtio\0")
+    done = kvmtune("audit", "--no-config", "--running", "--root", str(tmp_path), "--format", "json")
+    assert done.stderr.splitlines() == ["kvmtune: /proc/200/cmdline: JSON option value nested too deeply to read"], \
+        done.stderr
+    report = json.loads(done.stdout)
+    assert report["errors"] == ["/proc/200/cmdline: JSON option value nested too deeply to read"]
+    assert {f["target"]["domain"] for f in report["findings"]} == {"good"}  # the other guest is still audited
+    assert "Traceback" not in done.stderr

@@ -106,6 +106,16 @@ def test_endless_answer_is_cut_off(hostile: Callable[..., str]) -> None:
     agent.close()
 
 
+def test_an_answer_nested_past_the_json_reader_is_one_agent_error(hostile: Callable[..., str]) -> None:
+    """Within the size bound, 500,000 ``[`` were a RecursionError out of ``call``: the lab's probe agent (which
+    catches AgentError) ended its whole run on the CLI's generic "nested too deeply" line, and the audit said only
+    "its answers could not be read (RecursionError)"."""
+    agent = SocketAgent(hostile(_sync_then(b"[" * 500_000 + b"\n")), Deadline(5))
+    with pytest.raises(AgentError, match="guest-info: the answer is JSON nested too deeply to read"):
+        agent.call("guest-info")
+    agent.close()
+
+
 @pytest.mark.parametrize(("command", "arguments"), [
     ("guest-exec", {"path": "/bin/true"}),
     ("guest-file-write", {"handle": 1, "buf-b64": ""}),

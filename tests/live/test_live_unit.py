@@ -503,3 +503,29 @@ def test_a_guest_whose_vcpu_delay_could_not_be_taken_is_not_measured_not_ok(tmp_
     delays = [ln for ln in text.splitlines() if ln.startswith("kvmtune_guest_vcpu_delay_ratio{")]
     assert len(delays) == 1 and 'guest="named"' in delays[0]  # no sample for unnamed, not a zero
     assert "pressure" not in text and "kvmtune_diagnosis{" not in text
+
+
+@pytest.mark.parametrize("option", [
+    ["-blockdev", "{bad"],  # an InputError from the command-line reader
+    ["-drive", "file=json:" + "[" * 100_000 + ",if=virtio"],  # nested past the JSON reader: was a RecursionError
+])
+def test_another_users_unreadable_qemu_command_line_costs_that_process_not_the_sample(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
+    """``top``/``sample``/``why`` read every QEMU's ``/proc/PID/cmdline``, any user's: one kvmtune cannot read ended
+    the whole run (exit 2, one line naming that pid; a RecursionError before 75af4ea): now it is that pid's note, and
+    the other guests are sampled."""
+    make_host(tmp_path)
+    make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})
+    make_qemu(tmp_path, 200, "odd", {0: (0, 0, "0")})
+    cmdline = tmp_path / "proc" / "200" / "cmdline"
+    cmdline.write_bytes(cmdline.read_bytes() + b"\0".join(o.encode() for o in option) + b"\0")
+    out = tmp_path / "s.json"
+    assert cli.main(["sample", "--root", str(tmp_path), "--no-libvirt", "--duration", "0.2", "--interval", "0.1",
+                     "--format", "json", "-o", str(out)]) == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert [g["name"] for g in doc["summary"]["guests"]] == ["web"]
+    snap = Sampler(HostRoot(str(tmp_path)), []).snapshot()
+    assert sorted(snap.guests) == ["pid:100:web"]
+    assert [n for n in snap.notes if n.startswith("pid 200")] == [
+        "pid 200: not sampled (invalid JSON option value: Expecting property name enclosed in double quotes)"
+        if option[0] == "-blockdev" else "pid 200: not sampled (JSON option value nested too deeply to read)"]

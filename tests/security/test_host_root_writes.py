@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -127,3 +129,48 @@ def test_html_report_escapes_accelerator_names(tmp_path: Path) -> None:
         page = render(st, ids)
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "These runs used different accelerators" in page
+
+
+def test_a_tree_value_file_of_gigabytes_is_left_alone_not_planned(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A tree's ``/proc/sys/vm/swappiness`` that is 2 GiB (sparse: ``60`` and NULs): the plan took its first 4 MiB as
+    the prior value and printed it (a 16 MB line of escapes; 749 MB peak RSS measured), and ``--apply`` read the
+    whole file again to check it. A kernel value fits in a page: more is one skipped line, the rest still planned."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE, tree, symlinks=True)
+    value = tree / "proc" / "sys" / "vm" / "swappiness"
+    value.write_text("60\n")
+    os.truncate(value, 2 * 1024**3)
+    assert main(["fix", "--host", "--root", str(tree)]) in (0, 3)
+    out = capsys.readouterr().out
+    assert f"skipped: vm.swappiness: {value} holds more than 4096 bytes, not a kernel value; left alone" in out
+    assert "/proc/sys/vm/swappiness:" not in out and "/proc/sys/vm/dirty_ratio: 10 → 40" in out
+    assert len(out) < 64 * 1024
+
+
+@pytest.mark.parametrize("swap", ["fifo", "huge"])
+def test_undo_of_a_tree_value_swapped_for_a_fifo_or_a_huge_file_is_one_line(tmp_path: Path, journal_dir: Path,
+                                                                            swap: str) -> None:
+    """Between ``fix --apply`` and ``undo`` the tree's owner replaces a value file: a FIFO made ``undo`` wait for ever
+    (``read_text`` blocks on it), a 1 GiB file was read whole. Now neither is read past a page: the entry is a
+    conflict naming it, the other values are restored."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE, tree, symlinks=True)
+    assert main(["fix", "--host", "--root", str(tree), "--apply", "--yes"]) == 0
+    journal = next(journal_dir.glob("*.json")).stem  # the conftest's KVMTUNE_JOURNAL_DIR, the child's too
+    value = tree / "proc" / "sys" / "vm" / "swappiness"
+    value.unlink()
+    if swap == "fifo":
+        os.mkfifo(value)
+    else:
+        value.write_text("10\n")
+        os.truncate(value, 1024**3)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    done = subprocess.run([sys.executable, "-m", "kvmtune", "undo", "--root", str(tree), journal, "--yes"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        "kvmtune: /proc/sys/vm/swappiness is no value kvmtune reads (not a regular file of at most 4096 bytes), not "
+        "the 10 kvmtune wrote; not restored (--force)",
+        f"kvmtune: journal {journal}: 1 change(s) not restored"], done.stderr
+    assert (tree / "proc" / "sys" / "vm" / "dirty_ratio").read_text() == "10\n"  # the others are put back

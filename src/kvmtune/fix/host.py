@@ -28,7 +28,7 @@ from pathlib import Path
 from kvmtune.fix.diff import Reason
 from kvmtune.fix.effect import Planned
 from kvmtune.fix.files import read_state
-from kvmtune.fix.plan import DropIn, Plan, SysfsWrite, normalise
+from kvmtune.fix.plan import MAX_VALUE_BYTES, DropIn, Plan, SysfsWrite, normalise
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import format_cpu_mask, parse_sysctl_conf
 from kvmtune.host.root import HostReadError, HostRoot
@@ -156,6 +156,10 @@ class HostPlanner:
             if not s.absent_ok:
                 where = "not on this kernel" if self.host.is_live else "not in this host root"
                 self.plan.skipped.append(f"{s.name}: {where} ({path or 'no such file'} absent); left alone")
+            return own
+        if len(cur.encode()) > MAX_VALUE_BYTES:  # a tree's file: its whole text would be the plan's prior value
+            self.plan.skipped.append(f"{s.name}: {self.facts.where(path)} holds more than {MAX_VALUE_BYTES} bytes, "
+                                     "not a kernel value; left alone")
             return own
         want = s.want(self.facts, cur)
         choices = s.choices(self.facts)

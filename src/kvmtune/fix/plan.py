@@ -366,7 +366,9 @@ class SysfsWrite(Change[RuntimeEntry]):
         # ("mq-deadline kyber [bfq] none"), where the live kernel takes the value ("bfq").
         # A tree entry that leads into the live /sys or /proc is the kernel's value, restored as such.
         in_tree = self.root.resolve() != Path("/") and not kernel_attribute(self.real)
-        tree_prior = self.real.read_bytes() if in_tree else None
+        tree_prior = read_value_bytes(self.real) if in_tree else None
+        if in_tree and tree_prior is None:
+            raise ApplyError(f"{self.path}: cannot read it")
         return RuntimeEntry(
             what=self.title(), path=self.path, real_path=str(self.real), parse=self.parse, prior=now, new=self.new,
             restore=[Restore(str(self.root / p.lstrip("/")), v, p) for p, v in self.restore], tree_prior=tree_prior,
@@ -396,7 +398,7 @@ class SysfsWrite(Change[RuntimeEntry]):
             ctx.done.append(f"{e.path}: already {e.prior}")
             return
         if e.status == "done" and now != normalise(e.new) and not ctx.force:
-            raise UndoConflict(f"{e.path} is {now}, not the {e.new} kvmtune wrote; not restored (--force)")
+            raise UndoConflict(f"{e.path} is {_shown(now)}, not the {e.new} kvmtune wrote; not restored (--force)")
         for r in e.restore:
             try:
                 write_value(Path(r.target), r.value)
@@ -406,15 +408,12 @@ class SysfsWrite(Change[RuntimeEntry]):
 
 
 def _undo_tree_value(e: RuntimeEntry, real: Path, now: str | None, prior: bytes, ctx: UndoContext) -> None:
-    try:
-        current = real.read_bytes()
-    except OSError:
-        current = None
+    current = read_value_bytes(real)
     if current == prior:
         ctx.done.append(f"{e.path}: already as before")
         return
     if e.status == "done" and now != normalise(e.new) and not ctx.force:
-        raise UndoConflict(f"{e.path} is {now}, not the {e.new} kvmtune wrote; not restored (--force)")
+        raise UndoConflict(f"{e.path} is {_shown(now)}, not the {e.new} kvmtune wrote; not restored (--force)")
     try:
         write_atomic(real, prior, mode=real.stat().st_mode & 0o7777, tag="undo")
     except OSError as exc:
@@ -436,11 +435,27 @@ def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
+# a kernel value (a sysfs attribute's show(), a /proc/sys number, word or CPU mask) fits in a page: a file that holds
+# more, in a tree anyone may have written, is not one, and is not read whole
+MAX_VALUE_BYTES = 4096
+
+
+def read_value_bytes(path: Path) -> bytes | None:
+    """At most :data:`MAX_VALUE_BYTES` of a value file, through :class:`HostRoot` (a regular file opened ``O_NONBLOCK``:
+    a FIFO a tree holds is refused, not waited on); ``None`` when it cannot be read or holds more."""
+    data = HostRoot("/").read_bytes(os.path.abspath(path), limit=MAX_VALUE_BYTES + 1)
+    return data if data is not None and len(data) <= MAX_VALUE_BYTES else None
+
+
+def _shown(value: str | None) -> str:
+    return value if value is not None else f"no value kvmtune reads (not a regular file of at most {MAX_VALUE_BYTES} bytes)"
+
+
 def read_value(path: Path, parse: str = "plain") -> str | None:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    data = read_value_bytes(path)
+    if data is None:
         return None
+    text = data.decode("utf-8", errors="replace")
     if parse == "mask":  # a CPU mask: the kernel shows 00000000,0000000f for the f written
         try:
             return f"{int(text.strip().replace(',', ''), 16):x}"

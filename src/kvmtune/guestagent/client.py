@@ -83,6 +83,8 @@ def _reply(command: str, raw: bytes | str) -> Any:
         msg = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise AgentError(f"{command}: the answer is not JSON") from None
+    except RecursionError:  # within MAX_REPLY_BYTES, [[[... is far deeper than Python's JSON reader recurses
+        raise AgentError(f"{command}: the answer is JSON nested too deeply to read") from None
     if not isinstance(msg, dict):
         raise AgentError(f"{command}: the answer is not a JSON object")
     if "error" in msg:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvmtune.errors import KvmtuneError
+from kvmtune.errors import InputError, KvmtuneError
 from kvmtune.host.facts import HostFacts
 from kvmtune.host.parsers import parse_proc_stat
 from kvmtune.host.root import HostRoot
@@ -201,6 +201,9 @@ class ProcQemuSource:
                 guest = self._sample_pid(pid)
             except OSError as exc:  # gone mid-sample, or unreadable
                 snap.notes.append(f"pid {pid}: not sampled ({exc.strerror or exc})")
+                continue
+            except InputError as exc:  # any user's QEMU command line kvmtune cannot read: that process, not the run
+                snap.notes.append(f"pid {pid}: not sampled ({exc.problem})")
                 continue
             if guest is not None:
                 snap.guests[guest.key] = guest

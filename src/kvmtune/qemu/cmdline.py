@@ -427,9 +427,14 @@ def guest_from_argv(argv: list[str], origin: str, default_binary: str | None = N
     r = _Reading(Guest(name="?", origin=origin, origin_kind="cmdline", arch=arch, vcpus=1), binary)
     if binary != argv[0]:
         r.guest.derived["binary_assumed"] = binary
-    expanded = _with_config_files(r.guest, options, host)
-    guest = _read_guest(r, expanded, argv)
-    _recognise_instance(r, options)
+    try:
+        expanded = _with_config_files(r.guest, options, host)
+        guest = _read_guest(r, expanded, argv)
+        _recognise_instance(r, options)
+    except RecursionError:
+        # another user's QEMU may carry it: a -drive file=json:[[[... the option reader never decodes, or a -blockdev
+        # just shallow enough for it and too deep for a reader further down the stack; that guest, not the run
+        raise InputError(origin, "JSON option value nested too deeply to read") from None
     return guest
 
 
