@@ -253,6 +253,56 @@ def test_a_qmp_socket_that_never_answers_costs_about_one_second(tmp_path: Path) 
     assert took < 3.0
 
 
+def test_a_qmp_that_greets_late_is_tried_again_not_given_up_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TCG guest sharing a saturated CPU greets its monitor late: the first connection times out. Before, the
+    sampler gave that QEMU's QMP up for the whole session, so a guest without named vCPU threads (no debug-threads)
+    stayed 'not measured: vcpu-delay' in top for good (a full CI run, two guests pinned to one busy CPU). Now it is
+    tried again after QMP_RETRY_S, and its vCPU threads then come from query-cpus-fast."""
+    from kvmtune.live import sources
+
+    monkeypatch.setattr(sources, "QMP_RETRY_S", 0.0)
+    make_host(tmp_path)
+    path = tmp_path / "mon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        late, _ = server.accept()  # the first connection: no greeting within the client's time-out
+        conn, _ = server.accept()
+        late.close()
+        with conn, conn.makefile("rwb") as f:
+            f.write(b'{"QMP": {"version": {}, "capabilities": []}}\n')
+            f.flush()
+            for line in f:
+                cmd = json.loads(line)["execute"]
+                ret: object = [{"cpu-index": 0, "thread-id": 101}] if cmd == "query-cpus-fast" else \
+                    [] if cmd.startswith("query-") else {}
+                f.write(json.dumps({"return": ret}).encode() + b"\n")
+                f.flush()
+        stop.wait(10)
+
+    threading.Thread(target=serve, daemon=True).start()
+    make_qemu(tmp_path, 100, "web", {0: (1_000_000, 500_000, "0")})
+    write(tmp_path, "/proc/100/task/101/comm", "qemu-system-x86\n")  # vCPU threads not named
+    argv = ["qemu-system-x86_64", "-name", "guest=web", "-qmp", f"unix:/{path.name},server=on,wait=off"]
+    (tmp_path / "proc" / "100" / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    write(tmp_path, "/proc/100/status", f"Name:\tqemu\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    sampler = Sampler(HostRoot(str(tmp_path)), [])
+    try:
+        first = sampler.snapshot().guests["pid:100:web"]
+        assert any("QMP did not answer" in n for n in first.notes), first.notes
+        assert not first.vcpus
+        second = sampler.snapshot().guests["pid:100:web"]
+    finally:
+        stop.set()
+        sampler.close()
+        server.close()
+    assert not any("QMP did not answer" in n for n in second.notes), second.notes
+    assert list(second.vcpus) == [0], second.vcpus
+
+
 def test_a_guest_that_disappears_mid_sample_is_skipped(tmp_path: Path) -> None:
     make_host(tmp_path)
     make_qemu(tmp_path, 100, "web", {0: (0, 0, "0")})

@@ -40,6 +40,9 @@ from kvmtune.qemu.process import running_qemu_guests
 from kvmtune.qemu.qmp import Qmp
 
 QMP_TIMEOUT_S = 1.0
+# a QMP that did not answer (a busy QEMU greets late: a TCG guest sharing a saturated CPU) is tried again after this
+# long, not given up on for the whole session, nor waited on every interval
+QMP_RETRY_S = 5.0
 AFFINITY_EVERY = 5  # samples between reads of a vCPU thread's affinity (10 s at top's 2 s interval)
 KVM_DEBUGFS = "/sys/kernel/debug/kvm"
 QEMU_NAMES = ("qemu-system-", "qemu-kvm")
@@ -168,6 +171,7 @@ class ProcQemuSource:
         self.exclude_pids = exclude_pids or set()
         self.only_pids = only_pids  # None: every QEMU process
         self._qmp: dict[int, Qmp | None] = {}
+        self._qmp_retry: dict[int, float] = {}  # pid -> when a QMP that did not answer is tried again (monotonic)
         self._argv: dict[int, list[str]] = {}
         self._threads: dict[int, dict[int, str]] = {}
         self._models: dict[int, Guest] = {}
@@ -211,6 +215,7 @@ class ProcQemuSource:
             self._drop(pid)
 
     def _drop(self, pid: int) -> None:
+        self._qmp_retry.pop(pid, None)
         qmp = self._qmp.pop(pid, None)
         if qmp is not None:
             qmp.close()
@@ -305,8 +310,9 @@ class ProcQemuSource:
         return None
 
     def _connect(self, pid: int, argv: list[str], g: GuestSample) -> Qmp | None:
-        if pid in self._qmp:
+        if pid in self._qmp and not (pid in self._qmp_retry and time.monotonic() >= self._qmp_retry[pid]):
             return self._qmp[pid]
+        self._qmp_retry.pop(pid, None)
         self._qmp[pid] = None
         path = self._monitor_path(argv)
         if path is None:
@@ -328,7 +334,8 @@ class ProcQemuSource:
         except SocketChanged:
             g.notes.append("disks: the QMP socket changed after it was checked; not opened")
         except (OSError, ValueError, KvmtuneError) as exc:
-            g.notes.append(f"disks: QMP did not answer ({exc.__class__.__name__})")
+            g.notes.append(f"disks: QMP did not answer ({exc.__class__.__name__}); tried again in {QMP_RETRY_S:g} s")
+            self._qmp_retry[pid] = time.monotonic() + QMP_RETRY_S
         return self._qmp[pid]
 
     def _vcpu_threads(self, pid: int, qmp: Qmp | None) -> dict[int, str]:
