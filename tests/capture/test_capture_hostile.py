@@ -526,16 +526,16 @@ def test_ctrl_c_in_the_wait_reads_blockstats_once_more_at_once_and_ends(tmp_path
     hold a second of requests the last read never counted; one more read at once keeps the two together."""
     ticks: list[float] = []
 
-    def tick(s: float) -> None:
+    def tick(s: float) -> None:  # the wait comes in steps of POLL_S (the trace stream read after each)
         ticks.append(s)
-        if len(ticks) == 2:
+        if sum(ticks) > 1.05:  # in the second second's wait
             raise KeyboardInterrupt
 
     qmp = FakeQmp()
     cap = Capture(HostRoot(), os.getpid(), tmp_path, seconds=60, trace=False, tick=tick)
     cap._run(qmp, me())
     reads = [n for n, (c, _) in enumerate(qmp.sent) if c == "query-blockstats"]
-    assert len(ticks) == 2  # ended by the interrupt, not by the 60 s
+    assert sum(ticks) < 1.2  # ended by the interrupt, not by the 60 s
     # the first read (before the histograms), the loop's first, one after each tick: the interrupted one included
     assert len(reads) == 4, qmp.sent
     assert not list(tmp_path.glob("capture-active-*.json"))

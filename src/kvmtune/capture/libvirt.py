@@ -178,43 +178,88 @@ class LibvirtGuest:
 
 
 class LogFollower:
-    """The new bytes of a file another process appends to and rotates by renaming (virtlogd): the old file is read
-    to its end, then the one now at the path, from its start."""
+    """The new bytes of a file another process appends to and rotates by renaming (virtlogd: ``NAME.log`` becomes
+    ``NAME.log.0``, ``.0`` becomes ``.1``, …, up to its ``max_backups``): the old file is read to its end, then each
+    file that came after it, oldest first, then the one now at the path, from its start. Files renamed away twice
+    between two reads are found among the backups by inode; one rotated past the last backup is gone, and counted
+    (:attr:`lost`)."""
+
+    MAX_BACKUPS = 16  # backups looked at (virtlogd keeps 3 unless configured otherwise)
 
     def __init__(self, host: HostRoot, path: str) -> None:
         self.host, self.path = host, path
-        self.fh: BinaryIO = self._open()
+        self.fh: BinaryIO = self._open(path)
         self.fh.seek(0, os.SEEK_END)
         self.rotations = 0
+        self.lost = 0  # times the file read before a rotation was no longer among the backups
+        self._next: list[BinaryIO] = []  # files after the current one, oldest first
 
-    def _open(self) -> BinaryIO:
-        fh = self.host.open_regular(self.path, nofollow=True)  # a link swapped in at any moment is not followed
+    def _open(self, path: str) -> BinaryIO:
+        fh = self.host.open_regular(path, nofollow=True)  # a link swapped in at any moment is not followed
         st = os.fstat(fh.fileno())
         if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):  # virtlogd's: root's, 0600
             fh.close()
-            raise HostReadError(self.path, f"owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}: others may "
+            raise HostReadError(path, f"owned by uid {st.st_uid} with mode {st.st_mode & 0o7777:04o}: others may "
                                 "write lines into it; not read")
         return fh
 
     def read(self, limit: int) -> bytes:
-        data = self.fh.read(limit)
-        if data:
-            return data
-        try:
-            fresh = self._open()
-        except HostReadError:
-            return b""  # between the rename and the new file: next time
-        if os.fstat(fresh.fileno()).st_ino == os.fstat(self.fh.fileno()).st_ino:
-            fresh.close()
-            return b""
-        data = self.fh.read(limit)  # what came between the read above and the rename
-        if data:
-            fresh.close()
-            return data
-        self.fh.close()
-        self.fh = fresh
-        self.rotations += 1
-        return self.fh.read(limit)
+        while True:
+            data = self.fh.read(limit)
+            if data:
+                return data
+            if self._next:  # the current file is done and was rotated: the one after it
+                self.fh.close()
+                self.fh = self._next.pop(0)
+                continue
+            try:
+                fresh = self._open(self.path)
+            except HostReadError:
+                return b""  # between the rename and the new file: next time
+            current = os.fstat(self.fh.fileno()).st_ino
+            if os.fstat(fresh.fileno()).st_ino == current:
+                fresh.close()
+                return b""
+            data = self.fh.read(limit)  # what came between the read above and the rename
+            if data:
+                fresh.close()
+                return data
+            self._next = [*self._after(current), fresh]
+            self._dedupe()
+            self.rotations += 1
+
+    def _after(self, current: int) -> list[BinaryIO]:
+        """The backups newer than the file of inode ``current``, oldest first (all of them when it is gone)."""
+        backups: list[BinaryIO] = []
+        for i in range(self.MAX_BACKUPS):
+            try:
+                backups.append(self._open(f"{self.path}.{i}"))
+            except HostReadError:
+                break
+        inodes = [os.fstat(b.fileno()).st_ino for b in backups]
+        if current in inodes:
+            k = inodes.index(current)
+            for b in backups[k:]:
+                b.close()
+            return list(reversed(backups[:k]))
+        self.lost += 1
+        return list(reversed(backups))
+
+    def _dedupe(self) -> None:
+        """A rotation between the opens can name one file twice: each inode read once."""
+        seen = {os.fstat(self.fh.fileno()).st_ino}
+        kept: list[BinaryIO] = []
+        for f in self._next:
+            ino = os.fstat(f.fileno()).st_ino
+            if ino in seen:
+                f.close()
+            else:
+                seen.add(ino)
+                kept.append(f)
+        self._next = kept
 
     def close(self) -> None:
         self.fh.close()
+        for f in self._next:
+            f.close()
+        self._next = []

@@ -35,7 +35,9 @@ from kvmtune.textsafe import safe
 
 MARKER_PREFIX = "capture-active-"
 HISTOGRAM_NS = [10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
-READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read per tick at most
+READ_CHUNK = 4 * 1024 * 1024  # stderr bytes read (and parsed) at once at most
+DRAIN_MAX = 64 * 1024 * 1024  # bytes read in one drain at most: a writer faster than the parser still yields the loop
+POLL_S = 0.1  # the trace stream is read this often between the 1 Hz blockstats reads (virtlogd rotates its log)
 WINDOW_SLACK = 5.0  # s an event's time may lie before the capture's start or after its planned end (+60 s)
 _MARKER = re.compile(r"capture-active-[0-9]{1,10}(?:-[0-9a-f]{16})?\.json")
 # what QEMU names a device by in query-blockstats (an id, or a QOM path such as
@@ -291,6 +293,18 @@ def _restore(host: HostRoot, workdir: Path) -> list[str]:
     return out + remove_stale_scratch(workdir)
 
 
+def drain(fh: Lines, reader: TraceReader) -> None:
+    """Feed ``reader`` what the trace stream holds now, :data:`READ_CHUNK` at a time, until the stream has no more,
+    the reader is full (``--max-events``), or :data:`DRAIN_MAX` bytes were read (the rest comes next time)."""
+    done = 0
+    while not reader.full and done < DRAIN_MAX:
+        data = fh.read(READ_CHUNK)
+        if not data:
+            return
+        reader.feed(data)
+        done += len(data)
+
+
 @dataclass
 class CaptureResult:
     seconds: float
@@ -505,7 +519,7 @@ class Capture:
         with contextlib.suppress(KeyboardInterrupt):  # a second signal, or one during a read: the last read stands
             while time.monotonic() - t_first < self.seconds and not reader.full and not interrupted:
                 try:
-                    self.tick(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))))
+                    self._wait(min(1.0, max(0.0, self.seconds - (time.monotonic() - t_first))), fh, reader)
                 except KeyboardInterrupt:
                     interrupted = True
                 now, t_now = blockstats(qmp, self.aliases), time.monotonic()
@@ -514,8 +528,21 @@ class Capture:
                         per_second[n].append(delta(prev[n], now[n], t_now - t_prev))
                 prev, t_prev = now, t_now
                 if fh is not None:
-                    reader.feed(fh.read(READ_CHUNK))
+                    drain(fh, reader)
         return first, prev, t_prev - t_first
+
+    def _wait(self, seconds: float, fh: Lines | None, reader: TraceReader) -> None:
+        """Wait ``seconds`` (through :attr:`tick`) in steps of :data:`POLL_S`, reading the trace stream after each:
+        a guest's events come faster than one 4 MiB read a second holds (2 events of about 130 bytes a request:
+        a guest at 100,000 IOPS writes 26 MB a second), and virtlogd renames a libvirt guest's log away every
+        2 MiB, so a reader that waits a whole second falls behind, or loses a log that was rotated twice."""
+        waited = 0.0
+        while seconds - waited > 1e-6:  # not a step of a rounding error's length at the end
+            step = min(POLL_S, seconds - waited)
+            self.tick(step)
+            waited += step
+            if fh is not None:
+                drain(fh, reader)
 
     def _prepare_trace(self, qmp: Monitor) -> tuple[Lines | None, list[str], dict[tuple[int, int], int], str]:
         """Where the events will be read, which to enable, the SCSI disks' block sizes; or why per-request mode
@@ -582,7 +609,11 @@ class Capture:
             if fh is not None:
                 with contextlib.suppress(OSError):
                     time.sleep(0.1)
-                    reader.feed(fh.read(READ_CHUNK) + b"\n")
+                    drain(fh, reader)
+                    reader.feed(b"\n")
+                if isinstance(fh, LogFollower) and fh.lost:
+                    notes.append(f"virtlogd renamed the guest's log past its last backup {fh.lost} time(s) between two "
+                                 "reads: events may be missing (raise max_size in virtlogd.conf)")
                 fh.close()
             for dev in hists:
                 with contextlib.suppress(KvmtuneError, OSError, ValueError):
