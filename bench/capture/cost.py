@@ -27,23 +27,28 @@ per recorded request in trace mode.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # probe_domain: as the tests run it
 
 from measuring import loadavg, log_interval, measure_lock, spread
 from probe_guest import stop_guest
 
+from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture
 from kvmtune.host.root import HostRoot
 from kvmtune.lab.vocabulary import at_least
@@ -51,6 +56,7 @@ from kvmtune.live.sources import Sampler
 from kvmtune.live.why import find_target
 from kvmtune.qemu.qmp import Qmp
 
+ROOT = Path(__file__).resolve().parents[2]
 JOB = "rw=randrw rwmixread=70 bs=4k iodepth=8"
 BOUND = {"blockstats": 0.99, "trace": 0.95}  # issue 51: at most 1 % / 5 % of the guest's IOPS
 
@@ -70,15 +76,99 @@ def connect(qmp_path: Path) -> Qmp:
     return Qmp(qmp_path, timeout=10)
 
 
-def uncaptured(qmp_path: Path, seconds: float) -> float:
+@dataclass
+class Subject:
+    """The guest measured: its QEMU's pid, how to read its disk's total operations from the host, how a capture
+    reaches it (``libvirt``: through libvirt, else its own QMP socket) and what one QMP round trip of the capture's
+    1 Hz read is."""
+
+    pid: int
+    ops: Callable[[], int]
+    round_trip: Callable[[], None]
+    libvirt: LibvirtGuest | None = None
+
+
+def uncaptured(subject: Subject, seconds: float) -> float:
+    a, t0 = subject.ops(), time.monotonic()
+    time.sleep(seconds)
+    b, t1 = subject.ops(), time.monotonic()
+    return (b - a) / (t1 - t0)
+
+
+def qmp_ops(qmp_path: Path) -> int:
     q = connect(qmp_path)
     try:
-        a, t0 = ops(q), time.monotonic()
-        time.sleep(seconds)
-        b, t1 = ops(q), time.monotonic()
+        return ops(q)
     finally:
         q.close()
-    return (b - a) / (t1 - t0)
+
+
+@contextlib.contextmanager
+def probe_subject(args: argparse.Namespace, work: Path) -> Iterator[Subject]:
+    """The probe guest run by ``kvmtune guest run --load disk`` (its own QMP socket, its stderr a file)."""
+    name = f"cost{os.getpid()}"
+    guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load",
+                              "disk", "--name", name, "--job", args.job, *(["--pin", args.pin] if args.pin else [])],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert guest.stdout is not None
+        for line in guest.stdout:
+            if "KVMTUNE-JOB-START" in line:
+                break
+        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
+
+        def round_trip() -> None:
+            q = connect(qmp_path)
+            try:
+                ops(q)
+            finally:
+                q.close()
+
+        yield Subject(qemu_pid(name), lambda: qmp_ops(qmp_path), round_trip)
+    finally:
+        stop_guest(guest, work)
+
+
+LIBVIRT_DISKS = """
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='native'/>
+      <source file='{work}/vda.raw'/><target dev='vda' bus='virtio'/></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='native'/>
+      <source file='{work}/vdb.raw'/><target dev='vdb' bus='virtio'/></disk>"""
+
+
+@contextlib.contextmanager
+def libvirt_subject(args: argparse.Namespace, work: Path) -> Iterator[Subject]:
+    """The probe guest as a transient libvirt domain (started by ``scripts/services.sh libvirtd-start``'s libvirtd):
+    its QMP reached through libvirt, its trace events through virtlogd into its log, as ``kvmtune capture`` of a
+    libvirt guest reaches them. ``--pin`` pins its vCPU and emulator threads (cputune)."""
+    import libvirt_qemu
+
+    from probe_domain import running_probe_domain
+
+    started = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "libvirtd-start"], check=False,
+                             capture_output=True, text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"libvirtd-start: {started.stderr.strip()}")
+    with running_probe_domain(work, args.libvirt, LIBVIRT_DISKS, "vda", "vdb", args.job, iops=None,
+                              prefix="kvmtune-cost") as (name, dom, _):
+        if args.pin:
+            cpus = [int(c) in pin_set(args.pin) for c in range(os.cpu_count() or 1)]
+            dom.pinVcpu(0, tuple(cpus))
+            dom.pinEmulator(tuple(cpus))
+        pid = int(Path(f"/run/libvirt/qemu/{name}.pid").read_text().strip())
+
+        def totals() -> int:
+            return sum(dom.blockStats(d)[0] + dom.blockStats(d)[2] for d in ("vda", "vdb"))
+
+        def round_trip() -> None:
+            libvirt_qemu.qemuMonitorCommand(dom, json.dumps({"execute": "query-blockstats"}), 0)
+
+        yield Subject(pid, totals, round_trip, LibvirtGuest(args.libvirt, dom.UUIDString(), name))
+
+
+def pin_set(text: str) -> set[int]:
+    """A taskset CPU list (``0``, ``0,1``, ``0-3``) as a set."""
+    return {int(c) for part in text.split(",") for c in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
 
 
 @dataclass
@@ -89,10 +179,11 @@ class Window:
     requests: int  # requests the capture recorded one by one (0: statistics)
 
 
-def captured(host: HostRoot, pid: int, work: Path, source: str, seconds: float) -> Window:
+def captured(host: HostRoot, subject: Subject, work: Path, source: str, seconds: float) -> Window:
     """The guest's IOPS over the capture's active window, from the capture's own first and last blockstats, and
     what the capture cost this host's CPU (this process runs nothing else meanwhile)."""
-    cap = Capture(host, pid, work, seconds=seconds, trace=source == "trace", require_trace=source == "trace")
+    cap = Capture(host, subject.pid, work, seconds=seconds, trace=source == "trace", require_trace=source == "trace",
+                  libvirt=subject.libvirt)
     t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
     r = cap.run()
     t1, c1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
@@ -103,20 +194,16 @@ def captured(host: HostRoot, pid: int, work: Path, source: str, seconds: float) 
     return Window(sum(d.rd_ops + d.wr_ops for d in r.stats.values()) / r.seconds, cpu, t1 - t0, n)
 
 
-def qmp_round_trips(qmp_path: Path, count: int) -> list[float]:
+def qmp_round_trips(subject: Subject, count: int) -> list[float]:
     """Seconds each of ``count`` ``query-blockstats`` took, 10 a second, on the running guest: QEMU answers QMP in
     its main loop holding the big lock, which a TCG vCPU (``thread=single``) needs too, so a statistics capture's
     own cost per second is at most one such round trip (plus its histogram set and restore, once each)."""
-    q = connect(qmp_path)
     took: list[float] = []
-    try:
-        for _ in range(count):
-            t0 = time.perf_counter()
-            ops(q)
-            took.append(time.perf_counter() - t0)
-            time.sleep(0.1)
-    finally:
-        q.close()
+    for _ in range(count):
+        t0 = time.perf_counter()
+        subject.round_trip()
+        took.append(time.perf_counter() - t0)
+        time.sleep(0.1)
     return took
 
 
@@ -144,39 +231,29 @@ def main() -> None:
                     help="after the rounds, time this many query-blockstats round trips (0: none)")
     ap.add_argument("--workdir", type=Path, help="where the guest's run directory and scratch disk go (default: a "
                     "temporary directory in $TMPDIR); /dev/shm keeps the host's disk out of the figures")
+    ap.add_argument("--libvirt", metavar="URI", help="run the probe guest as a transient libvirt domain on URI "
+                    "(e.g. qemu:///system; libvirtd started by scripts/services.sh) and capture it through libvirt")
     args = ap.parse_args()
     if args.capture_pin:
-        cpus = {int(c) for part in args.capture_pin.split(",")
-                for c in (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))}
-        os.sched_setaffinity(0, cpus)
+        os.sched_setaffinity(0, pin_set(args.capture_pin))
     work = Path(tempfile.mkdtemp(prefix="kvmtune-capture-cost-", dir=args.workdir))
-    name = f"cost{os.getpid()}"
     host = HostRoot("/")
     rows: list[dict[str, Any]] = []
     ratios: dict[str, list[float]] = {"blockstats": [], "trace": []}
     cpu: dict[str, list[Window]] = {"blockstats": [], "trace": []}
     with measure_lock():
         before = loadavg()
-        guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load",
-                                  "disk", "--name", name, "--job", args.job, *(["--pin", args.pin] if args.pin else [])],
-                                 stdout=subprocess.PIPE, text=True)
-        try:
-            assert guest.stdout is not None
-            for line in guest.stdout:
-                if "KVMTUNE-JOB-START" in line:
-                    break
-            (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
-            pid = qemu_pid(name)
-            pinning = (f"QEMU on CPUs {sorted(os.sched_getaffinity(pid))}, capture on CPUs "
+        with (libvirt_subject if args.libvirt else probe_subject)(args, work) as subject:
+            pinning = (f"QEMU on CPUs {sorted(os.sched_getaffinity(subject.pid))}, capture on CPUs "
                        f"{sorted(os.sched_getaffinity(0))}" + ("" if args.pin or args.capture_pin else " (not pinned)"))
             time.sleep(3)
             for r in range(args.rounds):
                 order = ("blockstats", "trace") if r % 2 == 0 else ("trace", "blockstats")
-                base = [uncaptured(qmp_path, args.seconds)]
+                base = [uncaptured(subject, args.seconds)]
                 got: dict[str, Window] = {}
                 for source in order:
-                    got[source] = captured(host, pid, work, source, args.seconds)
-                    base.append(uncaptured(qmp_path, args.seconds))
+                    got[source] = captured(host, subject, work, source, args.seconds)
+                    base.append(uncaptured(subject, args.seconds))
                 for i, source in enumerate(order):
                     w = got[source]
                     beside = (base[i] + base[i + 1]) / 2
@@ -188,11 +265,12 @@ def main() -> None:
                     print(f"round {r + 1} {source:10s} {w.iops:8.0f} IOPS against {base[i]:.0f}/{base[i + 1]:.0f} "
                           f"uncaptured: {w.iops / beside:.3f}; capture CPU {w.cpu_s:.2f} s in {w.wall_s:.1f} s"
                           + (f", {w.requests} requests" if w.requests else ""), flush=True)
-            rtt = qmp_round_trips(qmp_path, args.qmp_samples) if args.qmp_samples else []
-        finally:
-            stop_guest(guest, work)
+            rtt = qmp_round_trips(subject, args.qmp_samples) if args.qmp_samples else []
         after = loadavg()
-    head = (f"job {args.job!r}, {args.rounds} rounds of {args.seconds:g} s a window, load average {before} -> {after}, "
+    shutil.rmtree(work, ignore_errors=True)
+    guest = f"libvirt domain on {args.libvirt} (QMP through libvirt, events through virtlogd)" if args.libvirt else \
+        "probe guest (its own QMP socket, stderr a file)"
+    head = (f"{guest}, job {args.job!r}, {args.rounds} rounds of {args.seconds:g} s a window, load average {before} -> {after}, "
             f"nproc {os.cpu_count()}, {pinning}, guest disk in {work}, TCG (emulation figures)")
     print(head)
     summary: dict[str, Any] = {"head": head, "rows": rows}

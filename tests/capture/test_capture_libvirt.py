@@ -11,22 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvmtune.lab.guest import GuestBuilder
-from kvmtune.lab.loadguest import load_job, parse_job
-from kvmtune.runner import Runner
-from probe_domain import probe_domain_xml, transient_domains
+from probe_domain import running_probe_domain
 
 pytestmark = pytest.mark.integration
 
@@ -51,38 +46,10 @@ def kvmtune(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]
                           timeout=timeout)
 
 
-@contextlib.contextmanager
 def running(work: Path, libvirt_uri: str, disks: str, busy: str, idle: str,
-            iops: int = 600) -> Iterator[tuple[str, Any, Path]]:
-    """A libvirt domain of the probe guest with ``disks``, fio's planted pattern on ``busy`` (throttled to ``iops``; its target
-    and its name in the guest), once the guest also sees ``idle`` (its name in the guest, which libvirt's target
-    need not be: the guest names its virtio disks in the order it finds them)."""
-    guest = GuestBuilder(work, Runner()).build()
-    name = f"kvmtune-capture-{uuid.uuid4().hex[:8]}"
-    job = work / "job.sh"
-    wait = "while [ ! -b /dev/vda ]; do sleep 0.1; done\n"
-    text = load_job(guest, "disk", 1, job=parse_job(JOB))
-    assert wait in text
-    # every disk there and scanned for partitions (late under TCG) before fio starts on the busy one
-    job.write_text(text.replace(wait, f"while [ ! -b /dev/{busy} ] || [ ! -b /dev/{idle} ]; do sleep 0.1; done\nsleep 2\n")
-                   .replace("/dev/vda", f"/dev/{busy}"))
-    for image in ("vda.raw", "vdb.raw", "sda.raw"):
-        with open(work / image, "wb") as fh:
-            fh.truncate(256 << 20)
-    serial = work / "serial.log"
-    try:
-        with transient_domains(libvirt_uri) as create:
-            dom = create(probe_domain_xml(name, guest, job, serial, memory_mib=512, devices=disks.format(work=work)))
-            deadline = time.monotonic() + 120
-            while b"KVMTUNE-JOB-START" not in (console := serial.read_bytes() if serial.exists() else b""):
-                assert time.monotonic() < deadline and b"KVMTUNE-POWEROFF" not in console, \
-                    f"the guest's job never started: {console[-400:]!r}"
-                time.sleep(0.5)
-            dom.setBlockIoTune(busy, {"total_iops_sec": iops}, 0)
-            yield name, dom, work
-    finally:
-        Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
+            iops: int = 600) -> contextlib.AbstractContextManager[tuple[str, Any, Path]]:
+    """The probe guest as a libvirt domain under :data:`JOB` (see :func:`probe_domain.running_probe_domain`)."""
+    return running_probe_domain(work, libvirt_uri, disks, busy, idle, JOB, iops=iops)
 
 
 @pytest.fixture(scope="module")
