@@ -47,7 +47,8 @@ class CaptureCommand(Command):
         p.add_argument("--seconds", type=float, default=30.0, metavar="S", help="how long to record (default 30)")
         p.add_argument("--source", choices=("auto", "trace", "blockstats", "blktrace"), default="auto",
                        help="trace: per-request QEMU trace events (with blockstats; on a fast disk they cost the "
-                            "guest some of its IOPS: about 10 %% measured under TCG, docs/capture.md); blockstats: "
+                            "guest some of its IOPS: 5-10 %% measured under TCG, about 19 %% for a libvirt guest, "
+                            "whose events go through virtlogd, docs/capture.md); blockstats: "
                             "statistics only (one QMP query a second); "
                             "blktrace: the requests of the block device under the disk (blktrace installed, debugfs "
                             "mounted; as the host device saw them); auto: trace where QEMU allows, else blockstats "
