@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # probe_domain: as the tests run it
 
 from measuring import loadavg, log_interval, measure_lock, spread
-from probe_guest import stop_guest
+from probe_guest import disk_guest
 
 from kvmtune.capture.libvirt import LibvirtGuest
 from kvmtune.capture.session import Capture
@@ -107,15 +107,7 @@ def qmp_ops(qmp_path: Path) -> int:
 def probe_subject(args: argparse.Namespace, work: Path) -> Iterator[Subject]:
     """The probe guest run by ``kvmtune guest run --load disk`` (its own QMP socket, its stderr a file)."""
     name = f"cost{os.getpid()}"
-    guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load",
-                              "disk", "--name", name, "--job", args.job, *(["--pin", args.pin] if args.pin else [])],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert guest.stdout is not None
-        for line in guest.stdout:
-            if "KVMTUNE-JOB-START" in line:
-                break
-        (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
+    with disk_guest(work, name, args.job, ["--pin", args.pin] if args.pin else []) as qmp_path:
 
         def round_trip() -> None:
             q = connect(qmp_path)
@@ -125,8 +117,6 @@ def probe_subject(args: argparse.Namespace, work: Path) -> Iterator[Subject]:
                 q.close()
 
         yield Subject(qemu_pid(name), lambda: qmp_ops(qmp_path), round_trip)
-    finally:
-        stop_guest(guest, work)
 
 
 LIBVIRT_DISKS = """

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +30,35 @@ def stop_guest(guest: subprocess.Popen[str], work: Path) -> None:
 
 
 @contextlib.contextmanager
-def throttled_guest(job: str, iops: int, prefix: str) -> Iterator[tuple[str, Path]]:
-    """A probe guest running fio's ``job`` on its disk d0, throttled to ``iops`` once the job runs: (its name, its
-    work directory), stopped and removed on leaving."""
-    work = Path(tempfile.mkdtemp(prefix=f"kvmtune-{prefix}-"))
-    name = f"{prefix[:3]}{os.getpid()}"
+def disk_guest(work: Path, name: str, job: str, extra: Sequence[str] = ()) -> Iterator[Path]:
+    """``kvmtune guest run --load disk --job JOB`` named ``name`` in ``work`` (``extra``: more of its options), once
+    its job runs: its QMP socket's path; stopped and ``work`` removed on leaving."""
     guest = subprocess.Popen([sys.executable, "-m", "kvmtune", "guest", "run", "--workdir", str(work), "--load", "disk",
-                              "--name", name, "--job", job], stdout=subprocess.PIPE, text=True)
+                              "--name", name, "--job", job, *extra], stdout=subprocess.PIPE, text=True)
     try:
         assert guest.stdout is not None
         for line in guest.stdout:
             if "KVMTUNE-JOB-START" in line:
                 break
         (qmp_path,) = work.glob(f"run-{name}-*/{name}.qmp")
+        yield qmp_path
+    finally:
+        stop_guest(guest, work)
+
+
+@contextlib.contextmanager
+def throttled_guest(job: str, iops: int, prefix: str) -> Iterator[tuple[str, Path]]:
+    """A probe guest running fio's ``job`` on its disk d0, throttled to ``iops`` once the job runs: (its name, its
+    work directory), stopped and removed on leaving."""
+    work = Path(tempfile.mkdtemp(prefix=f"kvmtune-{prefix}-"))
+    name = f"{prefix[:3]}{os.getpid()}"
+    with disk_guest(work, name, job) as qmp_path:
         q = Qmp(qmp_path, timeout=10)
         try:
             q.execute("block_set_io_throttle", device="d0", bps=0, bps_rd=0, bps_wr=0, iops=iops, iops_rd=0, iops_wr=0)
         finally:
             q.close()
         yield name, work
-    finally:
-        stop_guest(guest, work)
 
 
 def kvmtune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -226,17 +226,22 @@ def _rotate(d: Path, keep: int = 3) -> None:
     (d / "g.log").chmod(0o600)
 
 
+def _followed(tmp_path: Path, first: bytes) -> tuple[Path, LogFollower, bytes]:
+    """A log followed from its end, then ``first`` appended and read: (its directory, the follower, what it read)."""
+    d = tmp_path / "var/log/libvirt/qemu"
+    d.mkdir(parents=True)
+    (d / "g.log").write_bytes(b"before the capture\n")
+    f = LogFollower(HostRoot(str(tmp_path)), LOG)
+    with open(d / "g.log", "ab") as w:
+        w.write(first)
+    return d, f, f.read(1 << 20)
+
+
 def test_two_rotations_between_reads_lose_no_line_and_keep_their_order(tmp_path: Path) -> None:
     """A fast guest's events fill virtlogd's 2 MiB log in less than a read's interval: the log is renamed away twice
     between two reads. Before, the follower went from the file it held straight to the one now at the path, and the
     file in between (g.log.0 by then) was never read: its requests missing, the capture refused."""
-    d = tmp_path / "var/log/libvirt/qemu"
-    d.mkdir(parents=True)
-    (d / "g.log").write_bytes(b"before\n")
-    f = LogFollower(HostRoot(str(tmp_path)), LOG)
-    with open(d / "g.log", "ab") as w:
-        w.write(b"one\n")
-    got = f.read(1 << 20)
+    d, f, got = _followed(tmp_path, b"one\n")
     with open(d / "g.log", "ab") as w:
         w.write(b"two\n")
     _rotate(d)
@@ -250,13 +255,7 @@ def test_two_rotations_between_reads_lose_no_line_and_keep_their_order(tmp_path:
 
 
 def test_a_log_rotated_past_the_last_backup_is_counted_lost_and_the_rest_read_in_order(tmp_path: Path) -> None:
-    d = tmp_path / "var/log/libvirt/qemu"
-    d.mkdir(parents=True)
-    (d / "g.log").write_bytes(b"")
-    f = LogFollower(HostRoot(str(tmp_path)), LOG)
-    with open(d / "g.log", "ab") as w:
-        w.write(b"held\n")
-    got = f.read(1 << 20)
+    d, f, got = _followed(tmp_path, b"held\n")
     for n in range(4):  # the held file goes .0, .1, .2 and is then dropped (3 backups); four files came after it
         _rotate(d)
         (d / "g.log").write_bytes(f"after {n}\n".encode())

@@ -221,14 +221,20 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "nodir" in err and "Traceback" not in err
 
 
-def test_a_qmp_socket_that_never_answers_costs_about_one_second(tmp_path: Path) -> None:
-    """A process whose monitor accepts but never greets: one note, and the sample goes on."""
+def _monitor(tmp_path: Path) -> tuple[Path, socket.socket, threading.Event]:
+    """A host tree and a listening unix socket in it for a fake QEMU's monitor: (its path, the socket, a stop flag
+    for the thread that serves it)."""
     make_host(tmp_path)
     path = tmp_path / "mon.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
-    server.listen(1)
-    stop = threading.Event()
+    server.listen(2)
+    return path, server, threading.Event()
+
+
+def test_a_qmp_socket_that_never_answers_costs_about_one_second(tmp_path: Path) -> None:
+    """A process whose monitor accepts but never greets: one note, and the sample goes on."""
+    path, server, stop = _monitor(tmp_path)
 
     def accept_and_hang() -> None:
         conn, _ = server.accept()
@@ -261,12 +267,7 @@ def test_a_qmp_that_greets_late_is_tried_again_not_given_up_on(tmp_path: Path, m
     from kvmtune.live import sources
 
     monkeypatch.setattr(sources, "QMP_RETRY_S", 0.0)
-    make_host(tmp_path)
-    path = tmp_path / "mon.sock"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(2)
-    stop = threading.Event()
+    path, server, stop = _monitor(tmp_path)
 
     def serve() -> None:
         late, _ = server.accept()  # the first connection: no greeting within the client's time-out
