@@ -220,7 +220,7 @@ def qemu_img_map_sums(
         res = None
         if left > 0:
             res = _qemu_img("map", top, runner, force_share=force_share, owner=owner, timeout=left,
-                            extra=(f"--start-offset={pos}", f"--max-length={length}"))
+                            extra=(long_option("start-offset", pos), long_option("max-length", length)))
             calls += 1
         if res is None or res.timed_out:
             return None, (f"qemu-img map of {spec.path} did not finish in {timeout:g} s ({calls} calls, "
