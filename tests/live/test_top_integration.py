@@ -47,28 +47,29 @@ def test_top_in_tmux_names_two_guests_sharing_one_cpu(guest: ProbeGuest, tmp_pat
     runs = [GuestRun(VmSpec(guest=guest, accel="tcg", job=BUSY, wrapper=["taskset", "-c", "0"]),
                      tmp_path / f"run{i}", Runner(), name=f"vm{i}") for i in range(2)]
     session = f"kvmtune-top-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]  # its own server and socket: nothing left in /tmp/tmux-0
     try:
         pids = [str(r.start().pid) for r in runs]
         time.sleep(3)  # past the boot
         kvmtune = shutil.which("kvmtune") or str(Path(cli.__file__).parents[3] / ".venv" / "bin" / "kvmtune")
         cmd = [kvmtune, "top", "--no-libvirt", "--interval", "1", "--pid", pids[0], "--pid", pids[1]]
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "260", "-y", "30", *cmd], check=True)
+        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "260", "-y", "30", *cmd], check=True)
         screen = ""
 
         def rows_diagnosed() -> bool:
             nonlocal screen
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True,
                                     text=True).stdout
             return sum("vcpu-delay" in line and "KVM-HST-019" in line for line in screen.splitlines()) == 2
 
         wait_for(rows_diagnosed, 30)
         assert rows_diagnosed(), screen
         assert f"pid {pids[0]}" in screen and f"pid {pids[1]}" in screen and "[q] quit" in screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode != 0, 10)
-        assert subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode != 0
+        subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
+        wait_for(lambda: subprocess.run([*tmux, "has-session", "-t", session], capture_output=True).returncode != 0, 10)
+        assert subprocess.run([*tmux, "has-session", "-t", session], capture_output=True).returncode != 0
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*tmux, "kill-session", "-t", session], capture_output=True)
         for r in runs:
             r.close()
 
