@@ -142,13 +142,14 @@ def libvirt_subject(args: argparse.Namespace, work: Path) -> Iterator[Subject]:
     with running_probe_domain(work, args.libvirt, LIBVIRT_DISKS, "vda", "vdb", args.job, iops=None,
                               prefix="kvmtune-cost") as (name, dom, _):
         if args.pin:
-            cpus = [int(c) in pin_set(args.pin) for c in range(os.cpu_count() or 1)]
+            pins = pin_set(args.pin)
+            cpus = [c in pins for c in range(os.cpu_count() or 1)]
             dom.pinVcpu(0, tuple(cpus))
             dom.pinEmulator(tuple(cpus))
         pid = int(Path(f"/run/libvirt/qemu/{name}.pid").read_text().strip())
 
         def totals() -> int:
-            return sum(dom.blockStats(d)[0] + dom.blockStats(d)[2] for d in ("vda", "vdb"))
+            return sum(st[0] + st[2] for st in (dom.blockStats(d) for d in ("vda", "vdb")))  # rd_req + wr_req
 
         def round_trip() -> None:
             libvirt_qemu.qemuMonitorCommand(dom, json.dumps({"execute": "query-blockstats"}), 0)

@@ -71,17 +71,28 @@ def read_state(path: Path, limit: int = 64 * 1024 * 1024, *, dir_fd: int | None 
     return FileState(data, stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid)
 
 
+def open_dir(path: Path) -> int:
+    """The directory ``path``, opened ``O_PATH`` (to work in by name, ``dir_fd=``); raises ``OSError`` as
+    ``os.open`` does (``FileNotFoundError``: not there)."""
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def dir_identity(fd: int) -> tuple[int, int]:
+    """``(st_dev, st_ino)`` of the open directory ``fd``: what a plan and a journal record of it."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 def read_state_and_dir(path: Path, limit: int = 64 * 1024 * 1024) -> tuple[FileState, tuple[int, int] | None]:
     """:func:`read_state` of ``path`` in its directory as opened now, and that directory's ``(st_dev, st_ino)``:
     what a plan records (``FileChange.dir_id``) so that the write goes to the directory the plan read (``None``
     and an absent file where the directory is not there)."""
     try:
-        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = open_dir(path.parent)
     except FileNotFoundError:
         return FileState(None), None
     try:
-        st = os.fstat(fd)
-        return read_state(path, limit, dir_fd=fd), (st.st_dev, st.st_ino)
+        return read_state(path, limit, dir_fd=fd), dir_identity(fd)
     finally:
         os.close(fd)
 
@@ -262,7 +273,7 @@ def _replace(path: Path, tag: str, fill: Callable[[int], None], *, mode: int = 0
     """Write a temporary file beside ``path`` with ``fill(fd)``, fsync it and rename it over ``path``, all in
     one descriptor of its directory (``dir_fd``, else the directory ``path`` names, opened once)."""
     if dir_fd is None:
-        held = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        held = open_dir(path.parent)
         try:
             _replace(path, tag, fill, mode=mode, uid=uid, gid=gid, dir_fd=held)
         finally:
@@ -301,7 +312,7 @@ def remove_file(path: Path, *, dir_fd: int | None = None) -> None:
         fsync_at(dir_fd)
         return
     try:
-        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = open_dir(path.parent)
     except FileNotFoundError:
         return
     try:

@@ -21,7 +21,16 @@ from kvmtune.fix.diff import Reason, unified
 from kvmtune.fix.effect import Planned, TakesEffect, latest
 from kvmtune.fix.encoding import decode_text
 from kvmtune.fix.entries import DomainEntry, Entry, FileEntry, Restore, RuntimeEntry
-from kvmtune.fix.files import FileState, make_dirs, read_state, remove_file, temp_name, write_atomic
+from kvmtune.fix.files import (
+    FileState,
+    dir_identity,
+    make_dirs,
+    open_dir,
+    read_state,
+    remove_file,
+    temp_name,
+    write_atomic,
+)
 from kvmtune.fix.libvirt_rw import Connections
 from kvmtune.host.root import HostReadError, HostRoot
 
@@ -131,7 +140,7 @@ class FileChange(Change[FileEntry]):
         in whatever directory the link names, with the file's old owner."""
         parent = self.path.parent
         try:
-            fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = open_dir(parent)
         except FileNotFoundError:
             if self.dir_id is not None:
                 raise ApplyError(f"{self.shown}: its directory {parent} is gone since the plan was made; nothing "
@@ -140,8 +149,7 @@ class FileChange(Change[FileEntry]):
         except OSError as exc:
             raise ApplyError(f"{self.shown}: {parent}: {exc.strerror or exc}") from None
         ctx.dir_fds.append(fd)
-        st = os.fstat(fd)
-        if self.dir_id is not None and (st.st_dev, st.st_ino) != self.dir_id:
+        if self.dir_id is not None and dir_identity(fd) != self.dir_id:
             raise ApplyError(f"{self.shown}: {parent} is not the directory the plan read it in (replaced, or a "
                              "symbolic link put on the way since); nothing changed")
         return fd
@@ -167,18 +175,16 @@ class FileChange(Change[FileEntry]):
             temp=str(temp_name(self.path, ctx.journal.id)), created_dirs=list(reversed(missing)),
         )
         if self._dir_fd is not None:
-            st = os.fstat(self._dir_fd)
-            entry.dir_dev, entry.dir_ino = st.st_dev, st.st_ino
+            entry.dir_dev, entry.dir_ino = dir_identity(self._dir_fd)
         return entry
 
     def apply(self, entry: FileEntry, ctx: ApplyContext) -> None:
         try:
             if self._dir_fd is None:  # its directory created now: recorded as it is once made
                 make_dirs(self.path.parent)
-                self._dir_fd = os.open(self.path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                self._dir_fd = open_dir(self.path.parent)
                 ctx.dir_fds.append(self._dir_fd)
-                st = os.fstat(self._dir_fd)
-                entry.dir_dev, entry.dir_ino = st.st_dev, st.st_ino
+                entry.dir_dev, entry.dir_ino = dir_identity(self._dir_fd)
             mode = self.before.mode if self.before.mode is not None else self.mode
             write_atomic(self.path, self.after, mode=mode, uid=self.before.uid, gid=self.before.gid, tag=ctx.journal.id,
                          dir_fd=self._dir_fd)  # the directory the snapshot read: never one swapped in since
@@ -227,13 +233,12 @@ def _written_dir(e: FileEntry) -> int | None:
         return None
     parent = Path(e.path).parent
     try:
-        fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = open_dir(parent)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise UndoConflict(f"{e.shown}: {parent}: {exc.strerror or exc}; not restored") from None
-    st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != (e.dir_dev, e.dir_ino):
+    if dir_identity(fd) != (e.dir_dev, e.dir_ino):
         os.close(fd)
         raise UndoConflict(f"{e.shown}: {parent} is not the directory kvmtune wrote it in (replaced, or a symbolic "
                            "link put on the way since); not restored (restore it by hand if that was on purpose)")

@@ -310,7 +310,8 @@ class ProcQemuSource:
         return None
 
     def _connect(self, pid: int, argv: list[str], g: GuestSample) -> Qmp | None:
-        if pid in self._qmp and not (pid in self._qmp_retry and time.monotonic() >= self._qmp_retry[pid]):
+        retry = self._qmp_retry.get(pid)
+        if pid in self._qmp and (retry is None or time.monotonic() < retry):
             return self._qmp[pid]
         self._qmp_retry.pop(pid, None)
         self._qmp[pid] = None

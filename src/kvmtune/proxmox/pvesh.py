@@ -21,14 +21,13 @@ import json
 import math
 import re
 
-from kvmtune.proxmox.qm import QmConfig, QmError, valid_vmid
+from kvmtune.proxmox.qm import MAX_OUTPUT_BYTES, QmConfig, QmError, run_bounded, valid_vmid
 from kvmtune.runner import Runner
 
 PVESH = "pvesh"
 NODE = "localhost"
-TIMEOUT_S = 60.0
 # a config file is at most 1 MiB (pmxcfs); JSON writes a control character in six bytes
-MAX_JSON_BYTES = 8 * 1024 * 1024
+MAX_JSON_BYTES = MAX_OUTPUT_BYTES  # what run_bounded holds of an answer
 MAX_KEYS = 2048
 _KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _DIGEST = re.compile(r"[0-9a-f]{40}")
@@ -78,14 +77,7 @@ def _text(value: object) -> str | None:
 
 
 def _get(runner: Runner, argv: list[str], where: str) -> str:
-    """``pvesh``'s answer, at most :data:`MAX_JSON_BYTES` of it held: a command that prints more (a config someone
-    filled, or a ``pvesh`` gone wrong) is stopped there, not read whole and then refused."""
-    result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_JSON_BYTES)
-    if result.too_large:
-        raise QmError(f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
-    if not result.ok:
-        raise QmError(result.describe_failure())
-    return result.stdout
+    return run_bounded(runner, argv, f"{where}: more than {MAX_JSON_BYTES // (1024 * 1024)} MiB of output")
 
 
 def _load_json(text: str, where: str, duplicate: str) -> object:

@@ -60,11 +60,16 @@ class QmConfig:
         return "".join(f"{k}: {v}\n" for k, v in self.values.items() if k != "description" and "\n" not in v)
 
 
-MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # qm's answer held at most (a VM's config: pmxcfs files are at most 1 MiB)
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # qm's and pvesh's answer held at most (pmxcfs files are at most 1 MiB)
 
 
-def _run(runner: Runner, argv: list[str]) -> str:
+def run_bounded(runner: Runner, argv: list[str], too_large: str = "") -> str:
+    """A PVE tool's (``qm``, ``pvesh``) answer, at most :data:`MAX_OUTPUT_BYTES` of it held: one that prints more is
+    stopped there, not read whole until the time-out; :class:`QmError` with ``too_large`` (else the runner's line)
+    or with why it failed."""
     result = runner.run(argv, timeout=TIMEOUT_S, max_output=MAX_OUTPUT_BYTES)
+    if result.too_large and too_large:
+        raise QmError(too_large)
     if not result.ok:
         raise QmError(result.describe_failure())
     return result.stdout
@@ -81,7 +86,7 @@ def parse_list(text: str) -> list[QmVm]:
 
 
 def list_vms(runner: Runner) -> list[QmVm]:
-    return parse_list(_run(runner, [QM, "list"]))
+    return parse_list(run_bounded(runner, [QM, "list"]))
 
 
 def set_argv(vmid: str, values: dict[str, str | None], *, digest: str | None = None,
@@ -106,7 +111,7 @@ def shell_line(argv: list[str]) -> str:
 
 
 def run_set(runner: Runner, argv: list[str]) -> None:
-    _run(runner, argv)
+    run_bounded(runner, argv)
 
 
 def same_value(a: str | None, b: str | None) -> bool:
