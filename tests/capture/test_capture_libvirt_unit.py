@@ -266,3 +266,23 @@ def test_a_log_rotated_past_the_last_backup_is_counted_lost_and_the_rest_read_in
     assert got == b"held\nafter 0\nafter 1\nafter 2\nafter 3\n", got
     assert f.lost == 1  # the follower cannot know that nothing was dropped between: counted
     f.close()
+
+
+@pytest.mark.parametrize("plant", ["link", "writable"])
+def test_a_backup_that_is_a_link_or_others_may_write_is_never_read(tmp_path: Path, plant: str) -> None:
+    """The backups are found by name (``g.log.0``, …): one that is a symbolic link (to another guest's log, or any
+    file) or that others may write is not read; the follower stops looking there and counts the held file lost."""
+    d, f, got = _followed(tmp_path, b"held\n")
+    (d / "g.log").rename(d / "g.log.1")  # the held file, renamed away twice
+    planted = tmp_path / "planted"
+    planted.write_bytes(b"planted line\n")
+    if plant == "link":
+        (d / "g.log.0").symlink_to(planted)
+    else:
+        (d / "g.log.0").write_bytes(b"planted line\n")
+        (d / "g.log.0").chmod(0o666)
+    (d / "g.log").write_bytes(b"now\n")
+    while chunk := f.read(1 << 20):
+        got += chunk
+    assert b"planted" not in got and got.endswith(b"now\n") and f.lost == 1, got
+    f.close()
